@@ -1,0 +1,8 @@
+/* mpitrain: data-parallel training (DDP, DP) over MPI and NCCL. The umbrella header. */
+#ifndef MPITRAIN_H
+#define MPITRAIN_H
+
+#include "mpitrain/core.h"
+#include "mpitrain/ops.h"
+
+#endif

@@ -1,0 +1,247 @@
+/* mpitrain core: status codes and the thread-local error detail, the rank-aware logger,
+ * devices, streams and events, tensors, and the seeded RNG.
+ *
+ * Every fallible call returns mpt_status (0 = MPT_OK, negative = error). The detail of the most
+ * recent error on the calling thread (failing statement, file:line, rank, device) is kept in a
+ * thread-local string read with mpt_last_error(). The library never exits or aborts.
+ *
+ * Streams and events follow DESIGN.md: work on a stream runs in submission order; ordering
+ * between streams is an event record on one plus a wait on the other; every host-side wait takes
+ * a deadline in milliseconds. On the CPU there are two kinds of stream: the inline stream runs
+ * work immediately on the calling thread (its events are complete when recorded), and a worker
+ * stream owns a thread with an in-order queue (used for communication, so that an all-reduce
+ * runs while the caller goes on computing). */
+#ifndef MPITRAIN_CORE_H
+#define MPITRAIN_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define MPT_API __attribute__((visibility("default")))
+#define MPT_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define MPT_API
+#define MPT_PRINTF(f, a)
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
+/* Status codes                                                                               */
+
+/* X-macro: name, value, message. One table gives the enum, the names and the messages. */
+#define MPT_STATUS_MAP(X)                                                              \
+  X(OK, 0, "success")                                                                  \
+  X(EINVAL, -1, "invalid argument")                                                    \
+  X(ENOMEM, -2, "out of memory")                                                       \
+  X(EIO, -3, "input/output error")                                                     \
+  X(EFORMAT, -4, "malformed input")                                                    \
+  X(ESHAPE, -5, "shape mismatch")                                                      \
+  X(EDEVICE, -6, "device error")                                                       \
+  X(ECOMM, -7, "communication error")                                                  \
+  X(ETIMEOUT, -8, "deadline exceeded")                                                 \
+  X(EMISMATCH, -9, "ranks disagree")                                                   \
+  X(ENOTSUP, -10, "not supported")                                                     \
+  X(ESTATE, -11, "invalid state")                                                      \
+  X(ENONFINITE, -12, "non-finite value")                                               \
+  X(ENOENT, -13, "no such file")                                                       \
+  X(EUNUSED, -14, "parameters received no gradient")                                   \
+  X(EINTERRUPTED, -15, "interrupted")
+
+typedef enum {
+#define MPT__STATUS_ENUM(name, value, msg) MPT_##name = value,
+  MPT_STATUS_MAP(MPT__STATUS_ENUM)
+#undef MPT__STATUS_ENUM
+} mpt_status;
+
+/* "MPT_EINVAL" etc.; "MPT_UNKNOWN" for a value outside the table. Never NULL. */
+MPT_API const char *mpt_status_name(mpt_status status);
+/* A short message ("invalid argument"). Never NULL. */
+MPT_API const char *mpt_status_message(mpt_status status);
+/* The detail of the last error set on the calling thread ("" if none). Valid until the next
+ * error on this thread. */
+MPT_API const char *mpt_last_error(void);
+/* Clears the calling thread's last-error detail. */
+MPT_API void mpt_error_clear(void);
+/* Records an error detail on the calling thread and returns `status` (for programs and tests
+ * that want to report through the same channel). */
+MPT_API mpt_status mpt_error_set(mpt_status status, const char *fmt, ...) MPT_PRINTF(2, 3);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Logging                                                                                    */
+
+typedef enum {
+  MPT_LOG_ERROR = 0,
+  MPT_LOG_WARN = 1,
+  MPT_LOG_INFO = 2,
+  MPT_LOG_DEBUG = 3,
+} mpt_log_level;
+
+/* Sets the process's rank and world size for the logger, and the most verbose level printed.
+ * Errors and warnings print on every rank, prefixed "[rank R/W]"; info and debug print on rank
+ * 0 only unless `all_ranks` is non-zero. Thread-safe to call mpt_log afterwards. */
+MPT_API void mpt_log_configure(int rank, int world_size, mpt_log_level level, int all_ranks);
+/* Prints one line to stderr (a newline is added). */
+MPT_API void mpt_log(mpt_log_level level, const char *fmt, ...) MPT_PRINTF(2, 3);
+/* The rank set by mpt_log_configure (0 before). */
+MPT_API int mpt_log_rank(void);
+
+#define MPT_LOG_ERR(...) mpt_log(MPT_LOG_ERROR, __VA_ARGS__)
+#define MPT_LOG_WARNING(...) mpt_log(MPT_LOG_WARN, __VA_ARGS__)
+#define MPT_LOG_INF(...) mpt_log(MPT_LOG_INFO, __VA_ARGS__)
+#define MPT_LOG_DBG(...) mpt_log(MPT_LOG_DEBUG, __VA_ARGS__)
+
+/* ------------------------------------------------------------------------------------------ */
+/* Time                                                                                       */
+
+/* Monotonic clock in milliseconds / microseconds (CLOCK_MONOTONIC). */
+MPT_API double mpt_time_ms(void);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Devices                                                                                    */
+
+typedef enum {
+  MPT_DEVICE_CPU = 0,
+  MPT_DEVICE_CUDA = 1,
+} mpt_device_type;
+
+typedef struct mpt_device {
+  mpt_device_type type;
+  int index; /* CUDA ordinal; for CPU "devices" (DP mode) a replica number, memory is shared */
+} mpt_device;
+
+MPT_API mpt_device mpt_device_cpu(void);
+/* 1 if the device type was built and at least one device of it is present at run time. */
+MPT_API int mpt_device_available(mpt_device_type type);
+/* Number of devices of a type present at run time (CPU: 1). 0 when not built or none. */
+MPT_API int mpt_device_count(mpt_device_type type);
+/* Parses "cpu", "cpu:N", "cuda", "cuda:N". Errors: MPT_EINVAL naming the text. */
+MPT_API mpt_status mpt_device_parse(const char *text, mpt_device *device);
+/* Writes "cpu:0" / "cuda:1" into buf (always NUL-terminated). Returns buf. */
+MPT_API const char *mpt_device_str(mpt_device device, char *buf, size_t nbytes);
+
+/* Memory. `nbytes == 0` gives *ptr = NULL and MPT_OK. Errors: MPT_ENOMEM, MPT_EDEVICE.
+ * CPU memory is 64-byte aligned. */
+MPT_API mpt_status mpt_device_alloc(mpt_device device, size_t nbytes, void **ptr);
+/* Frees memory from mpt_device_alloc; NULL is a no-op. */
+MPT_API void mpt_device_free(mpt_device device, void *ptr);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Streams and events                                                                         */
+
+typedef struct mpt_stream mpt_stream;
+typedef struct mpt_event mpt_event;
+
+typedef enum {
+  MPT_STREAM_INLINE = 0, /* CPU: runs work on the calling thread; CUDA: a compute stream */
+  MPT_STREAM_WORKER = 1, /* CPU: a thread with an in-order queue; CUDA: a non-blocking stream */
+} mpt_stream_kind;
+
+/* Creates a stream on `device`. Errors: MPT_ENOMEM, MPT_EDEVICE. */
+MPT_API mpt_status mpt_stream_init(mpt_stream **stream, mpt_device device, mpt_stream_kind kind);
+/* Drains the stream's queue (waiting at most `timeout_ms` for queued work; negative = no
+ * deadline) then frees it. NULL is a no-op. */
+MPT_API void mpt_stream_free(mpt_stream *stream);
+MPT_API mpt_device mpt_stream_device(const mpt_stream *stream);
+
+/* A host function run on a stream: in order with the stream's other work, on the stream's
+ * thread (worker) or the caller's (inline). A non-zero return marks the stream failed: later
+ * work on it is skipped and every later wait on it or on its events returns that status. */
+typedef mpt_status (*mpt_host_fn)(void *arg);
+
+/* Enqueues fn(arg) on the stream. Inline streams run it now and return its status. For worker
+ * streams `arg` must stay valid until the work has run (record an event after it and wait).
+ * Errors: MPT_ENOMEM; the stream's sticky error if it already failed. */
+MPT_API mpt_status mpt_stream_launch_host(mpt_stream *stream, mpt_host_fn fn, void *arg);
+/* Blocks until everything enqueued so far has run, at most `timeout_ms` (negative: no deadline).
+ * Returns the stream's sticky error, or MPT_ETIMEOUT. */
+MPT_API mpt_status mpt_stream_synchronize(mpt_stream *stream, double timeout_ms);
+/* The stream's sticky error (MPT_OK if none). */
+MPT_API mpt_status mpt_stream_error(const mpt_stream *stream);
+
+/* Creates an event (initially complete). */
+MPT_API mpt_status mpt_event_init(mpt_event **event, mpt_device device);
+MPT_API void mpt_event_free(mpt_event *event);
+/* Captures the stream's current position: the event completes when all work enqueued before
+ * this call has run. Re-recording resets it. */
+MPT_API mpt_status mpt_event_record(mpt_event *event, mpt_stream *stream);
+/* Makes later work on `stream` wait for `event`. On an inline stream this blocks the caller
+ * (at most timeout_ms); on a worker stream the worker blocks (at most timeout_ms from when it
+ * reaches the wait; on expiry the stream fails with MPT_ETIMEOUT). */
+MPT_API mpt_status mpt_stream_wait_event(mpt_stream *stream, mpt_event *event, double timeout_ms);
+/* Blocks the host until the event completes, at most `timeout_ms` (negative: no deadline).
+ * Returns the status of the recording stream at completion, or MPT_ETIMEOUT. */
+MPT_API mpt_status mpt_event_synchronize(mpt_event *event, double timeout_ms);
+/* 1 if complete, 0 if not. */
+MPT_API int mpt_event_query(mpt_event *event);
+/* Milliseconds between the completion of two recorded events (host clock on CPU). */
+MPT_API mpt_status mpt_event_elapsed_ms(mpt_event *start, mpt_event *end, double *ms);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Tensors                                                                                    */
+
+typedef enum {
+  MPT_F32 = 0,
+  MPT_I32 = 1,
+  MPT_U8 = 2,
+} mpt_dtype;
+
+/* Size of one element in bytes (MPT_F32: 4). 0 for an unknown dtype. */
+MPT_API size_t mpt_dtype_size(mpt_dtype dtype);
+MPT_API const char *mpt_dtype_name(mpt_dtype dtype);
+
+#define MPT_MAX_DIMS 6
+
+/* A dense, row-major, contiguous tensor: a plain value, copied freely. `data` is owned when
+ * `owns_data` is set (mpt_tensor_init) and borrowed otherwise (a view). */
+typedef struct mpt_tensor {
+  void *data;
+  mpt_dtype dtype;
+  mpt_device device;
+  int ndim;
+  int64_t shape[MPT_MAX_DIMS];
+  int64_t count; /* product of shape (1 for ndim 0) */
+  int owns_data;
+} mpt_tensor;
+
+/* Allocates a tensor (contents undefined). Errors: MPT_EINVAL (ndim, negative extent),
+ * MPT_ENOMEM. */
+MPT_API mpt_status mpt_tensor_init(mpt_tensor *t, mpt_device device, mpt_dtype dtype, int ndim,
+                                   const int64_t *shape);
+/* A view of existing memory; nothing is allocated. */
+MPT_API mpt_tensor mpt_tensor_view(void *data, mpt_device device, mpt_dtype dtype, int ndim,
+                                   const int64_t *shape);
+/* Frees owned data and zeroes the struct; a view or a zeroed tensor is a no-op. */
+MPT_API void mpt_tensor_free(mpt_tensor *t);
+MPT_API size_t mpt_tensor_nbytes(const mpt_tensor *t);
+/* 1 if both have the same ndim and extents. */
+MPT_API int mpt_tensor_same_shape(const mpt_tensor *a, const mpt_tensor *b);
+/* Writes "[64, 1, 28, 28]" into buf. Returns buf. */
+MPT_API const char *mpt_shape_str(int ndim, const int64_t *shape, char *buf, size_t nbytes);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Random numbers                                                                              */
+
+/* xoshiro256** (Blackman & Vigna, "Scrambled linear pseudorandom number generators", 2021),
+ * seeded through splitmix64. A plain value: copy it to fork a stream, store it in checkpoints. */
+typedef struct mpt_rng {
+  uint64_t s[4];
+} mpt_rng;
+
+MPT_API void mpt_rng_seed(mpt_rng *rng, uint64_t seed);
+MPT_API uint64_t mpt_rng_next(mpt_rng *rng);
+/* Uniform in [0, 1) with 24 random bits. */
+MPT_API float mpt_rng_uniform(mpt_rng *rng);
+/* Uniform integer in [0, n), n > 0, without modulo bias. */
+MPT_API uint64_t mpt_rng_below(mpt_rng *rng, uint64_t n);
+/* Fills x[0..count) with uniform values in [lo, hi). */
+MPT_API void mpt_rng_fill_uniform(mpt_rng *rng, float *x, int64_t count, float lo, float hi);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MPITRAIN_CORE_H */

@@ -1,0 +1,167 @@
+/* mpitrain core ops: the numerical kernels the layers and optimizers need, dispatched through
+ * the device backend table of the stream they are given (a NULL stream means the CPU, now).
+ *
+ * Conventions:
+ * - All arrays are float32, row-major, contiguous, on the stream's device. Counts are elements.
+ * - Forward ops overwrite their outputs. Backward ops ACCUMULATE into their gradient outputs
+ *   (dx += ...), so a tensor used twice in a forward pass gets the sum of both contributions.
+ * - Every wrapper checks its arguments (MPT_EINVAL on a NULL pointer with a non-zero count or a
+ *   negative extent) and returns MPT_OK at once when there is nothing to do.
+ * - On the CPU the work runs on the calling thread before the call returns. On CUDA it is
+ *   enqueued on the stream.
+ * - Batch layouts: images are NCHW; "rows x cols x inner" means a tensor viewed as
+ *   [rows, cols, inner] where cols is the channel (feature) dimension. */
+#ifndef MPITRAIN_OPS_H
+#define MPITRAIN_OPS_H
+
+#include "mpitrain/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Copies nbytes between two buffers, each on its own device (CPU <-> CPU is memcpy). */
+MPT_API mpt_status mpt_op_memcpy(mpt_stream *stream, mpt_device dst_device, void *dst,
+                                 mpt_device src_device, const void *src, size_t nbytes);
+
+/* C (M x N) = alpha * op(A) * op(B) + beta * C; op(A) is M x K, op(B) is K x N.
+ * trans_a != 0 means A is stored K x M (lda >= M), else M x K (lda >= K); same for B.
+ * CPU: OpenBLAS cblas_sgemm, row-major. CUDA: cublasSgemm. */
+MPT_API mpt_status mpt_op_gemm(mpt_stream *stream, int trans_a, int trans_b, int64_t m,
+                               int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                               const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+
+/* x[i] = value. */
+MPT_API mpt_status mpt_op_fill(mpt_stream *stream, float *x, int64_t count, float value);
+/* dst[i] = src[i] (same device; the ranges must not overlap). */
+MPT_API mpt_status mpt_op_copy(mpt_stream *stream, float *dst, const float *src, int64_t count);
+/* y[i] += alpha * x[i]. */
+MPT_API mpt_status mpt_op_axpy(mpt_stream *stream, int64_t count, float alpha, const float *x,
+                               float *y);
+/* x[i] *= alpha. */
+MPT_API mpt_status mpt_op_scale(mpt_stream *stream, float *x, int64_t count, float alpha);
+/* y[i] = a[i] * b[i]. */
+MPT_API mpt_status mpt_op_mul(mpt_stream *stream, float *y, const float *a, const float *b,
+                              int64_t count);
+/* da[i] += dy[i] * b[i]  (backward of mul with respect to a). */
+MPT_API mpt_status mpt_op_mul_backward(mpt_stream *stream, float *da, const float *dy,
+                                       const float *b, int64_t count);
+/* *out = sum_i x[i] (one float on the stream's device; accumulated in double on the CPU). */
+MPT_API mpt_status mpt_op_sum(mpt_stream *stream, const float *x, int64_t count, float *out);
+/* dx[i] += scale * (*dy)  (backward of sum with a scalar upstream gradient on the device). */
+MPT_API mpt_status mpt_op_sum_backward(mpt_stream *stream, float *dx, int64_t count,
+                                       const float *dy, float scale);
+
+/* y viewed as [rows, cols, inner]: y[r, c, i] += bias[c]. Linear: inner = 1; conv: inner = H*W. */
+MPT_API mpt_status mpt_op_bias_add(mpt_stream *stream, float *y, const float *bias, int64_t rows,
+                                   int64_t cols, int64_t inner);
+/* dbias[c] += sum over r, i of dy[r, c, i]. */
+MPT_API mpt_status mpt_op_bias_backward(mpt_stream *stream, float *dbias, const float *dy,
+                                        int64_t rows, int64_t cols, int64_t inner);
+
+/* y[i] = max(x[i], 0). y may equal x. */
+MPT_API mpt_status mpt_op_relu(mpt_stream *stream, float *y, const float *x, int64_t count);
+/* dx[i] += y[i] > 0 ? dy[i] : 0, where y is the forward output. */
+MPT_API mpt_status mpt_op_relu_backward(mpt_stream *stream, float *dx, const float *dy,
+                                        const float *y, int64_t count);
+
+/* Geometry of a 2-D convolution or pooling window over one image. out_h = (h + 2*pad - kh) /
+ * stride + 1, likewise out_w. */
+typedef struct mpt_conv_geom {
+  int64_t channels, height, width; /* input C, H, W */
+  int64_t kernel_h, kernel_w;
+  int64_t stride, pad;
+  int64_t out_h, out_w;
+} mpt_conv_geom;
+
+/* Fills out_h/out_w from the other fields. Errors: MPT_EINVAL when the window does not fit or
+ * a field is not positive (pad >= 0). */
+MPT_API mpt_status mpt_conv_geom_resolve(mpt_conv_geom *g);
+
+/* One image x [C, H, W] -> col [C*kh*kw, out_h*out_w]; row (c, i, j) holds x[c, oy*stride - pad
+ * + i, ox*stride - pad + j] (0 outside the image), the layout of Caffe's im2col (Jia et al.,
+ * 2014), so that conv forward is W [O, C*kh*kw] x col. */
+MPT_API mpt_status mpt_op_im2col(mpt_stream *stream, const mpt_conv_geom *g, const float *x,
+                                 float *col);
+/* The adjoint of im2col: dx [C, H, W] += scatter of col. */
+MPT_API mpt_status mpt_op_col2im(mpt_stream *stream, const mpt_conv_geom *g, const float *col,
+                                 float *dx);
+
+/* Max pooling over planes = N*C images of [H, W] (g->channels is ignored; pad must be 0):
+ * y [planes, out_h, out_w], argmax [planes, out_h, out_w] = index within the plane (h*W + w) of
+ * the first maximum. */
+MPT_API mpt_status mpt_op_maxpool(mpt_stream *stream, const mpt_conv_geom *g, int64_t planes,
+                                  const float *x, float *y, int32_t *argmax);
+/* dx[plane, argmax] += dy[plane, o]. */
+MPT_API mpt_status mpt_op_maxpool_backward(mpt_stream *stream, const mpt_conv_geom *g,
+                                           int64_t planes, const float *dy, const int32_t *argmax,
+                                           float *dx);
+
+/* Batch normalisation (Ioffe & Szegedy, 2015) over x viewed as [n, c, inner]; statistics per
+ * channel c over n*inner values. Training: mean and biased variance of the batch normalise x;
+ * save_mean[c] and save_invstd[c] = 1/sqrt(var + eps) are kept for backward; running statistics
+ * are updated as PyTorch does: running = (1 - momentum) * running + momentum * batch, with the
+ * unbiased variance (n*inner/(n*inner-1)) for running_var. running_* may be NULL. */
+MPT_API mpt_status mpt_op_batchnorm_train(mpt_stream *stream, const float *x, int64_t n,
+                                          int64_t c, int64_t inner, const float *gamma,
+                                          const float *beta, float eps, float momentum,
+                                          float *running_mean, float *running_var, float *y,
+                                          float *save_mean, float *save_invstd);
+/* Evaluation: y = gamma * (x - running_mean) / sqrt(running_var + eps) + beta. */
+MPT_API mpt_status mpt_op_batchnorm_eval(mpt_stream *stream, const float *x, int64_t n,
+                                         int64_t c, int64_t inner, const float *gamma,
+                                         const float *beta, float eps, const float *running_mean,
+                                         const float *running_var, float *y);
+/* Backward of the training forward: dx += ..., dgamma += sum(dy * xhat), dbeta += sum(dy).
+ * dx, dgamma, dbeta may each be NULL (not needed). */
+MPT_API mpt_status mpt_op_batchnorm_backward(mpt_stream *stream, const float *dy, const float *x,
+                                             int64_t n, int64_t c, int64_t inner,
+                                             const float *gamma, const float *save_mean,
+                                             const float *save_invstd, float *dx, float *dgamma,
+                                             float *dbeta);
+
+/* Softmax cross-entropy over logits [n, k] with integer labels [n] in [0, k):
+ * probs[n, k] = softmax(logits) (max-subtracted), *loss = mean_i -log probs[i, label_i] (one
+ * float on the device). Errors: MPT_EINVAL on a label outside [0, k) (CPU checks). */
+MPT_API mpt_status mpt_op_softmax_xent(mpt_stream *stream, const float *logits,
+                                       const int32_t *labels, int64_t n, int64_t k, float *probs,
+                                       float *loss);
+/* dlogits[i, j] += (*dloss) * (probs[i, j] - [j == label_i]) / n. */
+MPT_API mpt_status mpt_op_softmax_xent_backward(mpt_stream *stream, const float *probs,
+                                                const int32_t *labels, int64_t n, int64_t k,
+                                                const float *dloss, float *dlogits);
+/* *correct += number of rows whose argmax (first maximum) equals the label; host int64. */
+MPT_API mpt_status mpt_op_count_correct(mpt_stream *stream, const float *logits,
+                                        const int32_t *labels, int64_t n, int64_t k,
+                                        int64_t *correct);
+
+/* Inverted dropout: mask[i] = (u(seed, i) >= p) / (1 - p), y = x * mask, where u is a counter-
+ * based uniform in [0,1) (splitmix64 of seed and i), so CPU and CUDA draw the same mask.
+ * 0 <= p < 1. */
+MPT_API mpt_status mpt_op_dropout(mpt_stream *stream, const float *x, float *y, float *mask,
+                                  int64_t count, float p, uint64_t seed);
+
+/* SGD step over a flat buffer, PyTorch's torch.optim.SGD semantics:
+ *   g = grad + weight_decay * param
+ *   buf = first ? g : momentum * buf + (1 - dampening) * g      (when momentum != 0)
+ *   g = nesterov ? g + momentum * buf : buf
+ *   param -= lr * g */
+MPT_API mpt_status mpt_op_sgd_step(mpt_stream *stream, float *param, const float *grad,
+                                   float *momentum_buf, int64_t count, float lr, float momentum,
+                                   float dampening, float weight_decay, int nesterov, int first);
+/* AdamW step (Loshchilov & Hutter, 2019), PyTorch's torch.optim.AdamW semantics, step >= 1:
+ *   param *= 1 - lr * weight_decay
+ *   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
+ *   param -= lr * (m / (1 - beta1^step)) / (sqrt(v / (1 - beta2^step)) + eps) */
+MPT_API mpt_status mpt_op_adamw_step(mpt_stream *stream, float *param, const float *grad,
+                                     float *m, float *v, int64_t count, float lr, float beta1,
+                                     float beta2, float eps, float weight_decay, int64_t step);
+/* *nonfinite (host int) = 1 if any x[i] is NaN or infinite, else 0. */
+MPT_API mpt_status mpt_op_check_finite(mpt_stream *stream, const float *x, int64_t count,
+                                       int *nonfinite);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MPITRAIN_OPS_H */

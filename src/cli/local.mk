@@ -1,0 +1,1 @@
+# src/cli: see the layer's public header include/mpitrain/cli.h

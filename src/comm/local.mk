@@ -1,0 +1,1 @@
+# src/comm: see the layer's public header include/mpitrain/comm.h

@@ -1,0 +1,120 @@
+/* The device backend table (DESIGN.md "Backends are tables of functions"). Each backend fills
+ * one; only device.c knows which were built (the registry). Public wrappers in ops.c, device.c
+ * and stream.c check arguments, return early on empty work, then dispatch here. Slots marked
+ * optional may be NULL (the wrapper then returns MPT_ENOTSUP). */
+#ifndef MPT_CORE_BACKEND_H
+#define MPT_CORE_BACKEND_H
+
+#include "mpitrain/core.h"
+#include "mpitrain/ops.h"
+
+typedef struct mpt__device_backend {
+  const char *name;
+  /* Devices present at run time. */
+  int (*count)(void);
+  mpt_status (*alloc)(int index, size_t nbytes, void **ptr);
+  void (*free)(int index, void *ptr);
+
+  /* Streams and events: the backend allocates its own structs behind the opaque handles. */
+  mpt_status (*stream_init)(mpt_stream **stream, mpt_device device, mpt_stream_kind kind);
+  void (*stream_free)(mpt_stream *stream);
+  mpt_status (*stream_launch_host)(mpt_stream *stream, mpt_host_fn fn, void *arg);
+  mpt_status (*stream_synchronize)(mpt_stream *stream, double timeout_ms);
+  mpt_status (*stream_error)(const mpt_stream *stream);
+  mpt_status (*stream_wait_event)(mpt_stream *stream, mpt_event *event, double timeout_ms);
+  mpt_status (*event_init)(mpt_event **event, mpt_device device);
+  void (*event_free)(mpt_event *event);
+  mpt_status (*event_record)(mpt_event *event, mpt_stream *stream);
+  mpt_status (*event_synchronize)(mpt_event *event, double timeout_ms);
+  int (*event_query)(mpt_event *event);
+  mpt_status (*event_elapsed_ms)(mpt_event *start, mpt_event *end, double *ms);
+
+  /* Ops: same meaning and argument order as the public mpt_op_* in ops.h. */
+  mpt_status (*memcpy)(mpt_stream *s, mpt_device dst_device, void *dst, mpt_device src_device,
+                       const void *src, size_t nbytes);
+  mpt_status (*gemm)(mpt_stream *s, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                     float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                     float beta, float *c, int64_t ldc);
+  mpt_status (*fill)(mpt_stream *s, float *x, int64_t count, float value);
+  mpt_status (*copy)(mpt_stream *s, float *dst, const float *src, int64_t count);
+  mpt_status (*axpy)(mpt_stream *s, int64_t count, float alpha, const float *x, float *y);
+  mpt_status (*scale)(mpt_stream *s, float *x, int64_t count, float alpha);
+  mpt_status (*mul)(mpt_stream *s, float *y, const float *a, const float *b, int64_t count);
+  mpt_status (*mul_backward)(mpt_stream *s, float *da, const float *dy, const float *b,
+                             int64_t count);
+  mpt_status (*sum)(mpt_stream *s, const float *x, int64_t count, float *out);
+  mpt_status (*sum_backward)(mpt_stream *s, float *dx, int64_t count, const float *dy,
+                             float scale);
+  mpt_status (*bias_add)(mpt_stream *s, float *y, const float *bias, int64_t rows, int64_t cols,
+                         int64_t inner);
+  mpt_status (*bias_backward)(mpt_stream *s, float *dbias, const float *dy, int64_t rows,
+                              int64_t cols, int64_t inner);
+  mpt_status (*relu)(mpt_stream *s, float *y, const float *x, int64_t count);
+  mpt_status (*relu_backward)(mpt_stream *s, float *dx, const float *dy, const float *y,
+                              int64_t count);
+  mpt_status (*im2col)(mpt_stream *s, const mpt_conv_geom *g, const float *x, float *col);
+  mpt_status (*col2im)(mpt_stream *s, const mpt_conv_geom *g, const float *col, float *dx);
+  mpt_status (*maxpool)(mpt_stream *s, const mpt_conv_geom *g, int64_t planes, const float *x,
+                        float *y, int32_t *argmax);
+  mpt_status (*maxpool_backward)(mpt_stream *s, const mpt_conv_geom *g, int64_t planes,
+                                 const float *dy, const int32_t *argmax, float *dx);
+  mpt_status (*batchnorm_train)(mpt_stream *s, const float *x, int64_t n, int64_t c,
+                                int64_t inner, const float *gamma, const float *beta, float eps,
+                                float momentum, float *running_mean, float *running_var,
+                                float *y, float *save_mean, float *save_invstd);
+  mpt_status (*batchnorm_eval)(mpt_stream *s, const float *x, int64_t n, int64_t c,
+                               int64_t inner, const float *gamma, const float *beta, float eps,
+                               const float *running_mean, const float *running_var, float *y);
+  mpt_status (*batchnorm_backward)(mpt_stream *s, const float *dy, const float *x, int64_t n,
+                                   int64_t c, int64_t inner, const float *gamma,
+                                   const float *save_mean, const float *save_invstd, float *dx,
+                                   float *dgamma, float *dbeta);
+  mpt_status (*softmax_xent)(mpt_stream *s, const float *logits, const int32_t *labels,
+                             int64_t n, int64_t k, float *probs, float *loss);
+  mpt_status (*softmax_xent_backward)(mpt_stream *s, const float *probs, const int32_t *labels,
+                                      int64_t n, int64_t k, const float *dloss, float *dlogits);
+  mpt_status (*count_correct)(mpt_stream *s, const float *logits, const int32_t *labels,
+                              int64_t n, int64_t k, int64_t *correct);
+  mpt_status (*dropout)(mpt_stream *s, const float *x, float *y, float *mask, int64_t count,
+                        float p, uint64_t seed);
+  mpt_status (*sgd_step)(mpt_stream *s, float *param, const float *grad, float *momentum_buf,
+                         int64_t count, float lr, float momentum, float dampening,
+                         float weight_decay, int nesterov, int first);
+  mpt_status (*adamw_step)(mpt_stream *s, float *param, const float *grad, float *m, float *v,
+                           int64_t count, float lr, float beta1, float beta2, float eps,
+                           float weight_decay, int64_t step);
+  mpt_status (*check_finite)(mpt_stream *s, const float *x, int64_t count, int *nonfinite);
+} mpt__device_backend;
+
+/* The registry: the backend for a device type, or NULL when it was not built. */
+const mpt__device_backend *mpt__backend_get(mpt_device_type type);
+/* The backend a stream belongs to (NULL stream: the CPU backend). */
+const mpt__device_backend *mpt__backend_of_stream(const mpt_stream *stream);
+
+/* Every stream struct starts with this header so the dispatcher can find its backend. */
+typedef struct mpt__stream_header {
+  mpt_device device;
+  mpt_stream_kind kind;
+} mpt__stream_header;
+
+/* Every event struct starts with this header too. */
+typedef struct mpt__event_header {
+  mpt_device device;
+} mpt__event_header;
+
+extern const mpt__device_backend mpt__cpu_backend;
+#ifdef MPT_HAVE_CUDA
+extern const mpt__device_backend mpt__cuda_backend;
+#endif
+
+/* Counter-based uniform in [0, 1) used by dropout on every backend: splitmix64 of seed ^ (i *
+ * golden ratio), top 24 bits. */
+static inline float mpt__hash_uniform(uint64_t seed, uint64_t i) {
+  uint64_t z = seed + (i + 1) * 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  z ^= z >> 31;
+  return (float)(z >> 40) * (1.0f / 16777216.0f);
+}
+
+#endif

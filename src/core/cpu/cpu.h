@@ -1,0 +1,55 @@
+/* CPU backend internals: the op kernels (ops_cpu.c, conv_cpu.c, norm_cpu.c, optim_cpu.c) and
+ * the streams and events (stream_cpu.c), assembled into mpt__cpu_backend by cpu_backend.c.
+ * Op kernels ignore the stream argument: on the CPU the work runs on the caller's thread. */
+#ifndef MPT_CORE_CPU_H
+#define MPT_CORE_CPU_H
+
+#include "core/backend.h"
+
+int mpt__cpu_count(void);
+mpt_status mpt__cpu_alloc(int index, size_t nbytes, void **ptr);
+void mpt__cpu_free(int index, void *ptr);
+
+mpt_status mpt__cpu_stream_init(mpt_stream **stream, mpt_device device, mpt_stream_kind kind);
+void mpt__cpu_stream_free(mpt_stream *stream);
+mpt_status mpt__cpu_stream_launch_host(mpt_stream *stream, mpt_host_fn fn, void *arg);
+mpt_status mpt__cpu_stream_synchronize(mpt_stream *stream, double timeout_ms);
+mpt_status mpt__cpu_stream_error(const mpt_stream *stream);
+mpt_status mpt__cpu_stream_wait_event(mpt_stream *stream, mpt_event *event, double timeout_ms);
+mpt_status mpt__cpu_event_init(mpt_event **event, mpt_device device);
+void mpt__cpu_event_free(mpt_event *event);
+mpt_status mpt__cpu_event_record(mpt_event *event, mpt_stream *stream);
+mpt_status mpt__cpu_event_synchronize(mpt_event *event, double timeout_ms);
+int mpt__cpu_event_query(mpt_event *event);
+mpt_status mpt__cpu_event_elapsed_ms(mpt_event *start, mpt_event *end, double *ms);
+
+mpt_status mpt__cpu_memcpy(mpt_stream *s, mpt_device dst_device, void *dst, mpt_device src_device, const void *src, size_t nbytes);
+mpt_status mpt__cpu_gemm(mpt_stream *s, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+mpt_status mpt__cpu_fill(mpt_stream *s, float *x, int64_t count, float value);
+mpt_status mpt__cpu_copy(mpt_stream *s, float *dst, const float *src, int64_t count);
+mpt_status mpt__cpu_axpy(mpt_stream *s, int64_t count, float alpha, const float *x, float *y);
+mpt_status mpt__cpu_scale(mpt_stream *s, float *x, int64_t count, float alpha);
+mpt_status mpt__cpu_mul(mpt_stream *s, float *y, const float *a, const float *b, int64_t count);
+mpt_status mpt__cpu_mul_backward(mpt_stream *s, float *da, const float *dy, const float *b, int64_t count);
+mpt_status mpt__cpu_sum(mpt_stream *s, const float *x, int64_t count, float *out);
+mpt_status mpt__cpu_sum_backward(mpt_stream *s, float *dx, int64_t count, const float *dy, float scale);
+mpt_status mpt__cpu_bias_add(mpt_stream *s, float *y, const float *bias, int64_t rows, int64_t cols, int64_t inner);
+mpt_status mpt__cpu_bias_backward(mpt_stream *s, float *dbias, const float *dy, int64_t rows, int64_t cols, int64_t inner);
+mpt_status mpt__cpu_relu(mpt_stream *s, float *y, const float *x, int64_t count);
+mpt_status mpt__cpu_relu_backward(mpt_stream *s, float *dx, const float *dy, const float *y, int64_t count);
+mpt_status mpt__cpu_im2col(mpt_stream *s, const mpt_conv_geom *g, const float *x, float *col);
+mpt_status mpt__cpu_col2im(mpt_stream *s, const mpt_conv_geom *g, const float *col, float *dx);
+mpt_status mpt__cpu_maxpool(mpt_stream *s, const mpt_conv_geom *g, int64_t planes, const float *x, float *y, int32_t *argmax);
+mpt_status mpt__cpu_maxpool_backward(mpt_stream *s, const mpt_conv_geom *g, int64_t planes, const float *dy, const int32_t *argmax, float *dx);
+mpt_status mpt__cpu_batchnorm_train(mpt_stream *s, const float *x, int64_t n, int64_t c, int64_t inner, const float *gamma, const float *beta, float eps, float momentum, float *running_mean, float *running_var, float *y, float *save_mean, float *save_invstd);
+mpt_status mpt__cpu_batchnorm_eval(mpt_stream *s, const float *x, int64_t n, int64_t c, int64_t inner, const float *gamma, const float *beta, float eps, const float *running_mean, const float *running_var, float *y);
+mpt_status mpt__cpu_batchnorm_backward(mpt_stream *s, const float *dy, const float *x, int64_t n, int64_t c, int64_t inner, const float *gamma, const float *save_mean, const float *save_invstd, float *dx, float *dgamma, float *dbeta);
+mpt_status mpt__cpu_softmax_xent(mpt_stream *s, const float *logits, const int32_t *labels, int64_t n, int64_t k, float *probs, float *loss);
+mpt_status mpt__cpu_softmax_xent_backward(mpt_stream *s, const float *probs, const int32_t *labels, int64_t n, int64_t k, const float *dloss, float *dlogits);
+mpt_status mpt__cpu_count_correct(mpt_stream *s, const float *logits, const int32_t *labels, int64_t n, int64_t k, int64_t *correct);
+mpt_status mpt__cpu_dropout(mpt_stream *s, const float *x, float *y, float *mask, int64_t count, float p, uint64_t seed);
+mpt_status mpt__cpu_sgd_step(mpt_stream *s, float *param, const float *grad, float *momentum_buf, int64_t count, float lr, float momentum, float dampening, float weight_decay, int nesterov, int first);
+mpt_status mpt__cpu_adamw_step(mpt_stream *s, float *param, const float *grad, float *m, float *v, int64_t count, float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step);
+mpt_status mpt__cpu_check_finite(mpt_stream *s, const float *x, int64_t count, int *nonfinite);
+
+#endif

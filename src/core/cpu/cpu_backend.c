@@ -1,0 +1,69 @@
+/* The CPU device backend table: memory from the C heap, inline and worker streams, and the
+ * reference op kernels every other backend is tested against. */
+#include <stdlib.h>
+
+#include "core/cpu/cpu.h"
+#include "core/error.h"
+
+int mpt__cpu_count(void) { return 1; }
+
+mpt_status mpt__cpu_alloc(int index, size_t nbytes, void **ptr) {
+  (void)index;
+  /* Round up to the alignment, as aligned_alloc requires. */
+  size_t rounded = (nbytes + 63) & ~(size_t)63;
+  *ptr = aligned_alloc(64, rounded);
+  if (!*ptr) return MPT_FAIL(MPT_ENOMEM, "cannot allocate %zu bytes on the CPU", nbytes);
+  return MPT_OK;
+}
+
+void mpt__cpu_free(int index, void *ptr) {
+  (void)index;
+  free(ptr);
+}
+
+const mpt__device_backend mpt__cpu_backend = {
+    .name = "cpu",
+    .count = mpt__cpu_count,
+    .alloc = mpt__cpu_alloc,
+    .free = mpt__cpu_free,
+    .stream_init = mpt__cpu_stream_init,
+    .stream_free = mpt__cpu_stream_free,
+    .stream_launch_host = mpt__cpu_stream_launch_host,
+    .stream_synchronize = mpt__cpu_stream_synchronize,
+    .stream_error = mpt__cpu_stream_error,
+    .stream_wait_event = mpt__cpu_stream_wait_event,
+    .event_init = mpt__cpu_event_init,
+    .event_free = mpt__cpu_event_free,
+    .event_record = mpt__cpu_event_record,
+    .event_synchronize = mpt__cpu_event_synchronize,
+    .event_query = mpt__cpu_event_query,
+    .event_elapsed_ms = mpt__cpu_event_elapsed_ms,
+    .memcpy = mpt__cpu_memcpy,
+    .gemm = mpt__cpu_gemm,
+    .fill = mpt__cpu_fill,
+    .copy = mpt__cpu_copy,
+    .axpy = mpt__cpu_axpy,
+    .scale = mpt__cpu_scale,
+    .mul = mpt__cpu_mul,
+    .mul_backward = mpt__cpu_mul_backward,
+    .sum = mpt__cpu_sum,
+    .sum_backward = mpt__cpu_sum_backward,
+    .bias_add = mpt__cpu_bias_add,
+    .bias_backward = mpt__cpu_bias_backward,
+    .relu = mpt__cpu_relu,
+    .relu_backward = mpt__cpu_relu_backward,
+    .im2col = mpt__cpu_im2col,
+    .col2im = mpt__cpu_col2im,
+    .maxpool = mpt__cpu_maxpool,
+    .maxpool_backward = mpt__cpu_maxpool_backward,
+    .batchnorm_train = mpt__cpu_batchnorm_train,
+    .batchnorm_eval = mpt__cpu_batchnorm_eval,
+    .batchnorm_backward = mpt__cpu_batchnorm_backward,
+    .softmax_xent = mpt__cpu_softmax_xent,
+    .softmax_xent_backward = mpt__cpu_softmax_xent_backward,
+    .count_correct = mpt__cpu_count_correct,
+    .dropout = mpt__cpu_dropout,
+    .sgd_step = mpt__cpu_sgd_step,
+    .adamw_step = mpt__cpu_adamw_step,
+    .check_finite = mpt__cpu_check_finite,
+};

@@ -1,0 +1,337 @@
+/* CPU streams and events.
+ *
+ * An inline stream runs work on the calling thread: launching a host function runs it now, and
+ * recording an event completes it at once. A worker stream owns one thread that takes work from
+ * an in-order queue (host functions, event records, event waits); the communication layer uses
+ * it so that an all-reduce runs while the caller keeps computing.
+ *
+ * Invariants: an event is complete when `completed >= recorded` (generation counters, so a
+ * re-record resets it). A stream that failed (a host function returned non-zero, or a wait
+ * expired) keeps that status ("sticky"), skips later host functions, and hands the status and
+ * its detail text to everything that waits on it. Queue items come from a per-stream free list,
+ * so the steady state does not allocate. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/cpu/cpu.h"
+#include "core/error.h"
+
+enum { WORK_HOST, WORK_RECORD, WORK_WAIT };
+
+typedef struct work_item {
+  int kind;
+  mpt_host_fn fn;
+  void *arg;
+  mpt_event *event;
+  uint64_t generation;
+  double timeout_ms;
+  struct work_item *next;
+} work_item;
+
+struct mpt_stream {
+  mpt__stream_header h;
+  pthread_mutex_t mutex;
+  pthread_cond_t cond; /* signalled on new work, on completion, and on stop */
+  pthread_t thread;
+  int has_thread;
+  work_item *head, *tail, *free_list;
+  uint64_t enqueued, finished; /* work items pushed and completed */
+  int stop;
+  mpt_status error;
+  char detail[1024];
+};
+
+struct mpt_event {
+  mpt__event_header h;
+  pthread_mutex_t mutex;
+  pthread_cond_t cond;
+  uint64_t recorded, completed;
+  mpt_status status;
+  double time_ms;
+  char detail[1024];
+};
+
+/* Absolute CLOCK_REALTIME deadline for pthread_cond_timedwait. */
+static struct timespec deadline_after(double timeout_ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  long long ns = (long long)(timeout_ms * 1e6);
+  ts.tv_sec += ns / 1000000000LL;
+  ts.tv_nsec += ns % 1000000000LL;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec += 1;
+    ts.tv_nsec -= 1000000000L;
+  }
+  return ts;
+}
+
+static void event_complete(mpt_event *ev, uint64_t generation, mpt_status status,
+                           const char *detail) {
+  pthread_mutex_lock(&ev->mutex);
+  if (generation > ev->completed) ev->completed = generation;
+  ev->status = status;
+  ev->time_ms = mpt_time_ms();
+  if (status != MPT_OK && detail) snprintf(ev->detail, sizeof ev->detail, "%s", detail);
+  pthread_cond_broadcast(&ev->cond);
+  pthread_mutex_unlock(&ev->mutex);
+}
+
+/* Waits until ev reaches `generation`. Returns the event's status, or MPT_ETIMEOUT. */
+static mpt_status event_wait_generation(mpt_event *ev, uint64_t generation, double timeout_ms,
+                                        char *detail, size_t detail_nbytes) {
+  mpt_status st = MPT_OK;
+  struct timespec dl = deadline_after(timeout_ms < 0 ? 0 : timeout_ms);
+  pthread_mutex_lock(&ev->mutex);
+  while (ev->completed < generation) {
+    int rc = timeout_ms < 0 ? pthread_cond_wait(&ev->cond, &ev->mutex)
+                            : pthread_cond_timedwait(&ev->cond, &ev->mutex, &dl);
+    if (rc == ETIMEDOUT && ev->completed < generation) {
+      pthread_mutex_unlock(&ev->mutex);
+      if (detail)
+        snprintf(detail, detail_nbytes, "event not completed within %.0f ms", timeout_ms);
+      return MPT_ETIMEOUT;
+    }
+  }
+  st = ev->status;
+  if (st != MPT_OK && detail) snprintf(detail, detail_nbytes, "%s", ev->detail);
+  pthread_mutex_unlock(&ev->mutex);
+  return st;
+}
+
+/* Worker thread: runs the queue in order until stopped and drained. */
+static void *stream_worker(void *arg) {
+  mpt_stream *s = arg;
+  pthread_mutex_lock(&s->mutex);
+  for (;;) {
+    while (!s->head && !s->stop) pthread_cond_wait(&s->cond, &s->mutex);
+    if (!s->head && s->stop) break;
+    work_item *w = s->head;
+    s->head = w->next;
+    if (!s->head) s->tail = NULL;
+    mpt_status failed = s->error;
+    pthread_mutex_unlock(&s->mutex);
+
+    mpt_status st = MPT_OK;
+    char detail[1024] = "";
+    switch (w->kind) {
+      case WORK_HOST:
+        if (failed == MPT_OK) {
+          mpt_error_clear();
+          st = w->fn(w->arg);
+          if (st != MPT_OK) snprintf(detail, sizeof detail, "%s", mpt_last_error());
+        }
+        break;
+      case WORK_RECORD:
+        pthread_mutex_lock(&s->mutex);
+        snprintf(detail, sizeof detail, "%s", s->detail);
+        pthread_mutex_unlock(&s->mutex);
+        event_complete(w->event, w->generation, failed, detail);
+        break;
+      case WORK_WAIT:
+        if (failed == MPT_OK)
+          st = event_wait_generation(w->event, w->generation, w->timeout_ms, detail,
+                                     sizeof detail);
+        break;
+    }
+
+    pthread_mutex_lock(&s->mutex);
+    if (st != MPT_OK && s->error == MPT_OK) {
+      s->error = st;
+      snprintf(s->detail, sizeof s->detail, "%s", detail);
+    }
+    w->next = s->free_list;
+    s->free_list = w;
+    s->finished++;
+    pthread_cond_broadcast(&s->cond);
+  }
+  pthread_mutex_unlock(&s->mutex);
+  return NULL;
+}
+
+mpt_status mpt__cpu_stream_init(mpt_stream **stream, mpt_device device, mpt_stream_kind kind) {
+  mpt_stream *s = calloc(1, sizeof *s);
+  if (!s) return MPT_FAIL(MPT_ENOMEM, "cannot allocate a stream");
+  s->h.device = device;
+  s->h.kind = kind;
+  pthread_mutex_init(&s->mutex, NULL);
+  pthread_cond_init(&s->cond, NULL);
+  if (kind == MPT_STREAM_WORKER) {
+    if (pthread_create(&s->thread, NULL, stream_worker, s) != 0) {
+      pthread_cond_destroy(&s->cond);
+      pthread_mutex_destroy(&s->mutex);
+      free(s);
+      return MPT_FAIL(MPT_EDEVICE, "cannot start the stream's worker thread");
+    }
+    s->has_thread = 1;
+  }
+  *stream = s;
+  return MPT_OK;
+}
+
+void mpt__cpu_stream_free(mpt_stream *s) {
+  if (!s) return;
+  if (s->has_thread) {
+    pthread_mutex_lock(&s->mutex);
+    s->stop = 1;
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->mutex);
+    pthread_join(s->thread, NULL);
+  }
+  work_item *w = s->free_list;
+  while (w) {
+    work_item *next = w->next;
+    free(w);
+    w = next;
+  }
+  pthread_cond_destroy(&s->cond);
+  pthread_mutex_destroy(&s->mutex);
+  free(s);
+}
+
+/* Appends an item to a worker stream's queue (caller does not hold the lock). */
+static mpt_status stream_push(mpt_stream *s, int kind, mpt_host_fn fn, void *arg, mpt_event *ev,
+                              uint64_t generation, double timeout_ms) {
+  pthread_mutex_lock(&s->mutex);
+  work_item *w = s->free_list;
+  if (w)
+    s->free_list = w->next;
+  else if (!(w = malloc(sizeof *w))) {
+    pthread_mutex_unlock(&s->mutex);
+    return MPT_FAIL(MPT_ENOMEM, "cannot queue work on a stream");
+  }
+  *w = (work_item){kind, fn, arg, ev, generation, timeout_ms, NULL};
+  if (s->tail)
+    s->tail->next = w;
+  else
+    s->head = w;
+  s->tail = w;
+  s->enqueued++;
+  pthread_cond_broadcast(&s->cond);
+  pthread_mutex_unlock(&s->mutex);
+  return MPT_OK;
+}
+
+/* Re-raises a stream's sticky error on the calling thread. */
+static mpt_status stream_raise(mpt_stream *s) {
+  pthread_mutex_lock(&s->mutex);
+  mpt_status st = s->error;
+  char detail[1024];
+  snprintf(detail, sizeof detail, "%s", s->detail);
+  pthread_mutex_unlock(&s->mutex);
+  if (st != MPT_OK) mpt_error_set(st, "%s", detail);
+  return st;
+}
+
+mpt_status mpt__cpu_stream_launch_host(mpt_stream *s, mpt_host_fn fn, void *arg) {
+  if (s->h.kind == MPT_STREAM_INLINE) {
+    if (s->error != MPT_OK) return stream_raise(s);
+    mpt_status st = fn(arg);
+    if (st != MPT_OK) {
+      s->error = st;
+      snprintf(s->detail, sizeof s->detail, "%s", mpt_last_error());
+    }
+    return st;
+  }
+  mpt_status st = stream_raise(s);
+  if (st != MPT_OK) return st;
+  return stream_push(s, WORK_HOST, fn, arg, NULL, 0, 0);
+}
+
+mpt_status mpt__cpu_stream_synchronize(mpt_stream *s, double timeout_ms) {
+  if (s->h.kind == MPT_STREAM_INLINE) return stream_raise(s);
+  struct timespec dl = deadline_after(timeout_ms < 0 ? 0 : timeout_ms);
+  pthread_mutex_lock(&s->mutex);
+  uint64_t target = s->enqueued;
+  while (s->finished < target) {
+    int rc = timeout_ms < 0 ? pthread_cond_wait(&s->cond, &s->mutex)
+                            : pthread_cond_timedwait(&s->cond, &s->mutex, &dl);
+    if (rc == ETIMEDOUT && s->finished < target) {
+      uint64_t pending = target - s->finished;
+      pthread_mutex_unlock(&s->mutex);
+      return MPT_FAIL(MPT_ETIMEOUT, "stream did not drain within %.0f ms (%llu items pending)",
+                      timeout_ms, (unsigned long long)pending);
+    }
+  }
+  pthread_mutex_unlock(&s->mutex);
+  return stream_raise(s);
+}
+
+mpt_status mpt__cpu_stream_error(const mpt_stream *s) {
+  mpt_stream *m = (mpt_stream *)s;
+  pthread_mutex_lock(&m->mutex);
+  mpt_status st = m->error;
+  pthread_mutex_unlock(&m->mutex);
+  return st;
+}
+
+mpt_status mpt__cpu_stream_wait_event(mpt_stream *s, mpt_event *ev, double timeout_ms) {
+  pthread_mutex_lock(&ev->mutex);
+  uint64_t generation = ev->recorded;
+  pthread_mutex_unlock(&ev->mutex);
+  if (s->h.kind == MPT_STREAM_INLINE) {
+    char detail[1024] = "";
+    mpt_status st = event_wait_generation(ev, generation, timeout_ms, detail, sizeof detail);
+    if (st == MPT_ETIMEOUT) return MPT_FAIL(st, "%s", detail);
+    if (st != MPT_OK) mpt_error_set(st, "%s", detail);
+    return st;
+  }
+  return stream_push(s, WORK_WAIT, NULL, NULL, ev, generation, timeout_ms);
+}
+
+mpt_status mpt__cpu_event_init(mpt_event **event, mpt_device device) {
+  mpt_event *ev = calloc(1, sizeof *ev);
+  if (!ev) return MPT_FAIL(MPT_ENOMEM, "cannot allocate an event");
+  ev->h.device = device;
+  pthread_mutex_init(&ev->mutex, NULL);
+  pthread_cond_init(&ev->cond, NULL);
+  ev->time_ms = mpt_time_ms();
+  *event = ev;
+  return MPT_OK;
+}
+
+void mpt__cpu_event_free(mpt_event *ev) {
+  if (!ev) return;
+  pthread_cond_destroy(&ev->cond);
+  pthread_mutex_destroy(&ev->mutex);
+  free(ev);
+}
+
+mpt_status mpt__cpu_event_record(mpt_event *ev, mpt_stream *s) {
+  pthread_mutex_lock(&ev->mutex);
+  uint64_t generation = ++ev->recorded;
+  pthread_mutex_unlock(&ev->mutex);
+  if (s->h.kind == MPT_STREAM_INLINE) {
+    event_complete(ev, generation, s->error, s->detail);
+    return MPT_OK;
+  }
+  return stream_push(s, WORK_RECORD, NULL, NULL, ev, generation, 0);
+}
+
+mpt_status mpt__cpu_event_synchronize(mpt_event *ev, double timeout_ms) {
+  pthread_mutex_lock(&ev->mutex);
+  uint64_t generation = ev->recorded;
+  pthread_mutex_unlock(&ev->mutex);
+  char detail[1024] = "";
+  mpt_status st = event_wait_generation(ev, generation, timeout_ms, detail, sizeof detail);
+  if (st == MPT_ETIMEOUT) return MPT_FAIL(st, "%s", detail);
+  if (st != MPT_OK) mpt_error_set(st, "%s", detail);
+  return st;
+}
+
+int mpt__cpu_event_query(mpt_event *ev) {
+  pthread_mutex_lock(&ev->mutex);
+  int done = ev->completed >= ev->recorded;
+  pthread_mutex_unlock(&ev->mutex);
+  return done;
+}
+
+mpt_status mpt__cpu_event_elapsed_ms(mpt_event *start, mpt_event *end, double *ms) {
+  if (!mpt__cpu_event_query(start) || !mpt__cpu_event_query(end))
+    return MPT_FAIL(MPT_ESTATE, "elapsed time asked of an event that has not completed");
+  *ms = end->time_ms - start->time_ms;
+  return MPT_OK;
+}

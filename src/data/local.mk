@@ -1,0 +1,1 @@
+# src/data: see the layer's public header include/mpitrain/data.h

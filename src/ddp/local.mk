@@ -1,0 +1,1 @@
+# src/ddp: see the layer's public header include/mpitrain/ddp.h

@@ -1,0 +1,1 @@
+# src/nn: see the layer's public header include/mpitrain/nn.h

@@ -1,0 +1,1 @@
+# src/optim: see the layer's public header include/mpitrain/optim.h
