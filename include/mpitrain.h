@@ -4,5 +4,10 @@
 
 #include "mpitrain/core.h"
 #include "mpitrain/ops.h"
+#include "mpitrain/nn.h"
+#include "mpitrain/data.h"
+#include "mpitrain/optim.h"
+#include "mpitrain/comm.h"
+#include "mpitrain/ddp.h"
 
 #endif

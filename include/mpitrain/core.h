@@ -240,6 +240,26 @@ MPT_API uint64_t mpt_rng_below(mpt_rng *rng, uint64_t n);
 /* Fills x[0..count) with uniform values in [lo, hi). */
 MPT_API void mpt_rng_fill_uniform(mpt_rng *rng, float *x, int64_t count, float lo, float hi);
 
+/* ------------------------------------------------------------------------------------------ */
+/* Trace (Chrome trace event format, "X" complete events; opens in Perfetto / chrome://tracing) */
+
+typedef struct mpt_trace mpt_trace;
+
+/* A trace of this process, shown as process `rank`. Holds at most `capacity` events (later ones
+ * are counted and dropped). Errors: MPT_ENOMEM. */
+MPT_API mpt_status mpt_trace_init(mpt_trace **trace, int rank, int64_t capacity);
+MPT_API void mpt_trace_free(mpt_trace *trace);
+/* Records an event that started at `start_ms` (mpt_time_ms clock) and lasted `dur_ms`, on
+ * thread lane `tid` (0 compute, 1 communication). `name` must be a string literal or outlive
+ * the trace; `arg` is shown as args.n (e.g. a bucket index; negative: none). Thread-safe. */
+MPT_API void mpt_trace_add(mpt_trace *trace, const char *name, int tid, double start_ms,
+                           double dur_ms, int64_t arg);
+/* Appends this rank's events to `path` as JSON array elements. `first` starts the file (writes
+ * "[" after truncating); `last` closes it with "]". Ranks append in turn (the caller orders them
+ * with barriers), so one file holds every rank. Errors: MPT_EIO naming the path. */
+MPT_API mpt_status mpt_trace_append(mpt_trace *trace, const char *path, int first, int last);
+MPT_API int64_t mpt_trace_count(const mpt_trace *trace);
+
 #ifdef __cplusplus
 }
 #endif

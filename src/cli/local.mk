@@ -1,1 +1,5 @@
-# src/cli: see the layer's public header include/mpitrain/cli.h
+# src/cli: the mpitrain program
+bin_PROGRAMS += mpitrain
+mpitrain_SOURCES = src/cli/main.c src/cli/options.c src/cli/options.h src/cli/train.c \
+	src/cli/train.h src/cli/metrics.c src/cli/metrics.h
+mpitrain_LDADD = libmpitrain_all.la

@@ -3,6 +3,20 @@ mpitraininclude_HEADERS += include/mpitrain/core.h include/mpitrain/ops.h
 libmpitrain_all_la_SOURCES += \
 	src/core/error.h src/core/backend.h \
 	src/core/status.c src/core/log.c src/core/rng.c src/core/device.c src/core/tensor.c \
-	src/core/ops.c \
+	src/core/ops.c src/core/trace.c \
 	src/core/cpu/cpu.h src/core/cpu/cpu_backend.c src/core/cpu/stream_cpu.c \
-	src/core/cpu/ops_cpu.c
+	src/core/cpu/ops_cpu.c src/core/cpu/conv_cpu.c src/core/cpu/norm_cpu.c src/core/cpu/optim_cpu.c
+
+if HAVE_CHECK
+check_PROGRAMS += tests/test_ops tests/test_ops_train tests/test_stream
+TESTS += tests/test_ops tests/test_ops_train tests/test_stream
+tests_test_ops_SOURCES = tests/test_ops.c
+tests_test_ops_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_ops_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+tests_test_ops_train_SOURCES = tests/test_ops_train.c
+tests_test_ops_train_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_ops_train_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+tests_test_stream_SOURCES = tests/test_stream.c
+tests_test_stream_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_stream_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+endif

@@ -1,33 +1,382 @@
-/* STUB: replaced by the checked wrappers. */
+/* The public op wrappers of include/mpitrain/ops.h (DESIGN.md "Backends are tables of
+ * functions"): each checks its arguments (MPT_EINVAL naming the op and the bad value), returns
+ * MPT_OK at once when there is no work, then dispatches to the backend of the stream (NULL
+ * stream: the CPU). A backend slot left NULL gives MPT_ENOTSUP.
+ *
+ * Invariant: a backend kernel is only ever called with non-negative extents, non-NULL pointers
+ * for everything it must touch, a resolved geometry, and at least one element of work (except
+ * gemm with k == 0, where C = beta * C, and sum, whose empty result 0 must still be written).
+ * Runs on the calling thread; the wrappers keep no state. */
+#include <string.h>
+
 #include "core/backend.h"
 #include "core/error.h"
 
-mpt_status mpt_op_memcpy(mpt_stream *stream, mpt_device dst_device, void *dst, mpt_device src_device, const void *src, size_t nbytes) { return MPT_FAIL(MPT_ENOTSUP, "memcpy"); }
-mpt_status mpt_op_gemm(mpt_stream *stream, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) { return MPT_FAIL(MPT_ENOTSUP, "gemm"); }
-mpt_status mpt_op_fill(mpt_stream *stream, float *x, int64_t count, float value) { return MPT_FAIL(MPT_ENOTSUP, "fill"); }
-mpt_status mpt_op_copy(mpt_stream *stream, float *dst, const float *src, int64_t count) { return MPT_FAIL(MPT_ENOTSUP, "copy"); }
-mpt_status mpt_op_axpy(mpt_stream *stream, int64_t count, float alpha, const float *x, float *y) { return MPT_FAIL(MPT_ENOTSUP, "axpy"); }
-mpt_status mpt_op_scale(mpt_stream *stream, float *x, int64_t count, float alpha) { return MPT_FAIL(MPT_ENOTSUP, "scale"); }
-mpt_status mpt_op_mul(mpt_stream *stream, float *y, const float *a, const float *b, int64_t count) { return MPT_FAIL(MPT_ENOTSUP, "mul"); }
-mpt_status mpt_op_mul_backward(mpt_stream *stream, float *da, const float *dy, const float *b, int64_t count) { return MPT_FAIL(MPT_ENOTSUP, "mul_backward"); }
-mpt_status mpt_op_sum(mpt_stream *stream, const float *x, int64_t count, float *out) { return MPT_FAIL(MPT_ENOTSUP, "sum"); }
-mpt_status mpt_op_sum_backward(mpt_stream *stream, float *dx, int64_t count, const float *dy, float scale) { return MPT_FAIL(MPT_ENOTSUP, "sum_backward"); }
-mpt_status mpt_op_bias_add(mpt_stream *stream, float *y, const float *bias, int64_t rows, int64_t cols, int64_t inner) { return MPT_FAIL(MPT_ENOTSUP, "bias_add"); }
-mpt_status mpt_op_bias_backward(mpt_stream *stream, float *dbias, const float *dy, int64_t rows, int64_t cols, int64_t inner) { return MPT_FAIL(MPT_ENOTSUP, "bias_backward"); }
-mpt_status mpt_op_relu(mpt_stream *stream, float *y, const float *x, int64_t count) { return MPT_FAIL(MPT_ENOTSUP, "relu"); }
-mpt_status mpt_op_relu_backward(mpt_stream *stream, float *dx, const float *dy, const float *y, int64_t count) { return MPT_FAIL(MPT_ENOTSUP, "relu_backward"); }
-mpt_status mpt_op_im2col(mpt_stream *stream, const mpt_conv_geom *g, const float *x, float *col) { return MPT_FAIL(MPT_ENOTSUP, "im2col"); }
-mpt_status mpt_op_col2im(mpt_stream *stream, const mpt_conv_geom *g, const float *col, float *dx) { return MPT_FAIL(MPT_ENOTSUP, "col2im"); }
-mpt_status mpt_op_maxpool(mpt_stream *stream, const mpt_conv_geom *g, int64_t planes, const float *x, float *y, int32_t *argmax) { return MPT_FAIL(MPT_ENOTSUP, "maxpool"); }
-mpt_status mpt_op_maxpool_backward(mpt_stream *stream, const mpt_conv_geom *g, int64_t planes, const float *dy, const int32_t *argmax, float *dx) { return MPT_FAIL(MPT_ENOTSUP, "maxpool_backward"); }
-mpt_status mpt_op_batchnorm_train(mpt_stream *stream, const float *x, int64_t n, int64_t c, int64_t inner, const float *gamma, const float *beta, float eps, float momentum, float *running_mean, float *running_var, float *y, float *save_mean, float *save_invstd) { return MPT_FAIL(MPT_ENOTSUP, "batchnorm_train"); }
-mpt_status mpt_op_batchnorm_eval(mpt_stream *stream, const float *x, int64_t n, int64_t c, int64_t inner, const float *gamma, const float *beta, float eps, const float *running_mean, const float *running_var, float *y) { return MPT_FAIL(MPT_ENOTSUP, "batchnorm_eval"); }
-mpt_status mpt_op_batchnorm_backward(mpt_stream *stream, const float *dy, const float *x, int64_t n, int64_t c, int64_t inner, const float *gamma, const float *save_mean, const float *save_invstd, float *dx, float *dgamma, float *dbeta) { return MPT_FAIL(MPT_ENOTSUP, "batchnorm_backward"); }
-mpt_status mpt_op_softmax_xent(mpt_stream *stream, const float *logits, const int32_t *labels, int64_t n, int64_t k, float *probs, float *loss) { return MPT_FAIL(MPT_ENOTSUP, "softmax_xent"); }
-mpt_status mpt_op_softmax_xent_backward(mpt_stream *stream, const float *probs, const int32_t *labels, int64_t n, int64_t k, const float *dloss, float *dlogits) { return MPT_FAIL(MPT_ENOTSUP, "softmax_xent_backward"); }
-mpt_status mpt_op_count_correct(mpt_stream *stream, const float *logits, const int32_t *labels, int64_t n, int64_t k, int64_t *correct) { return MPT_FAIL(MPT_ENOTSUP, "count_correct"); }
-mpt_status mpt_op_dropout(mpt_stream *stream, const float *x, float *y, float *mask, int64_t count, float p, uint64_t seed) { return MPT_FAIL(MPT_ENOTSUP, "dropout"); }
-mpt_status mpt_op_sgd_step(mpt_stream *stream, float *param, const float *grad, float *momentum_buf, int64_t count, float lr, float momentum, float dampening, float weight_decay, int nesterov, int first) { return MPT_FAIL(MPT_ENOTSUP, "sgd_step"); }
-mpt_status mpt_op_adamw_step(mpt_stream *stream, float *param, const float *grad, float *m, float *v, int64_t count, float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step) { return MPT_FAIL(MPT_ENOTSUP, "adamw_step"); }
-mpt_status mpt_op_check_finite(mpt_stream *stream, const float *x, int64_t count, int *nonfinite) { return MPT_FAIL(MPT_ENOTSUP, "check_finite"); }
-mpt_status mpt_conv_geom_resolve(mpt_conv_geom *g) { (void)g; return MPT_ENOTSUP; }
+/* Returns MPT_EINVAL from the enclosing op when cond is false; the message starts with the op's
+ * name (__func__ of the wrapper). */
+#define REQUIRE(cond, fmt, ...)                                                       \
+  do {                                                                                \
+    if (!(cond)) return MPT_FAIL(MPT_EINVAL, "%s: " fmt, __func__, __VA_ARGS__);      \
+  } while (0)
+#define REQUIRE_PTR(p) REQUIRE((p) != NULL, "%s is NULL", #p)
+#define REQUIRE_NONNEG(v) REQUIRE((v) >= 0, "%s = %lld is negative", #v, (long long)(v))
+
+/* Dispatches to the stream's backend, or MPT_ENOTSUP when it lacks the op. */
+#define DISPATCH(slot, ...)                                                                \
+  do {                                                                                     \
+    const mpt__device_backend *b_ = mpt__backend_of_stream(stream);                        \
+    if (!b_ || !b_->slot)                                                                  \
+      return MPT_FAIL(MPT_ENOTSUP, "%s: not available on the %s backend", __func__,        \
+                      b_ ? b_->name : "unbuilt");                                          \
+    return b_->slot(stream, __VA_ARGS__);                                                  \
+  } while (0)
+
+/* *count = a * b * c for non-negative extents, or MPT_EINVAL when the product overflows. */
+static mpt_status extent_product(const char *op, int64_t a, int64_t b, int64_t c,
+                                 int64_t *count) {
+  int64_t ab;
+  if (__builtin_mul_overflow(a, b, &ab) || __builtin_mul_overflow(ab, c, count))
+    return MPT_FAIL(MPT_EINVAL, "%s: %lld x %lld x %lld elements overflow int64", op,
+                    (long long)a, (long long)b, (long long)c);
+  return MPT_OK;
+}
+
+/* Resolves g in place; `op` names the caller in messages. */
+static mpt_status geom_resolve(const char *op, mpt_conv_geom *g) {
+  if (!g) return MPT_FAIL(MPT_EINVAL, "%s: geometry is NULL", op);
+  const struct { const char *name; int64_t v; } pos[] = {
+      {"channels", g->channels}, {"height", g->height},     {"width", g->width},
+      {"kernel_h", g->kernel_h}, {"kernel_w", g->kernel_w}, {"stride", g->stride}};
+  /* Below 2^31, so that the sums and products below cannot overflow. */
+  for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
+    if (pos[i].v <= 0 || pos[i].v > INT32_MAX)
+      return MPT_FAIL(MPT_EINVAL, "%s: %s = %lld must be in [1, 2^31)", op, pos[i].name,
+                      (long long)pos[i].v);
+  if (g->pad < 0 || g->pad > INT32_MAX)
+    return MPT_FAIL(MPT_EINVAL, "%s: pad = %lld must be in [0, 2^31)", op, (long long)g->pad);
+  if (g->height + 2 * g->pad < g->kernel_h || g->width + 2 * g->pad < g->kernel_w)
+    return MPT_FAIL(MPT_EINVAL, "%s: a %lldx%lld window does not fit a %lldx%lld image "
+                    "with pad %lld", op, (long long)g->kernel_h, (long long)g->kernel_w,
+                    (long long)g->height, (long long)g->width, (long long)g->pad);
+  g->out_h = (g->height + 2 * g->pad - g->kernel_h) / g->stride + 1;
+  g->out_w = (g->width + 2 * g->pad - g->kernel_w) / g->stride + 1;
+  return MPT_OK;
+}
+
+mpt_status mpt_conv_geom_resolve(mpt_conv_geom *g) { return geom_resolve(__func__, g); }
+
+/* Checks that g is valid and already resolved (out_h/out_w as mpt_conv_geom_resolve gives). */
+static mpt_status geom_check(const char *op, const mpt_conv_geom *g, int ignore_channels) {
+  if (!g) return MPT_FAIL(MPT_EINVAL, "%s: geometry is NULL", op);
+  mpt_conv_geom r = *g;
+  if (ignore_channels) r.channels = 1;
+  MPT_RETURN_IF(geom_resolve(op, &r));
+  if (r.out_h != g->out_h || r.out_w != g->out_w)
+    return MPT_FAIL(MPT_EINVAL, "%s: geometry says output %lldx%lld, expected %lldx%lld "
+                    "(call mpt_conv_geom_resolve)", op, (long long)g->out_h,
+                    (long long)g->out_w, (long long)r.out_h, (long long)r.out_w);
+  return MPT_OK;
+}
+
+mpt_status mpt_op_memcpy(mpt_stream *stream, mpt_device dst_device, void *dst,
+                         mpt_device src_device, const void *src, size_t nbytes) {
+  if (nbytes == 0) return MPT_OK;
+  REQUIRE(dst && src, "NULL %s with nbytes = %zu", dst ? "src" : "dst", nbytes);
+  DISPATCH(memcpy, dst_device, dst, src_device, src, nbytes);
+}
+
+mpt_status mpt_op_gemm(mpt_stream *stream, int trans_a, int trans_b, int64_t m, int64_t n,
+                       int64_t k, float alpha, const float *a, int64_t lda, const float *b,
+                       int64_t ldb, float beta, float *c, int64_t ldc) {
+  REQUIRE_NONNEG(m);
+  REQUIRE_NONNEG(n);
+  REQUIRE_NONNEG(k);
+  if (m == 0 || n == 0) return MPT_OK;
+  REQUIRE_PTR(c);
+  REQUIRE(ldc >= n, "ldc = %lld < n = %lld", (long long)ldc, (long long)n);
+  if (k > 0) { /* with k == 0, C = beta * C and A, B are not read */
+    REQUIRE_PTR(a);
+    REQUIRE_PTR(b);
+    int64_t min_lda = trans_a ? m : k, min_ldb = trans_b ? k : n;
+    REQUIRE(lda >= min_lda, "lda = %lld < %lld (trans_a = %d)", (long long)lda,
+            (long long)min_lda, trans_a);
+    REQUIRE(ldb >= min_ldb, "ldb = %lld < %lld (trans_b = %d)", (long long)ldb,
+            (long long)min_ldb, trans_b);
+  }
+  DISPATCH(gemm, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+/* MPT_EINVAL naming the first NULL among ptrs[0..n), whose names are the comma-separated
+ * `names` (the stringized argument list of NONNULL_CHECK). */
+static mpt_status null_check(const char *op, int64_t count, const char *names, size_t n,
+                             const void *const *ptrs) {
+  for (size_t i = 0; i < n; i++) {
+    if (ptrs[i]) continue;
+    const char *s = names;
+    for (size_t j = 0; j < i; j++) {
+      s = strchr(s, ',') + 1;
+      while (*s == ' ') s++;
+    }
+    return MPT_FAIL(MPT_EINVAL, "%s: %.*s is NULL with %lld elements of work", op,
+                    (int)strcspn(s, ","), s, (long long)count);
+  }
+  return MPT_OK;
+}
+
+/* Non-negative count; MPT_OK at once when it is 0; else every listed pointer must be set. */
+#define NONNULL_CHECK(count, ...)                                                        \
+  do {                                                                                   \
+    REQUIRE_NONNEG(count);                                                               \
+    if ((count) == 0) return MPT_OK;                                                     \
+    const void *const ptrs_[] = {__VA_ARGS__};                                           \
+    MPT_RETURN_IF(null_check(__func__, (count), #__VA_ARGS__, sizeof ptrs_ / sizeof *ptrs_, \
+                             ptrs_));                                                    \
+  } while (0)
+
+mpt_status mpt_op_fill(mpt_stream *stream, float *x, int64_t count, float value) {
+  NONNULL_CHECK(count, x);
+  DISPATCH(fill, x, count, value);
+}
+
+mpt_status mpt_op_copy(mpt_stream *stream, float *dst, const float *src, int64_t count) {
+  NONNULL_CHECK(count, dst, src);
+  DISPATCH(copy, dst, src, count);
+}
+
+mpt_status mpt_op_axpy(mpt_stream *stream, int64_t count, float alpha, const float *x,
+                       float *y) {
+  NONNULL_CHECK(count, x, y);
+  DISPATCH(axpy, count, alpha, x, y);
+}
+
+mpt_status mpt_op_scale(mpt_stream *stream, float *x, int64_t count, float alpha) {
+  NONNULL_CHECK(count, x);
+  DISPATCH(scale, x, count, alpha);
+}
+
+mpt_status mpt_op_mul(mpt_stream *stream, float *y, const float *a, const float *b,
+                      int64_t count) {
+  NONNULL_CHECK(count, y, a, b);
+  DISPATCH(mul, y, a, b, count);
+}
+
+mpt_status mpt_op_mul_backward(mpt_stream *stream, float *da, const float *dy, const float *b,
+                               int64_t count) {
+  NONNULL_CHECK(count, da, dy, b);
+  DISPATCH(mul_backward, da, dy, b, count);
+}
+
+mpt_status mpt_op_sum(mpt_stream *stream, const float *x, int64_t count, float *out) {
+  REQUIRE_NONNEG(count);
+  REQUIRE_PTR(out); /* written even for count == 0: the empty sum is 0 */
+  REQUIRE(count == 0 || x, "x is NULL with count = %lld", (long long)count);
+  DISPATCH(sum, x, count, out);
+}
+
+mpt_status mpt_op_sum_backward(mpt_stream *stream, float *dx, int64_t count, const float *dy,
+                               float scale) {
+  NONNULL_CHECK(count, dx, dy);
+  DISPATCH(sum_backward, dx, count, dy, scale);
+}
+
+mpt_status mpt_op_bias_add(mpt_stream *stream, float *y, const float *bias, int64_t rows,
+                           int64_t cols, int64_t inner) {
+  REQUIRE_NONNEG(rows);
+  REQUIRE_NONNEG(cols);
+  REQUIRE_NONNEG(inner);
+  int64_t count = 0;
+  MPT_RETURN_IF(extent_product(__func__, rows, cols, inner, &count));
+  NONNULL_CHECK(count, y, bias);
+  DISPATCH(bias_add, y, bias, rows, cols, inner);
+}
+
+mpt_status mpt_op_bias_backward(mpt_stream *stream, float *dbias, const float *dy, int64_t rows,
+                                int64_t cols, int64_t inner) {
+  REQUIRE_NONNEG(rows);
+  REQUIRE_NONNEG(cols);
+  REQUIRE_NONNEG(inner);
+  int64_t count = 0;
+  MPT_RETURN_IF(extent_product(__func__, rows, cols, inner, &count));
+  NONNULL_CHECK(count, dbias, dy);
+  DISPATCH(bias_backward, dbias, dy, rows, cols, inner);
+}
+
+mpt_status mpt_op_relu(mpt_stream *stream, float *y, const float *x, int64_t count) {
+  NONNULL_CHECK(count, y, x);
+  DISPATCH(relu, y, x, count);
+}
+
+mpt_status mpt_op_relu_backward(mpt_stream *stream, float *dx, const float *dy, const float *y,
+                                int64_t count) {
+  NONNULL_CHECK(count, dx, dy, y);
+  DISPATCH(relu_backward, dx, dy, y, count);
+}
+
+mpt_status mpt_op_im2col(mpt_stream *stream, const mpt_conv_geom *g, const float *x,
+                         float *col) {
+  MPT_RETURN_IF(geom_check(__func__, g, 0));
+  REQUIRE_PTR(x);
+  REQUIRE_PTR(col);
+  DISPATCH(im2col, g, x, col);
+}
+
+mpt_status mpt_op_col2im(mpt_stream *stream, const mpt_conv_geom *g, const float *col,
+                         float *dx) {
+  MPT_RETURN_IF(geom_check(__func__, g, 0));
+  REQUIRE_PTR(col);
+  REQUIRE_PTR(dx);
+  DISPATCH(col2im, g, col, dx);
+}
+
+/* Pooling geometry: channels ignored, no padding, a plane's index fits argmax's int32. */
+static mpt_status pool_check(const char *op, const mpt_conv_geom *g, int64_t planes) {
+  MPT_RETURN_IF(geom_check(op, g, 1));
+  if (g->pad != 0)
+    return MPT_FAIL(MPT_EINVAL, "%s: pad = %lld, must be 0", op, (long long)g->pad);
+  if (g->height > INT32_MAX / g->width)
+    return MPT_FAIL(MPT_EINVAL, "%s: a %lldx%lld plane overflows the int32 argmax", op,
+                    (long long)g->height, (long long)g->width);
+  if (planes < 0)
+    return MPT_FAIL(MPT_EINVAL, "%s: planes = %lld is negative", op, (long long)planes);
+  return MPT_OK;
+}
+
+mpt_status mpt_op_maxpool(mpt_stream *stream, const mpt_conv_geom *g, int64_t planes,
+                          const float *x, float *y, int32_t *argmax) {
+  MPT_RETURN_IF(pool_check(__func__, g, planes));
+  NONNULL_CHECK(planes, x, y, argmax);
+  DISPATCH(maxpool, g, planes, x, y, argmax);
+}
+
+mpt_status mpt_op_maxpool_backward(mpt_stream *stream, const mpt_conv_geom *g, int64_t planes,
+                                   const float *dy, const int32_t *argmax, float *dx) {
+  MPT_RETURN_IF(pool_check(__func__, g, planes));
+  NONNULL_CHECK(planes, dy, argmax, dx);
+  DISPATCH(maxpool_backward, g, planes, dy, argmax, dx);
+}
+
+/* Batchnorm shapes: non-negative extents, *count = n * c * inner, eps >= 0. */
+static mpt_status norm_check(const char *op, int64_t n, int64_t c, int64_t inner, float eps,
+                             int64_t *count) {
+  if (n < 0 || c < 0 || inner < 0)
+    return MPT_FAIL(MPT_EINVAL, "%s: negative extent (n = %lld, c = %lld, inner = %lld)", op,
+                    (long long)n, (long long)c, (long long)inner);
+  if (!(eps >= 0)) return MPT_FAIL(MPT_EINVAL, "%s: eps = %g must be >= 0", op, (double)eps);
+  return extent_product(op, n, c, inner, count);
+}
+
+mpt_status mpt_op_batchnorm_train(mpt_stream *stream, const float *x, int64_t n, int64_t c,
+                                  int64_t inner, const float *gamma, const float *beta,
+                                  float eps, float momentum, float *running_mean,
+                                  float *running_var, float *y, float *save_mean,
+                                  float *save_invstd) {
+  int64_t count = 0;
+  MPT_RETURN_IF(norm_check(__func__, n, c, inner, eps, &count));
+  /* As PyTorch: the batch variance needs more than one value per channel. */
+  REQUIRE(c == 0 || n * inner != 1, "one value per channel (n = %lld, inner = %lld)",
+          (long long)n, (long long)inner);
+  NONNULL_CHECK(count, x, gamma, beta, y, save_mean, save_invstd);
+  DISPATCH(batchnorm_train, x, n, c, inner, gamma, beta, eps, momentum, running_mean,
+           running_var, y, save_mean, save_invstd);
+}
+
+mpt_status mpt_op_batchnorm_eval(mpt_stream *stream, const float *x, int64_t n, int64_t c,
+                                 int64_t inner, const float *gamma, const float *beta,
+                                 float eps, const float *running_mean,
+                                 const float *running_var, float *y) {
+  int64_t count = 0;
+  MPT_RETURN_IF(norm_check(__func__, n, c, inner, eps, &count));
+  NONNULL_CHECK(count, x, gamma, beta, running_mean, running_var, y);
+  DISPATCH(batchnorm_eval, x, n, c, inner, gamma, beta, eps, running_mean, running_var, y);
+}
+
+mpt_status mpt_op_batchnorm_backward(mpt_stream *stream, const float *dy, const float *x,
+                                     int64_t n, int64_t c, int64_t inner, const float *gamma,
+                                     const float *save_mean, const float *save_invstd,
+                                     float *dx, float *dgamma, float *dbeta) {
+  int64_t count = 0;
+  MPT_RETURN_IF(norm_check(__func__, n, c, inner, 0.0f, &count));
+  if (!dx && !dgamma && !dbeta) return MPT_OK; /* no gradient wanted */
+  NONNULL_CHECK(count, dy, x, gamma, save_mean, save_invstd);
+  DISPATCH(batchnorm_backward, dy, x, n, c, inner, gamma, save_mean, save_invstd, dx, dgamma,
+           dbeta);
+}
+
+/* Classification shapes: n >= 0 rows of k > 0 classes (k may be 0 only when n is). */
+static mpt_status class_check(const char *op, int64_t n, int64_t k) {
+  if (n < 0 || k < 0 || (n > 0 && k == 0))
+    return MPT_FAIL(MPT_EINVAL, "%s: bad shape n = %lld rows x k = %lld classes", op,
+                    (long long)n, (long long)k);
+  if (k > INT32_MAX)
+    return MPT_FAIL(MPT_EINVAL, "%s: k = %lld classes exceed the int32 labels", op, (long long)k);
+  return MPT_OK;
+}
+
+mpt_status mpt_op_softmax_xent(mpt_stream *stream, const float *logits, const int32_t *labels,
+                               int64_t n, int64_t k, float *probs, float *loss) {
+  MPT_RETURN_IF(class_check(__func__, n, k));
+  NONNULL_CHECK(n, logits, labels, probs, loss);
+  DISPATCH(softmax_xent, logits, labels, n, k, probs, loss);
+}
+
+mpt_status mpt_op_softmax_xent_backward(mpt_stream *stream, const float *probs,
+                                        const int32_t *labels, int64_t n, int64_t k,
+                                        const float *dloss, float *dlogits) {
+  MPT_RETURN_IF(class_check(__func__, n, k));
+  NONNULL_CHECK(n, probs, labels, dloss, dlogits);
+  DISPATCH(softmax_xent_backward, probs, labels, n, k, dloss, dlogits);
+}
+
+mpt_status mpt_op_count_correct(mpt_stream *stream, const float *logits, const int32_t *labels,
+                                int64_t n, int64_t k, int64_t *correct) {
+  MPT_RETURN_IF(class_check(__func__, n, k));
+  NONNULL_CHECK(n, logits, labels, correct);
+  DISPATCH(count_correct, logits, labels, n, k, correct);
+}
+
+mpt_status mpt_op_dropout(mpt_stream *stream, const float *x, float *y, float *mask,
+                          int64_t count, float p, uint64_t seed) {
+  REQUIRE(p >= 0 && p < 1, "p = %g must be in [0, 1)", (double)p);
+  NONNULL_CHECK(count, x, y, mask);
+  DISPATCH(dropout, x, y, mask, count, p, seed);
+}
+
+mpt_status mpt_op_sgd_step(mpt_stream *stream, float *param, const float *grad,
+                           float *momentum_buf, int64_t count, float lr, float momentum,
+                           float dampening, float weight_decay, int nesterov, int first) {
+  /* The checks torch.optim.SGD makes in its constructor. */
+  REQUIRE(lr >= 0, "lr = %g must be >= 0", (double)lr);
+  REQUIRE(momentum >= 0, "momentum = %g must be >= 0", (double)momentum);
+  REQUIRE(weight_decay >= 0, "weight_decay = %g must be >= 0", (double)weight_decay);
+  REQUIRE(!nesterov || (momentum > 0 && dampening == 0),
+          "nesterov needs momentum > 0 and dampening 0 (momentum = %g, dampening = %g)",
+          (double)momentum, (double)dampening);
+  NONNULL_CHECK(count, param, grad);
+  REQUIRE(momentum == 0 || momentum_buf, "momentum_buf is NULL with momentum = %g",
+          (double)momentum);
+  DISPATCH(sgd_step, param, grad, momentum_buf, count, lr, momentum, dampening, weight_decay,
+           nesterov, first);
+}
+
+mpt_status mpt_op_adamw_step(mpt_stream *stream, float *param, const float *grad, float *m,
+                             float *v, int64_t count, float lr, float beta1, float beta2,
+                             float eps, float weight_decay, int64_t step) {
+  /* The checks torch.optim.AdamW makes, plus step >= 1 for the bias corrections. */
+  REQUIRE(lr >= 0, "lr = %g must be >= 0", (double)lr);
+  REQUIRE(eps >= 0, "eps = %g must be >= 0", (double)eps);
+  REQUIRE(beta1 >= 0 && beta1 < 1, "beta1 = %g must be in [0, 1)", (double)beta1);
+  REQUIRE(beta2 >= 0 && beta2 < 1, "beta2 = %g must be in [0, 1)", (double)beta2);
+  REQUIRE(weight_decay >= 0, "weight_decay = %g must be >= 0", (double)weight_decay);
+  REQUIRE(step >= 1, "step = %lld must be >= 1", (long long)step);
+  NONNULL_CHECK(count, param, grad, m, v);
+  DISPATCH(adamw_step, param, grad, m, v, count, lr, beta1, beta2, eps, weight_decay, step);
+}
+
+mpt_status mpt_op_check_finite(mpt_stream *stream, const float *x, int64_t count,
+                               int *nonfinite) {
+  REQUIRE_PTR(nonfinite);
+  REQUIRE_NONNEG(count);
+  *nonfinite = 0; /* a host int: the empty buffer is finite without asking the device */
+  NONNULL_CHECK(count, x);
+  DISPATCH(check_finite, x, count, nonfinite);
+}

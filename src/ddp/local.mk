@@ -1,1 +1,3 @@
-# src/ddp: see the layer's public header include/mpitrain/ddp.h
+# src/ddp: the DDP engine (include/mpitrain/ddp.h)
+mpitraininclude_HEADERS += include/mpitrain/ddp.h
+libmpitrain_all_la_SOURCES += src/ddp/ddp.c

@@ -1,0 +1,214 @@
+/* mpitrain comm: the process group. Bootstrap (rank, world size, local rank, how the job was
+ * launched) and asynchronous collectives (all-reduce, broadcast, all-gather, barrier) on
+ * streams.
+ *
+ * Processes. mpirun or srun starts one process per rank; mpt_comm_init initialises MPI (asking
+ * for MPI_THREAD_MULTIPLE, because the comm worker thread calls MPI while the caller's thread
+ * may too), duplicates MPI_COMM_WORLD into the comm's own communicator, and takes the local rank
+ * from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED). The launcher's variables
+ * (OMPI_COMM_WORLD_SIZE / _RANK / _LOCAL_RANK under mpirun, SLURM_NTASKS / SLURM_PROCID /
+ * SLURM_LOCALID under srun) are cross-checked; MPI's answer wins, and a launcher that says N > 1
+ * tasks while MPI sees a world of 1 is an error (FAULTS.md F14).
+ *
+ * Collectives are asynchronous: each call checks its arguments, takes the next sequence number
+ * and enqueues the operation on a stream (the comm's own worker stream when `stream` is NULL),
+ * then returns. Completion is observed the usual way: record an event on the stream and wait on
+ * it (or mpt_stream_synchronize). Every collective has a deadline (config.timeout_ms, counted
+ * from when it starts running); on expiry the stream fails with MPT_ETIMEOUT and a detail such as
+ * "all-reduce #17 (count 4096 float32 sum) did not complete within 300 s on rank 1". A failure
+ * makes the stream sticky-failed (core.h) and leaves the comm unusable (later calls return the
+ * same status): the program should print the error and call mpt_comm_abort. The library itself
+ * never calls MPI_Abort.
+ *
+ * Ordering: every rank must issue the same collectives in the same order on a comm. Use one
+ * stream per comm at a time, or order several streams with events: sequence numbers are taken
+ * when a collective is enqueued, MPI matches them in the order they start running.
+ *
+ * Agreement (on by default, config.confirm_collectives): after each collective the ranks
+ * all-reduce one small record (an error flag and a hash of the collective's signature), so that
+ * no rank reports success for a collective that failed or disagreed on another rank. This
+ * matters with Open MPI 4.1: an all-reduce with mismatched counts completes "successfully" with
+ * a partial result on the rank with the larger count while the others get MPI_ERR_TRUNCATE.
+ * Checked mode (config.check_collectives, or MPT_CHECK_COLLECTIVES=1) also all-gathers
+ * (kind, count, dtype, op or root, sequence number) before each collective and fails with
+ * MPT_EMISMATCH naming the ranks and both signatures ("rank 0 all-reduces 8 float32 (sum),
+ * rank 1 all-reduces 4 float32 (sum)") before any data moves (FAULTS.md F09).
+ *
+ * Backends are tables of functions (src/comm/comm_impl.h): MPI (any host-accessible memory)
+ * now; the NCCL slot is reserved and returns MPT_ENOTSUP.
+ *
+ * Buffers: host memory for the MPI backend. A buffer must stay valid and untouched (recvbuf) or
+ * unmodified (sendbuf) until the collective has completed on its stream. After a timeout the
+ * collective may still be pending inside MPI (MPI cannot cancel a collective): do not reuse the
+ * buffers; abort. */
+#ifndef MPITRAIN_COMM_H
+#define MPITRAIN_COMM_H
+
+#include <stdint.h>
+
+#include "mpitrain/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mpt_comm mpt_comm;
+
+/* Reductions of all-reduce. AVG is SUM followed by a division by the world size on every rank
+ * (float32 only), the convention of Horovod's Average and torch.distributed ReduceOp.AVG. */
+typedef enum {
+  MPT_REDUCE_SUM = 0,
+  MPT_REDUCE_AVG = 1,
+  MPT_REDUCE_MIN = 2,
+  MPT_REDUCE_MAX = 3,
+} mpt_reduce_op;
+
+/* "sum", "avg", "min", "max"; "unknown" otherwise. */
+MPT_API const char *mpt_reduce_op_name(mpt_reduce_op op);
+
+/* How the processes were started. */
+typedef enum {
+  MPT_LAUNCHER_PLAIN = 0,  /* no launcher: a single process (MPI singleton) */
+  MPT_LAUNCHER_MPIRUN = 1, /* Open MPI's mpirun / mpiexec (OMPI_COMM_WORLD_SIZE set) */
+  MPT_LAUNCHER_SRUN = 2,   /* a Slurm job step (SLURM_STEP_ID set) */
+} mpt_launcher;
+
+/* "plain process", "mpirun", "srun"; "unknown" otherwise. */
+MPT_API const char *mpt_launcher_name(mpt_launcher launcher);
+
+typedef enum {
+  MPT_COMM_BACKEND_MPI = 0,  /* collectives over MPI on host memory */
+  MPT_COMM_BACKEND_NCCL = 1, /* reserved: NCCL on CUDA devices (not implemented: MPT_ENOTSUP) */
+} mpt_comm_backend;
+
+/* "mpi", "nccl"; "unknown" otherwise. */
+MPT_API const char *mpt_comm_backend_name(mpt_comm_backend backend);
+
+typedef struct mpt_comm_config {
+  mpt_comm_backend backend; /* MPT_COMM_BACKEND_MPI */
+  /* Deadline of each collective, counted from when it starts running on its stream; also the
+   * deadline of the bootstrap (every rank must reach mpt_comm_init within it). Default
+   * 300000 (the trainer's --timeout flag feeds it). Must be > 0. */
+  double timeout_ms;
+  /* Checked mode: compare every collective's signature across ranks before it runs. Default 0;
+   * the environment variable MPT_CHECK_COLLECTIVES=1 turns it on too. If any rank asks for it,
+   * every rank uses it (agreed at init). */
+  int check_collectives;
+  /* Agreement after every collective (see above). Default 1; on for all ranks if on for any.
+   * Turning it off saves one small all-reduce per collective (benchmarks of latency). */
+  int confirm_collectives;
+  /* Largest element count handed to one MPI call: MPI counts are int, so larger collectives are
+   * split into chunks of at most this many elements. Default and maximum INT_MAX / 2; smaller
+   * values exist for tests. The smallest value over the ranks is used. */
+  int64_t max_chunk_count;
+  /* If non-zero (default 1), mpt_comm_init calls mpt_log_configure(rank, world, log_level, 0)
+   * so that log lines and error details carry the rank. */
+  int configure_log;
+  mpt_log_level log_level; /* MPT_LOG_INFO */
+} mpt_comm_config;
+
+MPT_API mpt_comm_config mpt_comm_config_default(void);
+
+/* ---- lifetime ---------------------------------------------------------------------------- */
+
+/* Creates the process group over all ranks of MPI_COMM_WORLD. Initialises MPI with
+ * MPI_Init_thread(MPI_THREAD_MULTIPLE) unless it already is; sets MPI_ERRORS_RETURN on
+ * MPI_COMM_WORLD (Open MPI 4.1 reports errors of non-blocking collectives through it) and on the
+ * comm's own duplicate. Collective: every rank must call it, within config->timeout_ms.
+ * config NULL means the defaults.
+ * Errors: MPT_EINVAL (bad config); MPT_ENOTSUP (NCCL backend); MPT_ECOMM (an MPI call failed,
+ * or MPI provides a thread level below MPI_THREAD_MULTIPLE: the detail names both levels);
+ * MPT_EMISMATCH (the launcher says N > 1 tasks but MPI sees a world of 1: srun without a working
+ * PMI plugin, or mpirun from a different MPI; the detail names the variable, N and the fix);
+ * MPT_ETIMEOUT (not every rank reached the bootstrap in time); MPT_ENOMEM.
+ * On error *comm is NULL and MPI stays initialised (call mpt_comm_finalize or mpt_comm_abort).
+ * Thread rules: call from one thread; not concurrently with other MPI use. */
+MPT_API mpt_status mpt_comm_init(mpt_comm **comm, const mpt_comm_config *config);
+
+/* Drains the comm's own stream (each queued collective ends by its deadline), frees it, and
+ * frees the communicator. Streams the caller passed to collectives must have been synchronized
+ * first. NULL is a no-op. Does not finalize MPI. */
+MPT_API void mpt_comm_free(mpt_comm *comm);
+
+/* Calls MPI_Finalize if mpt_comm_init initialised MPI and it was not finalized yet; otherwise
+ * does nothing. Call after every comm was freed. Errors: MPT_ESTATE (comms still alive),
+ * MPT_ECOMM. */
+MPT_API mpt_status mpt_comm_finalize(void);
+
+/* MPI_Abort on the comm's communicator (MPI_COMM_WORLD when comm is NULL or MPI is not
+ * initialised: then exit(code)). Ends every rank of the job. For programs (cli, bench, tests):
+ * the library never calls it. Does not return. */
+MPT_API void mpt_comm_abort(const mpt_comm *comm, int code);
+
+/* ---- properties (constant after init; any thread) ---------------------------------------- */
+
+MPT_API int mpt_comm_rank(const mpt_comm *comm);
+MPT_API int mpt_comm_world_size(const mpt_comm *comm);
+/* Rank among the processes of this host (from MPI_COMM_TYPE_SHARED) and their number. */
+MPT_API int mpt_comm_local_rank(const mpt_comm *comm);
+MPT_API int mpt_comm_local_size(const mpt_comm *comm);
+/* This host's name (gethostname). */
+MPT_API const char *mpt_comm_hostname(const mpt_comm *comm);
+MPT_API mpt_launcher mpt_comm_launcher(const mpt_comm *comm);
+MPT_API mpt_comm_backend mpt_comm_backend_kind(const mpt_comm *comm);
+/* The agreed settings (after the env variable and the agreement across ranks). */
+MPT_API int mpt_comm_checked(const mpt_comm *comm);
+MPT_API double mpt_comm_timeout_ms(const mpt_comm *comm);
+/* The comm's own worker stream, where collectives go when no stream is given. */
+MPT_API mpt_stream *mpt_comm_stream(mpt_comm *comm);
+/* The number of collectives enqueued so far = the sequence number the next one gets (the first
+ * is #0). Ranks that issued the same collectives have equal values. */
+MPT_API uint64_t mpt_comm_sequence(const mpt_comm *comm);
+/* MPT_OK, or the status of the collective that left the comm unusable. */
+MPT_API mpt_status mpt_comm_error(const mpt_comm *comm);
+
+/* ---- collectives (asynchronous) ----------------------------------------------------------
+ * Common rules: stream NULL = mpt_comm_stream(comm). count is in elements (>= 0); count 0
+ * returns MPT_OK at once without a sequence number (in checked mode it still takes part in the
+ * signature check, so a rank with 0 against a rank with 8 is caught). dtype: MPT_F32, MPT_I32,
+ * MPT_U8. Returns after enqueueing; errors of the collective itself arrive on the stream:
+ * MPT_ECOMM (an MPI error: the detail names the MPI call, its error string, the collective and
+ * its sequence number, and the rank), MPT_ETIMEOUT, MPT_EMISMATCH (checked mode or agreement).
+ * Immediate errors: MPT_EINVAL (NULL comm, negative count, NULL buffer with count > 0, bad dtype,
+ * op or root, overlapping buffers that are not exactly in place); the comm's error if it is
+ * unusable; the stream's sticky error; MPT_ENOMEM.
+ * Thread rules: callable from any thread, but see "Ordering" above. */
+
+/* recvbuf[i] = op over ranks of sendbuf[i], for i < count, on every rank. sendbuf == recvbuf
+ * means in place. AVG: float32 only; the sum divided by the world size. Algorithm: MPI's
+ * (Open MPI libnbc MPI_Iallreduce). */
+MPT_API mpt_status mpt_comm_allreduce(mpt_comm *comm, mpt_stream *stream, const void *sendbuf,
+                                      void *recvbuf, int64_t count, mpt_dtype dtype,
+                                      mpt_reduce_op op);
+
+/* buf[0..count) of rank `root` is copied to buf on every other rank. */
+MPT_API mpt_status mpt_comm_broadcast(mpt_comm *comm, mpt_stream *stream, void *buf,
+                                      int64_t count, mpt_dtype dtype, int root);
+
+/* recvbuf (world_size * count elements, rank-major: rank r's block at r * count) receives
+ * every rank's sendbuf (count elements). In place when sendbuf == recvbuf + rank * count
+ * (element offset). */
+MPT_API mpt_status mpt_comm_allgather(mpt_comm *comm, mpt_stream *stream, const void *sendbuf,
+                                      void *recvbuf, int64_t count, mpt_dtype dtype);
+
+/* Completes on each rank once every rank has reached it. */
+MPT_API mpt_status mpt_comm_barrier(mpt_comm *comm, mpt_stream *stream);
+
+/* ---- synchronous wrappers (for setup code) ----------------------------------------------
+ * Enqueue on the comm's own stream, record an event, and wait for it. The wait itself has no
+ * host-side deadline because it needs none: every collective ends by its own deadline, so the
+ * wait ends by the deadlines of the work queued ahead of it. Return the collective's status with
+ * its detail. Concurrent calls are serialised. Not for the training step (they block). */
+MPT_API mpt_status mpt_comm_allreduce_sync(mpt_comm *comm, const void *sendbuf, void *recvbuf,
+                                           int64_t count, mpt_dtype dtype, mpt_reduce_op op);
+MPT_API mpt_status mpt_comm_broadcast_sync(mpt_comm *comm, void *buf, int64_t count,
+                                           mpt_dtype dtype, int root);
+MPT_API mpt_status mpt_comm_allgather_sync(mpt_comm *comm, const void *sendbuf, void *recvbuf,
+                                           int64_t count, mpt_dtype dtype);
+MPT_API mpt_status mpt_comm_barrier_sync(mpt_comm *comm);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MPITRAIN_COMM_H */

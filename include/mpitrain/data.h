@@ -1,0 +1,253 @@
+/* mpitrain data: IDX files (the MNIST / Fashion-MNIST format), in-memory datasets, the
+ * distributed sampler, and the batch loader with a prefetch thread.
+ *
+ * Pipeline: mpt_dataset (all samples in host memory, normalised float32 [N, C, H, W] plus int32
+ * labels [N]) -> mpt_sampler (which sample indices this rank sees in an epoch, PyTorch
+ * DistributedSampler semantics) -> mpt_loader (copies the sampled rows into batch buffers on a
+ * background thread while the caller trains on the previous batch).
+ *
+ * Padding and evaluation: without drop_last the sampler pads the index list so that every rank
+ * gets the same number of samples (so no rank runs out of batches before the others, F03). The
+ * padding positions are always at the END of a rank's list, so each rank knows how many of its
+ * samples are real: mpt_sampler_num_real(), and per batch mpt_batch.num_real (rows
+ * [0, num_real) are real, rows [num_real, count) are repeats). An evaluation that sums metrics
+ * over only the real rows counts every sample of the dataset exactly once across the ranks
+ * (FAULTS.md F01).
+ *
+ * Thread rules: a dataset is read-only after it is loaded and may be shared by any number of
+ * threads and loaders. A sampler is not thread-safe; while a loader uses it, change its epoch
+ * only through mpt_loader_start_epoch. A loader is driven by one thread. */
+#ifndef MPITRAIN_DATA_H
+#define MPITRAIN_DATA_H
+
+#include "mpitrain/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
+/* IDX files                                                                                  */
+
+/* Format (LeCun et al., "THE MNIST DATABASE of handwritten digits", file format section):
+ * a big-endian 32-bit magic 0x0000TTDD (TT element type, DD number of dimensions), DD big-endian
+ * 32-bit extents, then the elements in row-major order. Only type 0x08 (unsigned byte) is read:
+ * images are magic 0x00000803 [N, rows, cols], labels 0x00000801 [N]. */
+#define MPT_IDX_MAX_DIMS 4
+/* Each extent must be in [1, MPT_IDX_MAX_EXTENT] and the data at most MPT_IDX_MAX_NBYTES, so a
+ * corrupt header can never make the reader allocate more than that (memory grows with what the
+ * file really holds, never ahead of it). */
+#define MPT_IDX_MAX_EXTENT 1000000000LL
+#define MPT_IDX_MAX_NBYTES (8LL << 30)
+
+typedef struct mpt_idx {
+  int ndim;
+  int64_t shape[MPT_IDX_MAX_DIMS]; /* extents, shape[0] = number of items */
+  int64_t count;                   /* product of shape = data bytes */
+  uint8_t *data;                   /* [count], owned (free with mpt_idx_free) */
+} mpt_idx;
+
+/* Reads an IDX file of unsigned bytes, gzip-compressed or plain (zlib's gzread reads both), in
+ * chunks. `expected_ndim` is the required number of dimensions (1 for labels, 3 for images), or
+ * 0 to accept any from 1 to MPT_IDX_MAX_DIMS. On success *idx owns the data.
+ * Errors (the detail always names the file): MPT_ENOENT the file does not exist; MPT_EIO it
+ * cannot be opened or read (not a regular file, permission, corrupt gzip stream); MPT_EFORMAT
+ * empty file, short header, wrong magic / element type / number of dimensions, an extent of 0
+ * or above the limits, data shorter than the header says (names expected and got bytes), bytes
+ * after the data (names how many); MPT_ENOMEM. On error *idx is zeroed. */
+MPT_API mpt_status mpt_idx_read(const char *path, int expected_ndim, mpt_idx *idx);
+/* Frees the data and zeroes the struct. NULL or a zeroed struct is a no-op. */
+MPT_API void mpt_idx_free(mpt_idx *idx);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Datasets                                                                                   */
+
+/* Fashion-MNIST training-set pixel statistics on [0, 1] pixels (Xiao et al. 2017 data,
+ * computed over the 60000 training images). */
+#define MPT_FASHION_MNIST_MEAN 0.2860f
+#define MPT_FASHION_MNIST_STD 0.3530f
+#define MPT_FASHION_MNIST_CLASSES 10
+
+/* A dataset held in host memory. A plain struct: read its fields, do not change them. */
+typedef struct mpt_dataset {
+  mpt_tensor images; /* F32 [N, C, H, W] on the CPU, (pixel / 255 - mean) / std */
+  mpt_tensor labels; /* I32 [N] on the CPU, each in [0, num_classes) */
+  int64_t count;     /* N */
+  int channels, height, width;
+  int num_classes;
+  float mean, std; /* the normalisation that was applied */
+} mpt_dataset;
+
+typedef struct mpt_dataset_config {
+  float mean;      /* subtracted from pixel / 255 (default MPT_FASHION_MNIST_MEAN) */
+  float std;       /* then divided by this, > 0 (default MPT_FASHION_MNIST_STD) */
+  int num_classes; /* labels must be below this (default 10) */
+  int64_t limit;   /* keep only the first `limit` samples; 0 = all (default 0). The whole
+                      file is still read and validated. */
+} mpt_dataset_config;
+
+MPT_API mpt_dataset_config mpt_dataset_config_default(void);
+
+/* Loads an images file (IDX ubyte, [N, H, W] giving C = 1, or [N, C, H, W]) and a labels file
+ * (IDX ubyte [N]). `config` NULL means the defaults. On success *ds owns its tensors.
+ * Errors: those of mpt_idx_read; MPT_ESHAPE the two files hold different numbers of items (names
+ * both files and counts); MPT_EFORMAT a label >= num_classes (names the file, the index and the
+ * value); MPT_EINVAL bad config (std <= 0, num_classes < 1, limit < 0); MPT_ENOMEM.
+ * On error *ds is zeroed. */
+MPT_API mpt_status mpt_dataset_load_idx(const char *images_path, const char *labels_path,
+                                        const mpt_dataset_config *config, mpt_dataset *ds);
+
+/* Loads a Fashion-MNIST split from `dir`: split "train" reads train-images-idx3-ubyte and
+ * train-labels-idx1-ubyte, "test" the t10k-* files; each name is tried with ".gz" first, then
+ * without. `dir` NULL means mpt_data_default_dir(). Errors: MPT_ENOENT the folder or a file is
+ * missing (the message names the path and says "install Debian's dataset-fashion-mnist package
+ * (apt-get install dataset-fashion-mnist) or pass --data DIR"); MPT_EINVAL an unknown split;
+ * everything mpt_dataset_load_idx returns. */
+MPT_API mpt_status mpt_dataset_load_fashion_mnist(const char *dir, const char *split,
+                                                  const mpt_dataset_config *config,
+                                                  mpt_dataset *ds);
+
+/* The folder of Debian's dataset-fashion-mnist package (/usr/share/datasets/fashion-mnist) if
+ * all four of its files are there and readable, else NULL. A static string; thread-safe. */
+MPT_API const char *mpt_data_default_dir(void);
+
+/* Makes a dataset of `count` random samples for benchmarks and tests: images uniform in
+ * [-1, 1), labels uniform in [0, num_classes), both drawn from an mpt_rng seeded with `seed`
+ * (the same seed gives the same data). mean = 0, std = 1 are recorded. The caller may
+ * overwrite images.data / labels.data afterwards (labels must stay in range).
+ * Errors: MPT_EINVAL count < 0 or a non-positive extent or num_classes; MPT_ENOMEM. */
+MPT_API mpt_status mpt_dataset_init_synthetic(mpt_dataset *ds, int64_t count, int channels,
+                                              int height, int width, int num_classes,
+                                              uint64_t seed);
+
+/* Frees the tensors and zeroes the struct. NULL or a zeroed struct is a no-op. */
+MPT_API void mpt_dataset_free(mpt_dataset *ds);
+
+/* Floats per sample: C * H * W. */
+MPT_API int64_t mpt_dataset_sample_count(const mpt_dataset *ds);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Distributed sampler                                                                        */
+
+/* Semantics of PyTorch's torch.utils.data.DistributedSampler (v1.13), N samples, W replicas:
+ * - order: 0..N-1, or with shuffle a Fisher-Yates permutation drawn from an mpt_rng seeded by a
+ *   hash of (seed, epoch) alone, so every rank computes the same order for the same epoch;
+ * - without drop_last: num_samples = ceil(N / W); the order is padded to num_samples * W by
+ *   wrapping around to its front (repeating it whole as often as needed when W > N), so padded
+ *   position p holds order[p mod N];
+ * - with drop_last: num_samples = floor(N / W); the order is truncated to num_samples * W;
+ * - rank r takes positions r, r + W, r + 2W, ... of the padded list.
+ * Position p is padding iff p >= N; for a rank these are the last positions of its list.
+ * W = 1, rank 0 is the plain sequential (shuffle 0) or random (shuffle 1) sampler.
+ * Example (FAULTS.md F01), N = 10, W = 4, no shuffle: r0 {0,4,8} r1 {1,5,9} r2 {2,6,0}
+ * r3 {3,7,1} (r2 and r3 have 2 real samples); with drop_last {0,4} {1,5} {2,6} {3,7}. */
+typedef struct mpt_sampler mpt_sampler;
+
+typedef struct mpt_sampler_config {
+  int num_replicas; /* W, the world size, >= 1 (default 1) */
+  int rank;         /* in [0, W) (default 0) */
+  int shuffle;      /* non-zero: reshuffle every epoch (default 1) */
+  uint64_t seed;    /* must be the same on all ranks (default 0) */
+  int drop_last;    /* non-zero: drop the tail instead of padding (default 0) */
+} mpt_sampler_config;
+
+MPT_API mpt_sampler_config mpt_sampler_config_default(void);
+
+/* Creates a sampler over `dataset_count` samples (>= 0), at epoch 0. Allocates N indices once.
+ * Errors: MPT_EINVAL (num_replicas < 1, rank outside [0, W), dataset_count < 0), MPT_ENOMEM. */
+MPT_API mpt_status mpt_sampler_init(mpt_sampler **sampler, int64_t dataset_count,
+                                    const mpt_sampler_config *config);
+/* NULL is a no-op. */
+MPT_API void mpt_sampler_free(mpt_sampler *sampler);
+
+/* Sets the epoch (>= 0) and, with shuffle, redraws the order (O(N)). Call it with the same value
+ * on every rank before each epoch, as with PyTorch's set_epoch. Errors: MPT_EINVAL epoch < 0. */
+MPT_API mpt_status mpt_sampler_set_epoch(mpt_sampler *sampler, int64_t epoch);
+MPT_API int64_t mpt_sampler_epoch(const mpt_sampler *sampler);
+
+/* This rank's number of positions (num_samples above), the same on every rank. */
+MPT_API int64_t mpt_sampler_num_samples(const mpt_sampler *sampler);
+/* How many leading positions of this rank's list are real samples (not padding):
+ * min(num_samples, ceil((N - rank) / W)) without drop_last, num_samples with it. Summed over
+ * the ranks this is N without drop_last and num_samples * W with it. */
+MPT_API int64_t mpt_sampler_num_real(const mpt_sampler *sampler);
+/* num_samples * W. */
+MPT_API int64_t mpt_sampler_total_size(const mpt_sampler *sampler);
+/* N, as given to init. */
+MPT_API int64_t mpt_sampler_dataset_count(const mpt_sampler *sampler);
+MPT_API mpt_sampler_config mpt_sampler_config_get(const mpt_sampler *sampler);
+
+/* The dataset index at position i (0 <= i < num_samples) of this rank's list in the current
+ * epoch; -1 when i is out of range. */
+MPT_API int64_t mpt_sampler_index(const mpt_sampler *sampler, int64_t i);
+/* 1 if position i of this rank's list is padding (a repeat), 0 if real, -1 out of range. */
+MPT_API int mpt_sampler_is_padding(const mpt_sampler *sampler, int64_t i);
+/* Writes positions [start, start + count) of this rank's list into indices[count].
+ * Errors: MPT_EINVAL the range is outside [0, num_samples) or indices is NULL with count > 0. */
+MPT_API mpt_status mpt_sampler_fill(const mpt_sampler *sampler, int64_t start, int64_t count,
+                                    int64_t *indices);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Batch loader                                                                               */
+
+/* Walks a sampler's list for one epoch in batches of batch_size consecutive positions, copying
+ * the samples into host buffers allocated once at init. With prefetch a background thread fills
+ * batch k + 1 while the caller uses batch k (two buffers, pthread mutex + condition variable);
+ * every wait on it has the config's deadline. */
+typedef struct mpt_loader mpt_loader;
+
+typedef struct mpt_loader_config {
+  int64_t batch_size; /* rows per batch, >= 1 (default 64) */
+  int drop_last;      /* non-zero: skip the last batch of the epoch if it is partial (default 0) */
+  int prefetch;       /* non-zero: fill batches on a background thread (default 1); zero: fill
+                         each batch inside mpt_loader_next on the calling thread */
+  double timeout_ms;  /* deadline of every wait on the prefetch thread, > 0 (default 60000) */
+} mpt_loader_config;
+
+MPT_API mpt_loader_config mpt_loader_config_default(void);
+
+/* One batch: views into the loader's buffers, valid until the next mpt_loader_next,
+ * mpt_loader_start_epoch, mpt_loader_reset or mpt_loader_free on the same loader. */
+typedef struct mpt_batch {
+  mpt_tensor images;             /* F32 [count, C, H, W], CPU (a view) */
+  mpt_tensor labels;             /* I32 [count], CPU (a view) */
+  const int64_t *sample_indices; /* [count] the dataset index of each row */
+  int64_t count;                 /* rows in this batch (batch_size, or fewer for the last) */
+  int64_t num_real;              /* rows [0, num_real) are real; the rest is sampler padding */
+  int64_t index;                 /* batch number within the epoch, from 0 */
+  int64_t epoch;
+} mpt_batch;
+
+/* mpt_loader_next's return value at the end of an epoch. */
+#define MPT_LOADER_END 1
+
+/* Creates a loader over `ds` and `sampler` (both borrowed: they must outlive the loader; the
+ * sampler's epoch must then be changed only through the loader). The loader starts at the
+ * sampler's current epoch; with prefetch the thread starts filling the first batch at once.
+ * Errors: MPT_EINVAL bad config or NULL arguments; MPT_ESHAPE the sampler was made for a
+ * different number of samples than ds->count; MPT_ENOMEM; MPT_EIO the thread could not start. */
+MPT_API mpt_status mpt_loader_init(mpt_loader **loader, const mpt_dataset *ds,
+                                   mpt_sampler *sampler, const mpt_loader_config *config);
+/* Stops the prefetch thread (waiting at most timeout_ms for it to finish the batch it is
+ * copying) and frees everything; safe mid-epoch. NULL is a no-op. */
+MPT_API void mpt_loader_free(mpt_loader *loader);
+
+/* Hands out the next batch of the epoch. Returns MPT_OK (0) with *batch set, MPT_LOADER_END (1)
+ * when the epoch has no more batches (again on every later call until a new epoch starts), or
+ * a negative status: MPT_ETIMEOUT the prefetch thread did not deliver within timeout_ms, or the
+ * error the prefetch thread hit (sticky). */
+MPT_API int mpt_loader_next(mpt_loader *loader, mpt_batch *batch);
+/* Starts epoch `epoch` (>= 0): waits for the prefetch thread to go idle, calls
+ * mpt_sampler_set_epoch, and restarts from the first batch. Errors: MPT_EINVAL epoch < 0,
+ * MPT_ETIMEOUT, a sticky prefetch error. */
+MPT_API mpt_status mpt_loader_start_epoch(mpt_loader *loader, int64_t epoch);
+/* Restarts the current epoch from its first batch (same order). Errors as start_epoch. */
+MPT_API mpt_status mpt_loader_reset(mpt_loader *loader);
+/* Batches per epoch: ceil(num_samples / batch_size), or floor with drop_last. */
+MPT_API int64_t mpt_loader_num_batches(const mpt_loader *loader);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MPITRAIN_DATA_H */

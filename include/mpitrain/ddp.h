@@ -1,0 +1,125 @@
+/* mpitrain ddp: distributed data parallel training, the semantics of PyTorch's
+ * DistributedDataParallel (Li et al., "PyTorch Distributed: Experiences on Accelerating Data
+ * Parallel Training", VLDB 2020) written against streams and events.
+ *
+ * Construction verifies that every rank holds the same model (parameter count, names, shapes,
+ * dtypes, order), then broadcasts rank 0's parameters and buffers, so replicas start
+ * bit-identical.
+ *
+ * Buckets. Parameters are taken in reverse registration order (the order backward finalises
+ * their gradients) and packed into buckets: the first capped at first_bucket_cap_mb (1 MiB),
+ * the rest at bucket_cap_mb (25 MiB); a parameter larger than the cap gets a bucket of its own.
+ * Because the model's gradients live in one flat buffer in registration order, each bucket is
+ * a contiguous slice {offset, count} of it: no packing copy. Buckets are keyed by parameter
+ * (never by arrival order) and launched strictly in index order, so every rank issues the same
+ * collectives in the same order.
+ *
+ * Overlap. The tape's grad-ready hook marks a parameter ready; when every parameter of the next
+ * bucket (in index order) is ready, an event is recorded on the compute stream, the comm stream
+ * waits on it, and the bucket's all-reduce (average) is enqueued on the comm stream; backward
+ * goes on computing. mpt_ddp_finalize launches what is left (everything, with overlap off) and
+ * makes the compute stream wait for the last bucket. Gradients are divided by the world size
+ * exactly once: by the all-reduce's average op (sum, then scale by 1/W), nowhere else.
+ *
+ * Unused parameters. By default a parameter that got no gradient in a backward pass is an error
+ * at mpt_ddp_finalize naming it (MPT_EUNUSED). With find_unused_parameters, parameters the
+ * forward did not use are marked ready when backward starts: their gradient counts as zero
+ * (whatever the gradient buffer holds: zero after zero_grad) and is still all-reduced.
+ *
+ * no_sync. mpt_ddp_set_sync(ddp, 0) makes backward passes accumulate locally without any
+ * collective (gradient accumulation); the pass after mpt_ddp_set_sync(ddp, 1) synchronises the
+ * accumulated gradients.
+ *
+ * Threads and streams: one thread drives a mpt_ddp (the training thread). All waits have the
+ * configured deadline; a collective that does not complete fails the step with MPT_ETIMEOUT
+ * naming the operation, its sequence number and the rank. */
+#ifndef MPITRAIN_DDP_H
+#define MPITRAIN_DDP_H
+
+#include "mpitrain/core.h"
+#include "mpitrain/nn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mpt_comm mpt_comm;
+typedef struct mpt_ddp mpt_ddp;
+
+typedef enum {
+  MPT_DDP_BUFFERS_BROADCAST = 0, /* rank 0's buffers before each forward (PyTorch default) */
+  MPT_DDP_BUFFERS_AVERAGE = 1,   /* the average over ranks before each forward */
+  MPT_DDP_BUFFERS_NONE = 2,      /* left alone */
+} mpt_ddp_buffer_mode;
+
+typedef struct mpt_ddp_config {
+  double bucket_cap_mb;       /* 25 (MiB, 2^20 bytes) */
+  double first_bucket_cap_mb; /* 1 */
+  int overlap;                /* 1: all-reduce during backward; 0: after backward */
+  int find_unused_parameters; /* 0 */
+  mpt_ddp_buffer_mode buffers;
+  double timeout_ms;          /* deadline of every wait, > 0 (300000) */
+} mpt_ddp_config;
+
+MPT_API mpt_ddp_config mpt_ddp_config_default(void);
+/* Parses "broadcast" | "average" | "none". Errors: MPT_EINVAL. */
+MPT_API mpt_status mpt_ddp_buffer_mode_parse(const char *text, mpt_ddp_buffer_mode *mode);
+
+/* Wraps a finalised model for training over `comm`; `compute` is the stream backward runs on
+ * (NULL: the CPU, inline). Collective: every rank calls it. Verifies the model signature across
+ * ranks (MPT_EMISMATCH naming the first rank and parameter that differ) and broadcasts rank 0's
+ * parameters and buffers. Errors: MPT_EINVAL bad config, MPT_EMISMATCH, comm errors. */
+MPT_API mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm,
+                                mpt_stream *compute, const mpt_ddp_config *config);
+MPT_API void mpt_ddp_free(mpt_ddp *ddp);
+
+/* The bucket plan. */
+typedef struct mpt_ddp_bucket_info {
+  int64_t offset, count;        /* slice of the flat gradient buffer, in floats */
+  int first_param, last_param;  /* parameter indices covered: last_param <= first_param */
+} mpt_ddp_bucket_info;
+
+MPT_API int mpt_ddp_num_buckets(const mpt_ddp *ddp);
+MPT_API const mpt_ddp_bucket_info *mpt_ddp_bucket(const mpt_ddp *ddp, int index);
+/* Index of the bucket holding parameter `param`. */
+MPT_API int mpt_ddp_param_bucket(const mpt_ddp *ddp, int param);
+
+/* Synchronises buffers as configured (before a training forward). Collective. */
+MPT_API mpt_status mpt_ddp_sync_buffers(mpt_ddp *ddp);
+/* 0: following backward passes accumulate locally (no_sync); 1: synchronise (default). */
+MPT_API void mpt_ddp_set_sync(mpt_ddp *ddp, int sync);
+/* Call between forward and backward: installs the grad-ready hook on `tape`, resets the
+ * per-pass bucket state, and with find_unused_parameters marks unused parameters ready. */
+MPT_API mpt_status mpt_ddp_prepare_backward(mpt_ddp *ddp, mpt_tape *tape);
+/* Call after mpt_tape_backward: launches the buckets not yet launched, waits (deadline) for
+ * all of them, and checks that every parameter got a gradient. Errors: MPT_EUNUSED naming the
+ * parameters, MPT_ETIMEOUT / MPT_ECOMM from the collectives. Collective when syncing. */
+MPT_API mpt_status mpt_ddp_finalize(mpt_ddp *ddp);
+/* Forward + loss + prepare + backward + finalize in one call is left to the trainer; this is
+ * the all-in-one check that every rank has the same number of batches this epoch (uneven
+ * inputs: each rank passes its count; MPT_EMISMATCH names the ranks that would run out). */
+MPT_API mpt_status mpt_ddp_check_batches(mpt_ddp *ddp, int64_t local_batches);
+
+/* Timings of the last synchronised pass and their running sums, in milliseconds. */
+typedef struct mpt_ddp_stats {
+  double backward_ms;      /* prepare_backward to the end of backward (finalize entry) */
+  double exposed_comm_ms;  /* time finalize waited for all-reduce after backward ended */
+  double allreduce_ms;     /* sum over buckets of each all-reduce's own duration */
+  double hidden_ms;        /* all-reduce time that overlapped backward */
+  int64_t steps;           /* synchronised passes counted in the sums */
+  double sum_backward_ms, sum_exposed_comm_ms, sum_allreduce_ms, sum_hidden_ms;
+} mpt_ddp_stats;
+
+MPT_API mpt_ddp_stats mpt_ddp_get_stats(const mpt_ddp *ddp);
+MPT_API void mpt_ddp_reset_stats(mpt_ddp *ddp);
+
+/* Trace recording (Chrome trace event format): when enabled, the engine records each
+ * bucket's all-reduce (start and end, on the comm thread) into `trace`. */
+typedef struct mpt_trace mpt_trace;
+MPT_API void mpt_ddp_set_trace(mpt_ddp *ddp, mpt_trace *trace);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MPITRAIN_DDP_H */

@@ -1,0 +1,285 @@
+/* mpitrain nn: a reverse-mode autodiff tape, layers, and models whose parameters and gradients
+ * live in one flat buffer each.
+ *
+ * Model. A model registers parameters (and buffers such as BatchNorm running statistics) by
+ * name and shape, then is finalised: one flat float32 buffer holds every parameter, in
+ * registration order, and a second one of the same layout holds every gradient; each parameter
+ * is a view {offset, count} into them. A bucket of consecutive parameters is therefore a
+ * contiguous slice of the gradient buffer, which is what the DDP engine all-reduces.
+ * Initialisation follows PyTorch's defaults (Linear / Conv2d: weights Kaiming-uniform with
+ * a = sqrt(5), i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in)), biases U(-1/sqrt(fan_in),
+ * 1/sqrt(fan_in)); BatchNorm: weight 1, bias 0, running mean 0, running var 1) drawn from a
+ * seeded mpt_rng in registration order.
+ *
+ * Tape. A forward pass records one node per op on a tape. Backward walks the nodes in reverse,
+ * each node ACCUMULATING into the gradients of its inputs, so a value used twice (two branches)
+ * gets the sum. The tape counts, during forward, how many nodes use each parameter; during
+ * backward it decrements the count as each of those nodes finishes, and when it reaches zero
+ * the parameter's gradient is final: the grad-ready hook is called with the parameter's index.
+ * That is the moment the DDP engine hooks. A parameter the forward did not use has a use count
+ * of 0 and is never reported ready (mpt_tape_param_uses tells).
+ *
+ * Memory. Activations and their gradients come from an arena owned by the tape: it grows
+ * during the first steps and is reused by later steps of the same shapes, so the training
+ * step does not allocate after the first step.
+ *
+ * Threads and streams: a tape and its model are used by one thread at a time. All ops are
+ * issued on the tape's stream (on the CPU they run before each call returns). */
+#ifndef MPITRAIN_NN_H
+#define MPITRAIN_NN_H
+
+#include "mpitrain/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mpt_model mpt_model;
+typedef struct mpt_tape mpt_tape;
+typedef struct mpt_var mpt_var;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Model: parameters, buffers, flat storage                                                   */
+
+/* Reads one parameter or buffer's description. */
+typedef struct mpt_param_info {
+  const char *name; /* "fc1.weight" */
+  mpt_dtype dtype;
+  int ndim;
+  int64_t shape[MPT_MAX_DIMS];
+  int64_t offset; /* elements from the start of the flat buffer */
+  int64_t count;
+} mpt_param_info;
+
+/* The forward function of a model: reads `input`, records ops on `tape`, returns the output
+ * value (logits for classifiers). `ctx` is the pointer given to mpt_model_set_forward. */
+typedef mpt_status (*mpt_forward_fn)(mpt_model *model, mpt_tape *tape, void *ctx,
+                                     mpt_var *input, mpt_var **output);
+
+/* An empty model on `device`, to which parameters and buffers are added before
+ * mpt_model_finalize. Errors: MPT_ENOMEM. */
+MPT_API mpt_status mpt_model_init(mpt_model **model, mpt_device device);
+/* Frees the model, its flat buffers and its forward context (if one was given with a free
+ * function). NULL is a no-op. */
+MPT_API void mpt_model_free(mpt_model *model);
+
+/* How mpt_model_init_params fills a parameter or buffer. */
+typedef enum {
+  MPT_INIT_ZEROS = 0,
+  MPT_INIT_ONES = 1,
+  MPT_INIT_FAN_IN = 2, /* U(-1/sqrt(fan_in), 1/sqrt(fan_in)): PyTorch's Linear/Conv2d default
+                          (kaiming_uniform_ with a = sqrt(5) for weights, the same bound for
+                          biases) */
+} mpt_init_kind;
+
+/* Registers a float32 parameter initialised as `init` (fan_in is used by MPT_INIT_FAN_IN);
+ * *index receives its index (0, 1, ... in registration order). Errors: MPT_ESTATE after
+ * finalize, MPT_EINVAL on a bad shape, a duplicate name or fan_in < 1 with MPT_INIT_FAN_IN. */
+MPT_API mpt_status mpt_model_add_param(mpt_model *model, const char *name, int ndim,
+                                       const int64_t *shape, mpt_init_kind init, int64_t fan_in,
+                                       int *index);
+/* Registers a float32 buffer (state that is not trained: BatchNorm running statistics),
+ * initialised as `init` (MPT_INIT_ZEROS or MPT_INIT_ONES). */
+MPT_API mpt_status mpt_model_add_buffer(mpt_model *model, const char *name, int ndim,
+                                        const int64_t *shape, mpt_init_kind init, int *index);
+/* Sets the forward function and its context; free_ctx (may be NULL) is called on ctx by
+ * mpt_model_free. */
+MPT_API void mpt_model_set_forward(mpt_model *model, mpt_forward_fn forward, void *ctx,
+                                   void (*free_ctx)(void *ctx));
+/* Allocates the flat parameter, gradient and buffer storage (gradients zeroed, parameters and
+ * buffers zeroed: call an init function or mpt_model_init_params after). */
+MPT_API mpt_status mpt_model_finalize(mpt_model *model);
+/* Initialises every parameter and buffer as registered, drawing from one mpt_rng seeded with
+ * `seed`, parameters in registration order (so the same seed gives bit-identical models). */
+MPT_API mpt_status mpt_model_init_params(mpt_model *model, uint64_t seed);
+
+MPT_API mpt_device mpt_model_device(const mpt_model *model);
+MPT_API int mpt_model_num_params(const mpt_model *model);
+MPT_API int mpt_model_num_buffers(const mpt_model *model);
+/* Total float32 elements in the flat parameter (= gradient) buffer, and the buffer buffer. */
+MPT_API int64_t mpt_model_param_count(const mpt_model *model);
+MPT_API int64_t mpt_model_buffer_count(const mpt_model *model);
+/* Description of parameter / buffer `index`; NULL when out of range. */
+MPT_API const mpt_param_info *mpt_model_param_info(const mpt_model *model, int index);
+MPT_API const mpt_param_info *mpt_model_buffer_info(const mpt_model *model, int index);
+/* The flat buffers (device memory, mpt_model_param_count / buffer_count floats). */
+MPT_API float *mpt_model_params(mpt_model *model);
+MPT_API float *mpt_model_grads(mpt_model *model);
+MPT_API float *mpt_model_buffers(mpt_model *model);
+/* Views of one parameter / its gradient / one buffer. */
+MPT_API mpt_tensor mpt_model_param(mpt_model *model, int index);
+MPT_API mpt_tensor mpt_model_grad(mpt_model *model, int index);
+MPT_API mpt_tensor mpt_model_buffer(mpt_model *model, int index);
+/* Zeroes the flat gradient buffer on `stream`. */
+MPT_API mpt_status mpt_model_zero_grad(mpt_model *model, mpt_stream *stream);
+/* Training mode (BatchNorm batch statistics, dropout on) or evaluation mode. Default: training. */
+MPT_API void mpt_model_set_training(mpt_model *model, int training);
+MPT_API int mpt_model_training(const mpt_model *model);
+/* Runs the model's forward function on `input` ([N, ...] float32 on the model's device). */
+MPT_API mpt_status mpt_model_forward(mpt_model *model, mpt_tape *tape, mpt_var *input,
+                                     mpt_var **output);
+/* A replica of `src` on `device`: same parameters, buffers and forward function (the forward
+ * context is shared, read-only), its own flat storage, parameters and buffers copied. Used by
+ * DP mode. Errors: MPT_ESTATE if src is not finalised, MPT_ENOMEM. */
+MPT_API mpt_status mpt_model_replicate(const mpt_model *src, mpt_device device,
+                                       mpt_model **replica);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Built-in models                                                                            */
+
+#define MPT_MLP_MAX_HIDDEN 8
+
+typedef struct mpt_mlp_config {
+  int64_t input_size;                 /* 784 */
+  int num_hidden;                     /* 2 */
+  int64_t hidden[MPT_MLP_MAX_HIDDEN]; /* {512, 512} */
+  int64_t num_classes;                /* 10 */
+  float dropout;                      /* 0: none; else dropout after each hidden ReLU */
+} mpt_mlp_config;
+
+MPT_API mpt_mlp_config mpt_mlp_config_default(void);
+/* Linear -> ReLU [-> Dropout] per hidden layer, then Linear to num_classes. The input is
+ * flattened from [N, ...] to [N, input_size]. Parameters: fc{i}.weight [out, in], fc{i}.bias
+ * [out], i = 1.. . Initialised from `seed`. */
+MPT_API mpt_status mpt_model_init_mlp(mpt_model **model, mpt_device device,
+                                      const mpt_mlp_config *config, uint64_t seed);
+
+typedef struct mpt_cnn_config {
+  int64_t in_channels, height, width; /* 1, 28, 28 */
+  int64_t conv1_channels;             /* 16 */
+  int64_t conv2_channels;             /* 32 */
+  int64_t kernel;                     /* 5 (padding kernel/2, stride 1) */
+  int64_t hidden;                     /* 128 */
+  int64_t num_classes;                /* 10 */
+  int batchnorm;                      /* 0: none; 1: BatchNorm2d after each conv */
+  float dropout;                      /* 0: none; else before the last Linear */
+} mpt_cnn_config;
+
+MPT_API mpt_cnn_config mpt_cnn_config_default(void);
+/* [Conv2d -> (BatchNorm2d) -> ReLU -> MaxPool2d(2)] x 2 -> Flatten -> Linear(hidden) -> ReLU
+ * -> (Dropout) -> Linear(num_classes). Parameters conv1.weight [c1, in, k, k], conv1.bias, ...,
+ * fc1.weight, fc1.bias, fc2.weight, fc2.bias. */
+MPT_API mpt_status mpt_model_init_cnn(mpt_model **model, mpt_device device,
+                                      const mpt_cnn_config *config, uint64_t seed);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Tape                                                                                       */
+
+/* Called when parameter `param_index`'s gradient is final for the running backward pass. Runs
+ * on the thread that called mpt_tape_backward, between two nodes' backward. */
+typedef void (*mpt_grad_ready_fn)(void *user, int param_index);
+
+/* A tape for `model`, issuing ops on `stream` (a stream of the model's device; NULL = CPU now).
+ * Errors: MPT_ENOMEM. */
+MPT_API mpt_status mpt_tape_init(mpt_tape **tape, mpt_model *model, mpt_stream *stream);
+MPT_API void mpt_tape_free(mpt_tape *tape);
+MPT_API mpt_stream *mpt_tape_stream(const mpt_tape *tape);
+MPT_API mpt_model *mpt_tape_model(const mpt_tape *tape);
+/* Starts a new forward pass: forgets the recorded nodes and values (the arena is kept), and
+ * zeroes the parameter use counts. `seed` feeds dropout masks of this pass. */
+MPT_API void mpt_tape_reset(mpt_tape *tape, uint64_t seed);
+/* With grad disabled, ops compute values but record nothing (evaluation). Default: enabled. */
+MPT_API void mpt_tape_set_grad_enabled(mpt_tape *tape, int enabled);
+/* Installs the grad-ready hook (NULL to remove). */
+MPT_API void mpt_tape_set_grad_hook(mpt_tape *tape, mpt_grad_ready_fn fn, void *user);
+/* Wraps a tensor on the model's device as a value that needs no gradient (the batch). The
+ * tensor's memory must stay valid until the next reset. */
+MPT_API mpt_status mpt_tape_input(mpt_tape *tape, const mpt_tensor *value, mpt_var **var);
+/* The value of parameter `index` for this pass: its value and gradient are the model's flat
+ * buffer views; using it in an op counts one use. */
+MPT_API mpt_status mpt_tape_param(mpt_tape *tape, int index, mpt_var **var);
+/* How many recorded nodes use parameter `index` in this pass (0 = unused). */
+MPT_API int mpt_tape_param_uses(const mpt_tape *tape, int index);
+/* Backpropagates from the scalar `loss` with d(loss) = scale (1 for a plain step, 1/K for one
+ * of K accumulated micro-batches). Parameter gradients are ACCUMULATED into the model's flat
+ * gradient buffer (zero it first for a fresh step). The grad-ready hook fires for every used
+ * parameter exactly once, in the order gradients become final. Errors: MPT_ESTATE (loss not a
+ * scalar recorded on this tape), errors of the ops. */
+MPT_API mpt_status mpt_tape_backward(mpt_tape *tape, mpt_var *loss, float scale);
+
+/* The value and gradient of a var (gradient data is NULL until backward reached it). */
+MPT_API const mpt_tensor *mpt_var_value(const mpt_var *var);
+MPT_API const mpt_tensor *mpt_var_grad(const mpt_var *var);
+/* Copies a scalar var's value to the host (synchronises the tape's stream). */
+MPT_API mpt_status mpt_var_item(mpt_tape *tape, const mpt_var *var, float *value);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Ops on the tape (each records one node when grad is enabled and an input needs a gradient) */
+
+/* y [N, out] = x [N, in] W^T + b; W [out, in], b [out] (b may be NULL). */
+MPT_API mpt_status mpt_nn_linear(mpt_tape *tape, mpt_var *x, mpt_var *w, mpt_var *b,
+                                 mpt_var **y);
+/* y [N, O, OH, OW] = conv2d(x [N, C, H, W], W [O, C, kh, kw]) + b [O] (b may be NULL), by im2col
+ * + GEMM per image (Chellapilla et al., 2006). */
+MPT_API mpt_status mpt_nn_conv2d(mpt_tape *tape, mpt_var *x, mpt_var *w, mpt_var *b,
+                                 int64_t stride, int64_t pad, mpt_var **y);
+/* Max pooling with a k x k window and the given stride, no padding: [N, C, H, W] -> [N, C,
+ * (H-k)/stride+1, (W-k)/stride+1]. */
+MPT_API mpt_status mpt_nn_maxpool2d(mpt_tape *tape, mpt_var *x, int64_t kernel, int64_t stride,
+                                    mpt_var **y);
+MPT_API mpt_status mpt_nn_relu(mpt_tape *tape, mpt_var *x, mpt_var **y);
+/* [N, d1, d2, ...] -> [N, d1*d2*...] (a view, no copy). */
+MPT_API mpt_status mpt_nn_flatten(mpt_tape *tape, mpt_var *x, mpt_var **y);
+/* Inverted dropout with probability p when the model is training, identity otherwise. */
+MPT_API mpt_status mpt_nn_dropout(mpt_tape *tape, mpt_var *x, float p, mpt_var **y);
+/* Batch normalisation over [N, C] or [N, C, H, W] with weight/bias [C] and running statistics
+ * mean/var [C] (buffer indices of the model). Training: batch statistics, running statistics
+ * updated with `momentum` (PyTorch default 0.1); evaluation: running statistics. */
+MPT_API mpt_status mpt_nn_batchnorm(mpt_tape *tape, mpt_var *x, mpt_var *weight, mpt_var *bias,
+                                    int running_mean_buffer, int running_var_buffer,
+                                    float momentum, float eps, mpt_var **y);
+/* Mean softmax cross-entropy of logits [N, K] against labels (int32 [N], values in [0, K)):
+ * a scalar. */
+MPT_API mpt_status mpt_nn_cross_entropy(mpt_tape *tape, mpt_var *logits,
+                                        const mpt_tensor *labels, mpt_var **loss);
+/* Elementwise a + b and a * b (same shapes); sum of all elements (a scalar); mean (a scalar). */
+MPT_API mpt_status mpt_nn_add(mpt_tape *tape, mpt_var *a, mpt_var *b, mpt_var **y);
+MPT_API mpt_status mpt_nn_mul(mpt_tape *tape, mpt_var *a, mpt_var *b, mpt_var **y);
+MPT_API mpt_status mpt_nn_sum(mpt_tape *tape, mpt_var *x, mpt_var **y);
+MPT_API mpt_status mpt_nn_mean(mpt_tape *tape, mpt_var *x, mpt_var **y);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Layers with parameters: registration helpers used by models                                */
+
+typedef struct mpt_linear {
+  int weight, bias; /* parameter indices; bias -1 when absent */
+  int64_t in_features, out_features;
+} mpt_linear;
+
+/* Registers "<name>.weight" [out, in] and "<name>.bias" [out] (when bias != 0). */
+MPT_API mpt_status mpt_linear_add(mpt_model *model, const char *name, int64_t in_features,
+                                  int64_t out_features, int bias, mpt_linear *layer);
+MPT_API mpt_status mpt_linear_forward(mpt_tape *tape, const mpt_linear *layer, mpt_var *x,
+                                      mpt_var **y);
+
+typedef struct mpt_conv2d {
+  int weight, bias;
+  int64_t in_channels, out_channels, kernel, stride, pad;
+} mpt_conv2d;
+
+/* Registers "<name>.weight" [out, in, k, k] and "<name>.bias" [out]. */
+MPT_API mpt_status mpt_conv2d_add(mpt_model *model, const char *name, int64_t in_channels,
+                                  int64_t out_channels, int64_t kernel, int64_t stride,
+                                  int64_t pad, int bias, mpt_conv2d *layer);
+MPT_API mpt_status mpt_conv2d_forward(mpt_tape *tape, const mpt_conv2d *layer, mpt_var *x,
+                                      mpt_var **y);
+
+typedef struct mpt_batchnorm {
+  int weight, bias;                /* parameters [C] */
+  int running_mean, running_var;   /* buffers [C] */
+  int64_t channels;
+  float momentum, eps;             /* 0.1, 1e-5 */
+} mpt_batchnorm;
+
+/* Registers "<name>.weight", "<name>.bias" (parameters) and "<name>.running_mean",
+ * "<name>.running_var" (buffers). */
+MPT_API mpt_status mpt_batchnorm_add(mpt_model *model, const char *name, int64_t channels,
+                                     mpt_batchnorm *layer);
+MPT_API mpt_status mpt_batchnorm_forward(mpt_tape *tape, const mpt_batchnorm *layer,
+                                         mpt_var *x, mpt_var **y);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MPITRAIN_NN_H */

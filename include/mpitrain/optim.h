@@ -1,0 +1,191 @@
+/* mpitrain optim: optimizers (SGD with momentum / Nesterov / weight decay, AdamW) over one flat
+ * parameter buffer, and learning-rate schedules.
+ *
+ * The model keeps all its parameters in ONE contiguous float32 buffer and all gradients in
+ * another of the same length (every parameter tensor is a view, DESIGN.md "Flat buffers"), so an
+ * optimizer works on `param[count]` and `grad[count]` and keeps its state (momentum buffer, or
+ * AdamW's first and second moments) as flat buffers of the same length on the same device. The
+ * arithmetic runs in the device kernels mpt_op_sgd_step / mpt_op_adamw_step (mpitrain/ops.h),
+ * enqueued on the stream given to each step; nothing in a step blocks the host.
+ *
+ * Semantics follow PyTorch 1.13 (torch.optim.SGD, torch.optim.AdamW, torch.optim.lr_scheduler),
+ * with the differences listed at each function.
+ *
+ * Thread rules: an optimizer is used by one thread at a time; different optimizers are
+ * independent. mpt_lr_at and the parse/validate helpers are pure and thread-safe. */
+#ifndef MPITRAIN_OPTIM_H
+#define MPITRAIN_OPTIM_H
+
+#include "mpitrain/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
+/* Optimizers                                                                                 */
+
+typedef enum {
+  MPT_OPTIM_SGD = 0,   /* torch.optim.SGD */
+  MPT_OPTIM_ADAMW = 1, /* torch.optim.AdamW (Loshchilov & Hutter, "Decoupled Weight Decay
+                          Regularization", ICLR 2019) */
+} mpt_optim_kind;
+
+/* Hyper-parameters. Fields a kind does not use are ignored (not validated) for that kind. */
+typedef struct mpt_optimizer_config {
+  mpt_optim_kind kind;
+  float lr;           /* base learning rate (what a schedule scales); >= 0, finite */
+  /* SGD */
+  float momentum;     /* >= 0, finite; 0 = plain SGD (no state) */
+  float dampening;    /* in [0, 1]; the momentum buffer takes (1 - dampening) * g */
+  int nesterov;       /* non-zero: Nesterov momentum; needs momentum > 0 and dampening == 0 */
+  /* both */
+  float weight_decay; /* >= 0, finite. SGD: L2, g += wd * param. AdamW: decoupled,
+                         param *= 1 - lr * wd */
+  /* AdamW */
+  float beta1, beta2; /* each in [0, 1) */
+  float eps;          /* > 0, finite; added to sqrt(v_hat) */
+} mpt_optimizer_config;
+
+/* Defaults: kind SGD, lr 0.01, momentum 0, dampening 0, nesterov 0, weight_decay 0,
+ * beta1 0.9, beta2 0.999, eps 1e-8 (PyTorch's SGD and AdamW defaults, except that PyTorch's
+ * SGD has no default lr and PyTorch's AdamW defaults to lr 1e-3 and weight_decay 0.01: set
+ * those yourself when choosing AdamW). */
+MPT_API mpt_optimizer_config mpt_optimizer_config_default(void);
+
+/* Checks every field the kind uses against the ranges documented in the struct. Errors:
+ * MPT_EINVAL naming the field and its value (e.g. "nesterov momentum requires momentum > 0 and
+ * dampening == 0 (got momentum 0, dampening 0)"), also for a NULL cfg or an unknown kind. */
+MPT_API mpt_status mpt_optimizer_config_validate(const mpt_optimizer_config *cfg);
+
+/* Parses "sgd" or "adamw" (exact, lower case). Errors: MPT_EINVAL naming the text. */
+MPT_API mpt_status mpt_optimizer_kind_parse(const char *text, mpt_optim_kind *kind);
+/* "sgd" / "adamw"; "unknown" for a value outside the enum. Never NULL. */
+MPT_API const char *mpt_optimizer_kind_name(mpt_optim_kind kind);
+
+typedef struct mpt_optimizer mpt_optimizer;
+
+/* Creates an optimizer for `count` parameters on `device`. Allocates the state with
+ * mpt_device_alloc and zeroes it with mpt_op_fill (on a temporary stream of the device, which is
+ * synchronized before return, so the state is ready for any stream):
+ *   SGD, momentum == 0: no state;  SGD, momentum > 0: momentum_buffer[count];
+ *   AdamW: exp_avg[count] (m) and exp_avg_sq[count] (v).
+ * count == 0 is allowed (every step is then a no-op that still counts). The step count starts
+ * at 0. Errors: MPT_EINVAL (NULL arguments, count < 0, a bad config: see validate), MPT_ENOMEM,
+ * MPT_EDEVICE / MPT_ENOTSUP from the device; *opt is NULL on failure. */
+MPT_API mpt_status mpt_optimizer_init(mpt_optimizer **opt, const mpt_optimizer_config *cfg,
+                                      mpt_device device, int64_t count);
+/* Frees the state and the handle. NULL is a no-op. The caller makes sure no step is still
+ * running on a stream (synchronize it first). */
+MPT_API void mpt_optimizer_free(mpt_optimizer *opt);
+
+/* One optimizer step with learning rate `lr` (normally mpt_lr_at(schedule, cfg.lr, step count)),
+ * enqueued on `stream` (NULL = the CPU, run now; otherwise a stream of the optimizer's device:
+ * the same type, and for CUDA the same ordinal; CPU replicas share memory, so any CPU stream). param[count] is updated in place from grad[count]; both are on the optimizer's device.
+ * On success the step count goes up by one.
+ *   SGD   (torch.optim.SGD): g = grad + wd*param; with momentum: buf = g on the first step
+ *         (step count 0), else buf = momentum*buf + (1-dampening)*g; g = nesterov ? g +
+ *         momentum*buf : buf; param -= lr*g.
+ *   AdamW (torch.optim.AdamW, amsgrad off): t = step count + 1; param *= 1 - lr*wd;
+ *         m = beta1 m + (1-beta1) g; v = beta2 v + (1-beta2) g^2;
+ *         param -= lr * (m / (1-beta1^t)) / (sqrt(v / (1-beta2^t)) + eps).
+ * Errors: MPT_EINVAL (NULL opt, NULL param/grad with count > 0, lr negative or not finite, a
+ * stream of another device), or the kernel's status; the step count is unchanged then. */
+MPT_API mpt_status mpt_optimizer_step(mpt_optimizer *opt, mpt_stream *stream, float *param,
+                                      const float *grad, float lr);
+
+/* The configuration the optimizer was created with (never NULL for a valid opt). */
+MPT_API const mpt_optimizer_config *mpt_optimizer_get_config(const mpt_optimizer *opt);
+
+/* ---- State, for checkpoints ----
+ * The state is `nbuffers` flat float32 buffers of `count` elements each on `device`, plus the
+ * step count (number of successful steps). Save: read the buffers (mpt_op_memcpy to the host,
+ * after synchronizing the step stream) and the step count. Restore into a fresh optimizer made
+ * with the same config and count: copy the buffers in, then mpt_optimizer_set_step_count.
+ * Names are PyTorch's state keys, so a checkpoint reads like a torch state_dict. */
+#define MPT_OPTIM_MAX_STATE 2
+
+typedef struct mpt_optimizer_state {
+  int nbuffers;                            /* 0 (plain SGD), 1 (SGD momentum), 2 (AdamW) */
+  const char *names[MPT_OPTIM_MAX_STATE];  /* "momentum_buffer"; or "exp_avg", "exp_avg_sq" */
+  float *buffers[MPT_OPTIM_MAX_STATE];     /* each [count] on `device`; NULL when count == 0 */
+  int64_t count;
+  mpt_device device;
+  int64_t step_count;
+} mpt_optimizer_state;
+
+/* Fills *state with the optimizer's buffers (owned by the optimizer; valid until
+ * mpt_optimizer_free; unused slots NULL) and step count. Writing into the buffers changes the
+ * optimizer's state. Errors: MPT_EINVAL on NULL arguments. */
+MPT_API mpt_status mpt_optimizer_get_state(mpt_optimizer *opt, mpt_optimizer_state *state);
+/* Number of successful steps so far. */
+MPT_API int64_t mpt_optimizer_step_count(const mpt_optimizer *opt);
+/* Sets the step count (after restoring the buffers from a checkpoint). SGD with momentum
+ * treats step count 0 as "buffer not yet initialised" (the next step copies g into it, as
+ * PyTorch does when its buffer is None); AdamW uses it for bias correction (t = count + 1).
+ * Errors: MPT_EINVAL on NULL opt or step_count < 0. */
+MPT_API mpt_status mpt_optimizer_set_step_count(mpt_optimizer *opt, int64_t step_count);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Learning-rate schedules                                                                    */
+
+typedef enum {
+  MPT_LR_CONSTANT = 0, /* lr = base_lr */
+  MPT_LR_STEP = 1,     /* torch StepLR: base_lr * gamma^floor(t / step_size) */
+  MPT_LR_COSINE = 2,   /* torch CosineAnnealingLR, held at min_lr after its end */
+} mpt_lr_kind;
+
+/* A schedule: a main schedule, optionally preceded by a linear warm-up. Plain data, no state.
+ *
+ * Let W = warmup_steps, s = warmup_start_factor, k = the step count (number of optimizer steps
+ * already taken; the lr for the first step is at k = 0). Then
+ *   k <  W:  lr = base_lr * (s + (1 - s) * k / W)       (torch LinearLR(start_factor = s,
+ *                                                        end_factor = 1, total_iters = W))
+ *   k >= W:  lr = main(t) with t = k - W                (the main schedule starts at its own
+ *                                                        step 0 when the warm-up ends)
+ * which is torch SequentialLR([LinearLR, main], milestones = [W]) with scheduler.step() called
+ * once after every optimizer step. The main schedules, at t >= 0:
+ *   constant: base_lr
+ *   step:     base_lr * gamma^floor(t / step_size)
+ *   cosine:   T = total_steps - W (the cosine spans the steps after the warm-up, so the whole
+ *             schedule lasts total_steps and reaches min_lr at k == total_steps);
+ *             t <  T: min_lr + (base_lr - min_lr) * (1 + cos(pi * t / T)) / 2
+ *             t >= T: min_lr   (PyTorch's closed form would rise again; we hold the minimum)
+ * Differences from PyTorch: s = 0 is allowed (LinearLR rejects it); the cosine is held at
+ * min_lr past its end; values are computed in closed form in double, not recursively. */
+typedef struct mpt_lr_schedule {
+  mpt_lr_kind kind;
+  int64_t step_size;         /* step: steps per decay, >= 1 */
+  float gamma;               /* step: decay factor, > 0, finite */
+  int64_t total_steps;       /* cosine: length of warm-up + cosine, > warmup_steps */
+  float min_lr;              /* cosine: final lr (absolute, like eta_min), >= 0, finite */
+  int64_t warmup_steps;      /* >= 0; 0 = no warm-up */
+  float warmup_start_factor; /* in [0, 1]: the lr at step 0 is this times base_lr */
+} mpt_lr_schedule;
+
+/* Defaults: constant, step_size 1, gamma 0.1, total_steps 1, min_lr 0, no warm-up
+ * (warmup_steps 0, warmup_start_factor 1/3, PyTorch LinearLR's default). */
+MPT_API mpt_lr_schedule mpt_lr_schedule_default(void);
+
+/* Checks the fields the kind uses, and the warm-up fields. Errors: MPT_EINVAL naming the field
+ * and value, also for NULL s or an unknown kind. */
+MPT_API mpt_status mpt_lr_schedule_validate(const mpt_lr_schedule *s);
+
+/* The learning rate for the optimizer step taken after `step` steps (see the formulas above).
+ * Pure; computed in double, rounded to float once. A negative step is treated as 0. `s` should
+ * have passed mpt_lr_schedule_validate; otherwise it never crashes or divides by zero: NULL s
+ * gives base_lr, a warm-up factor outside [0, 1] means no warm-up scaling, a step schedule with
+ * step_size < 1 does not decay, a cosine with total_steps <= warmup_steps is min_lr after the
+ * warm-up. */
+MPT_API float mpt_lr_at(const mpt_lr_schedule *s, float base_lr, int64_t step);
+
+/* Parses "constant", "step" or "cosine". Errors: MPT_EINVAL naming the text. */
+MPT_API mpt_status mpt_lr_kind_parse(const char *text, mpt_lr_kind *kind);
+/* "constant" / "step" / "cosine"; "unknown" outside the enum. Never NULL. */
+MPT_API const char *mpt_lr_kind_name(mpt_lr_kind kind);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MPITRAIN_OPTIM_H */

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# mpitrain set-up: installs the Debian packages it needs (as root, when missing), generates
+# the build system, configures and builds. Idempotent: a second run only rebuilds what changed.
+#
+#   ./setup.sh          install + build (the mpitrain program lands in the top folder)
+#   ./setup.sh check    install + build + run the whole test suite (make check), then print
+#                       each Check summary line and a final "N passed, N failed" line
+#
+# Environment: CONFIGURE_FLAGS (extra ./configure flags), JOBS (parallel build jobs).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+packages=(build-essential autoconf automake libtool pkg-config openmpi-bin libopenmpi-dev
+          libopenblas-dev zlib1g-dev check dataset-fashion-mnist)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup.sh: missing packages: ${missing[*]} (run as root, or: sudo apt-get install ${missing[*]})" >&2
+    exit 1
+  fi
+  echo "setup.sh: installing ${missing[*]}"
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+jobs=${JOBS:-$(nproc)}
+[ -x configure ] && [ configure -nt configure.ac ] || autoreconf -fi
+[ -f Makefile ] && [ config.status -nt configure ] || ./configure ${CONFIGURE_FLAGS:-}
+make -j"$jobs"
+
+if [ "${1:-}" = check ]; then
+  status=0
+  make -j"$jobs" check || status=$?
+  # Under automake's driver Check's own summary lines land in tests/*.log: show them.
+  for log in tests/*.log; do
+    [ "$log" = tests/test-suite.log ] && continue
+    [ -f "$log" ] || continue
+    result=$(sed -n 's/^:test-result: //p' "${log%.log}.trs" 2>/dev/null | head -n1)
+    summary=$(grep -E '^[0-9]+%: Checks: ' "$log" | tail -n1 || true)
+    printf '%-28s %-5s %s\n' "$(basename "${log%.log}")" "${result:-?}" "$summary"
+  done
+  pass=$(grep -h '^:test-result: PASS' tests/*.trs 2>/dev/null | wc -l)
+  fail=$(grep -h -E '^:test-result: (FAIL|ERROR|XPASS)' tests/*.trs 2>/dev/null | wc -l)
+  skip=$(grep -h '^:test-result: SKIP' tests/*.trs 2>/dev/null | wc -l)
+  if [ "$status" -ne 0 ] && [ -f tests/test-suite.log ]; then
+    echo "---- failures (tests/test-suite.log) ----"
+    tail -n 80 tests/test-suite.log
+  fi
+  echo "$pass passed, $fail failed, $skip skipped"
+  [ "$fail" -eq 0 ] || status=1
+  exit "$status"
+fi

@@ -1,0 +1,412 @@
+/* Command-line parsing for `mpitrain train` with getopt_long. Pure: fills a struct or a
+ * one-line message; prints nothing. Every numeric value is parsed completely (trailing junk,
+ * overflow, NaN and infinities are errors) and range-checked here, so the trainer can trust it. */
+#include "cli/options.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+
+enum {
+  OPT_MODEL = 256, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_OPTIMIZER, OPT_MOMENTUM, OPT_WD,
+  OPT_NESTEROV, OPT_SCHEDULE, OPT_WARMUP, OPT_STEP_SIZE, OPT_GAMMA, OPT_MIN_LR, OPT_SEED,
+  OPT_DATA, OPT_SYNTHETIC, OPT_THREADS, OPT_METRICS, OPT_SAVE_PARAMS, OPT_TRACE, OPT_DEVICE,
+  OPT_HIDDEN, OPT_BATCHNORM, OPT_DROPOUT, OPT_MAX_STEPS, OPT_TRAIN_LIMIT, OPT_TEST_LIMIT,
+  OPT_NO_SHUFFLE, OPT_DROP_LAST, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_BUCKET_CAP,
+  OPT_FIRST_BUCKET_CAP, OPT_NO_OVERLAP, OPT_FIND_UNUSED, OPT_ACCUMULATE, OPT_BUFFERS,
+  OPT_TIMEOUT, OPT_CHECK_COLL, OPT_MODE, OPT_DEVICES, OPT_HELP, OPT_VERSION,
+};
+
+static const struct option long_options[] = {
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"epochs", required_argument, NULL, OPT_EPOCHS},
+    {"batch-size", required_argument, NULL, OPT_BATCH},
+    {"lr", required_argument, NULL, OPT_LR},
+    {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
+    {"momentum", required_argument, NULL, OPT_MOMENTUM},
+    {"weight-decay", required_argument, NULL, OPT_WD},
+    {"nesterov", no_argument, NULL, OPT_NESTEROV},
+    {"schedule", required_argument, NULL, OPT_SCHEDULE},
+    {"warmup-steps", required_argument, NULL, OPT_WARMUP},
+    {"step-size", required_argument, NULL, OPT_STEP_SIZE},
+    {"gamma", required_argument, NULL, OPT_GAMMA},
+    {"min-lr", required_argument, NULL, OPT_MIN_LR},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"data", required_argument, NULL, OPT_DATA},
+    {"synthetic", no_argument, NULL, OPT_SYNTHETIC},
+    {"threads", required_argument, NULL, OPT_THREADS},
+    {"metrics-json", required_argument, NULL, OPT_METRICS},
+    {"save-params", required_argument, NULL, OPT_SAVE_PARAMS},
+    {"trace", required_argument, NULL, OPT_TRACE},
+    {"device", required_argument, NULL, OPT_DEVICE},
+    {"hidden", required_argument, NULL, OPT_HIDDEN},
+    {"batchnorm", no_argument, NULL, OPT_BATCHNORM},
+    {"dropout", required_argument, NULL, OPT_DROPOUT},
+    {"max-steps", required_argument, NULL, OPT_MAX_STEPS},
+    {"train-limit", required_argument, NULL, OPT_TRAIN_LIMIT},
+    {"test-limit", required_argument, NULL, OPT_TEST_LIMIT},
+    {"no-shuffle", no_argument, NULL, OPT_NO_SHUFFLE},
+    {"drop-last", no_argument, NULL, OPT_DROP_LAST},
+    {"progress", no_argument, NULL, OPT_PROGRESS},
+    {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+    {"bucket-cap-mb", required_argument, NULL, OPT_BUCKET_CAP},
+    {"first-bucket-cap-mb", required_argument, NULL, OPT_FIRST_BUCKET_CAP},
+    {"no-overlap", no_argument, NULL, OPT_NO_OVERLAP},
+    {"find-unused-parameters", no_argument, NULL, OPT_FIND_UNUSED},
+    {"accumulate", required_argument, NULL, OPT_ACCUMULATE},
+    {"buffers", required_argument, NULL, OPT_BUFFERS},
+    {"timeout", required_argument, NULL, OPT_TIMEOUT},
+    {"check-collectives", no_argument, NULL, OPT_CHECK_COLL},
+    {"mode", required_argument, NULL, OPT_MODE},
+    {"devices", required_argument, NULL, OPT_DEVICES},
+    {"help", no_argument, NULL, OPT_HELP},
+    {"version", no_argument, NULL, OPT_VERSION},
+    {NULL, 0, NULL, 0},
+};
+
+const char *mpt_cli_usage(void) {
+  return "usage: mpitrain train [options]      (run under mpirun -np N for DDP)\n"
+         "\n"
+         "model and data:\n"
+         "  --model mlp|cnn            model (default mlp: 784-512-512-10)\n"
+         "  --hidden N[,N...]          mlp hidden sizes (default 512,512)\n"
+         "  --batchnorm                cnn: BatchNorm2d after each convolution\n"
+         "  --dropout P                dropout probability in [0, 1) (default 0)\n"
+         "  --data DIR                 Fashion-MNIST IDX files (default: Debian's\n"
+         "                             dataset-fashion-mnist folder)\n"
+         "  --synthetic                random data of the same shape (benchmarks)\n"
+         "  --train-limit N, --test-limit N   use the first N samples (0 = all)\n"
+         "training:\n"
+         "  --epochs N                 epochs (default 10)\n"
+         "  --batch-size N             samples per step PER RANK (default 64)\n"
+         "  --max-steps N              stop each epoch after N steps (0 = whole epoch)\n"
+         "  --optimizer sgd|adamw      (default sgd)\n"
+         "  --lr F                     base learning rate (default 0.05)\n"
+         "  --momentum F               SGD momentum (default 0.9)\n"
+         "  --nesterov                 Nesterov momentum\n"
+         "  --weight-decay F           (default 0)\n"
+         "  --schedule constant|step|cosine   learning-rate schedule (default cosine)\n"
+         "  --warmup-steps N           linear warm-up steps (default 0)\n"
+         "  --step-size N, --gamma F   step schedule (default 1 epoch, 0.1)\n"
+         "  --min-lr F                 cosine final learning rate (default 0)\n"
+         "  --seed N                   seed of initialisation, shuffling, dropout (default 1)\n"
+         "  --no-shuffle, --drop-last  DistributedSampler options\n"
+         "  --accumulate K             K micro-batches per optimizer step (no_sync on K-1)\n"
+         "distributed:\n"
+         "  --bucket-cap-mb F          gradient bucket size in MiB (default 25)\n"
+         "  --first-bucket-cap-mb F    first bucket size in MiB (default 1)\n"
+         "  --no-overlap               all-reduce after backward instead of during it\n"
+         "  --find-unused-parameters   treat parameters the forward skipped as zero gradient\n"
+         "  --buffers broadcast|average|none   BatchNorm statistics across ranks\n"
+         "  --timeout SEC              deadline of every collective (default 300)\n"
+         "  --check-collectives        compare (op, count, dtype) across ranks first\n"
+         "  --mode ddp|dp, --devices cpu:K   DP inside each rank (K devices)\n"
+         "output:\n"
+         "  --threads N                BLAS threads per rank (default: 1 under mpirun)\n"
+         "  --metrics-json FILE        per-epoch metrics as JSON\n"
+         "  --save-params FILE         final parameters as raw float32 (rank 0)\n"
+         "  --trace FILE               Chrome trace of forward/backward/all-reduce/optimizer\n"
+         "  --progress, --no-progress  progress bar (default: when stderr is a terminal)\n"
+         "  --device cpu|cuda          (default cpu)\n"
+         "  --help, --version\n";
+}
+
+void mpt_cli_options_default(mpt_cli_options *o) {
+  memset(o, 0, sizeof *o);
+  snprintf(o->command, sizeof o->command, "train");
+  snprintf(o->model, sizeof o->model, "mlp");
+  o->mlp = mpt_mlp_config_default();
+  o->cnn = mpt_cnn_config_default();
+  o->epochs = 10;
+  o->batch_size = 64;
+  o->optim = mpt_optimizer_config_default();
+  o->optim.kind = MPT_OPTIM_SGD;
+  o->optim.lr = 0.05f;
+  o->optim.momentum = 0.9f;
+  o->schedule = mpt_lr_schedule_default();
+  o->schedule.kind = MPT_LR_COSINE;
+  o->schedule.step_size = 0; /* 0: one epoch, filled in by the trainer */
+  o->seed = 1;
+  o->shuffle = 1;
+  o->progress = -1;
+  o->ddp = mpt_ddp_config_default();
+  o->accumulate = 1;
+  o->timeout_s = 300;
+  o->mode = MPT_MODE_SINGLE_OR_DDP;
+}
+
+/* ---- value parsers: 0 ok, -1 error (message written) ---- */
+
+static int fail(char *msg, size_t n, const char *fmt, ...) MPT_PRINTF(3, 4);
+static int fail(char *msg, size_t n, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, n, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+static int parse_i64(const char *name, const char *s, int64_t lo, int64_t hi, int64_t *out,
+                     char *msg, size_t n) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (end == s || *end != '\0' || errno == ERANGE)
+    return fail(msg, n, "--%s: '%s' is not an integer", name, s);
+  if (v < lo || v > hi)
+    return fail(msg, n, "--%s: %lld is outside [%lld, %lld]", name, v, (long long)lo,
+                (long long)hi);
+  *out = v;
+  return 0;
+}
+
+static int parse_f64(const char *name, const char *s, double lo, double hi, double *out,
+                     char *msg, size_t n) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || *end != '\0' || errno == ERANGE || !isfinite(v))
+    return fail(msg, n, "--%s: '%s' is not a finite number", name, s);
+  if (v < lo || v > hi) return fail(msg, n, "--%s: %g is outside [%g, %g]", name, v, lo, hi);
+  *out = v;
+  return 0;
+}
+
+static int copy_str(const char *name, const char *s, char *dst, size_t cap, char *msg,
+                    size_t n) {
+  if (strlen(s) >= cap) return fail(msg, n, "--%s: value longer than %zu bytes", name, cap - 1);
+  if (s[0] == '\0') return fail(msg, n, "--%s: empty value", name);
+  memcpy(dst, s, strlen(s) + 1);
+  return 0;
+}
+
+static int parse_hidden(const char *s, mpt_mlp_config *mlp, char *msg, size_t n) {
+  int count = 0;
+  const char *p = s;
+  while (*p) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(p, &end, 10);
+    if (end == p || errno == ERANGE || v < 1 || v > 1 << 20)
+      return fail(msg, n, "--hidden: '%s' is not a list of sizes in [1, 1048576]", s);
+    if (count == MPT_MLP_MAX_HIDDEN)
+      return fail(msg, n, "--hidden: at most %d layers", MPT_MLP_MAX_HIDDEN);
+    mlp->hidden[count++] = v;
+    if (*end == ',' && end[1] != '\0')
+      p = end + 1;
+    else if (*end == '\0')
+      p = end;
+    else
+      return fail(msg, n, "--hidden: '%s' is not a list of sizes in [1, 1048576]", s);
+  }
+  if (count == 0) return fail(msg, n, "--hidden: empty list");
+  mlp->num_hidden = count;
+  return 0;
+}
+
+int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n) {
+  mpt_cli_options_default(o);
+  msg[0] = '\0';
+  if (argc < 2) return MPT_CLI_RUN; /* no command: train with defaults */
+  int first = 1;
+  if (argv[1][0] != '-') {
+    if (strcmp(argv[1], "train") != 0) {
+      fail(msg, n, "unknown command '%s' (expected: train)", argv[1]);
+      return MPT_CLI_EXIT_USAGE;
+    }
+    first = 2;
+  }
+  /* getopt_long over argv[first-1..] so that argv[first] is the first option. */
+  int sub_argc = argc - first + 1;
+  char **sub_argv = argv + first - 1;
+  optind = 0; /* glibc: full re-initialisation, so the parser can run more than once */
+  opterr = 0;
+  int64_t i64;
+  double f64;
+  int r = 0;
+  for (;;) {
+    int longindex = -1;
+    int c = getopt_long(sub_argc, sub_argv, ":", long_options, &longindex);
+    if (c == -1) break;
+    const char *name = longindex >= 0 ? long_options[longindex].name : "?";
+    const char *a = optarg;
+    switch (c) {
+      case OPT_MODEL:
+        if (strcmp(a, "mlp") != 0 && strcmp(a, "cnn") != 0)
+          r = fail(msg, n, "--model: unknown model '%s' (expected mlp or cnn)", a);
+        else
+          snprintf(o->model, sizeof o->model, "%s", a);
+        break;
+      case OPT_EPOCHS:
+        if (!(r = parse_i64(name, a, 1, 100000, &i64, msg, n))) o->epochs = i64;
+        break;
+      case OPT_BATCH:
+        if (!(r = parse_i64(name, a, 1, 1 << 20, &i64, msg, n))) o->batch_size = i64;
+        break;
+      case OPT_LR:
+        if (!(r = parse_f64(name, a, 0, 1e3, &f64, msg, n))) o->optim.lr = (float)f64;
+        break;
+      case OPT_OPTIMIZER:
+        if (mpt_optimizer_kind_parse(a, &o->optim.kind) != MPT_OK)
+          r = fail(msg, n, "--optimizer: unknown optimizer '%s' (expected sgd or adamw)", a);
+        break;
+      case OPT_MOMENTUM:
+        if (!(r = parse_f64(name, a, 0, 1, &f64, msg, n))) o->optim.momentum = (float)f64;
+        break;
+      case OPT_WD:
+        if (!(r = parse_f64(name, a, 0, 1e3, &f64, msg, n))) o->optim.weight_decay = (float)f64;
+        break;
+      case OPT_NESTEROV:
+        o->optim.nesterov = 1;
+        break;
+      case OPT_SCHEDULE:
+        if (mpt_lr_kind_parse(a, &o->schedule.kind) != MPT_OK)
+          r = fail(msg, n, "--schedule: unknown schedule '%s' (constant, step or cosine)", a);
+        break;
+      case OPT_WARMUP:
+        if (!(r = parse_i64(name, a, 0, INT64_C(1) << 40, &i64, msg, n)))
+          o->schedule.warmup_steps = i64;
+        break;
+      case OPT_STEP_SIZE:
+        if (!(r = parse_i64(name, a, 1, INT64_C(1) << 40, &i64, msg, n)))
+          o->schedule.step_size = i64;
+        break;
+      case OPT_GAMMA:
+        if (!(r = parse_f64(name, a, 1e-9, 1e3, &f64, msg, n))) o->schedule.gamma = (float)f64;
+        break;
+      case OPT_MIN_LR:
+        if (!(r = parse_f64(name, a, 0, 1e3, &f64, msg, n))) o->schedule.min_lr = (float)f64;
+        break;
+      case OPT_SEED:
+        if (!(r = parse_i64(name, a, 0, INT64_MAX, &i64, msg, n))) o->seed = (uint64_t)i64;
+        break;
+      case OPT_DATA:
+        r = copy_str(name, a, o->data_dir, sizeof o->data_dir, msg, n);
+        break;
+      case OPT_SYNTHETIC:
+        o->synthetic = 1;
+        break;
+      case OPT_THREADS:
+        if (!(r = parse_i64(name, a, 1, 1024, &i64, msg, n))) o->threads = (int)i64;
+        break;
+      case OPT_METRICS:
+        r = copy_str(name, a, o->metrics_json, sizeof o->metrics_json, msg, n);
+        break;
+      case OPT_SAVE_PARAMS:
+        r = copy_str(name, a, o->save_params, sizeof o->save_params, msg, n);
+        break;
+      case OPT_TRACE:
+        r = copy_str(name, a, o->trace, sizeof o->trace, msg, n);
+        break;
+      case OPT_DEVICE:
+        if (strcmp(a, "cpu") != 0 && strcmp(a, "cuda") != 0)
+          r = fail(msg, n, "--device: unknown device '%s' (expected cpu or cuda)", a);
+        else
+          snprintf(o->device, sizeof o->device, "%s", a);
+        break;
+      case OPT_HIDDEN:
+        r = parse_hidden(a, &o->mlp, msg, n);
+        break;
+      case OPT_BATCHNORM:
+        o->cnn.batchnorm = 1;
+        break;
+      case OPT_DROPOUT:
+        if (!(r = parse_f64(name, a, 0, 0.99, &f64, msg, n)))
+          o->mlp.dropout = o->cnn.dropout = (float)f64;
+        break;
+      case OPT_MAX_STEPS:
+        if (!(r = parse_i64(name, a, 0, INT64_C(1) << 40, &i64, msg, n))) o->max_steps = i64;
+        break;
+      case OPT_TRAIN_LIMIT:
+        if (!(r = parse_i64(name, a, 0, INT64_C(1) << 40, &i64, msg, n))) o->train_limit = i64;
+        break;
+      case OPT_TEST_LIMIT:
+        if (!(r = parse_i64(name, a, 0, INT64_C(1) << 40, &i64, msg, n))) o->test_limit = i64;
+        break;
+      case OPT_NO_SHUFFLE:
+        o->shuffle = 0;
+        break;
+      case OPT_DROP_LAST:
+        o->drop_last = 1;
+        break;
+      case OPT_PROGRESS:
+        o->progress = 1;
+        break;
+      case OPT_NO_PROGRESS:
+        o->progress = 0;
+        break;
+      case OPT_BUCKET_CAP:
+        if (!(r = parse_f64(name, a, 1e-6, 1e6, &f64, msg, n))) o->ddp.bucket_cap_mb = f64;
+        break;
+      case OPT_FIRST_BUCKET_CAP:
+        if (!(r = parse_f64(name, a, 1e-6, 1e6, &f64, msg, n))) o->ddp.first_bucket_cap_mb = f64;
+        break;
+      case OPT_NO_OVERLAP:
+        o->ddp.overlap = 0;
+        break;
+      case OPT_FIND_UNUSED:
+        o->ddp.find_unused_parameters = 1;
+        break;
+      case OPT_ACCUMULATE:
+        if (!(r = parse_i64(name, a, 1, 1 << 20, &i64, msg, n))) o->accumulate = (int)i64;
+        break;
+      case OPT_BUFFERS:
+        if (mpt_ddp_buffer_mode_parse(a, &o->ddp.buffers) != MPT_OK)
+          r = fail(msg, n, "--buffers: '%s' is not broadcast, average or none", a);
+        break;
+      case OPT_TIMEOUT:
+        if (!(r = parse_f64(name, a, 0.001, 1e6, &f64, msg, n))) o->timeout_s = f64;
+        break;
+      case OPT_CHECK_COLL:
+        o->check_collectives = 1;
+        break;
+      case OPT_MODE:
+        if (strcmp(a, "ddp") == 0 || strcmp(a, "single") == 0)
+          o->mode = MPT_MODE_SINGLE_OR_DDP;
+        else if (strcmp(a, "dp") == 0)
+          o->mode = MPT_MODE_DP;
+        else
+          r = fail(msg, n, "--mode: '%s' is not single, ddp or dp", a);
+        break;
+      case OPT_DEVICES:
+        r = copy_str(name, a, o->devices, sizeof o->devices, msg, n);
+        break;
+      case OPT_HELP:
+        snprintf(msg, n, "%s", mpt_cli_usage());
+        return MPT_CLI_EXIT_OK;
+      case OPT_VERSION:
+        snprintf(msg, n, "mpitrain %s", PACKAGE_VERSION);
+        return MPT_CLI_EXIT_OK;
+      case ':':
+        r = fail(msg, n, "option '%s' needs a value", sub_argv[optind - 1]);
+        break;
+      default:
+        if (optopt > 0 && optopt < 256)
+          r = fail(msg, n, "unknown option '-%c'", optopt);
+        else
+          r = fail(msg, n, "unknown option '%s'", sub_argv[optind - 1]);
+        break;
+    }
+    if (r) return MPT_CLI_EXIT_USAGE;
+  }
+  if (optind < sub_argc) {
+    fail(msg, n, "unexpected argument '%s'", sub_argv[optind]);
+    return MPT_CLI_EXIT_USAGE;
+  }
+  if (o->optim.nesterov && (o->optim.momentum <= 0 || o->optim.dampening != 0)) {
+    fail(msg, n, "--nesterov needs --momentum > 0");
+    return MPT_CLI_EXIT_USAGE;
+  }
+  if (o->mode == MPT_MODE_DP && o->devices[0] == '\0') {
+    fail(msg, n, "--mode dp needs --devices (e.g. cpu:2)");
+    return MPT_CLI_EXIT_USAGE;
+  }
+  o->ddp.timeout_ms = o->timeout_s * 1e3;
+  return MPT_CLI_RUN;
+}

@@ -1,0 +1,56 @@
+/* The mpitrain command line: a pure parser (no I/O besides the returned message) from argv to
+ * an options struct, so it can be tested and fuzzed. The program (main.c) prints and exits. */
+#ifndef MPT_CLI_OPTIONS_H
+#define MPT_CLI_OPTIONS_H
+
+#include <stdint.h>
+
+#include "mpitrain/ddp.h"
+#include "mpitrain/nn.h"
+#include "mpitrain/optim.h"
+
+typedef enum { MPT_MODE_SINGLE_OR_DDP = 0, MPT_MODE_DP = 1 } mpt_cli_mode;
+
+typedef struct mpt_cli_options {
+  char command[16]; /* "train" */
+  char model[16];   /* "mlp" | "cnn" */
+  mpt_mlp_config mlp;
+  mpt_cnn_config cnn;
+  int64_t epochs;
+  int64_t batch_size;     /* per rank */
+  int64_t max_steps;      /* per epoch; 0 = whole epoch */
+  int64_t train_limit;    /* first N training samples; 0 = all */
+  int64_t test_limit;     /* first N test samples; 0 = all */
+  mpt_optimizer_config optim;
+  mpt_lr_schedule schedule;
+  uint64_t seed;
+  char data_dir[4096];    /* "" = Debian's package folder */
+  int synthetic;          /* train on synthetic data (benchmarks) */
+  int threads;            /* BLAS threads per rank; 0 = leave OpenBLAS's default */
+  char metrics_json[4096];
+  char save_params[4096]; /* write the final flat parameters (raw float32) here */
+  char trace[4096];       /* Chrome trace */
+  char device[32];        /* "cpu" | "cuda" | "" (auto) */
+  int shuffle;
+  int drop_last;
+  int progress;           /* -1 auto (stderr is a terminal), 0 off, 1 on */
+  mpt_ddp_config ddp;
+  int accumulate;         /* micro-batches per step (K) */
+  double timeout_s;
+  int check_collectives;
+  mpt_cli_mode mode;
+  char devices[256];      /* DP device list, "cpu:2" */
+} mpt_cli_options;
+
+enum { MPT_CLI_RUN = 0, MPT_CLI_EXIT_OK = 1, MPT_CLI_EXIT_USAGE = 2 };
+
+/* Fills defaults. */
+void mpt_cli_options_default(mpt_cli_options *opts);
+/* Parses argv (argv[0] is the program, argv[1] the command). Returns MPT_CLI_RUN, or
+ * MPT_CLI_EXIT_OK for --help / --version (the text to print is in msg), or MPT_CLI_EXIT_USAGE
+ * with a one-line error in msg. Reentrant across calls (resets getopt). */
+int mpt_cli_parse(int argc, char **argv, mpt_cli_options *opts, char *msg, size_t msg_nbytes);
+/* The usage text. */
+const char *mpt_cli_usage(void);
+
+#endif

@@ -1,0 +1,454 @@
+/* `mpitrain train`: one process, or DDP over the ranks of mpirun / srun.
+ *
+ * Per step: K micro-batches (K = --accumulate, each of --batch-size samples on this rank);
+ * before each forward the DDP engine synchronises buffers; the loss of each micro-batch is
+ * scaled by 1/K; the last micro-batch's backward all-reduces the buckets (no_sync on the
+ * others); then the optimizer steps with the scheduled learning rate. Metrics are sums over
+ * ranks (loss * samples, correct answers, samples), so evaluation gives the same accuracy for
+ * any world size: the DistributedSampler's padding rows are not counted.
+ *
+ * Failure: any error is printed with the rank and its detail; with more than one rank the job
+ * is then aborted (MPI_Abort) so no rank waits for one that has stopped. */
+#include "cli/train.h"
+
+#include <cblas.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/metrics.h"
+#include "core/error.h"
+#include "mpitrain/comm.h"
+#include "mpitrain/data.h"
+#include "mpitrain/ddp.h"
+#include "mpitrain/nn.h"
+#include "mpitrain/ops.h"
+#include "mpitrain/optim.h"
+
+#define EVAL_BATCH 1000
+
+typedef struct trainer {
+  const mpt_cli_options *o;
+  mpt_comm *comm;
+  int rank, world;
+  mpt_device device;
+  mpt_stream *stream;
+  mpt_model *model;
+  mpt_tape *tape;
+  mpt_optimizer *opt;
+  mpt_ddp *ddp;
+  mpt_dataset train, test;
+  mpt_sampler *train_sampler, *test_sampler;
+  mpt_loader *train_loader, *test_loader;
+  mpt_trace *trace;
+  mpt_lr_schedule schedule;
+  int64_t steps_per_epoch, global_step;
+  mpt_epoch_metrics *epochs;
+  int64_t nepochs;
+  /* sums of per-step times (ms) for the breakdown */
+  double sum_forward, sum_backward, sum_optimizer, sum_total;
+  int64_t timed_steps;
+  int progress;
+} trainer;
+
+static mpt_status make_model(trainer *t) {
+  const mpt_cli_options *o = t->o;
+  if (strcmp(o->model, "cnn") == 0)
+    return mpt_model_init_cnn(&t->model, t->device, &o->cnn, o->seed);
+  return mpt_model_init_mlp(&t->model, t->device, &o->mlp, o->seed);
+}
+
+static mpt_status load_data(trainer *t) {
+  const mpt_cli_options *o = t->o;
+  if (o->synthetic) {
+    int64_t ntrain = o->train_limit ? o->train_limit : 60000;
+    int64_t ntest = o->test_limit ? o->test_limit : 10000;
+    MPT_RETURN_IF(mpt_dataset_init_synthetic(&t->train, ntrain, 1, 28, 28, 10, o->seed));
+    return mpt_dataset_init_synthetic(&t->test, ntest, 1, 28, 28, 10, o->seed + 1);
+  }
+  const char *dir = o->data_dir[0] ? o->data_dir : mpt_data_default_dir();
+  if (!dir)
+    return MPT_FAIL(MPT_ENOENT,
+                    "Fashion-MNIST not found in /usr/share/datasets/fashion-mnist: install "
+                    "Debian's dataset-fashion-mnist package (apt-get install "
+                    "dataset-fashion-mnist) or pass --data DIR");
+  mpt_dataset_config dc = mpt_dataset_config_default();
+  dc.limit = o->train_limit;
+  MPT_RETURN_IF(mpt_dataset_load_fashion_mnist(dir, "train", &dc, &t->train));
+  dc.limit = o->test_limit;
+  return mpt_dataset_load_fashion_mnist(dir, "test", &dc, &t->test);
+}
+
+static mpt_status make_loaders(trainer *t) {
+  const mpt_cli_options *o = t->o;
+  mpt_sampler_config sc = mpt_sampler_config_default();
+  sc.num_replicas = t->world;
+  sc.rank = t->rank;
+  sc.shuffle = o->shuffle;
+  sc.seed = o->seed;
+  sc.drop_last = o->drop_last;
+  MPT_RETURN_IF(mpt_sampler_init(&t->train_sampler, t->train.count, &sc));
+  mpt_loader_config lc = mpt_loader_config_default();
+  lc.batch_size = o->batch_size;
+  lc.drop_last = o->drop_last;
+  MPT_RETURN_IF(mpt_loader_init(&t->train_loader, &t->train, t->train_sampler, &lc));
+  /* Evaluation: every sample exactly once over the ranks (padding rows are skipped). */
+  sc.shuffle = 0;
+  sc.drop_last = 0;
+  MPT_RETURN_IF(mpt_sampler_init(&t->test_sampler, t->test.count, &sc));
+  lc.batch_size = EVAL_BATCH;
+  lc.drop_last = 0;
+  return mpt_loader_init(&t->test_loader, &t->test, t->test_sampler, &lc);
+}
+
+/* Sum over ranks of n floats, in place. */
+static mpt_status sum_over_ranks(trainer *t, float *v, int n) {
+  if (t->world == 1) return MPT_OK;
+  return mpt_comm_allreduce_sync(t->comm, v, v, n, MPT_F32, MPT_REDUCE_SUM);
+}
+
+/* Forward of `rows` rows of a batch on the tape; returns the loss var and the logits. */
+static mpt_status forward_batch(trainer *t, const mpt_batch *b, int64_t rows, mpt_var **logits,
+                                mpt_var **loss, mpt_tensor *labels) {
+  int64_t shape[4] = {rows, b->images.shape[1], b->images.shape[2], b->images.shape[3]};
+  mpt_tensor x = mpt_tensor_view(b->images.data, t->device, MPT_F32, 4, shape);
+  *labels = mpt_tensor_view(b->labels.data, t->device, MPT_I32, 1, shape);
+  mpt_var *in;
+  MPT_RETURN_IF(mpt_tape_input(t->tape, &x, &in));
+  MPT_RETURN_IF(mpt_model_forward(t->model, t->tape, in, logits));
+  return mpt_nn_cross_entropy(t->tape, *logits, labels, loss);
+}
+
+static mpt_status evaluate(trainer *t, double *loss_out, double *acc_out) {
+  mpt_model_set_training(t->model, 0);
+  mpt_tape_set_grad_enabled(t->tape, 0);
+  MPT_RETURN_IF(mpt_loader_start_epoch(t->test_loader, 0));
+  float sums[3] = {0, 0, 0}; /* loss * rows, correct, rows */
+  mpt_batch b;
+  int r;
+  while ((r = mpt_loader_next(t->test_loader, &b)) == MPT_OK) {
+    if (b.num_real == 0) continue;
+    mpt_var *logits, *loss;
+    mpt_tensor labels;
+    mpt_tape_reset(t->tape, 0);
+    MPT_RETURN_IF(forward_batch(t, &b, b.num_real, &logits, &loss, &labels));
+    float l;
+    int64_t correct = 0;
+    MPT_RETURN_IF(mpt_var_item(t->tape, loss, &l));
+    MPT_RETURN_IF(mpt_op_count_correct(t->stream, mpt_var_value(logits)->data, labels.data,
+                                       b.num_real, mpt_var_value(logits)->shape[1], &correct));
+    sums[0] += l * (float)b.num_real;
+    sums[1] += (float)correct;
+    sums[2] += (float)b.num_real;
+  }
+  if (r < 0) return (mpt_status)r;
+  mpt_model_set_training(t->model, 1);
+  mpt_tape_set_grad_enabled(t->tape, 1);
+  MPT_RETURN_IF(sum_over_ranks(t, sums, 3));
+  *loss_out = sums[2] > 0 ? sums[0] / sums[2] : NAN;
+  *acc_out = sums[2] > 0 ? sums[1] / sums[2] : NAN;
+  return MPT_OK;
+}
+
+/* One optimizer step over K micro-batches. Returns MPT_LOADER_END-like 1 when the epoch ran
+ * out of batches before the step could start. */
+static mpt_status train_step(trainer *t, float *sums, int *ran_out) {
+  const mpt_cli_options *o = t->o;
+  int K = o->accumulate;
+  double t0 = mpt_time_ms(), fwd = 0, bwd = 0;
+  *ran_out = 0;
+  MPT_RETURN_IF(mpt_model_zero_grad(t->model, t->stream));
+  for (int k = 0; k < K; k++) {
+    mpt_batch b;
+    int r = mpt_loader_next(t->train_loader, &b);
+    if (r < 0) return (mpt_status)r;
+    if (r != MPT_OK) {
+      *ran_out = 1;
+      return MPT_OK;
+    }
+    double f0 = mpt_time_ms();
+    if (t->ddp) MPT_RETURN_IF(mpt_ddp_sync_buffers(t->ddp));
+    mpt_tape_reset(t->tape, o->seed * 1000003u + (uint64_t)t->global_step * 131u +
+                                (uint64_t)k + (uint64_t)t->rank * 7919u);
+    mpt_var *logits, *loss;
+    mpt_tensor labels;
+    MPT_RETURN_IF(forward_batch(t, &b, b.count, &logits, &loss, &labels));
+    float l;
+    MPT_RETURN_IF(mpt_var_item(t->tape, loss, &l));
+    if (!isfinite(l))
+      return MPT_FAIL(MPT_ENONFINITE, "non-finite loss %g at step %" PRId64 " (epoch %" PRId64
+                                      ", micro-batch %d) on rank %d",
+                      (double)l, t->global_step, b.epoch + 1, k, t->rank);
+    int64_t correct = 0;
+    MPT_RETURN_IF(mpt_op_count_correct(t->stream, mpt_var_value(logits)->data, labels.data,
+                                       b.count, mpt_var_value(logits)->shape[1], &correct));
+    sums[0] += l * (float)b.count;
+    sums[1] += (float)correct;
+    sums[2] += (float)b.count;
+    double f1 = mpt_time_ms();
+    if (t->trace) mpt_trace_add(t->trace, "forward", 0, f0, f1 - f0, t->global_step);
+    if (t->ddp) {
+      mpt_ddp_set_sync(t->ddp, k == K - 1);
+      MPT_RETURN_IF(mpt_ddp_prepare_backward(t->ddp, t->tape));
+    }
+    MPT_RETURN_IF(mpt_tape_backward(t->tape, loss, 1.0f / (float)K));
+    double b1 = mpt_time_ms();
+    if (t->trace) mpt_trace_add(t->trace, "backward", 0, f1, b1 - f1, t->global_step);
+    if (t->ddp) MPT_RETURN_IF(mpt_ddp_finalize(t->ddp));
+    fwd += f1 - f0;
+    bwd += b1 - f1;
+  }
+  double o0 = mpt_time_ms();
+  float lr = mpt_lr_at(&t->schedule, o->optim.lr, t->global_step);
+  MPT_RETURN_IF(mpt_optimizer_step(t->opt, t->stream, mpt_model_params(t->model),
+                                   mpt_model_grads(t->model), lr));
+  MPT_RETURN_IF(mpt_stream_synchronize(t->stream, o->timeout_s * 1e3));
+  double o1 = mpt_time_ms();
+  if (t->trace) mpt_trace_add(t->trace, "optimizer", 0, o0, o1 - o0, t->global_step);
+  t->sum_forward += fwd;
+  t->sum_backward += bwd;
+  t->sum_optimizer += o1 - o0;
+  t->sum_total += o1 - t0;
+  t->timed_steps++;
+  t->global_step++;
+  return MPT_OK;
+}
+
+static mpt_status run_epoch(trainer *t, int64_t epoch, mpt_epoch_metrics *m) {
+  const mpt_cli_options *o = t->o;
+  double e0 = mpt_time_ms();
+  MPT_RETURN_IF(mpt_loader_start_epoch(t->train_loader, epoch));
+  float sums[3] = {0, 0, 0};
+  int64_t step = 0;
+  for (; step < t->steps_per_epoch; step++) {
+    int ran_out;
+    MPT_RETURN_IF(train_step(t, sums, &ran_out));
+    if (ran_out) break;
+    if (t->progress && (step % 20 == 0 || step + 1 == t->steps_per_epoch)) {
+      double s = (mpt_time_ms() - e0) / 1e3;
+      mpt_progress_draw(stderr, epoch + 1, step + 1, t->steps_per_epoch,
+                        sums[2] > 0 ? sums[0] / sums[2] : 0,
+                        s > 0 ? sums[2] * t->world / s : 0);
+    }
+  }
+  if (t->progress) mpt_progress_clear(stderr);
+  double train_s = (mpt_time_ms() - e0) / 1e3;
+  MPT_RETURN_IF(sum_over_ranks(t, sums, 3));
+  m->epoch = epoch + 1;
+  m->steps = step;
+  m->train_loss = sums[2] > 0 ? sums[0] / sums[2] : NAN;
+  m->train_accuracy = sums[2] > 0 ? sums[1] / sums[2] : NAN;
+  m->samples_per_sec = train_s > 0 ? sums[2] / train_s : 0;
+  MPT_RETURN_IF(evaluate(t, &m->test_loss, &m->test_accuracy));
+  m->seconds = (mpt_time_ms() - e0) / 1e3;
+  mpt_log(MPT_LOG_INFO,
+          "epoch %3" PRId64 "/%" PRId64 "  train loss %.4f  acc %.4f  test loss %.4f  acc %.4f"
+          "  %8.0f samples/s  %6.1f s",
+          m->epoch, o->epochs, m->train_loss, m->train_accuracy, m->test_loss,
+          m->test_accuracy, m->samples_per_sec, m->seconds);
+  return MPT_OK;
+}
+
+static mpt_status save_params(trainer *t, const char *path) {
+  if (t->rank != 0) return MPT_OK;
+  char tmp[4200];
+  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+  FILE *f = fopen(tmp, "wb");
+  if (!f) return MPT_FAIL(MPT_EIO, "cannot open '%s' for writing", tmp);
+  size_t n = (size_t)mpt_model_param_count(t->model);
+  size_t w = fwrite(mpt_model_params(t->model), sizeof(float), n, f);
+  int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
+  if (fclose(f) != 0 || bad || w != n) {
+    remove(tmp);
+    return MPT_FAIL(MPT_EIO, "cannot write parameters to '%s'", tmp);
+  }
+  if (rename(tmp, path) != 0) {
+    remove(tmp);
+    return MPT_FAIL(MPT_EIO, "cannot rename '%s' to '%s'", tmp, path);
+  }
+  return MPT_OK;
+}
+
+static mpt_status write_trace(trainer *t) {
+  for (int r = 0; r < t->world; r++) {
+    if (r == t->rank) MPT_RETURN_IF(mpt_trace_append(t->trace, t->o->trace, r == 0, r == t->world - 1));
+    if (t->world > 1) MPT_RETURN_IF(mpt_comm_barrier_sync(t->comm));
+  }
+  return MPT_OK;
+}
+
+static mpt_status report_breakdown(trainer *t, mpt_step_breakdown *bd) {
+  /* The slowest rank's figures: max over ranks of the per-step means. */
+  double n = t->timed_steps ? (double)t->timed_steps : 1;
+  mpt_ddp_stats ds = t->ddp ? mpt_ddp_get_stats(t->ddp) : (mpt_ddp_stats){0};
+  float v[6] = {(float)(t->sum_forward / n), (float)(t->sum_backward / n),
+                (float)(ds.sum_exposed_comm_ms / n), (float)(t->sum_optimizer / n),
+                (float)(t->sum_total / n), (float)(ds.sum_allreduce_ms / n)};
+  if (t->world > 1)
+    MPT_RETURN_IF(mpt_comm_allreduce_sync(t->comm, v, v, 6, MPT_F32, MPT_REDUCE_MAX));
+  bd->forward_ms = v[0];
+  bd->backward_ms = v[1];
+  bd->exposed_comm_ms = v[2];
+  bd->optimizer_ms = v[3];
+  bd->total_ms = v[4];
+  bd->allreduce_ms = v[5];
+  bd->hidden_fraction = ds.sum_allreduce_ms > 0 ? ds.sum_hidden_ms / ds.sum_allreduce_ms : 0;
+  bd->steps = t->timed_steps;
+  mpt_log(MPT_LOG_INFO,
+          "per-step breakdown (ms, mean over %" PRId64 " steps, slowest rank): forward %.3f  "
+          "backward %.3f  exposed comm %.3f  optimizer %.3f  total %.3f",
+          bd->steps, bd->forward_ms, bd->backward_ms, bd->exposed_comm_ms, bd->optimizer_ms,
+          bd->total_ms);
+  if (t->ddp)
+    mpt_log(MPT_LOG_INFO,
+            "all-reduce %.3f ms per step in %d bucket(s), %.0f%% hidden behind backward "
+            "(rank 0)",
+            bd->allreduce_ms, mpt_ddp_num_buckets(t->ddp), 100.0 * bd->hidden_fraction);
+  return MPT_OK;
+}
+
+static mpt_status train_run(trainer *t) {
+  const mpt_cli_options *o = t->o;
+  if (strcmp(o->device, "cuda") == 0 && !mpt_device_available(MPT_DEVICE_CUDA))
+    return MPT_FAIL(MPT_ENOTSUP, "--device cuda: no CUDA device is available to this build");
+  if (o->mode == MPT_MODE_DP)
+    return MPT_FAIL(MPT_ENOTSUP, "--mode dp is not available in this build yet");
+  t->device = mpt_device_cpu();
+  int threads = o->threads;
+  if (threads == 0) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int local = mpt_comm_local_size(t->comm);
+    threads = (int)(cores / (local > 0 ? local : 1));
+    if (threads < 1) threads = 1;
+  }
+  openblas_set_num_threads(threads);
+  MPT_RETURN_IF(mpt_stream_init(&t->stream, t->device, MPT_STREAM_INLINE));
+  MPT_RETURN_IF(load_data(t));
+  MPT_RETURN_IF(make_model(t));
+  MPT_RETURN_IF(mpt_tape_init(&t->tape, t->model, t->stream));
+  if (t->world > 1) {
+    mpt_ddp_config dc = o->ddp;
+    dc.timeout_ms = o->timeout_s * 1e3;
+    MPT_RETURN_IF(mpt_ddp_init(&t->ddp, t->model, t->comm, t->stream, &dc));
+  }
+  MPT_RETURN_IF(mpt_optimizer_init(&t->opt, &o->optim, t->device,
+                                   mpt_model_param_count(t->model)));
+  MPT_RETURN_IF(make_loaders(t));
+  int64_t batches = mpt_loader_num_batches(t->train_loader);
+  if (t->ddp) MPT_RETURN_IF(mpt_ddp_check_batches(t->ddp, batches));
+  t->steps_per_epoch = batches / o->accumulate;
+  if (o->max_steps > 0 && o->max_steps < t->steps_per_epoch) t->steps_per_epoch = o->max_steps;
+  if (t->steps_per_epoch < 1)
+    return MPT_FAIL(MPT_EINVAL,
+                    "an epoch has %" PRId64 " batches of %" PRId64 " on this rank, fewer than "
+                    "--accumulate %d: nothing to train",
+                    batches, o->batch_size, o->accumulate);
+  t->schedule = o->schedule;
+  if (t->schedule.step_size <= 0) t->schedule.step_size = t->steps_per_epoch;
+  if (t->schedule.kind == MPT_LR_COSINE)
+    t->schedule.total_steps = t->steps_per_epoch * o->epochs;
+  if (t->schedule.total_steps <= t->schedule.warmup_steps)
+    t->schedule.total_steps = t->schedule.warmup_steps + 1;
+  MPT_RETURN_IF(mpt_lr_schedule_validate(&t->schedule));
+  if (o->trace[0]) {
+    int64_t cap = t->steps_per_epoch * o->epochs * (3 * o->accumulate + 2 +
+                                                    (t->ddp ? mpt_ddp_num_buckets(t->ddp) : 0));
+    if (cap > 2000000) cap = 2000000;
+    MPT_RETURN_IF(mpt_trace_init(&t->trace, t->rank, cap < 16 ? 16 : cap));
+    if (t->ddp) mpt_ddp_set_trace(t->ddp, t->trace);
+  }
+
+  fprintf(stderr, "mpitrain: rank %d/%d local rank %d host %s device cpu launcher %s\n",
+          t->rank, t->world, mpt_comm_local_rank(t->comm), mpt_comm_hostname(t->comm),
+          mpt_launcher_name(mpt_comm_launcher(t->comm)));
+  mpt_log(MPT_LOG_INFO,
+          "model %s: %" PRId64 " parameters; %" PRId64 " training and %" PRId64
+          " test samples; batch %" PRId64 " per rank x %d rank(s) x %d micro-batch(es); "
+          "%" PRId64 " steps per epoch; %s lr %g; %d BLAS thread(s) per rank",
+          o->model, mpt_model_param_count(t->model), t->train.count, t->test.count,
+          o->batch_size, t->world, o->accumulate, t->steps_per_epoch,
+          mpt_optimizer_kind_name(o->optim.kind), (double)o->optim.lr, threads);
+  if (t->ddp)
+    mpt_log(MPT_LOG_INFO, "DDP: %d bucket(s) (first cap %g MiB, cap %g MiB), overlap %s",
+            mpt_ddp_num_buckets(t->ddp), o->ddp.first_bucket_cap_mb, o->ddp.bucket_cap_mb,
+            o->ddp.overlap ? "on" : "off");
+
+  t->epochs = calloc((size_t)o->epochs, sizeof *t->epochs);
+  if (!t->epochs) return MPT_FAIL(MPT_ENOMEM, "cannot allocate metrics");
+  for (int64_t e = 0; e < o->epochs; e++) {
+    MPT_RETURN_IF(run_epoch(t, e, &t->epochs[e]));
+    t->nepochs = e + 1;
+  }
+  mpt_step_breakdown bd;
+  MPT_RETURN_IF(report_breakdown(t, &bd));
+  if (o->save_params[0]) MPT_RETURN_IF(save_params(t, o->save_params));
+  if (t->trace) MPT_RETURN_IF(write_trace(t));
+  if (o->metrics_json[0] && t->rank == 0) {
+    mpt_run_info info = {o->model,
+                         o->batch_size,
+                         t->world,
+                         o->seed,
+                         mpt_optimizer_kind_name(o->optim.kind),
+                         o->optim.lr,
+                         o->epochs,
+                         mpt_launcher_name(mpt_comm_launcher(t->comm)),
+                         o->ddp.bucket_cap_mb,
+                         o->ddp.overlap,
+                         o->accumulate,
+                         t->world > 1 ? "ddp" : "single"};
+    MPT_RETURN_IF(mpt_metrics_write_json(o->metrics_json, &info, t->epochs, t->nepochs, &bd));
+  }
+  return MPT_OK;
+}
+
+static void trainer_free(trainer *t) {
+  mpt_loader_free(t->train_loader);
+  mpt_loader_free(t->test_loader);
+  mpt_sampler_free(t->train_sampler);
+  mpt_sampler_free(t->test_sampler);
+  mpt_ddp_free(t->ddp);
+  mpt_optimizer_free(t->opt);
+  mpt_tape_free(t->tape);
+  mpt_model_free(t->model);
+  mpt_dataset_free(&t->train);
+  mpt_dataset_free(&t->test);
+  mpt_trace_free(t->trace);
+  mpt_stream_free(t->stream);
+  free(t->epochs);
+}
+
+int mpt_cli_train(const mpt_cli_options *o) {
+  trainer t;
+  memset(&t, 0, sizeof t);
+  t.o = o;
+  mpt_comm_config cc = mpt_comm_config_default();
+  cc.timeout_ms = o->timeout_s * 1e3;
+  cc.check_collectives = o->check_collectives;
+  mpt_status st = mpt_comm_init(&t.comm, &cc);
+  if (st != MPT_OK) {
+    fprintf(stderr, "mpitrain: error: %s: %s\n", mpt_status_message(st), mpt_last_error());
+    mpt_comm_abort(NULL, 1);
+  }
+  t.rank = mpt_comm_rank(t.comm);
+  t.world = mpt_comm_world_size(t.comm);
+  t.progress = t.rank == 0 && (o->progress == 1 || (o->progress == -1 && isatty(2)));
+  st = train_run(&t);
+  if (st != MPT_OK) {
+    mpt_log(MPT_LOG_ERROR, "%s: %s", mpt_status_message(st), mpt_last_error());
+    if (t.world > 1) {
+      mpt_log(MPT_LOG_ERROR, "rank %d failed: aborting the job", t.rank);
+      mpt_comm_abort(t.comm, 1);
+    }
+    trainer_free(&t);
+    mpt_comm_free(t.comm);
+    mpt_comm_finalize();
+    return 1;
+  }
+  trainer_free(&t);
+  mpt_comm_free(t.comm);
+  mpt_comm_finalize();
+  return 0;
+}

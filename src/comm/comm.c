@@ -1,0 +1,349 @@
+/* The public comm API: config, lifetime, properties, the comm backend registry, and the public
+ * collective wrappers (argument checks, count 0, sequence numbers, dispatch to the backend
+ * table), plus the synchronous wrappers for setup code.
+ *
+ * Invariants: a comm's rank, sizes, launcher and agreed config never change after init. The
+ * sequence counter only grows. `failed` goes from 0 to an error once and stays (first failure
+ * wins). Process-wide: the count of live comms (mpt_comm_finalize refuses while any is alive).
+ * Wrappers run on the caller's thread; the backend's work runs on the stream's thread. */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_impl.h"
+
+static atomic_int live_comms;
+
+const char *mpt_reduce_op_name(mpt_reduce_op op) {
+  switch (op) {
+    case MPT_REDUCE_SUM:
+      return "sum";
+    case MPT_REDUCE_AVG:
+      return "avg";
+    case MPT_REDUCE_MIN:
+      return "min";
+    case MPT_REDUCE_MAX:
+      return "max";
+  }
+  return "unknown";
+}
+
+const char *mpt_launcher_name(mpt_launcher launcher) {
+  switch (launcher) {
+    case MPT_LAUNCHER_PLAIN:
+      return "plain process";
+    case MPT_LAUNCHER_MPIRUN:
+      return "mpirun";
+    case MPT_LAUNCHER_SRUN:
+      return "srun";
+  }
+  return "unknown";
+}
+
+const char *mpt_comm_backend_name(mpt_comm_backend backend) {
+  switch (backend) {
+    case MPT_COMM_BACKEND_MPI:
+      return "mpi";
+    case MPT_COMM_BACKEND_NCCL:
+      return "nccl";
+  }
+  return "unknown";
+}
+
+mpt_comm_config mpt_comm_config_default(void) {
+  mpt_comm_config c;
+  memset(&c, 0, sizeof c);
+  c.backend = MPT_COMM_BACKEND_MPI;
+  c.timeout_ms = 300000.0;
+  c.check_collectives = 0;
+  c.confirm_collectives = 1;
+  c.max_chunk_count = INT_MAX / 2;
+  c.configure_log = 1;
+  c.log_level = MPT_LOG_INFO;
+  return c;
+}
+
+/* The registry: the only place that knows which comm backends exist. */
+static const mpt__comm_backend *backend_get(mpt_comm_backend kind) {
+  switch (kind) {
+    case MPT_COMM_BACKEND_MPI:
+      return &mpt__comm_mpi_backend;
+    case MPT_COMM_BACKEND_NCCL:
+      /* Slot for src/comm/comm_nccl.c (mpt__comm_nccl_backend, #ifdef MPT_HAVE_NCCL). */
+      return NULL;
+  }
+  return NULL;
+}
+
+/* ---- failure state ----------------------------------------------------------------------- */
+
+void mpt__comm_set_failed(mpt_comm *comm, mpt_status status) {
+  pthread_mutex_lock(&comm->mutex);
+  if (atomic_load(&comm->failed) == MPT_OK) {
+    snprintf(comm->failed_detail, sizeof comm->failed_detail, "%s", mpt_last_error());
+    atomic_store(&comm->failed, status);
+  }
+  pthread_mutex_unlock(&comm->mutex);
+}
+
+mpt_status mpt__comm_check_usable(mpt_comm *comm) {
+  mpt_status st = (mpt_status)atomic_load(&comm->failed);
+  if (st == MPT_OK) return MPT_OK;
+  char detail[1024];
+  pthread_mutex_lock(&comm->mutex);
+  snprintf(detail, sizeof detail, "%s", comm->failed_detail);
+  pthread_mutex_unlock(&comm->mutex);
+  return mpt_error_set(st, "the communicator is unusable since an earlier collective failed: %s",
+                       detail);
+}
+
+mpt_status mpt_comm_error(const mpt_comm *comm) {
+  return comm ? (mpt_status)atomic_load(&((mpt_comm *)comm)->failed) : MPT_OK;
+}
+
+/* ---- lifetime ---------------------------------------------------------------------------- */
+
+static mpt_status config_check(const mpt_comm_config *c) {
+  if (!(c->timeout_ms > 0) || !isfinite(c->timeout_ms))
+    return MPT_FAIL(MPT_EINVAL, "comm timeout_ms must be a positive number of milliseconds, not %g",
+                    c->timeout_ms);
+  if (c->max_chunk_count < 1 || c->max_chunk_count > INT_MAX / 2)
+    return MPT_FAIL(MPT_EINVAL, "comm max_chunk_count must be in [1, %d], not %lld", INT_MAX / 2,
+                    (long long)c->max_chunk_count);
+  if (c->log_level < MPT_LOG_ERROR || c->log_level > MPT_LOG_DEBUG)
+    return MPT_FAIL(MPT_EINVAL, "comm log_level %d is not a log level", (int)c->log_level);
+  return MPT_OK;
+}
+
+mpt_status mpt_comm_init(mpt_comm **out, const mpt_comm_config *config) {
+  if (!out) return MPT_FAIL(MPT_EINVAL, "NULL comm output pointer");
+  *out = NULL;
+  mpt_comm_config cfg = config ? *config : mpt_comm_config_default();
+  MPT_RETURN_IF(config_check(&cfg));
+  const mpt__comm_backend *backend = backend_get(cfg.backend);
+  if (!backend)
+    return MPT_FAIL(MPT_ENOTSUP, "the %s comm backend is not available in this build",
+                    mpt_comm_backend_name(cfg.backend));
+
+  mpt_status st = MPT_OK;
+  mpt_comm *c = calloc(1, sizeof *c);
+  if (!c) return MPT_FAIL(MPT_ENOMEM, "cannot allocate a comm");
+  pthread_mutex_init(&c->mutex, NULL);
+  pthread_mutex_init(&c->sync_mutex, NULL);
+  atomic_init(&c->failed, MPT_OK);
+  atomic_init(&c->next_seq, 0);
+  c->backend = backend;
+
+  MPT_CHECK(mpt__comm_bootstrap(c, &cfg), fail_boot);
+  if (c->config.configure_log)
+    mpt_log_configure(c->rank, c->world_size, c->config.log_level, 0);
+  if (c->launch_notes[0])
+    MPT_LOG_DBG("launched by %s; %s", mpt_launcher_name(c->launcher), c->launch_notes);
+  MPT_CHECK(mpt_stream_init(&c->stream, mpt_device_cpu(), MPT_STREAM_WORKER), fail_stream);
+  MPT_CHECK(mpt_event_init(&c->sync_event, mpt_device_cpu()), fail_event);
+  MPT_CHECK(backend->init(c), fail_backend);
+  MPT_LOG_DBG("comm: rank %d of %d, local rank %d of %d on %s, launched by %s, backend %s, "
+              "timeout %g s, checked mode %s, agreement %s",
+              c->rank, c->world_size, c->local_rank, c->local_size, c->hostname,
+              mpt_launcher_name(c->launcher), backend->name, c->config.timeout_ms / 1000.0,
+              c->config.check_collectives ? "on" : "off",
+              c->config.confirm_collectives ? "on" : "off");
+  atomic_fetch_add(&live_comms, 1);
+  *out = c;
+  return MPT_OK;
+
+fail_backend:
+  mpt_event_free(c->sync_event);
+fail_event:
+  mpt_stream_free(c->stream);
+fail_stream:
+  MPI_Comm_free(&c->mpi_comm);
+fail_boot:
+  pthread_mutex_destroy(&c->sync_mutex);
+  pthread_mutex_destroy(&c->mutex);
+  free(c);
+  return st;
+}
+
+void mpt_comm_free(mpt_comm *comm) {
+  if (!comm) return;
+  mpt_stream_free(comm->stream); /* runs what is queued; each collective ends by its deadline */
+  comm->backend->free(comm);
+  mpt_event_free(comm->sync_event);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm->mpi_comm != MPI_COMM_NULL) MPI_Comm_free(&comm->mpi_comm);
+  pthread_mutex_destroy(&comm->sync_mutex);
+  pthread_mutex_destroy(&comm->mutex);
+  free(comm);
+  atomic_fetch_sub(&live_comms, 1);
+}
+
+mpt_status mpt_comm_finalize(void) {
+  int n = atomic_load(&live_comms);
+  if (n > 0)
+    return MPT_FAIL(MPT_ESTATE, "%d comm(s) still alive: mpt_comm_free them before finalizing", n);
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!mpt__comm_mpi_owned() || !initialized || finalized) return MPT_OK;
+  int rc = MPI_Finalize();
+  if (rc != MPI_SUCCESS) return MPT_MPI_FAIL(rc, mpt_log_rank(), "MPI_Finalize");
+  return MPT_OK;
+}
+
+void mpt_comm_abort(const mpt_comm *comm, int code) {
+  (void)comm; /* every rank of the job ends, whichever communicator is named */
+  fflush(stdout);
+  fflush(stderr);
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+  exit(code);
+}
+
+/* ---- properties -------------------------------------------------------------------------- */
+
+int mpt_comm_rank(const mpt_comm *comm) { return comm->rank; }
+int mpt_comm_world_size(const mpt_comm *comm) { return comm->world_size; }
+int mpt_comm_local_rank(const mpt_comm *comm) { return comm->local_rank; }
+int mpt_comm_local_size(const mpt_comm *comm) { return comm->local_size; }
+const char *mpt_comm_hostname(const mpt_comm *comm) { return comm->hostname; }
+mpt_launcher mpt_comm_launcher(const mpt_comm *comm) { return comm->launcher; }
+mpt_comm_backend mpt_comm_backend_kind(const mpt_comm *comm) { return comm->config.backend; }
+int mpt_comm_checked(const mpt_comm *comm) { return comm->config.check_collectives; }
+double mpt_comm_timeout_ms(const mpt_comm *comm) { return comm->config.timeout_ms; }
+mpt_stream *mpt_comm_stream(mpt_comm *comm) { return comm->stream; }
+uint64_t mpt_comm_sequence(const mpt_comm *comm) {
+  return atomic_load(&((mpt_comm *)comm)->next_seq);
+}
+
+/* ---- collectives ------------------------------------------------------------------------- */
+
+/* 1 if [a, a+na) and [b, b+nb) share a byte. */
+static int overlap(const void *a, size_t na, const void *b, size_t nb) {
+  const char *pa = a, *pb = b;
+  return na && nb && pa < pb + nb && pb < pa + na;
+}
+
+static mpt_status check_common(mpt_comm *comm, int64_t count, mpt_dtype dtype, const char *what) {
+  if (!comm) return MPT_FAIL(MPT_EINVAL, "%s: NULL comm", what);
+  if (count < 0) return MPT_FAIL(MPT_EINVAL, "%s: negative count %lld", what, (long long)count);
+  if (dtype != MPT_F32 && dtype != MPT_I32 && dtype != MPT_U8)
+    return MPT_FAIL(MPT_EINVAL, "%s: unsupported dtype %d (float32, int32 or uint8)", what,
+                    (int)dtype);
+  if ((uint64_t)count > SIZE_MAX / 8 / (uint64_t)(comm->world_size > 0 ? comm->world_size : 1))
+    return MPT_FAIL(MPT_EINVAL, "%s: count %lld is too large", what, (long long)count);
+  return mpt__comm_check_usable(comm);
+}
+
+/* Assigns the sequence number and hands the collective to the backend (count 0: nothing,
+ * except in checked mode where it still takes part in the signature check). */
+static mpt_status dispatch(mpt_comm *comm, mpt_stream *stream, mpt__coll *coll) {
+  if (coll->count == 0 && coll->kind != MPT__COLL_BARRIER && !comm->config.check_collectives)
+    return MPT_OK;
+  if (!stream) stream = comm->stream;
+  coll->seq = atomic_fetch_add(&comm->next_seq, 1);
+  switch (coll->kind) {
+    case MPT__COLL_ALLREDUCE:
+      return comm->backend->allreduce(comm, stream, coll);
+    case MPT__COLL_BROADCAST:
+      return comm->backend->broadcast(comm, stream, coll);
+    case MPT__COLL_ALLGATHER:
+      return comm->backend->allgather(comm, stream, coll);
+    case MPT__COLL_BARRIER:
+      return comm->backend->barrier(comm, stream, coll);
+  }
+  return MPT_FAIL(MPT_EINVAL, "unknown collective kind %d", (int)coll->kind);
+}
+
+mpt_status mpt_comm_allreduce(mpt_comm *comm, mpt_stream *stream, const void *sendbuf,
+                              void *recvbuf, int64_t count, mpt_dtype dtype, mpt_reduce_op op) {
+  MPT_RETURN_IF(check_common(comm, count, dtype, "all-reduce"));
+  if (op != MPT_REDUCE_SUM && op != MPT_REDUCE_AVG && op != MPT_REDUCE_MIN &&
+      op != MPT_REDUCE_MAX)
+    return MPT_FAIL(MPT_EINVAL, "all-reduce: unknown reduction %d", (int)op);
+  if (op == MPT_REDUCE_AVG && dtype != MPT_F32)
+    return MPT_FAIL(MPT_EINVAL, "all-reduce: avg needs float32, not %s", mpt_dtype_name(dtype));
+  if (count > 0 && (!sendbuf || !recvbuf))
+    return MPT_FAIL(MPT_EINVAL, "all-reduce: NULL buffer with count %lld", (long long)count);
+  size_t nbytes = (size_t)count * mpt_dtype_size(dtype);
+  if (sendbuf != recvbuf && overlap(sendbuf, nbytes, recvbuf, nbytes))
+    return MPT_FAIL(MPT_EINVAL, "all-reduce: send and receive buffers overlap without being equal "
+                    "(pass the same pointer for in place)");
+  mpt__coll coll = {MPT__COLL_ALLREDUCE, 0, sendbuf, recvbuf, count, dtype, (int)op};
+  return dispatch(comm, stream, &coll);
+}
+
+mpt_status mpt_comm_broadcast(mpt_comm *comm, mpt_stream *stream, void *buf, int64_t count,
+                              mpt_dtype dtype, int root) {
+  MPT_RETURN_IF(check_common(comm, count, dtype, "broadcast"));
+  if (root < 0 || root >= comm->world_size)
+    return MPT_FAIL(MPT_EINVAL, "broadcast: root %d is not a rank of a world of %d", root,
+                    comm->world_size);
+  if (count > 0 && !buf)
+    return MPT_FAIL(MPT_EINVAL, "broadcast: NULL buffer with count %lld", (long long)count);
+  mpt__coll coll = {MPT__COLL_BROADCAST, 0, buf, buf, count, dtype, root};
+  return dispatch(comm, stream, &coll);
+}
+
+mpt_status mpt_comm_allgather(mpt_comm *comm, mpt_stream *stream, const void *sendbuf,
+                              void *recvbuf, int64_t count, mpt_dtype dtype) {
+  MPT_RETURN_IF(check_common(comm, count, dtype, "all-gather"));
+  if (count > 0 && (!sendbuf || !recvbuf))
+    return MPT_FAIL(MPT_EINVAL, "all-gather: NULL buffer with count %lld", (long long)count);
+  size_t nbytes = (size_t)count * mpt_dtype_size(dtype);
+  const char *mine = (const char *)recvbuf + (size_t)comm->rank * nbytes;
+  if (count > 0 && (const char *)sendbuf != mine &&
+      overlap(sendbuf, nbytes, recvbuf, nbytes * (size_t)comm->world_size))
+    return MPT_FAIL(MPT_EINVAL, "all-gather: the send buffer overlaps the receive buffer "
+                    "without being this rank's block (recvbuf + rank * count for in place)");
+  mpt__coll coll = {MPT__COLL_ALLGATHER, 0, sendbuf, recvbuf, count, dtype, 0};
+  return dispatch(comm, stream, &coll);
+}
+
+mpt_status mpt_comm_barrier(mpt_comm *comm, mpt_stream *stream) {
+  if (!comm) return MPT_FAIL(MPT_EINVAL, "barrier: NULL comm");
+  MPT_RETURN_IF(mpt__comm_check_usable(comm));
+  mpt__coll coll = {MPT__COLL_BARRIER, 0, NULL, NULL, 0, MPT_U8, 0};
+  return dispatch(comm, stream, &coll);
+}
+
+/* ---- synchronous wrappers ---------------------------------------------------------------- */
+
+/* Called with sync_mutex held after a successful enqueue on the comm's own stream. */
+static mpt_status sync_wait(mpt_comm *comm) {
+  MPT_RETURN_IF(mpt_event_record(comm->sync_event, comm->stream));
+  /* No host deadline: the collective and everything ahead of it end by their own. */
+  return mpt_event_synchronize(comm->sync_event, -1.0);
+}
+
+#define MPT__SYNC(call)                                   \
+  do {                                                    \
+    if (!comm) return MPT_FAIL(MPT_EINVAL, "NULL comm");  \
+    pthread_mutex_lock(&comm->sync_mutex);                \
+    mpt_status st = (call);                               \
+    if (st == MPT_OK) st = sync_wait(comm);               \
+    pthread_mutex_unlock(&comm->sync_mutex);              \
+    return st;                                            \
+  } while (0)
+
+mpt_status mpt_comm_allreduce_sync(mpt_comm *comm, const void *sendbuf, void *recvbuf,
+                                   int64_t count, mpt_dtype dtype, mpt_reduce_op op) {
+  MPT__SYNC(mpt_comm_allreduce(comm, NULL, sendbuf, recvbuf, count, dtype, op));
+}
+
+mpt_status mpt_comm_broadcast_sync(mpt_comm *comm, void *buf, int64_t count, mpt_dtype dtype,
+                                   int root) {
+  MPT__SYNC(mpt_comm_broadcast(comm, NULL, buf, count, dtype, root));
+}
+
+mpt_status mpt_comm_allgather_sync(mpt_comm *comm, const void *sendbuf, void *recvbuf,
+                                   int64_t count, mpt_dtype dtype) {
+  MPT__SYNC(mpt_comm_allgather(comm, NULL, sendbuf, recvbuf, count, dtype));
+}
+
+mpt_status mpt_comm_barrier_sync(mpt_comm *comm) { MPT__SYNC(mpt_comm_barrier(comm, NULL)); }

@@ -1,0 +1,480 @@
+/* The MPI comm backend: collectives as non-blocking MPI calls (MPI_Iallreduce, MPI_Ibcast,
+ * MPI_Iallgather, MPI_Ibarrier) run by a host function on the caller's stream and polled with
+ * MPI_Test until they complete or their deadline passes. Also the MPI helpers shared with the
+ * bootstrap (error text, polling, dtypes).
+ *
+ * Runs on: enqueue functions on the caller's thread; op_run on the stream's thread (the comm
+ * worker thread for the comm's own stream).
+ *
+ * Op records: each enqueued collective takes a record from a per-comm free list (allocated only
+ * when the list is empty, so the steady state does not allocate) and op_run returns it when it
+ * finishes. A record whose host function never runs (its stream had already failed) stays
+ * allocated until mpt_comm_free, which frees every record ever made. Records therefore live
+ * from enqueue to the end of op_run, or to mpt_comm_free at the latest. Exception: a record
+ * whose collective timed out is leaked on purpose, because MPI cannot cancel a collective and
+ * may still write into it (its signature and agreement buffers) if the peers arrive late.
+ *
+ * Sequence of one collective on the worker, all under one deadline (start + timeout_ms):
+ *   1. the comm is unusable -> fail at once, no MPI call;
+ *   2. checked mode: all-gather the signatures, compare (mismatch -> MPT_EMISMATCH on every
+ *      rank, no data moves, the comm stays usable because every rank skipped the same op);
+ *   3. the data collective, split into chunks of at most max_chunk_count elements;
+ *   4. agreement (confirm_collectives): all-reduce MAX of {failing rank code, hash, -hash}, so a
+ *      rank that completed while another failed or disagreed reports an error too;
+ *   5. AVG: divide by the world size.
+ * Any failure other than a checked-mode mismatch marks the comm unusable: after a timeout a
+ * collective may still be pending inside MPI, and after a disagreement the ranks' matching of
+ * collectives is no longer trustworthy. */
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm/comm_impl.h"
+
+enum { SIG_LEN = 5 }; /* kind, count, dtype, arg, seq */
+
+typedef struct op_rec {
+  mpt_comm *comm;
+  mpt__coll coll;
+  int64_t *sigs;           /* [world_size, SIG_LEN]: checked mode, allocated on first use */
+  int64_t sig_mine[SIG_LEN];
+  int abandoned;           /* timed out: MPI may still write into it, so it is never freed */
+  int64_t confirm_in[3];   /* agreement: {fail code, hash, -hash} */
+  int64_t confirm_out[3];
+  struct op_rec *next_free;
+  struct op_rec *next_all;
+} op_rec;
+
+typedef struct mpi_state {
+  pthread_mutex_t mutex;
+  op_rec *free_list;
+  op_rec *all;
+} mpi_state;
+
+/* ---- helpers shared with the bootstrap --------------------------------------------------- */
+
+mpt_status mpt__mpi_error(const char *file, int line, int mpi_rc, int rank, const char *fmt,
+                          ...) {
+  char what[512], text[MPI_MAX_ERROR_STRING] = "";
+  int len = 0;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  if (MPI_Error_string(mpi_rc, text, &len) != MPI_SUCCESS)
+    snprintf(text, sizeof text, "MPI error code %d", mpi_rc);
+  if (rank >= 0)
+    return mpt__error(MPT_ECOMM, file, line, "%s failed on rank %d: %s", what, rank, text);
+  return mpt__error(MPT_ECOMM, file, line, "%s failed: %s", what, text);
+}
+
+int mpt__mpi_wait_until(MPI_Request *req, double deadline_ms, int *done) {
+  int spins = 0;
+  long sleep_ns = 2000;
+  *done = 0;
+  for (;;) {
+    int flag = 0;
+    int rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return rc;
+    if (flag) {
+      *done = 1;
+      return MPI_SUCCESS;
+    }
+    if (mpt_time_ms() >= deadline_ms) return MPI_SUCCESS;
+    /* Spin briefly (small collectives finish in microseconds), then sleep in short steps: with
+     * libnbc the schedule only advances inside MPI_Test, so the steps stay short. */
+    if (spins < 200) {
+      spins++;
+      sched_yield();
+    } else {
+      struct timespec ts = {0, sleep_ns};
+      nanosleep(&ts, NULL);
+      if (sleep_ns < 100000) sleep_ns *= 2;
+    }
+  }
+}
+
+MPI_Datatype mpt__mpi_dtype(mpt_dtype dtype) {
+  switch (dtype) {
+    case MPT_F32:
+      return MPI_FLOAT;
+    case MPT_I32:
+      return MPI_INT32_T;
+    case MPT_U8:
+      return MPI_UINT8_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+/* ---- describing collectives -------------------------------------------------------------- */
+
+static const char *kind_name(int kind) {
+  switch (kind) {
+    case MPT__COLL_ALLREDUCE:
+      return "all-reduce";
+    case MPT__COLL_BROADCAST:
+      return "broadcast";
+    case MPT__COLL_ALLGATHER:
+      return "all-gather";
+    case MPT__COLL_BARRIER:
+      return "barrier";
+  }
+  return "unknown collective";
+}
+
+/* "all-reduce #17 (count 4096 float32 sum)" */
+static const char *describe(const mpt__coll *c, char *buf, size_t nbytes) {
+  const char *dt = mpt_dtype_name(c->dtype);
+  long long n = (long long)c->count;
+  unsigned long long seq = (unsigned long long)c->seq;
+  switch (c->kind) {
+    case MPT__COLL_ALLREDUCE:
+      snprintf(buf, nbytes, "all-reduce #%llu (count %lld %s %s)", seq, n, dt,
+               mpt_reduce_op_name((mpt_reduce_op)c->arg));
+      break;
+    case MPT__COLL_BROADCAST:
+      snprintf(buf, nbytes, "broadcast #%llu (count %lld %s from root %d)", seq, n, dt, c->arg);
+      break;
+    case MPT__COLL_ALLGATHER:
+      snprintf(buf, nbytes, "all-gather #%llu (count %lld %s per rank)", seq, n, dt);
+      break;
+    default:
+      snprintf(buf, nbytes, "%s #%llu", kind_name(c->kind), seq);
+  }
+  return buf;
+}
+
+/* One rank's signature as a phrase: "all-reduces 8 float32 (sum) as collective #3". */
+static void describe_sig(const int64_t *s, char *buf, size_t nbytes) {
+  long long n = (long long)s[1];
+  const char *dt = mpt_dtype_name((mpt_dtype)s[2]);
+  unsigned long long seq = (unsigned long long)s[4];
+  switch ((int)s[0]) {
+    case MPT__COLL_ALLREDUCE:
+      snprintf(buf, nbytes, "all-reduces %lld %s (%s) as collective #%llu", n, dt,
+               mpt_reduce_op_name((mpt_reduce_op)s[3]), seq);
+      break;
+    case MPT__COLL_BROADCAST:
+      snprintf(buf, nbytes, "broadcasts %lld %s from root %lld as collective #%llu", n, dt,
+               (long long)s[3], seq);
+      break;
+    case MPT__COLL_ALLGATHER:
+      snprintf(buf, nbytes, "all-gathers %lld %s as collective #%llu", n, dt, seq);
+      break;
+    case MPT__COLL_BARRIER:
+      snprintf(buf, nbytes, "enters a barrier as collective #%llu", seq);
+      break;
+    default:
+      snprintf(buf, nbytes, "issues an unknown collective (kind %lld) as #%llu", (long long)s[0],
+               seq);
+  }
+}
+
+static void make_sig(const mpt__coll *c, int64_t *s) {
+  s[0] = c->kind;
+  s[1] = c->count;
+  s[2] = c->dtype;
+  s[3] = c->arg;
+  s[4] = (int64_t)c->seq;
+}
+
+/* 62-bit mix of the signature (splitmix64 steps), so that hash and -hash both fit int64. */
+static int64_t sig_hash(const int64_t *s) {
+  uint64_t h = 0x9e3779b97f4a7c15ULL;
+  for (int i = 0; i < SIG_LEN; i++) {
+    h ^= (uint64_t)s[i] + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
+    h ^= h >> 31;
+  }
+  return (int64_t)(h >> 2);
+}
+
+static mpt_status timeout_error(mpt_comm *comm, const mpt__coll *c, const char *stage) {
+  char what[160];
+  return MPT_FAIL(MPT_ETIMEOUT, "%s%s did not complete within %g s on rank %d", stage,
+                  describe(c, what, sizeof what), comm->config.timeout_ms / 1000.0, comm->rank);
+}
+
+/* Polls one request; returns OK, ECOMM (naming `call`) or ETIMEOUT. */
+static mpt_status wait_req(mpt_comm *comm, const mpt__coll *c, MPI_Request *req,
+                           double deadline_ms, const char *call, const char *stage) {
+  int done = 0;
+  int rc = mpt__mpi_wait_until(req, deadline_ms, &done);
+  char what[160];
+  if (rc != MPI_SUCCESS)
+    return MPT_MPI_FAIL(rc, comm->rank, "%s in %s%s", call, stage,
+                        describe(c, what, sizeof what));
+  if (!done) return timeout_error(comm, c, stage);
+  return MPT_OK;
+}
+
+/* ---- the stages -------------------------------------------------------------------------- */
+
+static mpt_status check_signatures(mpt_comm *comm, op_rec *r, double deadline_ms) {
+  const mpt__coll *c = &r->coll;
+  if (!r->sigs && !(r->sigs = malloc(sizeof(int64_t) * SIG_LEN * (size_t)comm->world_size)))
+    return MPT_FAIL(MPT_ENOMEM, "cannot allocate the signature table of checked mode");
+  make_sig(c, r->sig_mine);
+  MPI_Request req;
+  char what[160];
+  int rc = MPI_Iallgather(r->sig_mine, SIG_LEN, MPI_INT64_T, r->sigs, SIG_LEN, MPI_INT64_T,
+                          comm->mpi_comm, &req);
+  if (rc != MPI_SUCCESS)
+    return MPT_MPI_FAIL(rc, comm->rank, "MPI_Iallgather of the signatures (checked mode) before %s",
+                        describe(c, what, sizeof what));
+  MPT_RETURN_IF(wait_req(comm, c, &req, deadline_ms, "MPI_Iallgather",
+                         "checked mode: the signature exchange before "));
+
+  /* Every rank sees the same table, so every rank reaches the same verdict and message. */
+  char msg[768], phrase[160];
+  int ndiff = 0;
+  size_t used = 0;
+  for (int q = 1; q < comm->world_size; q++) {
+    if (memcmp(r->sigs + (size_t)q * SIG_LEN, r->sigs, sizeof(int64_t) * SIG_LEN) == 0) continue;
+    if (ndiff == 0) {
+      describe_sig(r->sigs, phrase, sizeof phrase);
+      used = (size_t)snprintf(msg, sizeof msg, "rank 0 %s", phrase);
+    }
+    if (++ndiff <= 4 && used < sizeof msg) {
+      describe_sig(r->sigs + (size_t)q * SIG_LEN, phrase, sizeof phrase);
+      used += (size_t)snprintf(msg + used, sizeof msg - used, ", rank %d %s", q, phrase);
+    }
+  }
+  if (ndiff == 0) return MPT_OK;
+  if (ndiff > 4 && used < sizeof msg)
+    snprintf(msg + used, sizeof msg - used, ", and %d more ranks differ from rank 0", ndiff - 4);
+  return MPT_FAIL(MPT_EMISMATCH, "collectives disagree across ranks (checked mode): %s", msg);
+}
+
+/* Runs the data movement of one collective, chunked. */
+static mpt_status run_data(mpt_comm *comm, const mpt__coll *c, double deadline_ms) {
+  MPI_Comm mc = comm->mpi_comm;
+  MPI_Datatype dt = mpt__mpi_dtype(c->dtype);
+  size_t es = mpt_dtype_size(c->dtype);
+  int64_t chunk = comm->config.max_chunk_count;
+  char what[160];
+  MPI_Request req;
+  int rc;
+
+  if (c->kind == MPT__COLL_BARRIER) {
+    if ((rc = MPI_Ibarrier(mc, &req)) != MPI_SUCCESS)
+      return MPT_MPI_FAIL(rc, comm->rank, "MPI_Ibarrier in %s", describe(c, what, sizeof what));
+    return wait_req(comm, c, &req, deadline_ms, "MPI_Ibarrier", "");
+  }
+
+  if (c->kind == MPT__COLL_ALLGATHER) {
+    char *recv = c->recvbuf;
+    int in_place = c->sendbuf == recv + (size_t)comm->rank * (size_t)c->count * es;
+    if (c->count <= chunk) {
+      rc = MPI_Iallgather(in_place ? MPI_IN_PLACE : c->sendbuf, (int)c->count, dt, recv,
+                          (int)c->count, dt, mc, &req);
+      if (rc != MPI_SUCCESS)
+        return MPT_MPI_FAIL(rc, comm->rank, "MPI_Iallgather in %s",
+                            describe(c, what, sizeof what));
+      return wait_req(comm, c, &req, deadline_ms, "MPI_Iallgather", "");
+    }
+    /* Chunk j of every rank's block: a receive type of n elements whose extent is one whole
+     * block, so rank r's piece lands at recv + (r * count + off) elements. */
+    for (int64_t off = 0; off < c->count; off += chunk) {
+      int n = (int)(c->count - off < chunk ? c->count - off : chunk);
+      MPI_Datatype piece, block;
+      if ((rc = MPI_Type_contiguous(n, dt, &piece)) != MPI_SUCCESS)
+        return MPT_MPI_FAIL(rc, comm->rank, "MPI_Type_contiguous in %s",
+                            describe(c, what, sizeof what));
+      rc = MPI_Type_create_resized(piece, 0, (MPI_Aint)((size_t)c->count * es), &block);
+      MPI_Type_free(&piece);
+      if (rc == MPI_SUCCESS && (rc = MPI_Type_commit(&block)) != MPI_SUCCESS) MPI_Type_free(&block);
+      if (rc != MPI_SUCCESS)
+        return MPT_MPI_FAIL(rc, comm->rank, "MPI_Type_create_resized in %s",
+                            describe(c, what, sizeof what));
+      const char *send = (const char *)c->sendbuf + (size_t)off * es;
+      rc = MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, dt, recv + (size_t)off * es, 1,
+                          block, mc, &req);
+      MPI_Type_free(&block); /* MPI keeps it alive while the collective needs it */
+      if (rc != MPI_SUCCESS)
+        return MPT_MPI_FAIL(rc, comm->rank, "MPI_Iallgather in %s",
+                            describe(c, what, sizeof what));
+      MPT_RETURN_IF(wait_req(comm, c, &req, deadline_ms, "MPI_Iallgather", ""));
+    }
+    return MPT_OK;
+  }
+
+  for (int64_t off = 0; off < c->count; off += chunk) {
+    int n = (int)(c->count - off < chunk ? c->count - off : chunk);
+    char *recv = (char *)c->recvbuf + (size_t)off * es;
+    const char *call;
+    if (c->kind == MPT__COLL_BROADCAST) {
+      call = "MPI_Ibcast";
+      rc = MPI_Ibcast(recv, n, dt, c->arg, mc, &req);
+    } else {
+      MPI_Op op = c->arg == MPT_REDUCE_MIN ? MPI_MIN : c->arg == MPT_REDUCE_MAX ? MPI_MAX : MPI_SUM;
+      const void *send =
+          c->sendbuf == c->recvbuf ? MPI_IN_PLACE : (const char *)c->sendbuf + (size_t)off * es;
+      call = "MPI_Iallreduce";
+      rc = MPI_Iallreduce(send, recv, n, dt, op, mc, &req);
+    }
+    if (rc != MPI_SUCCESS)
+      return MPT_MPI_FAIL(rc, comm->rank, "%s in %s", call, describe(c, what, sizeof what));
+    MPT_RETURN_IF(wait_req(comm, c, &req, deadline_ms, call, ""));
+  }
+  return MPT_OK;
+}
+
+/* The agreement after the data collective. `local` is this rank's outcome so far; on return
+ * *disagree says whether the ranks' signatures differ. For a rank whose own part succeeded the
+ * result is MPT_OK, MPT_EMISMATCH (signatures differ) or MPT_ECOMM (another rank failed). */
+static mpt_status confirm(mpt_comm *comm, op_rec *r, mpt_status local, double deadline_ms,
+                          int *disagree) {
+  const mpt__coll *c = &r->coll;
+  int64_t sig[SIG_LEN];
+  make_sig(c, sig);
+  int64_t h = sig_hash(sig);
+  r->confirm_in[0] = local == MPT_OK ? 0 : comm->world_size - comm->rank;
+  r->confirm_in[1] = h;
+  r->confirm_in[2] = -h;
+  *disagree = 0;
+  MPI_Request req;
+  char what[160];
+  int rc = MPI_Iallreduce(r->confirm_in, r->confirm_out, 3, MPI_INT64_T, MPI_MAX, comm->mpi_comm,
+                          &req);
+  if (rc != MPI_SUCCESS)
+    return MPT_MPI_FAIL(rc, comm->rank, "MPI_Iallreduce (agreement) after %s",
+                        describe(c, what, sizeof what));
+  MPT_RETURN_IF(wait_req(comm, c, &req, deadline_ms, "MPI_Iallreduce",
+                         "the agreement after "));
+  *disagree = r->confirm_out[1] != -r->confirm_out[2];
+  long long failed_rank = r->confirm_out[0] > 0 ? comm->world_size - r->confirm_out[0] : -1;
+  if (local != MPT_OK) return MPT_OK; /* the caller keeps this rank's own error */
+  if (*disagree) {
+    char also[64] = "";
+    if (failed_rank >= 0) snprintf(also, sizeof also, ", and it failed on rank %lld", failed_rank);
+    return MPT_FAIL(MPT_EMISMATCH,
+                    "ranks disagree on %s: count, dtype, op or order differ%s; the result on "
+                    "rank %d is not valid (MPT_CHECK_COLLECTIVES=1 names the ranks and their "
+                    "collectives)",
+                    describe(c, what, sizeof what), also, comm->rank);
+  }
+  if (failed_rank >= 0)
+    return MPT_FAIL(MPT_ECOMM, "%s failed on rank %lld, so the result on rank %d is incomplete",
+                    describe(c, what, sizeof what), failed_rank, comm->rank);
+  return MPT_OK;
+}
+
+static mpt_status execute(mpt_comm *comm, op_rec *r) {
+  const mpt__coll *c = &r->coll;
+  double deadline_ms = mpt_time_ms() + comm->config.timeout_ms;
+  MPT_RETURN_IF(mpt__comm_check_usable(comm));
+
+  mpt_status st = MPT_OK;
+  if (comm->config.check_collectives) {
+    st = check_signatures(comm, r, deadline_ms);
+    if (st == MPT_EMISMATCH) return st; /* every rank skipped this one: the comm is fine */
+    if (st != MPT_OK) goto broken;
+  }
+  if (c->count == 0 && c->kind != MPT__COLL_BARRIER) return MPT_OK; /* checked mode only */
+
+  st = run_data(comm, c, deadline_ms);
+  if (st == MPT_ETIMEOUT) goto broken; /* others may still be inside it: no agreement */
+  if (comm->config.confirm_collectives) {
+    char local_detail[1024];
+    snprintf(local_detail, sizeof local_detail, "%s", mpt_last_error());
+    int disagree = 0;
+    mpt_status agreed = confirm(comm, r, st, deadline_ms, &disagree);
+    if (agreed == MPT_ETIMEOUT) r->abandoned = 1;
+    if (st != MPT_OK) /* keep this rank's own error, with what the agreement learnt */
+      mpt_error_set(st, "%s%s", local_detail,
+                    disagree ? "; the ranks also disagree on this collective (count, dtype, op "
+                               "or order; MPT_CHECK_COLLECTIVES=1 names them)"
+                             : "");
+    else
+      st = agreed;
+  }
+  if (st != MPT_OK) goto broken;
+
+  if (c->kind == MPT__COLL_ALLREDUCE && c->arg == MPT_REDUCE_AVG) {
+    float *x = c->recvbuf;
+    float w = (float)comm->world_size;
+    for (int64_t i = 0; i < c->count; i++) x[i] /= w;
+  }
+  return MPT_OK;
+
+broken:
+  /* A timed-out request stays pending inside MPI and may still write into the record. */
+  if (st == MPT_ETIMEOUT) r->abandoned = 1;
+  mpt__comm_set_failed(comm, st);
+  return st;
+}
+
+static void rec_release(mpi_state *s, op_rec *r) {
+  pthread_mutex_lock(&s->mutex);
+  r->next_free = s->free_list;
+  s->free_list = r;
+  pthread_mutex_unlock(&s->mutex);
+}
+
+/* Host function on the stream. */
+static mpt_status op_run(void *arg) {
+  op_rec *r = arg;
+  mpt_comm *comm = r->comm;
+  mpt_status st = execute(comm, r);
+  if (!r->abandoned) rec_release(comm->backend_state, r);
+  return st;
+}
+
+static mpt_status enqueue(mpt_comm *comm, mpt_stream *stream, const mpt__coll *coll) {
+  mpi_state *s = comm->backend_state;
+  pthread_mutex_lock(&s->mutex);
+  op_rec *r = s->free_list;
+  if (r) {
+    s->free_list = r->next_free;
+  } else if ((r = calloc(1, sizeof *r))) {
+    r->next_all = s->all;
+    s->all = r;
+  }
+  pthread_mutex_unlock(&s->mutex);
+  if (!r) return MPT_FAIL(MPT_ENOMEM, "cannot allocate a collective record");
+  r->comm = comm;
+  r->coll = *coll;
+  mpt_status st = mpt_stream_launch_host(stream, op_run, r);
+  if (st != MPT_OK) rec_release(s, r);
+  return st;
+}
+
+static mpt_status mpi_init(mpt_comm *comm) {
+  mpi_state *s = calloc(1, sizeof *s);
+  if (!s) return MPT_FAIL(MPT_ENOMEM, "cannot allocate the MPI backend state");
+  pthread_mutex_init(&s->mutex, NULL);
+  comm->backend_state = s;
+  return MPT_OK;
+}
+
+static void mpi_free(mpt_comm *comm) {
+  mpi_state *s = comm->backend_state;
+  if (!s) return;
+  op_rec *r = s->all;
+  while (r) {
+    op_rec *next = r->next_all;
+    if (!r->abandoned) {
+      free(r->sigs);
+      free(r);
+    }
+    r = next;
+  }
+  pthread_mutex_destroy(&s->mutex);
+  free(s);
+  comm->backend_state = NULL;
+}
+
+const mpt__comm_backend mpt__comm_mpi_backend = {
+    .name = "mpi",
+    .init = mpi_init,
+    .free = mpi_free,
+    .allreduce = enqueue,
+    .broadcast = enqueue,
+    .allgather = enqueue,
+    .barrier = enqueue,
+};

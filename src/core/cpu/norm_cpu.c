@@ -1,0 +1,106 @@
+/* CPU kernels for batch normalisation (Ioffe & Szegedy, 2015) with PyTorch's semantics: the
+ * batch statistics use the biased variance to normalise and the unbiased one for running_var;
+ * running = (1 - momentum) * running + momentum * batch. x is viewed as [n, c, inner] and the
+ * statistics are per channel over n * inner values.
+ *
+ * Statistics are accumulated in double (two passes: mean, then squared deviations, which does
+ * not cancel like E[x^2] - E[x]^2); the per-element loops are float and vectorise. ops.c has
+ * checked the arguments (n * inner >= 2 in training). Runs on the calling thread. */
+#include <math.h>
+
+#include "core/cpu/cpu.h"
+#include "core/error.h"
+
+mpt_status mpt__cpu_batchnorm_train(mpt_stream *s, const float *restrict x, int64_t n,
+                                    int64_t c, int64_t inner, const float *gamma,
+                                    const float *beta, float eps, float momentum,
+                                    float *running_mean, float *running_var,
+                                    float *restrict y, float *save_mean, float *save_invstd) {
+  (void)s;
+  const double N = (double)(n * inner);
+  for (int64_t ch = 0; ch < c; ch++) {
+    double sum = 0;
+    for (int64_t r = 0; r < n; r++) {
+      const float *xp = x + (r * c + ch) * inner;
+      for (int64_t i = 0; i < inner; i++) sum += xp[i];
+    }
+    const double mean = sum / N;
+    double ss = 0;
+    for (int64_t r = 0; r < n; r++) {
+      const float *xp = x + (r * c + ch) * inner;
+      for (int64_t i = 0; i < inner; i++) {
+        const double d = xp[i] - mean;
+        ss += d * d;
+      }
+    }
+    const double var = ss / N; /* biased: normalises the batch */
+    const double invstd = 1.0 / sqrt(var + eps);
+    save_mean[ch] = (float)mean;
+    save_invstd[ch] = (float)invstd;
+    if (running_mean)
+      running_mean[ch] = (float)((1.0 - momentum) * running_mean[ch] + momentum * mean);
+    if (running_var) /* unbiased, as PyTorch keeps it */
+      running_var[ch] =
+          (float)((1.0 - momentum) * running_var[ch] + momentum * var * N / (N - 1.0));
+
+    const float m = (float)mean, scale = (float)(gamma[ch] * invstd), b = beta[ch];
+    for (int64_t r = 0; r < n; r++) {
+      const float *xp = x + (r * c + ch) * inner;
+      float *yp = y + (r * c + ch) * inner;
+      for (int64_t i = 0; i < inner; i++) yp[i] = (xp[i] - m) * scale + b;
+    }
+  }
+  return MPT_OK;
+}
+
+mpt_status mpt__cpu_batchnorm_eval(mpt_stream *s, const float *restrict x, int64_t n,
+                                   int64_t c, int64_t inner, const float *gamma,
+                                   const float *beta, float eps, const float *running_mean,
+                                   const float *running_var, float *restrict y) {
+  (void)s;
+  for (int64_t ch = 0; ch < c; ch++) {
+    const float m = running_mean[ch], b = beta[ch];
+    const float scale = (float)(gamma[ch] / sqrt((double)running_var[ch] + eps));
+    for (int64_t r = 0; r < n; r++) {
+      const float *xp = x + (r * c + ch) * inner;
+      float *yp = y + (r * c + ch) * inner;
+      for (int64_t i = 0; i < inner; i++) yp[i] = (xp[i] - m) * scale + b;
+    }
+  }
+  return MPT_OK;
+}
+
+/* With xhat = (x - mean) * invstd and sums over the channel's N values:
+ *   dbeta = sum(dy), dgamma = sum(dy * xhat),
+ *   dx = gamma * invstd * (dy - dbeta / N - xhat * dgamma / N). */
+mpt_status mpt__cpu_batchnorm_backward(mpt_stream *s, const float *restrict dy,
+                                       const float *restrict x, int64_t n, int64_t c,
+                                       int64_t inner, const float *gamma,
+                                       const float *save_mean, const float *save_invstd,
+                                       float *restrict dx, float *dgamma, float *dbeta) {
+  (void)s;
+  const double N = (double)(n * inner);
+  for (int64_t ch = 0; ch < c; ch++) {
+    const float m = save_mean[ch], invstd = save_invstd[ch];
+    double sum_dy = 0, sum_dy_xhat = 0;
+    for (int64_t r = 0; r < n; r++) {
+      const float *xp = x + (r * c + ch) * inner, *dp = dy + (r * c + ch) * inner;
+      for (int64_t i = 0; i < inner; i++) {
+        sum_dy += dp[i];
+        sum_dy_xhat += (double)dp[i] * ((xp[i] - m) * invstd);
+      }
+    }
+    if (dbeta) dbeta[ch] += (float)sum_dy;
+    if (dgamma) dgamma[ch] += (float)sum_dy_xhat;
+    if (!dx) continue;
+    const float k = gamma[ch] * invstd, mean_dy = (float)(sum_dy / N);
+    const float mean_dy_xhat = (float)(sum_dy_xhat / N);
+    for (int64_t r = 0; r < n; r++) {
+      const float *xp = x + (r * c + ch) * inner, *dp = dy + (r * c + ch) * inner;
+      float *dxp = dx + (r * c + ch) * inner;
+      for (int64_t i = 0; i < inner; i++)
+        dxp[i] += k * (dp[i] - mean_dy - (xp[i] - m) * invstd * mean_dy_xhat);
+    }
+  }
+  return MPT_OK;
+}

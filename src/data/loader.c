@@ -1,0 +1,334 @@
+/* The batch loader: walks a sampler's list in batches, copying rows of a dataset into two
+ * host buffers; a prefetch thread fills batch k + 1 while the caller uses batch k.
+ *
+ * Protocol (all counters under `mutex`, one condition variable `cond`, broadcast on change):
+ * - batch k lives in slot k % 2;
+ * - `produced`: batches [0, produced) of this epoch are filled;
+ * - `handed`: batches [0, handed) were returned by mpt_loader_next; the caller owns batch
+ *   handed - 1 until its next call, which releases it (`released` = handed);
+ * - the thread fills batch `produced` only while produced < released + 2 (so it never writes
+ *   the slot the caller holds) and produced < num_batches, and not while `paused`;
+ * - the thread copies outside the lock with `busy` set; an epoch change sets `paused`, waits
+ *   for !busy, then changes the sampler and resets the counters, so the thread never reads the
+ *   sampler while it changes.
+ * Every wait of the caller on the thread has the config's deadline (CLOCK_MONOTONIC). The
+ * thread's own idle wait has none: it is woken by work or by `stop`. Buffers are allocated once
+ * at init; nothing is allocated per batch. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/error.h"
+#include "mpitrain/data.h"
+
+struct loader_slot {
+  float *images;    /* [B, C, H, W] */
+  int32_t *labels;  /* [B] */
+  int64_t *indices; /* [B] dataset index of each row */
+  int64_t rows;     /* rows filled */
+  int64_t num_real; /* leading rows that are not sampler padding */
+};
+
+struct mpt_loader {
+  const mpt_dataset *ds; /* borrowed */
+  mpt_sampler *sampler;  /* borrowed; its epoch changes only under `paused` */
+  mpt_loader_config cfg;
+  int64_t sample_count; /* floats per sample, C * H * W */
+  int64_t num_batches;
+  struct loader_slot slot[2];
+
+  pthread_mutex_t mutex;
+  pthread_cond_t cond;
+  pthread_t thread;
+  int thread_started;
+  /* Guarded by mutex. */
+  int64_t produced, released, handed;
+  int busy, paused, stop;
+  mpt_status error;    /* sticky error of the thread */
+  char error_msg[512]; /* its detail (the thread's last-error text is thread-local) */
+};
+
+mpt_loader_config mpt_loader_config_default(void) {
+  mpt_loader_config c;
+  c.batch_size = 64;
+  c.drop_last = 0;
+  c.prefetch = 1;
+  c.timeout_ms = 60000.0;
+  return c;
+}
+
+static void deadline_after(struct timespec *ts, double ms) {
+  clock_gettime(CLOCK_MONOTONIC, ts);
+  long long ns = (long long)(ms * 1e6);
+  ts->tv_sec += (time_t)(ns / 1000000000LL);
+  ts->tv_nsec += (long)(ns % 1000000000LL);
+  if (ts->tv_nsec >= 1000000000L) {
+    ts->tv_sec += 1;
+    ts->tv_nsec -= 1000000000L;
+  }
+}
+
+/* Copies batch k into its slot. Reads the sampler and the dataset only. */
+static mpt_status loader_fill(mpt_loader *l, int64_t k) {
+  struct loader_slot *s = &l->slot[k % 2];
+  const int64_t b = l->cfg.batch_size, start = k * b;
+  int64_t rows = mpt_sampler_num_samples(l->sampler) - start;
+  if (rows > b) rows = b;
+  MPT_RETURN_IF(mpt_sampler_fill(l->sampler, start, rows, s->indices));
+  const float *x = l->ds->images.data;
+  const int32_t *y = l->ds->labels.data;
+  const size_t row_nbytes = (size_t)l->sample_count * sizeof(float);
+  for (int64_t i = 0; i < rows; i++) {
+    int64_t j = s->indices[i];
+    if (j < 0 || j >= l->ds->count)
+      return MPT_FAIL(MPT_ESTATE, "loader: sampler gave index %lld for a dataset of %lld",
+                      (long long)j, (long long)l->ds->count);
+    memcpy(s->images + i * l->sample_count, x + j * l->sample_count, row_nbytes);
+    s->labels[i] = y[j];
+  }
+  int64_t real = mpt_sampler_num_real(l->sampler) - start;
+  s->rows = rows;
+  s->num_real = real < 0 ? 0 : (real > rows ? rows : real);
+  return MPT_OK;
+}
+
+static void *loader_thread(void *arg) {
+  mpt_loader *l = arg;
+  pthread_mutex_lock(&l->mutex);
+  for (;;) {
+    while (!l->stop && (l->paused || l->error != MPT_OK || l->produced >= l->num_batches ||
+                        l->produced >= l->released + 2))
+      pthread_cond_wait(&l->cond, &l->mutex);
+    if (l->stop) break;
+    int64_t k = l->produced;
+    l->busy = 1;
+    pthread_mutex_unlock(&l->mutex);
+    mpt_status st = loader_fill(l, k);
+    pthread_mutex_lock(&l->mutex);
+    l->busy = 0;
+    if (st == MPT_OK) {
+      l->produced = k + 1;
+    } else {
+      l->error = st;
+      strncpy(l->error_msg, mpt_last_error(), sizeof l->error_msg - 1);
+    }
+    pthread_cond_broadcast(&l->cond);
+  }
+  pthread_mutex_unlock(&l->mutex);
+  return NULL;
+}
+
+/* Waits (mutex held) until pred holds or the deadline passes. */
+#define LOADER_WAIT(l, pred, dl, timed_out)                                 \
+  do {                                                                      \
+    (timed_out) = 0;                                                        \
+    while (!(pred)) {                                                       \
+      int rc__ = pthread_cond_timedwait(&(l)->cond, &(l)->mutex, &(dl));    \
+      if (rc__ == ETIMEDOUT && !(pred)) {                                   \
+        (timed_out) = 1;                                                    \
+        break;                                                              \
+      }                                                                     \
+    }                                                                       \
+  } while (0)
+
+static mpt_status loader_sticky(mpt_loader *l) {
+  return MPT_FAIL(l->error, "loader: the prefetch thread failed earlier: %s", l->error_msg);
+}
+
+mpt_status mpt_loader_init(mpt_loader **loader, const mpt_dataset *ds, mpt_sampler *sampler,
+                           const mpt_loader_config *config) {
+  if (!loader) return MPT_FAIL(MPT_EINVAL, "mpt_loader_init: loader is NULL");
+  *loader = NULL;
+  if (!ds || !sampler) return MPT_FAIL(MPT_EINVAL, "mpt_loader_init: dataset or sampler is NULL");
+  mpt_loader_config cfg = config ? *config : mpt_loader_config_default();
+  if (cfg.batch_size < 1 || !(cfg.timeout_ms > 0))
+    return MPT_FAIL(MPT_EINVAL, "loader: batch_size %lld (must be >= 1), timeout_ms %g (must be > 0)",
+                    (long long)cfg.batch_size, cfg.timeout_ms);
+  if (mpt_sampler_dataset_count(sampler) != ds->count)
+    return MPT_FAIL(MPT_ESHAPE, "loader: the sampler covers %lld samples but the dataset has %lld",
+                    (long long)mpt_sampler_dataset_count(sampler), (long long)ds->count);
+  mpt_status st;
+  mpt_loader *l = calloc(1, sizeof *l);
+  if (!l) return MPT_FAIL(MPT_ENOMEM, "loader: out of memory");
+  l->ds = ds;
+  l->sampler = sampler;
+  l->cfg = cfg;
+  l->sample_count = mpt_dataset_sample_count(ds);
+  int64_t n = mpt_sampler_num_samples(sampler), b = cfg.batch_size;
+  l->num_batches = cfg.drop_last ? n / b : (n + b - 1) / b;
+  l->error = MPT_OK;
+
+  for (int i = 0; i < 2; i++) {
+    struct loader_slot *s = &l->slot[i];
+    s->images = malloc((size_t)(b * l->sample_count) * sizeof(float));
+    s->labels = malloc((size_t)b * sizeof(int32_t));
+    s->indices = malloc((size_t)b * sizeof(int64_t));
+    if (!s->images || !s->labels || !s->indices) {
+      st = MPT_FAIL(MPT_ENOMEM, "loader: cannot allocate two batches of %lld x %lld floats",
+                    (long long)b, (long long)l->sample_count);
+      goto fail_buffers;
+    }
+  }
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  int rc = pthread_cond_init(&l->cond, &ca);
+  pthread_condattr_destroy(&ca);
+  if (rc != 0) {
+    st = MPT_FAIL(MPT_EIO, "loader: pthread_cond_init failed (%d)", rc);
+    goto fail_buffers;
+  }
+  pthread_mutex_init(&l->mutex, NULL);
+  if (cfg.prefetch) {
+    rc = pthread_create(&l->thread, NULL, loader_thread, l);
+    if (rc != 0) {
+      st = MPT_FAIL(MPT_EIO, "loader: cannot start the prefetch thread: %s", strerror(rc));
+      goto fail_sync;
+    }
+    l->thread_started = 1;
+  }
+  *loader = l;
+  return MPT_OK;
+
+fail_sync:
+  pthread_mutex_destroy(&l->mutex);
+  pthread_cond_destroy(&l->cond);
+fail_buffers:
+  for (int i = 0; i < 2; i++) {
+    free(l->slot[i].images);
+    free(l->slot[i].labels);
+    free(l->slot[i].indices);
+  }
+  free(l);
+  return st;
+}
+
+void mpt_loader_free(mpt_loader *loader) {
+  if (!loader) return;
+  mpt_loader *l = loader;
+  if (l->thread_started) {
+    pthread_mutex_lock(&l->mutex);
+    l->stop = 1;
+    pthread_cond_broadcast(&l->cond);
+    pthread_mutex_unlock(&l->mutex);
+    /* The thread only ever copies one batch before it sees `stop`; the deadline guards a
+     * stuck thread anyway. If it passes, leak the loader rather than free memory in use.
+     * (helgrind does not model pthread_timedjoin_np as a join and reports the destroy below as
+     * a race; with pthread_join it reports nothing.) */
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += (time_t)(l->cfg.timeout_ms / 1000.0) + 1;
+    int rc = pthread_timedjoin_np(l->thread, NULL, &dl);
+    if (rc != 0) {
+      MPT_LOG_ERR("loader: the prefetch thread did not stop within %.0f ms (%s); leaking it",
+                  l->cfg.timeout_ms, strerror(rc));
+      return;
+    }
+  }
+  pthread_mutex_destroy(&l->mutex);
+  pthread_cond_destroy(&l->cond);
+  for (int i = 0; i < 2; i++) {
+    free(l->slot[i].images);
+    free(l->slot[i].labels);
+    free(l->slot[i].indices);
+  }
+  free(l);
+}
+
+int64_t mpt_loader_num_batches(const mpt_loader *loader) { return loader->num_batches; }
+
+int mpt_loader_next(mpt_loader *loader, mpt_batch *batch) {
+  if (!loader || !batch) return MPT_FAIL(MPT_EINVAL, "mpt_loader_next: loader or batch is NULL");
+  mpt_loader *l = loader;
+  memset(batch, 0, sizeof *batch);
+  int ret = MPT_OK;
+  pthread_mutex_lock(&l->mutex);
+  if (l->error != MPT_OK) {
+    ret = loader_sticky(l);
+    goto out;
+  }
+  /* Release the batch handed out last time: its slot may be refilled now. */
+  if (l->released < l->handed) {
+    l->released = l->handed;
+    pthread_cond_broadcast(&l->cond);
+  }
+  if (l->handed >= l->num_batches) {
+    ret = MPT_LOADER_END;
+    goto out;
+  }
+  const int64_t k = l->handed;
+  if (l->thread_started) {
+    struct timespec dl;
+    int timed_out;
+    deadline_after(&dl, l->cfg.timeout_ms);
+    LOADER_WAIT(l, l->produced > k || l->error != MPT_OK, dl, timed_out);
+    if (timed_out) {
+      ret = MPT_FAIL(MPT_ETIMEOUT,
+                     "loader: batch %lld of epoch %lld not ready after %.0f ms (prefetch thread "
+                     "stuck)",
+                     (long long)k, (long long)mpt_sampler_epoch(l->sampler), l->cfg.timeout_ms);
+      goto out;
+    }
+    if (l->produced <= k) {
+      ret = loader_sticky(l);
+      goto out;
+    }
+  } else {
+    ret = loader_fill(l, k);
+    if (ret != MPT_OK) goto out;
+    l->produced = k + 1;
+  }
+  l->handed = k + 1;
+  const struct loader_slot *s = &l->slot[k % 2];
+  const mpt_dataset *ds = l->ds;
+  int64_t ishape[4] = {s->rows, ds->channels, ds->height, ds->width};
+  int64_t lshape[1] = {s->rows};
+  batch->images = mpt_tensor_view(s->images, mpt_device_cpu(), MPT_F32, 4, ishape);
+  batch->labels = mpt_tensor_view(s->labels, mpt_device_cpu(), MPT_I32, 1, lshape);
+  batch->sample_indices = s->indices;
+  batch->count = s->rows;
+  batch->num_real = s->num_real;
+  batch->index = k;
+  batch->epoch = mpt_sampler_epoch(l->sampler);
+out:
+  pthread_mutex_unlock(&l->mutex);
+  return ret;
+}
+
+mpt_status mpt_loader_start_epoch(mpt_loader *loader, int64_t epoch) {
+  if (!loader) return MPT_FAIL(MPT_EINVAL, "mpt_loader_start_epoch: loader is NULL");
+  if (epoch < 0) return MPT_FAIL(MPT_EINVAL, "loader: epoch %lld is negative", (long long)epoch);
+  mpt_loader *l = loader;
+  mpt_status st = MPT_OK;
+  pthread_mutex_lock(&l->mutex);
+  if (l->error != MPT_OK) {
+    st = loader_sticky(l);
+    goto out;
+  }
+  l->paused = 1;
+  struct timespec dl;
+  int timed_out;
+  deadline_after(&dl, l->cfg.timeout_ms);
+  LOADER_WAIT(l, !l->busy, dl, timed_out);
+  if (timed_out) {
+    l->paused = 0;
+    pthread_cond_broadcast(&l->cond);
+    st = MPT_FAIL(MPT_ETIMEOUT, "loader: the prefetch thread did not go idle within %.0f ms",
+                  l->cfg.timeout_ms);
+    goto out;
+  }
+  st = mpt_sampler_set_epoch(l->sampler, epoch);
+  l->produced = l->released = l->handed = 0;
+  l->paused = 0;
+  pthread_cond_broadcast(&l->cond);
+out:
+  pthread_mutex_unlock(&l->mutex);
+  return st;
+}
+
+mpt_status mpt_loader_reset(mpt_loader *loader) {
+  if (!loader) return MPT_FAIL(MPT_EINVAL, "mpt_loader_reset: loader is NULL");
+  return mpt_loader_start_epoch(loader, mpt_sampler_epoch(loader->sampler));
+}

@@ -1,0 +1,497 @@
+/* The DDP engine: bucket plan, grad-ready hooks, all-reduce of each bucket on the comm stream
+ * while backward goes on, finalize, no_sync, unused parameters, buffer synchronisation.
+ *
+ * Threads: the training thread calls every function here; the tape calls the hook on that
+ * thread. The comm stream's worker thread runs the all-reduces and the two timestamp host
+ * functions around each (they write only bucket_start_ms/bucket_end_ms[b] of their bucket,
+ * which the training thread reads after waiting on the bucket's completion event).
+ *
+ * Invariants within a synchronised pass: buckets are launched in index order (next_bucket only
+ * grows); a bucket is launched once, when all its parameters are ready; at finalize every
+ * bucket has been launched or the pass fails before launching the rest (so a failing rank
+ * issues a prefix of the collectives and the others end at their deadline or by abort); a
+ * failing finalize first waits for the buckets it did launch, so no collective touches the
+ * gradient buffer after it returns. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "mpitrain/comm.h"
+#include "mpitrain/ddp.h"
+
+typedef struct bucket_arg {
+  struct mpt_ddp *ddp;
+  int bucket;
+} bucket_arg;
+
+struct mpt_ddp {
+  mpt_model *model;
+  mpt_comm *comm;
+  mpt_stream *compute;
+  mpt_stream *comm_stream;
+  mpt_ddp_config cfg;
+  int nparams, nbuckets;
+  mpt_ddp_bucket_info *buckets; /* [nbuckets] */
+  int *param_bucket;            /* [nparams] */
+  int *bucket_params;           /* [nbuckets] parameters per bucket */
+  int *bucket_pending;          /* [nbuckets] parameters not ready yet in this pass */
+  unsigned char *param_ready;   /* [nparams] */
+  bucket_arg *args;             /* [nbuckets] */
+  mpt_event **ready_events;     /* [nbuckets] recorded on compute before the launch */
+  mpt_event *done_event;        /* recorded on the comm stream after the last bucket */
+  double *bucket_start_ms, *bucket_end_ms; /* [nbuckets], written on the comm thread */
+  int next_bucket;
+  int sync, prepared;
+  mpt_status hook_error;
+  double prepare_ms;
+  mpt_ddp_stats stats;
+  mpt_trace *trace;
+};
+
+mpt_ddp_config mpt_ddp_config_default(void) {
+  mpt_ddp_config c;
+  c.bucket_cap_mb = 25.0;
+  c.first_bucket_cap_mb = 1.0;
+  c.overlap = 1;
+  c.find_unused_parameters = 0;
+  c.buffers = MPT_DDP_BUFFERS_BROADCAST;
+  c.timeout_ms = 300000.0;
+  return c;
+}
+
+mpt_status mpt_ddp_buffer_mode_parse(const char *text, mpt_ddp_buffer_mode *mode) {
+  if (!text || !mode) return MPT_FAIL(MPT_EINVAL, "NULL argument");
+  if (strcmp(text, "broadcast") == 0)
+    *mode = MPT_DDP_BUFFERS_BROADCAST;
+  else if (strcmp(text, "average") == 0)
+    *mode = MPT_DDP_BUFFERS_AVERAGE;
+  else if (strcmp(text, "none") == 0)
+    *mode = MPT_DDP_BUFFERS_NONE;
+  else
+    return MPT_FAIL(MPT_EINVAL, "unknown buffer mode '%s' (broadcast, average or none)", text);
+  return MPT_OK;
+}
+
+/* ---- bucket plan ---- */
+
+/* Walk parameters in reverse registration order (PyTorch's compute_bucket_assignment_by_size)
+ * and pack them into buckets capped at first_bucket_cap_mb (the first) and bucket_cap_mb (the
+ * rest), as include/mpitrain/ddp.h promises: a parameter that would push a non-empty bucket past
+ * its cap (or has another dtype) closes that bucket first, and a bucket closes once it reaches
+ * its cap. So every bucket holds at most its cap in bytes, except a bucket of ONE parameter
+ * larger than the cap, which is alone. (PyTorch itself adds first and closes after, so its
+ * buckets can overshoot, and a large parameter shares the bucket of the small ones before it.)
+ * Buckets are contiguous because parameters are. */
+static mpt_status plan_buckets(mpt_ddp *d) {
+  int n = d->nparams;
+  d->buckets = calloc((size_t)(n ? n : 1), sizeof *d->buckets);
+  d->param_bucket = calloc((size_t)(n ? n : 1), sizeof *d->param_bucket);
+  if (!d->buckets || !d->param_bucket) return MPT_FAIL(MPT_ENOMEM, "cannot plan buckets");
+  double cap = d->cfg.first_bucket_cap_mb * 1048576.0;
+  int b = 0, open = 0;
+  mpt_dtype dtype = MPT_F32;
+  double bytes = 0;
+  for (int p = n - 1; p >= 0; p--) {
+    const mpt_param_info *info = mpt_model_param_info(d->model, p);
+    double size = (double)info->count * (double)mpt_dtype_size(info->dtype);
+    if (open && (bytes + size > cap || info->dtype != dtype)) { /* close before adding */
+      b++;
+      open = 0;
+      cap = d->cfg.bucket_cap_mb * 1048576.0;
+    }
+    if (!open) {
+      d->buckets[b].first_param = p;
+      d->buckets[b].count = 0;
+      bytes = 0;
+      dtype = info->dtype;
+      open = 1;
+    }
+    d->buckets[b].last_param = p;
+    d->buckets[b].offset = info->offset;
+    d->buckets[b].count += info->count;
+    d->param_bucket[p] = b;
+    bytes += size;
+    if (bytes >= cap && p > 0) { /* full (or one oversized parameter) */
+      b++;
+      open = 0;
+      cap = d->cfg.bucket_cap_mb * 1048576.0;
+    }
+  }
+  d->nbuckets = n ? b + 1 : 0;
+  return MPT_OK;
+}
+
+/* ---- model signature check (F05) ---- */
+
+static uint32_t hash_str(const char *s) {
+  uint32_t h = 2166136261u; /* FNV-1a */
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 16777619u;
+  return h;
+}
+
+enum { SIG_FIELDS = 3 + MPT_MAX_DIMS }; /* dtype, ndim, name hash, shape */
+
+static mpt_status verify_models(mpt_ddp *d) {
+  int world = mpt_comm_world_size(d->comm), rank = mpt_comm_rank(d->comm);
+  mpt_status st = MPT_OK;
+  int32_t mine[2] = {d->nparams, mpt_model_num_buffers(d->model)};
+  int32_t *counts = malloc(sizeof(int32_t) * 2 * (size_t)world);
+  int32_t *sigs = NULL, *local = NULL;
+  if (!counts) return MPT_FAIL(MPT_ENOMEM, "cannot allocate the model check");
+  MPT_CHECK(mpt_comm_allgather_sync(d->comm, mine, counts, 2, MPT_I32), done);
+  for (int r = 1; r < world; r++) {
+    if (counts[2 * r] != counts[0] || counts[2 * r + 1] != counts[1]) {
+      st = MPT_FAIL(MPT_EMISMATCH,
+                    "ranks hold different models: rank %d has %d parameters and %d buffers, "
+                    "rank 0 has %d and %d",
+                    r, counts[2 * r], counts[2 * r + 1], counts[0], counts[1]);
+      goto done;
+    }
+  }
+  int total = d->nparams + mpt_model_num_buffers(d->model);
+  if (total == 0) goto done;
+  size_t len = (size_t)total * SIG_FIELDS;
+  local = calloc(len, sizeof *local);
+  sigs = calloc(len * (size_t)world, sizeof *sigs);
+  if (!local || !sigs) {
+    st = MPT_FAIL(MPT_ENOMEM, "cannot allocate the model check");
+    goto done;
+  }
+  for (int i = 0; i < total; i++) {
+    const mpt_param_info *info = i < d->nparams ? mpt_model_param_info(d->model, i)
+                                                : mpt_model_buffer_info(d->model, i - d->nparams);
+    int32_t *s = local + (size_t)i * SIG_FIELDS;
+    s[0] = (int32_t)info->dtype;
+    s[1] = info->ndim;
+    s[2] = (int32_t)hash_str(info->name);
+    for (int k = 0; k < info->ndim; k++) s[3 + k] = (int32_t)info->shape[k];
+  }
+  MPT_CHECK(mpt_comm_allgather_sync(d->comm, local, sigs, (int64_t)len, MPT_I32), done);
+  for (int r = 1; r < world; r++) {
+    for (int i = 0; i < total; i++) {
+      const int32_t *a = sigs + (size_t)i * SIG_FIELDS;
+      const int32_t *b = sigs + ((size_t)r * len) + (size_t)i * SIG_FIELDS;
+      if (memcmp(a, b, SIG_FIELDS * sizeof *a) == 0) continue;
+      const mpt_param_info *info = i < d->nparams
+                                       ? mpt_model_param_info(d->model, i)
+                                       : mpt_model_buffer_info(d->model, i - d->nparams);
+      int64_t sa[MPT_MAX_DIMS], sb[MPT_MAX_DIMS];
+      for (int k = 0; k < MPT_MAX_DIMS; k++) sa[k] = a[3 + k], sb[k] = b[3 + k];
+      char ba[96], bb[96];
+      const char *what = a[0] != b[0]   ? "dtype"
+                         : a[1] != b[1] ? "rank (number of dimensions)"
+                         : a[2] != b[2] ? "name"
+                                        : "shape";
+      st = MPT_FAIL(MPT_EMISMATCH,
+                    "ranks hold different models: %s %d ('%s' on rank %d) differs in %s: "
+                    "rank 0 has %s %s, rank %d has %s %s",
+                    i < d->nparams ? "parameter" : "buffer",
+                    i < d->nparams ? i : i - d->nparams, info->name, rank, what,
+                    mpt_dtype_name((mpt_dtype)a[0]), mpt_shape_str(a[1], sa, ba, sizeof ba), r,
+                    mpt_dtype_name((mpt_dtype)b[0]), mpt_shape_str(b[1], sb, bb, sizeof bb));
+      goto done;
+    }
+  }
+done:
+  free(local);
+  free(sigs);
+  free(counts);
+  return st;
+}
+
+/* ---- lifetime ---- */
+
+mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm, mpt_stream *compute,
+                        const mpt_ddp_config *config) {
+  mpt_status st = MPT_OK;
+  if (!ddp || !model || !comm) return MPT_FAIL(MPT_EINVAL, "NULL argument to mpt_ddp_init");
+  *ddp = NULL;
+  mpt_ddp_config cfg = config ? *config : mpt_ddp_config_default();
+  if (!(cfg.bucket_cap_mb > 0) || !(cfg.first_bucket_cap_mb > 0) || !(cfg.timeout_ms > 0))
+    return MPT_FAIL(MPT_EINVAL, "bucket caps and the timeout must be positive (got %g, %g, %g)",
+                    cfg.bucket_cap_mb, cfg.first_bucket_cap_mb, cfg.timeout_ms);
+  mpt_ddp *d = calloc(1, sizeof *d);
+  if (!d) return MPT_FAIL(MPT_ENOMEM, "cannot allocate the DDP engine");
+  d->model = model;
+  d->comm = comm;
+  d->compute = compute;
+  d->comm_stream = mpt_comm_stream(comm);
+  d->cfg = cfg;
+  d->sync = 1;
+  d->nparams = mpt_model_num_params(model);
+  MPT_CHECK(plan_buckets(d), fail);
+  size_t nb = (size_t)(d->nbuckets ? d->nbuckets : 1);
+  d->bucket_params = calloc(nb, sizeof *d->bucket_params);
+  d->bucket_pending = calloc(nb, sizeof *d->bucket_pending);
+  d->param_ready = calloc((size_t)(d->nparams ? d->nparams : 1), 1);
+  d->args = calloc(nb, sizeof *d->args);
+  d->ready_events = calloc(nb, sizeof *d->ready_events);
+  d->bucket_start_ms = calloc(nb, sizeof(double));
+  d->bucket_end_ms = calloc(nb, sizeof(double));
+  if (!d->bucket_params || !d->bucket_pending || !d->param_ready || !d->args ||
+      !d->ready_events || !d->bucket_start_ms || !d->bucket_end_ms) {
+    st = MPT_FAIL(MPT_ENOMEM, "cannot allocate the DDP engine");
+    goto fail;
+  }
+  mpt_device dev = mpt_model_device(model);
+  for (int b = 0; b < d->nbuckets; b++) {
+    d->args[b] = (bucket_arg){d, b};
+    d->bucket_params[b] = d->buckets[b].first_param - d->buckets[b].last_param + 1;
+    MPT_CHECK(mpt_event_init(&d->ready_events[b], dev), fail);
+  }
+  MPT_CHECK(mpt_event_init(&d->done_event, mpt_stream_device(d->comm_stream)), fail);
+  MPT_CHECK(verify_models(d), fail);
+  /* Start bit-identical: rank 0's parameters and buffers everywhere. */
+  if (mpt_comm_world_size(comm) > 1) {
+    MPT_CHECK(mpt_comm_broadcast_sync(comm, mpt_model_params(model),
+                                      mpt_model_param_count(model), MPT_F32, 0),
+              fail);
+    MPT_CHECK(mpt_comm_broadcast_sync(comm, mpt_model_buffers(model),
+                                      mpt_model_buffer_count(model), MPT_F32, 0),
+              fail);
+  }
+  *ddp = d;
+  return MPT_OK;
+fail:
+  mpt_ddp_free(d);
+  return st;
+}
+
+void mpt_ddp_free(mpt_ddp *d) {
+  if (!d) return;
+  if (d->prepared && d->comm_stream) mpt_stream_synchronize(d->comm_stream, d->cfg.timeout_ms);
+  for (int b = 0; d->ready_events && b < d->nbuckets; b++) mpt_event_free(d->ready_events[b]);
+  mpt_event_free(d->done_event);
+  free(d->ready_events);
+  free(d->args);
+  free(d->param_ready);
+  free(d->bucket_pending);
+  free(d->bucket_params);
+  free(d->param_bucket);
+  free(d->buckets);
+  free(d->bucket_start_ms);
+  free(d->bucket_end_ms);
+  free(d);
+}
+
+int mpt_ddp_num_buckets(const mpt_ddp *d) { return d->nbuckets; }
+
+const mpt_ddp_bucket_info *mpt_ddp_bucket(const mpt_ddp *d, int index) {
+  return index >= 0 && index < d->nbuckets ? &d->buckets[index] : NULL;
+}
+
+int mpt_ddp_param_bucket(const mpt_ddp *d, int param) {
+  return param >= 0 && param < d->nparams ? d->param_bucket[param] : -1;
+}
+
+void mpt_ddp_set_sync(mpt_ddp *d, int sync) { d->sync = sync != 0; }
+
+void mpt_ddp_set_trace(mpt_ddp *d, mpt_trace *trace) { d->trace = trace; }
+
+/* ---- buffers, uneven inputs ---- */
+
+mpt_status mpt_ddp_sync_buffers(mpt_ddp *d) {
+  int64_t count = mpt_model_buffer_count(d->model);
+  if (count == 0 || mpt_comm_world_size(d->comm) == 1) return MPT_OK;
+  float *buf = mpt_model_buffers(d->model);
+  switch (d->cfg.buffers) {
+    case MPT_DDP_BUFFERS_BROADCAST:
+      return mpt_comm_broadcast_sync(d->comm, buf, count, MPT_F32, 0);
+    case MPT_DDP_BUFFERS_AVERAGE:
+      return mpt_comm_allreduce_sync(d->comm, buf, buf, count, MPT_F32, MPT_REDUCE_AVG);
+    case MPT_DDP_BUFFERS_NONE:
+      break;
+  }
+  return MPT_OK;
+}
+
+mpt_status mpt_ddp_check_batches(mpt_ddp *d, int64_t local_batches) {
+  int world = mpt_comm_world_size(d->comm);
+  if (local_batches < 0 || local_batches > INT32_MAX)
+    return MPT_FAIL(MPT_EINVAL, "batch count %" PRId64 " out of range", local_batches);
+  int32_t mine = (int32_t)local_batches;
+  int32_t *all = malloc(sizeof(int32_t) * (size_t)world);
+  if (!all) return MPT_FAIL(MPT_ENOMEM, "cannot allocate the batch check");
+  mpt_status st = mpt_comm_allgather_sync(d->comm, &mine, all, 1, MPT_I32);
+  if (st == MPT_OK) {
+    int32_t most = all[0];
+    for (int r = 1; r < world; r++)
+      if (all[r] > most) most = all[r];
+    char ranks[512] = "";
+    size_t used = 0;
+    int short_ranks = 0;
+    for (int r = 0; r < world; r++) {
+      if (all[r] == most) continue;
+      if (used < sizeof ranks)
+        used += (size_t)snprintf(ranks + used, sizeof ranks - used, "%s%d (%d batches)",
+                                 short_ranks ? ", " : "", r, all[r]);
+      short_ranks++;
+    }
+    if (short_ranks)
+      st = MPT_FAIL(MPT_EMISMATCH,
+                    "uneven inputs: ranks %s would run out before the others (%d batches); "
+                    "use the DistributedSampler (equal shards) or --drop-last",
+                    ranks, most);
+  }
+  free(all);
+  return st;
+}
+
+/* ---- backward hooks and bucket launches ---- */
+
+static mpt_status stamp_start(void *arg) {
+  bucket_arg *a = arg;
+  a->ddp->bucket_start_ms[a->bucket] = mpt_time_ms();
+  return MPT_OK;
+}
+
+static mpt_status stamp_end(void *arg) {
+  bucket_arg *a = arg;
+  mpt_ddp *d = a->ddp;
+  d->bucket_end_ms[a->bucket] = mpt_time_ms();
+  if (d->trace)
+    mpt_trace_add(d->trace, "allreduce", 1, d->bucket_start_ms[a->bucket],
+                  d->bucket_end_ms[a->bucket] - d->bucket_start_ms[a->bucket], a->bucket);
+  return MPT_OK;
+}
+
+/* Compute stream -> event -> comm stream waits -> all-reduce (average) of the bucket's slice. */
+static mpt_status launch_bucket(mpt_ddp *d, int b) {
+  const mpt_ddp_bucket_info *bk = &d->buckets[b];
+  float *slice = mpt_model_grads(d->model) + bk->offset;
+  if (d->compute) { /* a NULL compute stream is the CPU inline: everything before has run */
+    MPT_RETURN_IF(mpt_event_record(d->ready_events[b], d->compute));
+    MPT_RETURN_IF(mpt_stream_wait_event(d->comm_stream, d->ready_events[b], d->cfg.timeout_ms));
+  }
+  MPT_RETURN_IF(mpt_stream_launch_host(d->comm_stream, stamp_start, &d->args[b]));
+  MPT_RETURN_IF(mpt_comm_allreduce(d->comm, d->comm_stream, slice, slice, bk->count, MPT_F32,
+                                   MPT_REDUCE_AVG));
+  return mpt_stream_launch_host(d->comm_stream, stamp_end, &d->args[b]);
+}
+
+static void launch_ready_buckets(mpt_ddp *d) {
+  while (d->hook_error == MPT_OK && d->next_bucket < d->nbuckets &&
+         d->bucket_pending[d->next_bucket] == 0) {
+    d->hook_error = launch_bucket(d, d->next_bucket);
+    d->next_bucket++;
+  }
+}
+
+static void mark_ready(mpt_ddp *d, int param) {
+  if (d->param_ready[param]) return;
+  d->param_ready[param] = 1;
+  d->bucket_pending[d->param_bucket[param]]--;
+  if (d->cfg.overlap) launch_ready_buckets(d);
+}
+
+static void grad_ready_hook(void *user, int param_index) {
+  mpt_ddp *d = user;
+  if (param_index >= 0 && param_index < d->nparams) mark_ready(d, param_index);
+}
+
+mpt_status mpt_ddp_prepare_backward(mpt_ddp *d, mpt_tape *tape) {
+  if (!d || !tape) return MPT_FAIL(MPT_EINVAL, "NULL argument to mpt_ddp_prepare_backward");
+  d->prepare_ms = mpt_time_ms();
+  if (!d->sync) {
+    mpt_tape_set_grad_hook(tape, NULL, NULL);
+    d->prepared = 0;
+    return MPT_OK;
+  }
+  memset(d->param_ready, 0, (size_t)d->nparams);
+  for (int b = 0; b < d->nbuckets; b++) {
+    d->bucket_pending[b] = d->bucket_params[b];
+    d->bucket_start_ms[b] = d->bucket_end_ms[b] = 0;
+  }
+  d->next_bucket = 0;
+  d->hook_error = MPT_OK;
+  d->prepared = 1;
+  mpt_tape_set_grad_hook(tape, grad_ready_hook, d);
+  if (d->cfg.find_unused_parameters)
+    for (int p = d->nparams - 1; p >= 0; p--)
+      if (mpt_tape_param_uses(tape, p) == 0) mark_ready(d, p);
+  return d->hook_error;
+}
+
+/* Names the parameters that got no gradient (F04). */
+static mpt_status unused_error(mpt_ddp *d) {
+  char names[768] = "";
+  size_t used = 0;
+  int n = 0;
+  for (int p = 0; p < d->nparams; p++) {
+    if (d->param_ready[p]) continue;
+    if (used < sizeof names - 1)
+      used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", n ? ", " : "",
+                               mpt_model_param_info(d->model, p)->name);
+    n++;
+  }
+  return MPT_FAIL(MPT_EUNUSED,
+                  "%d parameter%s received no gradient in this backward pass: %s. The forward "
+                  "did not use them; pass --find-unused-parameters to treat them as zero "
+                  "gradients, or remove them from the model",
+                  n, n == 1 ? "" : "s", names);
+}
+
+/* On an error path of finalize: waits (deadline) for the buckets this pass already launched,
+ * so that no collective still writes into the gradient buffer once finalize has returned (the
+ * caller may free the model next). Keeps the detail of `status` when it is an error; returns
+ * `status`, or the wait's error when `status` is MPT_OK. */
+static mpt_status drain_launched(mpt_ddp *d, mpt_status status) {
+  if (d->next_bucket == 0) return status;
+  char detail[1024];
+  snprintf(detail, sizeof detail, "%s", mpt_last_error());
+  mpt_status st = mpt_event_record(d->done_event, d->comm_stream);
+  if (st == MPT_OK) st = mpt_event_synchronize(d->done_event, d->cfg.timeout_ms);
+  if (status == MPT_OK) return st;
+  return mpt_error_set(status, "%s", detail);
+}
+
+mpt_status mpt_ddp_finalize(mpt_ddp *d) {
+  if (!d) return MPT_FAIL(MPT_EINVAL, "NULL DDP engine");
+  if (!d->sync) return MPT_OK;
+  if (!d->prepared) return MPT_FAIL(MPT_ESTATE, "mpt_ddp_finalize without prepare_backward");
+  d->prepared = 0;
+  double backward_end = mpt_time_ms();
+  if (d->hook_error != MPT_OK) return drain_launched(d, d->hook_error);
+  for (int p = 0; p < d->nparams; p++)
+    if (!d->param_ready[p]) {
+      drain_launched(d, MPT_OK);
+      return unused_error(d);
+    }
+  launch_ready_buckets(d); /* with overlap off: all of them, now */
+  if (d->hook_error != MPT_OK) return drain_launched(d, d->hook_error);
+  MPT_RETURN_IF(mpt_event_record(d->done_event, d->comm_stream));
+  /* The compute stream waits for the last bucket (on the CPU this blocks the caller). */
+  mpt_status st;
+  if (d->compute)
+    st = mpt_stream_wait_event(d->compute, d->done_event, d->cfg.timeout_ms);
+  else
+    st = mpt_event_synchronize(d->done_event, d->cfg.timeout_ms);
+  if (st != MPT_OK) return st;
+  double done = mpt_time_ms();
+
+  double allreduce = 0, hidden = 0;
+  for (int b = 0; b < d->nbuckets; b++) {
+    double s = d->bucket_start_ms[b], e = d->bucket_end_ms[b];
+    allreduce += e - s;
+    double lo = s > d->prepare_ms ? s : d->prepare_ms;
+    double hi = e < backward_end ? e : backward_end;
+    if (hi > lo) hidden += hi - lo;
+  }
+  mpt_ddp_stats *x = &d->stats;
+  x->backward_ms = backward_end - d->prepare_ms;
+  x->exposed_comm_ms = done - backward_end;
+  x->allreduce_ms = allreduce;
+  x->hidden_ms = hidden;
+  x->steps++;
+  x->sum_backward_ms += x->backward_ms;
+  x->sum_exposed_comm_ms += x->exposed_comm_ms;
+  x->sum_allreduce_ms += allreduce;
+  x->sum_hidden_ms += hidden;
+  return MPT_OK;
+}
+
+mpt_ddp_stats mpt_ddp_get_stats(const mpt_ddp *d) { return d->stats; }
+
+void mpt_ddp_reset_stats(mpt_ddp *d) { memset(&d->stats, 0, sizeof d->stats); }

@@ -1,0 +1,173 @@
+/* 2-D convolution on the tape (mpt_nn_conv2d) and its parameter helper (mpt_conv2d_add /
+ * mpt_conv2d_forward).
+ *
+ * Forward, per image n (Chellapilla et al., 2006; Caffe's im2col layout, Jia et al., 2014):
+ *   col [C*kh*kw, OH*OW] = im2col(x_n)
+ *   y_n [O, OH*OW]       = W [O, C*kh*kw] x col
+ * then y += b broadcast over [N, O, OH*OW].
+ * Backward, per image n, with dy_n [O, OH*OW]:
+ *   dW  += dy_n x col^T             (col recomputed from x_n: nothing per image is kept)
+ *   dcol = W^T x dy_n ;  dx_n += col2im(dcol)
+ *   db  += sum over n and positions of dy.
+ * Invariants: the one-image col buffer is taken from the tape arena in forward and reused by
+ * backward (node->saved[0]); the geometry is stored in node->ctx.i (see CTX_* below), so the
+ * backward needs no allocation. Everything runs on the tape's stream. */
+#include <stdio.h>
+
+#include "core/error.h"
+#include "nn/tape.h"
+
+/* node->ctx.i layout */
+enum { CTX_N, CTX_C, CTX_H, CTX_W, CTX_O, CTX_KH, CTX_KW, CTX_STRIDE, CTX_PAD, CTX_OH, CTX_OW };
+
+static mpt_conv_geom geom_from_ctx(const mpt__node *node) {
+  mpt_conv_geom g = {
+      .channels = node->ctx.i[CTX_C], .height = node->ctx.i[CTX_H],
+      .width = node->ctx.i[CTX_W],    .kernel_h = node->ctx.i[CTX_KH],
+      .kernel_w = node->ctx.i[CTX_KW], .stride = node->ctx.i[CTX_STRIDE],
+      .pad = node->ctx.i[CTX_PAD],    .out_h = node->ctx.i[CTX_OH],
+      .out_w = node->ctx.i[CTX_OW]};
+  return g;
+}
+
+static mpt_status conv2d_backward(mpt_tape *tape, mpt__node *node) {
+  mpt_stream *s = mpt_tape_stream(tape);
+  mpt_var *x = node->inputs[0], *w = node->inputs[1];
+  mpt_var *b = node->ninputs > 2 ? node->inputs[2] : NULL;
+  const float *dy = node->output->grad.data;
+  float *dx = NULL, *dw = NULL, *db = NULL;
+  if (!dy) return MPT_OK; /* the output took no part in the loss */
+  MPT_RETURN_IF(mpt__var_grad(tape, x, &dx));
+  MPT_RETURN_IF(mpt__var_grad(tape, w, &dw));
+  if (b) MPT_RETURN_IF(mpt__var_grad(tape, b, &db));
+
+  const mpt_conv_geom g = geom_from_ctx(node);
+  const int64_t n = node->ctx.i[CTX_N], o = node->ctx.i[CTX_O];
+  const int64_t kdim = g.channels * g.kernel_h * g.kernel_w, l = g.out_h * g.out_w;
+  const int64_t x_img = g.channels * g.height * g.width, y_img = o * l;
+  const float *xv = x->value.data, *wv = w->value.data;
+  float *col = node->saved[0];
+
+  if (db) MPT_RETURN_IF(mpt_op_bias_backward(s, db, dy, n, o, l));
+  if (!dw && !dx) return MPT_OK;
+  for (int64_t i = 0; i < n; i++) {
+    const float *dy_i = dy + i * y_img;
+    if (dw) {
+      MPT_RETURN_IF(mpt_op_im2col(s, &g, xv + i * x_img, col));
+      /* dW [O, K] += dy_i [O, L] x col^T [L, K] */
+      MPT_RETURN_IF(mpt_op_gemm(s, 0, 1, o, kdim, l, 1.0f, dy_i, l, col, l, 1.0f, dw, kdim));
+    }
+    if (dx) {
+      /* dcol [K, L] = W^T [K, O] x dy_i [O, L], then scattered back into the image */
+      MPT_RETURN_IF(mpt_op_gemm(s, 1, 0, kdim, l, o, 1.0f, wv, kdim, dy_i, l, 0.0f, col, l));
+      MPT_RETURN_IF(mpt_op_col2im(s, &g, col, dx + i * x_img));
+    }
+  }
+  return MPT_OK;
+}
+
+mpt_status mpt_nn_conv2d(mpt_tape *tape, mpt_var *x, mpt_var *w, mpt_var *b, int64_t stride,
+                         int64_t pad, mpt_var **y) {
+  char xs[64], ws[64], bs[64];
+  if (!tape || !x || !w || !y)
+    return MPT_FAIL(MPT_EINVAL, "conv2d: NULL argument (tape %p, x %p, w %p, y %p)",
+                    (void *)tape, (void *)x, (void *)w, (void *)y);
+  const mpt_tensor *xt = &x->value, *wt = &w->value;
+  mpt_shape_str(xt->ndim, xt->shape, xs, sizeof xs);
+  mpt_shape_str(wt->ndim, wt->shape, ws, sizeof ws);
+  if (xt->dtype != MPT_F32 || wt->dtype != MPT_F32 || (b && b->value.dtype != MPT_F32))
+    return MPT_FAIL(MPT_EINVAL, "conv2d: x, weight and bias must be float32");
+  if (xt->ndim != 4 || wt->ndim != 4 || wt->shape[1] != xt->shape[1])
+    return MPT_FAIL(MPT_ESHAPE, "conv2d: input %s and weight %s (want [N, C, H, W] and "
+                    "[O, C, kh, kw] with the same C)", xs, ws);
+  const int64_t n = xt->shape[0], o = wt->shape[0];
+  if (b && (b->value.ndim != 1 || b->value.shape[0] != o))
+    return MPT_FAIL(MPT_ESHAPE, "conv2d: bias %s does not match weight %s (want [%lld])",
+                    mpt_shape_str(b->value.ndim, b->value.shape, bs, sizeof bs), ws,
+                    (long long)o);
+  mpt_conv_geom g = {.channels = xt->shape[1], .height = xt->shape[2], .width = xt->shape[3],
+                     .kernel_h = wt->shape[2], .kernel_w = wt->shape[3], .stride = stride,
+                     .pad = pad};
+  if (g.channels < 1 || g.height < 1 || g.width < 1 || o < 1 || g.kernel_h < 1 ||
+      g.kernel_w < 1 || stride < 1 || pad < 0 || g.height + 2 * pad < g.kernel_h ||
+      g.width + 2 * pad < g.kernel_w)
+    return MPT_FAIL(MPT_EINVAL, "conv2d: input %s, weight %s, stride %lld, pad %lld: the "
+                    "window does not fit or an extent is not positive", xs, ws,
+                    (long long)stride, (long long)pad);
+  MPT_RETURN_IF(mpt_conv_geom_resolve(&g));
+
+  mpt_stream *s = mpt_tape_stream(tape);
+  const int64_t kdim = g.channels * g.kernel_h * g.kernel_w, l = g.out_h * g.out_w;
+  const int64_t x_img = g.channels * g.height * g.width, y_img = o * l;
+  const int64_t yshape[4] = {n, o, g.out_h, g.out_w};
+  mpt_var *out = NULL;
+  void *col = NULL;
+  MPT_RETURN_IF(mpt__tape_new_var(tape, 4, yshape, MPT_F32, &out));
+  MPT_RETURN_IF(mpt__tape_alloc(tape, (size_t)(kdim * l) * sizeof(float), &col));
+
+  const float *xv = xt->data, *wv = wt->data;
+  float *yv = out->value.data;
+  for (int64_t i = 0; i < n; i++) {
+    MPT_RETURN_IF(mpt_op_im2col(s, &g, xv + i * x_img, col));
+    MPT_RETURN_IF(mpt_op_gemm(s, 0, 0, o, l, kdim, 1.0f, wv, kdim, col, l, 0.0f,
+                              yv + i * y_img, l));
+  }
+  if (b) MPT_RETURN_IF(mpt_op_bias_add(s, yv, b->value.data, n, o, l));
+
+  mpt_var *inputs[3] = {x, w, b};
+  const int ninputs = b ? 3 : 2;
+  if (mpt__tape_needs_grad(tape, inputs, ninputs)) {
+    mpt__node *node = NULL;
+    MPT_RETURN_IF(mpt__tape_record(tape, "conv2d", conv2d_backward, inputs, ninputs, out, &node));
+    node->ctx.i[CTX_N] = n;
+    node->ctx.i[CTX_C] = g.channels;
+    node->ctx.i[CTX_H] = g.height;
+    node->ctx.i[CTX_W] = g.width;
+    node->ctx.i[CTX_O] = o;
+    node->ctx.i[CTX_KH] = g.kernel_h;
+    node->ctx.i[CTX_KW] = g.kernel_w;
+    node->ctx.i[CTX_STRIDE] = g.stride;
+    node->ctx.i[CTX_PAD] = g.pad;
+    node->ctx.i[CTX_OH] = g.out_h;
+    node->ctx.i[CTX_OW] = g.out_w;
+    node->saved[0] = col;
+  }
+  *y = out;
+  return MPT_OK;
+}
+
+mpt_status mpt_conv2d_add(mpt_model *model, const char *name, int64_t in_channels,
+                          int64_t out_channels, int64_t kernel, int64_t stride, int64_t pad,
+                          int bias, mpt_conv2d *layer) {
+  if (!model || !name || !layer)
+    return MPT_FAIL(MPT_EINVAL, "conv2d_add: NULL model, name or layer");
+  if (in_channels < 1 || out_channels < 1 || kernel < 1 || stride < 1 || pad < 0)
+    return MPT_FAIL(MPT_EINVAL, "conv2d_add '%s': in %lld, out %lld, kernel %lld, stride %lld "
+                    "must be >= 1 and pad %lld >= 0", name, (long long)in_channels,
+                    (long long)out_channels, (long long)kernel, (long long)stride,
+                    (long long)pad);
+  char pname[256];
+  if (snprintf(pname, sizeof pname, "%s.weight", name) >= (int)sizeof pname)
+    return MPT_FAIL(MPT_EINVAL, "conv2d_add: name '%s' is too long", name);
+  const int64_t fan_in = in_channels * kernel * kernel;
+  const int64_t wshape[4] = {out_channels, in_channels, kernel, kernel};
+  mpt_conv2d l = {.weight = -1, .bias = -1, .in_channels = in_channels,
+                  .out_channels = out_channels, .kernel = kernel, .stride = stride, .pad = pad};
+  MPT_RETURN_IF(mpt_model_add_param(model, pname, 4, wshape, MPT_INIT_FAN_IN, fan_in, &l.weight));
+  if (bias) {
+    snprintf(pname, sizeof pname, "%s.bias", name);
+    MPT_RETURN_IF(mpt_model_add_param(model, pname, 1, &out_channels, MPT_INIT_FAN_IN, fan_in,
+                                      &l.bias));
+  }
+  *layer = l;
+  return MPT_OK;
+}
+
+mpt_status mpt_conv2d_forward(mpt_tape *tape, const mpt_conv2d *layer, mpt_var *x,
+                              mpt_var **y) {
+  if (!tape || !layer) return MPT_FAIL(MPT_EINVAL, "conv2d_forward: NULL tape or layer");
+  mpt_var *w = NULL, *b = NULL;
+  MPT_RETURN_IF(mpt_tape_param(tape, layer->weight, &w));
+  if (layer->bias >= 0) MPT_RETURN_IF(mpt_tape_param(tape, layer->bias, &b));
+  return mpt_nn_conv2d(tape, x, w, b, layer->stride, layer->pad, y);
+}

@@ -1,0 +1,521 @@
+/* The reverse-mode autodiff tape (include/mpitrain/nn.h, internals in src/nn/tape.h): the
+ * arena, the var and node pools, parameter vars and use counts, and backward.
+ *
+ * Arena. Device memory on the model's device, as a list of chunks with a bump pointer; every
+ * allocation is rounded up to 64 bytes and starts 64-byte aligned. At reset, if the pass used
+ * more than one chunk, all chunks are replaced by ONE chunk of the total bytes used, which the
+ * same pass fits exactly (the rounded sizes add up the same way in one chunk), so after the
+ * first step or two the steady state allocates nothing.
+ *
+ * Vars and nodes live in host blocks of fixed size (pools): a var's address is stable for the
+ * whole pass (ops keep pointers to their inputs), blocks are reused after reset and only new
+ * blocks are ever allocated. Every var is the first member of a var_slot that also remembers
+ * what it views (flatten): a view var SHARES its base's gradient storage, so the view op's
+ * backward has nothing to do (its gradient already landed in the base).
+ *
+ * Parameter vars: one per parameter per pass, created by mpt_tape_param, viewing the model's
+ * flat parameter and gradient buffers. uses[i] counts the recorded node inputs that are
+ * parameter i's var (twice if a node takes it twice). Backward walks the nodes in reverse;
+ * a node whose output got no gradient is skipped (it contributes zero) but its parameter uses
+ * are still released; when a parameter's remaining uses reach zero its gradient is final and
+ * the grad-ready hook fires.
+ *
+ * One thread at a time; all device work goes on the tape's stream. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "nn/tape.h"
+
+#define ARENA_ALIGN ((size_t)64)
+#define ARENA_MIN_CHUNK ((size_t)64 * 1024)
+#define POOL_BLOCK 256
+/* Deadline for host waits on the tape's stream (mpt_var_item, arena consolidation). */
+#define TAPE_SYNC_TIMEOUT_MS 600000.0
+
+typedef struct var_slot {
+  mpt_var var;            /* first member: a mpt_var * is a var_slot * */
+  struct var_slot *of;    /* the var this one views (shares its gradient), or NULL */
+} var_slot;
+
+typedef struct arena_chunk {
+  char *base;
+  size_t nbytes, used;
+} arena_chunk;
+
+/* A pool of fixed-size items in blocks of POOL_BLOCK; items [0, used) are live. */
+typedef struct pool {
+  void **blocks;
+  int nblocks;
+  int64_t used;
+  size_t item_size;
+} pool;
+
+struct mpt_tape {
+  mpt_model *model;
+  mpt_stream *stream;
+  mpt_device device;
+
+  arena_chunk *chunks; /* chunks [0, nchunks); the bump pointer is in chunks[nchunks - 1] */
+  int nchunks, cap_chunks;
+  size_t allocations; /* device chunks + host blocks allocated since init */
+
+  pool vars;  /* var_slot */
+  pool nodes; /* mpt__node */
+
+  int nparams;           /* size of the arrays below (the model's parameter count) */
+  mpt_var **param_vars;  /* [nparams] this pass's parameter vars, NULL until asked */
+  int *uses;             /* [nparams] recorded uses this pass */
+  int *remaining;        /* [nparams] uses not yet released by backward */
+
+  int grad_enabled;
+  int backward_done; /* backward ran in this pass: the var gradients are spent */
+  mpt_grad_ready_fn hook;
+  void *hook_user;
+  uint64_t seed;
+  uint64_t seed_counter;
+};
+
+/* ---- pools ---- */
+
+static mpt_status pool_take(mpt_tape *tape, pool *p, void **item) {
+  const int64_t block = p->used / POOL_BLOCK, slot = p->used % POOL_BLOCK;
+  if (block == p->nblocks) {
+    void **blocks = realloc(p->blocks, (size_t)(p->nblocks + 1) * sizeof *blocks);
+    if (!blocks) return MPT_FAIL(MPT_ENOMEM, "tape: out of host memory for the pool");
+    p->blocks = blocks;
+    p->blocks[p->nblocks] = malloc(POOL_BLOCK * p->item_size);
+    if (!p->blocks[p->nblocks])
+      return MPT_FAIL(MPT_ENOMEM, "tape: out of host memory for the pool");
+    p->nblocks++;
+    tape->allocations++;
+  }
+  *item = (char *)p->blocks[block] + (size_t)slot * p->item_size;
+  memset(*item, 0, p->item_size);
+  p->used++;
+  return MPT_OK;
+}
+
+static void pool_free(pool *p) {
+  for (int i = 0; i < p->nblocks; i++) free(p->blocks[i]);
+  free(p->blocks);
+  memset(p, 0, sizeof *p);
+}
+
+static mpt__node *node_at(const mpt_tape *tape, int64_t i) {
+  return (mpt__node *)((char *)tape->nodes.blocks[i / POOL_BLOCK] +
+                       (size_t)(i % POOL_BLOCK) * sizeof(mpt__node));
+}
+
+/* 1 if `var` is a live var of this pass on this tape. */
+static int var_is_live(const mpt_tape *tape, const mpt_var *var) {
+  for (int b = 0; b < tape->vars.nblocks; b++) {
+    const char *lo = tape->vars.blocks[b], *hi = lo + POOL_BLOCK * sizeof(var_slot);
+    const char *v = (const char *)var;
+    if (v >= lo && v < hi) {
+      int64_t index = (int64_t)b * POOL_BLOCK + (int64_t)((size_t)(v - lo) / sizeof(var_slot));
+      return index < tape->vars.used;
+    }
+  }
+  return 0;
+}
+
+/* ---- arena ---- */
+
+static void arena_release(mpt_tape *tape) {
+  for (int i = 0; i < tape->nchunks; i++) mpt_device_free(tape->device, tape->chunks[i].base);
+  tape->nchunks = 0;
+}
+
+static mpt_status arena_add_chunk(mpt_tape *tape, size_t nbytes) {
+  if (tape->nchunks == tape->cap_chunks) {
+    int cap = tape->cap_chunks ? 2 * tape->cap_chunks : 8;
+    arena_chunk *chunks = realloc(tape->chunks, (size_t)cap * sizeof *chunks);
+    if (!chunks) return MPT_FAIL(MPT_ENOMEM, "tape arena: out of host memory");
+    tape->chunks = chunks;
+    tape->cap_chunks = cap;
+    tape->allocations++;
+  }
+  void *base = NULL;
+  mpt_status st = mpt_device_alloc(tape->device, nbytes, &base);
+  if (st != MPT_OK) return st;
+  tape->chunks[tape->nchunks++] = (arena_chunk){.base = base, .nbytes = nbytes, .used = 0};
+  tape->allocations++;
+  return MPT_OK;
+}
+
+mpt_status mpt__tape_alloc(mpt_tape *tape, size_t nbytes, void **ptr) {
+  if (!tape || !ptr) return MPT_FAIL(MPT_EINVAL, "tape_alloc: NULL tape or output");
+  *ptr = NULL;
+  /* Round up to the alignment; even an empty request gets its own (non-NULL) slot. */
+  if (nbytes > SIZE_MAX - ARENA_ALIGN)
+    return MPT_FAIL(MPT_ENOMEM, "tape arena: request of %zu bytes is too large", nbytes);
+  size_t need = nbytes == 0 ? ARENA_ALIGN : (nbytes + ARENA_ALIGN - 1) & ~(ARENA_ALIGN - 1);
+  arena_chunk *c = tape->nchunks ? &tape->chunks[tape->nchunks - 1] : NULL;
+  if (!c || c->nbytes - c->used < need) {
+    size_t size = c ? 2 * c->nbytes : ARENA_MIN_CHUNK;
+    if (size < need) size = need;
+    mpt_status st = arena_add_chunk(tape, size);
+    if (st != MPT_OK) return st;
+    c = &tape->chunks[tape->nchunks - 1];
+  }
+  *ptr = c->base + c->used;
+  c->used += need;
+  return MPT_OK;
+}
+
+/* Replaces several chunks by one of their total use (see the file comment). */
+static void arena_consolidate(mpt_tape *tape) {
+  if (tape->nchunks <= 1) {
+    if (tape->nchunks == 1) tape->chunks[0].used = 0;
+    return;
+  }
+  /* Work still queued on the stream may use the chunks: let it finish first. If it cannot,
+   * keep the chunks (wasteful, never unsafe). */
+  if (tape->stream && mpt_stream_synchronize(tape->stream, TAPE_SYNC_TIMEOUT_MS) != MPT_OK) {
+    for (int i = 0; i < tape->nchunks; i++) tape->chunks[i].used = 0;
+    return;
+  }
+  size_t total = 0;
+  for (int i = 0; i < tape->nchunks; i++) total += tape->chunks[i].used;
+  arena_release(tape);
+  /* On failure the arena is simply empty: the next pass grows it again and reports. */
+  if (arena_add_chunk(tape, total > ARENA_MIN_CHUNK ? total : ARENA_MIN_CHUNK) != MPT_OK)
+    mpt_error_clear();
+}
+
+size_t mpt__tape_arena_allocations(const mpt_tape *tape) { return tape ? tape->allocations : 0; }
+
+/* ---- lifetime ---- */
+
+mpt_status mpt_tape_init(mpt_tape **tape, mpt_model *model, mpt_stream *stream) {
+  if (!tape || !model) return MPT_FAIL(MPT_EINVAL, "tape_init: NULL output or model");
+  *tape = NULL;
+  const mpt_device device = mpt_model_device(model);
+  const mpt_device_type have = stream ? mpt_stream_device(stream).type : MPT_DEVICE_CPU;
+  if (have != device.type)
+    return MPT_FAIL(MPT_EINVAL, "tape_init: a %s stream for a model on %s",
+                    stream ? (have == MPT_DEVICE_CPU ? "CPU" : "CUDA") : "NULL (CPU)",
+                    device.type == MPT_DEVICE_CPU ? "the CPU" : "CUDA");
+  mpt_tape *t = calloc(1, sizeof *t);
+  if (!t) return MPT_FAIL(MPT_ENOMEM, "tape_init: out of host memory");
+  t->model = model;
+  t->stream = stream;
+  t->device = device;
+  t->vars.item_size = sizeof(var_slot);
+  t->nodes.item_size = sizeof(mpt__node);
+  t->grad_enabled = 1;
+  *tape = t;
+  return MPT_OK;
+}
+
+void mpt_tape_free(mpt_tape *tape) {
+  if (!tape) return;
+  arena_release(tape);
+  free(tape->chunks);
+  pool_free(&tape->vars);
+  pool_free(&tape->nodes);
+  free(tape->param_vars);
+  free(tape->uses);
+  free(tape->remaining);
+  free(tape);
+}
+
+mpt_stream *mpt_tape_stream(const mpt_tape *tape) { return tape ? tape->stream : NULL; }
+mpt_model *mpt_tape_model(const mpt_tape *tape) { return tape ? tape->model : NULL; }
+
+void mpt_tape_reset(mpt_tape *tape, uint64_t seed) {
+  if (!tape) return;
+  arena_consolidate(tape);
+  tape->vars.used = 0;
+  tape->nodes.used = 0;
+  for (int i = 0; i < tape->nparams; i++) {
+    tape->param_vars[i] = NULL;
+    tape->uses[i] = 0;
+    tape->remaining[i] = 0;
+  }
+  tape->backward_done = 0;
+  tape->seed = seed;
+  tape->seed_counter = 0;
+}
+
+void mpt_tape_set_grad_enabled(mpt_tape *tape, int enabled) {
+  if (tape) tape->grad_enabled = enabled != 0;
+}
+
+void mpt_tape_set_grad_hook(mpt_tape *tape, mpt_grad_ready_fn fn, void *user) {
+  if (!tape) return;
+  tape->hook = fn;
+  tape->hook_user = fn ? user : NULL;
+}
+
+uint64_t mpt__tape_next_seed(mpt_tape *tape) {
+  /* splitmix64 finaliser of (seed, counter): distinct, well-mixed seeds per dropout op. */
+  uint64_t z = tape->seed + (++tape->seed_counter) * 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+/* ---- vars ---- */
+
+static mpt_status new_slot(mpt_tape *tape, var_slot **slot) {
+  mpt_status st = pool_take(tape, &tape->vars, (void **)slot);
+  if (st != MPT_OK) return st;
+  (*slot)->var.param_index = -1;
+  return MPT_OK;
+}
+
+mpt_status mpt__tape_new_var(mpt_tape *tape, int ndim, const int64_t *shape, mpt_dtype dtype,
+                             mpt_var **var) {
+  if (!tape || !var || (ndim > 0 && !shape))
+    return MPT_FAIL(MPT_EINVAL, "tape_new_var: NULL tape, output or shape");
+  *var = NULL;
+  char buf[128];
+  if (ndim < 0 || ndim > MPT_MAX_DIMS || mpt_dtype_size(dtype) == 0)
+    return MPT_FAIL(MPT_EINVAL, "tape_new_var: rank %d (0..%d) or dtype %d is bad", ndim,
+                    MPT_MAX_DIMS, (int)dtype);
+  int64_t count = 1;
+  for (int d = 0; d < ndim; d++)
+    if (shape[d] < 0 || __builtin_mul_overflow(count, shape[d], &count))
+      return MPT_FAIL(MPT_EINVAL, "tape_new_var: bad shape %s",
+                      mpt_shape_str(ndim, shape, buf, sizeof buf));
+  void *data = NULL;
+  var_slot *slot = NULL;
+  MPT_RETURN_IF(mpt__tape_alloc(tape, (size_t)count * mpt_dtype_size(dtype), &data));
+  MPT_RETURN_IF(new_slot(tape, &slot));
+  slot->var.value = mpt_tensor_view(data, tape->device, dtype, ndim, shape);
+  slot->var.grad = mpt_tensor_view(NULL, tape->device, MPT_F32, ndim, shape);
+  *var = &slot->var;
+  return MPT_OK;
+}
+
+mpt_status mpt__tape_view_var(mpt_tape *tape, mpt_var *of, int ndim, const int64_t *shape,
+                              mpt_var **var) {
+  if (!tape || !of || !var || (ndim > 0 && !shape))
+    return MPT_FAIL(MPT_EINVAL, "tape_view_var: NULL tape, base, output or shape");
+  *var = NULL;
+  char a[128], b[128];
+  int64_t count = 1;
+  int ok = ndim >= 0 && ndim <= MPT_MAX_DIMS;
+  for (int d = 0; ok && d < ndim; d++)
+    ok = shape[d] >= 0 && !__builtin_mul_overflow(count, shape[d], &count);
+  if (!ok || count != of->value.count)
+    return MPT_FAIL(MPT_ESHAPE, "tape_view_var: cannot view %s as %s",
+                    mpt_shape_str(of->value.ndim, of->value.shape, a, sizeof a),
+                    ok ? mpt_shape_str(ndim, shape, b, sizeof b) : "(a bad shape)");
+  var_slot *slot = NULL;
+  MPT_RETURN_IF(new_slot(tape, &slot));
+  slot->var.value = mpt_tensor_view(of->value.data, of->value.device, of->value.dtype, ndim,
+                                    shape);
+  slot->var.grad = mpt_tensor_view(NULL, of->value.device, MPT_F32, ndim, shape);
+  slot->of = (var_slot *)of;
+  *var = &slot->var;
+  return MPT_OK;
+}
+
+mpt_status mpt_tape_input(mpt_tape *tape, const mpt_tensor *value, mpt_var **var) {
+  if (!tape || !value || !var) return MPT_FAIL(MPT_EINVAL, "tape_input: NULL argument");
+  *var = NULL;
+  if (value->device.type != tape->device.type)
+    return MPT_FAIL(MPT_EINVAL, "tape_input: the tensor is on device type %d, the model on %d",
+                    (int)value->device.type, (int)tape->device.type);
+  if (value->count > 0 && !value->data)
+    return MPT_FAIL(MPT_EINVAL, "tape_input: tensor with %lld elements and no data",
+                    (long long)value->count);
+  var_slot *slot = NULL;
+  MPT_RETURN_IF(new_slot(tape, &slot));
+  slot->var.value = *value;
+  slot->var.value.owns_data = 0; /* borrowed */
+  slot->var.grad = mpt_tensor_view(NULL, value->device, MPT_F32, value->ndim, value->shape);
+  *var = &slot->var;
+  return MPT_OK;
+}
+
+/* Sizes the per-parameter arrays to the (finalised) model. */
+static mpt_status ensure_param_arrays(mpt_tape *tape) {
+  const int n = mpt_model_num_params(tape->model);
+  if (n == tape->nparams) return MPT_OK;
+  mpt_var **vars = calloc((size_t)n, sizeof *vars);
+  int *uses = calloc((size_t)n, sizeof *uses), *rem = calloc((size_t)n, sizeof *rem);
+  if (!vars || !uses || !rem) {
+    free(vars);
+    free(uses);
+    free(rem);
+    return MPT_FAIL(MPT_ENOMEM, "tape: no host memory for %d parameters", n);
+  }
+  free(tape->param_vars);
+  free(tape->uses);
+  free(tape->remaining);
+  tape->param_vars = vars;
+  tape->uses = uses;
+  tape->remaining = rem;
+  tape->nparams = n;
+  tape->allocations++;
+  return MPT_OK;
+}
+
+mpt_status mpt_tape_param(mpt_tape *tape, int index, mpt_var **var) {
+  if (!tape || !var) return MPT_FAIL(MPT_EINVAL, "tape_param: NULL tape or output");
+  *var = NULL;
+  if (mpt_model_num_params(tape->model) > 0 && !mpt_model_params(tape->model))
+    return MPT_FAIL(MPT_ESTATE, "tape_param: the model is not finalised");
+  if (index < 0 || index >= mpt_model_num_params(tape->model))
+    return MPT_FAIL(MPT_EINVAL, "tape_param: index %d outside [0, %d)", index,
+                    mpt_model_num_params(tape->model));
+  MPT_RETURN_IF(ensure_param_arrays(tape));
+  if (tape->param_vars[index]) {
+    *var = tape->param_vars[index];
+    return MPT_OK;
+  }
+  var_slot *slot = NULL;
+  MPT_RETURN_IF(new_slot(tape, &slot));
+  slot->var.value = mpt_model_param(tape->model, index);
+  slot->var.grad = mpt_model_grad(tape->model, index);
+  slot->var.requires_grad = 1;
+  slot->var.param_index = index;
+  tape->param_vars[index] = &slot->var;
+  *var = &slot->var;
+  return MPT_OK;
+}
+
+int mpt_tape_param_uses(const mpt_tape *tape, int index) {
+  if (!tape || index < 0 || index >= tape->nparams) return 0;
+  return tape->uses[index];
+}
+
+const mpt_tensor *mpt_var_value(const mpt_var *var) { return var ? &var->value : NULL; }
+const mpt_tensor *mpt_var_grad(const mpt_var *var) { return var ? &var->grad : NULL; }
+
+mpt_status mpt__var_grad(mpt_tape *tape, mpt_var *var, float **grad) {
+  if (!tape || !var || !grad) return MPT_FAIL(MPT_EINVAL, "var_grad: NULL argument");
+  *grad = NULL;
+  if (!var->requires_grad) return MPT_OK;
+  if (!var->grad.data) {
+    var_slot *slot = (var_slot *)var;
+    if (slot->of) { /* a view: share the base's gradient */
+      float *base = NULL;
+      MPT_RETURN_IF(mpt__var_grad(tape, &slot->of->var, &base));
+      if (!base)
+        return MPT_FAIL(MPT_ESTATE, "var_grad: a view that needs a gradient of a base that "
+                        "does not");
+      var->grad.data = base;
+    } else {
+      if (var->value.dtype != MPT_F32)
+        return MPT_FAIL(MPT_EINVAL, "var_grad: a %s value cannot have a gradient",
+                        mpt_dtype_name(var->value.dtype));
+      void *data = NULL;
+      MPT_RETURN_IF(mpt__tape_alloc(tape, (size_t)var->value.count * sizeof(float), &data));
+      MPT_RETURN_IF(mpt_op_fill(tape->stream, data, var->value.count, 0.0f));
+      var->grad.data = data;
+    }
+  }
+  *grad = var->grad.data;
+  return MPT_OK;
+}
+
+mpt_status mpt_var_item(mpt_tape *tape, const mpt_var *var, float *value) {
+  if (!tape || !var || !value) return MPT_FAIL(MPT_EINVAL, "var_item: NULL argument");
+  if (var->value.count != 1 || var->value.dtype != MPT_F32) {
+    char buf[128];
+    return MPT_FAIL(MPT_EINVAL, "var_item: want one float32, the var is %s %s",
+                    mpt_dtype_name(var->value.dtype),
+                    mpt_shape_str(var->value.ndim, var->value.shape, buf, sizeof buf));
+  }
+  MPT_RETURN_IF(mpt_op_memcpy(tape->stream, mpt_device_cpu(), value, var->value.device,
+                              var->value.data, sizeof(float)));
+  if (tape->stream) MPT_RETURN_IF(mpt_stream_synchronize(tape->stream, TAPE_SYNC_TIMEOUT_MS));
+  return MPT_OK;
+}
+
+/* ---- recording and backward ---- */
+
+int mpt__tape_needs_grad(const mpt_tape *tape, mpt_var *const *inputs, int ninputs) {
+  if (!tape || !tape->grad_enabled || !inputs) return 0;
+  for (int i = 0; i < ninputs; i++)
+    if (inputs[i] && inputs[i]->requires_grad) return 1;
+  return 0;
+}
+
+mpt_status mpt__tape_record(mpt_tape *tape, const char *name, mpt__backward_fn backward,
+                            mpt_var *const *inputs, int ninputs, mpt_var *output,
+                            mpt__node **node) {
+  if (node) *node = NULL;
+  if (!tape || !backward || !output || ninputs < 0 || ninputs > MPT__NODE_MAX_INPUTS ||
+      (ninputs > 0 && !inputs))
+    return MPT_FAIL(MPT_EINVAL, "tape_record '%s': bad arguments (%d inputs, max %d)",
+                    name ? name : "?", ninputs, MPT__NODE_MAX_INPUTS);
+  if (!tape->grad_enabled)
+    return MPT_FAIL(MPT_ESTATE, "tape_record '%s': gradients are disabled on this tape",
+                    name ? name : "?");
+  for (int i = 0; i < ninputs; i++) {
+    const mpt_var *in = inputs[i];
+    if (in && in->param_index >= 0 &&
+        (in->param_index >= tape->nparams || tape->param_vars[in->param_index] != in))
+      return MPT_FAIL(MPT_EINVAL, "tape_record '%s': input %d is parameter %d's var from "
+                      "another tape or pass", name ? name : "?", i, in->param_index);
+  }
+  mpt__node *n = NULL;
+  MPT_RETURN_IF(pool_take(tape, &tape->nodes, (void **)&n));
+  n->backward = backward;
+  n->name = name ? name : "?";
+  n->ninputs = ninputs;
+  for (int i = 0; i < ninputs; i++) {
+    n->inputs[i] = inputs[i];
+    if (inputs[i] && inputs[i]->param_index >= 0) tape->uses[inputs[i]->param_index]++;
+  }
+  n->output = output;
+  output->requires_grad = 1;
+  if (node) *node = n;
+  return MPT_OK;
+}
+
+mpt_status mpt_tape_backward(mpt_tape *tape, mpt_var *loss, float scale) {
+  if (!tape || !loss) return MPT_FAIL(MPT_EINVAL, "tape_backward: NULL tape or loss");
+  if (tape->backward_done)
+    return MPT_FAIL(MPT_ESTATE, "tape_backward: already ran for this pass (reset the tape "
+                    "and run the forward again)");
+  if (!var_is_live(tape, loss))
+    return MPT_FAIL(MPT_ESTATE, "tape_backward: the loss is not a var of this tape's pass");
+  if (loss->value.count != 1 || loss->value.dtype != MPT_F32) {
+    char buf[128];
+    return MPT_FAIL(MPT_ESTATE, "tape_backward: the loss must be one float32, it is %s %s",
+                    mpt_dtype_name(loss->value.dtype),
+                    mpt_shape_str(loss->value.ndim, loss->value.shape, buf, sizeof buf));
+  }
+  int64_t loss_node = -1;
+  for (int64_t i = tape->nodes.used - 1; i >= 0 && loss_node < 0; i--)
+    if (node_at(tape, i)->output == loss) loss_node = i;
+  if (!loss->requires_grad || loss_node < 0)
+    return MPT_FAIL(MPT_ESTATE, "tape_backward: the loss was not recorded on this tape (no "
+                    "input needed a gradient, or gradients were disabled)");
+  tape->backward_done = 1;
+
+  float *dloss = NULL;
+  MPT_RETURN_IF(mpt__var_grad(tape, loss, &dloss));
+  MPT_RETURN_IF(mpt_op_fill(tape->stream, dloss, 1, scale));
+  for (int i = 0; i < tape->nparams; i++) tape->remaining[i] = tape->uses[i];
+
+  /* Every node, the ones after the loss too: they got no gradient, but their parameter uses
+   * must be released for the hook to fire. */
+  for (int64_t i = tape->nodes.used - 1; i >= 0; i--) {
+    mpt__node *node = node_at(tape, i);
+    if (node->output->grad.data) {
+      mpt_status st = node->backward(tape, node);
+      if (st != MPT_OK) {
+        char inner[512];
+        strncpy(inner, mpt_last_error(), sizeof inner - 1);
+        inner[sizeof inner - 1] = '\0';
+        return MPT_FAIL(st, "tape_backward: node %lld ('%s'): %s", (long long)i, node->name,
+                        inner);
+      }
+    }
+    for (int k = 0; k < node->ninputs; k++) {
+      const mpt_var *in = node->inputs[k];
+      if (!in || in->param_index < 0) continue;
+      if (--tape->remaining[in->param_index] == 0 && tape->hook)
+        tape->hook(tape->hook_user, in->param_index);
+    }
+  }
+  return MPT_OK;
+}

@@ -1,0 +1,515 @@
+/* Tests of the DDP engine (src/ddp/ddp.c), run under mpirun with 2 and 3 ranks
+ * (tests/test_ddp_np2.sh, tests/test_ddp_np3.sh):
+ *
+ * - Equivalence: W ranks with B samples each train like ONE process on the W*B samples: every
+ *   rank also trains a plain model (no DDP) on the whole combined batch from the same seed, and
+ *   after 20 SGD-with-momentum steps both hold the same parameters (relative 1e-5), for the MLP
+ *   and the CNN, overlap on and off, bucket caps 0.01, 1 and 25 MiB; with gradient accumulation
+ *   (K = 3 micro-batches, no_sync on the first K - 1, loss scale 1/K) against one process on
+ *   W*K*B samples. Also: the replicas are bit-identical across ranks after training, overlap on
+ *   launches every bucket during backward and overlap off none (counted by the comm's sequence
+ *   numbers), no_sync passes issue no collective, and the stats count synchronised passes.
+ * - Bucket plan: a plan worked out by hand (caps in bytes, an oversized parameter alone), the
+ *   PyTorch default caps on the default MLP, and the invariants of every plan (reverse
+ *   registration order, contiguous slices covering the gradient buffer exactly once, each bucket
+ *   within its cap unless it is one oversized parameter, greedy: a bucket closes only when the
+ *   next parameter does not fit).
+ *
+ * MPI rules: Check runs without forking (CK_NOFORK); every rank runs the same tests in the same
+ * order. Value checks inside a test are soft (EXPECT) and the ranks agree on the outcome at the
+ * end of each test, so a failing check on one rank never leaves the others waiting in a
+ * collective. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpitrain/comm.h"
+#include "mpitrain/ddp.h"
+#include "mpitrain/nn.h"
+#include "mpitrain/optim.h"
+
+static mpt_comm *g_comm;
+static int g_rank, g_world;
+
+#define OK(expr)                                                                              \
+  do {                                                                                        \
+    mpt_status st_ = (expr);                                                                  \
+    ck_assert_msg(st_ == MPT_OK, "rank %d: %s -> %s: %s", g_rank, #expr, mpt_status_name(st_), \
+                  mpt_last_error());                                                          \
+  } while (0)
+
+/* Soft checks: the first failure of a test is remembered; expect_agree() ends the test. */
+static int g_bad;
+static char g_why[768];
+#define EXPECT(cond, ...)                                                                     \
+  do {                                                                                        \
+    if (!(cond) && !g_bad) {                                                                  \
+      g_bad = 1;                                                                              \
+      snprintf(g_why, sizeof g_why, __VA_ARGS__);                                             \
+    }                                                                                         \
+  } while (0)
+
+static void expect_begin(void) {
+  g_bad = 0;
+  g_why[0] = '\0';
+}
+
+/* Every rank learns whether any rank failed; each fails the test then. */
+static void expect_agree(void) {
+  int32_t mine = g_bad, any = 0;
+  OK(mpt_comm_allreduce_sync(g_comm, &mine, &any, 1, MPT_I32, MPT_REDUCE_MAX));
+  ck_assert_msg(!g_bad, "rank %d: %s", g_rank, g_why);
+  ck_assert_msg(!any, "rank %d: another rank failed this test (see its output)", g_rank);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Models and data                                                                            */
+
+enum { STEPS = 20, PER_RANK = 8, ACCUM = 3, CLASSES = 10 };
+
+/* MLP 784-32-10 (25482 parameters) or CNN on 1x12x12 images: conv 1->8 k5, conv 8->16 k5,
+ * fc 144->32, fc 32->10 (8394 parameters). Neither has BatchNorm or dropout. */
+static mpt_model *model_make(int cnn, uint64_t seed) {
+  mpt_model *m = NULL;
+  if (cnn) {
+    mpt_cnn_config c = mpt_cnn_config_default();
+    c.height = c.width = 12;
+    c.conv1_channels = 8;
+    c.conv2_channels = 16;
+    c.kernel = 5;
+    c.hidden = 32;
+    c.num_classes = CLASSES;
+    OK(mpt_model_init_cnn(&m, mpt_device_cpu(), &c, seed));
+  } else {
+    mpt_mlp_config c = mpt_mlp_config_default();
+    c.input_size = 784;
+    c.num_hidden = 1;
+    c.hidden[0] = 32;
+    c.num_classes = CLASSES;
+    OK(mpt_model_init_mlp(&m, mpt_device_cpu(), &c, seed));
+  }
+  return m;
+}
+
+static int64_t sample_size(int cnn) { return cnn ? 144 : 784; }
+
+/* n samples drawn from `seed`: x uniform in (-1, 1), labels uniform in [0, CLASSES). */
+typedef struct batch {
+  float *x;
+  int32_t *y;
+  int64_t n, features;
+} batch;
+
+static batch batch_make(int cnn, int64_t n, uint64_t seed) {
+  batch b = {.n = n, .features = sample_size(cnn)};
+  b.x = malloc((size_t)(n * b.features) * sizeof *b.x);
+  b.y = malloc((size_t)n * sizeof *b.y);
+  ck_assert(b.x && b.y);
+  mpt_rng rng;
+  mpt_rng_seed(&rng, seed);
+  mpt_rng_fill_uniform(&rng, b.x, n * b.features, -1.0f, 1.0f);
+  for (int64_t i = 0; i < n; i++) b.y[i] = (int32_t)mpt_rng_below(&rng, CLASSES);
+  return b;
+}
+
+static void batch_free(batch *b) {
+  free(b->x);
+  free(b->y);
+}
+
+/* Records forward + mean cross-entropy of samples [first, first + n) of `b` on a fresh pass.
+ * The tensors must outlive the backward: they are returned through xt / yt. */
+static mpt_var *forward_loss(mpt_model *m, mpt_tape *tape, int cnn, const batch *b,
+                             int64_t first, int64_t n, mpt_tensor *xt, mpt_tensor *yt) {
+  int64_t xs_mlp[2] = {n, 784}, xs_cnn[4] = {n, 1, 12, 12}, ys[1] = {n};
+  float *x = b->x + first * b->features;
+  *xt = cnn ? mpt_tensor_view(x, mpt_device_cpu(), MPT_F32, 4, xs_cnn)
+            : mpt_tensor_view(x, mpt_device_cpu(), MPT_F32, 2, xs_mlp);
+  *yt = mpt_tensor_view(b->y + first, mpt_device_cpu(), MPT_I32, 1, ys);
+  mpt_var *xv = NULL, *out = NULL, *loss = NULL;
+  mpt_tape_reset(tape, 1);
+  OK(mpt_tape_input(tape, xt, &xv));
+  OK(mpt_model_forward(m, tape, xv, &out));
+  OK(mpt_nn_cross_entropy(tape, out, yt, &loss));
+  return loss;
+}
+
+static mpt_optimizer *sgd_make(const mpt_model *m) {
+  mpt_optimizer_config c = mpt_optimizer_config_default();
+  c.lr = 0.05f;
+  c.momentum = 0.9f;
+  mpt_optimizer *opt = NULL;
+  OK(mpt_optimizer_init(&opt, &c, mpt_device_cpu(), mpt_model_param_count(m)));
+  return opt;
+}
+
+static void sgd_step(mpt_optimizer *opt, mpt_model *m) {
+  OK(mpt_optimizer_step(opt, NULL, mpt_model_params(m), mpt_model_grads(m), 0.05f));
+}
+
+/* max |a - b| / max(max |b|, 1e-3) */
+static double rel_diff(const float *a, const float *b, int64_t n) {
+  double diff = 0, scale = 1e-3;
+  for (int64_t i = 0; i < n; i++) {
+    double d = fabs((double)a[i] - (double)b[i]);
+    if (d > diff) diff = d;
+    if (fabs((double)b[i]) > scale) scale = fabs((double)b[i]);
+  }
+  return diff / scale;
+}
+
+/* 1 if x[0..n) is bit-identical on every rank (element-wise MIN == MAX over ranks). */
+static int same_on_all_ranks(const float *x, int64_t n) {
+  float *lo = malloc((size_t)n * sizeof *lo), *hi = malloc((size_t)n * sizeof *hi);
+  ck_assert(lo && hi);
+  OK(mpt_comm_allreduce_sync(g_comm, x, lo, n, MPT_F32, MPT_REDUCE_MIN));
+  OK(mpt_comm_allreduce_sync(g_comm, x, hi, n, MPT_F32, MPT_REDUCE_MAX));
+  int same = memcmp(lo, hi, (size_t)n * sizeof *lo) == 0;
+  free(lo);
+  free(hi);
+  return same;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Equivalence with one process on the combined batch                                         */
+
+typedef struct equiv_case {
+  int cnn, overlap;
+  double cap_mb, first_cap_mb;
+} equiv_case;
+
+static const equiv_case EQUIV[] = {
+    {0, 1, 0.01, 0.01}, {0, 1, 1, 1}, {0, 1, 25, 1}, {0, 0, 0.01, 0.01}, {0, 0, 1, 1},
+    {0, 0, 25, 1},      {1, 1, 0.01, 0.01}, {1, 1, 1, 1}, {1, 1, 25, 1}, {1, 0, 0.01, 0.01},
+    {1, 0, 1, 1},       {1, 0, 25, 1},
+};
+
+/* Tolerance: the two runs differ only in float32 summation order (a GEMM over B rows per rank
+ * then an average of W means, against one GEMM over W*B rows), a few ulps (~1e-7 relative) of
+ * each gradient. Over 20 steps with lr 0.05 and momentum 0.9 (a gradient's weight in the
+ * parameters is at most lr / (1 - momentum) = 0.5) this stays orders of magnitude below 1e-5 of
+ * the parameters' scale, while a real fault (a sum instead of a mean, a bucket not reduced, a
+ * stale or doubled gradient) moves parameters by ~1e-2 and more. */
+#define EQUIV_TOL 1e-5
+
+/* Trains `ddp_m` under DDP and `ref` alone on the same samples for STEPS steps; accum > 1
+ * splits each rank's share into accum micro-batches (no_sync on all but the last). */
+static void train_both(const equiv_case *c, int accum, double *err, double *moved) {
+  const int cnn = c->cnn;
+  const int64_t total = (int64_t)g_world * accum * PER_RANK;
+  mpt_model *ref = model_make(cnn, 1234);
+  /* Seeded differently per rank: mpt_ddp_init must make every replica rank 0's. */
+  mpt_model *dm = model_make(cnn, 1234 + (uint64_t)g_rank * 77);
+  mpt_tape *rt = NULL, *dt = NULL;
+  OK(mpt_tape_init(&rt, ref, NULL));
+  OK(mpt_tape_init(&dt, dm, NULL));
+  mpt_ddp_config dc = mpt_ddp_config_default();
+  dc.overlap = c->overlap;
+  dc.bucket_cap_mb = c->cap_mb;
+  dc.first_bucket_cap_mb = c->first_cap_mb;
+  dc.timeout_ms = 30000;
+  mpt_ddp *ddp = NULL;
+  OK(mpt_ddp_init(&ddp, dm, g_comm, NULL, &dc));
+  const int64_t count = mpt_model_param_count(ref);
+  const int nb = mpt_ddp_num_buckets(ddp);
+  EXPECT(memcmp(mpt_model_params(dm), mpt_model_params(ref), (size_t)count * sizeof(float)) == 0,
+         "after mpt_ddp_init the replica is not rank 0's model");
+  if (c->cap_mb < 0.1) EXPECT(nb > 1, "cap %g MiB gave %d bucket(s), want several", c->cap_mb, nb);
+  float *init = malloc((size_t)count * sizeof *init);
+  ck_assert(init);
+  memcpy(init, mpt_model_params(ref), (size_t)count * sizeof *init);
+  mpt_optimizer *ropt = sgd_make(ref), *dopt = sgd_make(dm);
+  mpt_tensor xt, yt;
+
+  for (int step = 0; step < STEPS; step++) {
+    batch b = batch_make(cnn, total, 1000 + (uint64_t)step);
+    /* one process, all samples */
+    OK(mpt_model_zero_grad(ref, NULL));
+    mpt_var *loss = forward_loss(ref, rt, cnn, &b, 0, total, &xt, &yt);
+    OK(mpt_tape_backward(rt, loss, 1.0f));
+    sgd_step(ropt, ref);
+    /* DDP: micro-batch k of rank r holds samples [(k*W + r)*B, +B) */
+    OK(mpt_ddp_sync_buffers(ddp));
+    OK(mpt_model_zero_grad(dm, NULL));
+    for (int k = 0; k < accum; k++) {
+      const int last = k == accum - 1;
+      mpt_ddp_set_sync(ddp, last);
+      uint64_t seq0 = mpt_comm_sequence(g_comm);
+      loss = forward_loss(dm, dt, cnn, &b, ((int64_t)k * g_world + g_rank) * PER_RANK, PER_RANK,
+                          &xt, &yt);
+      OK(mpt_ddp_prepare_backward(ddp, dt));
+      OK(mpt_tape_backward(dt, loss, 1.0f / (float)accum));
+      uint64_t seq1 = mpt_comm_sequence(g_comm);
+      OK(mpt_ddp_finalize(ddp));
+      uint64_t seq2 = mpt_comm_sequence(g_comm);
+      if (!last) {
+        EXPECT(seq2 == seq0, "step %d: a no_sync pass issued %llu collectives", step,
+               (unsigned long long)(seq2 - seq0));
+      } else {
+        uint64_t during = c->overlap ? (uint64_t)nb : 0;
+        EXPECT(seq1 - seq0 == during && seq2 - seq0 == (uint64_t)nb,
+               "step %d, overlap %d: %llu all-reduces during backward and %llu in all, want "
+               "%llu and %d",
+               step, c->overlap, (unsigned long long)(seq1 - seq0),
+               (unsigned long long)(seq2 - seq0), (unsigned long long)during, nb);
+      }
+    }
+    sgd_step(dopt, dm);
+    batch_free(&b);
+  }
+  mpt_ddp_stats stats = mpt_ddp_get_stats(ddp);
+  EXPECT(stats.steps == STEPS, "stats count %lld synchronised passes, want %d",
+         (long long)stats.steps, STEPS);
+  *err = rel_diff(mpt_model_params(dm), mpt_model_params(ref), count);
+  *moved = rel_diff(mpt_model_params(ref), init, count);
+  EXPECT(same_on_all_ranks(mpt_model_params(dm), count),
+         "the replicas are not bit-identical across ranks after training");
+  free(init);
+  mpt_optimizer_free(ropt);
+  mpt_optimizer_free(dopt);
+  mpt_ddp_free(ddp);
+  mpt_tape_free(rt);
+  mpt_tape_free(dt);
+  mpt_model_free(ref);
+  mpt_model_free(dm);
+}
+
+START_TEST(test_ddp_matches_one_process_on_combined_batch) {
+  const equiv_case *c = &EQUIV[_i];
+  double err = 0, moved = 0;
+  expect_begin();
+  train_both(c, 1, &err, &moved);
+  EXPECT(err <= EQUIV_TOL,
+         "%s, overlap %d, caps %g/%g MiB: DDP vs one process differ by %.3g (relative) > %g",
+         c->cnn ? "cnn" : "mlp", c->overlap, c->first_cap_mb, c->cap_mb, err, EQUIV_TOL);
+  EXPECT(moved > 1000 * EQUIV_TOL, "training moved the parameters by only %.3g", moved);
+  if (g_rank == 0)
+    fprintf(stderr, "equivalence %s overlap %d caps %g/%g: rel diff %.2e, moved %.2e\n",
+            c->cnn ? "cnn" : "mlp", c->overlap, c->first_cap_mb, c->cap_mb, err, moved);
+  expect_agree();
+}
+END_TEST
+
+START_TEST(test_gradient_accumulation_matches_one_process) {
+  const equiv_case c = {_i, 1, 0.01, 0.01};
+  double err = 0, moved = 0;
+  expect_begin();
+  train_both(&c, ACCUM, &err, &moved);
+  EXPECT(err <= EQUIV_TOL, "%s, %d micro-batches: DDP vs one process differ by %.3g > %g",
+         c.cnn ? "cnn" : "mlp", ACCUM, err, EQUIV_TOL);
+  EXPECT(moved > 1000 * EQUIV_TOL, "training moved the parameters by only %.3g", moved);
+  if (g_rank == 0)
+    fprintf(stderr, "accumulation %s: rel diff %.2e, moved %.2e\n", c.cnn ? "cnn" : "mlp", err,
+            moved);
+  expect_agree();
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* Bucket plan                                                                                */
+
+/* The invariants of any plan: see the file comment. */
+static void check_plan(const mpt_ddp *ddp, const mpt_model *m, double first_cap_mb,
+                       double cap_mb) {
+  const int n = mpt_model_num_params(m), nb = mpt_ddp_num_buckets(ddp);
+  EXPECT(nb >= 1 && nb <= n, "%d buckets for %d parameters", nb, n);
+  int next = n - 1;         /* the parameter the next bucket must start with */
+  int64_t end = mpt_model_param_count(m); /* where the next bucket's slice must end */
+  for (int b = 0; b < nb; b++) {
+    const mpt_ddp_bucket_info *bk = mpt_ddp_bucket(ddp, b);
+    EXPECT(bk != NULL, "bucket %d missing", b);
+    if (!bk) return;
+    EXPECT(bk->first_param == next && bk->last_param <= bk->first_param,
+           "bucket %d covers parameters %d..%d, want to start at %d", b, bk->first_param,
+           bk->last_param, next);
+    double bytes = 0;
+    int64_t count = 0;
+    for (int p = bk->first_param; p >= bk->last_param && p >= 0; p--) {
+      bytes += 4.0 * (double)mpt_model_param_info(m, p)->count;
+      count += mpt_model_param_info(m, p)->count;
+      EXPECT(mpt_ddp_param_bucket(ddp, p) == b, "parameter %d is in bucket %d, not %d", p,
+             mpt_ddp_param_bucket(ddp, p), b);
+    }
+    const mpt_param_info *low = mpt_model_param_info(m, bk->last_param);
+    EXPECT(low && bk->offset == low->offset && bk->count == count && bk->offset + count == end,
+           "bucket %d is the slice {%lld, %lld}, want {%lld, %lld} ending at %lld", b,
+           (long long)bk->offset, (long long)bk->count, low ? (long long)low->offset : -1LL,
+           (long long)count, (long long)end);
+    double cap = (b == 0 ? first_cap_mb : cap_mb) * 1048576.0;
+    EXPECT(bytes <= cap || bk->first_param == bk->last_param,
+           "bucket %d holds %.0f bytes over its cap %.0f with %d parameters", b, bytes, cap,
+           bk->first_param - bk->last_param + 1);
+    if (b + 1 < nb) { /* greedy: closed because full or the next parameter does not fit */
+      double next_bytes = 4.0 * (double)mpt_model_param_info(m, bk->last_param - 1)->count;
+      EXPECT(bytes >= cap || bytes + next_bytes > cap,
+             "bucket %d closed at %.0f bytes though the next %.0f fit under %.0f", b, bytes,
+             next_bytes, cap);
+    }
+    next = bk->last_param - 1;
+    end = bk->offset;
+  }
+  EXPECT(next == -1 && end == 0, "the buckets stop at parameter %d, offset %lld", next + 1,
+         (long long)end);
+  EXPECT(mpt_ddp_bucket(ddp, nb) == NULL && mpt_ddp_bucket(ddp, -1) == NULL,
+         "buckets outside [0, %d) exist", nb);
+  EXPECT(mpt_ddp_param_bucket(ddp, n) == -1, "parameter %d outside the model has a bucket", n);
+}
+
+/* Parameters a[10] b[300] c[5] d[2000] e[7] f[100], caps 120 floats (first) and 400 floats:
+ *   bucket 0: f, e        (107 floats; d does not fit)   slice {2315, 107}
+ *   bucket 1: d alone     (2000 > 400: its own bucket)   slice {315, 2000}
+ *   bucket 2: c, b, a     (315 floats)                   slice {0, 315} */
+START_TEST(test_bucket_plan_matches_hand_computed_plan) {
+  static const char *names[6] = {"a", "b", "c", "d", "e", "f"};
+  static const int64_t sizes[6] = {10, 300, 5, 2000, 7, 100};
+  mpt_model *m = NULL;
+  expect_begin();
+  OK(mpt_model_init(&m, mpt_device_cpu()));
+  for (int i = 0; i < 6; i++) {
+    int index = -1;
+    OK(mpt_model_add_param(m, names[i], 1, &sizes[i], MPT_INIT_FAN_IN, 4, &index));
+    ck_assert_int_eq(index, i);
+  }
+  OK(mpt_model_finalize(m));
+  OK(mpt_model_init_params(m, 3));
+  mpt_ddp_config dc = mpt_ddp_config_default();
+  dc.first_bucket_cap_mb = 120.0 * 4 / 1048576.0;
+  dc.bucket_cap_mb = 400.0 * 4 / 1048576.0;
+  mpt_ddp *ddp = NULL;
+  OK(mpt_ddp_init(&ddp, m, g_comm, NULL, &dc));
+  static const mpt_ddp_bucket_info want[3] = {
+      {.offset = 2315, .count = 107, .first_param = 5, .last_param = 4},
+      {.offset = 315, .count = 2000, .first_param = 3, .last_param = 3},
+      {.offset = 0, .count = 315, .first_param = 2, .last_param = 0}};
+  EXPECT(mpt_ddp_num_buckets(ddp) == 3, "%d buckets, want 3", mpt_ddp_num_buckets(ddp));
+  for (int b = 0; b < 3 && b < mpt_ddp_num_buckets(ddp); b++) {
+    const mpt_ddp_bucket_info *g = mpt_ddp_bucket(ddp, b);
+    EXPECT(g->offset == want[b].offset && g->count == want[b].count &&
+               g->first_param == want[b].first_param && g->last_param == want[b].last_param,
+           "bucket %d = {offset %lld, count %lld, params %d..%d}, want {%lld, %lld, %d..%d}", b,
+           (long long)g->offset, (long long)g->count, g->first_param, g->last_param,
+           (long long)want[b].offset, (long long)want[b].count, want[b].first_param,
+           want[b].last_param);
+  }
+  static const int want_bucket[6] = {2, 2, 2, 1, 0, 0};
+  for (int p = 0; p < 6; p++)
+    EXPECT(mpt_ddp_param_bucket(ddp, p) == want_bucket[p], "parameter %s in bucket %d, want %d",
+           names[p], mpt_ddp_param_bucket(ddp, p), want_bucket[p]);
+  check_plan(ddp, m, dc.first_bucket_cap_mb, dc.bucket_cap_mb);
+  mpt_ddp_free(ddp);
+  mpt_model_free(m);
+  expect_agree();
+}
+END_TEST
+
+/* PyTorch's defaults (1 MiB first, 25 MiB after) on the default MLP 784-512-512-10: fc2.weight
+ * is exactly 1 MiB, so the first bucket is fc3.bias, fc3.weight, fc2.bias (5642 floats) and the
+ * second holds the rest. */
+START_TEST(test_default_caps_give_small_first_bucket) {
+  mpt_model *m = NULL;
+  mpt_mlp_config c = mpt_mlp_config_default();
+  expect_begin();
+  OK(mpt_model_init_mlp(&m, mpt_device_cpu(), &c, 5));
+  mpt_ddp *ddp = NULL;
+  OK(mpt_ddp_init(&ddp, m, g_comm, NULL, NULL));
+  EXPECT(mpt_ddp_num_buckets(ddp) == 2, "%d buckets, want 2", mpt_ddp_num_buckets(ddp));
+  const mpt_ddp_bucket_info *b0 = mpt_ddp_bucket(ddp, 0);
+  EXPECT(b0 && b0->first_param == 5 && b0->last_param == 3 && b0->count == 10 + 5120 + 512,
+         "first bucket covers %d..%d (%lld floats), want 5..3 (5642)", b0 ? b0->first_param : -1,
+         b0 ? b0->last_param : -1, b0 ? (long long)b0->count : -1LL);
+  check_plan(ddp, m, 1.0, 25.0);
+  mpt_ddp_free(ddp);
+  mpt_model_free(m);
+  expect_agree();
+}
+END_TEST
+
+/* The invariants on the test models at several caps. */
+START_TEST(test_bucket_plans_are_contiguous_reverse_and_capped) {
+  static const double caps[][2] = {{0.001, 0.001}, {0.002, 0.01}, {0.01, 0.01}, {1, 25},
+                                   {0.0001, 0.05}};
+  expect_begin();
+  for (int cnn = 0; cnn < 2; cnn++) {
+    mpt_model *m = model_make(cnn, 9);
+    for (size_t k = 0; k < sizeof caps / sizeof caps[0]; k++) {
+      mpt_ddp_config dc = mpt_ddp_config_default();
+      dc.first_bucket_cap_mb = caps[k][0];
+      dc.bucket_cap_mb = caps[k][1];
+      mpt_ddp *ddp = NULL;
+      OK(mpt_ddp_init(&ddp, m, g_comm, NULL, &dc));
+      check_plan(ddp, m, dc.first_bucket_cap_mb, dc.bucket_cap_mb);
+      if (g_bad && g_why[0] != '[') { /* say which plan */
+        char tmp[sizeof g_why];
+        snprintf(tmp, sizeof tmp, "[%s caps %g/%g] %s", cnn ? "cnn" : "mlp", caps[k][0],
+                 caps[k][1], g_why);
+        memcpy(g_why, tmp, sizeof g_why);
+      }
+      mpt_ddp_free(ddp);
+    }
+    mpt_model_free(m);
+  }
+  expect_agree();
+}
+END_TEST
+
+START_TEST(test_ddp_init_rejects_bad_config) {
+  mpt_model *m = model_make(0, 1);
+  mpt_ddp *ddp = (mpt_ddp *)&ddp;
+  mpt_ddp_config dc = mpt_ddp_config_default();
+  dc.bucket_cap_mb = 0;
+  ck_assert_int_eq(mpt_ddp_init(&ddp, m, g_comm, NULL, &dc), MPT_EINVAL);
+  ck_assert_ptr_null(ddp);
+  dc = mpt_ddp_config_default();
+  dc.first_bucket_cap_mb = -1;
+  ck_assert_int_eq(mpt_ddp_init(&ddp, m, g_comm, NULL, &dc), MPT_EINVAL);
+  dc = mpt_ddp_config_default();
+  dc.timeout_ms = 0;
+  ck_assert_int_eq(mpt_ddp_init(&ddp, m, g_comm, NULL, &dc), MPT_EINVAL);
+  ck_assert_int_eq(mpt_ddp_init(&ddp, NULL, g_comm, NULL, NULL), MPT_EINVAL);
+  mpt_ddp_buffer_mode mode = MPT_DDP_BUFFERS_NONE;
+  ck_assert_int_eq(mpt_ddp_buffer_mode_parse("average", &mode), MPT_OK);
+  ck_assert_int_eq(mode, MPT_DDP_BUFFERS_AVERAGE);
+  ck_assert_int_eq(mpt_ddp_buffer_mode_parse("mean", &mode), MPT_EINVAL);
+  mpt_ddp_free(NULL);
+  mpt_model_free(m);
+}
+END_TEST
+
+static Suite *ddp_suite(void) {
+  Suite *s = suite_create("ddp");
+  TCase *plan = tcase_create("plan");
+  tcase_add_test(plan, test_bucket_plan_matches_hand_computed_plan);
+  tcase_add_test(plan, test_default_caps_give_small_first_bucket);
+  tcase_add_test(plan, test_bucket_plans_are_contiguous_reverse_and_capped);
+  tcase_add_test(plan, test_ddp_init_rejects_bad_config);
+  suite_add_tcase(s, plan);
+  TCase *eq = tcase_create("equivalence");
+  tcase_add_loop_test(eq, test_ddp_matches_one_process_on_combined_batch, 0,
+                      (int)(sizeof EQUIV / sizeof EQUIV[0]));
+  tcase_add_loop_test(eq, test_gradient_accumulation_matches_one_process, 0, 2);
+  suite_add_tcase(s, eq);
+  return s;
+}
+
+int main(void) {
+  mpt_comm_config cc = mpt_comm_config_default();
+  cc.timeout_ms = 30000;
+  mpt_status st = mpt_comm_init(&g_comm, &cc);
+  if (st != MPT_OK) {
+    fprintf(stderr, "test_ddp: mpt_comm_init: %s: %s\n", mpt_status_name(st), mpt_last_error());
+    mpt_comm_finalize();
+    return EXIT_FAILURE;
+  }
+  g_rank = mpt_comm_rank(g_comm);
+  g_world = mpt_comm_world_size(g_comm);
+  SRunner *sr = srunner_create(ddp_suite());
+  srunner_set_fork_status(sr, CK_NOFORK);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  mpt_comm_free(g_comm);
+  mpt_comm_finalize();
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
