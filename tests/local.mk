@@ -1,1 +1,3 @@
-# tests
+# tests of the program (the unit tests are listed in each layer's local.mk)
+TESTS += tests/test_cli.sh tests/test_kill_rank.sh
+EXTRA_DIST += tests/test_cli.sh tests/test_kill_rank.sh

@@ -25,11 +25,15 @@ fi
 OPENBLAS_NUM_THREADS=1
 export OPENBLAS_NUM_THREADS
 # shellcheck disable=SC2086 # MPT_MPIRUN_ARGS is a list of words on purpose
+start=$(date +%s)
 timeout -k 10 "$limit" "$mpirun" --allow-run-as-root --oversubscribe --bind-to none \
   --mca pml ob1 --mca btl self,vader -x OPENBLAS_NUM_THREADS ${MPT_MPIRUN_ARGS:-} \
   -np "$np" "$@"
 rc=$?
-if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+# 137 is also mpirun's own status when a rank died of SIGKILL: only a run that lasted the whole
+# limit is a timeout.
+elapsed=$(( $(date +%s) - start ))
+if [ $rc -eq 124 ] || { [ $rc -eq 137 ] && [ "$elapsed" -ge "$limit" ]; }; then
   echo "$0: '$*' with $np ranks did not finish within $limit s (a rank hung?); killed" >&2
   exit 124
 fi

@@ -14,6 +14,8 @@
  *   registration order, contiguous slices covering the gradient buffer exactly once, each bucket
  *   within its cap unless it is one oversized parameter, greedy: a bucket closes only when the
  *   next parameter does not fit).
+ * - no_sync: mpt_ddp_set_sync takes effect at the next prepare_backward (a pass prepared while
+ *   syncing is still synchronised by finalize).
  *
  * MPI rules: Check runs without forking (CK_NOFORK); every rank runs the same tests in the same
  * order. Value checks inside a test are soft (EXPECT) and the ranks agree on the outcome at the
@@ -454,6 +456,47 @@ START_TEST(test_bucket_plans_are_contiguous_reverse_and_capped) {
 }
 END_TEST
 
+/* mpt_ddp_set_sync takes effect at the next prepare_backward: a pass prepared while syncing is
+ * finalised as a synchronised pass even if no_sync was switched on in between (overlap off, so
+ * every all-reduce is issued by finalize), and the pass after is local. */
+START_TEST(test_set_sync_applies_from_the_next_backward) {
+  mpt_model *m = model_make(0, 21);
+  mpt_tape *tape = NULL;
+  mpt_tensor xt, yt;
+  expect_begin();
+  OK(mpt_tape_init(&tape, m, NULL));
+  mpt_ddp_config dc = mpt_ddp_config_default();
+  dc.overlap = 0;
+  dc.first_bucket_cap_mb = dc.bucket_cap_mb = 0.01;
+  mpt_ddp *ddp = NULL;
+  OK(mpt_ddp_init(&ddp, m, g_comm, NULL, &dc));
+  const int nb = mpt_ddp_num_buckets(ddp);
+  const int64_t count = mpt_model_param_count(m);
+  batch b = batch_make(0, (int64_t)g_world * PER_RANK, 77);
+  for (int pass = 0; pass < 2; pass++) {
+    OK(mpt_model_zero_grad(m, NULL));
+    mpt_var *loss = forward_loss(m, tape, 0, &b, (int64_t)g_rank * PER_RANK, PER_RANK, &xt, &yt);
+    uint64_t s0 = mpt_comm_sequence(g_comm);
+    OK(mpt_ddp_prepare_backward(ddp, tape));
+    OK(mpt_tape_backward(tape, loss, 1.0f));
+    mpt_ddp_set_sync(ddp, 0); /* pass 0: too late for this pass; pass 1: already off */
+    OK(mpt_ddp_finalize(ddp));
+    uint64_t used = mpt_comm_sequence(g_comm) - s0;
+    uint64_t want = pass == 0 ? (uint64_t)nb : 0;
+    EXPECT(used == want, "pass %d: %llu all-reduces, want %llu", pass, (unsigned long long)used,
+           (unsigned long long)want);
+    int same = same_on_all_ranks(mpt_model_grads(m), count); /* data differs per rank */
+    EXPECT(same == (pass == 0), "pass %d: gradients %s across ranks", pass,
+           same ? "identical" : "differ");
+  }
+  batch_free(&b);
+  mpt_ddp_free(ddp);
+  mpt_tape_free(tape);
+  mpt_model_free(m);
+  expect_agree();
+}
+END_TEST
+
 START_TEST(test_ddp_init_rejects_bad_config) {
   mpt_model *m = model_make(0, 1);
   mpt_ddp *ddp = (mpt_ddp *)&ddp;
@@ -490,6 +533,9 @@ static Suite *ddp_suite(void) {
                       (int)(sizeof EQUIV / sizeof EQUIV[0]));
   tcase_add_loop_test(eq, test_gradient_accumulation_matches_one_process, 0, 2);
   suite_add_tcase(s, eq);
+  TCase *sync = tcase_create("no_sync");
+  tcase_add_test(sync, test_set_sync_applies_from_the_next_backward);
+  suite_add_tcase(s, sync);
   return s;
 }
 

@@ -167,10 +167,10 @@ START_TEST(test_sum_accumulates_in_double) {
 END_TEST
 
 START_TEST(test_bias_add_and_backward_match_naive) {
-  const int64_t rows = 3, cols = 5;
-  for (int64_t inner = 1; inner <= 7; inner += 6) {
+  const int64_t rows = 3, cols = 11; /* extents above and off multiples of 8 */
+  for (int64_t inner = 1; inner <= 13; inner += 12) {
     const int64_t n = rows * cols * inner;
-    float *y = alloc_f(n), *y0 = alloc_f(n), bias[5], db[5], db0[5];
+    float *y = alloc_f(n), *y0 = alloc_f(n), bias[11], db[11], db0[11];
     dyadic_fill(y0, n, 21);
     dyadic_fill(bias, cols, 22);
     dyadic_fill(db0, cols, 23);
@@ -206,6 +206,19 @@ START_TEST(test_relu_forward_backward) {
   for (int i = 0; i < 5; i++) ck_assert_float_eq(dx[i], want_dx[i]);
   OK(mpt_op_relu(NULL, x, x, 5)); /* in place */
   for (int i = 0; i < 5; i++) ck_assert_float_eq(x[i], want[i]);
+  enum { N = 45 }; /* blocks of 8 and a remainder */
+  float a[N], b[N], g[N], d[N];
+  rand_fill(a, N, 15, -1, 1);
+  rand_fill(g, N, 16, -1, 1);
+  OK(mpt_op_relu(NULL, b, a, N));
+  for (int i = 0; i < N; i++) d[i] = 0.5f;
+  OK(mpt_op_relu_backward(NULL, d, g, b, N));
+  for (int i = 0; i < N; i++) {
+    ck_assert_float_eq(b[i], a[i] > 0 ? a[i] : 0.0f);
+    ck_assert_float_eq(d[i], a[i] > 0 ? 0.5f + g[i] : 0.5f);
+  }
+  OK(mpt_op_relu(NULL, a, a, N));
+  ck_assert(memcmp(a, b, sizeof a) == 0);
 }
 END_TEST
 
@@ -217,6 +230,7 @@ static const mpt_conv_geom geoms[] = {
     {.channels = 1, .height = 4, .width = 4, .kernel_h = 2, .kernel_w = 2, .stride = 2, .pad = 0},
     {.channels = 2, .height = 3, .width = 3, .kernel_h = 2, .kernel_w = 2, .stride = 1, .pad = 2},
     {.channels = 1, .height = 8, .width = 5, .kernel_h = 5, .kernel_w = 1, .stride = 3, .pad = 2},
+    {.channels = 2, .height = 4, .width = 19, .kernel_h = 3, .kernel_w = 3, .stride = 1, .pad = 1},
 };
 
 /* Visits every (col index, x index or -1 for padding) pair of the Caffe layout. */
@@ -347,8 +361,10 @@ END_TEST
 START_TEST(test_maxpool_overlapping_windows_match_naive) {
   const mpt_conv_geom cases[] = {
       {.channels = 1, .height = 7, .width = 7, .kernel_h = 3, .kernel_w = 3, .stride = 2},
-      {.channels = 1, .height = 5, .width = 6, .kernel_h = 2, .kernel_w = 3, .stride = 1}};
-  for (size_t t = 0; t < 2; t++) {
+      {.channels = 1, .height = 5, .width = 6, .kernel_h = 2, .kernel_w = 3, .stride = 1},
+      {.channels = 1, .height = 4, .width = 21, .kernel_h = 2, .kernel_w = 3, .stride = 1},
+      {.channels = 1, .height = 6, .width = 37, .kernel_h = 2, .kernel_w = 2, .stride = 2}};
+  for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
     mpt_conv_geom g = cases[t];
     OK(mpt_conv_geom_resolve(&g));
     const int64_t planes = 3, hw = g.height * g.width, outs = g.out_h * g.out_w;
@@ -422,9 +438,9 @@ START_TEST(test_softmax_xent_known_values) {
 END_TEST
 
 START_TEST(test_softmax_xent_forward_backward_match_double_reference) {
-  enum { N = 6, K = 7 };
+  enum { N = 6, K = 19 }; /* K: two blocks of 8 and a remainder */
   float logits[N * K], probs[N * K], dl[N * K], dl0[N * K], loss;
-  const int32_t labels[N] = {0, 6, 3, 3, 1, 5};
+  const int32_t labels[N] = {0, 18, 3, 3, 9, 5};
   const float dloss = 2.0f;
   rand_fill(logits, N * K, 91, -5, 5);
   rand_fill(dl0, N * K, 92, -1, 1);

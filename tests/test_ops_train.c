@@ -38,8 +38,9 @@ typedef struct bn_shape {
   int64_t n, c, inner;
 } bn_shape;
 
-static const bn_shape bn_shapes[] = {{4, 3, 5}, {6, 4, 1}, {3, 2, 4}};
-#define BN_MAX 64 /* elements in the largest shape */
+/* inner 11 and 5: blocks of 8 plus a remainder, and remainder only; inner 1: BatchNorm1d. */
+static const bn_shape bn_shapes[] = {{4, 3, 5}, {6, 4, 1}, {3, 2, 4}, {2, 3, 11}};
+#define BN_MAX 66 /* elements in the largest shape */
 
 /* Double forward: per channel mean and biased var, y = gamma (x - mean) / sqrt(var + eps) +
  * beta. mean and var may be NULL. */

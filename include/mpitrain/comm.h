@@ -16,9 +16,9 @@
  * it (or mpt_stream_synchronize). Every collective has a deadline (config.timeout_ms, counted
  * from when it starts running); on expiry the stream fails with MPT_ETIMEOUT and a detail such as
  * "all-reduce #17 (count 4096 float32 sum) did not complete within 300 s on rank 1". A failure
- * makes the stream sticky-failed (core.h) and leaves the comm unusable (later calls return the
- * same status): the program should print the error and call mpt_comm_abort. The library itself
- * never calls MPI_Abort.
+ * makes the stream sticky-failed (core.h) and, except for a checked-mode mismatch (which every
+ * rank skips alike), leaves the comm unusable (later calls return the same status): the program
+ * should print the error and call mpt_comm_abort. The library itself never calls MPI_Abort.
  *
  * Ordering: every rank must issue the same collectives in the same order on a comm. Use one
  * stream per comm at a time, or order several streams with events: sequence numbers are taken
@@ -31,8 +31,9 @@
  * a partial result on the rank with the larger count while the others get MPI_ERR_TRUNCATE.
  * Checked mode (config.check_collectives, or MPT_CHECK_COLLECTIVES=1) also all-gathers
  * (kind, count, dtype, op or root, sequence number) before each collective and fails with
- * MPT_EMISMATCH naming the ranks and both signatures ("rank 0 all-reduces 8 float32 (sum),
- * rank 1 all-reduces 4 float32 (sum)") before any data moves (FAULTS.md F09).
+ * MPT_EMISMATCH naming the ranks and both signatures ("rank 0 all-reduces 8 float32 (sum) as
+ * collective #3, rank 1 all-reduces 4 float32 (sum) as collective #3") on every rank, before any
+ * data moves (FAULTS.md F09). Its exchange has the collective's deadline too.
  *
  * Backends are tables of functions (src/comm/comm_impl.h): MPI (any host-accessible memory)
  * now; the NCCL slot is reserved and returns MPT_ENOTSUP.
@@ -135,9 +136,10 @@ MPT_API void mpt_comm_free(mpt_comm *comm);
  * MPT_ECOMM. */
 MPT_API mpt_status mpt_comm_finalize(void);
 
-/* MPI_Abort on the comm's communicator (MPI_COMM_WORLD when comm is NULL or MPI is not
- * initialised: then exit(code)). Ends every rank of the job. For programs (cli, bench, tests):
- * the library never calls it. Does not return. */
+/* Flushes stdout and stderr, then MPI_Abort(MPI_COMM_WORLD, code): ends every rank of the job
+ * (comm may be NULL; it only documents which group failed). exit(code) when MPI is not
+ * initialised. For programs (cli, bench, tests) after printing the error: the library never
+ * calls it. Does not return. */
 MPT_API void mpt_comm_abort(const mpt_comm *comm, int code);
 
 /* ---- properties (constant after init; any thread) ---------------------------------------- */
@@ -170,8 +172,9 @@ MPT_API mpt_status mpt_comm_error(const mpt_comm *comm);
  * MPT_ECOMM (an MPI error: the detail names the MPI call, its error string, the collective and
  * its sequence number, and the rank), MPT_ETIMEOUT, MPT_EMISMATCH (checked mode or agreement).
  * Immediate errors: MPT_EINVAL (NULL comm, negative count, NULL buffer with count > 0, bad dtype,
- * op or root, overlapping buffers that are not exactly in place); the comm's error if it is
- * unusable; the stream's sticky error; MPT_ENOMEM.
+ * op or root, overlapping buffers that are not exactly in place; no sequence number is taken);
+ * the comm's error if it is unusable; the stream's sticky error (the sequence number was taken:
+ * the comm is of no further use on this stream); MPT_ENOMEM.
  * Thread rules: callable from any thread, but see "Ordering" above. */
 
 /* recvbuf[i] = op over ranks of sendbuf[i], for i < count, on every rank. sendbuf == recvbuf

@@ -9,6 +9,12 @@
  *   negative extent) and returns MPT_OK at once when there is nothing to do.
  * - On the CPU the work runs on the calling thread before the call returns. On CUDA it is
  *   enqueued on the stream.
+ * - Edge cases: sum with count 0 writes 0; check_finite with count 0 reports 0; gemm with k = 0
+ *   sets C = beta * C (A and B may then be NULL; beta = 0 overwrites NaN); relu and maxpool
+ *   pass NaN through (as PyTorch); batchnorm_train refuses one value per channel (n*inner == 1);
+ *   count_correct rejects labels outside [0, k); sgd/adamw reject what PyTorch rejects (negative
+ *   lr, momentum or weight decay; nesterov without momentum > 0 and dampening 0; betas outside
+ *   [0, 1); step < 1); maxpool_backward rejects an argmax outside the plane.
  * - Batch layouts: images are NCHW; "rows x cols x inner" means a tensor viewed as
  *   [rows, cols, inner] where cols is the channel (feature) dimension. */
 #ifndef MPITRAIN_OPS_H

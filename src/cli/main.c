@@ -1,5 +1,5 @@
 /* mpitrain: the program. Parses the command line, then runs the trainer. Exit status: 0 done,
- * 1 failure (the message names the rank and cause), 2 bad usage, 3 preempted. */
+ * 1 failure (the message names the rank and cause), 2 bad usage, 75 preempted. */
 #include <stdio.h>
 
 #include "cli/options.h"

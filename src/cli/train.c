@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include "cli/metrics.h"
@@ -52,7 +53,19 @@ typedef struct trainer {
   double sum_forward, sum_backward, sum_optimizer, sum_total;
   int64_t timed_steps;
   int progress;
+  /* preemption (SIGTERM): the local flag is all-reduced (max) on the comm stream during each
+   * step, so every rank stops after the same step */
+  int32_t stop_local, stop_global;
+  mpt_event *stop_event;
+  int preempted;
 } trainer;
+
+static volatile sig_atomic_t sigterm_received = 0;
+
+static void on_sigterm(int sig) {
+  (void)sig;
+  sigterm_received = 1;
+}
 
 static mpt_status make_model(trainer *t) {
   const mpt_cli_options *o = t->o;
@@ -217,16 +230,69 @@ static mpt_status train_step(trainer *t, float *sums, int *ran_out) {
   return MPT_OK;
 }
 
+/* Fault injection for the tests of the failure model (FAULTS.md F10): MPT_TEST_KILL_RANK=r and
+ * MPT_TEST_KILL_STEP=s make rank r kill itself with SIGKILL before global step s. */
+static void maybe_kill_self(trainer *t) {
+  const char *r = getenv("MPT_TEST_KILL_RANK"), *s = getenv("MPT_TEST_KILL_STEP");
+  if (r && s && atoi(r) == t->rank && atoll(s) == t->global_step) {
+    fprintf(stderr, "mpitrain: rank %d: killing itself at step %" PRId64 " (MPT_TEST_KILL_*)\n",
+            t->rank, t->global_step);
+    raise(SIGKILL);
+  }
+}
+
+/* Starts the agreement on "stop after this step" (asynchronous: it completes on the comm stream
+ * while the step computes). */
+static mpt_status stop_vote_start(trainer *t) {
+  t->stop_local = t->stop_global = sigterm_received ? 1 : 0;
+  if (t->world == 1) return MPT_OK;
+  mpt_stream *cs = mpt_comm_stream(t->comm);
+  MPT_RETURN_IF(mpt_comm_allreduce(t->comm, cs, &t->stop_local, &t->stop_global, 1, MPT_I32,
+                                   MPT_REDUCE_MAX));
+  return mpt_event_record(t->stop_event, cs);
+}
+
+static mpt_status stop_vote_finish(trainer *t) {
+  if (t->world == 1) return MPT_OK;
+  return mpt_event_synchronize(t->stop_event, t->o->timeout_s * 1e3);
+}
+
+/* FAULTS.md F02: every rank must be at the same epoch (the sampler's shuffle depends on it). */
+static mpt_status check_epoch(trainer *t, int64_t epoch) {
+  if (t->world == 1) return MPT_OK;
+  int32_t mine = (int32_t)epoch, *all = malloc(sizeof(int32_t) * (size_t)t->world);
+  if (!all) return MPT_FAIL(MPT_ENOMEM, "cannot allocate the epoch check");
+  mpt_status st = mpt_comm_allgather_sync(t->comm, &mine, all, 1, MPT_I32);
+  for (int r = 1; st == MPT_OK && r < t->world; r++)
+    if (all[r] != all[0])
+      st = MPT_FAIL(MPT_EMISMATCH, "ranks disagree on the epoch: rank %d is at epoch %d, rank 0 "
+                                   "at epoch %d",
+                    r, all[r] + 1, all[0] + 1);
+  free(all);
+  return st;
+}
+
 static mpt_status run_epoch(trainer *t, int64_t epoch, mpt_epoch_metrics *m) {
   const mpt_cli_options *o = t->o;
   double e0 = mpt_time_ms();
+  MPT_RETURN_IF(check_epoch(t, epoch));
   MPT_RETURN_IF(mpt_loader_start_epoch(t->train_loader, epoch));
   float sums[3] = {0, 0, 0};
   int64_t step = 0;
   for (; step < t->steps_per_epoch; step++) {
     int ran_out;
+    maybe_kill_self(t);
+    MPT_RETURN_IF(stop_vote_start(t));
     MPT_RETURN_IF(train_step(t, sums, &ran_out));
+    MPT_RETURN_IF(stop_vote_finish(t));
     if (ran_out) break;
+    if (t->stop_global) {
+      t->preempted = 1;
+      mpt_log(MPT_LOG_WARN, "SIGTERM received: stopping after step %" PRId64 " (epoch %" PRId64
+              ")", t->global_step, epoch + 1);
+      step++;
+      break;
+    }
     if (t->progress && (step % 20 == 0 || step + 1 == t->steps_per_epoch)) {
       double s = (mpt_time_ms() - e0) / 1e3;
       mpt_progress_draw(stderr, epoch + 1, step + 1, t->steps_per_epoch,
@@ -326,6 +392,7 @@ static mpt_status train_run(trainer *t) {
   }
   openblas_set_num_threads(threads);
   MPT_RETURN_IF(mpt_stream_init(&t->stream, t->device, MPT_STREAM_INLINE));
+  MPT_RETURN_IF(mpt_event_init(&t->stop_event, mpt_device_cpu()));
   MPT_RETURN_IF(load_data(t));
   MPT_RETURN_IF(make_model(t));
   MPT_RETURN_IF(mpt_tape_init(&t->tape, t->model, t->stream));
@@ -381,6 +448,7 @@ static mpt_status train_run(trainer *t) {
   for (int64_t e = 0; e < o->epochs; e++) {
     MPT_RETURN_IF(run_epoch(t, e, &t->epochs[e]));
     t->nepochs = e + 1;
+    if (t->preempted) break;
   }
   mpt_step_breakdown bd;
   MPT_RETURN_IF(report_breakdown(t, &bd));
@@ -416,6 +484,7 @@ static void trainer_free(trainer *t) {
   mpt_dataset_free(&t->train);
   mpt_dataset_free(&t->test);
   mpt_trace_free(t->trace);
+  mpt_event_free(t->stop_event);
   mpt_stream_free(t->stream);
   free(t->epochs);
 }
@@ -435,6 +504,11 @@ int mpt_cli_train(const mpt_cli_options *o) {
   t.rank = mpt_comm_rank(t.comm);
   t.world = mpt_comm_world_size(t.comm);
   t.progress = t.rank == 0 && (o->progress == 1 || (o->progress == -1 && isatty(2)));
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_sigterm;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
   st = train_run(&t);
   if (st != MPT_OK) {
     mpt_log(MPT_LOG_ERROR, "%s: %s", mpt_status_message(st), mpt_last_error());
@@ -447,8 +521,13 @@ int mpt_cli_train(const mpt_cli_options *o) {
     mpt_comm_finalize();
     return 1;
   }
+  int preempted = t.preempted;
   trainer_free(&t);
   mpt_comm_free(t.comm);
   mpt_comm_finalize();
+  if (preempted) {
+    fprintf(stderr, "mpitrain: preempted (SIGTERM): exit status %d\n", MPT_EXIT_PREEMPTED);
+    return MPT_EXIT_PREEMPTED;
+  }
   return 0;
 }

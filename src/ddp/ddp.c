@@ -449,8 +449,12 @@ static mpt_status drain_launched(mpt_ddp *d, mpt_status status) {
 
 mpt_status mpt_ddp_finalize(mpt_ddp *d) {
   if (!d) return MPT_FAIL(MPT_EINVAL, "NULL DDP engine");
-  if (!d->sync) return MPT_OK;
-  if (!d->prepared) return MPT_FAIL(MPT_ESTATE, "mpt_ddp_finalize without prepare_backward");
+  /* The pass is synchronised if prepare_backward made it so (d->prepared), whatever
+   * mpt_ddp_set_sync said since: its buckets may be in flight already. */
+  if (!d->prepared) {
+    if (!d->sync) return MPT_OK;
+    return MPT_FAIL(MPT_ESTATE, "mpt_ddp_finalize without prepare_backward");
+  }
   d->prepared = 0;
   double backward_end = mpt_time_ms();
   if (d->hook_error != MPT_OK) return drain_launched(d, d->hook_error);

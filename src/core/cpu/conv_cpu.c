@@ -6,6 +6,7 @@
  * one contiguous range [lo, hi) of ox (clip_range), so the inner loops carry no bounds test: a
  * copy (stride 1: contiguous) between two zero fills. Runs on the calling thread. */
 #include "core/cpu/cpu.h"
+#include "core/cpu/vec.h"
 #include "core/error.h"
 
 /* The range [*lo, *hi) of ox in [0, out) for which ox * stride + off lies in [0, size). */
@@ -68,18 +69,40 @@ mpt_status mpt__cpu_col2im(mpt_stream *s, const mpt_conv_geom *g, const float *r
           if (iy < 0 || iy >= H) continue; /* padding: its gradient is dropped */
           const float *src = row + oy * ow;
           float *dr = dx + (c * H + iy) * W;
-          if (st == 1)
-            for (int64_t ox = lo; ox < hi; ox++) dr[ox + off] += src[ox];
-          else
+          if (st == 1) {
+            float *d = dr + lo + off;
+            const float *cs = src + lo;
+            MPT_VEC_FOR(q, hi - lo, d[q] += cs[q]);
+          } else
             for (int64_t ox = lo; ox < hi; ox++) dr[ox * st + off] += src[ox];
         }
       }
   return MPT_OK;
 }
 
-/* Each output row is initialised from window tap (0, 0), then every later tap in row-major
- * order replaces it when strictly greater (so the first maximum wins) or NaN (NaN propagates,
- * as in PyTorch). The update is written as selects so that it vectorises across ox. */
+/* One window tap over an output row: yr[ox] and ar[ox] take xr[ox * S] (at index base + ox * S)
+ * when it is strictly greater (so the first maximum wins) or NaN (NaN propagates, as in
+ * PyTorch). Written as selects so that it vectorises across ox. */
+#define POOL_TAKE(ox, S)                                          \
+  const float v_ = xr[(ox) * (S)];                                \
+  const int take_ = (v_ > yr[ox]) | (v_ != v_);                   \
+  yr[ox] = take_ ? v_ : yr[ox];                                   \
+  ar[ox] = take_ ? base + (int32_t)((ox) * (S)) : ar[ox]
+
+static void pool_tap(float *restrict yr, int32_t *restrict ar, const float *restrict xr,
+                     int32_t base, int64_t ow, int64_t st) {
+  if (st == 1)
+    MPT_VEC_FOR(ox, ow, POOL_TAKE(ox, 1));
+  else if (st == 2) /* the common 2x2 / stride 2 pooling: a constant stride */
+    MPT_VEC_FOR(ox, ow, POOL_TAKE(ox, 2));
+  else
+    for (int64_t ox = 0; ox < ow; ox++) {
+      POOL_TAKE(ox, st);
+    }
+}
+
+/* Each output row is initialised from window tap (0, 0); the later taps follow in row-major
+ * order. */
 mpt_status mpt__cpu_maxpool(mpt_stream *s, const mpt_conv_geom *g, int64_t planes,
                             const float *restrict x, float *restrict y,
                             int32_t *restrict argmax) {
@@ -99,13 +122,7 @@ mpt_status mpt__cpu_maxpool(mpt_stream *s, const mpt_conv_geom *g, int64_t plane
       for (int64_t ki = 0; ki < kh; ki++)
         for (int64_t kj = ki == 0 ? 1 : 0; kj < kw; kj++) {
           const int32_t base = (int32_t)((iy0 + ki) * W + kj);
-          const float *xr = xp + base;
-          for (int64_t ox = 0; ox < ow; ox++) {
-            const float v = xr[ox * st];
-            const int take = (v > yr[ox]) | (v != v);
-            yr[ox] = take ? v : yr[ox];
-            ar[ox] = take ? base + (int32_t)(ox * st) : ar[ox];
-          }
+          pool_tap(yr, ar, xp + base, base, ow, st);
         }
     }
   }

@@ -4,11 +4,13 @@
  * statistics are per channel over n * inner values.
  *
  * Statistics are accumulated in double (two passes: mean, then squared deviations, which does
- * not cancel like E[x^2] - E[x]^2); the per-element loops are float and vectorise. ops.c has
+ * not cancel like E[x^2] - E[x]^2); the per-element loops are float and vectorise (vec.h,
+ * when inner >= 8: the 2-D case; for inner == 1 the channel stride defeats it). ops.c has
  * checked the arguments (n * inner >= 2 in training). Runs on the calling thread. */
 #include <math.h>
 
 #include "core/cpu/cpu.h"
+#include "core/cpu/vec.h"
 #include "core/error.h"
 
 mpt_status mpt__cpu_batchnorm_train(mpt_stream *s, const float *restrict x, int64_t n,
@@ -47,7 +49,7 @@ mpt_status mpt__cpu_batchnorm_train(mpt_stream *s, const float *restrict x, int6
     for (int64_t r = 0; r < n; r++) {
       const float *xp = x + (r * c + ch) * inner;
       float *yp = y + (r * c + ch) * inner;
-      for (int64_t i = 0; i < inner; i++) yp[i] = (xp[i] - m) * scale + b;
+      MPT_VEC_FOR(i, inner, yp[i] = (xp[i] - m) * scale + b);
     }
   }
   return MPT_OK;
@@ -64,7 +66,7 @@ mpt_status mpt__cpu_batchnorm_eval(mpt_stream *s, const float *restrict x, int64
     for (int64_t r = 0; r < n; r++) {
       const float *xp = x + (r * c + ch) * inner;
       float *yp = y + (r * c + ch) * inner;
-      for (int64_t i = 0; i < inner; i++) yp[i] = (xp[i] - m) * scale + b;
+      MPT_VEC_FOR(i, inner, yp[i] = (xp[i] - m) * scale + b);
     }
   }
   return MPT_OK;
@@ -98,8 +100,8 @@ mpt_status mpt__cpu_batchnorm_backward(mpt_stream *s, const float *restrict dy,
     for (int64_t r = 0; r < n; r++) {
       const float *xp = x + (r * c + ch) * inner, *dp = dy + (r * c + ch) * inner;
       float *dxp = dx + (r * c + ch) * inner;
-      for (int64_t i = 0; i < inner; i++)
-        dxp[i] += k * (dp[i] - mean_dy - (xp[i] - m) * invstd * mean_dy_xhat);
+      MPT_VEC_FOR(i, inner,
+                  dxp[i] += k * (dp[i] - mean_dy - (xp[i] - m) * invstd * mean_dy_xhat));
     }
   }
   return MPT_OK;

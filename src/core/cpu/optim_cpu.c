@@ -4,11 +4,13 @@
  * and rounded once, as PyTorch does in Python.
  *
  * SGD works in blocks of SGD_BLOCK elements through a stack buffer so that each pass is a plain
- * loop with its options decided outside it (vectorised at -O2); the block stays in L1. Runs on
- * the calling thread; ops.c has checked the arguments. */
+ * loop with its options decided outside it (vectorised at -O2, see vec.h); the block stays in
+ * L1. AdamW stays scalar: sqrtf does not vectorise while it may set errno. Runs on the calling
+ * thread; ops.c has checked the arguments. */
 #include <math.h>
 
 #include "core/cpu/cpu.h"
+#include "core/cpu/vec.h"
 #include "core/error.h"
 
 enum { SGD_BLOCK = 1024 };
@@ -25,21 +27,21 @@ mpt_status mpt__cpu_sgd_step(mpt_stream *s, float *restrict param, const float *
     float *p = param + i0;
     const float *g = grad + i0;
     if (weight_decay != 0.0f)
-      for (int64_t j = 0; j < nb; j++) d[j] = g[j] + weight_decay * p[j];
+      MPT_VEC_FOR(j, nb, d[j] = g[j] + weight_decay * p[j]);
     else
-      for (int64_t j = 0; j < nb; j++) d[j] = g[j];
+      MPT_VEC_FOR(j, nb, d[j] = g[j]);
     if (momentum != 0.0f) {
       float *buf = momentum_buf + i0;
       if (first)
-        for (int64_t j = 0; j < nb; j++) buf[j] = d[j];
+        MPT_VEC_FOR(j, nb, buf[j] = d[j]);
       else
-        for (int64_t j = 0; j < nb; j++) buf[j] = momentum * buf[j] + damp * d[j];
+        MPT_VEC_FOR(j, nb, buf[j] = momentum * buf[j] + damp * d[j]);
       if (nesterov)
-        for (int64_t j = 0; j < nb; j++) d[j] = d[j] + momentum * buf[j];
+        MPT_VEC_FOR(j, nb, d[j] = d[j] + momentum * buf[j]);
       else
-        for (int64_t j = 0; j < nb; j++) d[j] = buf[j];
+        MPT_VEC_FOR(j, nb, d[j] = buf[j]);
     }
-    for (int64_t j = 0; j < nb; j++) p[j] = p[j] - lr * d[j];
+    MPT_VEC_FOR(j, nb, p[j] = p[j] - lr * d[j]);
   }
   return MPT_OK;
 }

@@ -80,9 +80,10 @@ static void event_complete(mpt_event *ev, uint64_t generation, mpt_status status
   pthread_mutex_unlock(&ev->mutex);
 }
 
-/* Waits until ev reaches `generation`. Returns the event's status, or MPT_ETIMEOUT. */
+/* Waits until ev reaches `generation`. Returns the event's status, or MPT_ETIMEOUT with
+ * *expired set when this wait itself ran out (expired may be NULL). */
 static mpt_status event_wait_generation(mpt_event *ev, uint64_t generation, double timeout_ms,
-                                        char *detail, size_t detail_nbytes) {
+                                        char *detail, size_t detail_nbytes, int *expired) {
   mpt_status st = MPT_OK;
   struct timespec dl = deadline_after(timeout_ms < 0 ? 0 : timeout_ms);
   pthread_mutex_lock(&ev->mutex);
@@ -91,6 +92,7 @@ static mpt_status event_wait_generation(mpt_event *ev, uint64_t generation, doub
                             : pthread_cond_timedwait(&ev->cond, &ev->mutex, &dl);
     if (rc == ETIMEDOUT && ev->completed < generation) {
       pthread_mutex_unlock(&ev->mutex);
+      if (expired) *expired = 1;
       if (detail)
         snprintf(detail, detail_nbytes, "event not completed within %.0f ms", timeout_ms);
       return MPT_ETIMEOUT;
@@ -134,7 +136,7 @@ static void *stream_worker(void *arg) {
       case WORK_WAIT:
         if (failed == MPT_OK)
           st = event_wait_generation(w->event, w->generation, w->timeout_ms, detail,
-                                     sizeof detail);
+                                     sizeof detail, NULL);
         break;
     }
 
@@ -274,8 +276,10 @@ mpt_status mpt__cpu_stream_wait_event(mpt_stream *s, mpt_event *ev, double timeo
   pthread_mutex_unlock(&ev->mutex);
   if (s->h.kind == MPT_STREAM_INLINE) {
     char detail[1024] = "";
-    mpt_status st = event_wait_generation(ev, generation, timeout_ms, detail, sizeof detail);
-    if (st == MPT_ETIMEOUT) return MPT_FAIL(st, "%s", detail);
+    int expired = 0;
+    mpt_status st =
+        event_wait_generation(ev, generation, timeout_ms, detail, sizeof detail, &expired);
+    if (expired) return MPT_FAIL(st, "%s", detail);
     if (st != MPT_OK) mpt_error_set(st, "%s", detail);
     return st;
   }
@@ -316,8 +320,10 @@ mpt_status mpt__cpu_event_synchronize(mpt_event *ev, double timeout_ms) {
   uint64_t generation = ev->recorded;
   pthread_mutex_unlock(&ev->mutex);
   char detail[1024] = "";
-  mpt_status st = event_wait_generation(ev, generation, timeout_ms, detail, sizeof detail);
-  if (st == MPT_ETIMEOUT) return MPT_FAIL(st, "%s", detail);
+  int expired = 0;
+  mpt_status st =
+      event_wait_generation(ev, generation, timeout_ms, detail, sizeof detail, &expired);
+  if (expired) return MPT_FAIL(st, "%s", detail);
   if (st != MPT_OK) mpt_error_set(st, "%s", detail);
   return st;
 }

@@ -1,0 +1,195 @@
+/* mpitrain ckpt: checkpoints. A versioned, checksummed binary file holding a model's parameters
+ * and buffers, an optimizer's state, and the training position (epoch, step, RNG and sampler
+ * state), written atomically; plus the directory management (keep the last K, find the latest)
+ * and the collective wrappers a data-parallel job uses (rank 0 writes, every rank loads).
+ *
+ * File format, version 1. Every integer is little-endian of the stated width; floats are raw
+ * IEEE-754 float32 in little-endian byte order. Offsets in bytes.
+ *
+ *   preamble   0  8   magic "MPTCKPT\0"
+ *              8  4   u32 format version (MPT_CKPT_VERSION)
+ *             12  4   u32 flags (0; reserved)
+ *             16  8   u64 file size in bytes, the trailing CRC included
+ *   meta      24  8   i64 epoch
+ *                 8   i64 global_step
+ *                 8   i64 step_in_epoch
+ *                 8   i64 sampler_epoch
+ *                 8   u64 seed
+ *                 4   i32 world_size
+ *                 4   u32 num_rngs (<= MPT_CKPT_MAX_RNGS)
+ *                32n  u64 s[4] of each mpt_rng
+ *   signature     4   u32 number of parameters P
+ *                 4   u32 number of buffers B
+ *                 P+B entries, parameters then buffers, in registration order:
+ *                     u32 name length L (1..MPT_CKPT_MAX_NAME), L name bytes (no NUL),
+ *                     u32 dtype (mpt_dtype), u32 ndim (0..MPT_MAX_DIMS), i64 shape[ndim]
+ *                 8   u64 parameter element count (sum over the parameters)
+ *                 8   u64 buffer element count (sum over the buffers)
+ *   optimizer     4   u32 kind (mpt_optim_kind; 0xFFFFFFFF: no optimizer state)
+ *                 4   u32 number of state buffers S (<= MPT_OPTIM_MAX_STATE)
+ *                 8   i64 step count
+ *                 8   u64 elements per state buffer C
+ *                 S   names: u32 length L, L bytes ("momentum_buffer", "exp_avg", ...)
+ *   data              float32 parameters [parameter count], flat, in registration order
+ *                     float32 buffers [buffer count]
+ *                     float32 state buffer s [C], for s = 0..S-1
+ *   trailer       4   u32 CRC-32 (zlib crc32, ISO-HDLC polynomial) of every byte before it
+ *
+ * A reader checks, in this order and before it touches the model: the file is at least as long
+ * as the preamble; the magic; the version (newer than this build: an error naming both
+ * versions); the file's real length against the size in the preamble (truncation: an error
+ * naming the expected and the actual byte counts); the CRC; every length field against the
+ * bytes that remain (nothing is allocated from a length read from the file: staging memory is
+ * sized from the model and optimizer, after the file was found to describe exactly those); the
+ * signature against the model (an error naming the first parameter or buffer that differs and
+ * how); the optimizer kind, state names and sizes. Only then are the values copied to the
+ * model's and optimizer's device. A corrupt file is an error, never a crash or garbage.
+ *
+ * Writing: mpt_ckpt_save writes "<path>.tmp.<pid>", flushes and fsyncs it, renames it over
+ * <path>, then fsyncs the directory, so <path> is always either the old complete checkpoint or
+ * the new complete one, whatever happens to the process (or the node) during the write. A stale
+ * temporary file from a killed writer is harmless: readers and mpt_ckpt_find_latest ignore it.
+ *
+ * Fault injection (for the kill tests): when the environment variable MPT_TEST_CKPT_KILL is
+ * "mid-write" the writer sends itself SIGKILL after writing half of the data to the temporary
+ * file; "before-rename" does so after the temporary file is complete and fsynced, just before
+ * the rename. Unset in normal use; nothing else in the library reads it.
+ *
+ * Devices and streams: the model's and optimizer's memory is read and written with
+ * mpt_op_memcpy through host staging, on a temporary inline stream of their device that is
+ * synchronized before the call returns (CPU: the calling thread). The caller must make sure no
+ * work that touches the parameters, buffers or optimizer state is still pending on its own
+ * streams (synchronize the compute stream and finish the DDP step first).
+ *
+ * Thread rules: the calls are independent of each other and keep no global state; one model or
+ * optimizer must not be used by another thread during a save or load. */
+#ifndef MPITRAIN_CKPT_H
+#define MPITRAIN_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mpitrain/comm.h"
+#include "mpitrain/core.h"
+#include "mpitrain/nn.h"
+#include "mpitrain/optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The format version this build writes, and the newest it reads. */
+#define MPT_CKPT_VERSION 1u
+/* Most RNG states a checkpoint carries. */
+#define MPT_CKPT_MAX_RNGS 8
+/* Longest parameter, buffer or state name in bytes (a longer name is refused when saving). */
+#define MPT_CKPT_MAX_NAME 1024
+/* The optimizer kind stored when a checkpoint has no optimizer state. */
+#define MPT_CKPT_NO_OPTIMIZER 0xFFFFFFFFu
+
+/* The training position saved next to the tensors. The library stores and returns these
+ * values; it checks their ranges (below) but gives them no meaning: the trainer does. */
+typedef struct mpt_ckpt_meta {
+  int64_t epoch;         /* the epoch in progress, from 0; >= 0 */
+  int64_t global_step;   /* optimizer steps taken since the start of training; >= 0 */
+  int64_t step_in_epoch; /* steps of `epoch` already taken (0: at its start); >= 0 */
+  int64_t sampler_epoch; /* mpt_sampler_epoch of the training sampler; >= 0 */
+  uint64_t seed;         /* the run's seed */
+  int32_t world_size;    /* ranks that trained; >= 1 */
+  int32_t num_rngs;      /* rngs[0..num_rngs) are stored; 0..MPT_CKPT_MAX_RNGS */
+  mpt_rng rngs[MPT_CKPT_MAX_RNGS];
+} mpt_ckpt_meta;
+
+/* All zero, world_size 1. */
+MPT_API mpt_ckpt_meta mpt_ckpt_meta_default(void);
+
+/* ---- one file --------------------------------------------------------------------------- */
+
+/* Writes a checkpoint of `model` (finalised; its parameters and buffers), `optimizer` (may be
+ * NULL: the file then has no optimizer state) and `meta` (NULL: mpt_ckpt_meta_default()) to
+ * `path`, atomically (see "Writing" above); the directory must exist.
+ * Errors: MPT_EINVAL (NULL path or model, a meta field out of range, a name longer than
+ * MPT_CKPT_MAX_NAME, an optimizer whose state is not on the model's device); MPT_ESTATE (model
+ * not finalised); MPT_EIO naming the file and the system error (open, write, fsync, rename);
+ * MPT_ENOMEM; errors of the device copy. On error <path> is unchanged and the temporary file is
+ * removed (unless the process was killed). */
+MPT_API mpt_status mpt_ckpt_save(const char *path, mpt_model *model, mpt_optimizer *optimizer,
+                                 const mpt_ckpt_meta *meta);
+
+/* Reads the checkpoint at `path` into `model` (finalised, on any device: the values are copied
+ * onto the model's own device), `optimizer` (may be NULL: the file's optimizer state, if any,
+ * is then ignored; otherwise it must have been created with the same kind and count, and the
+ * file must hold state for it; its step count is restored too) and `meta` (may be NULL).
+ * Everything is validated before anything is written (see above); on error the model,
+ * optimizer and *meta are unchanged.
+ * Errors: MPT_ENOENT (no such file); MPT_EIO (cannot open or read, naming the system error);
+ * MPT_EFORMAT (too short, bad magic, truncated: "expected N bytes, file has M", CRC mismatch,
+ * a malformed field); MPT_ENOTSUP (the file's format version is newer than this build's, or 0:
+ * the detail names both); MPT_ESHAPE (the file is of a different model or optimizer: the detail
+ * names the first parameter or buffer that differs and how, e.g. "parameter 2 'fc2.weight':
+ * shape [10, 64] in the checkpoint, [10, 32] in the model", or the optimizer kind / state);
+ * MPT_EINVAL (NULL path or model); MPT_ESTATE (model not finalised); MPT_ENOMEM; errors of the
+ * device copy. */
+MPT_API mpt_status mpt_ckpt_load(const char *path, mpt_model *model, mpt_optimizer *optimizer,
+                                 mpt_ckpt_meta *meta);
+
+/* Validates the whole file (everything mpt_ckpt_load checks except the fit to a model) and
+ * returns its meta; *has_optimizer (may be NULL) tells whether it holds optimizer state.
+ * Errors as mpt_ckpt_load, without MPT_ESHAPE. */
+MPT_API mpt_status mpt_ckpt_read_meta(const char *path, mpt_ckpt_meta *meta, int *has_optimizer);
+
+/* ---- a directory of checkpoints ------------------------------------------------------------
+ * Files are named "ckpt-step<N>.mpt" with N = meta->global_step in at least 8 decimal digits
+ * (zero-padded: ckpt-step00001200.mpt). Only names of exactly that form count; temporary files
+ * ("...mpt.tmp.<pid>") and anything else are ignored. */
+
+/* Writes <dir>/ckpt-step<N>.mpt with mpt_ckpt_save (creating dir, and its parents, if needed),
+ * then, if keep_last_k > 0, deletes the checkpoints of the directory beyond the keep_last_k
+ * with the highest steps, never the file just written. A failed deletion is logged as a warning
+ * and does not fail the call. path_out (may be NULL) receives the path written (path_nbytes
+ * bytes, always NUL-terminated). Errors: those of mpt_ckpt_save; MPT_EIO (cannot create dir);
+ * MPT_EINVAL (NULL dir, path longer than path_nbytes or PATH_MAX). */
+MPT_API mpt_status mpt_ckpt_save_dir(const char *dir, int keep_last_k, mpt_model *model,
+                                     mpt_optimizer *optimizer, const mpt_ckpt_meta *meta,
+                                     char *path_out, size_t path_nbytes);
+
+/* The path of the checkpoint with the highest step in `dir`, into buf[nbytes]. It is not
+ * opened: mpt_ckpt_load validates it. Errors: MPT_ENOENT (dir missing or without a
+ * checkpoint); MPT_EIO (cannot read dir); MPT_EINVAL (NULL arguments, buf too small). */
+MPT_API mpt_status mpt_ckpt_find_latest(const char *dir, char *buf, size_t nbytes);
+
+/* For --resume FILE|DIR: a directory gives mpt_ckpt_find_latest, anything else is copied as
+ * is. Errors: those of mpt_ckpt_find_latest; MPT_ENOENT (path does not exist); MPT_EINVAL. */
+MPT_API mpt_status mpt_ckpt_resolve(const char *path, char *buf, size_t nbytes);
+
+/* ---- data-parallel wrappers (collective: every rank of comm calls them, in the same order) --
+ * Both use the comm's synchronous collectives (mpt_comm_*_sync), so they block and have the
+ * comm's deadline. The model, optimizer and meta are every rank's own (replicas are identical
+ * under DDP, so rank 0's are the job's). */
+
+/* Rank 0 runs mpt_ckpt_save_dir; its status and error detail are then broadcast from rank 0,
+ * followed by a barrier, so that every rank returns the same status: on success every rank
+ * knows the file is complete and renamed; when the write failed every rank returns rank 0's
+ * status with the detail "rank 0 could not write the checkpoint: <rank 0's detail>". path_out
+ * (may be NULL) receives the path on every rank. Errors: rank 0's save errors (on every rank);
+ * the comm's errors (MPT_ECOMM, MPT_ETIMEOUT: e.g. rank 0 died). */
+MPT_API mpt_status mpt_ckpt_save_collective(mpt_comm *comm, const char *dir, int keep_last_k,
+                                            mpt_model *model, mpt_optimizer *optimizer,
+                                            const mpt_ckpt_meta *meta, char *path_out,
+                                            size_t path_nbytes);
+
+/* Every rank runs mpt_ckpt_load on `path` (resolve a directory first, each rank the same way),
+ * then the ranks all-gather their status and the file's CRC: if any rank failed, every rank
+ * returns that status (the first failing rank's, MPT_EIO... as it got it) naming the rank
+ * ("rank 2 could not load the checkpoint: ..." with its own detail on that rank); if the ranks
+ * loaded files with different CRCs (different checkpoints: a directory not shared between
+ * hosts), every rank returns MPT_EMISMATCH naming two ranks and their CRCs. Errors: the
+ * above; the comm's errors. On error the caller must not train (the replicas may differ). */
+MPT_API mpt_status mpt_ckpt_load_collective(mpt_comm *comm, const char *path, mpt_model *model,
+                                            mpt_optimizer *optimizer, mpt_ckpt_meta *meta);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MPITRAIN_CKPT_H */

@@ -1,0 +1,14 @@
+# tests of the DDP engine (src/ddp): MPI programs run by the shell wrappers under
+# tests/mpirun.sh with 2, 3 and 4 ranks (the programs themselves are not run bare).
+EXTRA_DIST += tests/test_ddp_np2.sh tests/test_ddp_np3.sh tests/test_ddp_np4.sh
+
+if HAVE_CHECK
+check_PROGRAMS += tests/test_ddp tests/test_faults
+TESTS += tests/test_ddp_np2.sh tests/test_ddp_np3.sh tests/test_ddp_np4.sh
+tests_test_ddp_SOURCES = tests/test_ddp.c
+tests_test_ddp_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_ddp_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+tests_test_faults_SOURCES = tests/test_faults.c
+tests_test_faults_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_faults_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+endif

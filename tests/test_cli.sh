@@ -1,0 +1,42 @@
+#!/bin/sh
+# The mpitrain program's command line: bad options and values exit 2 with a one-line error
+# naming the problem plus the usage; --help and --version exit 0; a missing data folder exits 1
+# naming the path and the package to install. Prints "N passed, N failed".
+set -u
+prog=${MPITRAIN:-./mpitrain}
+pass=0
+fail=0
+check() { # expected_status pattern args...
+  want=$1
+  pattern=$2
+  shift 2
+  out=$("$prog" "$@" 2>&1)
+  got=$?
+  if [ "$got" -eq "$want" ] && printf '%s\n' "$out" | grep -q -- "$pattern"; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    echo "FAIL: mpitrain $* -> status $got (want $want), output lacks '$pattern':"
+    printf '%s\n' "$out" | head -n 5
+  fi
+}
+check 2 "unknown model 'resnet'" train --model resnet
+check 2 "epochs: -1 is outside" train --epochs -1
+check 2 "batch-size: 0 is outside" train --batch-size 0
+check 2 "lr: 'nan' is not a finite number" train --lr nan
+check 2 "lr: 'inf' is not a finite number" train --lr inf
+check 2 "lr: '0.1x' is not a finite number" train --lr 0.1x
+check 2 "unknown option '--bogus'" train --bogus
+check 2 "needs a value" train --epochs
+check 2 "unknown command 'fly'" fly
+check 2 "unexpected argument 'extra'" train extra
+check 2 "hidden" train --hidden 512,,3
+check 2 "nesterov needs --momentum" train --nesterov --momentum 0
+check 2 "unknown optimizer 'adam'" train --optimizer adam
+check 2 "unknown schedule" train --schedule linear
+check 2 "usage: mpitrain train" train --model resnet
+check 0 "usage: mpitrain train" --help
+check 0 "mpitrain [0-9]" --version
+check 1 "no/such/dir" train --data /no/such/dir --epochs 1
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
