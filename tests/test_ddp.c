@@ -71,7 +71,7 @@ static void expect_agree(void) {
 
 enum { STEPS = 20, PER_RANK = 8, ACCUM = 3, CLASSES = 10 };
 
-/* MLP 784-32-10 (25482 parameters) or CNN on 1x12x12 images: conv 1->8 k5, conv 8->16 k5,
+/* MLP 784-64-64-10 (55050 parameters; at a 0.01 MiB cap fc3+fc2 and fc1 form two buckets) or CNN on 1x12x12 images: conv 1->8 k5, conv 8->16 k5,
  * fc 144->32, fc 32->10 (8394 parameters). Neither has BatchNorm or dropout. */
 static mpt_model *model_make(int cnn, uint64_t seed) {
   mpt_model *m = NULL;
@@ -87,8 +87,9 @@ static mpt_model *model_make(int cnn, uint64_t seed) {
   } else {
     mpt_mlp_config c = mpt_mlp_config_default();
     c.input_size = 784;
-    c.num_hidden = 1;
-    c.hidden[0] = 32;
+    c.num_hidden = 2;
+    c.hidden[0] = 64;
+    c.hidden[1] = 64;
     c.num_classes = CLASSES;
     OK(mpt_model_init_mlp(&m, mpt_device_cpu(), &c, seed));
   }
@@ -340,15 +341,12 @@ static void check_plan(const mpt_ddp *ddp, const mpt_model *m, double first_cap_
            (long long)bk->offset, (long long)bk->count, low ? (long long)low->offset : -1LL,
            (long long)count, (long long)end);
     double cap = (b == 0 ? first_cap_mb : cap_mb) * 1048576.0;
-    EXPECT(bytes <= cap || bk->first_param == bk->last_param,
-           "bucket %d holds %.0f bytes over its cap %.0f with %d parameters", b, bytes, cap,
-           bk->first_param - bk->last_param + 1);
-    if (b + 1 < nb) { /* greedy: closed because full or the next parameter does not fit */
-      double next_bytes = 4.0 * (double)mpt_model_param_info(m, bk->last_param - 1)->count;
-      EXPECT(bytes >= cap || bytes + next_bytes > cap,
-             "bucket %d closed at %.0f bytes though the next %.0f fit under %.0f", b, bytes,
-             next_bytes, cap);
-    }
+    double last_bytes = 4.0 * (double)mpt_model_param_info(m, bk->last_param)->count;
+    EXPECT(bytes - last_bytes < cap,
+           "bucket %d was already at %.0f bytes (cap %.0f) before its last parameter", b,
+           bytes - last_bytes, cap);
+    if (b + 1 < nb) /* closed as soon as it reached its cap (PyTorch's rule) */
+      EXPECT(bytes >= cap, "bucket %d closed at %.0f bytes, under its cap %.0f", b, bytes, cap);
     next = bk->last_param - 1;
     end = bk->offset;
   }
@@ -359,17 +357,18 @@ static void check_plan(const mpt_ddp *ddp, const mpt_model *m, double first_cap_
   EXPECT(mpt_ddp_param_bucket(ddp, n) == -1, "parameter %d outside the model has a bucket", n);
 }
 
-/* Parameters a[10] b[300] c[5] d[2000] e[7] f[100], caps 120 floats (first) and 400 floats:
- *   bucket 0: f, e        (107 floats; d does not fit)   slice {2315, 107}
- *   bucket 1: d alone     (2000 > 400: its own bucket)   slice {315, 2000}
- *   bucket 2: c, b, a     (315 floats)                   slice {0, 315} */
+/* Parameters a[10] b[300] c[5] d[2000] e[7] f[100] g[500], caps 120 floats (first) and 400
+ * floats, PyTorch's rule (add, then close once the cap is reached):
+ *   bucket 0: g            (500 >= 120: closes at once)  slice {2422, 500}
+ *   bucket 1: f, e, d      (100, 107, 2107 >= 400)        slice {315, 2107}
+ *   bucket 2: c, b, a      (315 floats, the rest)         slice {0, 315} */
 START_TEST(test_bucket_plan_matches_hand_computed_plan) {
-  static const char *names[6] = {"a", "b", "c", "d", "e", "f"};
-  static const int64_t sizes[6] = {10, 300, 5, 2000, 7, 100};
+  static const char *names[7] = {"a", "b", "c", "d", "e", "f", "g"};
+  static const int64_t sizes[7] = {10, 300, 5, 2000, 7, 100, 500};
   mpt_model *m = NULL;
   expect_begin();
   OK(mpt_model_init(&m, mpt_device_cpu()));
-  for (int i = 0; i < 6; i++) {
+  for (int i = 0; i < 7; i++) {
     int index = -1;
     OK(mpt_model_add_param(m, names[i], 1, &sizes[i], MPT_INIT_FAN_IN, 4, &index));
     ck_assert_int_eq(index, i);
@@ -382,8 +381,8 @@ START_TEST(test_bucket_plan_matches_hand_computed_plan) {
   mpt_ddp *ddp = NULL;
   OK(mpt_ddp_init(&ddp, m, g_comm, NULL, &dc));
   static const mpt_ddp_bucket_info want[3] = {
-      {.offset = 2315, .count = 107, .first_param = 5, .last_param = 4},
-      {.offset = 315, .count = 2000, .first_param = 3, .last_param = 3},
+      {.offset = 2422, .count = 500, .first_param = 6, .last_param = 6},
+      {.offset = 315, .count = 2107, .first_param = 5, .last_param = 3},
       {.offset = 0, .count = 315, .first_param = 2, .last_param = 0}};
   EXPECT(mpt_ddp_num_buckets(ddp) == 3, "%d buckets, want 3", mpt_ddp_num_buckets(ddp));
   for (int b = 0; b < 3 && b < mpt_ddp_num_buckets(ddp); b++) {
@@ -395,8 +394,8 @@ START_TEST(test_bucket_plan_matches_hand_computed_plan) {
            (long long)want[b].offset, (long long)want[b].count, want[b].first_param,
            want[b].last_param);
   }
-  static const int want_bucket[6] = {2, 2, 2, 1, 0, 0};
-  for (int p = 0; p < 6; p++)
+  static const int want_bucket[7] = {2, 2, 2, 1, 1, 1, 0};
+  for (int p = 0; p < 7; p++)
     EXPECT(mpt_ddp_param_bucket(ddp, p) == want_bucket[p], "parameter %s in bucket %d, want %d",
            names[p], mpt_ddp_param_bucket(ddp, p), want_bucket[p]);
   check_plan(ddp, m, dc.first_bucket_cap_mb, dc.bucket_cap_mb);
@@ -406,9 +405,9 @@ START_TEST(test_bucket_plan_matches_hand_computed_plan) {
 }
 END_TEST
 
-/* PyTorch's defaults (1 MiB first, 25 MiB after) on the default MLP 784-512-512-10: fc2.weight
- * is exactly 1 MiB, so the first bucket is fc3.bias, fc3.weight, fc2.bias (5642 floats) and the
- * second holds the rest. */
+/* PyTorch's defaults (1 MiB first, 25 MiB after) on the default MLP 784-512-512-10: the first
+ * bucket takes fc3.bias, fc3.weight, fc2.bias and fc2.weight (which brings it past 1 MiB:
+ * 267786 floats), the second fc1 — so fc2/fc3's all-reduce overlaps fc1's backward. */
 START_TEST(test_default_caps_give_small_first_bucket) {
   mpt_model *m = NULL;
   mpt_mlp_config c = mpt_mlp_config_default();
@@ -418,8 +417,9 @@ START_TEST(test_default_caps_give_small_first_bucket) {
   OK(mpt_ddp_init(&ddp, m, g_comm, NULL, NULL));
   EXPECT(mpt_ddp_num_buckets(ddp) == 2, "%d buckets, want 2", mpt_ddp_num_buckets(ddp));
   const mpt_ddp_bucket_info *b0 = mpt_ddp_bucket(ddp, 0);
-  EXPECT(b0 && b0->first_param == 5 && b0->last_param == 3 && b0->count == 10 + 5120 + 512,
-         "first bucket covers %d..%d (%lld floats), want 5..3 (5642)", b0 ? b0->first_param : -1,
+  EXPECT(b0 && b0->first_param == 5 && b0->last_param == 2 &&
+             b0->count == 10 + 5120 + 512 + 262144,
+         "first bucket covers %d..%d (%lld floats), want 5..2 (267786)", b0 ? b0->first_param : -1,
          b0 ? b0->last_param : -1, b0 ? (long long)b0->count : -1LL);
   check_plan(ddp, m, 1.0, 25.0);
   mpt_ddp_free(ddp);

@@ -7,8 +7,10 @@
  * bit-identical.
  *
  * Buckets. Parameters are taken in reverse registration order (the order backward finalises
- * their gradients) and packed into buckets: the first capped at first_bucket_cap_mb (1 MiB),
- * the rest at bucket_cap_mb (25 MiB); a parameter larger than the cap gets a bucket of its own.
+ * their gradients) and added to the open bucket, which closes as soon as its size reaches its
+ * cap: first_bucket_cap_mb (1 MiB) for the first bucket, bucket_cap_mb (25 MiB) for the rest
+ * (PyTorch's compute_bucket_assignment_by_size), so a bucket exceeds its cap by at most its last
+ * parameter, and a parameter of another dtype starts a new bucket.
  * Because the model's gradients live in one flat buffer in registration order, each bucket is
  * a contiguous slice {offset, count} of it: no packing copy. Buckets are keyed by parameter
  * (never by arrival order) and launched strictly in index order, so every rank issues the same
@@ -92,7 +94,10 @@ MPT_API void mpt_ddp_set_sync(mpt_ddp *ddp, int sync);
  * per-pass bucket state, and with find_unused_parameters marks unused parameters ready. */
 MPT_API mpt_status mpt_ddp_prepare_backward(mpt_ddp *ddp, mpt_tape *tape);
 /* Call after mpt_tape_backward: launches the buckets not yet launched, waits (deadline) for
- * all of them, and checks that every parameter got a gradient. Errors: MPT_EUNUSED naming the
+ * all of them, and checks that every parameter got a gradient. On failure it has still waited
+ * (deadline) for the buckets it had launched, so the gradient buffer is not being written.
+ * Whether the pass synchronises was decided by mpt_ddp_prepare_backward (mpt_ddp_set_sync
+ * applies from the next prepare). Errors: MPT_EUNUSED naming the
  * parameters, MPT_ETIMEOUT / MPT_ECOMM from the collectives. Collective when syncing. */
 MPT_API mpt_status mpt_ddp_finalize(mpt_ddp *ddp);
 /* Forward + loss + prepare + backward + finalize in one call is left to the trainer; this is

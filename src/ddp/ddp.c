@@ -96,7 +96,7 @@ static mpt_status plan_buckets(mpt_ddp *d) {
   for (int p = n - 1; p >= 0; p--) {
     const mpt_param_info *info = mpt_model_param_info(d->model, p);
     double size = (double)info->count * (double)mpt_dtype_size(info->dtype);
-    if (open && (bytes + size > cap || info->dtype != dtype)) { /* close before adding */
+    if (open && info->dtype != dtype) { /* never mix dtypes in one bucket */
       b++;
       open = 0;
       cap = d->cfg.bucket_cap_mb * 1048576.0;
@@ -113,7 +113,7 @@ static mpt_status plan_buckets(mpt_ddp *d) {
     d->buckets[b].count += info->count;
     d->param_bucket[p] = b;
     bytes += size;
-    if (bytes >= cap && p > 0) { /* full (or one oversized parameter) */
+    if (bytes >= cap && p > 0) { /* reached the cap: close (PyTorch's rule) */
       b++;
       open = 0;
       cap = d->cfg.bucket_cap_mb * 1048576.0;

@@ -1,0 +1,568 @@
+/* mpt_allreduce_bench: all-reduce bandwidth through mpitrain's comm layer, printed in the format
+ * of nccl-tests' all_reduce_perf, with raw MPI_Allreduce measured in the same run on the same
+ * buffers so that every row carries the ratio mpitrain / raw.
+ *
+ *   mpirun -np 2 mpt_allreduce_bench -b 1K -e 64M -f 2 -n 20 -w 5 -c 1 --json out.json
+ *
+ * What is measured, per size (bytes = count * element size):
+ *   - mpitrain out-of-place and in-place: `iters` calls of mpt_comm_allreduce enqueued on the
+ *     comm's own worker stream, then one event record + event synchronize (what the DDP engine
+ *     does with its buckets; -z 1 synchronizes after every call instead);
+ *   - raw out-of-place and in-place: `iters` calls of MPI_Allreduce on MPI_COMM_WORLD from the
+ *     main thread (--raw iallreduce: MPI_Iallreduce + MPI_Wait, the non-blocking path the comm
+ *     layer takes), on the same buffers.
+ * Each variant runs `warmup` untimed calls first; ranks start together (MPI_Barrier); a variant's
+ * time is the mean over its iters on each rank, then the maximum over ranks. With -R R > 1 the
+ * four variants are measured R times in alternation and the median of the R figures is kept
+ * (the machine may be shared). algbw = bytes / time, busbw = algbw * 2 (n - 1) / n (nccl-tests'
+ * convention for all-reduce), ratio = busbw(mpitrain) / busbw(raw) = time(raw) / time(mpitrain).
+ *
+ * Correctness (-c 1, the default): before timing, every size runs once through each variant on
+ * inputs whose exact result is representable (rank r holds h(i) + r + 1 with h(i) in [0, 64), so
+ * sums, minima, maxima and averages are exact in float32 and int32) and counts the wrong
+ * elements (summed over ranks: the #wrong column); the out-of-place result of the timed
+ * iterations is checked again. Any wrong value makes the exit status 1.
+ *
+ * Ranks: rank 0 prints; every rank takes part in every collective. Errors print the rank and
+ * the detail and abort the job (mpt_comm_abort). */
+#include "config.h"
+
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench/bench_util.h"
+#include "mpitrain/comm.h"
+#include "mpitrain/core.h"
+
+enum { V_MPT_OOP = 0, V_MPT_IP = 1, V_RAW_OOP = 2, V_RAW_IP = 3, NVARIANT = 4 };
+enum { MAX_REPEATS = 99 };
+
+typedef struct opts {
+  int64_t minbytes, maxbytes, stepbytes;
+  int64_t stepfactor;
+  int iters, warmup, check, blocking, repeats;
+  int confirm;       /* -1: the comm layer's default */
+  int raw_nonblocking;
+  mpt_reduce_op op;
+  mpt_dtype dtype;
+  mpt_comm_backend backend;
+  char json[4096];
+} opts;
+
+/* One result row (figures are maxima over ranks, medians over repeats). */
+typedef struct row {
+  int64_t bytes, count;
+  double time_us[NVARIANT];
+  int64_t wrong[NVARIANT];
+} row;
+
+typedef struct bench {
+  opts o;
+  mpt_comm *comm;
+  mpt_stream *cs;
+  mpt_event *ev;
+  int rank, world;
+  void *send, *recv;
+  MPI_Datatype mdt;
+  MPI_Op mop;
+} bench;
+
+/* ---- options ----------------------------------------------------------------------------- */
+
+static const char usage_text[] =
+    "usage: mpirun -np N mpt_allreduce_bench [options]\n"
+    "All-reduce bandwidth through mpitrain's comm layer (nccl-tests all_reduce_perf format),\n"
+    "with raw MPI_Allreduce on the same buffers in the same run.\n"
+    "  -b, --minbytes SIZE       smallest message (default 32M; suffixes K, M, G = 2^10..2^30)\n"
+    "  -e, --maxbytes SIZE       largest message (default 32M)\n"
+    "  -f, --stepfactor F        multiply the size by F each step (default 2)\n"
+    "  -i, --stepbytes SIZE      add SIZE each step instead (when -f is 1 or not given)\n"
+    "  -n, --iters N             timed iterations per size (default 20)\n"
+    "  -w, --warmup-iters N      untimed iterations per size (default 5)\n"
+    "  -c, --check 0|1           check every size for correctness first (default 1)\n"
+    "  -o, --op sum|min|max|avg  reduction (default sum; prod is not supported by the comm\n"
+    "                            layer; raw MPI runs sum for avg)\n"
+    "  -d, --datatype float|int32   element type (default float; avg needs float)\n"
+    "  -z, --blocking 0|1        synchronize after every mpitrain call (default 0)\n"
+    "  -R, --repeats R           measure R times in alternation, keep the median (default 1)\n"
+    "      --backend mpi|nccl    comm backend (default mpi; nccl needs a CUDA+NCCL build)\n"
+    "      --confirm 0|1         the comm layer's agreement after each collective\n"
+    "                            (confirm_collectives; default: the layer's default, on)\n"
+    "      --raw allreduce|iallreduce   the raw baseline (default MPI_Allreduce)\n"
+    "      --json FILE           write the results as JSON (rank 0)\n"
+    "  -h, --help\n"
+    "Exit status: 0 ok, 1 wrong results or an error, 2 bad usage.\n";
+
+static int parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+  char *end;
+  long long v = strtoll(s, &end, 10);
+  if (end == s || *end || v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
+static int parse_opts(int argc, char **argv, opts *o, char *msg, size_t n) {
+  static const struct option longs[] = {
+      {"minbytes", required_argument, 0, 'b'},   {"maxbytes", required_argument, 0, 'e'},
+      {"stepfactor", required_argument, 0, 'f'}, {"stepbytes", required_argument, 0, 'i'},
+      {"iters", required_argument, 0, 'n'},      {"warmup-iters", required_argument, 0, 'w'},
+      {"check", required_argument, 0, 'c'},      {"op", required_argument, 0, 'o'},
+      {"datatype", required_argument, 0, 'd'},   {"blocking", required_argument, 0, 'z'},
+      {"repeats", required_argument, 0, 'R'},    {"backend", required_argument, 0, 1},
+      {"confirm", required_argument, 0, 2},      {"raw", required_argument, 0, 3},
+      {"json", required_argument, 0, 4},         {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  memset(o, 0, sizeof *o);
+  o->minbytes = o->maxbytes = 32 << 20;
+  o->stepfactor = 2;
+  o->iters = 20;
+  o->warmup = 5;
+  o->check = 1;
+  o->repeats = 1;
+  o->confirm = -1;
+  o->op = MPT_REDUCE_SUM;
+  o->dtype = MPT_F32;
+  o->backend = MPT_COMM_BACKEND_MPI;
+  int c, factor_given = 0, step_given = 0;
+  int64_t v;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "b:e:f:i:n:w:c:o:d:z:R:h", longs, NULL)) != -1) {
+    const char *a = optarg;
+    switch (c) {
+      case 'b':
+      case 'e':
+      case 'i':
+        if (mpt_bench_parse_size(a, &v) != 0 || v < 1)
+          return snprintf(msg, n, "-%c: '%s' is not a size in bytes (e.g. 8, 64K, 32M, 1G)", c, a),
+                 -1;
+        if (c == 'b') o->minbytes = v;
+        if (c == 'e') o->maxbytes = v;
+        if (c == 'i') o->stepbytes = v, step_given = 1;
+        break;
+      case 'f':
+        if (parse_int(a, 1, 1 << 20, &o->stepfactor) != 0)
+          return snprintf(msg, n, "-f: '%s' is not an integer factor >= 1", a), -1;
+        factor_given = 1;
+        break;
+      case 'n':
+      case 'w':
+      case 'c':
+      case 'z':
+      case 'R':
+        if (parse_int(a, c == 'n' || c == 'R' ? 1 : 0,
+                      c == 'c' || c == 'z' ? 1 : c == 'R' ? MAX_REPEATS : 10000000, &v) != 0)
+          return snprintf(msg, n, "-%c: '%s' is out of range", c, a), -1;
+        if (c == 'n') o->iters = (int)v;
+        if (c == 'w') o->warmup = (int)v;
+        if (c == 'c') o->check = (int)v;
+        if (c == 'z') o->blocking = (int)v;
+        if (c == 'R') o->repeats = (int)v;
+        break;
+      case 'o':
+        if (strcmp(a, "sum") == 0) o->op = MPT_REDUCE_SUM;
+        else if (strcmp(a, "min") == 0) o->op = MPT_REDUCE_MIN;
+        else if (strcmp(a, "max") == 0) o->op = MPT_REDUCE_MAX;
+        else if (strcmp(a, "avg") == 0) o->op = MPT_REDUCE_AVG;
+        else if (strcmp(a, "prod") == 0 || strcmp(a, "all") == 0)
+          return snprintf(msg, n, "-o %s: mpitrain's comm layer has no %s reduction (it supports "
+                          "sum, min, max, avg)", a, strcmp(a, "prod") == 0 ? "prod" : "'all'"), -1;
+        else
+          return snprintf(msg, n, "-o: unknown reduction '%s' (sum, min, max or avg)", a), -1;
+        break;
+      case 'd':
+        if (strcmp(a, "float") == 0 || strcmp(a, "float32") == 0) o->dtype = MPT_F32;
+        else if (strcmp(a, "int32") == 0 || strcmp(a, "int") == 0) o->dtype = MPT_I32;
+        else
+          return snprintf(msg, n, "-d: datatype '%s' is not supported (float or int32)", a), -1;
+        break;
+      case 1:
+        if (strcmp(a, "mpi") == 0) o->backend = MPT_COMM_BACKEND_MPI;
+        else if (strcmp(a, "nccl") == 0) o->backend = MPT_COMM_BACKEND_NCCL;
+        else return snprintf(msg, n, "--backend: '%s' is not mpi or nccl", a), -1;
+        break;
+      case 2:
+        if (parse_int(a, 0, 1, &v) != 0)
+          return snprintf(msg, n, "--confirm: '%s' is not 0 or 1", a), -1;
+        o->confirm = (int)v;
+        break;
+      case 3:
+        if (strcmp(a, "allreduce") == 0) o->raw_nonblocking = 0;
+        else if (strcmp(a, "iallreduce") == 0) o->raw_nonblocking = 1;
+        else return snprintf(msg, n, "--raw: '%s' is not allreduce or iallreduce", a), -1;
+        break;
+      case 4:
+        if (strlen(a) >= sizeof o->json || !a[0])
+          return snprintf(msg, n, "--json: bad file name"), -1;
+        snprintf(o->json, sizeof o->json, "%s", a);
+        break;
+      case 'h':
+        return 1;
+      default:
+        return snprintf(msg, n, "unknown option or missing value: '%s' (see --help)",
+                        argv[optind - 1]), -1;
+    }
+  }
+  if (optind < argc) return snprintf(msg, n, "unexpected argument '%s'", argv[optind]), -1;
+  if (o->minbytes > o->maxbytes)
+    return snprintf(msg, n, "-b %lld is larger than -e %lld", (long long)o->minbytes,
+                    (long long)o->maxbytes), -1;
+  if (step_given && !factor_given) o->stepfactor = 1;
+  if (o->stepfactor == 1 && o->stepbytes == 0) o->stepbytes = o->minbytes;
+  if (o->op == MPT_REDUCE_AVG && o->dtype != MPT_F32)
+    return snprintf(msg, n, "-o avg needs -d float"), -1;
+  if (o->maxbytes / (int64_t)mpt_dtype_size(o->dtype) > INT_MAX / 2)
+    return snprintf(msg, n, "-e %lld: at most %d elements per message (one MPI call)",
+                    (long long)o->maxbytes, INT_MAX / 2), -1;
+  return 0;
+}
+
+/* ---- errors ------------------------------------------------------------------------------ */
+
+static const mpt_comm *g_comm;
+
+static void die(const char *fmt, ...) MPT_PRINTF(1, 2);
+static void die(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "mpt_allreduce_bench: rank %d: error: ", mpt_log_rank());
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+  mpt_comm_abort(g_comm, 1);
+}
+
+#define BENCH_CHECK(call)                                                                 \
+  do {                                                                                    \
+    mpt_status bench__st = (call);                                                        \
+    if (bench__st != MPT_OK)                                                              \
+      die("%s: %s: %s", #call, mpt_status_message(bench__st), mpt_last_error());          \
+  } while (0)
+
+#define BENCH_MPI(call)                                                                   \
+  do {                                                                                    \
+    int bench__rc = (call);                                                               \
+    if (bench__rc != MPI_SUCCESS) {                                                       \
+      char bench__txt[MPI_MAX_ERROR_STRING];                                              \
+      int bench__len = 0;                                                                 \
+      MPI_Error_string(bench__rc, bench__txt, &bench__len);                               \
+      die("%s: %s", #call, bench__txt);                                                   \
+    }                                                                                     \
+  } while (0)
+
+/* ---- data -------------------------------------------------------------------------------- */
+
+/* A value in [0, 64) that changes from element to element (catches misplaced chunks). */
+static inline int32_t pattern(int64_t i) { return (int32_t)(((uint32_t)i * 2654435761u) >> 26); }
+
+static void fill(void *buf, mpt_dtype dt, int64_t count, int rank) {
+  if (dt == MPT_F32) {
+    float *x = buf;
+    for (int64_t i = 0; i < count; i++) x[i] = (float)(pattern(i) + rank + 1);
+  } else {
+    int32_t *x = buf;
+    for (int64_t i = 0; i < count; i++) x[i] = pattern(i) + rank + 1;
+  }
+}
+
+/* The exact result for element i over n ranks (float: the same operations the comm layer does,
+ * so avg compares bit for bit). */
+static double expected(int64_t i, int n, mpt_reduce_op op, mpt_dtype dt) {
+  int64_t h = pattern(i);
+  int64_t sum = (int64_t)n * h + (int64_t)n * (n + 1) / 2;
+  switch (op) {
+    case MPT_REDUCE_MIN:
+      return (double)(h + 1);
+    case MPT_REDUCE_MAX:
+      return (double)(h + n);
+    case MPT_REDUCE_AVG:
+      if (dt == MPT_F32) return (double)((float)sum / (float)n);
+      return (double)sum / n;
+    case MPT_REDUCE_SUM:
+      break;
+  }
+  return (double)sum;
+}
+
+static int64_t count_wrong(const void *buf, mpt_dtype dt, int64_t count, int n,
+                           mpt_reduce_op op) {
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < count; i++) {
+    double want = expected(i, n, op, dt);
+    double got = dt == MPT_F32 ? (double)((const float *)buf)[i] : ((const int32_t *)buf)[i];
+    wrong += got != want;
+  }
+  return wrong;
+}
+
+/* ---- the variants ------------------------------------------------------------------------ */
+
+static void run_mpt(bench *b, int in_place, int64_t count, int iters) {
+  const void *send = in_place ? b->recv : b->send;
+  for (int it = 0; it < iters; it++) {
+    BENCH_CHECK(mpt_comm_allreduce(b->comm, b->cs, send, b->recv, count, b->o.dtype, b->o.op));
+    if (b->o.blocking) {
+      BENCH_CHECK(mpt_event_record(b->ev, b->cs));
+      BENCH_CHECK(mpt_event_synchronize(b->ev, -1.0)); /* each collective has its deadline */
+    }
+  }
+  BENCH_CHECK(mpt_event_record(b->ev, b->cs));
+  BENCH_CHECK(mpt_event_synchronize(b->ev, -1.0));
+}
+
+static void run_raw(bench *b, int in_place, int64_t count, int iters) {
+  const void *send = in_place ? MPI_IN_PLACE : b->send;
+  for (int it = 0; it < iters; it++) {
+    if (b->o.raw_nonblocking) {
+      MPI_Request req;
+      BENCH_MPI(MPI_Iallreduce(send, b->recv, (int)count, b->mdt, b->mop, MPI_COMM_WORLD, &req));
+      BENCH_MPI(MPI_Wait(&req, MPI_STATUS_IGNORE));
+    } else {
+      BENCH_MPI(MPI_Allreduce(send, b->recv, (int)count, b->mdt, b->mop, MPI_COMM_WORLD));
+    }
+  }
+}
+
+static void run_variant(bench *b, int v, int64_t count, int iters) {
+  if (v == V_MPT_OOP || v == V_MPT_IP)
+    run_mpt(b, v == V_MPT_IP, count, iters);
+  else
+    run_raw(b, v == V_RAW_IP, count, iters);
+}
+
+/* The op the raw side runs (MPI has no average) and its expected results. */
+static mpt_reduce_op raw_op(const bench *b) {
+  return b->o.op == MPT_REDUCE_AVG ? MPT_REDUCE_SUM : b->o.op;
+}
+
+/* One correctness pass of variant v: fresh inputs, a poisoned output, one call. */
+static int64_t check_variant(bench *b, int v, int64_t count) {
+  size_t nbytes = (size_t)count * mpt_dtype_size(b->o.dtype);
+  int in_place = v == V_MPT_IP || v == V_RAW_IP;
+  if (in_place) {
+    fill(b->recv, b->o.dtype, count, b->rank);
+  } else {
+    fill(b->send, b->o.dtype, count, b->rank);
+    memset(b->recv, 0xff, nbytes); /* NaN / -1: never an expected value */
+  }
+  run_variant(b, v, count, 1);
+  mpt_reduce_op op = v >= V_RAW_OOP ? raw_op(b) : b->o.op;
+  return count_wrong(b->recv, b->o.dtype, count, b->world, op);
+}
+
+/* Times variant v (mean over iters on this rank, in microseconds). Out-of-place mpitrain also
+ * checks the result of the timed calls when checking is on. */
+static double time_variant(bench *b, int v, int64_t count, int64_t *wrong) {
+  int in_place = v == V_MPT_IP || v == V_RAW_IP;
+  if (in_place) fill(b->recv, b->o.dtype, count, b->rank); /* keep values bounded */
+  if (b->o.warmup > 0) run_variant(b, v, count, b->o.warmup);
+  if (in_place) fill(b->recv, b->o.dtype, count, b->rank);
+  BENCH_MPI(MPI_Barrier(MPI_COMM_WORLD));
+  double t0 = mpt_time_ms();
+  run_variant(b, v, count, b->o.iters);
+  double us = (mpt_time_ms() - t0) * 1e3 / b->o.iters;
+  if (b->o.check && v == V_MPT_OOP) *wrong += count_wrong(b->recv, b->o.dtype, count, b->world,
+                                                        b->o.op);
+  return us;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static void measure(bench *b, row *r) {
+  int64_t count = r->count, wrong[NVARIANT] = {0, 0, 0, 0};
+  if (b->o.check)
+    for (int v = 0; v < NVARIANT; v++) wrong[v] += check_variant(b, v, count);
+  fill(b->send, b->o.dtype, count, b->rank);
+  double t[MAX_REPEATS][NVARIANT];
+  for (int rep = 0; rep < b->o.repeats; rep++) {
+    float mine[NVARIANT];
+    for (int v = 0; v < NVARIANT; v++) mine[v] = (float)time_variant(b, v, count, &wrong[v]);
+    BENCH_CHECK(mpt_comm_allreduce_sync(b->comm, mine, mine, NVARIANT, MPT_F32, MPT_REDUCE_MAX));
+    for (int v = 0; v < NVARIANT; v++) t[rep][v] = mine[v];
+  }
+  for (int v = 0; v < NVARIANT; v++) {
+    double col[MAX_REPEATS];
+    for (int rep = 0; rep < b->o.repeats; rep++) col[rep] = t[rep][v];
+    qsort(col, (size_t)b->o.repeats, sizeof(double), cmp_double);
+    int R = b->o.repeats;
+    r->time_us[v] = R % 2 ? col[R / 2] : 0.5 * (col[R / 2 - 1] + col[R / 2]);
+  }
+  int32_t w[NVARIANT];
+  for (int v = 0; v < NVARIANT; v++) w[v] = (int32_t)(wrong[v] > (1 << 26) ? 1 << 26 : wrong[v]);
+  BENCH_CHECK(mpt_comm_allreduce_sync(b->comm, w, w, NVARIANT, MPT_I32, MPT_REDUCE_SUM));
+  for (int v = 0; v < NVARIANT; v++) r->wrong[v] = w[v];
+}
+
+/* ---- main -------------------------------------------------------------------------------- */
+
+/* The rank's own idea of its rank before MPI is up (for messages of usage errors). */
+static int launcher_rank(void) {
+  const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+    if (getenv(vars[i])) return atoi(getenv(vars[i]));
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  bench b;
+  memset(&b, 0, sizeof b);
+  char msg[512] = "";
+  int pr = parse_opts(argc, argv, &b.o, msg, sizeof msg);
+  int quiet = launcher_rank() != 0;
+  if (pr != 0) {
+    if (!quiet) {
+      if (pr > 0) fputs(usage_text, stdout);
+      else fprintf(stderr, "mpt_allreduce_bench: %s\n", msg);
+    }
+    return pr > 0 ? 0 : 2;
+  }
+#ifndef MPT_HAVE_NCCL
+  if (b.o.backend == MPT_COMM_BACKEND_NCCL) {
+    if (!quiet)
+      fprintf(stderr, "mpt_allreduce_bench: --backend nccl: this build of mpitrain has no NCCL "
+                      "(configure found no CUDA with NCCL; install them and configure "
+                      "--with-cuda), use --backend mpi\n");
+    return 2;
+  }
+#endif
+
+  mpt_comm_config cc = mpt_comm_config_default();
+  cc.backend = b.o.backend;
+  if (b.o.confirm >= 0) cc.confirm_collectives = b.o.confirm;
+  mpt_status st = mpt_comm_init(&b.comm, &cc);
+  if (st != MPT_OK) {
+    fprintf(stderr, "mpt_allreduce_bench: rank %d: cannot create the %s comm: %s: %s\n",
+            launcher_rank(), mpt_comm_backend_name(b.o.backend), mpt_status_message(st),
+            mpt_last_error());
+    mpt_comm_abort(NULL, 1);
+  }
+  g_comm = b.comm;
+  b.rank = mpt_comm_rank(b.comm);
+  b.world = mpt_comm_world_size(b.comm);
+  b.cs = mpt_comm_stream(b.comm);
+  b.mdt = b.o.dtype == MPT_F32 ? MPI_FLOAT : MPI_INT32_T;
+  b.mop = b.o.op == MPT_REDUCE_MIN ? MPI_MIN : b.o.op == MPT_REDUCE_MAX ? MPI_MAX : MPI_SUM;
+  BENCH_CHECK(mpt_event_init(&b.ev, mpt_device_cpu()));
+  size_t maxbytes = (size_t)b.o.maxbytes;
+  BENCH_CHECK(mpt_device_alloc(mpt_device_cpu(), maxbytes, &b.send));
+  BENCH_CHECK(mpt_device_alloc(mpt_device_cpu(), maxbytes, &b.recv));
+  memset(b.send, 0, maxbytes); /* touch the pages before timing */
+  memset(b.recv, 0, maxbytes);
+
+  /* The rank table and the machine. */
+  mpt_bench_rank_info me, *all = calloc((size_t)b.world, sizeof *all);
+  if (!all) die("out of memory");
+  mpt_bench_rank_info_fill(&me, b.rank, mpt_comm_local_rank(b.comm), mpt_comm_hostname(b.comm),
+                           "cpu:0");
+  BENCH_CHECK(mpt_comm_allgather_sync(b.comm, &me, all, sizeof me, MPT_U8));
+
+  mpt_bench_run_info info;
+  mpt_bench_run_info_fill(&info, b.comm, b.o.backend);
+  int confirm_on = b.o.confirm >= 0 ? b.o.confirm : mpt_comm_config_default().confirm_collectives;
+
+  size_t es = mpt_dtype_size(b.o.dtype);
+  int64_t nrows = 0, cap = 64;
+  row *rows = calloc((size_t)cap, sizeof *rows);
+  if (!rows) die("out of memory");
+  FILE *out = b.rank == 0 ? stdout : NULL;
+  if (out) {
+    mpt_bench_print_preamble(out, &info, all, b.world);
+    fprintf(out, "# minBytes %lld maxBytes %lld step: %lld(%s) warmup iters: %d iters: %d "
+                 "repeats: %d validation: %d blocking: %d\n",
+            (long long)b.o.minbytes, (long long)b.o.maxbytes,
+            (long long)(b.o.stepfactor > 1 ? b.o.stepfactor : b.o.stepbytes),
+            b.o.stepfactor > 1 ? "factor" : "bytes", b.o.warmup, b.o.iters, b.o.repeats,
+            b.o.check, b.o.blocking);
+    fprintf(out, "# mpitrain side: mpt_comm_allreduce on the comm stream + event synchronize; "
+                 "confirm_collectives %d%s\n",
+            confirm_on, confirm_on ? " (one extra 3-int64 all-reduce after each collective)" : "");
+    fprintf(out, "# raw side: %s on MPI_COMM_WORLD, same buffers%s\n",
+            b.o.raw_nonblocking ? "MPI_Iallreduce + MPI_Wait" : "MPI_Allreduce",
+            b.o.op == MPT_REDUCE_AVG ? " (op sum: MPI has no average)" : "");
+    mpt_bench_print_header(out);
+  }
+
+  double bus_sum = 0, raw_bus_sum = 0, ratio_sum[2] = {0, 0}, ratio_min = INFINITY;
+  int nbus = 0, nratio = 0;
+  int64_t wrong_total = 0;
+  double factor = b.world > 1 ? 2.0 * (b.world - 1) / b.world : 0.0;
+  for (int64_t size = b.o.minbytes; size <= b.o.maxbytes;
+       size = b.o.stepfactor > 1 ? size * b.o.stepfactor : size + b.o.stepbytes) {
+    int64_t count = size / (int64_t)es;
+    if (count == 0) continue;
+    if (nrows == cap) {
+      row *more = realloc(rows, sizeof *rows * (size_t)(cap *= 2));
+      if (!more) die("out of memory");
+      rows = more;
+    }
+    row *r = &rows[nrows++];
+    memset(r, 0, sizeof *r);
+    r->count = count;
+    r->bytes = count * (int64_t)es;
+    measure(&b, r);
+    for (int v = 0; v < NVARIANT; v++) wrong_total += r->wrong[v];
+    double bus[NVARIANT];
+    for (int v = 0; v < NVARIANT; v++) bus[v] = (double)r->bytes / (r->time_us[v] * 1e3) * factor;
+    bus_sum += bus[V_MPT_OOP] + bus[V_MPT_IP];
+    raw_bus_sum += bus[V_RAW_OOP] + bus[V_RAW_IP];
+    nbus += 2;
+    if (r->bytes >= (1 << 20)) {
+      double ro = r->time_us[V_RAW_OOP] / r->time_us[V_MPT_OOP];
+      double ri = r->time_us[V_RAW_IP] / r->time_us[V_MPT_IP];
+      ratio_sum[0] += ro;
+      ratio_sum[1] += ri;
+      ratio_min = fmin(ratio_min, fmin(ro, ri));
+      nratio++;
+    }
+    if (out) {
+      mpt_bench_print_row(out, r->bytes, r->count, mpt_dtype_name(b.o.dtype) /* float32 */,
+                          mpt_reduce_op_name(b.o.op), b.world, r->time_us, r->wrong);
+      fflush(out);
+    }
+  }
+  double avg_bus = nbus ? bus_sum / nbus : 0, avg_raw = nbus ? raw_bus_sum / nbus : 0;
+  double ratio_oop = nratio ? ratio_sum[0] / nratio : NAN;
+  double ratio_ip = nratio ? ratio_sum[1] / nratio : NAN;
+  if (out) {
+    fprintf(out, "# Out of bounds values : %lld %s\n", (long long)wrong_total,
+            wrong_total ? "WRONG" : "OK");
+    fprintf(out, "# Avg bus bandwidth    : %g\n", avg_bus);
+    fprintf(out, "# Avg bus bandwidth (raw %s) : %g\n",
+            b.o.raw_nonblocking ? "MPI_Iallreduce" : "MPI_Allreduce", avg_raw);
+    if (nratio)
+      fprintf(out, "# busbw ratio mpitrain/raw, sizes >= 1 MiB (%d sizes): out-of-place %.3f  "
+                   "in-place %.3f  mean %.3f  min %.3f\n",
+              nratio, ratio_oop, ratio_ip, 0.5 * (ratio_oop + ratio_ip), ratio_min);
+    else
+      fprintf(out, "# busbw ratio mpitrain/raw, sizes >= 1 MiB: no such sizes\n");
+    fprintf(out, "#\n");
+    if (b.o.json[0]) {
+      mpt_bench_json_args ja = {b.o.json, &info, all, b.world, mpt_dtype_name(b.o.dtype),
+                                mpt_reduce_op_name(b.o.op), b.o.iters, b.o.warmup, b.o.repeats,
+                                b.o.check, b.o.blocking, confirm_on, b.o.raw_nonblocking};
+      if (mpt_bench_write_json(&ja, (const mpt_bench_row *)rows, nrows, avg_bus, avg_raw,
+                               ratio_oop, ratio_ip, ratio_min, wrong_total) != 0)
+        die("cannot write '%s'", b.o.json);
+    }
+  }
+  free(rows);
+  free(all);
+  mpt_device_free(mpt_device_cpu(), b.send);
+  mpt_device_free(mpt_device_cpu(), b.recv);
+  mpt_event_free(b.ev);
+  mpt_comm_free(b.comm);
+  mpt_comm_finalize();
+  if (wrong_total && b.rank == 0)
+    fprintf(stderr, "mpt_allreduce_bench: %lld wrong values\n", (long long)wrong_total);
+  return wrong_total ? 1 : 0;
+}
