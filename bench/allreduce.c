@@ -42,8 +42,14 @@
 #include "mpitrain/comm.h"
 #include "mpitrain/core.h"
 
-enum { V_MPT_OOP = 0, V_MPT_IP = 1, V_RAW_OOP = 2, V_RAW_IP = 3, NVARIANT = 4 };
-enum { MAX_REPEATS = 99 };
+enum {
+  V_MPT_OOP = BENCH_MPT_OOP,
+  V_MPT_IP = BENCH_MPT_IP,
+  V_RAW_OOP = BENCH_RAW_OOP,
+  V_RAW_IP = BENCH_RAW_IP,
+  NVARIANT = BENCH_NVARIANT,
+  MAX_REPEATS = 99
+};
 
 typedef struct opts {
   int64_t minbytes, maxbytes, stepbytes;
@@ -56,13 +62,6 @@ typedef struct opts {
   mpt_comm_backend backend;
   char json[4096];
 } opts;
-
-/* One result row (figures are maxima over ranks, medians over repeats). */
-typedef struct row {
-  int64_t bytes, count;
-  double time_us[NVARIANT];
-  int64_t wrong[NVARIANT];
-} row;
 
 typedef struct bench {
   opts o;
@@ -140,7 +139,7 @@ static int parse_opts(int argc, char **argv, opts *o, char *msg, size_t n) {
       case 'b':
       case 'e':
       case 'i':
-        if (mpt_bench_parse_size(a, &v) != 0 || v < 1)
+        if (bench_parse_size(a, &v) != 0 || v < 1)
           return snprintf(msg, n, "-%c: '%s' is not a size in bytes (e.g. 8, 64K, 32M, 1G)", c, a),
                  -1;
         if (c == 'b') o->minbytes = v;
@@ -378,7 +377,7 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static void measure(bench *b, row *r) {
+static void measure(bench *b, bench_row *r) {
   int64_t count = r->count, wrong[NVARIANT] = {0, 0, 0, 0};
   if (b->o.check)
     for (int v = 0; v < NVARIANT; v++) wrong[v] += check_variant(b, v, count);
@@ -460,101 +459,100 @@ int main(int argc, char **argv) {
   memset(b.recv, 0, maxbytes);
 
   /* The rank table and the machine. */
-  mpt_bench_rank_info me, *all = calloc((size_t)b.world, sizeof *all);
+  bench_rank_info me, *all = calloc((size_t)b.world, sizeof *all);
   if (!all) die("out of memory");
-  mpt_bench_rank_info_fill(&me, b.rank, mpt_comm_local_rank(b.comm), mpt_comm_hostname(b.comm),
-                           "cpu:0");
-  BENCH_CHECK(mpt_comm_allgather_sync(b.comm, &me, all, sizeof me, MPT_U8));
-
-  mpt_bench_run_info info;
-  mpt_bench_run_info_fill(&info, b.comm, b.o.backend);
+  bench_rank_info_fill(&me, b.comm, "cpu");
+  BENCH_CHECK(mpt_comm_allgather_sync(b.comm, &me, all, (int64_t)sizeof me, MPT_U8));
+  bench_run_info info;
+  bench_run_info_fill(&info, b.comm);
   int confirm_on = b.o.confirm >= 0 ? b.o.confirm : mpt_comm_config_default().confirm_collectives;
+  const char *raw_name = b.o.raw_nonblocking ? "MPI_Iallreduce" : "MPI_Allreduce";
+  const char *type = b.o.dtype == MPT_F32 ? "float" : "int32";
+  const char *redop = mpt_reduce_op_name(b.o.op);
 
-  size_t es = mpt_dtype_size(b.o.dtype);
-  int64_t nrows = 0, cap = 64;
-  row *rows = calloc((size_t)cap, sizeof *rows);
-  if (!rows) die("out of memory");
   FILE *out = b.rank == 0 ? stdout : NULL;
   if (out) {
-    mpt_bench_print_preamble(out, &info, all, b.world);
+    bench_print_preamble(out, &info, all, b.world);
     fprintf(out, "# minBytes %lld maxBytes %lld step: %lld(%s) warmup iters: %d iters: %d "
                  "repeats: %d validation: %d blocking: %d\n",
             (long long)b.o.minbytes, (long long)b.o.maxbytes,
             (long long)(b.o.stepfactor > 1 ? b.o.stepfactor : b.o.stepbytes),
             b.o.stepfactor > 1 ? "factor" : "bytes", b.o.warmup, b.o.iters, b.o.repeats,
             b.o.check, b.o.blocking);
-    fprintf(out, "# mpitrain side: mpt_comm_allreduce on the comm stream + event synchronize; "
+    fprintf(out, "# mpitrain: mpt_comm_allreduce on the comm stream + event synchronize, "
                  "confirm_collectives %d%s\n",
-            confirm_on, confirm_on ? " (one extra 3-int64 all-reduce after each collective)" : "");
-    fprintf(out, "# raw side: %s on MPI_COMM_WORLD, same buffers%s\n",
-            b.o.raw_nonblocking ? "MPI_Iallreduce + MPI_Wait" : "MPI_Allreduce",
+            confirm_on, confirm_on ? " (an extra 3 x int64 all-reduce after each collective)" : "");
+    fprintf(out, "# raw: %s on MPI_COMM_WORLD from the main thread, same buffers%s\n", raw_name,
             b.o.op == MPT_REDUCE_AVG ? " (op sum: MPI has no average)" : "");
-    mpt_bench_print_header(out);
+    fprintf(out, "#\n");
+    bench_print_header(out, raw_name);
   }
 
-  double bus_sum = 0, raw_bus_sum = 0, ratio_sum[2] = {0, 0}, ratio_min = INFINITY;
-  int nbus = 0, nratio = 0;
-  int64_t wrong_total = 0;
-  double factor = b.world > 1 ? 2.0 * (b.world - 1) / b.world : 0.0;
+  size_t es = mpt_dtype_size(b.o.dtype);
+  int64_t nrows = 0, cap = 64;
+  bench_row *rows = calloc((size_t)cap, sizeof *rows);
+  if (!rows) die("out of memory");
+  bench_summary sum = {0, 0, 0, 0, INFINITY, 0, 0};
+  double factor = bench_bus_factor(b.world);
+  int nbus = 0;
   for (int64_t size = b.o.minbytes; size <= b.o.maxbytes;
        size = b.o.stepfactor > 1 ? size * b.o.stepfactor : size + b.o.stepbytes) {
     int64_t count = size / (int64_t)es;
     if (count == 0) continue;
     if (nrows == cap) {
-      row *more = realloc(rows, sizeof *rows * (size_t)(cap *= 2));
+      bench_row *more = realloc(rows, sizeof *rows * (size_t)(cap *= 2));
       if (!more) die("out of memory");
       rows = more;
     }
-    row *r = &rows[nrows++];
+    bench_row *r = &rows[nrows++];
     memset(r, 0, sizeof *r);
     r->count = count;
     r->bytes = count * (int64_t)es;
     measure(&b, r);
-    for (int v = 0; v < NVARIANT; v++) wrong_total += r->wrong[v];
+    for (int v = 0; v < NVARIANT; v++) sum.wrong_total += r->wrong[v];
     double bus[NVARIANT];
     for (int v = 0; v < NVARIANT; v++) bus[v] = (double)r->bytes / (r->time_us[v] * 1e3) * factor;
-    bus_sum += bus[V_MPT_OOP] + bus[V_MPT_IP];
-    raw_bus_sum += bus[V_RAW_OOP] + bus[V_RAW_IP];
+    sum.avg_busbw += bus[V_MPT_OOP] + bus[V_MPT_IP];
+    sum.avg_busbw_raw += bus[V_RAW_OOP] + bus[V_RAW_IP];
     nbus += 2;
     if (r->bytes >= (1 << 20)) {
       double ro = r->time_us[V_RAW_OOP] / r->time_us[V_MPT_OOP];
       double ri = r->time_us[V_RAW_IP] / r->time_us[V_MPT_IP];
-      ratio_sum[0] += ro;
-      ratio_sum[1] += ri;
-      ratio_min = fmin(ratio_min, fmin(ro, ri));
-      nratio++;
+      sum.ratio_oop += ro;
+      sum.ratio_ip += ri;
+      sum.ratio_min = fmin(sum.ratio_min, fmin(ro, ri));
+      sum.nratio++;
     }
     if (out) {
-      mpt_bench_print_row(out, r->bytes, r->count, mpt_dtype_name(b.o.dtype) /* float32 */,
-                          mpt_reduce_op_name(b.o.op), b.world, r->time_us, r->wrong);
+      bench_print_row(out, r, type, redop, b.world);
       fflush(out);
     }
   }
-  double avg_bus = nbus ? bus_sum / nbus : 0, avg_raw = nbus ? raw_bus_sum / nbus : 0;
-  double ratio_oop = nratio ? ratio_sum[0] / nratio : NAN;
-  double ratio_ip = nratio ? ratio_sum[1] / nratio : NAN;
+  if (nbus) sum.avg_busbw /= nbus, sum.avg_busbw_raw /= nbus;
+  if (sum.nratio) sum.ratio_oop /= sum.nratio, sum.ratio_ip /= sum.nratio;
+  else sum.ratio_oop = sum.ratio_ip = sum.ratio_min = NAN;
   if (out) {
-    fprintf(out, "# Out of bounds values : %lld %s\n", (long long)wrong_total,
-            wrong_total ? "WRONG" : "OK");
-    fprintf(out, "# Avg bus bandwidth    : %g\n", avg_bus);
-    fprintf(out, "# Avg bus bandwidth (raw %s) : %g\n",
-            b.o.raw_nonblocking ? "MPI_Iallreduce" : "MPI_Allreduce", avg_raw);
-    if (nratio)
+    fprintf(out, "# Out of bounds values : %lld %s\n", (long long)sum.wrong_total,
+            sum.wrong_total ? "WRONG" : "OK");
+    fprintf(out, "# Avg bus bandwidth    : %g\n", sum.avg_busbw);
+    fprintf(out, "# Avg bus bandwidth of raw %s : %g\n", raw_name, sum.avg_busbw_raw);
+    if (sum.nratio)
       fprintf(out, "# busbw ratio mpitrain/raw, sizes >= 1 MiB (%d sizes): out-of-place %.3f  "
                    "in-place %.3f  mean %.3f  min %.3f\n",
-              nratio, ratio_oop, ratio_ip, 0.5 * (ratio_oop + ratio_ip), ratio_min);
+              sum.nratio, sum.ratio_oop, sum.ratio_ip, 0.5 * (sum.ratio_oop + sum.ratio_ip),
+              sum.ratio_min);
     else
       fprintf(out, "# busbw ratio mpitrain/raw, sizes >= 1 MiB: no such sizes\n");
     fprintf(out, "#\n");
+    fflush(out);
     if (b.o.json[0]) {
-      mpt_bench_json_args ja = {b.o.json, &info, all, b.world, mpt_dtype_name(b.o.dtype),
-                                mpt_reduce_op_name(b.o.op), b.o.iters, b.o.warmup, b.o.repeats,
-                                b.o.check, b.o.blocking, confirm_on, b.o.raw_nonblocking};
-      if (mpt_bench_write_json(&ja, (const mpt_bench_row *)rows, nrows, avg_bus, avg_raw,
-                               ratio_oop, ratio_ip, ratio_min, wrong_total) != 0)
-        die("cannot write '%s'", b.o.json);
+      bench_config cfg = {type, redop, b.o.iters, b.o.warmup, b.o.repeats, b.o.check,
+                          b.o.blocking, confirm_on, b.o.raw_nonblocking};
+      if (bench_write_json(b.o.json, &info, all, &cfg, rows, nrows, &sum) != 0)
+        die("cannot write the JSON file '%s'", b.o.json);
     }
   }
+  int64_t wrong_total = sum.wrong_total;
   free(rows);
   free(all);
   mpt_device_free(mpt_device_cpu(), b.send);

@@ -9,5 +9,7 @@
 #include "mpitrain/optim.h"
 #include "mpitrain/comm.h"
 #include "mpitrain/ddp.h"
+#include "mpitrain/ckpt.h"
+#include "mpitrain/dp.h"
 
 #endif

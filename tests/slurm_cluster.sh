@@ -60,14 +60,22 @@ stop_pid() {
   return 0
 }
 
-# Pids of processes whose environment holds MPT_SLURM_CLUSTER=$dir (job tasks, steps).
+# Pids of processes whose environment holds MPT_SLURM_CLUSTER=$dir (job tasks, steps), except
+# this script, its subshells and its ancestors (a test that sourced env.sh and runs stop).
 cluster_pids() {
-  local e p
+  local e p mine=" $$ $BASHPID " q=$$ stat
+  while [ "$q" -gt 1 ] 2>/dev/null; do
+    read -r stat <"/proc/$q/stat" 2>/dev/null || break
+    stat=${stat##*) }
+    set -- $stat
+    q=$2
+    mine="$mine$q "
+  done
   for e in /proc/[0-9]*/environ; do
     p=${e#/proc/}
     p=${p%/environ}
-    [ "$p" = "$$" ] && continue
-    if tr '\0' '\n' <"$e" 2>/dev/null | grep -qxF "MPT_SLURM_CLUSTER=$dir"; then
+    case $mine in *" $p "*) continue ;; esac
+    if grep -qzxF "MPT_SLURM_CLUSTER=$dir" "$e" 2>/dev/null; then
       echo "$p"
     fi
   done
@@ -160,6 +168,11 @@ do_start() {
   mkdir -p "$dir" || exit 1
   # munged checks the modes of the folders above its files: none may be writable by others.
   chmod 0711 "$dir"
+  # shellcheck disable=SC2086
+  if ! $runas test -x "$dir"; then
+    log "the munge user cannot enter $dir: every folder above it must be searchable (chmod o+x)"
+    exit 1
+  fi
   mkdir -p "$dir/munge" "$dir/ctld" "$dir/spool" "$dir/tmp"
   chown munge:munge "$dir/munge"
   chmod 0755 "$dir/munge"
@@ -229,7 +242,8 @@ EOF
   done
   [ -S "$dir/munge/munge.socket.2" ] || fail_start "munged made no socket within 5 s"
 
-  slurmctld -f "$dir/slurm.conf" -i >"$dir/slurmctld.out" 2>&1 || fail_start "slurmctld did not start"
+  slurmctld -f "$dir/slurm.conf" -i >"$dir/slurmctld.out" 2>&1 ||
+    fail_start "slurmctld did not start"
   slurmd -f "$dir/slurm.conf" -N "$host" >"$dir/slurmd.out" 2>&1 || fail_start "slurmd did not start"
   state=
   for i in $(seq 1 150); do

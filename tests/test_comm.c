@@ -1,6 +1,10 @@
 /* Tests of the comm layer (include/mpitrain/comm.h) under mpirun: run by tests/test_comm_np2.sh
  * and tests/test_comm_np3.sh. Check runs without forking (CK_NOFORK: MPI and fork do not mix),
- * so the scripts bound the run with a timeout.
+ * so the scripts bound the run with a timeout. The whole suite runs twice, in blocking mode (the
+ * default) and in polling mode (config.blocking = 0), each pass with its own shared comm; the
+ * cases whose outcome would leave a blocking-mode worker stuck inside MPI (mismatched counts
+ * without checked mode, a missing peer) use polling mode explicitly, and their blocking-mode
+ * counterparts are in tests/test_comm_progress.c.
  *
  * Inputs are small integers so that every exact result is representable in float32 and the
  * expected values come from naive loops over the ranks. Every rank runs every test in the same
@@ -14,8 +18,9 @@
 
 #include "mpitrain/comm.h"
 
-static mpt_comm *comm; /* the shared comm of the tests, timeout 60 s */
+static mpt_comm *comm; /* the shared comm of the tests, timeout 60 s, in the pass's mode */
 static int rank, world;
+static int g_blocking; /* the progress mode of this pass (config.blocking) */
 
 static const int64_t sizes[] = {1, 7, 1023, 3000000};
 enum { NSIZES = sizeof sizes / sizeof sizes[0] };
@@ -40,16 +45,22 @@ static mpt_status sync_stream(mpt_stream *stream) {
   return st;
 }
 
-static mpt_comm *new_comm(double timeout_ms, int checked) {
+static mpt_comm *new_comm_mode(double timeout_ms, int checked, int blocking) {
   mpt_comm_config cfg = mpt_comm_config_default();
   cfg.timeout_ms = timeout_ms;
   cfg.check_collectives = checked;
+  cfg.blocking = blocking;
   cfg.configure_log = 0;
   mpt_comm *c = NULL;
   mpt_status st = mpt_comm_init(&c, &cfg);
   if (st != MPT_OK) fprintf(stderr, "rank %d: %s\n", rank, mpt_last_error());
   ck_assert_int_eq(st, MPT_OK);
+  ck_assert_int_eq(mpt_comm_blocking(c), blocking);
   return c;
+}
+
+static mpt_comm *new_comm(double timeout_ms, int checked) {
+  return new_comm_mode(timeout_ms, checked, g_blocking);
 }
 
 START_TEST(test_comm_reports_rank_sizes_and_launcher) {
@@ -68,6 +79,7 @@ START_TEST(test_comm_reports_rank_sizes_and_launcher) {
   }
   ck_assert_int_eq(mpt_comm_backend_kind(comm), MPT_COMM_BACKEND_MPI);
   ck_assert_int_eq(mpt_comm_checked(comm), 0);
+  ck_assert_int_eq(mpt_comm_blocking(comm), g_blocking);
   ck_assert_ptr_nonnull(mpt_comm_stream(comm));
 }
 END_TEST
@@ -228,9 +240,11 @@ START_TEST(test_comm_chunked_collectives_are_exact) {
   mpt_comm_config cfg = mpt_comm_config_default();
   cfg.max_chunk_count = 1000;
   cfg.timeout_ms = 60000;
+  cfg.blocking = g_blocking;
   cfg.configure_log = 0;
   mpt_comm *c = NULL;
   ck_assert_int_eq(mpt_comm_init(&c, &cfg), MPT_OK);
+  ck_assert_int_eq(mpt_comm_blocking(c), g_blocking);
   const int64_t n = 2500;
   float *x = xmalloc(sizeof(float) * n), *y = xmalloc(sizeof(float) * n);
   float *b = xmalloc(sizeof(float) * n), *g = xmalloc(sizeof(float) * n * world);
@@ -366,9 +380,11 @@ END_TEST
 
 /* F09 without checked mode, short deadline: the same mismatch ends in an error on every rank,
  * quickly, never a hang and never a silent partial result. (Open MPI 4.1 itself completes the
- * larger rank's all-reduce "successfully"; the agreement step turns that into an error.) */
+ * larger rank's all-reduce "successfully"; the agreement step turns that into an error.) Polling
+ * mode in both passes: with 3 ranks the mismatched blocking MPI_Allreduce never returns on some
+ * rank, and a blocking-mode timeout ends only by aborting the job (test_comm_progress.c). */
 START_TEST(test_comm_unchecked_mismatch_fails_on_every_rank) {
-  mpt_comm *c = new_comm(3000, 0);
+  mpt_comm *c = new_comm_mode(3000, 0, 0);
   ck_assert_int_eq(mpt_comm_checked(c), 0);
   float x[8], y[8];
   for (int i = 0; i < 8; i++) x[i] = 1.0f;
@@ -400,9 +416,10 @@ START_TEST(test_comm_unchecked_short_broadcast_is_not_silent) {
 END_TEST
 
 /* Only rank 0 enters a collective: it fails at the deadline with a detail naming the collective,
- * its sequence number, the deadline and the rank. */
+ * its sequence number, the deadline and the rank. Polling mode (the worker keeps the deadline;
+ * the blocking-mode cases are in test_comm_progress.c). Run in the polling pass only. */
 START_TEST(test_comm_missing_peer_times_out_with_detail) {
-  mpt_comm *c = new_comm(1000, 0);
+  mpt_comm *c = new_comm_mode(1000, 0, 0);
   if (rank == 0) {
     float x[4] = {1, 2, 3, 4};
     ck_assert_int_eq(mpt_comm_allreduce(c, NULL, x, x, 4, MPT_F32, MPT_REDUCE_SUM), MPT_OK);
@@ -417,9 +434,13 @@ START_TEST(test_comm_missing_peer_times_out_with_detail) {
 }
 END_TEST
 
-int main(void) {
+/* Runs the suite once with a shared comm in progress mode `blocking`; returns the failures
+ * (-1 when the comm cannot be created). */
+static int run_pass(int blocking) {
+  g_blocking = blocking;
   mpt_comm_config cfg = mpt_comm_config_default();
   cfg.timeout_ms = 60000;
+  cfg.blocking = blocking;
   mpt_status st = mpt_comm_init(&comm, &cfg);
   if (st != MPT_OK) {
     fprintf(stderr, "test_comm: %s: %s\n", mpt_status_name(st), mpt_last_error());
@@ -428,7 +449,7 @@ int main(void) {
   rank = mpt_comm_rank(comm);
   world = mpt_comm_world_size(comm);
 
-  Suite *s = suite_create("comm");
+  Suite *s = suite_create(blocking ? "comm (blocking mode)" : "comm (polling mode)");
   TCase *tc = tcase_create("comm");
   tcase_add_test(tc, test_comm_reports_rank_sizes_and_launcher);
   tcase_add_test(tc, test_comm_allreduce_sum_is_exact);
@@ -441,18 +462,26 @@ int main(void) {
   tcase_add_test(tc, test_comm_sequence_numbers_agree);
   tcase_add_test(tc, test_comm_collectives_are_asynchronous);
   tcase_add_test(tc, test_comm_checked_mode_names_mismatched_counts);
-  tcase_add_test(tc, test_comm_unchecked_mismatch_fails_on_every_rank);
   tcase_add_test(tc, test_comm_unchecked_short_broadcast_is_not_silent);
-  tcase_add_test(tc, test_comm_missing_peer_times_out_with_detail);
+  if (!blocking) { /* polling-mode cases, run once */
+    tcase_add_test(tc, test_comm_unchecked_mismatch_fails_on_every_rank);
+    tcase_add_test(tc, test_comm_missing_peer_times_out_with_detail);
+  }
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_NOFORK);
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
   srunner_free(sr);
-
   mpt_comm_free(comm);
-  st = mpt_comm_finalize();
+  comm = NULL;
+  return failed;
+}
+
+int main(void) {
+  int failed = run_pass(1);
+  failed += run_pass(0);
+  mpt_status st = mpt_comm_finalize();
   if (st != MPT_OK) fprintf(stderr, "test_comm: %s\n", mpt_last_error());
   return failed == 0 && st == MPT_OK ? EXIT_SUCCESS : EXIT_FAILURE;
 }

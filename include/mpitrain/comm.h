@@ -14,11 +14,32 @@
  * and enqueues the operation on a stream (the comm's own worker stream when `stream` is NULL),
  * then returns. Completion is observed the usual way: record an event on the stream and wait on
  * it (or mpt_stream_synchronize). Every collective has a deadline (config.timeout_ms, counted
- * from when it starts running); on expiry the stream fails with MPT_ETIMEOUT and a detail such as
- * "all-reduce #17 (count 4096 float32 sum) did not complete within 300 s on rank 1". A failure
- * makes the stream sticky-failed (core.h) and, except for a checked-mode mismatch (which every
- * rank skips alike), leaves the comm unusable (later calls return the same status): the program
+ * from when it starts running). A failure makes the comm unusable (later calls return the same
+ * status), except for a checked-mode mismatch (which every rank skips alike): the program
  * should print the error and call mpt_comm_abort. The library itself never calls MPI_Abort.
+ *
+ * Progress (config.blocking). The stream's worker thread runs each collective in one of two
+ * modes, the same on every rank:
+ *   - blocking (default): the blocking MPI call (MPI_Allreduce, MPI_Bcast, MPI_Allgather,
+ *     MPI_Barrier) on the worker, a thread dedicated to communication as in Horovod's
+ *     background thread. This is the fast path: Open MPI's blocking collectives progress inside
+ *     the call, its non-blocking ones only inside MPI_Test. A blocking MPI call cannot be
+ *     interrupted, so the worker cannot keep the deadline; whoever waits does. The *_sync
+ *     wrappers and mpt_comm_free do so themselves: when the oldest collective in flight has run
+ *     for timeout_ms they return MPT_ETIMEOUT with "all-reduce #17 (count 4096 float32 sum) did
+ *     not complete within 300 s on rank 1" and mark the comm unusable. A caller waiting on an
+ *     event of its own (mpt_event_synchronize with its deadline) gets a plain event timeout
+ *     and should name the collective with mpt_comm_describe_inflight. After such a timeout the
+ *     worker thread may sit inside MPI forever: mpt_comm_free then abandons it
+ *     (mpt_stream_abandon) and leaks the comm instead of hanging, and MPI can no longer be
+ *     finalized cleanly (mpt_comm_finalize refuses with MPT_ESTATE). A program must end the
+ *     job with mpt_comm_abort after a timeout in blocking mode (the trainer does).
+ *   - polling (blocking = 0): the non-blocking call (MPI_Iallreduce, ...) polled with MPI_Test
+ *     until it completes or its deadline passes; the worker keeps the deadline itself, so the
+ *     stream fails with MPT_ETIMEOUT and the same detail, and every wait on it returns that.
+ *     Slower (about half the bandwidth of blocking mode at a few MiB with Open MPI 4.1), but a
+ *     timed-out collective leaves the worker free, so mpt_comm_free does not leak.
+ * In both modes a failure makes the stream sticky-failed (core.h) once its collective returns.
  *
  * Ordering: every rank must issue the same collectives in the same order on a comm. Use one
  * stream per comm at a time, or order several streams with events: sequence numbers are taken
@@ -40,8 +61,8 @@
  *
  * Buffers: host memory for the MPI backend. A buffer must stay valid and untouched (recvbuf) or
  * unmodified (sendbuf) until the collective has completed on its stream. After a timeout the
- * collective may still be pending inside MPI (MPI cannot cancel a collective): do not reuse the
- * buffers; abort. */
+ * collective may still be pending inside MPI (MPI cannot cancel a collective) and may still
+ * write into recvbuf if the peers arrive late: do not reuse or free the buffers; abort. */
 #ifndef MPITRAIN_COMM_H
 #define MPITRAIN_COMM_H
 
@@ -96,8 +117,15 @@ typedef struct mpt_comm_config {
    * every rank uses it (agreed at init). */
   int check_collectives;
   /* Agreement after every collective (see above). Default 1; on for all ranks if on for any.
-   * Turning it off saves one small all-reduce per collective (benchmarks of latency). */
+   * Turning it off saves one small all-reduce per collective (benchmarks of latency). In
+   * blocking mode it is one more blocking MPI_Allreduce of 3 int64 per collective. */
   int confirm_collectives;
+  /* Progress mode (see "Progress" above): 1 (default) blocking MPI calls on the worker, the
+   * deadline kept by the waiter, and a timeout means the job must abort; 0 non-blocking calls
+   * polled by the worker with MPI_Test, the deadline kept by the worker. If any rank asks for
+   * polling, every rank polls (agreed at init: MPI does not match blocking collectives with
+   * non-blocking ones). */
+  int blocking;
   /* Largest element count handed to one MPI call: MPI counts are int, so larger collectives are
    * split into chunks of at most this many elements. Default and maximum INT_MAX / 2; smaller
    * values exist for tests. The smallest value over the ranks is used. */
@@ -128,12 +156,17 @@ MPT_API mpt_status mpt_comm_init(mpt_comm **comm, const mpt_comm_config *config)
 
 /* Drains the comm's own stream (each queued collective ends by its deadline), frees it, and
  * frees the communicator. Streams the caller passed to collectives must have been synchronized
- * first. NULL is a no-op. Does not finalize MPI. */
+ * first. NULL is a no-op. Does not finalize MPI. Blocking mode: it waits for the stream with
+ * the waiters' deadline; if a collective is still inside MPI past its deadline (this one or an
+ * earlier timeout), it marks the comm failed, abandons the worker thread (mpt_stream_abandon)
+ * and leaks the comm's state instead of hanging: MPI can then not be finalized (see
+ * mpt_comm_finalize); abort. */
 MPT_API void mpt_comm_free(mpt_comm *comm);
 
 /* Calls MPI_Finalize if mpt_comm_init initialised MPI and it was not finalized yet; otherwise
- * does nothing. Call after every comm was freed. Errors: MPT_ESTATE (comms still alive),
- * MPT_ECOMM. */
+ * does nothing. Call after every comm was freed. Errors: MPT_ESTATE (comms still alive, or a
+ * comm was freed with a collective stuck inside MPI after a blocking-mode timeout: MPI_Finalize
+ * would hang, so it is not called; end the job with mpt_comm_abort), MPT_ECOMM. */
 MPT_API mpt_status mpt_comm_finalize(void);
 
 /* Flushes stdout and stderr, then MPI_Abort(MPI_COMM_WORLD, code): ends every rank of the job
@@ -155,6 +188,8 @@ MPT_API mpt_launcher mpt_comm_launcher(const mpt_comm *comm);
 MPT_API mpt_comm_backend mpt_comm_backend_kind(const mpt_comm *comm);
 /* The agreed settings (after the env variable and the agreement across ranks). */
 MPT_API int mpt_comm_checked(const mpt_comm *comm);
+/* 1 in blocking mode, 0 in polling mode (config.blocking as agreed). */
+MPT_API int mpt_comm_blocking(const mpt_comm *comm);
 MPT_API double mpt_comm_timeout_ms(const mpt_comm *comm);
 /* The comm's own worker stream, where collectives go when no stream is given. */
 MPT_API mpt_stream *mpt_comm_stream(mpt_comm *comm);
@@ -163,6 +198,16 @@ MPT_API mpt_stream *mpt_comm_stream(mpt_comm *comm);
 MPT_API uint64_t mpt_comm_sequence(const mpt_comm *comm);
 /* MPT_OK, or the status of the collective that left the comm unusable. */
 MPT_API mpt_status mpt_comm_error(const mpt_comm *comm);
+/* Names the collective of this comm that has been running longest, in either mode, as text in
+ * buf (nbytes including the terminating NUL; longer text is cut):
+ * "all-reduce #17 (count 4096 float32 sum) running for 300.2 s on rank 1" (with "the agreement
+ * after " or "checked mode: the signature exchange before " in front when it is in those
+ * steps, and "; N more in flight" when several run on different streams), or
+ * "no collective in flight". A collective is in flight from its first MPI call to its last, so
+ * one still queued behind others is not. For a waiter whose own event wait expired (blocking
+ * mode): print this, then abort. Errors: MPT_EINVAL (NULL comm or buf, nbytes 0).
+ * Thread rules: any thread, at any time (it takes the comm's internal lock briefly). */
+MPT_API mpt_status mpt_comm_describe_inflight(const mpt_comm *comm, char *buf, size_t nbytes);
 
 /* ---- collectives (asynchronous) ----------------------------------------------------------
  * Common rules: stream NULL = mpt_comm_stream(comm). count is in elements (>= 0); count 0
@@ -179,7 +224,8 @@ MPT_API mpt_status mpt_comm_error(const mpt_comm *comm);
 
 /* recvbuf[i] = op over ranks of sendbuf[i], for i < count, on every rank. sendbuf == recvbuf
  * means in place. AVG: float32 only; the sum divided by the world size. Algorithm: MPI's
- * (Open MPI libnbc MPI_Iallreduce). */
+ * (Open MPI coll/tuned MPI_Allreduce in blocking mode, libnbc MPI_Iallreduce in polling
+ * mode). */
 MPT_API mpt_status mpt_comm_allreduce(mpt_comm *comm, mpt_stream *stream, const void *sendbuf,
                                       void *recvbuf, int64_t count, mpt_dtype dtype,
                                       mpt_reduce_op op);
@@ -198,10 +244,15 @@ MPT_API mpt_status mpt_comm_allgather(mpt_comm *comm, mpt_stream *stream, const 
 MPT_API mpt_status mpt_comm_barrier(mpt_comm *comm, mpt_stream *stream);
 
 /* ---- synchronous wrappers (for setup code) ----------------------------------------------
- * Enqueue on the comm's own stream, record an event, and wait for it. The wait itself has no
- * host-side deadline because it needs none: every collective ends by its own deadline, so the
- * wait ends by the deadlines of the work queued ahead of it. Return the collective's status with
- * its detail. Concurrent calls are serialised. Not for the training step (they block). */
+ * Enqueue on the comm's own stream, record an event, and wait for it. Return the collective's
+ * status with its detail. Deadline: polling mode, none of their own (every collective ends by
+ * its own deadline on the worker, so the wait ends by the deadlines of the work queued ahead
+ * of it). Blocking mode, the comm's timeout as their own deadline: MPT_ETIMEOUT once the oldest
+ * collective in flight (theirs, or one queued ahead of it) has run for timeout_ms, or once the
+ * stream has started no collective for timeout_ms, with "all-reduce #17 (count 4096 float32
+ * sum) did not complete within 300 s on rank 1" (the same words as polling mode), and the comm
+ * is marked unusable; then abort (see "Progress"). Concurrent calls are serialised. Not for the
+ * training step (they block). */
 MPT_API mpt_status mpt_comm_allreduce_sync(mpt_comm *comm, const void *sendbuf, void *recvbuf,
                                            int64_t count, mpt_dtype dtype, mpt_reduce_op op);
 MPT_API mpt_status mpt_comm_broadcast_sync(mpt_comm *comm, void *buf, int64_t count,

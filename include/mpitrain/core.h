@@ -145,6 +145,15 @@ MPT_API mpt_status mpt_stream_init(mpt_stream **stream, mpt_device device, mpt_s
 /* Drains the stream's queue (waiting at most `timeout_ms` for queued work; negative = no
  * deadline) then frees it. NULL is a no-op. */
 MPT_API void mpt_stream_free(mpt_stream *stream);
+/* Gives up on a stream whose worker may never return: only for after a deadline expired on
+ * work that cannot be interrupted (a blocking MPI collective whose peer never came, comm.h),
+ * on the way to aborting the process. The worker thread is detached, not joined; work queued
+ * behind the running item is dropped (its events never complete); the stream's memory is
+ * leaked on purpose, because the worker may still wake up and touch it (it then exits without
+ * running anything else). The handle must not be used afterwards. Inline streams and streams
+ * of backends without a worker thread are leaked the same way. NULL is a no-op. Any thread,
+ * but not concurrently with other calls on the same stream. */
+MPT_API void mpt_stream_abandon(mpt_stream *stream);
 MPT_API mpt_device mpt_stream_device(const mpt_stream *stream);
 
 /* A host function run on a stream: in order with the stream's other work, on the stream's

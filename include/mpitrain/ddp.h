@@ -100,6 +100,17 @@ MPT_API mpt_status mpt_ddp_prepare_backward(mpt_ddp *ddp, mpt_tape *tape);
  * applies from the next prepare). Errors: MPT_EUNUSED naming the
  * parameters, MPT_ETIMEOUT / MPT_ECOMM from the collectives. Collective when syncing. */
 MPT_API mpt_status mpt_ddp_finalize(mpt_ddp *ddp);
+/* All-reduces (averages) the model's whole gradient buffer now, outside any backward pass: the
+ * buckets are launched in index order on the comm stream after the work enqueued so far on the
+ * compute stream, and the call waits for the last one (deadline: config.timeout_ms). For
+ * gradients computed without the engine's hooks, e.g. by DataParallel inside the rank (dp.h:
+ * hybrid data parallelism): call it once per optimizer step, after mpt_dp_step, instead of
+ * prepare_backward/finalize. Gradients are divided by the world size exactly once, by the
+ * all-reduce's average. Collective. Counted in the stats as a pass with no overlap (backward_ms
+ * and hidden_ms 0, exposed_comm_ms the whole wait). Errors: MPT_EINVAL (NULL), MPT_ESTATE
+ * (called between prepare_backward and finalize), MPT_ETIMEOUT / MPT_ECOMM from the
+ * collectives; on error every launched bucket has completed before the call returns. */
+MPT_API mpt_status mpt_ddp_allreduce_grads(mpt_ddp *ddp);
 /* Forward + loss + prepare + backward + finalize in one call is left to the trainer; this is
  * the all-in-one check that every rank has the same number of batches this epoch (uneven
  * inputs: each rank passes its count; MPT_EMISMATCH names the ranks that would run out). */

@@ -1,5 +1,7 @@
-/* Internal interface of the checkpoint layer, shared by src/ckpt/format.c (the file format) and
- * src/ckpt/dir.c (directories and the collective wrappers).
+/* Internal interface of the checkpoint layer, shared by src/ckpt/write.c (the writer),
+ * src/ckpt/read.c (the validating reader) and src/ckpt/dir.c (directories and the collective
+ * wrappers): little-endian byte helpers, the CRC, device copies through host memory, and the
+ * two halves of a load.
  *
  * A load is split in two so that the collective wrapper can make every rank validate its file
  * before any rank changes its model: stage (read and validate the whole file into host memory
@@ -7,16 +9,113 @@
 #ifndef MPT_CKPT_IMPL_H
 #define MPT_CKPT_IMPL_H
 
+#include <string.h>
+#include <zlib.h>
+
 #include "mpitrain/ckpt.h"
+#include "mpitrain/ops.h"
+
+#define MPT__CKPT_MAGIC "MPTCKPT\0" /* 8 bytes, the NUL included */
+#define MPT__CKPT_PREAMBLE_NBYTES 24u
+#define MPT__CKPT_CRC_NBYTES 4u
+/* Host I/O chunk of the writer and the CRC pass. */
+#define MPT__CKPT_CHUNK_NBYTES ((size_t)1 << 20)
+/* Deadline of one device copy. */
+#define MPT__CKPT_COPY_TIMEOUT_MS 600000.0
+
+/* ---- bytes ---- */
+
+static inline void mpt__put_u32(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void mpt__put_u64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint32_t mpt__get_u32(const uint8_t *p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
+  return v;
+}
+static inline uint64_t mpt__get_u64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
+/* Converts `count` float32 in place between host order and little-endian (its own inverse; a
+ * no-op on little-endian hosts). */
+static inline void mpt__floats_swap_le(void *p, size_t count) {
+  const uint16_t one = 1;
+  uint8_t first;
+  memcpy(&first, &one, 1);
+  if (first == 1) return;
+  uint8_t *b = p;
+  for (size_t i = 0; i < count; i++, b += 4) {
+    uint8_t t0 = b[0], t1 = b[1];
+    b[0] = b[3], b[1] = b[2], b[2] = t1, b[3] = t0;
+  }
+}
+
+/* zlib's crc32 over any length (it takes at most uInt bytes per call). Start from 0. */
+static inline uint32_t mpt__crc_update(uint32_t crc, const void *p, size_t n) {
+  const Bytef *b = p;
+  while (n > 0) {
+    uInt len = n > ((size_t)1 << 30) ? (1u << 30) : (uInt)n;
+    crc = (uint32_t)crc32(crc, b, len);
+    b += len, n -= len;
+  }
+  return crc;
+}
+
+/* ---- device copies through a temporary inline stream of the device ---- */
+
+typedef struct mpt__copier {
+  mpt_device device;
+  mpt_stream *stream;
+} mpt__copier;
+
+static inline mpt_status mpt__copier_init(mpt__copier *c, mpt_device device) {
+  c->device = device;
+  c->stream = NULL;
+  return mpt_stream_init(&c->stream, device, MPT_STREAM_INLINE);
+}
+
+static inline void mpt__copier_free(mpt__copier *c) {
+  mpt_stream_free(c->stream);
+  c->stream = NULL;
+}
+
+/* to_device: host -> dev, else dev -> host; synchronized before returning. */
+static inline mpt_status mpt__copier_copy(mpt__copier *c, int to_device, void *dev, void *host,
+                                          size_t nbytes) {
+  if (nbytes == 0) return MPT_OK;
+  mpt_device cpu = mpt_device_cpu();
+  mpt_status st = to_device ? mpt_op_memcpy(c->stream, c->device, dev, cpu, host, nbytes)
+                            : mpt_op_memcpy(c->stream, cpu, host, c->device, dev, nbytes);
+  if (st != MPT_OK) return st;
+  return mpt_stream_synchronize(c->stream, MPT__CKPT_COPY_TIMEOUT_MS);
+}
+
+/* ---- shared checks (write.c) ---- */
+
+/* The ranges of mpt_ckpt_meta (ckpt.h); `status` is MPT_EINVAL for a caller's meta and
+ * MPT_EFORMAT for a file's; `where` starts the message. */
+mpt_status mpt__ckpt_meta_check(const mpt_ckpt_meta *m, mpt_status status, const char *where);
+
+/* MPT_ESTATE ("<what> <path>: the model is not finalised") unless the model's flat buffers
+ * exist and hold every registered parameter and buffer. */
+mpt_status mpt__ckpt_model_check(mpt_model *model, const char *what, const char *path);
+
+/* ---- load in two halves (read.c) ---- */
 
 typedef struct mpt__ckpt_staged {
   float *data;            /* host: [param_count + buffer_count + opt_nbuffers * opt_count] */
   int64_t param_count;    /* = mpt_model_param_count of the model it was staged for */
   int64_t buffer_count;   /* = mpt_model_buffer_count */
-  int opt_nbuffers;       /* 0 when no optimizer was given */
+  int has_optimizer;      /* optimizer state was staged (an optimizer was given) */
+  int opt_nbuffers;
   int64_t opt_count;      /* elements per optimizer state buffer */
   int64_t opt_step_count;
-  int has_optimizer;      /* the optimizer state was staged (an optimizer was given) */
   mpt_ckpt_meta meta;
   uint32_t crc;           /* the file's CRC-32 */
 } mpt__ckpt_staged;
@@ -30,9 +129,7 @@ mpt_status mpt__ckpt_stage(const char *path, mpt_model *model, mpt_optimizer *op
  * step count, and fills *meta (may be NULL). Errors: the device copy's. */
 mpt_status mpt__ckpt_commit(const mpt__ckpt_staged *staged, mpt_model *model,
                             mpt_optimizer *optimizer, mpt_ckpt_meta *meta);
+/* Frees the staging memory; zeroes *staged. */
 void mpt__ckpt_staged_free(mpt__ckpt_staged *staged);
-
-/* "<dir>/ckpt-step%08lld.mpt" into buf[nbytes]. Errors: MPT_EINVAL (does not fit, step < 0). */
-mpt_status mpt__ckpt_dir_path(const char *dir, int64_t step, char *buf, size_t nbytes);
 
 #endif

@@ -90,7 +90,7 @@ const char *mpt_cli_usage(void) {
          "  --lr F                     base learning rate (default 0.05)\n"
          "  --momentum F               SGD momentum (default 0.9)\n"
          "  --nesterov                 Nesterov momentum\n"
-         "  --weight-decay F           (default 0)\n"
+         "  --weight-decay F           L2 weight decay (default 0.0005)\n"
          "  --schedule constant|step|cosine   learning-rate schedule (default cosine)\n"
          "  --warmup-steps N           linear warm-up steps (default 0)\n"
          "  --step-size N, --gamma F   step schedule (default 1 epoch, 0.1)\n"
@@ -129,6 +129,7 @@ void mpt_cli_options_default(mpt_cli_options *o) {
   o->optim.kind = MPT_OPTIM_SGD;
   o->optim.lr = 0.05f;
   o->optim.momentum = 0.9f;
+  o->optim.weight_decay = 5e-4f;
   o->schedule = mpt_lr_schedule_default();
   o->schedule.kind = MPT_LR_COSINE;
   o->schedule.step_size = 0; /* 0: one epoch, filled in by the trainer */

@@ -25,6 +25,7 @@
 #include "mpitrain/comm.h"
 #include "mpitrain/data.h"
 #include "mpitrain/ddp.h"
+#include "mpitrain/dp.h"
 #include "mpitrain/nn.h"
 #include "mpitrain/ops.h"
 #include "mpitrain/optim.h"
@@ -41,6 +42,7 @@ typedef struct trainer {
   mpt_tape *tape;
   mpt_optimizer *opt;
   mpt_ddp *ddp;
+  mpt_dp *dp; /* --mode dp: DataParallel over this rank's devices (hybrid with ddp) */
   mpt_dataset train, test;
   mpt_sampler *train_sampler, *test_sampler;
   mpt_loader *train_loader, *test_loader;
@@ -50,7 +52,7 @@ typedef struct trainer {
   mpt_epoch_metrics *epochs;
   int64_t nepochs;
   /* sums of per-step times (ms) for the breakdown */
-  double sum_forward, sum_backward, sum_optimizer, sum_total;
+  double sum_forward, sum_backward, sum_optimizer, sum_total, sum_dp_allreduce;
   int64_t timed_steps;
   int progress;
   /* preemption (SIGTERM): the local flag is all-reduced (max) on the comm stream during each
@@ -184,8 +186,26 @@ static mpt_status train_step(trainer *t, float *sums, int *ran_out) {
     }
     double f0 = mpt_time_ms();
     if (t->ddp) MPT_RETURN_IF(mpt_ddp_sync_buffers(t->ddp));
-    mpt_tape_reset(t->tape, o->seed * 1000003u + (uint64_t)t->global_step * 131u +
-                                (uint64_t)k + (uint64_t)t->rank * 7919u);
+    uint64_t seed = o->seed * 1000003u + (uint64_t)t->global_step * 131u + (uint64_t)k +
+                    (uint64_t)t->rank * 7919u;
+    if (t->dp) { /* forward + loss + backward on every device, reduced onto the first */
+      float l;
+      int64_t correct = 0;
+      int64_t shape[4] = {b.count, b.images.shape[1], b.images.shape[2], b.images.shape[3]};
+      mpt_tensor x = mpt_tensor_view(b.images.data, mpt_device_cpu(), MPT_F32, 4, shape);
+      mpt_tensor y = mpt_tensor_view(b.labels.data, mpt_device_cpu(), MPT_I32, 1, shape);
+      MPT_RETURN_IF(mpt_dp_step(t->dp, &x, &y, 1.0f / (float)K, seed, &l, &correct));
+      if (!isfinite(l))
+        return MPT_FAIL(MPT_ENONFINITE, "non-finite loss %g at step %" PRId64 " on rank %d",
+                        (double)l, t->global_step, t->rank);
+      sums[0] += l * (float)b.count;
+      sums[1] += (float)correct;
+      sums[2] += (float)b.count;
+      double f1 = mpt_time_ms();
+      fwd += f1 - f0; /* DP: forward and backward together */
+      continue;
+    }
+    mpt_tape_reset(t->tape, seed);
     mpt_var *logits, *loss;
     mpt_tensor labels;
     MPT_RETURN_IF(forward_batch(t, &b, b.count, &logits, &loss, &labels));
@@ -213,6 +233,11 @@ static mpt_status train_step(trainer *t, float *sums, int *ran_out) {
     if (t->ddp) MPT_RETURN_IF(mpt_ddp_finalize(t->ddp));
     fwd += f1 - f0;
     bwd += b1 - f1;
+  }
+  if (t->dp && t->ddp) { /* hybrid: each rank's DP-reduced gradients, averaged over ranks */
+    double c0 = mpt_time_ms();
+    MPT_RETURN_IF(mpt_ddp_allreduce_grads(t->ddp));
+    t->sum_dp_allreduce += mpt_time_ms() - c0;
   }
   double o0 = mpt_time_ms();
   float lr = mpt_lr_at(&t->schedule, o->optim.lr, t->global_step);
@@ -350,9 +375,12 @@ static mpt_status report_breakdown(trainer *t, mpt_step_breakdown *bd) {
   /* The slowest rank's figures: max over ranks of the per-step means. */
   double n = t->timed_steps ? (double)t->timed_steps : 1;
   mpt_ddp_stats ds = t->ddp ? mpt_ddp_get_stats(t->ddp) : (mpt_ddp_stats){0};
+  /* DP: the all-reduce of the reduced gradients follows backward, so all of it is exposed. */
+  double exposed = t->dp ? t->sum_dp_allreduce : ds.sum_exposed_comm_ms;
+  double allreduce = t->dp ? t->sum_dp_allreduce : ds.sum_allreduce_ms;
   float v[6] = {(float)(t->sum_forward / n), (float)(t->sum_backward / n),
-                (float)(ds.sum_exposed_comm_ms / n), (float)(t->sum_optimizer / n),
-                (float)(t->sum_total / n), (float)(ds.sum_allreduce_ms / n)};
+                (float)(exposed / n), (float)(t->sum_optimizer / n),
+                (float)(t->sum_total / n), (float)(allreduce / n)};
   if (t->world > 1)
     MPT_RETURN_IF(mpt_comm_allreduce_sync(t->comm, v, v, 6, MPT_F32, MPT_REDUCE_MAX));
   bd->forward_ms = v[0];
@@ -361,7 +389,8 @@ static mpt_status report_breakdown(trainer *t, mpt_step_breakdown *bd) {
   bd->optimizer_ms = v[3];
   bd->total_ms = v[4];
   bd->allreduce_ms = v[5];
-  bd->hidden_fraction = ds.sum_allreduce_ms > 0 ? ds.sum_hidden_ms / ds.sum_allreduce_ms : 0;
+  bd->hidden_fraction =
+      !t->dp && ds.sum_allreduce_ms > 0 ? ds.sum_hidden_ms / ds.sum_allreduce_ms : 0;
   bd->steps = t->timed_steps;
   mpt_log(MPT_LOG_INFO,
           "per-step breakdown (ms, mean over %" PRId64 " steps, slowest rank): forward %.3f  "
@@ -373,6 +402,23 @@ static mpt_status report_breakdown(trainer *t, mpt_step_breakdown *bd) {
             "all-reduce %.3f ms per step in %d bucket(s), %.0f%% hidden behind backward "
             "(rank 0)",
             bd->allreduce_ms, mpt_ddp_num_buckets(t->ddp), 100.0 * bd->hidden_fraction);
+  if (t->dp) {
+    mpt_dp_stats ps = mpt_dp_get_stats(t->dp);
+    double m = ps.steps ? (double)ps.steps : 1;
+    char per[512] = "";
+    size_t used = 0;
+    for (int k = 0; k < mpt_dp_num_devices(t->dp) && used < sizeof per; k++) {
+      char name[32];
+      used += (size_t)snprintf(per + used, sizeof per - used, "%s%s %.3f", k ? ", " : "",
+                               mpt_device_str(mpt_dp_device(t->dp, k), name, sizeof name),
+                               ps.sum_replica_ms[k] / m);
+    }
+    mpt_log(MPT_LOG_INFO,
+            "DP over %d devices (rank 0): step %.3f ms; replica work (ms) %s; the first device "
+            "spends %.3f ms beyond the others (broadcast %.3f, gather %.3f, reduce %.3f)",
+            mpt_dp_num_devices(t->dp), ps.sum_step_ms / m, per, ps.sum_first_extra_ms / m,
+            ps.sum_broadcast_ms / m, ps.sum_gather_ms / m, ps.sum_reduce_ms / m);
+  }
   return MPT_OK;
 }
 
@@ -380,14 +426,19 @@ static mpt_status train_run(trainer *t) {
   const mpt_cli_options *o = t->o;
   if (strcmp(o->device, "cuda") == 0 && !mpt_device_available(MPT_DEVICE_CUDA))
     return MPT_FAIL(MPT_ENOTSUP, "--device cuda: no CUDA device is available to this build");
+  mpt_device devices[MPT_DP_MAX_DEVICES];
+  int ndev = 1;
   if (o->mode == MPT_MODE_DP)
-    return MPT_FAIL(MPT_ENOTSUP, "--mode dp is not available in this build yet");
-  t->device = mpt_device_cpu();
+    MPT_RETURN_IF(mpt_dp_parse_devices(o->devices, devices, MPT_DP_MAX_DEVICES, &ndev));
+  t->device = o->mode == MPT_MODE_DP ? devices[0] : mpt_device_cpu();
+  if (t->device.type != MPT_DEVICE_CPU)
+    return MPT_FAIL(MPT_ENOTSUP, "training on %s devices is not available in this build yet",
+                    t->device.type == MPT_DEVICE_CUDA ? "CUDA" : "these");
   int threads = o->threads;
-  if (threads == 0) {
+  if (threads == 0) { /* the cores of this host, shared by its ranks and their DP devices */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int local = mpt_comm_local_size(t->comm);
-    threads = (int)(cores / (local > 0 ? local : 1));
+    threads = (int)(cores / ((local > 0 ? local : 1) * ndev));
     if (threads < 1) threads = 1;
   }
   openblas_set_num_threads(threads);
@@ -400,6 +451,11 @@ static mpt_status train_run(trainer *t) {
     mpt_ddp_config dc = o->ddp;
     dc.timeout_ms = o->timeout_s * 1e3;
     MPT_RETURN_IF(mpt_ddp_init(&t->ddp, t->model, t->comm, t->stream, &dc));
+  }
+  if (o->mode == MPT_MODE_DP) {
+    mpt_dp_config pc = mpt_dp_config_default();
+    pc.timeout_ms = o->timeout_s * 1e3;
+    MPT_RETURN_IF(mpt_dp_init(&t->dp, t->model, devices, ndev, t->stream, &pc));
   }
   MPT_RETURN_IF(mpt_optimizer_init(&t->opt, &o->optim, t->device,
                                    mpt_model_param_count(t->model)));
@@ -426,6 +482,7 @@ static mpt_status train_run(trainer *t) {
     if (cap > 2000000) cap = 2000000;
     MPT_RETURN_IF(mpt_trace_init(&t->trace, t->rank, cap < 16 ? 16 : cap));
     if (t->ddp) mpt_ddp_set_trace(t->ddp, t->trace);
+    if (t->dp) mpt_dp_set_trace(t->dp, t->trace);
   }
 
   fprintf(stderr, "mpitrain: rank %d/%d local rank %d host %s device cpu launcher %s\n",
@@ -466,7 +523,8 @@ static mpt_status train_run(trainer *t) {
                          o->ddp.bucket_cap_mb,
                          o->ddp.overlap,
                          o->accumulate,
-                         t->world > 1 ? "ddp" : "single"};
+                         t->dp ? (t->world > 1 ? "dp+ddp" : "dp")
+                               : (t->world > 1 ? "ddp" : "single")};
     MPT_RETURN_IF(mpt_metrics_write_json(o->metrics_json, &info, t->epochs, t->nepochs, &bd));
   }
   return MPT_OK;
@@ -477,6 +535,7 @@ static void trainer_free(trainer *t) {
   mpt_loader_free(t->test_loader);
   mpt_sampler_free(t->train_sampler);
   mpt_sampler_free(t->test_sampler);
+  mpt_dp_free(t->dp);
   mpt_ddp_free(t->ddp);
   mpt_optimizer_free(t->opt);
   mpt_tape_free(t->tape);

@@ -11,10 +11,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "comm/comm_impl.h"
 
 static atomic_int live_comms;
+static atomic_int abandoned_comms; /* freed after a blocking-mode timeout: MPI is stuck */
 
 const char *mpt_reduce_op_name(mpt_reduce_op op) {
   switch (op) {
@@ -59,6 +61,7 @@ mpt_comm_config mpt_comm_config_default(void) {
   c.timeout_ms = 300000.0;
   c.check_collectives = 0;
   c.confirm_collectives = 1;
+  c.blocking = 1;
   c.max_chunk_count = INT_MAX / 2;
   c.configure_log = 1;
   c.log_level = MPT_LOG_INFO;
@@ -145,9 +148,10 @@ mpt_status mpt_comm_init(mpt_comm **out, const mpt_comm_config *config) {
   MPT_CHECK(mpt_event_init(&c->sync_event, mpt_device_cpu()), fail_event);
   MPT_CHECK(backend->init(c), fail_backend);
   MPT_LOG_DBG("comm: rank %d of %d, local rank %d of %d on %s, launched by %s, backend %s, "
-              "timeout %g s, checked mode %s, agreement %s",
+              "timeout %g s, progress %s, checked mode %s, agreement %s",
               c->rank, c->world_size, c->local_rank, c->local_size, c->hostname,
               mpt_launcher_name(c->launcher), backend->name, c->config.timeout_ms / 1000.0,
+              c->config.blocking ? "blocking" : "polling",
               c->config.check_collectives ? "on" : "off",
               c->config.confirm_collectives ? "on" : "off");
   atomic_fetch_add(&live_comms, 1);
@@ -167,8 +171,48 @@ fail_boot:
   return st;
 }
 
+/* Blocking mode: waits for the comm's own stream with the waiter's deadline. Returns 1 when a
+ * collective is stuck inside MPI past its deadline (the comm is then marked failed and
+ * abandoned: nothing of it may be freed), 0 when the stream can be drained and joined. */
+static int drain_blocking(mpt_comm *comm) {
+  char saved[1024]; /* keep the caller's last error: mpt_comm_free reports nothing */
+  snprintf(saved, sizeof saved, "%s", mpt_last_error());
+  int recorded = mpt_event_record(comm->sync_event, comm->stream) == MPT_OK;
+  int stuck = 0;
+  for (;;) {
+    if (recorded) mpt__comm_wait_deadline(comm, comm->sync_event, NULL);
+    /* Either the stream drained, or a deadline expired (the comm is failed now, so no new
+     * collective can start). Stuck = still in flight past its own deadline. */
+    pthread_mutex_lock(&comm->mutex);
+    int busy = comm->inflight != NULL;
+    if (busy && comm->inflight->start_ms + comm->config.timeout_ms <= mpt_time_ms())
+      stuck = comm->abandoned = 1;
+    pthread_mutex_unlock(&comm->mutex);
+    if (!busy || stuck || !recorded) break;
+    if (mpt_event_query(comm->sync_event)) { /* busy on a caller's stream: look again soon */
+      struct timespec ts = {0, 1000000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  mpt_error_set(MPT_OK, "%s", saved);
+  return stuck;
+}
+
 void mpt_comm_free(mpt_comm *comm) {
   if (!comm) return;
+  if (comm->config.blocking && drain_blocking(comm)) {
+    /* The worker sits in a blocking MPI call that will never return (or returns into this
+     * leaked comm and stops at the failure check): do not join it, free nothing it may touch. */
+    char what[512];
+    mpt_comm_describe_inflight(comm, what, sizeof what);
+    MPT_LOG_DBG("comm freed while %s: its worker thread and state are abandoned; MPI cannot be "
+                "finalized cleanly, abort the job (mpt_comm_abort)",
+                what);
+    mpt_stream_abandon(comm->stream);
+    atomic_fetch_add(&abandoned_comms, 1);
+    atomic_fetch_sub(&live_comms, 1);
+    return;
+  }
   mpt_stream_free(comm->stream); /* runs what is queued; each collective ends by its deadline */
   comm->backend->free(comm);
   mpt_event_free(comm->sync_event);
@@ -185,6 +229,12 @@ mpt_status mpt_comm_finalize(void) {
   int n = atomic_load(&live_comms);
   if (n > 0)
     return MPT_FAIL(MPT_ESTATE, "%d comm(s) still alive: mpt_comm_free them before finalizing", n);
+  int stuck = atomic_load(&abandoned_comms);
+  if (stuck > 0)
+    return MPT_FAIL(MPT_ESTATE,
+                    "%d comm(s) had a collective time out in blocking mode that is still inside "
+                    "MPI: MPI cannot be finalized cleanly; end the job with mpt_comm_abort",
+                    stuck);
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
@@ -215,6 +265,7 @@ const char *mpt_comm_hostname(const mpt_comm *comm) { return comm->hostname; }
 mpt_launcher mpt_comm_launcher(const mpt_comm *comm) { return comm->launcher; }
 mpt_comm_backend mpt_comm_backend_kind(const mpt_comm *comm) { return comm->config.backend; }
 int mpt_comm_checked(const mpt_comm *comm) { return comm->config.check_collectives; }
+int mpt_comm_blocking(const mpt_comm *comm) { return comm->config.blocking; }
 double mpt_comm_timeout_ms(const mpt_comm *comm) { return comm->config.timeout_ms; }
 mpt_stream *mpt_comm_stream(mpt_comm *comm) { return comm->stream; }
 uint64_t mpt_comm_sequence(const mpt_comm *comm) {
@@ -260,8 +311,11 @@ static mpt_status dispatch(mpt_comm *comm, mpt_stream *stream, mpt__coll *coll) 
   return MPT_FAIL(MPT_EINVAL, "unknown collective kind %d", (int)coll->kind);
 }
 
-mpt_status mpt_comm_allreduce(mpt_comm *comm, mpt_stream *stream, const void *sendbuf,
-                              void *recvbuf, int64_t count, mpt_dtype dtype, mpt_reduce_op op) {
+/* Argument checks of each collective; on success *coll describes it (sequence number not yet
+ * taken). */
+static mpt_status allreduce_prep(mpt_comm *comm, const void *sendbuf, void *recvbuf,
+                                 int64_t count, mpt_dtype dtype, mpt_reduce_op op,
+                                 mpt__coll *coll) {
   MPT_RETURN_IF(check_common(comm, count, dtype, "all-reduce"));
   if (op != MPT_REDUCE_SUM && op != MPT_REDUCE_AVG && op != MPT_REDUCE_MIN &&
       op != MPT_REDUCE_MAX)
@@ -274,24 +328,24 @@ mpt_status mpt_comm_allreduce(mpt_comm *comm, mpt_stream *stream, const void *se
   if (sendbuf != recvbuf && overlap(sendbuf, nbytes, recvbuf, nbytes))
     return MPT_FAIL(MPT_EINVAL, "all-reduce: send and receive buffers overlap without being equal "
                     "(pass the same pointer for in place)");
-  mpt__coll coll = {MPT__COLL_ALLREDUCE, 0, sendbuf, recvbuf, count, dtype, (int)op};
-  return dispatch(comm, stream, &coll);
+  *coll = (mpt__coll){MPT__COLL_ALLREDUCE, 0, sendbuf, recvbuf, count, dtype, (int)op};
+  return MPT_OK;
 }
 
-mpt_status mpt_comm_broadcast(mpt_comm *comm, mpt_stream *stream, void *buf, int64_t count,
-                              mpt_dtype dtype, int root) {
+static mpt_status broadcast_prep(mpt_comm *comm, void *buf, int64_t count, mpt_dtype dtype,
+                                 int root, mpt__coll *coll) {
   MPT_RETURN_IF(check_common(comm, count, dtype, "broadcast"));
   if (root < 0 || root >= comm->world_size)
     return MPT_FAIL(MPT_EINVAL, "broadcast: root %d is not a rank of a world of %d", root,
                     comm->world_size);
   if (count > 0 && !buf)
     return MPT_FAIL(MPT_EINVAL, "broadcast: NULL buffer with count %lld", (long long)count);
-  mpt__coll coll = {MPT__COLL_BROADCAST, 0, buf, buf, count, dtype, root};
-  return dispatch(comm, stream, &coll);
+  *coll = (mpt__coll){MPT__COLL_BROADCAST, 0, buf, buf, count, dtype, root};
+  return MPT_OK;
 }
 
-mpt_status mpt_comm_allgather(mpt_comm *comm, mpt_stream *stream, const void *sendbuf,
-                              void *recvbuf, int64_t count, mpt_dtype dtype) {
+static mpt_status allgather_prep(mpt_comm *comm, const void *sendbuf, void *recvbuf,
+                                 int64_t count, mpt_dtype dtype, mpt__coll *coll) {
   MPT_RETURN_IF(check_common(comm, count, dtype, "all-gather"));
   if (count > 0 && (!sendbuf || !recvbuf))
     return MPT_FAIL(MPT_EINVAL, "all-gather: NULL buffer with count %lld", (long long)count);
@@ -301,49 +355,83 @@ mpt_status mpt_comm_allgather(mpt_comm *comm, mpt_stream *stream, const void *se
       overlap(sendbuf, nbytes, recvbuf, nbytes * (size_t)comm->world_size))
     return MPT_FAIL(MPT_EINVAL, "all-gather: the send buffer overlaps the receive buffer "
                     "without being this rank's block (recvbuf + rank * count for in place)");
-  mpt__coll coll = {MPT__COLL_ALLGATHER, 0, sendbuf, recvbuf, count, dtype, 0};
+  *coll = (mpt__coll){MPT__COLL_ALLGATHER, 0, sendbuf, recvbuf, count, dtype, 0};
+  return MPT_OK;
+}
+
+static mpt_status barrier_prep(mpt_comm *comm, mpt__coll *coll) {
+  if (!comm) return MPT_FAIL(MPT_EINVAL, "barrier: NULL comm");
+  MPT_RETURN_IF(mpt__comm_check_usable(comm));
+  *coll = (mpt__coll){MPT__COLL_BARRIER, 0, NULL, NULL, 0, MPT_U8, 0};
+  return MPT_OK;
+}
+
+mpt_status mpt_comm_allreduce(mpt_comm *comm, mpt_stream *stream, const void *sendbuf,
+                              void *recvbuf, int64_t count, mpt_dtype dtype, mpt_reduce_op op) {
+  mpt__coll coll;
+  MPT_RETURN_IF(allreduce_prep(comm, sendbuf, recvbuf, count, dtype, op, &coll));
+  return dispatch(comm, stream, &coll);
+}
+
+mpt_status mpt_comm_broadcast(mpt_comm *comm, mpt_stream *stream, void *buf, int64_t count,
+                              mpt_dtype dtype, int root) {
+  mpt__coll coll;
+  MPT_RETURN_IF(broadcast_prep(comm, buf, count, dtype, root, &coll));
+  return dispatch(comm, stream, &coll);
+}
+
+mpt_status mpt_comm_allgather(mpt_comm *comm, mpt_stream *stream, const void *sendbuf,
+                              void *recvbuf, int64_t count, mpt_dtype dtype) {
+  mpt__coll coll;
+  MPT_RETURN_IF(allgather_prep(comm, sendbuf, recvbuf, count, dtype, &coll));
   return dispatch(comm, stream, &coll);
 }
 
 mpt_status mpt_comm_barrier(mpt_comm *comm, mpt_stream *stream) {
-  if (!comm) return MPT_FAIL(MPT_EINVAL, "barrier: NULL comm");
-  MPT_RETURN_IF(mpt__comm_check_usable(comm));
-  mpt__coll coll = {MPT__COLL_BARRIER, 0, NULL, NULL, 0, MPT_U8, 0};
+  mpt__coll coll;
+  MPT_RETURN_IF(barrier_prep(comm, &coll));
   return dispatch(comm, stream, &coll);
 }
 
 /* ---- synchronous wrappers ---------------------------------------------------------------- */
 
-/* Called with sync_mutex held after a successful enqueue on the comm's own stream. */
-static mpt_status sync_wait(mpt_comm *comm) {
-  MPT_RETURN_IF(mpt_event_record(comm->sync_event, comm->stream));
-  /* No host deadline: the collective and everything ahead of it end by their own. */
-  return mpt_event_synchronize(comm->sync_event, -1.0);
+/* Enqueues `coll` on the comm's own stream (prep status `st`), records the sync event and
+ * waits: polling mode without a host deadline (the collective and everything ahead of it end
+ * by their own), blocking mode with the waiter's deadline (comm_wait.c). */
+static mpt_status sync_run(mpt_comm *comm, mpt_status st, mpt__coll *coll) {
+  if (st != MPT_OK) return st;
+  pthread_mutex_lock(&comm->sync_mutex);
+  st = dispatch(comm, NULL, coll);
+  if (st == MPT_OK) st = mpt_event_record(comm->sync_event, comm->stream);
+  if (st == MPT_OK) {
+    if (comm->config.blocking)
+      st = mpt__comm_wait_deadline(comm, comm->sync_event, coll);
+    else
+      st = mpt_event_synchronize(comm->sync_event, -1.0);
+  }
+  pthread_mutex_unlock(&comm->sync_mutex);
+  return st;
 }
-
-#define MPT__SYNC(call)                                   \
-  do {                                                    \
-    if (!comm) return MPT_FAIL(MPT_EINVAL, "NULL comm");  \
-    pthread_mutex_lock(&comm->sync_mutex);                \
-    mpt_status st = (call);                               \
-    if (st == MPT_OK) st = sync_wait(comm);               \
-    pthread_mutex_unlock(&comm->sync_mutex);              \
-    return st;                                            \
-  } while (0)
 
 mpt_status mpt_comm_allreduce_sync(mpt_comm *comm, const void *sendbuf, void *recvbuf,
                                    int64_t count, mpt_dtype dtype, mpt_reduce_op op) {
-  MPT__SYNC(mpt_comm_allreduce(comm, NULL, sendbuf, recvbuf, count, dtype, op));
+  mpt__coll coll;
+  return sync_run(comm, allreduce_prep(comm, sendbuf, recvbuf, count, dtype, op, &coll), &coll);
 }
 
 mpt_status mpt_comm_broadcast_sync(mpt_comm *comm, void *buf, int64_t count, mpt_dtype dtype,
                                    int root) {
-  MPT__SYNC(mpt_comm_broadcast(comm, NULL, buf, count, dtype, root));
+  mpt__coll coll;
+  return sync_run(comm, broadcast_prep(comm, buf, count, dtype, root, &coll), &coll);
 }
 
 mpt_status mpt_comm_allgather_sync(mpt_comm *comm, const void *sendbuf, void *recvbuf,
                                    int64_t count, mpt_dtype dtype) {
-  MPT__SYNC(mpt_comm_allgather(comm, NULL, sendbuf, recvbuf, count, dtype));
+  mpt__coll coll;
+  return sync_run(comm, allgather_prep(comm, sendbuf, recvbuf, count, dtype, &coll), &coll);
 }
 
-mpt_status mpt_comm_barrier_sync(mpt_comm *comm) { MPT__SYNC(mpt_comm_barrier(comm, NULL)); }
+mpt_status mpt_comm_barrier_sync(mpt_comm *comm) {
+  mpt__coll coll;
+  return sync_run(comm, barrier_prep(comm, &coll), &coll);
+}

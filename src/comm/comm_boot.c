@@ -28,14 +28,16 @@ static int env_check_collectives(void) {
 }
 
 /* Makes the settings that shape the sequence of MPI calls equal on every rank: checked mode
- * and agreement are on if any rank wants them, the chunk size is the smallest. */
+ * and agreement are on if any rank wants them, the chunk size is the smallest, and the progress
+ * mode is polling if any rank asks for it (MPI does not match a blocking collective with a
+ * non-blocking one, so the mode must be the same everywhere). */
 static mpt_status agree_settings(mpt_comm *c, double deadline_ms) {
-  int64_t mine[3] = {c->config.check_collectives ? 1 : 0, c->config.confirm_collectives ? 1 : 0,
-                     -c->config.max_chunk_count};
-  int64_t all[3];
+  int64_t mine[4] = {c->config.check_collectives ? 1 : 0, c->config.confirm_collectives ? 1 : 0,
+                     -c->config.max_chunk_count, c->config.blocking ? 0 : 1};
+  int64_t all[4];
   MPI_Request req;
   int done = 0;
-  int rc = MPI_Iallreduce(mine, all, 3, MPI_INT64_T, MPI_MAX, c->mpi_comm, &req);
+  int rc = MPI_Iallreduce(mine, all, 4, MPI_INT64_T, MPI_MAX, c->mpi_comm, &req);
   if (rc == MPI_SUCCESS) rc = mpt__mpi_wait_until(&req, deadline_ms, &done);
   if (rc != MPI_SUCCESS)
     return MPT_MPI_FAIL(rc, c->rank, "MPI_Iallreduce of the comm settings (bootstrap)");
@@ -46,6 +48,7 @@ static mpt_status agree_settings(mpt_comm *c, double deadline_ms) {
   c->config.check_collectives = (int)all[0];
   c->config.confirm_collectives = (int)all[1];
   c->config.max_chunk_count = -all[2];
+  c->config.blocking = all[3] ? 0 : 1;
   return MPT_OK;
 }
 

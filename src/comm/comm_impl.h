@@ -35,6 +35,17 @@ typedef struct mpt__coll {
   int arg;
 } mpt__coll;
 
+/* A collective while it runs (from the start of its first MPI call to the end of its last), as
+ * the comm's in-flight list holds it (guarded by comm->mutex). `stage` is the prefix of the
+ * phrase that names where it is: "" (the data movement), "the agreement after ", or "checked
+ * mode: the signature exchange before ". */
+typedef struct mpt__inflight {
+  mpt__coll coll;
+  double start_ms; /* mpt_time_ms() when it started running */
+  const char *stage;
+  struct mpt__inflight *prev, *next;
+} mpt__inflight;
+
 typedef struct mpt__comm_backend {
   const char *name;
   /* Creates the backend's state (comm->backend_state) after the bootstrap filled the comm. */
@@ -62,9 +73,12 @@ struct mpt_comm {
   void *backend_state;
   atomic_uint_fast64_t next_seq;
 
-  pthread_mutex_t mutex; /* guards failure state */
+  pthread_mutex_t mutex; /* guards failure state and the in-flight list */
   atomic_int failed;     /* mpt_status of the collective that broke the comm (0 = fine) */
   char failed_detail[1024];
+  mpt__inflight *inflight; /* running collectives, oldest first */
+  uint64_t started;         /* collectives that ever entered the in-flight list */
+  int abandoned; /* mpt_comm_free gave up on a stuck worker: the struct is leaked, never freed */
 
   pthread_mutex_t sync_mutex; /* serialises the synchronous wrappers (one event) */
   mpt_event *sync_event;
@@ -75,6 +89,34 @@ struct mpt_comm {
 void mpt__comm_set_failed(mpt_comm *comm, mpt_status status);
 /* MPT_OK, or re-raises the failure on the calling thread with a detail. */
 mpt_status mpt__comm_check_usable(mpt_comm *comm);
+
+/* ---- in-flight collectives and deadlines (comm_wait.c) ----------------------------------- */
+
+/* "all-reduce", "broadcast", "all-gather", "barrier". */
+const char *mpt__coll_kind_name(int kind);
+/* "all-reduce #17 (count 4096 float32 sum)" into buf; returns buf. */
+const char *mpt__coll_describe(const mpt__coll *c, char *buf, size_t nbytes);
+/* Records MPT_ETIMEOUT "<stage><collective> did not complete within T s on rank R". */
+mpt_status mpt__coll_timeout_error(mpt_comm *comm, const mpt__coll *c, const char *stage);
+
+/* Enters `f` (describing `c`, stage "") into the comm's in-flight list and stamps its start,
+ * unless the comm is unusable: then returns its error and `f` is not entered. Atomic with the
+ * failure state, so once a timeout has marked the comm failed no collective can start. */
+mpt_status mpt__inflight_begin(mpt_comm *comm, mpt__inflight *f, const mpt__coll *c);
+void mpt__inflight_stage(mpt_comm *comm, mpt__inflight *f, const char *stage);
+/* Takes `f` out of the list. */
+void mpt__inflight_end(mpt_comm *comm, mpt__inflight *f);
+/* Blocking mode, after an MPI call returned: MPT_OK, or the comm's failure (a waiter declared
+ * the collective timed out, or the comm was abandoned) re-raised, meaning "touch nothing more". */
+mpt_status mpt__inflight_check(mpt_comm *comm);
+
+/* Waits for `event` (recorded on the comm's own stream after `c`, which may be NULL) with the
+ * blocking mode's deadline: whichever collective of the comm is oldest in flight must finish
+ * within timeout_ms of its start, and the stream must not sit idle for a whole timeout_ms
+ * without completing the event. On expiry: MPT_ETIMEOUT naming the collective (the same words
+ * as the worker's own deadline in polling mode), and the comm is marked failed. Otherwise the
+ * event's status. Caller's thread. */
+mpt_status mpt__comm_wait_deadline(mpt_comm *comm, mpt_event *event, const mpt__coll *c);
 
 /* Records "<what>: <MPI error string> (on rank R)" as MPT_ECOMM. */
 mpt_status mpt__mpi_error(const char *file, int line, int mpi_rc, int rank, const char *fmt, ...)

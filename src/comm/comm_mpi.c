@@ -1,27 +1,39 @@
-/* The MPI comm backend: collectives as non-blocking MPI calls (MPI_Iallreduce, MPI_Ibcast,
- * MPI_Iallgather, MPI_Ibarrier) run by a host function on the caller's stream and polled with
- * MPI_Test until they complete or their deadline passes. Also the MPI helpers shared with the
- * bootstrap (error text, polling, dtypes).
+/* The MPI comm backend: each collective is a host function on the caller's stream (the comm
+ * worker thread for the comm's own stream) that makes the MPI calls, in one of two progress
+ * modes (comm.h "Progress"):
+ *   - blocking (default): the blocking calls MPI_Allreduce, MPI_Bcast, MPI_Allgather,
+ *     MPI_Barrier, as Horovod's background thread does. Open MPI's blocking collectives
+ *     (coll/tuned) progress inside the call and are faster than its non-blocking ones (libnbc,
+ *     which only advances inside MPI_Test). The worker cannot keep a deadline here: it is kept
+ *     by whoever waits (comm_wait.c), using the in-flight list this file maintains.
+ *   - polling: the non-blocking calls (MPI_Iallreduce, ...) polled with MPI_Test until they
+ *     complete or the collective's deadline passes; the worker keeps the deadline itself.
+ * Also the MPI helpers shared with the bootstrap (error text, polling, dtypes).
  *
- * Runs on: enqueue functions on the caller's thread; op_run on the stream's thread (the comm
- * worker thread for the comm's own stream).
+ * Runs on: enqueue functions on the caller's thread; op_run on the stream's thread.
  *
  * Op records: each enqueued collective takes a record from a per-comm free list (allocated only
  * when the list is empty, so the steady state does not allocate) and op_run returns it when it
  * finishes. A record whose host function never runs (its stream had already failed) stays
  * allocated until mpt_comm_free, which frees every record ever made. Records therefore live
  * from enqueue to the end of op_run, or to mpt_comm_free at the latest. Exception: a record
- * whose collective timed out is leaked on purpose, because MPI cannot cancel a collective and
- * may still write into it (its signature and agreement buffers) if the peers arrive late.
+ * whose collective timed out in polling mode is leaked on purpose, because MPI cannot cancel a
+ * collective and may still write into it (its signature and agreement buffers) if the peers
+ * arrive late. (In blocking mode a timed-out collective never returns, or returns into a comm
+ * that mpt_comm_free leaked whole.)
  *
  * Sequence of one collective on the worker, all under one deadline (start + timeout_ms):
- *   1. the comm is unusable -> fail at once, no MPI call;
+ *   1. the comm is unusable -> fail at once, no MPI call (atomic with entering the in-flight
+ *      list, so nothing starts after a waiter declared a timeout);
  *   2. checked mode: all-gather the signatures, compare (mismatch -> MPT_EMISMATCH on every
  *      rank, no data moves, the comm stays usable because every rank skipped the same op);
  *   3. the data collective, split into chunks of at most max_chunk_count elements;
  *   4. agreement (confirm_collectives): all-reduce MAX of {failing rank code, hash, -hash}, so a
  *      rank that completed while another failed or disagreed reports an error too;
  *   5. AVG: divide by the world size.
+ * In blocking mode, after every MPI call returns the comm is checked again: a waiter may have
+ * declared the collective timed out meanwhile, and then nothing more is touched (no further MPI
+ * call, no write into the caller's buffers).
  * Any failure other than a checked-mode mismatch marks the comm unusable: after a timeout a
  * collective may still be pending inside MPI, and after a disagreement the ranks' matching of
  * collectives is no longer trustworthy. */
@@ -39,6 +51,7 @@ enum { SIG_LEN = 5 }; /* kind, count, dtype, arg, seq */
 typedef struct op_rec {
   mpt_comm *comm;
   mpt__coll coll;
+  mpt__inflight inflight;  /* its entry in the comm's in-flight list while it runs */
   int64_t *sigs;           /* [world_size, SIG_LEN]: checked mode, allocated on first use */
   int64_t sig_mine[SIG_LEN];
   int abandoned;           /* timed out: MPI may still write into it, so it is never freed */
@@ -109,44 +122,6 @@ MPI_Datatype mpt__mpi_dtype(mpt_dtype dtype) {
   return MPI_DATATYPE_NULL;
 }
 
-/* ---- describing collectives -------------------------------------------------------------- */
-
-static const char *kind_name(int kind) {
-  switch (kind) {
-    case MPT__COLL_ALLREDUCE:
-      return "all-reduce";
-    case MPT__COLL_BROADCAST:
-      return "broadcast";
-    case MPT__COLL_ALLGATHER:
-      return "all-gather";
-    case MPT__COLL_BARRIER:
-      return "barrier";
-  }
-  return "unknown collective";
-}
-
-/* "all-reduce #17 (count 4096 float32 sum)" */
-static const char *describe(const mpt__coll *c, char *buf, size_t nbytes) {
-  const char *dt = mpt_dtype_name(c->dtype);
-  long long n = (long long)c->count;
-  unsigned long long seq = (unsigned long long)c->seq;
-  switch (c->kind) {
-    case MPT__COLL_ALLREDUCE:
-      snprintf(buf, nbytes, "all-reduce #%llu (count %lld %s %s)", seq, n, dt,
-               mpt_reduce_op_name((mpt_reduce_op)c->arg));
-      break;
-    case MPT__COLL_BROADCAST:
-      snprintf(buf, nbytes, "broadcast #%llu (count %lld %s from root %d)", seq, n, dt, c->arg);
-      break;
-    case MPT__COLL_ALLGATHER:
-      snprintf(buf, nbytes, "all-gather #%llu (count %lld %s per rank)", seq, n, dt);
-      break;
-    default:
-      snprintf(buf, nbytes, "%s #%llu", kind_name(c->kind), seq);
-  }
-  return buf;
-}
-
 /* One rank's signature as a phrase: "all-reduces 8 float32 (sum) as collective #3". */
 static void describe_sig(const int64_t *s, char *buf, size_t nbytes) {
   long long n = (long long)s[1];
@@ -193,24 +168,96 @@ static int64_t sig_hash(const int64_t *s) {
   return (int64_t)(h >> 2);
 }
 
-static mpt_status timeout_error(mpt_comm *comm, const mpt__coll *c, const char *stage) {
-  char what[160];
-  return MPT_FAIL(MPT_ETIMEOUT, "%s%s did not complete within %g s on rank %d", stage,
-                  describe(c, what, sizeof what), comm->config.timeout_ms / 1000.0, comm->rank);
+/* ---- one MPI call in either progress mode ------------------------------------------------- */
+
+typedef enum { CALL_ALLREDUCE, CALL_BCAST, CALL_ALLGATHER, CALL_BARRIER } call_kind;
+
+/* The arguments of one MPI collective call (MPI_Allreduce or MPI_Iallreduce, etc.). */
+typedef struct mpi_call {
+  call_kind kind;
+  const void *send; /* MPI_IN_PLACE allowed */
+  void *recv;       /* broadcast: the buffer */
+  int count;        /* send count (all-reduce, broadcast, all-gather) */
+  MPI_Datatype type;
+  int recv_count; /* all-gather */
+  MPI_Datatype recv_type;
+  MPI_Op op;
+  int root;
+} mpi_call;
+
+static const char *call_name(call_kind kind, int blocking) {
+  switch (kind) {
+    case CALL_ALLREDUCE:
+      return blocking ? "MPI_Allreduce" : "MPI_Iallreduce";
+    case CALL_BCAST:
+      return blocking ? "MPI_Bcast" : "MPI_Ibcast";
+    case CALL_ALLGATHER:
+      return blocking ? "MPI_Allgather" : "MPI_Iallgather";
+    case CALL_BARRIER:
+      return blocking ? "MPI_Barrier" : "MPI_Ibarrier";
+  }
+  return "MPI call";
 }
 
-/* Polls one request; returns OK, ECOMM (naming `call`) or ETIMEOUT. */
-static mpt_status wait_req(mpt_comm *comm, const mpt__coll *c, MPI_Request *req,
-                           double deadline_ms, const char *call, const char *stage) {
-  int done = 0;
-  int rc = mpt__mpi_wait_until(req, deadline_ms, &done);
+/* Runs one call for collective `r` at `stage` (a phrase prefix, see mpt__inflight). Blocking
+ * mode: the blocking call, then the comm check (a waiter may have declared a timeout). Polling
+ * mode: the non-blocking call, polled until done or deadline_ms. Returns OK, ECOMM (naming the
+ * call, the stage, the collective and the rank), ETIMEOUT, or the comm's failure. */
+static mpt_status run_call(mpt_comm *comm, op_rec *r, const mpi_call *k, const char *stage,
+                           double deadline_ms) {
+  MPI_Comm mc = comm->mpi_comm;
+  const int blocking = comm->config.blocking;
   char what[160];
+  int rc;
+  if (blocking) {
+    if (stage != r->inflight.stage) mpt__inflight_stage(comm, &r->inflight, stage);
+    switch (k->kind) {
+      case CALL_ALLREDUCE:
+        rc = MPI_Allreduce(k->send, k->recv, k->count, k->type, k->op, mc);
+        break;
+      case CALL_BCAST:
+        rc = MPI_Bcast(k->recv, k->count, k->type, k->root, mc);
+        break;
+      case CALL_ALLGATHER:
+        rc = MPI_Allgather(k->send, k->count, k->type, k->recv, k->recv_count, k->recv_type, mc);
+        break;
+      default:
+        rc = MPI_Barrier(mc);
+    }
+    MPT_RETURN_IF(mpt__inflight_check(comm));
+    if (rc != MPI_SUCCESS)
+      return MPT_MPI_FAIL(rc, comm->rank, "%s in %s%s", call_name(k->kind, 1), stage,
+                          mpt__coll_describe(&r->coll, what, sizeof what));
+    return MPT_OK;
+  }
+
+  MPI_Request req;
+  switch (k->kind) {
+    case CALL_ALLREDUCE:
+      rc = MPI_Iallreduce(k->send, k->recv, k->count, k->type, k->op, mc, &req);
+      break;
+    case CALL_BCAST:
+      rc = MPI_Ibcast(k->recv, k->count, k->type, k->root, mc, &req);
+      break;
+    case CALL_ALLGATHER:
+      rc = MPI_Iallgather(k->send, k->count, k->type, k->recv, k->recv_count, k->recv_type, mc,
+                          &req);
+      break;
+    default:
+      rc = MPI_Ibarrier(mc, &req);
+  }
+  int done = 0;
+  if (rc == MPI_SUCCESS) rc = mpt__mpi_wait_until(&req, deadline_ms, &done);
   if (rc != MPI_SUCCESS)
-    return MPT_MPI_FAIL(rc, comm->rank, "%s in %s%s", call, stage,
-                        describe(c, what, sizeof what));
-  if (!done) return timeout_error(comm, c, stage);
+    return MPT_MPI_FAIL(rc, comm->rank, "%s in %s%s", call_name(k->kind, 0), stage,
+                        mpt__coll_describe(&r->coll, what, sizeof what));
+  if (!done) return mpt__coll_timeout_error(comm, &r->coll, stage);
   return MPT_OK;
 }
+
+static const char STAGE_DATA[] = "";
+static const char STAGE_CHECK[] = "checked mode: the signature exchange before ";
+static const char STAGE_AGREE[] = "the agreement after ";
 
 /* ---- the stages -------------------------------------------------------------------------- */
 
@@ -219,15 +266,9 @@ static mpt_status check_signatures(mpt_comm *comm, op_rec *r, double deadline_ms
   if (!r->sigs && !(r->sigs = malloc(sizeof(int64_t) * SIG_LEN * (size_t)comm->world_size)))
     return MPT_FAIL(MPT_ENOMEM, "cannot allocate the signature table of checked mode");
   make_sig(c, r->sig_mine);
-  MPI_Request req;
-  char what[160];
-  int rc = MPI_Iallgather(r->sig_mine, SIG_LEN, MPI_INT64_T, r->sigs, SIG_LEN, MPI_INT64_T,
-                          comm->mpi_comm, &req);
-  if (rc != MPI_SUCCESS)
-    return MPT_MPI_FAIL(rc, comm->rank, "MPI_Iallgather of the signatures (checked mode) before %s",
-                        describe(c, what, sizeof what));
-  MPT_RETURN_IF(wait_req(comm, c, &req, deadline_ms, "MPI_Iallgather",
-                         "checked mode: the signature exchange before "));
+  mpi_call k = {CALL_ALLGATHER, r->sig_mine, r->sigs, SIG_LEN, MPI_INT64_T, SIG_LEN,
+                MPI_INT64_T, MPI_OP_NULL, 0};
+  MPT_RETURN_IF(run_call(comm, r, &k, STAGE_CHECK, deadline_ms));
 
   /* Every rank sees the same table, so every rank reaches the same verdict and message. */
   char msg[768], phrase[160];
@@ -251,31 +292,27 @@ static mpt_status check_signatures(mpt_comm *comm, op_rec *r, double deadline_ms
 }
 
 /* Runs the data movement of one collective, chunked. */
-static mpt_status run_data(mpt_comm *comm, const mpt__coll *c, double deadline_ms) {
-  MPI_Comm mc = comm->mpi_comm;
+static mpt_status run_data(mpt_comm *comm, op_rec *r, double deadline_ms) {
+  const mpt__coll *c = &r->coll;
   MPI_Datatype dt = mpt__mpi_dtype(c->dtype);
   size_t es = mpt_dtype_size(c->dtype);
   int64_t chunk = comm->config.max_chunk_count;
   char what[160];
-  MPI_Request req;
   int rc;
 
   if (c->kind == MPT__COLL_BARRIER) {
-    if ((rc = MPI_Ibarrier(mc, &req)) != MPI_SUCCESS)
-      return MPT_MPI_FAIL(rc, comm->rank, "MPI_Ibarrier in %s", describe(c, what, sizeof what));
-    return wait_req(comm, c, &req, deadline_ms, "MPI_Ibarrier", "");
+    mpi_call k = {CALL_BARRIER, NULL, NULL, 0, MPI_DATATYPE_NULL, 0, MPI_DATATYPE_NULL,
+                  MPI_OP_NULL, 0};
+    return run_call(comm, r, &k, STAGE_DATA, deadline_ms);
   }
 
   if (c->kind == MPT__COLL_ALLGATHER) {
     char *recv = c->recvbuf;
     int in_place = c->sendbuf == recv + (size_t)comm->rank * (size_t)c->count * es;
     if (c->count <= chunk) {
-      rc = MPI_Iallgather(in_place ? MPI_IN_PLACE : c->sendbuf, (int)c->count, dt, recv,
-                          (int)c->count, dt, mc, &req);
-      if (rc != MPI_SUCCESS)
-        return MPT_MPI_FAIL(rc, comm->rank, "MPI_Iallgather in %s",
-                            describe(c, what, sizeof what));
-      return wait_req(comm, c, &req, deadline_ms, "MPI_Iallgather", "");
+      mpi_call k = {CALL_ALLGATHER, in_place ? MPI_IN_PLACE : c->sendbuf, recv, (int)c->count,
+                    dt, (int)c->count, dt, MPI_OP_NULL, 0};
+      return run_call(comm, r, &k, STAGE_DATA, deadline_ms);
     }
     /* Chunk j of every rank's block: a receive type of n elements whose extent is one whole
      * block, so rank r's piece lands at recv + (r * count + off) elements. */
@@ -284,42 +321,38 @@ static mpt_status run_data(mpt_comm *comm, const mpt__coll *c, double deadline_m
       MPI_Datatype piece, block;
       if ((rc = MPI_Type_contiguous(n, dt, &piece)) != MPI_SUCCESS)
         return MPT_MPI_FAIL(rc, comm->rank, "MPI_Type_contiguous in %s",
-                            describe(c, what, sizeof what));
+                            mpt__coll_describe(c, what, sizeof what));
       rc = MPI_Type_create_resized(piece, 0, (MPI_Aint)((size_t)c->count * es), &block);
       MPI_Type_free(&piece);
       if (rc == MPI_SUCCESS && (rc = MPI_Type_commit(&block)) != MPI_SUCCESS) MPI_Type_free(&block);
       if (rc != MPI_SUCCESS)
         return MPT_MPI_FAIL(rc, comm->rank, "MPI_Type_create_resized in %s",
-                            describe(c, what, sizeof what));
+                            mpt__coll_describe(c, what, sizeof what));
       const char *send = (const char *)c->sendbuf + (size_t)off * es;
-      rc = MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, dt, recv + (size_t)off * es, 1,
-                          block, mc, &req);
-      MPI_Type_free(&block); /* MPI keeps it alive while the collective needs it */
-      if (rc != MPI_SUCCESS)
-        return MPT_MPI_FAIL(rc, comm->rank, "MPI_Iallgather in %s",
-                            describe(c, what, sizeof what));
-      MPT_RETURN_IF(wait_req(comm, c, &req, deadline_ms, "MPI_Iallgather", ""));
+      mpi_call k = {CALL_ALLGATHER, in_place ? MPI_IN_PLACE : send, recv + (size_t)off * es, n,
+                    dt, 1, block, MPI_OP_NULL, 0};
+      mpt_status st = run_call(comm, r, &k, STAGE_DATA, deadline_ms);
+      /* A non-blocking call keeps the type alive while it needs it; a stuck blocking call
+       * never returns here, and one that returned is done with it. */
+      MPI_Type_free(&block);
+      MPT_RETURN_IF(st);
     }
     return MPT_OK;
   }
 
+  MPI_Op op = c->arg == MPT_REDUCE_MIN ? MPI_MIN : c->arg == MPT_REDUCE_MAX ? MPI_MAX : MPI_SUM;
   for (int64_t off = 0; off < c->count; off += chunk) {
     int n = (int)(c->count - off < chunk ? c->count - off : chunk);
     char *recv = (char *)c->recvbuf + (size_t)off * es;
-    const char *call;
+    mpi_call k;
     if (c->kind == MPT__COLL_BROADCAST) {
-      call = "MPI_Ibcast";
-      rc = MPI_Ibcast(recv, n, dt, c->arg, mc, &req);
+      k = (mpi_call){CALL_BCAST, NULL, recv, n, dt, 0, MPI_DATATYPE_NULL, MPI_OP_NULL, c->arg};
     } else {
-      MPI_Op op = c->arg == MPT_REDUCE_MIN ? MPI_MIN : c->arg == MPT_REDUCE_MAX ? MPI_MAX : MPI_SUM;
       const void *send =
           c->sendbuf == c->recvbuf ? MPI_IN_PLACE : (const char *)c->sendbuf + (size_t)off * es;
-      call = "MPI_Iallreduce";
-      rc = MPI_Iallreduce(send, recv, n, dt, op, mc, &req);
+      k = (mpi_call){CALL_ALLREDUCE, send, recv, n, dt, 0, MPI_DATATYPE_NULL, op, 0};
     }
-    if (rc != MPI_SUCCESS)
-      return MPT_MPI_FAIL(rc, comm->rank, "%s in %s", call, describe(c, what, sizeof what));
-    MPT_RETURN_IF(wait_req(comm, c, &req, deadline_ms, call, ""));
+    MPT_RETURN_IF(run_call(comm, r, &k, STAGE_DATA, deadline_ms));
   }
   return MPT_OK;
 }
@@ -337,15 +370,10 @@ static mpt_status confirm(mpt_comm *comm, op_rec *r, mpt_status local, double de
   r->confirm_in[1] = h;
   r->confirm_in[2] = -h;
   *disagree = 0;
-  MPI_Request req;
   char what[160];
-  int rc = MPI_Iallreduce(r->confirm_in, r->confirm_out, 3, MPI_INT64_T, MPI_MAX, comm->mpi_comm,
-                          &req);
-  if (rc != MPI_SUCCESS)
-    return MPT_MPI_FAIL(rc, comm->rank, "MPI_Iallreduce (agreement) after %s",
-                        describe(c, what, sizeof what));
-  MPT_RETURN_IF(wait_req(comm, c, &req, deadline_ms, "MPI_Iallreduce",
-                         "the agreement after "));
+  mpi_call k = {CALL_ALLREDUCE, r->confirm_in, r->confirm_out, 3, MPI_INT64_T, 0,
+                MPI_DATATYPE_NULL, MPI_MAX, 0};
+  MPT_RETURN_IF(run_call(comm, r, &k, STAGE_AGREE, deadline_ms));
   *disagree = r->confirm_out[1] != -r->confirm_out[2];
   long long failed_rank = r->confirm_out[0] > 0 ? comm->world_size - r->confirm_out[0] : -1;
   if (local != MPT_OK) return MPT_OK; /* the caller keeps this rank's own error */
@@ -356,19 +384,17 @@ static mpt_status confirm(mpt_comm *comm, op_rec *r, mpt_status local, double de
                     "ranks disagree on %s: count, dtype, op or order differ%s; the result on "
                     "rank %d is not valid (MPT_CHECK_COLLECTIVES=1 names the ranks and their "
                     "collectives)",
-                    describe(c, what, sizeof what), also, comm->rank);
+                    mpt__coll_describe(c, what, sizeof what), also, comm->rank);
   }
   if (failed_rank >= 0)
     return MPT_FAIL(MPT_ECOMM, "%s failed on rank %lld, so the result on rank %d is incomplete",
-                    describe(c, what, sizeof what), failed_rank, comm->rank);
+                    mpt__coll_describe(c, what, sizeof what), failed_rank, comm->rank);
   return MPT_OK;
 }
 
-static mpt_status execute(mpt_comm *comm, op_rec *r) {
+/* Steps 2-5 of the file comment; the caller has entered the in-flight list. */
+static mpt_status execute_listed(mpt_comm *comm, op_rec *r, double deadline_ms) {
   const mpt__coll *c = &r->coll;
-  double deadline_ms = mpt_time_ms() + comm->config.timeout_ms;
-  MPT_RETURN_IF(mpt__comm_check_usable(comm));
-
   mpt_status st = MPT_OK;
   if (comm->config.check_collectives) {
     st = check_signatures(comm, r, deadline_ms);
@@ -377,14 +403,16 @@ static mpt_status execute(mpt_comm *comm, op_rec *r) {
   }
   if (c->count == 0 && c->kind != MPT__COLL_BARRIER) return MPT_OK; /* checked mode only */
 
-  st = run_data(comm, c, deadline_ms);
+  st = run_data(comm, r, deadline_ms);
   if (st == MPT_ETIMEOUT) goto broken; /* others may still be inside it: no agreement */
+  if (st != MPT_OK && mpt_comm_error(comm) != MPT_OK) return st; /* a waiter gave up on it */
   if (comm->config.confirm_collectives) {
     char local_detail[1024];
     snprintf(local_detail, sizeof local_detail, "%s", mpt_last_error());
     int disagree = 0;
     mpt_status agreed = confirm(comm, r, st, deadline_ms, &disagree);
-    if (agreed == MPT_ETIMEOUT) r->abandoned = 1;
+    if (agreed == MPT_ETIMEOUT && !comm->config.blocking) r->abandoned = 1;
+    if (agreed != MPT_OK && mpt_comm_error(comm) != MPT_OK) return agreed; /* comm failed */
     if (st != MPT_OK) /* keep this rank's own error, with what the agreement learnt */
       mpt_error_set(st, "%s%s", local_detail,
                     disagree ? "; the ranks also disagree on this collective (count, dtype, op "
@@ -406,6 +434,14 @@ broken:
   /* A timed-out request stays pending inside MPI and may still write into the record. */
   if (st == MPT_ETIMEOUT) r->abandoned = 1;
   mpt__comm_set_failed(comm, st);
+  return st;
+}
+
+static mpt_status execute(mpt_comm *comm, op_rec *r) {
+  double deadline_ms = mpt_time_ms() + comm->config.timeout_ms;
+  MPT_RETURN_IF(mpt__inflight_begin(comm, &r->inflight, &r->coll));
+  mpt_status st = execute_listed(comm, r, deadline_ms);
+  mpt__inflight_end(comm, &r->inflight);
   return st;
 }
 

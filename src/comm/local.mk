@@ -3,7 +3,8 @@
 mpitraininclude_HEADERS += include/mpitrain/comm.h
 libmpitrain_all_la_SOURCES += \
 	src/comm/comm_impl.h src/comm/launch.h \
-	src/comm/comm.c src/comm/comm_boot.c src/comm/comm_mpi.c src/comm/launch.c
+	src/comm/comm.c src/comm/comm_boot.c src/comm/comm_mpi.c src/comm/comm_wait.c \
+	src/comm/launch.c
 
 # MPI test programs run under tests/mpirun.sh (root, oversubscribed, with a timeout).
 EXTRA_DIST += tests/mpirun.sh tests/test_comm_np2.sh tests/test_comm_np3.sh \

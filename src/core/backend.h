@@ -18,6 +18,9 @@ typedef struct mpt__device_backend {
   /* Streams and events: the backend allocates its own structs behind the opaque handles. */
   mpt_status (*stream_init)(mpt_stream **stream, mpt_device device, mpt_stream_kind kind);
   void (*stream_free)(mpt_stream *stream);
+  /* Optional (NULL: the stream is simply leaked): detach the worker, drop queued work, leak the
+   * struct (core.h mpt_stream_abandon). */
+  void (*stream_abandon)(mpt_stream *stream);
   mpt_status (*stream_launch_host)(mpt_stream *stream, mpt_host_fn fn, void *arg);
   mpt_status (*stream_synchronize)(mpt_stream *stream, double timeout_ms);
   mpt_status (*stream_error)(const mpt_stream *stream);

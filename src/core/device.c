@@ -100,6 +100,13 @@ void mpt_stream_free(mpt_stream *stream) {
   if (stream) mpt__backend_of_stream(stream)->stream_free(stream);
 }
 
+void mpt_stream_abandon(mpt_stream *stream) {
+  if (!stream) return;
+  const mpt__device_backend *b = mpt__backend_of_stream(stream);
+  if (b && b->stream_abandon) b->stream_abandon(stream);
+  /* else: leaked, as documented */
+}
+
 mpt_device mpt_stream_device(const mpt_stream *stream) {
   return stream ? ((const mpt__stream_header *)stream)->device : mpt_device_cpu();
 }

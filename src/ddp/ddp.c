@@ -496,6 +496,40 @@ mpt_status mpt_ddp_finalize(mpt_ddp *d) {
   return MPT_OK;
 }
 
+mpt_status mpt_ddp_allreduce_grads(mpt_ddp *d) {
+  if (!d) return MPT_FAIL(MPT_EINVAL, "NULL DDP engine");
+  if (d->prepared)
+    return MPT_FAIL(MPT_ESTATE, "mpt_ddp_allreduce_grads between prepare_backward and finalize");
+  double start = mpt_time_ms();
+  d->prepare_ms = start;
+  d->next_bucket = 0;
+  d->hook_error = MPT_OK;
+  for (int b = 0; b < d->nbuckets; b++) {
+    d->bucket_start_ms[b] = d->bucket_end_ms[b] = 0;
+    d->bucket_pending[b] = 0;
+  }
+  launch_ready_buckets(d); /* every bucket, in index order */
+  if (d->hook_error != MPT_OK) return drain_launched(d, d->hook_error);
+  MPT_RETURN_IF(mpt_event_record(d->done_event, d->comm_stream));
+  mpt_status st;
+  if (d->compute)
+    st = mpt_stream_wait_event(d->compute, d->done_event, d->cfg.timeout_ms);
+  else
+    st = mpt_event_synchronize(d->done_event, d->cfg.timeout_ms);
+  if (st != MPT_OK) return st;
+  double allreduce = 0;
+  for (int b = 0; b < d->nbuckets; b++) allreduce += d->bucket_end_ms[b] - d->bucket_start_ms[b];
+  mpt_ddp_stats *x = &d->stats;
+  x->backward_ms = 0;
+  x->exposed_comm_ms = mpt_time_ms() - start;
+  x->allreduce_ms = allreduce;
+  x->hidden_ms = 0;
+  x->steps++;
+  x->sum_exposed_comm_ms += x->exposed_comm_ms;
+  x->sum_allreduce_ms += allreduce;
+  return MPT_OK;
+}
+
 mpt_ddp_stats mpt_ddp_get_stats(const mpt_ddp *d) { return d->stats; }
 
 void mpt_ddp_reset_stats(mpt_ddp *d) { memset(&d->stats, 0, sizeof d->stats); }

@@ -12,6 +12,7 @@ void mpt__cpu_free(int index, void *ptr);
 
 mpt_status mpt__cpu_stream_init(mpt_stream **stream, mpt_device device, mpt_stream_kind kind);
 void mpt__cpu_stream_free(mpt_stream *stream);
+void mpt__cpu_stream_abandon(mpt_stream *stream);
 mpt_status mpt__cpu_stream_launch_host(mpt_stream *stream, mpt_host_fn fn, void *arg);
 mpt_status mpt__cpu_stream_synchronize(mpt_stream *stream, double timeout_ms);
 mpt_status mpt__cpu_stream_error(const mpt_stream *stream);

@@ -28,6 +28,7 @@ const mpt__device_backend mpt__cpu_backend = {
     .free = mpt__cpu_free,
     .stream_init = mpt__cpu_stream_init,
     .stream_free = mpt__cpu_stream_free,
+    .stream_abandon = mpt__cpu_stream_abandon,
     .stream_launch_host = mpt__cpu_stream_launch_host,
     .stream_synchronize = mpt__cpu_stream_synchronize,
     .stream_error = mpt__cpu_stream_error,

@@ -9,7 +9,8 @@
  * re-record resets it). A stream that failed (a host function returned non-zero, or a wait
  * expired) keeps that status ("sticky"), skips later host functions, and hands the status and
  * its detail text to everything that waits on it. Queue items come from a per-stream free list,
- * so the steady state does not allocate. */
+ * so the steady state does not allocate. An abandoned stream (mpt_stream_abandon) is never
+ * freed: its detached worker exits after the item it is running, without running more. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -41,6 +42,7 @@ struct mpt_stream {
   work_item *head, *tail, *free_list;
   uint64_t enqueued, finished; /* work items pushed and completed */
   int stop;
+  int abandoned; /* mpt_stream_abandon: the worker exits after its current item, running nothing */
   mpt_status error;
   char detail[1024];
 };
@@ -110,7 +112,7 @@ static void *stream_worker(void *arg) {
   pthread_mutex_lock(&s->mutex);
   for (;;) {
     while (!s->head && !s->stop) pthread_cond_wait(&s->cond, &s->mutex);
-    if (!s->head && s->stop) break;
+    if (s->abandoned || (!s->head && s->stop)) break;
     work_item *w = s->head;
     s->head = w->next;
     if (!s->head) s->tail = NULL;
@@ -141,6 +143,7 @@ static void *stream_worker(void *arg) {
     }
 
     pthread_mutex_lock(&s->mutex);
+    if (s->abandoned) break; /* the owner gave up on us: touch nothing else (the item leaks) */
     if (st != MPT_OK && s->error == MPT_OK) {
       s->error = st;
       snprintf(s->detail, sizeof s->detail, "%s", detail);
@@ -192,6 +195,19 @@ void mpt__cpu_stream_free(mpt_stream *s) {
   pthread_cond_destroy(&s->cond);
   pthread_mutex_destroy(&s->mutex);
   free(s);
+}
+
+void mpt__cpu_stream_abandon(mpt_stream *s) {
+  if (!s) return;
+  if (!s->has_thread) return; /* inline: nothing runs behind the caller's back; leaked */
+  pthread_mutex_lock(&s->mutex);
+  s->abandoned = 1;
+  s->stop = 1;
+  pthread_cond_broadcast(&s->cond);
+  pthread_mutex_unlock(&s->mutex);
+  pthread_detach(s->thread);
+  /* s, its queue and its free list stay allocated: the worker may be inside a host function
+   * that never returns, or return later and lock s->mutex once more before exiting. */
 }
 
 /* Appends an item to a worker stream's queue (caller does not hold the lock). */

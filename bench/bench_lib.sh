@@ -1,0 +1,65 @@
+# bench/bench_lib.sh: shell functions shared by the benchmark scripts (sourced, not run).
+#
+#   bench_find_build       sets MPT_BUILD to the build folder holding `mpitrain`
+#   bench_python           prints the python3 to use (Debian's, which has torch, when present)
+#   bench_launch NP CMD... runs CMD with NP ranks of mpirun (NP = 0: a plain process), under a
+#                          timeout, one BLAS thread per rank unless OPENBLAS_NUM_THREADS is set
+#
+# Environment: MPT_BUILD (build folder), MPIRUN (the mpirun to use), MPT_BENCH_MPIRUN_ARGS (extra
+# mpirun arguments, default "--bind-to none"), MPT_BENCH_TIMEOUT (seconds per run, default 600).
+# As root, mpirun gets --allow-run-as-root; with more ranks than CPUs, --oversubscribe.
+
+BENCH_SRCDIR=$(cd "$(dirname "$0")/.." && pwd)
+
+bench_die() {
+  echo "$(basename "$0"): $*" >&2
+  exit 2
+}
+
+bench_find_build() {
+  if [ -n "${MPT_BUILD:-}" ]; then
+    [ -x "$MPT_BUILD/mpitrain" ] || bench_die "MPT_BUILD=$MPT_BUILD has no mpitrain (run make there)"
+    MPT_BUILD=$(cd "$MPT_BUILD" && pwd)
+    return 0
+  fi
+  for d in . "$BENCH_SRCDIR" "$BENCH_SRCDIR"/build "$BENCH_SRCDIR"/build-*; do
+    if [ -x "$d/mpitrain" ]; then
+      MPT_BUILD=$(cd "$d" && pwd)
+      return 0
+    fi
+  done
+  bench_die "no build folder with mpitrain found: build the project, then pass --build DIR or set MPT_BUILD"
+}
+
+bench_python() {
+  if [ -x /usr/bin/python3 ]; then echo /usr/bin/python3; else command -v python3; fi
+}
+
+bench_ncpus() {
+  getconf _NPROCESSORS_ONLN 2>/dev/null || nproc 2>/dev/null || echo 1
+}
+
+bench_launch() {
+  _bl_np=$1
+  shift
+  OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
+  OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+  export OPENBLAS_NUM_THREADS OMP_NUM_THREADS
+  if [ "$_bl_np" -eq 0 ]; then
+    timeout -k 10 "${MPT_BENCH_TIMEOUT:-600}" "$@"
+    return $?
+  fi
+  _bl_mpirun=${MPIRUN:-mpirun}
+  command -v "$_bl_mpirun" >/dev/null 2>&1 || bench_die "'$_bl_mpirun' not found (apt-get install openmpi-bin)"
+  _bl_extra=""
+  [ "$(id -u)" -eq 0 ] && _bl_extra="--allow-run-as-root"
+  [ "$_bl_np" -gt "$(bench_ncpus)" ] && _bl_extra="$_bl_extra --oversubscribe"
+  # shellcheck disable=SC2086 # word lists on purpose
+  timeout -k 10 "${MPT_BENCH_TIMEOUT:-600}" "$_bl_mpirun" $_bl_extra ${MPT_BENCH_MPIRUN_ARGS:---bind-to none} \
+    -x OPENBLAS_NUM_THREADS -x OMP_NUM_THREADS -np "$_bl_np" "$@"
+}
+
+# Splits a comma-separated list into words.
+bench_words() {
+  echo "$1" | tr ',' ' '
+}

@@ -1,0 +1,77 @@
+/* Helpers of mpt_allreduce_bench (bench/allreduce.c): size parsing, the run and rank
+ * descriptions of the preamble, the nccl-tests style table, and the JSON mirror of the results.
+ * Program code (not part of the library): names are prefixed bench_. Printing happens on the
+ * calling rank only (the caller picks rank 0). */
+#ifndef MPT_BENCH_UTIL_H
+#define MPT_BENCH_UTIL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "mpitrain/comm.h"
+
+/* The four measured variants of one size. */
+enum { BENCH_MPT_OOP = 0, BENCH_MPT_IP = 1, BENCH_RAW_OOP = 2, BENCH_RAW_IP = 3, BENCH_NVARIANT = 4 };
+
+/* One row: times are maxima over ranks (medians over repeats), wrong counts sums over ranks. */
+typedef struct bench_row {
+  int64_t bytes, count;
+  double time_us[BENCH_NVARIANT];
+  int64_t wrong[BENCH_NVARIANT];
+} bench_row;
+
+/* One rank, as gathered (fixed size: it travels as bytes). */
+typedef struct bench_rank_info {
+  int32_t rank, local_rank, pid, pad;
+  char host[64];
+  char device[32];
+} bench_rank_info;
+
+/* The run, as printed in the preamble and the JSON. */
+typedef struct bench_run_info {
+  char version[32];     /* mpitrain's PACKAGE_VERSION */
+  int cuda, nccl;       /* what this build has */
+  char backend[16];     /* the comm backend */
+  char mpi_library[160];/* first line of MPI_Get_library_version */
+  char cpu_model[128];  /* /proc/cpuinfo "model name" */
+  int cpus;             /* online CPUs of rank 0's host */
+  char launcher[32];
+  int world;
+  char date[32];        /* UTC, ISO 8601 */
+} bench_run_info;
+
+/* The settings echoed into the JSON. */
+typedef struct bench_config {
+  const char *dtype, *op;
+  int iters, warmup, repeats, check, blocking, confirm, raw_nonblocking;
+} bench_config;
+
+typedef struct bench_summary {
+  double avg_busbw, avg_busbw_raw; /* GB/s, mean over sizes of out-of-place and in-place */
+  double ratio_oop, ratio_ip;      /* mean busbw ratio over sizes >= 1 MiB (NaN: none) */
+  double ratio_min;                /* smallest ratio over those sizes and both placements */
+  int nratio;                      /* number of sizes >= 1 MiB */
+  int64_t wrong_total;
+} bench_summary;
+
+/* Parses "8", "64K", "32M", "1G" (powers of 1024, as nccl-tests). 0 ok, -1 bad text. */
+int bench_parse_size(const char *text, int64_t *bytes);
+
+void bench_rank_info_fill(bench_rank_info *r, const mpt_comm *comm, const char *device);
+void bench_run_info_fill(bench_run_info *info, const mpt_comm *comm);
+
+/* busbw factor of all-reduce: 2 (n - 1) / n (0 for one rank). */
+double bench_bus_factor(int world);
+
+void bench_print_preamble(FILE *f, const bench_run_info *info, const bench_rank_info *ranks,
+                          int nranks);
+void bench_print_header(FILE *f, const char *raw_name);
+void bench_print_row(FILE *f, const bench_row *r, const char *type, const char *redop,
+                     int world);
+
+/* Writes the whole run as JSON. 0 ok, -1 on an I/O error. */
+int bench_write_json(const char *path, const bench_run_info *info, const bench_rank_info *ranks,
+                     const bench_config *cfg, const bench_row *rows, int64_t nrows,
+                     const bench_summary *s);
+
+#endif

@@ -1,0 +1,136 @@
+#!/bin/sh
+# bench/compare_torch.sh: mpitrain against PyTorch 1.13 (bench/torch_ref.py, Debian's
+# python3-torch) on the same model, batch per rank, ranks and threads, side by side on this
+# machine: the two alternate (mpitrain first on odd repeats, torch first on even ones), each
+# configuration runs --repeats times, and the medians and their ratio are printed.
+#
+# Counting, the same on both sides: N warm-up steps, then N timed steps; samples/s = timed
+# samples of all ranks / timed seconds.
+#   mpitrain: `mpitrain train --epochs 2 --max-steps N`: epoch 1 is the warm-up, epoch 2's
+#             training samples/s is taken (evaluation is outside it);
+#   torch:    `torch_ref.py --warmup N --steps N` (barrier, N steps, barrier).
+# Threads: one BLAS / intra-op thread per rank on both sides (mpitrain --threads 1 and
+# OPENBLAS_NUM_THREADS=1; torch.set_num_threads(1), OMP_NUM_THREADS=1); DDP over ranks on both
+# sides (mpirun + mpitrain's MPI comm; torch.multiprocessing.spawn + gloo). DataParallel is
+# GPU-only in PyTorch, so DP is not compared here.
+#
+#   bench/compare_torch.sh --model mlp,cnn --np 2 --batch-size 64 --repeats 5 --json cmp.json
+set -u
+. "$(dirname "$0")/bench_lib.sh"
+
+usage() {
+  cat <<'EOF'
+usage: bench/compare_torch.sh [options]
+  --build DIR            build folder with mpitrain (default: $MPT_BUILD, ., build, build-*)
+  --model LIST           mlp, cnn or mlp,cnn (default mlp,cnn)
+  --np W                 ranks on both sides (default 2; 1 = one process, no DDP)
+  --batch-size N         samples per step per rank (default 64)
+  --steps N              warm-up steps and timed steps (default 300)
+  --threads N            BLAS / intra-op threads per rank, both sides (default 1)
+  --repeats R            alternating pairs of runs; medians reported (default 3)
+  --data synthetic|real  (default synthetic)
+  --out DIR              keep every run's output here (default: a temporary folder)
+  --json FILE            write the summary as JSON
+  -h, --help
+EOF
+}
+
+models=mlp,cnn np=2 batch=64 steps=300 threads=1 repeats=3 data=synthetic out="" json=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    -h|--help) usage; exit 0 ;;
+    *) [ $# -ge 2 ] || bench_die "$1 needs a value (see --help)" ;;
+  esac
+  case $1 in
+    --build) MPT_BUILD=$2 ;;
+    --model) models=$2 ;;
+    --np) np=$2 ;;
+    --batch-size) batch=$2 ;;
+    --steps) steps=$2 ;;
+    --threads) threads=$2 ;;
+    --repeats) repeats=$2 ;;
+    --data) data=$2 ;;
+    --out) out=$2 ;;
+    --json) json=$2 ;;
+    *) usage >&2; bench_die "unknown option '$1'" ;;
+  esac
+  shift 2
+done
+for v in "$np" "$batch" "$steps" "$threads" "$repeats"; do
+  case $v in ''|*[!0-9]*) bench_die "'$v' is not a positive integer" ;; esac
+  [ "$v" -ge 1 ] || bench_die "'$v' is not a positive integer"
+done
+case $data in synthetic|real) ;; *) bench_die "--data: '$data' is not synthetic or real" ;; esac
+for m in $(bench_words "$models"); do
+  case $m in mlp|cnn) ;; *) bench_die "--model: '$m' is not mlp or cnn" ;; esac
+done
+bench_find_build
+PY=$(bench_python)
+"$PY" -c 'import torch' 2>/dev/null ||
+  bench_die "$PY cannot import torch: install Debian's python3-torch (apt-get install python3-torch)"
+if [ -z "$out" ]; then
+  out=$(mktemp -d "${TMPDIR:-/tmp}/mpt_compare_torch.XXXXXX")
+  echo "runs in $out"
+fi
+mkdir -p "$out" || bench_die "cannot create $out"
+manifest=$out/manifest.jsonl
+: >"$manifest"
+OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads
+export OPENBLAS_NUM_THREADS OMP_NUM_THREADS
+
+record() { # impl model repeat rc result command
+  printf '{"impl": "%s", "model": "%s", "np": %s, "batch_size": %s, "threads": %s, "steps": %s, "data": "%s", "repeat": %s, "rc": %s, "result": "%s", "command": "%s"}\n' \
+    "$1" "$2" "$np" "$batch" "$threads" "$steps" "$data" "$3" "$4" "$5" "$6" >>"$manifest"
+}
+
+run_mpitrain() { # model repeat
+  _res=$out/mpitrain_$1_r$2.json
+  set -- "$1" "$2" train --model "$1" --epochs 2 --max-steps "$steps" --batch-size "$batch" \
+    --threads "$threads" --test-limit 1000 --no-progress --metrics-json "$_res"
+  [ "$data" = synthetic ] && set -- "$@" --synthetic
+  _m=$1 _r=$2
+  shift 2
+  rm -f "$_res"
+  _launch=$np
+  [ "$np" -eq 1 ] && _launch=0
+  bench_launch "$_launch" "$MPT_BUILD/mpitrain" "$@" </dev/null >"$out/mpitrain_${_m}_r$_r.log" 2>&1
+  _rc=$?
+  [ "$_rc" -eq 0 ] || { echo "  mpitrain FAILED (exit $_rc):" >&2; tail -3 "$out/mpitrain_${_m}_r$_r.log" >&2; }
+  _cmd="mpitrain $*"
+  [ "$_launch" -gt 0 ] && _cmd="mpirun -np $np $_cmd"
+  record mpitrain "$_m" "$_r" "$_rc" "$_res" "$_cmd"
+  grep -h "epoch   2" "$out/mpitrain_${_m}_r$_r.log" | sed 's/.*acc [0-9.]* *//; s/^/  mpitrain: /' >&2
+}
+
+run_torch() { # model repeat
+  _m=$1 _r=$2
+  _res=$out/torch_${_m}_r$_r.json _log=$out/torch_${_m}_r$_r.log
+  set -- --model "$_m" --np "$np" --batch-size "$batch" --steps "$steps" --warmup "$steps" \
+    --threads "$threads" --json "$_res" --port $((29500 + (_r * 7 + ${#_m}) % 400))
+  [ "$data" = synthetic ] && set -- "$@" --synthetic
+  rm -f "$_res"
+  bench_launch 0 "$PY" "$BENCH_SRCDIR/bench/torch_ref.py" "$@" </dev/null >"$_log" 2>&1
+  _rc=$?
+  [ "$_rc" -eq 0 ] || { echo "  torch FAILED (exit $_rc):" >&2; tail -3 "$_log" >&2; }
+  record torch "$_m" "$_r" "$_rc" "$_res" "torch_ref.py $*"
+  grep -h "samples_per_sec" "$_log" | sed 's/ model=.*//; s/^/  /' >&2
+}
+
+rep=1
+while [ "$rep" -le "$repeats" ]; do
+  for m in $(bench_words "$models"); do
+    echo "repeat $rep/$repeats: $m, $np rank(s), batch $batch per rank, $threads thread(s)" >&2
+    if [ $((rep % 2)) -eq 1 ]; then
+      run_mpitrain "$m" "$rep"
+      run_torch "$m" "$rep"
+    else
+      run_torch "$m" "$rep"
+      run_mpitrain "$m" "$rep"
+    fi
+  done
+  rep=$((rep + 1))
+done
+
+set -- compare --manifest "$manifest" --build "$MPT_BUILD"
+[ -n "$json" ] && set -- "$@" --json "$json"
+"$PY" "$BENCH_SRCDIR/bench/summarize.py" "$@"

@@ -1,0 +1,13 @@
+# src/ckpt: checkpoints (include/mpitrain/ckpt.h): the versioned, checksummed file format, its
+# atomic writer and validating reader, directories of checkpoints, and the collective wrappers.
+mpitraininclude_HEADERS += include/mpitrain/ckpt.h
+libmpitrain_all_la_SOURCES += \
+	src/ckpt/ckpt_impl.h src/ckpt/write.c src/ckpt/read.c src/ckpt/dir.c
+
+if HAVE_CHECK
+check_PROGRAMS += tests/test_ckpt
+TESTS += tests/test_ckpt
+tests_test_ckpt_SOURCES = tests/test_ckpt.c
+tests_test_ckpt_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_ckpt_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+endif

@@ -1,0 +1,292 @@
+/* The checkpoint writer (include/mpitrain/ckpt.h, format version 1): mpt_ckpt_save and the meta
+ * helpers.
+ *
+ * Invariants: the final path is only ever produced by rename(2) of a complete temporary file
+ * ("<path>.tmp.<pid>") that was flushed and fsynced first, so it always holds a complete
+ * checkpoint (the old one or the new one); the directory is fsynced after the rename so the
+ * new name survives a node crash. The size written into the preamble is computed before
+ * writing and checked against the bytes actually written. Values are read from the device in
+ * chunks of MPT__CKPT_CHUNK_NBYTES through host memory, so the writer needs no more host memory
+ * than that whatever the model's size. Runs on the calling thread. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt_impl.h"
+#include "core/error.h"
+
+mpt_ckpt_meta mpt_ckpt_meta_default(void) {
+  mpt_ckpt_meta m;
+  memset(&m, 0, sizeof m);
+  m.world_size = 1;
+  return m;
+}
+
+mpt_status mpt__ckpt_meta_check(const mpt_ckpt_meta *m, mpt_status status, const char *where) {
+  const struct { const char *name; int64_t v; } f[] = {{"epoch", m->epoch},
+                                                      {"global_step", m->global_step},
+                                                      {"step_in_epoch", m->step_in_epoch},
+                                                      {"sampler_epoch", m->sampler_epoch}};
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+    if (f[i].v < 0)
+      return MPT_FAIL(status, "%s: %s %lld < 0", where, f[i].name, (long long)f[i].v);
+  if (m->world_size < 1)
+    return MPT_FAIL(status, "%s: world_size %d < 1", where, (int)m->world_size);
+  if (m->num_rngs < 0 || m->num_rngs > MPT_CKPT_MAX_RNGS)
+    return MPT_FAIL(status, "%s: num_rngs %d outside [0, %d]", where, (int)m->num_rngs,
+                    MPT_CKPT_MAX_RNGS);
+  return MPT_OK;
+}
+
+mpt_status mpt__ckpt_model_check(mpt_model *model, const char *what, const char *path) {
+  int64_t sum[2] = {0, 0};
+  for (int l = 0; l < 2; l++) {
+    int n = l == 0 ? mpt_model_num_params(model) : mpt_model_num_buffers(model);
+    for (int i = 0; i < n; i++)
+      sum[l] += (l == 0 ? mpt_model_param_info(model, i) : mpt_model_buffer_info(model, i))->count;
+  }
+  if (sum[0] != mpt_model_param_count(model) || sum[1] != mpt_model_buffer_count(model) ||
+      (sum[0] > 0 && !mpt_model_params(model)) || (sum[1] > 0 && !mpt_model_buffers(model)))
+    return MPT_FAIL(MPT_ESTATE, "%s %s: the model is not finalised", what, path);
+  return MPT_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Buffered writes that keep the CRC and the byte count                                       */
+
+typedef struct writer {
+  FILE *f;
+  const char *path; /* the temporary file, for messages */
+  uint32_t crc;     /* of bytes [0, nbytes) */
+  uint64_t nbytes;
+  void *chunk;      /* MPT__CKPT_CHUNK_NBYTES of host staging */
+} writer;
+
+static mpt_status w_bytes(writer *w, const void *p, size_t n) {
+  if (n == 0) return MPT_OK;
+  if (fwrite(p, 1, n, w->f) != n)
+    return MPT_FAIL(MPT_EIO, "checkpoint %s: write of %zu bytes at offset %llu failed: %s",
+                    w->path, n, (unsigned long long)w->nbytes, strerror(errno));
+  w->crc = mpt__crc_update(w->crc, p, n);
+  w->nbytes += n;
+  return MPT_OK;
+}
+static mpt_status w_u32(writer *w, uint32_t v) {
+  uint8_t b[4];
+  mpt__put_u32(b, v);
+  return w_bytes(w, b, 4);
+}
+static mpt_status w_u64(writer *w, uint64_t v) {
+  uint8_t b[8];
+  mpt__put_u64(b, v);
+  return w_bytes(w, b, 8);
+}
+static mpt_status w_name(writer *w, const char *name) {
+  size_t len = strlen(name);
+  MPT_RETURN_IF(w_u32(w, (uint32_t)len));
+  return w_bytes(w, name, len);
+}
+
+/* Writes `count` floats of device memory `src`, chunk by chunk through w->chunk. */
+static mpt_status w_floats(writer *w, mpt__copier *c, const float *src, int64_t count) {
+  const size_t per = MPT__CKPT_CHUNK_NBYTES / sizeof(float);
+  for (int64_t done = 0; done < count;) {
+    size_t n = (size_t)(count - done) < per ? (size_t)(count - done) : per;
+    MPT_RETURN_IF(mpt__copier_copy(c, 0, (void *)(src + done), w->chunk, n * sizeof(float)));
+    mpt__floats_swap_le(w->chunk, n);
+    MPT_RETURN_IF(w_bytes(w, w->chunk, n * sizeof(float)));
+    done += (int64_t)n;
+  }
+  return MPT_OK;
+}
+
+/* Fault injection for the kill tests (ckpt.h): SIGKILL to self at the named point. */
+static void test_kill_point(FILE *f, const char *point) {
+  const char *v = getenv("MPT_TEST_CKPT_KILL");
+  if (!v || strcmp(v, point) != 0) return;
+  if (f) fflush(f);
+  fprintf(stderr, "mpitrain: killing itself during a checkpoint write (MPT_TEST_CKPT_KILL=%s)\n",
+          point);
+  fflush(stderr);
+  raise(SIGKILL);
+}
+
+static mpt_status check_name(const char *what, const char *name) {
+  size_t len = name ? strlen(name) : 0;
+  if (len < 1 || len > MPT_CKPT_MAX_NAME)
+    return MPT_FAIL(MPT_EINVAL, "checkpoint save: %s name of %zu bytes (must be 1..%d)", what,
+                    len, MPT_CKPT_MAX_NAME);
+  return MPT_OK;
+}
+
+/* fsyncs the directory holding `path`. EINVAL / ENOTSUP (file systems that cannot fsync a
+ * directory) are not errors. */
+static mpt_status fsync_parent(const char *path) {
+  char *dir = strdup(path);
+  if (!dir) return MPT_FAIL(MPT_ENOMEM, "checkpoint save: out of host memory");
+  char *slash = strrchr(dir, '/');
+  if (!slash) strcpy(dir, ".");
+  else if (slash == dir) dir[1] = '\0';
+  else *slash = '\0';
+  mpt_status st = MPT_OK;
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL && errno != ENOTSUP))
+    st = MPT_FAIL(MPT_EIO, "checkpoint %s: cannot fsync its directory %s: %s (the file was "
+                  "renamed into place but may not be on disk)", path, dir, strerror(errno));
+  if (fd >= 0) close(fd);
+  free(dir);
+  return st;
+}
+
+static const mpt_param_info *entry_info(mpt_model *model, int np, int i) {
+  return i < np ? mpt_model_param_info(model, i) : mpt_model_buffer_info(model, i - np);
+}
+
+/* Writes the whole file, CRC included, in the layout of ckpt.h. os NULL: no optimizer. */
+static mpt_status write_all(writer *w, mpt_model *model, const mpt_optimizer_state *os,
+                            mpt_optim_kind kind, const mpt_ckpt_meta *m, uint64_t total) {
+  uint8_t pre[MPT__CKPT_PREAMBLE_NBYTES];
+  memcpy(pre, MPT__CKPT_MAGIC, 8);
+  mpt__put_u32(pre + 8, MPT_CKPT_VERSION);
+  mpt__put_u32(pre + 12, 0);
+  mpt__put_u64(pre + 16, total);
+  MPT_RETURN_IF(w_bytes(w, pre, sizeof pre));
+
+  const int64_t head[] = {m->epoch, m->global_step, m->step_in_epoch, m->sampler_epoch};
+  for (size_t i = 0; i < 4; i++) MPT_RETURN_IF(w_u64(w, (uint64_t)head[i]));
+  MPT_RETURN_IF(w_u64(w, m->seed));
+  MPT_RETURN_IF(w_u32(w, (uint32_t)m->world_size));
+  MPT_RETURN_IF(w_u32(w, (uint32_t)m->num_rngs));
+  for (int r = 0; r < m->num_rngs; r++)
+    for (int i = 0; i < 4; i++) MPT_RETURN_IF(w_u64(w, m->rngs[r].s[i]));
+
+  int np = mpt_model_num_params(model), nb = mpt_model_num_buffers(model);
+  MPT_RETURN_IF(w_u32(w, (uint32_t)np));
+  MPT_RETURN_IF(w_u32(w, (uint32_t)nb));
+  for (int i = 0; i < np + nb; i++) {
+    const mpt_param_info *info = entry_info(model, np, i);
+    MPT_RETURN_IF(w_name(w, info->name));
+    MPT_RETURN_IF(w_u32(w, (uint32_t)info->dtype));
+    MPT_RETURN_IF(w_u32(w, (uint32_t)info->ndim));
+    for (int d = 0; d < info->ndim; d++) MPT_RETURN_IF(w_u64(w, (uint64_t)info->shape[d]));
+  }
+  int64_t pc = mpt_model_param_count(model), bc = mpt_model_buffer_count(model);
+  MPT_RETURN_IF(w_u64(w, (uint64_t)pc));
+  MPT_RETURN_IF(w_u64(w, (uint64_t)bc));
+
+  MPT_RETURN_IF(w_u32(w, os ? (uint32_t)kind : MPT_CKPT_NO_OPTIMIZER));
+  MPT_RETURN_IF(w_u32(w, os ? (uint32_t)os->nbuffers : 0));
+  MPT_RETURN_IF(w_u64(w, os ? (uint64_t)os->step_count : 0));
+  MPT_RETURN_IF(w_u64(w, os ? (uint64_t)os->count : 0));
+  for (int s = 0; os && s < os->nbuffers; s++) MPT_RETURN_IF(w_name(w, os->names[s]));
+
+  mpt__copier c = {0};
+  mpt_status st;
+  MPT_CHECK(mpt__copier_init(&c, mpt_model_device(model)), out);
+  const float *params = mpt_model_params(model);
+  MPT_CHECK(w_floats(w, &c, params, pc / 2), out);
+  test_kill_point(w->f, "mid-write");
+  MPT_CHECK(w_floats(w, &c, params + pc / 2, pc - pc / 2), out);
+  MPT_CHECK(w_floats(w, &c, mpt_model_buffers(model), bc), out);
+  if (os && os->nbuffers > 0 && os->count > 0) {
+    mpt__copier_free(&c);
+    MPT_CHECK(mpt__copier_init(&c, os->device), out);
+    for (int s = 0; s < os->nbuffers; s++) MPT_CHECK(w_floats(w, &c, os->buffers[s], os->count), out);
+  }
+  if (w->nbytes + MPT__CKPT_CRC_NBYTES != total) {
+    st = MPT_FAIL(MPT_ESTATE, "checkpoint %s: wrote %llu bytes, planned %llu (internal error)",
+                  w->path, (unsigned long long)(w->nbytes + MPT__CKPT_CRC_NBYTES),
+                  (unsigned long long)total);
+    goto out;
+  }
+  uint8_t crc[4];
+  mpt__put_u32(crc, w->crc);
+  MPT_CHECK(w_bytes(w, crc, 4), out);
+out:
+  mpt__copier_free(&c);
+  return st;
+}
+
+mpt_status mpt_ckpt_save(const char *path, mpt_model *model, mpt_optimizer *optimizer,
+                         const mpt_ckpt_meta *meta) {
+  if (!path || !path[0] || !model)
+    return MPT_FAIL(MPT_EINVAL, "checkpoint save: NULL or empty path, or NULL model");
+  mpt_ckpt_meta m = meta ? *meta : mpt_ckpt_meta_default();
+  MPT_RETURN_IF(mpt__ckpt_meta_check(&m, MPT_EINVAL, "checkpoint save"));
+  MPT_RETURN_IF(mpt__ckpt_model_check(model, "checkpoint save", path));
+  int np = mpt_model_num_params(model), nb = mpt_model_num_buffers(model);
+  int64_t pc = mpt_model_param_count(model), bc = mpt_model_buffer_count(model);
+
+  /* The exact file size, which goes into the preamble: preamble, meta, signature counts and
+   * totals, optimizer header, then the variable parts. */
+  uint64_t total = MPT__CKPT_PREAMBLE_NBYTES + (5 * 8 + 4 + 4) + 32 * (uint64_t)m.num_rngs +
+                   (4 + 4 + 8 + 8) + (4 + 4 + 8 + 8) + 4 * (uint64_t)(pc + bc) +
+                   MPT__CKPT_CRC_NBYTES;
+  for (int i = 0; i < np + nb; i++) {
+    const mpt_param_info *info = entry_info(model, np, i);
+    MPT_RETURN_IF(check_name(i < np ? "parameter" : "buffer", info->name));
+    total += 4 + strlen(info->name) + 4 + 4 + 8 * (uint64_t)info->ndim;
+  }
+  mpt_optimizer_state os;
+  mpt_optim_kind kind = MPT_OPTIM_SGD;
+  if (optimizer) {
+    MPT_RETURN_IF(mpt_optimizer_get_state(optimizer, &os));
+    kind = mpt_optimizer_get_config(optimizer)->kind;
+    for (int s = 0; s < os.nbuffers; s++) {
+      MPT_RETURN_IF(check_name("optimizer state", os.names[s]));
+      total += 4 + strlen(os.names[s]);
+      if (os.count > 0 && !os.buffers[s])
+        return MPT_FAIL(MPT_ESTATE, "checkpoint save %s: optimizer state '%s' is NULL", path,
+                        os.names[s]);
+    }
+    total += 4 * (uint64_t)os.nbuffers * (uint64_t)os.count;
+  }
+
+  size_t plen = strlen(path);
+  char *tmp = malloc(plen + 32);
+  void *chunk = malloc(MPT__CKPT_CHUNK_NBYTES);
+  FILE *f = NULL;
+  int created = 0;
+  mpt_status st = MPT_OK;
+  if (!tmp || !chunk) {
+    st = MPT_FAIL(MPT_ENOMEM, "checkpoint save %s: out of host memory", path);
+    goto out;
+  }
+  snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
+  f = fopen(tmp, "wbe");
+  if (!f) {
+    st = MPT_FAIL(MPT_EIO, "checkpoint save: cannot create %s: %s", tmp, strerror(errno));
+    goto out;
+  }
+  created = 1;
+  writer w = {f, tmp, 0, 0, chunk};
+  MPT_CHECK(write_all(&w, model, optimizer ? &os : NULL, kind, &m, total), out);
+  if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
+    st = MPT_FAIL(MPT_EIO, "checkpoint save: cannot flush %s to disk: %s", tmp, strerror(errno));
+    goto out;
+  }
+  int rc = fclose(f);
+  f = NULL;
+  if (rc != 0) {
+    st = MPT_FAIL(MPT_EIO, "checkpoint save: cannot close %s: %s", tmp, strerror(errno));
+    goto out;
+  }
+  test_kill_point(NULL, "before-rename");
+  if (rename(tmp, path) != 0) {
+    st = MPT_FAIL(MPT_EIO, "checkpoint save: cannot rename %s to %s: %s", tmp, path,
+                  strerror(errno));
+    goto out;
+  }
+  created = 0;
+  st = fsync_parent(path);
+out:
+  if (f) fclose(f);
+  if (created) unlink(tmp);
+  free(chunk);
+  free(tmp);
+  return st;
+}

@@ -1,0 +1,356 @@
+/* CUDA streams and events behind the opaque handles of include/mpitrain/core.h.
+ *
+ * A stream is a cudaStream_t: MPT_STREAM_INLINE gives a compute stream (cudaStreamDefault,
+ * ordered with the legacy default stream), MPT_STREAM_WORKER a cudaStreamNonBlocking stream
+ * (communication). On CUDA both kinds ENQUEUE: ops and host functions return before they run.
+ * An event is a cudaEvent_t with timing enabled (mpt_event_elapsed_ms).
+ *
+ * Host functions go through cudaLaunchHostFunc: they run in stream order on a CUDA driver
+ * thread and, as CUDA requires there, must not call CUDA (or NCCL). A host function that fails
+ * marks the stream failed (sticky, first error wins, with its error text); later host functions
+ * on it are skipped and later ops and waits return the status. Kernels already queued when a
+ * host function fails still run: the failure is seen when the host next enqueues or waits.
+ * Asynchronous CUDA errors found by a wait also mark the stream failed.
+ *
+ * Every host-side wait polls cudaEventQuery with a deadline (mpt__cuda_poll_event), so nothing
+ * here blocks without a bound unless the caller asks for no deadline. A device-side wait
+ * (mpt_stream_wait_event on a CUDA event) cannot expire on the device: its deadline is enforced
+ * by the host waits that follow it. A wait on a CPU event is a host function that blocks, with
+ * the deadline, in mpt_event_synchronize (it waits for the event's latest record at the time it
+ * runs). Thread-safe: the sticky status lives in a locked cell shared with the events. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/cuda/cuda_internal.h"
+#include "core/error.h"
+
+/* How long mpt_stream_free waits for queued work before giving up (and leaking the stream, so
+ * that work still queued never touches freed memory). */
+#define STREAM_FREE_TIMEOUT_MS 60000.0
+/* Pinned host scratch of a stream, bytes. */
+#define HOST_SCRATCH_NBYTES 64
+
+/* ---- the shared sticky status ---- */
+
+static mpt__cuda_cell *cell_new(void) {
+  mpt__cuda_cell *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  pthread_mutex_init(&c->mutex, NULL);
+  c->refs = 1;
+  return c;
+}
+
+static void cell_ref(mpt__cuda_cell *c) {
+  pthread_mutex_lock(&c->mutex);
+  c->refs++;
+  pthread_mutex_unlock(&c->mutex);
+}
+
+static void cell_unref(mpt__cuda_cell *c) {
+  if (!c) return;
+  pthread_mutex_lock(&c->mutex);
+  const int left = --c->refs;
+  pthread_mutex_unlock(&c->mutex);
+  if (left == 0) {
+    pthread_mutex_destroy(&c->mutex);
+    free(c);
+  }
+}
+
+/* The cell's status; when failed, its detail is re-raised on the calling thread. */
+static mpt_status cell_raise(mpt__cuda_cell *c) {
+  char detail[sizeof c->detail];
+  pthread_mutex_lock(&c->mutex);
+  const mpt_status st = c->status;
+  if (st != MPT_OK) memcpy(detail, c->detail, sizeof detail);
+  pthread_mutex_unlock(&c->mutex);
+  if (st != MPT_OK) mpt_error_set(st, "%s", detail);
+  return st;
+}
+
+static void stream_fail(mpt_stream *s, mpt_status st, const char *detail) {
+  pthread_mutex_lock(&s->cell->mutex);
+  if (s->cell->status == MPT_OK) {
+    s->cell->status = st;
+    snprintf(s->cell->detail, sizeof s->cell->detail, "%s", detail ? detail : "");
+  }
+  pthread_mutex_unlock(&s->cell->mutex);
+  atomic_store(&s->failed, 1);
+}
+
+static mpt_status stream_raise(mpt_stream *s) {
+  return atomic_load(&s->failed) ? cell_raise(s->cell) : MPT_OK;
+}
+
+mpt_status mpt__cuda_stream_enter(mpt_stream *s) {
+  MPT_RETURN_IF(stream_raise(s));
+  return mpt__cuda_use(s->h.device.index);
+}
+
+/* ---- host functions ---- */
+
+static mpt__cuda_host_work *work_get(mpt_stream *s) {
+  pthread_mutex_lock(&s->work_mutex);
+  mpt__cuda_host_work *w = s->work_free;
+  if (w) s->work_free = w->next;
+  pthread_mutex_unlock(&s->work_mutex);
+  return w ? w : malloc(sizeof *w);
+}
+
+static void work_put(mpt_stream *s, mpt__cuda_host_work *w) {
+  pthread_mutex_lock(&s->work_mutex);
+  w->next = s->work_free;
+  s->work_free = w;
+  pthread_mutex_unlock(&s->work_mutex);
+}
+
+/* Runs on a CUDA driver thread, in stream order. Makes no CUDA call. */
+static void CUDART_CB host_trampoline(void *p) {
+  mpt__cuda_host_work *w = p;
+  mpt_stream *s = w->stream;
+  if (!atomic_load(&s->failed)) {
+    mpt_error_clear();
+    const mpt_status st = w->fn ? w->fn(w->arg)
+                                : mpt_event_synchronize(w->cpu_event, w->timeout_ms);
+    if (st != MPT_OK) stream_fail(s, st, mpt_last_error());
+  }
+  work_put(s, w);
+}
+
+static mpt_status launch_work(mpt_stream *s, mpt_host_fn fn, void *arg, mpt_event *cpu_event,
+                              double timeout_ms) {
+  mpt__cuda_host_work *w = work_get(s);
+  if (!w) return MPT_FAIL(MPT_ENOMEM, "cannot queue a host function on cuda:%d",
+                          s->h.device.index);
+  *w = (mpt__cuda_host_work){s, fn, arg, cpu_event, timeout_ms, NULL};
+  const cudaError_t e = cudaLaunchHostFunc(s->cs, host_trampoline, w);
+  if (e != cudaSuccess) {
+    work_put(s, w);
+    return mpt__cuda_fail(e, "cudaLaunchHostFunc(s->cs, host_trampoline, w)", __FILE__,
+                          __LINE__, s->h.device.index);
+  }
+  return MPT_OK;
+}
+
+mpt_status mpt__cuda_stream_launch_host(mpt_stream *s, mpt_host_fn fn, void *arg) {
+  MPT_RETURN_IF(mpt__cuda_stream_enter(s));
+  return launch_work(s, fn, arg, NULL, 0);
+}
+
+/* ---- streams ---- */
+
+/* Frees what stream_init created (any of it may be missing). The device is current. */
+static void stream_destroy(mpt_stream *s) {
+  if (s->blas) (void)cublasDestroy(s->blas);
+  if (s->cs) (void)cudaStreamDestroy(s->cs);
+  if (s->sync_event) (void)cudaEventDestroy(s->sync_event);
+  if (s->fence_event) (void)cudaEventDestroy(s->fence_event);
+  mpt__cuda_free(s->h.device.index, s->scratch);
+  if (s->host_scratch) (void)cudaFreeHost(s->host_scratch);
+  for (mpt__cuda_host_work *w = s->work_free, *next; w; w = next) {
+    next = w->next;
+    free(w);
+  }
+  cell_unref(s->cell);
+  pthread_mutex_destroy(&s->work_mutex);
+  free(s);
+}
+
+mpt_status mpt__cuda_stream_init(mpt_stream **stream, mpt_device device, mpt_stream_kind kind) {
+  const int dev = device.index;
+  MPT_RETURN_IF(mpt__cuda_use(dev));
+  mpt_status st = MPT_OK;
+  mpt_stream *s = calloc(1, sizeof *s);
+  if (!s) return MPT_FAIL(MPT_ENOMEM, "cannot allocate a stream for cuda:%d", dev);
+  s->h.device = device;
+  s->h.kind = kind;
+  atomic_init(&s->failed, 0);
+  pthread_mutex_init(&s->work_mutex, NULL);
+  if (!(s->cell = cell_new())) {
+    st = MPT_FAIL(MPT_ENOMEM, "cannot allocate a stream for cuda:%d", dev);
+    goto fail;
+  }
+  const unsigned flags = kind == MPT_STREAM_WORKER ? cudaStreamNonBlocking : cudaStreamDefault;
+  MPT_CUDA_CHECK(cudaStreamCreateWithFlags(&s->cs, flags), dev, fail);
+  MPT_CUDA_CHECK(cudaEventCreateWithFlags(&s->sync_event, cudaEventDisableTiming), dev, fail);
+  MPT_CUDA_CHECK(cudaEventCreateWithFlags(&s->fence_event, cudaEventDisableTiming), dev, fail);
+  MPT_CHECK(mpt__cuda_alloc(dev, MPT__CUDA_SCRATCH_NBYTES, &s->scratch), fail);
+  MPT_CUDA_CHECK(cudaMallocHost(&s->host_scratch, HOST_SCRATCH_NBYTES), dev, fail);
+  mpt__cuda_alloc_add_stream(dev, s);
+  *stream = s;
+  return MPT_OK;
+fail:
+  stream_destroy(s);
+  return st;
+}
+
+/* Records the stream's sync event and polls it. A device error found here marks the stream
+ * failed; a missed deadline does not (the work may still finish). */
+static mpt_status stream_wait_all(mpt_stream *s, double timeout_ms, const char *what) {
+  const int dev = s->h.device.index;
+  MPT_RETURN_IF(mpt__cuda_use(dev));
+  MPT_CUDA_RETURN_IF(cudaEventRecord(s->sync_event, s->cs), dev);
+  const mpt_status st = mpt__cuda_poll_event(s->sync_event, dev, timeout_ms, what);
+  if (st != MPT_OK && st != MPT_ETIMEOUT) stream_fail(s, st, mpt_last_error());
+  if (st != MPT_OK) return st;
+  return stream_raise(s);
+}
+
+void mpt__cuda_stream_free(mpt_stream *s) {
+  if (!s) return;
+  const int dev = s->h.device.index;
+  const mpt_status st = stream_wait_all(s, STREAM_FREE_TIMEOUT_MS, "stream drain before free");
+  mpt__cuda_alloc_remove_stream(dev, s);
+  if (st == MPT_ETIMEOUT) {
+    MPT_LOG_ERR("mpt_stream_free: a cuda:%d stream still has work after %.0f ms; leaking it "
+                "so that the work never touches freed memory", dev, STREAM_FREE_TIMEOUT_MS);
+    return;
+  }
+  (void)cudaSetDevice(dev);
+  stream_destroy(s);
+}
+
+mpt_status mpt__cuda_stream_synchronize(mpt_stream *s, double timeout_ms) {
+  return stream_wait_all(s, timeout_ms, "stream synchronize");
+}
+
+mpt_status mpt__cuda_stream_drain(mpt_stream *s, double timeout_ms, const char *what) {
+  return stream_wait_all(s, timeout_ms, what);
+}
+
+mpt_status mpt__cuda_stream_error(const mpt_stream *cs) {
+  mpt_stream *s = (mpt_stream *)cs;
+  if (atomic_load(&s->failed)) {
+    pthread_mutex_lock(&s->cell->mutex);
+    const mpt_status st = s->cell->status;
+    pthread_mutex_unlock(&s->cell->mutex);
+    return st;
+  }
+  /* An asynchronous device error (a faulting kernel) shows in cudaStreamQuery. */
+  if (cudaSetDevice(s->h.device.index) != cudaSuccess) return MPT_EDEVICE;
+  const cudaError_t e = cudaStreamQuery(s->cs);
+  if (e == cudaSuccess || e == cudaErrorNotReady) return MPT_OK;
+  const mpt_status st = mpt__cuda_fail(e, "cudaStreamQuery(s->cs)", __FILE__, __LINE__,
+                                       s->h.device.index);
+  stream_fail(s, st, mpt_last_error());
+  return st;
+}
+
+mpt_status mpt__cuda_stream_wait_event(mpt_stream *s, mpt_event *ev, double timeout_ms) {
+  MPT_RETURN_IF(mpt__cuda_stream_enter(s));
+  if (((const mpt__event_header *)ev)->device.type != MPT_DEVICE_CUDA)
+    return launch_work(s, NULL, NULL, ev, timeout_ms);
+  pthread_mutex_lock(&ev->mutex);
+  mpt__cuda_cell *cell = ev->cell;
+  if (cell) cell_ref(cell);
+  pthread_mutex_unlock(&ev->mutex);
+  if (cell) { /* the recording stream failed: so does every stream that waits on it */
+    const mpt_status st = cell_raise(cell);
+    cell_unref(cell);
+    if (st != MPT_OK) {
+      stream_fail(s, st, mpt_last_error());
+      return st;
+    }
+  }
+  MPT_CUDA_RETURN_IF(cudaStreamWaitEvent(s->cs, ev->ev, 0), s->h.device.index);
+  return MPT_OK;
+}
+
+void *mpt__cuda_stream_handle(mpt_stream *s) {
+  if (!s || ((const mpt__stream_header *)s)->device.type != MPT_DEVICE_CUDA) return NULL;
+  return (void *)s->cs;
+}
+
+void mpt__cuda_stream_set_error(mpt_stream *s, mpt_status status, const char *detail) {
+  if (!s || status == MPT_OK || ((const mpt__stream_header *)s)->device.type != MPT_DEVICE_CUDA)
+    return;
+  stream_fail(s, status, detail);
+}
+
+/* ---- events ---- */
+
+mpt_status mpt__cuda_event_init(mpt_event **event, mpt_device device) {
+  MPT_RETURN_IF(mpt__cuda_use(device.index));
+  mpt_event *ev = calloc(1, sizeof *ev);
+  if (!ev) return MPT_FAIL(MPT_ENOMEM, "cannot allocate an event for cuda:%d", device.index);
+  ev->h.device = device;
+  const cudaError_t e = cudaEventCreate(&ev->ev);
+  if (e != cudaSuccess) {
+    free(ev);
+    return mpt__cuda_fail(e, "cudaEventCreate(&ev->ev)", __FILE__, __LINE__, device.index);
+  }
+  pthread_mutex_init(&ev->mutex, NULL);
+  *event = ev;
+  return MPT_OK;
+}
+
+void mpt__cuda_event_free(mpt_event *ev) {
+  if (!ev) return;
+  (void)cudaSetDevice(ev->h.device.index);
+  (void)cudaEventDestroy(ev->ev);
+  cell_unref(ev->cell);
+  pthread_mutex_destroy(&ev->mutex);
+  free(ev);
+}
+
+mpt_status mpt__cuda_event_record(mpt_event *ev, mpt_stream *s) {
+  const mpt_device sd = ((const mpt__stream_header *)s)->device;
+  const int dev = ev->h.device.index;
+  if (sd.type != MPT_DEVICE_CUDA || sd.index != dev)
+    return MPT_FAIL(MPT_EINVAL, "event_record: a cuda:%d event cannot be recorded on a %s:%d "
+                    "stream", dev, sd.type == MPT_DEVICE_CUDA ? "cuda" : "cpu", sd.index);
+  MPT_RETURN_IF(mpt__cuda_use(dev));
+  MPT_CUDA_RETURN_IF(cudaEventRecord(ev->ev, s->cs), dev);
+  cell_ref(s->cell);
+  pthread_mutex_lock(&ev->mutex);
+  mpt__cuda_cell *old = ev->cell;
+  ev->cell = s->cell;
+  pthread_mutex_unlock(&ev->mutex);
+  cell_unref(old);
+  return MPT_OK;
+}
+
+/* The status of the recording stream, observed when the event completes. */
+mpt_status mpt__cuda_event_synchronize(mpt_event *ev, double timeout_ms) {
+  const int dev = ev->h.device.index;
+  MPT_RETURN_IF(mpt__cuda_use(dev));
+  MPT_RETURN_IF(mpt__cuda_poll_event(ev->ev, dev, timeout_ms, "event synchronize"));
+  pthread_mutex_lock(&ev->mutex);
+  mpt__cuda_cell *cell = ev->cell;
+  if (cell) cell_ref(cell);
+  pthread_mutex_unlock(&ev->mutex);
+  if (!cell) return MPT_OK;
+  const mpt_status st = cell_raise(cell);
+  cell_unref(cell);
+  return st;
+}
+
+/* 1 when complete; also 1 when the query itself fails, so that a caller polling it goes on to
+ * mpt_event_synchronize, which reports the error. */
+int mpt__cuda_event_query(mpt_event *ev) {
+  (void)cudaSetDevice(ev->h.device.index);
+  const cudaError_t e = cudaEventQuery(ev->ev);
+  if (e == cudaErrorNotReady) return 0;
+  if (e != cudaSuccess) (void)cudaGetLastError();
+  return 1;
+}
+
+mpt_status mpt__cuda_event_elapsed_ms(mpt_event *start, mpt_event *end, double *ms) {
+  const int dev = start->h.device.index;
+  if (((const mpt__event_header *)end)->device.type != MPT_DEVICE_CUDA)
+    return MPT_FAIL(MPT_EINVAL, "event_elapsed_ms: a cuda:%d event and a cpu event", dev);
+  MPT_RETURN_IF(mpt__cuda_use(dev));
+  float f = 0;
+  const cudaError_t e = cudaEventElapsedTime(&f, start->ev, end->ev);
+  if (e == cudaErrorNotReady || e == cudaErrorInvalidResourceHandle) {
+    (void)cudaGetLastError();
+    return MPT_FAIL(MPT_ESTATE, "elapsed time asked of a cuda:%d event that has not completed "
+                    "(or was never recorded): %s", dev, cudaGetErrorName(e));
+  }
+  if (e != cudaSuccess)
+    return mpt__cuda_fail(e, "cudaEventElapsedTime(&f, start->ev, end->ev)", __FILE__,
+                          __LINE__, dev);
+  *ms = f;
+  return MPT_OK;
+}

@@ -1,0 +1,272 @@
+#!/bin/bash
+# The Slurm batch scripts (slurm/) against a real one-node Slurm cluster started for this test
+# (tests/slurm_cluster.sh: munged, slurmctld, slurmd, all state in a temporary folder). Checks:
+#   - train_single_node.sbatch (srun --mpi=pmix), train_multi_node_srun.sbatch and
+#     train_multi_node_mpirun.sbatch (mpirun inside the allocation) at small scale (2 tasks, 4
+#     steps) exit 0, print one preamble line per rank naming its launcher and local rank (under
+#     mpirun every rank inherited SLURM_LOCALID=0 from the batch step: FAULTS.md F12), write
+#     metrics.json, and save parameters byte-identical to `tests/mpirun.sh 2 ... mpitrain` run
+#     directly with the same seed;
+#   - bench_sweep.sbatch as a 2-task job array over bucket caps writes one JSON per cap into one
+#     folder named after the array job (and the all-reduce benchmark's JSON when it is built);
+#   - a missing program or data set fails the job with exit code 3 and a message naming it;
+#   - SIGTERM before the time limit (scancel --signal=TERM to the steps; scancel --batch to the
+#     mpirun script's shell) makes the ranks stop together with exit status 75;
+#   - srun --mpi=none (no PMI) fails rather than training 2 independent copies (F14).
+# Exit 77 (skip) without Slurm, munge, mpirun or root. Every wait is bounded (the whole test
+# gives up after about 4 minutes); every daemon is stopped by pid on exit, also on failure, and
+# all state lives in a temporary folder that is removed (kept when MPT_KEEP_SLURM_TEST=1).
+# Prints "N passed, N failed".
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/.." && pwd)
+prog=${MPITRAIN:-$(pwd)/mpitrain}
+case $prog in /*) ;; *) prog=$(pwd)/$prog ;; esac
+start=$(date +%s)
+deadline=$((start + 240))
+
+for tool in sbatch srun squeue scontrol scancel slurmctld slurmd munged mpirun; do
+  if ! command -v "$tool" >/dev/null 2>&1; then
+    echo "SKIP: '$tool' not found (Debian: apt-get install slurmctld slurmd slurm-client munge" \
+      "openmpi-bin)"
+    exit 77
+  fi
+done
+if [ "$(id -u)" -ne 0 ]; then
+  echo "SKIP: the test cluster needs root"
+  exit 77
+fi
+if [ ! -x "$prog" ]; then
+  echo "FAIL: $prog not built"
+  exit 1
+fi
+
+# Forget any Slurm or MPI job this test itself runs in.
+for v in $(env | sed -n 's/^\(\(SLURM\|OMPI\|PMIX\|PMI\)_[A-Za-z0-9_]*\)=.*/\1/p'); do
+  unset "$v"
+done
+unset MPT_CHECK_COLLECTIVES MPT_TRAIN_ARGS MPT_DATA MPT_RESULTS_DIR MPT_SAVE_PARAMS MPT_MPI \
+  MPT_SRUN_FLAGS MPT_MPIRUN MPT_MPIRUN_FLAGS MPT_BUCKET_CAPS MPT_STEPS MPT_ALLREDUCE_BENCH \
+  MPT_BENCH_ARGS MPT_DEVICE
+
+tmp=$(mktemp -d /tmp/mpt-slurm-test.XXXXXX) || exit 1
+chmod 0711 "$tmp" # munged (the munge user) must reach its folder inside
+cluster=$tmp/cluster
+work=$tmp/work
+mkdir -p "$work"
+cleanup() {
+  "$here/slurm_cluster.sh" stop "$cluster"
+  if [ "${MPT_KEEP_SLURM_TEST:-0}" = 1 ]; then
+    echo "kept $tmp"
+  else
+    rm -rf "$tmp"
+  fi
+}
+trap cleanup EXIT
+trap 'echo "interrupted" >&2; exit 1' INT TERM HUP
+
+pass=0
+fail=0
+ok() {
+  pass=$((pass + 1))
+  echo "ok: $*"
+}
+bad() {
+  fail=$((fail + 1))
+  echo "FAIL: $*"
+}
+# check NAME COMMAND...: the command's status decides.
+check() {
+  local name=$1
+  shift
+  if "$@"; then ok "$name"; else bad "$name"; fi
+}
+left() { # seconds left before the deadline, at most $1
+  local l=$((deadline - $(date +%s)))
+  [ "$l" -gt "$1" ] && l=$1
+  [ "$l" -lt 1 ] && l=1
+  echo "$l"
+}
+
+"$here/slurm_cluster.sh" start "$cluster"
+rc=$?
+if [ $rc -eq 77 ]; then
+  echo "SKIP: the test cluster cannot start here"
+  exit 77
+fi
+if [ $rc -ne 0 ]; then
+  echo "FAIL: the one-node Slurm cluster did not start"
+  echo "0 passed, 1 failed"
+  exit 1
+fi
+# shellcheck source=/dev/null
+. "$cluster/env.sh"
+ok "one-node cluster up in $(($(date +%s) - start)) s"
+
+# More tasks than CPUs only with --overcommit (else the jobs pend forever).
+over=()
+[ "$(nproc)" -lt 2 ] && over=(--overcommit)
+srun_flags=${over[*]:-}
+
+sb() { # sb SCRIPT [sbatch options...]: submit, print the job id
+  local script=$1
+  shift
+  timeout 20 sbatch --parsable --chdir="$work" --time=3 "${over[@]}" "$@" "$top/slurm/$script" |
+    cut -d';' -f1
+}
+# wait_jobs LIMIT IDS...: until none of the jobs is queued or running; 1 on timeout.
+wait_jobs() {
+  local limit end out rc
+  limit=$(left "$1")
+  shift
+  end=$(($(date +%s) + limit))
+  while [ "$(date +%s)" -lt "$end" ]; do
+    out=$(timeout 10 squeue -h -o %i -j "$(echo "$@" | tr ' ' ',')" 2>&1)
+    rc=$?
+    [ $rc -eq 0 ] && [ -z "$out" ] && return 0
+    sleep 0.2
+  done
+  echo "timeout: jobs $* still queued or running after $limit s:" >&2
+  timeout 10 squeue >&2
+  return 1
+}
+# job_field ID FIELD: e.g. ExitCode -> 0:0, JobState -> COMPLETED.
+job_field() {
+  timeout 10 scontrol -o show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1
+}
+# wait_file LIMIT FILE PATTERN: until FILE has a line matching PATTERN.
+wait_file() {
+  local end=$(($(date +%s) + $(left "$1")))
+  while [ "$(date +%s)" -lt "$end" ]; do
+    grep -q -- "$3" "$2" 2>/dev/null && return 0
+    sleep 0.2
+  done
+  return 1
+}
+has() { grep -q -- "$2" "$1" 2>/dev/null; }
+has_all() { # has_all FILE PATTERN...: every pattern is in FILE
+  local f=$1 p
+  shift
+  for p in "$@"; do has "$f" "$p" || return 1; done
+}
+
+# ---- the reference: mpirun -np 2 directly --------------------------------------------------
+args="--synthetic --train-limit 512 --test-limit 128 --epochs 1 --max-steps 4 --no-shuffle --seed 7"
+# shellcheck disable=SC2086
+"$here/mpirun.sh" 2 "$(left 60)" "$prog" train $args --save-params "$work/ref.f32" \
+  >"$work/ref.log" 2>&1
+rc=$?
+check "reference run with tests/mpirun.sh 2 exits 0" [ $rc -eq 0 ]
+[ $rc -eq 0 ] || tail -n 20 "$work/ref.log"
+check "reference parameters written" [ -s "$work/ref.f32" ]
+
+# ---- training: srun (one node, several nodes) and mpirun inside the allocation -------------
+export MPITRAIN=$prog MPT_SAVE_PARAMS=1 MPT_TRAIN_ARGS=$args MPT_SRUN_FLAGS=$srun_flags
+j_single=$(sb train_single_node.sbatch)
+j_msrun=$(sb train_multi_node_srun.sbatch --nodes=1)
+j_mpirun=$(MPT_MPIRUN_FLAGS="--allow-run-as-root --oversubscribe" \
+  sb train_multi_node_mpirun.sbatch --nodes=1)
+# Missing inputs: the job fails at once with status 3 and says what is missing.
+j_noprog=$(MPITRAIN=$work/no-such-mpitrain sb train_single_node.sbatch)
+j_nodata=$(MPT_TRAIN_ARGS="--epochs 1" MPT_DATA=$work/no-such-data sb train_single_node.sbatch)
+# The sweep: a job array of two bucket caps.
+bench=none
+for b in ./mpt_allreduce_bench ./bench/mpt_allreduce_bench; do
+  [ -x "$b" ] && bench=$(pwd)/${b#./}
+done
+j_sweep=$(MPT_BUCKET_CAPS="1 25" MPT_STEPS=3 MPT_TRAIN_ARGS="--train-limit 512 --test-limit 128" \
+  MPT_ALLREDUCE_BENCH=$bench MPT_BENCH_ARGS="-b 1024 -e 65536 -f 8 -n 3 -w 1 -c 1" \
+  sb bench_sweep.sbatch --array=0-1)
+unset MPT_SAVE_PARAMS
+all="$j_single $j_msrun $j_mpirun $j_noprog $j_nodata $j_sweep"
+if [ -z "$j_single" ] || [ -z "$j_msrun" ] || [ -z "$j_mpirun" ] || [ -z "$j_noprog" ] ||
+  [ -z "$j_nodata" ] || [ -z "$j_sweep" ]; then
+  bad "sbatch accepted every job (ids: $all)"
+fi
+check "all jobs ended in time" wait_jobs 150 $all
+
+train_job() { # train_job NAME ID LAUNCHER
+  local name=$1 id=$2 launcher=$3 d=$work/mpitrain-runs/$2 r
+  check "$name: job $id exit code 0:0" [ "$(job_field "$id" ExitCode)" = 0:0 ]
+  check "$name: exit_status file says 0" [ "$(cat "$d/exit_status" 2>/dev/null)" = 0 ]
+  for r in 0 1; do
+    check "$name: rank $r/2 has local rank $r and launcher $launcher" \
+      has "$d/train.log" "rank $r/2 local rank $r host .* device cpu launcher $launcher"
+  done
+  check "$name: metrics.json names launcher $launcher and world size 2" \
+    has_all "$d/metrics.json" "\"launcher\": \"$launcher\"" '"world_size": 2'
+  check "$name: parameters byte-identical to mpirun -np 2 directly" \
+    cmp -s "$work/ref.f32" "$d/params.f32"
+  check "$name: job.txt and the job's output file exist" \
+    test -s "$d/job.txt" -a -s "$work/mpitrain-$id.out"
+  if [ $fail -gt 0 ] && [ -r "$work/mpitrain-$id.out" ]; then
+    echo "---- $work/mpitrain-$id.out ----"
+    tail -n 20 "$work/mpitrain-$id.out"
+  fi
+}
+train_job "srun, one node" "$j_single" srun
+train_job "srun, multi-node script" "$j_msrun" srun
+train_job "mpirun in the allocation" "$j_mpirun" mpirun
+
+check "missing program: exit code 3:0" [ "$(job_field "$j_noprog" ExitCode)" = 3:0 ]
+check "missing program: the message names it" \
+  has "$work/mpitrain-$j_noprog.out" "no-such-mpitrain' not found.*set MPITRAIN"
+check "missing data: exit code 3:0" [ "$(job_field "$j_nodata" ExitCode)" = 3:0 ]
+check "missing data: the message names the folder" \
+  has "$work/mpitrain-$j_nodata.out" "not found in '$work/no-such-data'.*MPT_DATA"
+
+sd=$work/mpitrain-runs/$j_sweep
+for t in 0 1; do
+  check "sweep: array task $t exit code 0:0" [ "$(job_field "${j_sweep}_$t" ExitCode)" = 0:0 ]
+done
+check "sweep: cap 1 MiB JSON in the array's folder" \
+  has_all "$sd/train_1n2t_cap1.json" '"bucket_cap_mb": 1,' '"world_size": 2' '"steps": 3'
+check "sweep: cap 25 MiB JSON in the array's folder" \
+  has_all "$sd/train_1n2t_cap25.json" '"bucket_cap_mb": 25,' '"world_size": 2' '"steps": 3'
+if [ "$bench" = none ]; then
+  check "sweep: the missing all-reduce benchmark is skipped, and said so" \
+    has "$sd/task_0.txt" "allreduce: skipped"
+else
+  check "sweep: all-reduce benchmark JSON written" [ -s "$sd/allreduce_1n2t.json" ]
+fi
+
+# ---- preemption: SIGTERM before the time limit ------------------------------------------------
+long="--synthetic --train-limit 4096 --test-limit 128 --epochs 100000 --no-shuffle"
+j_pre=$(MPT_TRAIN_ARGS=$long sb train_single_node.sbatch)
+if wait_file 60 "$work/mpitrain-runs/$j_pre/train.log" "epoch   1/"; then
+  timeout 10 scancel --signal=TERM "$j_pre"
+fi
+check "srun preemption: job ended in time" wait_jobs 60 "$j_pre"
+check "srun preemption: exit code 75:0" [ "$(job_field "$j_pre" ExitCode)" = 75:0 ]
+check "srun preemption: both ranks saw SIGTERM" \
+  [ "$(grep -c 'SIGTERM received: stopping after step' "$work/mpitrain-runs/$j_pre/train.log")" \
+    = 2 ]
+
+j_pre2=$(MPT_TRAIN_ARGS=$long MPT_MPIRUN_FLAGS="--allow-run-as-root --oversubscribe" \
+  sb train_multi_node_mpirun.sbatch --nodes=1)
+if wait_file 60 "$work/mpitrain-runs/$j_pre2/train.log" "epoch   1/"; then
+  timeout 10 scancel --batch --signal=TERM "$j_pre2"
+fi
+check "mpirun preemption: job ended in time" wait_jobs 60 "$j_pre2"
+check "mpirun preemption: exit code 75:0" [ "$(job_field "$j_pre2" ExitCode)" = 75:0 ]
+check "mpirun preemption: both ranks stopped after the same step" \
+  [ "$(grep 'SIGTERM received: stopping after step' "$work/mpitrain-runs/$j_pre2/train.log" |
+    sed 's/.*after step //' | sort -u | wc -l)" = 1 ]
+check "mpirun preemption: job.txt says preempted" \
+  has "$work/mpitrain-runs/$j_pre2/job.txt" "^preempted"
+
+# ---- F14: srun without a PMI plugin -----------------------------------------------------------
+# With Debian's Open MPI, MPI_Init itself refuses a direct launch without PMI; with other MPIs
+# every task would be a world of 1 and mpitrain's own check (the --mpi=pmix hint) fires.
+# shellcheck disable=SC2086
+out=$(timeout "$(left 60)" srun --mpi=none -n 2 "${over[@]}" "$prog" train $args 2>&1)
+rc=$?
+check "srun --mpi=none: fails (status $rc)" test $rc -ne 0 -a $rc -ne 124
+check "srun --mpi=none: no rank trains as a world of 1" \
+  eval '! printf "%s\n" "$out" | grep -q -e "rank 0/1" -e "epoch "'
+check "srun --mpi=none: the output points at PMI (mpitrain's --mpi=pmix hint or Open MPI's)" \
+  eval 'printf "%s\n" "$out" | grep -q -e "--mpi=pmix" -e "PMI support"'
+
+echo "took $(($(date +%s) - start)) s"
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
