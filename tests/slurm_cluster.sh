@@ -47,16 +47,19 @@ pid_of() {
   [ -n "$p" ] && kill -0 "$p" 2>/dev/null && echo "$p"
 }
 
-# stop_pid NAME PID: SIGTERM, wait up to 10 s, then SIGKILL.
-stop_pid() {
-  local name=$1 pid=$2 i
-  kill -TERM "$pid" 2>/dev/null || return 0
-  for i in $(seq 1 50); do
-    kill -0 "$pid" 2>/dev/null || return 0
-    sleep 0.2
+# stop_pids PID...: SIGTERM to all, wait up to 10 s for them to end, then SIGKILL.
+stop_pids() {
+  local i p alive
+  [ $# -gt 0 ] || return 0
+  kill -TERM "$@" 2>/dev/null
+  for i in $(seq 1 100); do
+    alive=
+    for p in "$@"; do kill -0 "$p" 2>/dev/null && alive="$alive $p"; done
+    [ -z "$alive" ] && return 0
+    sleep 0.1
   done
-  log "$name (pid $pid) ignored SIGTERM for 10 s; sending SIGKILL"
-  kill -KILL "$pid" 2>/dev/null
+  log "pid(s)$alive ignored SIGTERM for 10 s; sending SIGKILL"
+  kill -KILL $alive 2>/dev/null
   return 0
 }
 
@@ -91,9 +94,10 @@ do_stop() {
       sleep 0.2
     done
   fi
-  p=$(pid_of "$dir/slurmd.pid") && stop_pid slurmd "$p"
-  p=$(pid_of "$dir/slurmctld.pid") && stop_pid slurmctld "$p"
-  p=$(pid_of "$dir/munge/munged.pid") && stop_pid munged "$p"
+  # shellcheck disable=SC2046 # one pid or none each
+  stop_pids $(pid_of "$dir/slurmd.pid") $(pid_of "$dir/slurmctld.pid")
+  # shellcheck disable=SC2046
+  stop_pids $(pid_of "$dir/munge/munged.pid")
   # Job tasks and slurmstepd processes of this cluster that outlived their daemons.
   left=$(cluster_pids)
   if [ -n "$left" ]; then
