@@ -21,7 +21,8 @@
  * inputs whose exact result is representable (rank r holds h(i) + r + 1 with h(i) in [0, 64), so
  * sums, minima, maxima and averages are exact in float32 and int32) and counts the wrong
  * elements (summed over ranks: the #wrong column); the out-of-place result of the timed
- * iterations is checked again. Any wrong value makes the exit status 1.
+ * iterations is checked again. Any wrong value makes the exit status 1. (For the tests of the
+ * checker, MPT_BENCH_INJECT_WRONG=1 makes rank 0 corrupt one value of each out-of-place check.)
  *
  * Ranks: rank 0 prints; every rank takes part in every collective. Errors print the rank and
  * the detail and abort the job (mpt_comm_abort). */
@@ -72,6 +73,7 @@ typedef struct bench {
   void *send, *recv;
   MPI_Datatype mdt;
   MPI_Op mop;
+  int inject_wrong; /* MPT_BENCH_INJECT_WRONG=1: rank 0 corrupts one checked value (tests) */
 } bench;
 
 /* ---- options ----------------------------------------------------------------------------- */
@@ -352,6 +354,10 @@ static int64_t check_variant(bench *b, int v, int64_t count) {
     memset(b->recv, 0xff, nbytes); /* NaN / -1: never an expected value */
   }
   run_variant(b, v, count, 1);
+  if (b->inject_wrong && v == V_MPT_OOP && b->rank == 0) { /* tests of the checker itself */
+    if (b->o.dtype == MPT_F32) ((float *)b->recv)[count - 1] += 1.0f;
+    else ((int32_t *)b->recv)[count - 1] += 1;
+  }
   mpt_reduce_op op = v >= V_RAW_OOP ? raw_op(b) : b->o.op;
   return count_wrong(b->recv, b->o.dtype, count, b->world, op);
 }
@@ -449,6 +455,7 @@ int main(int argc, char **argv) {
   b.rank = mpt_comm_rank(b.comm);
   b.world = mpt_comm_world_size(b.comm);
   b.cs = mpt_comm_stream(b.comm);
+  b.inject_wrong = getenv("MPT_BENCH_INJECT_WRONG") && atoi(getenv("MPT_BENCH_INJECT_WRONG"));
   b.mdt = b.o.dtype == MPT_F32 ? MPI_FLOAT : MPI_INT32_T;
   b.mop = b.o.op == MPT_REDUCE_MIN ? MPI_MIN : b.o.op == MPT_REDUCE_MAX ? MPI_MAX : MPI_SUM;
   BENCH_CHECK(mpt_event_init(&b.ev, mpt_device_cpu()));

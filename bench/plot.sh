@@ -96,13 +96,15 @@ if r:
             f.write("%d %g %g %g %d\n" % (x["world"], x["samples_per_sec"],
                     x["world"] * s1 if s1 else 0, x["scaling_efficiency"] or 0,
                     1 if x["oversubscribed"] else 0))
+    with open(tmp + "/ranks.cpus", "w") as f:
+        f.write("%d" % r["machine"]["cpus"])
     with open(tmp + "/ranks.title", "w") as f:
         f.write("%s, batch %d per rank, %d CPU(s)" % (rows[0]["model"], rows[0]["batch_size"],
                 r["machine"]["cpus"]) if rows else "")
 d = load(breakdown)
 if d:
     with open(tmp + "/breakdown.dat", "w") as f:
-        f.write("label forward backward exposed optimizer other\n")
+        f.write("# label forward backward exposed optimizer other\n")
         for x in d["results"]:
             bd = x["breakdown"]
             if bd["total_ms"] is None:
@@ -128,8 +130,8 @@ set format x "%.0b%B"
 set xlabel "message size (bytes)"
 set ylabel "bus bandwidth (GB/s)"
 set y2label "busbw ratio mpitrain / raw"
-set y2range [0:1.5]
-set y2tics 0.25
+set y2range [0:*]
+set y2tics
 set ytics nomirror
 set grid
 set key top left
@@ -169,6 +171,8 @@ set xlabel "ranks (beyond the CPU count: oversubscribed)"
 set ylabel "samples/s (all ranks)"
 set xtics 1
 set xrange [0.5:*]
+set arrow from $(cat "$tmp/ranks.cpus").5, graph 0 to $(cat "$tmp/ranks.cpus").5, graph 1 nohead dt 3 lc rgb "gray"
+set label "oversubscribed ->" at $(cat "$tmp/ranks.cpus").6, graph 0.05
 set yrange [0:*]
 set grid
 set key top left
@@ -191,7 +195,7 @@ set ylabel "ms per step"
 set yrange [0:*]
 set xtics rotate by -30
 set grid y
-set key outside right
+set key outside right noenhanced
 plot "$tmp/breakdown.dat" u 2:xtic(1) t "forward" lc rgb "#1f77b4", \
      "" u 3 t "backward" lc rgb "#ff7f0e", \
      "" u 4 t "exposed comm" lc rgb "#d62728", \

@@ -92,7 +92,17 @@ def fmt(v, spec):
 
 def train_key(r):
     return (r["model"], r["mode"], r["np"], r["devices"], r["batch_size"], r["bucket_cap_mb"],
-            r["overlap"], r["threads"], r["steps"], r["data"])
+            r["overlap"], r["threads"], r["steps"], r["data"], r.get("extra", ""))
+
+
+def buckets_of(log):
+    """The number of DDP buckets the trainer logged ("DDP: N bucket(s)")."""
+    try:
+        with open(log) as f:
+            m = re.search(r"DDP: (\d+) bucket", f.read())
+        return int(m.group(1)) if m else None
+    except (OSError, TypeError):
+        return None
 
 
 def world_of(r):
@@ -120,6 +130,7 @@ def summarize_train(args):
                "bucket_cap_mb": None if first["bucket_cap_mb"] == "-" else float(first["bucket_cap_mb"]),
                "overlap": None if first["overlap"] == "-" else first["overlap"] == "on",
                "threads": first["threads"], "steps": first["steps"], "data": first["data"],
+               "extra": first.get("extra", ""), "buckets": buckets_of(first.get("log")),
                "runs": len(rs), "runs_ok": len(ok), "command": first["command"],
                "oversubscribed": world_of(first) * first["threads"] > (args.cpus or 1 << 30)}
         if first["mode"] == "dp" and not ok:
@@ -134,7 +145,8 @@ def summarize_train(args):
         for b in results:
             if (b["mode"] == "single" and b["model"] == res["model"] and
                     b["batch_size"] == res["batch_size"] and b["threads"] == res["threads"] and
-                    b["steps"] == res["steps"] and b["data"] == res["data"]):
+                    b["steps"] == res["steps"] and b["data"] == res["data"] and
+                    b["extra"] == res["extra"]):
                 return b
         return None
 
@@ -149,18 +161,18 @@ def summarize_train(args):
     results.sort(key=lambda r: (r["model"], r["mode"] != "single", r["world"],
                                 r["bucket_cap_mb"] or 0, not r["overlap"]))
 
-    print("%-5s %-6s %5s %8s %7s %10s %8s %8s %8s %8s %8s %8s %7s %6s" %
-          ("model", "mode", "world", "cap(MiB)", "overlap", "samples/s", "fwd(ms)", "bwd(ms)",
+    print("%-5s %-6s %5s %8s %3s %7s %10s %8s %8s %8s %8s %8s %8s %7s %6s" %
+          ("model", "mode", "world", "cap(MiB)", "bkt", "overlap", "samples/s", "fwd(ms)", "bwd(ms)",
            "expo(ms)", "opt(ms)", "step(ms)", "ar(ms)", "hidden", "eff"))
     for r in results:
         b = r["breakdown"]
-        print("%-5s %-6s %5d %8s %7s %10s %8s %8s %8s %8s %8s %8s %7s %6s%s" % (
-            r["model"], r["mode"], r["world"], fmt(r["bucket_cap_mb"], "g"),
+        print("%-5s %-6s %5d %8s %3s %7s %10s %8s %8s %8s %8s %8s %8s %7s %6s%s" % (
+            r["model"], r["mode"], r["world"], fmt(r["bucket_cap_mb"], "g"), fmt(r["buckets"], "d"),
             "-" if r["overlap"] is None else ("on" if r["overlap"] else "off"),
             fmt(r["samples_per_sec"], ".0f"), fmt(b["forward_ms"], ".3f"),
             fmt(b["backward_ms"], ".3f"), fmt(b["exposed_comm_ms"], ".3f"),
             fmt(b["optimizer_ms"], ".3f"), fmt(b["total_ms"], ".3f"), fmt(b["allreduce_ms"], ".3f"),
-            fmt(100 * b["hidden_fraction"] if b["hidden_fraction"] is not None else None, ".0f") + "%",
+            fmt(100 * b["hidden_fraction"], ".0f") + "%" if b["hidden_fraction"] is not None else "-",
             fmt(r["scaling_efficiency"], ".2f"),
             "  (oversubscribed)" if r["oversubscribed"] else
             ("  (" + r["skipped"] + ")" if r.get("skipped") else "")))

@@ -28,6 +28,8 @@ usage: bench/train_bench.sh [options]
   --devices cpu:K        devices for dp (default cpu:2)
   --batch-size N         samples per step per rank (default 64)
   --bucket-cap-mb F      DDP bucket cap in MiB (default: the trainer's, 25)
+  --first-bucket-cap-mb F   first bucket's cap (default: the trainer's, 1; in a bucket
+                         sweep: the swept cap, so that one cap applies to every bucket)
   --overlap on|off|both  all-reduce during backward (default on)
   --steps N              timed steps, after a warm-up epoch of N steps (default 200)
   --threads N            BLAS threads per rank (default 1)
@@ -36,7 +38,8 @@ usage: bench/train_bench.sh [options]
   --no-baseline          do not run the one-process baseline (no scaling efficiency)
   --sweep-ranks LIST     e.g. 1,2,4: 1 is a single process, others ddp (over the CPUs:
                          oversubscribed, marked so in the results)
-  --sweep-buckets LIST   e.g. 0.25,0.5,1,2,4,8,25,100: one ddp run per bucket cap
+  --sweep-buckets LIST   e.g. 0.25,0.5,1,2,4,8,25,100: one ddp run per bucket cap (a
+                         model with more parameters shows more: --extra "--hidden 1024,1024,1024")
   --extra "ARGS"         more `mpitrain train` flags, the same for every run
   --out DIR              keep every run's metrics and log here (default: a temporary folder)
   --json FILE            write the summary as JSON
@@ -44,7 +47,7 @@ usage: bench/train_bench.sh [options]
 EOF
 }
 
-model=mlp mode=ddp np=2 devices=cpu:2 batch=64 cap="" overlap=on steps=200 threads=1
+model=mlp mode=ddp np=2 devices=cpu:2 batch=64 cap="" first_cap="" overlap=on steps=200 threads=1
 repeats=3 data=synthetic baseline=1 sweep_ranks="" sweep_buckets="" extra="" out="" json=""
 while [ $# -gt 0 ]; do
   case $1 in
@@ -59,6 +62,7 @@ while [ $# -gt 0 ]; do
     --devices) devices=$2; shift ;;
     --batch-size) batch=$2; shift ;;
     --bucket-cap-mb) cap=$2; shift ;;
+    --first-bucket-cap-mb) first_cap=$2; shift ;;
     --overlap) overlap=$2; shift ;;
     --steps) steps=$2; shift ;;
     --threads) threads=$2; shift ;;
@@ -132,6 +136,11 @@ run_one() { # mode np devices cap overlap repeat
     --threads "$threads" --test-limit 1000 --no-progress --metrics-json "$_metrics"
   [ -n "$dataflag" ] && set -- "$@" "$dataflag"
   [ "$_cap" != - ] && set -- "$@" --bucket-cap-mb "$_cap"
+  if [ -n "$first_cap" ]; then
+    set -- "$@" --first-bucket-cap-mb "$first_cap"
+  elif [ -n "$sweep_buckets" ] && [ "$_cap" != - ]; then
+    set -- "$@" --first-bucket-cap-mb "$_cap"
+  fi
   [ "$_ov" = off ] && set -- "$@" --no-overlap
   [ "$_mode" = dp ] && set -- "$@" --mode dp --devices "$_dev"
   # shellcheck disable=SC2086 # extra is a list of words
@@ -151,9 +160,9 @@ run_one() { # mode np devices cap overlap repeat
     echo "  FAILED (exit $_rc), log $_log:" >&2
     tail -5 "$_log" >&2
   fi
-  printf '{"tag": "%s", "model": "%s", "mode": "%s", "np": %s, "devices": "%s", "batch_size": %s, "bucket_cap_mb": "%s", "overlap": "%s", "threads": %s, "steps": %s, "data": "%s", "repeat": %s, "rc": %s, "seconds": %s, "metrics": "%s", "command": "%s"}\n' \
+  printf '{"tag": "%s", "model": "%s", "mode": "%s", "np": %s, "devices": "%s", "batch_size": %s, "bucket_cap_mb": "%s", "overlap": "%s", "threads": %s, "steps": %s, "data": "%s", "repeat": %s, "rc": %s, "seconds": %s, "metrics": "%s", "log": "%s", "extra": "%s", "command": "%s"}\n' \
     "$_tag" "$model" "$_mode" "$_np" "$_dev" "$batch" "$_cap" "$_ov" "$threads" "$steps" \
-    "$data" "$_rep" "$_rc" "$_secs" "$_metrics" "$_cmd" >>"$manifest"
+    "$data" "$_rep" "$_rc" "$_secs" "$_metrics" "$_log" "$extra" "$_cmd" >>"$manifest"
 }
 
 rep=1

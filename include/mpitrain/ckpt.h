@@ -139,14 +139,17 @@ MPT_API mpt_status mpt_ckpt_load(const char *path, mpt_model *model, mpt_optimiz
 MPT_API mpt_status mpt_ckpt_read_meta(const char *path, mpt_ckpt_meta *meta, int *has_optimizer);
 
 /* ---- a directory of checkpoints ------------------------------------------------------------
- * Files are named "ckpt-step<N>.mpt" with N = meta->global_step in at least 8 decimal digits
- * (zero-padded: ckpt-step00001200.mpt). Only names of exactly that form count; temporary files
- * ("...mpt.tmp.<pid>") and anything else are ignored. */
+ * Files are written as "ckpt-step<N>.mpt" with N = meta->global_step, zero-padded to at least
+ * 8 digits (ckpt-step00001200.mpt), so that they also sort by name. Only names "ckpt-step" +
+ * decimal digits + ".mpt" count as checkpoints, ordered by the number; temporary files
+ * ("...mpt.tmp.<pid>") and anything else in the directory are ignored and never deleted. */
 
 /* Writes <dir>/ckpt-step<N>.mpt with mpt_ckpt_save (creating dir, and its parents, if needed),
  * then, if keep_last_k > 0, deletes the checkpoints of the directory beyond the keep_last_k
- * with the highest steps, never the file just written. A failed deletion is logged as a warning
- * and does not fail the call. path_out (may be NULL) receives the path written (path_nbytes
+ * with the highest steps, never the file just written (keep_last_k <= 0 keeps everything). A
+ * failed deletion is logged as a warning and does not fail the call; so is a checkpoint of a
+ * higher step than the one written (left by an earlier run: mpt_ckpt_find_latest would pick
+ * it). path_out (may be NULL) receives the path written (path_nbytes
  * bytes, always NUL-terminated). Errors: those of mpt_ckpt_save; MPT_EIO (cannot create dir);
  * MPT_EINVAL (NULL dir, path longer than path_nbytes or PATH_MAX). */
 MPT_API mpt_status mpt_ckpt_save_dir(const char *dir, int keep_last_k, mpt_model *model,
@@ -178,13 +181,18 @@ MPT_API mpt_status mpt_ckpt_save_collective(mpt_comm *comm, const char *dir, int
                                             const mpt_ckpt_meta *meta, char *path_out,
                                             size_t path_nbytes);
 
-/* Every rank runs mpt_ckpt_load on `path` (resolve a directory first, each rank the same way),
- * then the ranks all-gather their status and the file's CRC: if any rank failed, every rank
- * returns that status (the first failing rank's, MPT_EIO... as it got it) naming the rank
- * ("rank 2 could not load the checkpoint: ..." with its own detail on that rank); if the ranks
- * loaded files with different CRCs (different checkpoints: a directory not shared between
- * hosts), every rank returns MPT_EMISMATCH naming two ranks and their CRCs. Errors: the
- * above; the comm's errors. On error the caller must not train (the replicas may differ). */
+/* For --resume FILE|DIR under mpirun. Every rank resolves `path` (mpt_ckpt_resolve: a
+ * directory means its latest checkpoint), then reads and validates that file as mpt_ckpt_load
+ * does, WITHOUT changing its model yet; the ranks then all-gather their
+ * status and the file's CRC-32. If any rank failed, no rank touches its model and every rank
+ * returns the first failing rank's status, with the detail "rank R could not load the
+ * checkpoint: <its detail>" on rank R and "rank R could not load the checkpoint <path>
+ * (<status name>; its own log has the detail)" on the others. If the ranks read different
+ * files (different CRCs: a directory that is not shared by every host), every rank returns
+ * MPT_EMISMATCH naming rank 0's and the other rank's CRC, models untouched. Otherwise every
+ * rank copies the values to its device, and a last all-reduce makes sure every copy worked
+ * (if one failed, every rank returns its status and must not train: the replicas may then
+ * differ). Errors: the above; the comm's errors; MPT_EINVAL (NULL comm), MPT_ENOMEM. */
 MPT_API mpt_status mpt_ckpt_load_collective(mpt_comm *comm, const char *path, mpt_model *model,
                                             mpt_optimizer *optimizer, mpt_ckpt_meta *meta);
 

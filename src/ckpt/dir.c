@@ -250,8 +250,11 @@ mpt_status mpt_ckpt_load_collective(mpt_comm *comm, const char *path, mpt_model 
   int32_t *all = malloc((size_t)world * 2 * sizeof *all);
   if (!all) return MPT_FAIL(MPT_ENOMEM, "checkpoint load: out of host memory");
   mpt__ckpt_staged staged;
-  char detail[STATUS_MSG_NBYTES] = "";
-  mpt_status st = mpt__ckpt_stage(path, model, optimizer, &staged);
+  memset(&staged, 0, sizeof staged);
+  char detail[STATUS_MSG_NBYTES] = "", file[PATH_MAX];
+  /* A local failure (resolve or stage) is reported through the all-gather, never by leaving. */
+  mpt_status st = mpt_ckpt_resolve(path, file, sizeof file);
+  if (st == MPT_OK) st = mpt__ckpt_stage(file, model, optimizer, &staged);
   if (st != MPT_OK) snprintf(detail, sizeof detail, "%s", mpt_last_error());
   int32_t mine[2] = {(int32_t)st, (int32_t)staged.crc};
 
@@ -268,9 +271,9 @@ mpt_status mpt_ckpt_load_collective(mpt_comm *comm, const char *path, mpt_model 
   for (int r = 1; r < world; r++) {
     if (all[2 * r + 1] == all[1]) continue;
     cst = MPT_FAIL(MPT_EMISMATCH, "the ranks loaded different checkpoints from %s: CRC-32 "
-                   "0x%08" PRIx32 " on rank 0, 0x%08" PRIx32 " on rank %d (is the directory "
-                   "shared by every host?)", path ? path : "(null)", (uint32_t)all[1],
-                   (uint32_t)all[2 * r + 1], r);
+                   "0x%08" PRIx32 " on rank 0, 0x%08" PRIx32 " on rank %d; this rank read %s "
+                   "(is the directory shared by every host?)", path, (uint32_t)all[1],
+                   (uint32_t)all[2 * r + 1], r, file);
     goto out;
   }
   /* Every rank holds the same validated file: commit, then agree that every commit worked. */

@@ -8,15 +8,20 @@ libmpitrain_all_la_SOURCES += \
 
 # MPI test programs run under tests/mpirun.sh (root, oversubscribed, with a timeout).
 EXTRA_DIST += tests/mpirun.sh tests/test_comm_np2.sh tests/test_comm_np3.sh \
+	tests/test_comm_progress_np2.sh tests/test_comm_progress_np3.sh tests/test_comm_abort_np2.sh \
 	tests/test_launch_singleton.sh
 
 if HAVE_CHECK
-check_PROGRAMS += tests/test_comm tests/test_launch
-TESTS += tests/test_comm_np2.sh tests/test_comm_np3.sh tests/test_launch \
+check_PROGRAMS += tests/test_comm tests/test_comm_progress tests/test_launch
+TESTS += tests/test_comm_np2.sh tests/test_comm_np3.sh tests/test_comm_progress_np2.sh \
+	tests/test_comm_progress_np3.sh tests/test_comm_abort_np2.sh tests/test_launch \
 	tests/test_launch_singleton.sh
 tests_test_comm_SOURCES = tests/test_comm.c
 tests_test_comm_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_comm_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+tests_test_comm_progress_SOURCES = tests/test_comm_progress.c
+tests_test_comm_progress_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_comm_progress_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 tests_test_launch_SOURCES = tests/test_launch.c
 tests_test_launch_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_launch_LDADD = libmpitrain_all.la $(CHECK_LIBS)

@@ -29,7 +29,7 @@
 #define MIN_SHIFT 9                          /* smallest class: 512 bytes */
 #define NCLASSES (1 + (64 - MIN_SHIFT) * 4)
 #define MAX_NBYTES ((size_t)1 << 60)
-#define FENCE_TIMEOUT_MS 60000.0
+#define FENCE_TIMEOUT_MS 10000.0
 
 enum { BLOCK_IN_USE, BLOCK_PENDING, BLOCK_READY };
 

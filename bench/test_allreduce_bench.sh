@@ -1,0 +1,80 @@
+#!/bin/sh
+# mpt_allreduce_bench (bench/allreduce.c) at small sizes: every reduction and datatype it
+# supports comes out right over 2 and 3 ranks (its own check compares each element with the
+# exact result: the run exits 0 only with 0 wrong values), the table has one row per size, the
+# JSON mirrors it, a corrupted value is caught (exit 1, "WRONG"), and bad usage exits 2 with a
+# message naming the problem. No timing is checked. Prints "N passed, N failed".
+set -u
+here=$(dirname "$0")
+prog=${MPT_ALLREDUCE_BENCH:-./mpt_allreduce_bench}
+mpirun_sh=$here/../tests/mpirun.sh
+PY=python3
+[ -x /usr/bin/python3 ] && PY=/usr/bin/python3
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/mpt_test_arbench.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+# np status pattern args...: runs under mpirun, wants the status and the pattern in the output
+run() {
+  np=$1 want=$2 pattern=$3
+  shift 3
+  out=$("$mpirun_sh" "$np" 60 "$prog" "$@" 2>&1)
+  got=$?
+  [ "$got" -eq 77 ] && { echo "SKIP: no mpirun"; exit 77; }
+  if [ "$got" -eq "$want" ] && printf '%s\n' "$out" | grep -q -- "$pattern"; then
+    ok
+  else
+    bad "-np $np $* -> status $got (want $want), output lacks '$pattern':"
+    printf '%s\n' "$out" | tail -n 8
+  fi
+}
+
+# Sizes 4 B .. 1 MiB by 4: 10 rows.
+sizes="-b 4 -e 1M -f 4 -n 2 -w 1"
+for op in sum min max avg; do
+  run 2 0 "Out of bounds values : 0 OK" $sizes -o $op -d float
+done
+for op in sum min max; do
+  run 2 0 "Out of bounds values : 0 OK" $sizes -o $op -d int32
+done
+run 3 0 "Out of bounds values : 0 OK" $sizes -o sum
+run 3 0 "Out of bounds values : 0 OK" $sizes -o avg --confirm 0 -z 1
+run 2 0 "Out of bounds values : 0 OK" $sizes --raw iallreduce -R 3
+
+# The table: 10 rows, #wrong columns (5th and 9th after the 4 leading ones) all 0.
+out=$("$mpirun_sh" 2 60 "$prog" $sizes --json "$tmp/ar.json" 2>&1)
+rows=$(printf '%s\n' "$out" | grep -c '^ *[0-9]')
+wrong=$(printf '%s\n' "$out" | awk '/^ *[0-9]/ { s += $8 + $12 } END { print s + 0 }')
+if [ "$rows" -eq 10 ] && [ "$wrong" -eq 0 ]; then ok; else bad "table: $rows rows (want 10), wrong sum $wrong"; fi
+if "$PY" - "$tmp/ar.json" <<'PYEOF'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["world_size"] == 2, j["world_size"]
+assert [r["bytes"] for r in j["rows"]] == [4 << (2 * i) for i in range(10)], j["rows"]
+assert all(r[k]["wrong"] == 0 for r in j["rows"] for k in ("out_of_place", "in_place"))
+assert j["summary"]["wrong"] == 0 and j["summary"]["sizes_ge_1mib"] == 1
+assert len(j["ranks"]) == 2 and {r["rank"] for r in j["ranks"]} == {0, 1}
+PYEOF
+then ok; else bad "JSON mirror"; fi
+
+# The checker catches a wrong value (one per size on rank 0: 10 sizes).
+out=$(MPT_BENCH_INJECT_WRONG=1 MPT_MPIRUN_ARGS="-x MPT_BENCH_INJECT_WRONG" "$mpirun_sh" 2 60 "$prog" $sizes 2>&1)
+got=$?
+if [ "$got" -eq 1 ] && printf '%s\n' "$out" | grep -q "Out of bounds values : 10 WRONG"; then ok
+else bad "injected wrong values: status $got"; printf '%s\n' "$out" | tail -n 4; fi
+
+# Bad usage: exit 2 with a message.
+run 1 2 "no prod reduction" -o prod
+run 1 2 "datatype 'double' is not supported" -d double
+run 1 2 "avg needs -d float" -o avg -d int32
+run 1 2 "larger than -e" -b 2M -e 1M
+run 1 2 "is not a size" -b 12Q
+run 1 0 "usage: mpirun" --help
+if ! grep -q "define MPT_HAVE_NCCL 1" config.h 2>/dev/null; then
+  run 1 2 "has no NCCL" --backend nccl
+fi
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
