@@ -63,3 +63,29 @@ bench_launch() {
 bench_words() {
   echo "$1" | tr ',' ' '
 }
+
+# Idle fraction of all CPUs over the next second (from /proc/stat), e.g. 0.97.
+bench_idle_fraction() {
+  _a=$(head -1 /proc/stat)
+  sleep 1
+  _b=$(head -1 /proc/stat)
+  echo "$_a
+$_b" | awk '{ idle = $5 + $6; tot = 0; for (i = 2; i <= NF; i++) tot += $i;
+              if (NR == 1) { i0 = idle; t0 = tot } else { d = tot - t0;
+              printf "%.2f\n", (d > 0) ? (idle - i0) / d : 1 } }'
+}
+
+# On a shared machine, waits (at most MPT_BENCH_WAIT_IDLE_S seconds, default 0 = do not wait)
+# until the CPUs are at least MPT_BENCH_IDLE (default 0.9) idle over one second. Prints the last
+# idle fraction measured.
+bench_wait_idle() {
+  _limit=${MPT_BENCH_WAIT_IDLE_S:-0}
+  _want=${MPT_BENCH_IDLE:-0.9}
+  _start=$(date +%s)
+  while :; do
+    _idle=$(bench_idle_fraction)
+    if awk -v i="$_idle" -v w="$_want" 'BEGIN { exit !(i >= w) }'; then break; fi
+    [ $(( $(date +%s) - _start )) -ge "$_limit" ] && break
+  done
+  echo "$_idle"
+}

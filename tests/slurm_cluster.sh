@@ -59,6 +59,7 @@ stop_pids() {
     sleep 0.1
   done
   log "pid(s)$alive ignored SIGTERM for 10 s; sending SIGKILL"
+  # shellcheck disable=SC2086 # a list of pids
   kill -KILL $alive 2>/dev/null
   return 0
 }
@@ -68,8 +69,9 @@ stop_pids() {
 cluster_pids() {
   local e p mine=" $$ $BASHPID " q=$$ stat
   while [ "$q" -gt 1 ] 2>/dev/null; do
-    read -r stat <"/proc/$q/stat" 2>/dev/null || break
+    read -r stat 2>/dev/null <"/proc/$q/stat" || break
     stat=${stat##*) }
+    # shellcheck disable=SC2086 # the fields after the command name
     set -- $stat
     q=$2
     mine="$mine$q "
@@ -101,7 +103,7 @@ do_stop() {
   # Job tasks and slurmstepd processes of this cluster that outlived their daemons.
   left=$(cluster_pids)
   if [ -n "$left" ]; then
-    log "killing leftover processes of this cluster: $(echo $left)"
+    log "killing leftover processes of this cluster: $(echo "$left" | tr '\n' ' ')"
     for p in $left; do kill -KILL "$p" 2>/dev/null; done
   fi
   return 0

@@ -20,7 +20,8 @@ enum {
   OPT_HIDDEN, OPT_BATCHNORM, OPT_DROPOUT, OPT_MAX_STEPS, OPT_TRAIN_LIMIT, OPT_TEST_LIMIT,
   OPT_NO_SHUFFLE, OPT_DROP_LAST, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_BUCKET_CAP,
   OPT_FIRST_BUCKET_CAP, OPT_NO_OVERLAP, OPT_FIND_UNUSED, OPT_ACCUMULATE, OPT_BUFFERS,
-  OPT_TIMEOUT, OPT_CHECK_COLL, OPT_MODE, OPT_DEVICES, OPT_HELP, OPT_VERSION,
+  OPT_TIMEOUT, OPT_CHECK_COLL, OPT_MODE, OPT_DEVICES, OPT_CKPT_DIR, OPT_CKPT_EVERY, OPT_KEEP,
+  OPT_RESUME, OPT_STOP_AT, OPT_HELP, OPT_VERSION,
 };
 
 static const struct option long_options[] = {
@@ -65,6 +66,11 @@ static const struct option long_options[] = {
     {"check-collectives", no_argument, NULL, OPT_CHECK_COLL},
     {"mode", required_argument, NULL, OPT_MODE},
     {"devices", required_argument, NULL, OPT_DEVICES},
+    {"checkpoint-dir", required_argument, NULL, OPT_CKPT_DIR},
+    {"checkpoint-every", required_argument, NULL, OPT_CKPT_EVERY},
+    {"keep", required_argument, NULL, OPT_KEEP},
+    {"resume", required_argument, NULL, OPT_RESUME},
+    {"stop-at-step", required_argument, NULL, OPT_STOP_AT},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -107,6 +113,12 @@ const char *mpt_cli_usage(void) {
          "  --timeout SEC              deadline of every collective (default 300)\n"
          "  --check-collectives        compare (op, count, dtype) across ranks first\n"
          "  --mode ddp|dp, --devices cpu:K   DP inside each rank (K devices)\n"
+         "checkpoints:\n"
+         "  --checkpoint-dir DIR       write checkpoints here (rank 0; atomic rename)\n"
+         "  --checkpoint-every N|epoch every N optimizer steps, or per epoch (default epoch)\n"
+         "  --keep K                   keep the last K checkpoints (default 3)\n"
+         "  --resume FILE|DIR          continue from a checkpoint (DIR: its latest)\n"
+         "  --stop-at-step N           stop after global step N (checkpointing if on)\n"
          "output:\n"
          "  --threads N                BLAS threads per rank (default: 1 under mpirun)\n"
          "  --metrics-json FILE        per-epoch metrics as JSON\n"
@@ -140,6 +152,7 @@ void mpt_cli_options_default(mpt_cli_options *o) {
   o->accumulate = 1;
   o->timeout_s = 300;
   o->mode = MPT_MODE_SINGLE_OR_DDP;
+  o->keep = 3;
 }
 
 /* ---- value parsers: 0 ok, -1 error (message written) ---- */
@@ -377,6 +390,24 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
         break;
       case OPT_DEVICES:
         r = copy_str(name, a, o->devices, sizeof o->devices, msg, n);
+        break;
+      case OPT_CKPT_DIR:
+        r = copy_str(name, a, o->checkpoint_dir, sizeof o->checkpoint_dir, msg, n);
+        break;
+      case OPT_CKPT_EVERY:
+        if (strcmp(a, "epoch") == 0)
+          o->checkpoint_every = 0;
+        else if (!(r = parse_i64(name, a, 1, INT64_C(1) << 40, &i64, msg, n)))
+          o->checkpoint_every = i64;
+        break;
+      case OPT_KEEP:
+        if (!(r = parse_i64(name, a, 1, 1000000, &i64, msg, n))) o->keep = (int)i64;
+        break;
+      case OPT_RESUME:
+        r = copy_str(name, a, o->resume, sizeof o->resume, msg, n);
+        break;
+      case OPT_STOP_AT:
+        if (!(r = parse_i64(name, a, 1, INT64_C(1) << 40, &i64, msg, n))) o->stop_at_step = i64;
         break;
       case OPT_HELP:
         snprintf(msg, n, "%s", mpt_cli_usage());

@@ -40,6 +40,11 @@ typedef struct mpt_cli_options {
   int check_collectives;
   mpt_cli_mode mode;
   char devices[256];      /* DP device list, "cpu:2" */
+  char checkpoint_dir[4096];
+  int64_t checkpoint_every; /* steps; 0 = at the end of every epoch (when a dir is given) */
+  int keep;                 /* checkpoints kept in the dir */
+  char resume[4096];        /* FILE or DIR ("" = fresh start) */
+  int64_t stop_at_step;     /* stop after this global step (0 = never) */
 } mpt_cli_options;
 
 enum { MPT_CLI_RUN = 0, MPT_CLI_EXIT_OK = 1, MPT_CLI_EXIT_USAGE = 2 };

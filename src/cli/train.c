@@ -22,6 +22,7 @@
 
 #include "cli/metrics.h"
 #include "core/error.h"
+#include "mpitrain/ckpt.h"
 #include "mpitrain/comm.h"
 #include "mpitrain/data.h"
 #include "mpitrain/ddp.h"
@@ -60,6 +61,9 @@ typedef struct trainer {
   int32_t stop_local, stop_global;
   mpt_event *stop_event;
   int preempted;
+  int stopped;            /* --stop-at-step reached */
+  int64_t start_epoch;    /* resume: first epoch to run */
+  int64_t skip_steps;     /* resume: steps of start_epoch already taken */
 } trainer;
 
 static volatile sig_atomic_t sigterm_received = 0;
@@ -297,6 +301,26 @@ static mpt_status check_epoch(trainer *t, int64_t epoch) {
   return st;
 }
 
+/* Writes a checkpoint (rank 0 writes, every rank waits) recording that `step_in_epoch` steps of
+ * `epoch` are done. */
+static mpt_status save_checkpoint(trainer *t, int64_t epoch, int64_t step_in_epoch) {
+  const mpt_cli_options *o = t->o;
+  MPT_RETURN_IF(mpt_stream_synchronize(t->stream, o->timeout_s * 1e3));
+  mpt_ckpt_meta meta = mpt_ckpt_meta_default();
+  meta.epoch = epoch;
+  meta.global_step = t->global_step;
+  meta.step_in_epoch = step_in_epoch;
+  meta.sampler_epoch = epoch;
+  meta.seed = o->seed;
+  meta.world_size = t->world;
+  char path[4200];
+  MPT_RETURN_IF(mpt_ckpt_save_collective(t->comm, o->checkpoint_dir, o->keep, t->model, t->opt,
+                                         &meta, path, sizeof path));
+  mpt_log(MPT_LOG_INFO, "checkpoint %s (epoch %" PRId64 ", global step %" PRId64 ")", path,
+          epoch + 1, t->global_step);
+  return MPT_OK;
+}
+
 static mpt_status run_epoch(trainer *t, int64_t epoch, mpt_epoch_metrics *m) {
   const mpt_cli_options *o = t->o;
   double e0 = mpt_time_ms();
@@ -304,6 +328,16 @@ static mpt_status run_epoch(trainer *t, int64_t epoch, mpt_epoch_metrics *m) {
   MPT_RETURN_IF(mpt_loader_start_epoch(t->train_loader, epoch));
   float sums[3] = {0, 0, 0};
   int64_t step = 0;
+  if (t->skip_steps > 0) { /* resume mid-epoch: the same batches an uninterrupted run used */
+    mpt_batch b;
+    for (int64_t i = 0; i < t->skip_steps * o->accumulate; i++) {
+      int r = mpt_loader_next(t->train_loader, &b);
+      if (r < 0) return (mpt_status)r;
+    }
+    step = t->skip_steps;
+    t->skip_steps = 0;
+  }
+  int interrupted = 0;
   for (; step < t->steps_per_epoch; step++) {
     int ran_out;
     maybe_kill_self(t);
@@ -315,6 +349,17 @@ static mpt_status run_epoch(trainer *t, int64_t epoch, mpt_epoch_metrics *m) {
       t->preempted = 1;
       mpt_log(MPT_LOG_WARN, "SIGTERM received: stopping after step %" PRId64 " (epoch %" PRId64
               ")", t->global_step, epoch + 1);
+    } else if (o->stop_at_step > 0 && t->global_step >= o->stop_at_step) {
+      t->stopped = 1;
+      mpt_log(MPT_LOG_INFO, "stopping after global step %" PRId64 " (--stop-at-step)",
+              t->global_step);
+    }
+    interrupted = t->preempted || t->stopped;
+    int every = o->checkpoint_dir[0] && o->checkpoint_every > 0 &&
+                t->global_step % o->checkpoint_every == 0;
+    if (o->checkpoint_dir[0] && (every || interrupted))
+      MPT_RETURN_IF(save_checkpoint(t, epoch, step + 1));
+    if (interrupted) {
       step++;
       break;
     }
@@ -333,6 +378,15 @@ static mpt_status run_epoch(trainer *t, int64_t epoch, mpt_epoch_metrics *m) {
   m->train_loss = sums[2] > 0 ? sums[0] / sums[2] : NAN;
   m->train_accuracy = sums[2] > 0 ? sums[1] / sums[2] : NAN;
   m->samples_per_sec = train_s > 0 ? sums[2] / train_s : 0;
+  m->test_loss = m->test_accuracy = NAN;
+  if (interrupted) { /* no evaluation of a partial epoch: the time may be short */
+    m->seconds = (mpt_time_ms() - e0) / 1e3;
+    mpt_log(MPT_LOG_INFO,
+            "epoch %3" PRId64 "/%" PRId64 "  interrupted after step %" PRId64 "  train loss %.4f"
+            "  acc %.4f  %8.0f samples/s",
+            m->epoch, o->epochs, step, m->train_loss, m->train_accuracy, m->samples_per_sec);
+    return MPT_OK;
+  }
   MPT_RETURN_IF(evaluate(t, &m->test_loss, &m->test_accuracy));
   m->seconds = (mpt_time_ms() - e0) / 1e3;
   mpt_log(MPT_LOG_INFO,
@@ -340,6 +394,40 @@ static mpt_status run_epoch(trainer *t, int64_t epoch, mpt_epoch_metrics *m) {
           "  %8.0f samples/s  %6.1f s",
           m->epoch, o->epochs, m->train_loss, m->train_accuracy, m->test_loss,
           m->test_accuracy, m->samples_per_sec, m->seconds);
+  if (o->checkpoint_dir[0] && o->checkpoint_every == 0)
+    MPT_RETURN_IF(save_checkpoint(t, epoch + 1, 0));
+  return MPT_OK;
+}
+
+/* --resume: every rank loads the same checkpoint onto its own device, then training continues
+ * from the step after it. */
+static mpt_status resume(trainer *t) {
+  const mpt_cli_options *o = t->o;
+  mpt_ckpt_meta meta;
+  MPT_RETURN_IF(mpt_ckpt_load_collective(t->comm, o->resume, t->model, t->opt, &meta));
+  if (meta.world_size != t->world)
+    return MPT_FAIL(MPT_EMISMATCH,
+                    "checkpoint '%s' was written by %d rank(s), this job has %d: resuming would "
+                    "change the data order (use the same world size)",
+                    o->resume, meta.world_size, t->world);
+  if (meta.seed != o->seed)
+    return MPT_FAIL(MPT_EMISMATCH,
+                    "checkpoint '%s' was written with --seed %" PRIu64 ", this run has %" PRIu64,
+                    o->resume, meta.seed, o->seed);
+  if (meta.step_in_epoch > t->steps_per_epoch)
+    return MPT_FAIL(MPT_EMISMATCH,
+                    "checkpoint '%s' is at step %" PRId64 " of an epoch of %" PRId64
+                    " steps: the batch size or data changed",
+                    o->resume, meta.step_in_epoch, t->steps_per_epoch);
+  t->global_step = meta.global_step;
+  t->start_epoch = meta.epoch;
+  t->skip_steps = meta.step_in_epoch;
+  if (t->skip_steps == t->steps_per_epoch) { /* the epoch's steps were all done */
+    t->start_epoch++;
+    t->skip_steps = 0;
+  }
+  mpt_log(MPT_LOG_INFO, "resumed from %s: epoch %" PRId64 ", global step %" PRId64, o->resume,
+          meta.epoch + 1, meta.global_step);
   return MPT_OK;
 }
 
@@ -502,10 +590,11 @@ static mpt_status train_run(trainer *t) {
 
   t->epochs = calloc((size_t)o->epochs, sizeof *t->epochs);
   if (!t->epochs) return MPT_FAIL(MPT_ENOMEM, "cannot allocate metrics");
-  for (int64_t e = 0; e < o->epochs; e++) {
-    MPT_RETURN_IF(run_epoch(t, e, &t->epochs[e]));
-    t->nepochs = e + 1;
-    if (t->preempted) break;
+  if (o->resume[0]) MPT_RETURN_IF(resume(t));
+  for (int64_t e = t->start_epoch; e < o->epochs; e++) {
+    MPT_RETURN_IF(run_epoch(t, e, &t->epochs[t->nepochs]));
+    t->nepochs++;
+    if (t->preempted || t->stopped) break;
   }
   mpt_step_breakdown bd;
   MPT_RETURN_IF(report_breakdown(t, &bd));
