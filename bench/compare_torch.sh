@@ -31,11 +31,14 @@ usage: bench/compare_torch.sh [options]
   --data synthetic|real  (default synthetic)
   --out DIR              keep every run's output here (default: a temporary folder)
   --json FILE            write the summary as JSON
+  --wait-idle S          before each run, wait up to S seconds for the CPUs to be 90% idle
+                         (shared machines; the idle fraction is recorded either way)
   -h, --help
 EOF
 }
 
 models=mlp,cnn np=2 batch=64 steps=300 threads=1 repeats=3 data=synthetic out="" json=""
+wd=5e-4 # SGD weight decay on both sides (mpitrain's default), momentum 0.9, lr 0.05
 while [ $# -gt 0 ]; do
   case $1 in
     -h|--help) usage; exit 0 ;;
@@ -52,6 +55,7 @@ while [ $# -gt 0 ]; do
     --data) data=$2 ;;
     --out) out=$2 ;;
     --json) json=$2 ;;
+    --wait-idle) MPT_BENCH_WAIT_IDLE_S=$2; export MPT_BENCH_WAIT_IDLE_S ;;
     *) usage >&2; bench_die "unknown option '$1'" ;;
   esac
   shift 2
@@ -79,18 +83,20 @@ OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads
 export OPENBLAS_NUM_THREADS OMP_NUM_THREADS
 
 record() { # impl model repeat rc result command
-  printf '{"impl": "%s", "model": "%s", "np": %s, "batch_size": %s, "threads": %s, "steps": %s, "data": "%s", "repeat": %s, "rc": %s, "result": "%s", "command": "%s"}\n' \
-    "$1" "$2" "$np" "$batch" "$threads" "$steps" "$data" "$3" "$4" "$5" "$6" >>"$manifest"
+  printf '{"impl": "%s", "model": "%s", "np": %s, "batch_size": %s, "threads": %s, "steps": %s, "data": "%s", "repeat": %s, "rc": %s, "result": "%s", "idle_before": %s, "command": "%s"}\n' \
+    "$1" "$2" "$np" "$batch" "$threads" "$steps" "$data" "$3" "$4" "$5" "$_idle" "$6" >>"$manifest"
 }
 
 run_mpitrain() { # model repeat
   _res=$out/mpitrain_$1_r$2.json
   set -- "$1" "$2" train --model "$1" --epochs 2 --max-steps "$steps" --batch-size "$batch" \
-    --threads "$threads" --test-limit 1000 --no-progress --metrics-json "$_res"
+    --threads "$threads" --test-limit 1000 --no-progress --metrics-json "$_res" \
+    --weight-decay "$wd"
   [ "$data" = synthetic ] && set -- "$@" --synthetic
   _m=$1 _r=$2
   shift 2
   rm -f "$_res"
+  _idle=$(bench_wait_idle)
   _launch=$np
   [ "$np" -eq 1 ] && _launch=0
   bench_launch "$_launch" "$MPT_BUILD/mpitrain" "$@" </dev/null >"$out/mpitrain_${_m}_r$_r.log" 2>&1
@@ -106,9 +112,10 @@ run_torch() { # model repeat
   _m=$1 _r=$2
   _res=$out/torch_${_m}_r$_r.json _log=$out/torch_${_m}_r$_r.log
   set -- --model "$_m" --np "$np" --batch-size "$batch" --steps "$steps" --warmup "$steps" \
-    --threads "$threads" --json "$_res" --port $((29500 + (_r * 7 + ${#_m}) % 400))
+    --threads "$threads" --weight-decay "$wd" --json "$_res" --port $((29500 + (_r * 7 + ${#_m}) % 400))
   [ "$data" = synthetic ] && set -- "$@" --synthetic
   rm -f "$_res"
+  _idle=$(bench_wait_idle)
   bench_launch 0 "$PY" "$BENCH_SRCDIR/bench/torch_ref.py" "$@" </dev/null >"$_log" 2>&1
   _rc=$?
   [ "$_rc" -eq 0 ] || { echo "  torch FAILED (exit $_rc):" >&2; tail -3 "$_log" >&2; }

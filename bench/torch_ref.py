@@ -79,7 +79,8 @@ def run(rank, args, result_queue):
     model = make_model(args.model)
     if world > 1:
         model = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb)
-    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9,
+                          weight_decay=args.weight_decay)
     n = x.shape[0]
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(args.seed))
     shard = perm[rank::world]
@@ -117,6 +118,7 @@ def main():
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--weight-decay", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--bucket-cap-mb", type=float, default=25)
     p.add_argument("--data", default=DATA)

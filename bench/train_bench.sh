@@ -43,6 +43,8 @@ usage: bench/train_bench.sh [options]
   --extra "ARGS"         more `mpitrain train` flags, the same for every run
   --out DIR              keep every run's metrics and log here (default: a temporary folder)
   --json FILE            write the summary as JSON
+  --wait-idle S          before each run, wait up to S seconds for the CPUs to be 90% idle
+                         (shared machines; the idle fraction is recorded either way)
   -h, --help
 EOF
 }
@@ -74,6 +76,7 @@ while [ $# -gt 0 ]; do
     --extra) extra=$2; shift ;;
     --out) out=$2; shift ;;
     --json) json=$2; shift ;;
+    --wait-idle) MPT_BENCH_WAIT_IDLE_S=$2; export MPT_BENCH_WAIT_IDLE_S; shift ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; bench_die "unknown option '$1'" ;;
   esac
@@ -148,6 +151,7 @@ run_one() { # mode np devices cap overlap repeat
   rm -f "$_metrics"
   _launch=0
   [ "$_mode" = ddp ] && _launch=$_np
+  _idle=$(bench_wait_idle)
   _t0=$(date +%s)
   OPENBLAS_NUM_THREADS=$threads bench_launch "$_launch" "$MPT_BUILD/mpitrain" "$@" </dev/null >"$_log" 2>&1
   _rc=$?
@@ -160,9 +164,9 @@ run_one() { # mode np devices cap overlap repeat
     echo "  FAILED (exit $_rc), log $_log:" >&2
     tail -5 "$_log" >&2
   fi
-  printf '{"tag": "%s", "model": "%s", "mode": "%s", "np": %s, "devices": "%s", "batch_size": %s, "bucket_cap_mb": "%s", "overlap": "%s", "threads": %s, "steps": %s, "data": "%s", "repeat": %s, "rc": %s, "seconds": %s, "metrics": "%s", "log": "%s", "extra": "%s", "command": "%s"}\n' \
+  printf '{"tag": "%s", "model": "%s", "mode": "%s", "np": %s, "devices": "%s", "batch_size": %s, "bucket_cap_mb": "%s", "overlap": "%s", "threads": %s, "steps": %s, "data": "%s", "repeat": %s, "rc": %s, "seconds": %s, "metrics": "%s", "log": "%s", "extra": "%s", "idle_before": %s, "command": "%s"}\n' \
     "$_tag" "$model" "$_mode" "$_np" "$_dev" "$batch" "$_cap" "$_ov" "$threads" "$steps" \
-    "$data" "$_rep" "$_rc" "$_secs" "$_metrics" "$_log" "$extra" "$_cmd" >>"$manifest"
+    "$data" "$_rep" "$_rc" "$_secs" "$_metrics" "$_log" "$extra" "$_idle" "$_cmd" >>"$manifest"
 }
 
 rep=1

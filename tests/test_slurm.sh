@@ -9,7 +9,8 @@
 #     directly with the same seed;
 #   - bench_sweep.sbatch as a 2-task job array over bucket caps writes one JSON per cap into one
 #     folder named after the array job (and the all-reduce benchmark's JSON when it is built);
-#   - a missing program or data set fails the job with exit code 3 and a message naming it;
+#   - a missing program or data set, or MPT_DEVICE=cuda in a job without GPUs, fails the job with
+#     exit code 3 and a message naming the problem;
 #   - SIGTERM before the time limit (scancel --signal=TERM to the steps; scancel --batch to the
 #     mpirun script's shell) makes the ranks stop together with exit status 75;
 #   - srun --mpi=none (no PMI) fails rather than training 2 independent copies (F14).
@@ -175,6 +176,7 @@ j_mpirun=$(MPT_MPIRUN_FLAGS="--allow-run-as-root --oversubscribe" \
 # Missing inputs: the job fails at once with status 3 and says what is missing.
 j_noprog=$(MPITRAIN=$work/no-such-mpitrain sb train_single_node.sbatch)
 j_nodata=$(MPT_TRAIN_ARGS="--epochs 1" MPT_DATA=$work/no-such-data sb train_single_node.sbatch)
+j_nogpu=$(MPT_DEVICE=cuda sb train_single_node.sbatch)
 # The sweep: a job array of two bucket caps.
 bench=none
 for b in ./mpt_allreduce_bench ./bench/mpt_allreduce_bench; do
@@ -184,9 +186,9 @@ j_sweep=$(MPT_BUCKET_CAPS="1 25" MPT_STEPS=3 MPT_TRAIN_ARGS="--train-limit 512 -
   MPT_ALLREDUCE_BENCH=$bench MPT_BENCH_ARGS="-b 1024 -e 65536 -f 8 -n 3 -w 1 -c 1" \
   sb bench_sweep.sbatch --array=0-1)
 unset MPT_SAVE_PARAMS
-all="$j_single $j_msrun $j_mpirun $j_noprog $j_nodata $j_sweep"
+all="$j_single $j_msrun $j_mpirun $j_noprog $j_nodata $j_nogpu $j_sweep"
 if [ -z "$j_single" ] || [ -z "$j_msrun" ] || [ -z "$j_mpirun" ] || [ -z "$j_noprog" ] ||
-  [ -z "$j_nodata" ] || [ -z "$j_sweep" ]; then
+  [ -z "$j_nodata" ] || [ -z "$j_nogpu" ] || [ -z "$j_sweep" ]; then
   bad "sbatch accepted every job (ids: $all)"
 fi
 # shellcheck disable=SC2086 # a list of ids
@@ -221,6 +223,9 @@ check "missing program: the message names it" \
 check "missing data: exit code 3:0" [ "$(job_field "$j_nodata" ExitCode)" = 3:0 ]
 check "missing data: the message names the folder" \
   has "$work/mpitrain-$j_nodata.out" "not found in '$work/no-such-data'.*MPT_DATA"
+check "cuda without a GPU in the job: exit code 3:0" [ "$(job_field "$j_nogpu" ExitCode)" = 3:0 ]
+check "cuda without a GPU in the job: the message says to ask for GPUs" \
+  has "$work/mpitrain-$j_nogpu.out" "MPT_DEVICE=cuda but the job has no GPU: add --gpus-per-node"
 
 sd=$work/mpitrain-runs/$j_sweep
 for t in 0 1; do

@@ -21,7 +21,7 @@ enum {
   OPT_NO_SHUFFLE, OPT_DROP_LAST, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_BUCKET_CAP,
   OPT_FIRST_BUCKET_CAP, OPT_NO_OVERLAP, OPT_FIND_UNUSED, OPT_ACCUMULATE, OPT_BUFFERS,
   OPT_TIMEOUT, OPT_CHECK_COLL, OPT_MODE, OPT_DEVICES, OPT_CKPT_DIR, OPT_CKPT_EVERY, OPT_KEEP,
-  OPT_RESUME, OPT_STOP_AT, OPT_HELP, OPT_VERSION,
+  OPT_RESUME, OPT_STOP_AT, OPT_SKIP_NONFINITE, OPT_CHECK_REPLICAS, OPT_HELP, OPT_VERSION,
 };
 
 static const struct option long_options[] = {
@@ -71,6 +71,8 @@ static const struct option long_options[] = {
     {"keep", required_argument, NULL, OPT_KEEP},
     {"resume", required_argument, NULL, OPT_RESUME},
     {"stop-at-step", required_argument, NULL, OPT_STOP_AT},
+    {"skip-nonfinite", no_argument, NULL, OPT_SKIP_NONFINITE},
+    {"check-replicas", required_argument, NULL, OPT_CHECK_REPLICAS},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -119,6 +121,12 @@ const char *mpt_cli_usage(void) {
          "  --keep K                   keep the last K checkpoints (default 3)\n"
          "  --resume FILE|DIR          continue from a checkpoint (DIR: its latest)\n"
          "  --stop-at-step N           stop after global step N (checkpointing if on)\n"
+         "faults:\n"
+         "  --skip-nonfinite           skip steps whose averaged gradients are NaN/Inf (every\n"
+         "                             rank skips the same steps); default: stop at the first\n"
+         "                             non-finite loss, naming the step and rank\n"
+         "  --check-replicas N         every N steps compare a CRC-32 of the parameters across\n"
+         "                             ranks and name the first rank whose replica diverged\n"
          "output:\n"
          "  --threads N                BLAS threads per rank (default: 1 under mpirun)\n"
          "  --metrics-json FILE        per-epoch metrics as JSON\n"
@@ -405,6 +413,12 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
         break;
       case OPT_RESUME:
         r = copy_str(name, a, o->resume, sizeof o->resume, msg, n);
+        break;
+      case OPT_SKIP_NONFINITE:
+        o->skip_nonfinite = 1;
+        break;
+      case OPT_CHECK_REPLICAS:
+        if (!(r = parse_i64(name, a, 1, INT64_C(1) << 40, &i64, msg, n))) o->check_replicas = i64;
         break;
       case OPT_STOP_AT:
         if (!(r = parse_i64(name, a, 1, INT64_C(1) << 40, &i64, msg, n))) o->stop_at_step = i64;

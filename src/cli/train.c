@@ -19,6 +19,7 @@
 #include <string.h>
 #include <signal.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "cli/metrics.h"
 #include "core/error.h"
@@ -64,6 +65,8 @@ typedef struct trainer {
   int stopped;            /* --stop-at-step reached */
   int64_t start_epoch;    /* resume: first epoch to run */
   int64_t skip_steps;     /* resume: steps of start_epoch already taken */
+  int64_t skipped_nonfinite; /* --skip-nonfinite: optimizer steps skipped */
+  int step_nonfinite;     /* a micro-batch of the running step had a non-finite loss */
 } trainer;
 
 static volatile sig_atomic_t sigterm_received = 0;
@@ -172,6 +175,48 @@ static mpt_status evaluate(trainer *t, double *loss_out, double *acc_out) {
   return MPT_OK;
 }
 
+/* Fault injection for the tests: MPT_TEST_NAN_RANK=r and MPT_TEST_NAN_STEP=s put a NaN into
+ * rank r's first micro-batch of global step s. */
+static void maybe_poison(trainer *t, mpt_batch *b, int k) {
+  const char *r = getenv("MPT_TEST_NAN_RANK"), *s = getenv("MPT_TEST_NAN_STEP");
+  if (k == 0 && r && s && atoi(r) == t->rank && atoll(s) == t->global_step)
+    ((float *)b->images.data)[0] = NAN;
+}
+
+/* Fault injection for the tests: MPT_TEST_PERTURB_RANK=r and MPT_TEST_PERTURB_STEP=s change one
+ * parameter of rank r after global step s, so that its replica diverges. */
+static void maybe_perturb(trainer *t) {
+  const char *r = getenv("MPT_TEST_PERTURB_RANK"), *s = getenv("MPT_TEST_PERTURB_STEP");
+  if (r && s && atoi(r) == t->rank && atoll(s) == t->global_step)
+    mpt_model_params(t->model)[0] += 1e-3f;
+}
+
+/* --check-replicas: a CRC-32 of the parameter bytes, all-gathered; names the first rank whose
+ * replica differs from rank 0's. */
+static mpt_status check_replicas(trainer *t) {
+  if (t->world == 1) return MPT_OK;
+  uLong crc = crc32(0L, Z_NULL, 0);
+  const unsigned char *p = (const unsigned char *)mpt_model_params(t->model);
+  size_t left = (size_t)mpt_model_param_count(t->model) * sizeof(float);
+  while (left > 0) {
+    uInt chunk = left > (1u << 30) ? (1u << 30) : (uInt)left;
+    crc = crc32(crc, p, chunk);
+    p += chunk;
+    left -= chunk;
+  }
+  int32_t mine = (int32_t)(uint32_t)crc, *all = malloc(sizeof(int32_t) * (size_t)t->world);
+  if (!all) return MPT_FAIL(MPT_ENOMEM, "cannot allocate the replica check");
+  mpt_status st = mpt_comm_allgather_sync(t->comm, &mine, all, 1, MPT_I32);
+  for (int r = 1; st == MPT_OK && r < t->world; r++)
+    if (all[r] != all[0])
+      st = MPT_FAIL(MPT_EMISMATCH,
+                    "replicas diverged after step %" PRId64 ": rank %d's parameters (CRC-32 "
+                    "%08x) differ from rank 0's (%08x)",
+                    t->global_step, r, (unsigned)all[r], (unsigned)all[0]);
+  free(all);
+  return st;
+}
+
 /* One optimizer step over K micro-batches. Returns MPT_LOADER_END-like 1 when the epoch ran
  * out of batches before the step could start. */
 static mpt_status train_step(trainer *t, float *sums, int *ran_out) {
@@ -192,16 +237,23 @@ static mpt_status train_step(trainer *t, float *sums, int *ran_out) {
     if (t->ddp) MPT_RETURN_IF(mpt_ddp_sync_buffers(t->ddp));
     uint64_t seed = o->seed * 1000003u + (uint64_t)t->global_step * 131u + (uint64_t)k +
                     (uint64_t)t->rank * 7919u;
-    if (t->dp) { /* forward + loss + backward on every device, reduced onto the first */
+    if (t->dp) {
+      maybe_poison(t, &b, k); /* forward + loss + backward on every device, reduced onto the first */
       float l;
       int64_t correct = 0;
       int64_t shape[4] = {b.count, b.images.shape[1], b.images.shape[2], b.images.shape[3]};
       mpt_tensor x = mpt_tensor_view(b.images.data, mpt_device_cpu(), MPT_F32, 4, shape);
       mpt_tensor y = mpt_tensor_view(b.labels.data, mpt_device_cpu(), MPT_I32, 1, shape);
       MPT_RETURN_IF(mpt_dp_step(t->dp, &x, &y, 1.0f / (float)K, seed, &l, &correct));
-      if (!isfinite(l))
-        return MPT_FAIL(MPT_ENONFINITE, "non-finite loss %g at step %" PRId64 " on rank %d",
+      if (!isfinite(l) && !o->skip_nonfinite)
+        return MPT_FAIL(MPT_ENONFINITE,
+                        "non-finite loss %g at step %" PRId64 " on rank %d (--skip-nonfinite "
+                        "skips such steps)",
                         (double)l, t->global_step, t->rank);
+      if (!isfinite(l)) {
+        t->step_nonfinite = 1;
+        l = 0;
+      }
       sums[0] += l * (float)b.count;
       sums[1] += (float)correct;
       sums[2] += (float)b.count;
@@ -209,16 +261,23 @@ static mpt_status train_step(trainer *t, float *sums, int *ran_out) {
       fwd += f1 - f0; /* DP: forward and backward together */
       continue;
     }
+    maybe_poison(t, &b, k);
     mpt_tape_reset(t->tape, seed);
     mpt_var *logits, *loss;
     mpt_tensor labels;
     MPT_RETURN_IF(forward_batch(t, &b, b.count, &logits, &loss, &labels));
     float l;
     MPT_RETURN_IF(mpt_var_item(t->tape, loss, &l));
-    if (!isfinite(l))
-      return MPT_FAIL(MPT_ENONFINITE, "non-finite loss %g at step %" PRId64 " (epoch %" PRId64
-                                      ", micro-batch %d) on rank %d",
+    if (!isfinite(l) && !o->skip_nonfinite)
+      return MPT_FAIL(MPT_ENONFINITE,
+                      "non-finite loss %g at step %" PRId64 " (epoch %" PRId64
+                      ", micro-batch %d) on rank %d (--skip-nonfinite skips such steps)",
                       (double)l, t->global_step, b.epoch + 1, k, t->rank);
+
+    if (!isfinite(l)) {
+      t->step_nonfinite = 1;
+      l = 0;
+    }
     int64_t correct = 0;
     MPT_RETURN_IF(mpt_op_count_correct(t->stream, mpt_var_value(logits)->data, labels.data,
                                        b.count, mpt_var_value(logits)->shape[1], &correct));
@@ -244,9 +303,25 @@ static mpt_status train_step(trainer *t, float *sums, int *ran_out) {
     t->sum_dp_allreduce += mpt_time_ms() - c0;
   }
   double o0 = mpt_time_ms();
-  float lr = mpt_lr_at(&t->schedule, o->optim.lr, t->global_step);
-  MPT_RETURN_IF(mpt_optimizer_step(t->opt, t->stream, mpt_model_params(t->model),
-                                   mpt_model_grads(t->model), lr));
+  int skip = 0;
+  if (o->skip_nonfinite) {
+    /* The gradients are averaged over ranks and bit-identical everywhere, and NaN/Inf survive
+     * the average: every rank takes the same decision without another collective. */
+    int nonfinite = 0;
+    MPT_RETURN_IF(mpt_op_check_finite(t->stream, mpt_model_grads(t->model),
+                                      mpt_model_param_count(t->model), &nonfinite));
+    skip = nonfinite || (t->world == 1 && t->step_nonfinite);
+  }
+  t->step_nonfinite = 0;
+  if (skip) {
+    t->skipped_nonfinite++;
+    mpt_log(MPT_LOG_WARN, "step %" PRId64 ": non-finite gradients, optimizer step skipped (%" PRId64
+            " so far)", t->global_step, t->skipped_nonfinite);
+  } else {
+    float lr = mpt_lr_at(&t->schedule, o->optim.lr, t->global_step);
+    MPT_RETURN_IF(mpt_optimizer_step(t->opt, t->stream, mpt_model_params(t->model),
+                                     mpt_model_grads(t->model), lr));
+  }
   MPT_RETURN_IF(mpt_stream_synchronize(t->stream, o->timeout_s * 1e3));
   double o1 = mpt_time_ms();
   if (t->trace) mpt_trace_add(t->trace, "optimizer", 0, o0, o1 - o0, t->global_step);
@@ -345,6 +420,9 @@ static mpt_status run_epoch(trainer *t, int64_t epoch, mpt_epoch_metrics *m) {
     MPT_RETURN_IF(train_step(t, sums, &ran_out));
     MPT_RETURN_IF(stop_vote_finish(t));
     if (ran_out) break;
+    maybe_perturb(t);
+    if (o->check_replicas > 0 && t->global_step % o->check_replicas == 0)
+      MPT_RETURN_IF(check_replicas(t));
     if (t->stop_global) {
       t->preempted = 1;
       mpt_log(MPT_LOG_WARN, "SIGTERM received: stopping after step %" PRId64 " (epoch %" PRId64
@@ -596,6 +674,9 @@ static mpt_status train_run(trainer *t) {
     t->nepochs++;
     if (t->preempted || t->stopped) break;
   }
+  if (o->skip_nonfinite)
+    mpt_log(MPT_LOG_INFO, "%" PRId64 " optimizer step(s) skipped for non-finite gradients",
+            t->skipped_nonfinite);
   mpt_step_breakdown bd;
   MPT_RETURN_IF(report_breakdown(t, &bd));
   if (o->save_params[0]) MPT_RETURN_IF(save_params(t, o->save_params));

@@ -185,22 +185,30 @@ fail:
   return st;
 }
 
-/* Records the stream's sync event and polls it. A device error found here marks the stream
- * failed; a missed deadline does not (the work may still finish). */
-static mpt_status stream_wait_all(mpt_stream *s, double timeout_ms, const char *what) {
+/* Records the stream's sync event and polls it: MPT_ETIMEOUT when the deadline passed (the
+ * stream is not marked: the work may still finish); a device error found here marks the stream
+ * failed. Does not look at the sticky status. */
+static mpt_status stream_poll(mpt_stream *s, double timeout_ms, const char *what) {
   const int dev = s->h.device.index;
   MPT_RETURN_IF(mpt__cuda_use(dev));
   MPT_CUDA_RETURN_IF(cudaEventRecord(s->sync_event, s->cs), dev);
   const mpt_status st = mpt__cuda_poll_event(s->sync_event, dev, timeout_ms, what);
   if (st != MPT_OK && st != MPT_ETIMEOUT) stream_fail(s, st, mpt_last_error());
-  if (st != MPT_OK) return st;
+  return st;
+}
+
+/* Drains the stream, then returns its sticky status. */
+static mpt_status stream_wait_all(mpt_stream *s, double timeout_ms, const char *what) {
+  MPT_RETURN_IF(stream_poll(s, timeout_ms, what));
   return stream_raise(s);
 }
 
 void mpt__cuda_stream_free(mpt_stream *s) {
   if (!s) return;
   const int dev = s->h.device.index;
-  const mpt_status st = stream_wait_all(s, STREAM_FREE_TIMEOUT_MS, "stream drain before free");
+  /* Only the drain's own deadline counts here: a stream that failed earlier (even with
+   * MPT_ETIMEOUT, sticky) and has drained is freed. */
+  const mpt_status st = stream_poll(s, STREAM_FREE_TIMEOUT_MS, "stream drain before free");
   mpt__cuda_alloc_remove_stream(dev, s);
   if (st == MPT_ETIMEOUT) {
     MPT_LOG_ERR("mpt_stream_free: a cuda:%d stream still has work after %.0f ms; leaking it "

@@ -40,10 +40,13 @@ src/core/cuda/kernels_norm.lo src/core/cuda/kernels_loss.lo: $(NVCC_KERNEL_DEPS)
 src/core/cuda/kernels_optim.lo: $(NVCC_KERNEL_DEPS)
 
 if HAVE_CHECK
-check_PROGRAMS += tests/test_cuda_ops
-TESTS += tests/test_cuda_ops
+check_PROGRAMS += tests/test_cuda_ops tests/test_cuda_stream
+TESTS += tests/test_cuda_ops tests/test_cuda_stream
 tests_test_cuda_ops_SOURCES = tests/test_cuda_ops.c
 tests_test_cuda_ops_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_cuda_ops_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+tests_test_cuda_stream_SOURCES = tests/test_cuda_stream.c
+tests_test_cuda_stream_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_cuda_stream_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 endif
 endif

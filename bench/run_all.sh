@@ -1,0 +1,91 @@
+#!/bin/sh
+# bench/run_all.sh: every benchmark of the harness at small scale, into one folder (default
+# bench/results), with each tool's text output next to its JSON, then the plots. This is the
+# command behind the checked-in results (bench/results/README.md). A few minutes on 2 CPUs.
+#
+#   bench/run_all.sh [--build DIR] [--out DIR] [--runs DIR] [--np W] [--repeats R] [--wait-idle S]
+#
+# --runs DIR keeps every run's metrics, logs and the manifests (default: a temporary folder);
+# the traces the scaling model reads are kept in --out.
+# --wait-idle S: on a shared machine, each run first waits up to S seconds for the CPUs to be
+# 90% idle (the idle fraction before each run is recorded in the manifests either way).
+set -u
+. "$(dirname "$0")/bench_lib.sh"
+
+out=$BENCH_SRCDIR/bench/results runs="" np=2 repeats=3
+while [ $# -gt 0 ]; do
+  [ $# -ge 2 ] || bench_die "$1 needs a value"
+  case $1 in
+    --build) MPT_BUILD=$2 ;;
+    --out) out=$2 ;;
+    --runs) runs=$2 ;;
+    --np) np=$2 ;;
+    --repeats) repeats=$2 ;;
+    --wait-idle) MPT_BENCH_WAIT_IDLE_S=$2; export MPT_BENCH_WAIT_IDLE_S ;;
+    *) bench_die "unknown option '$1'" ;;
+  esac
+  shift 2
+done
+bench_find_build
+export MPT_BUILD
+[ -n "$runs" ] || runs=$(mktemp -d "${TMPDIR:-/tmp}/mpt_run_all.XXXXXX")
+mkdir -p "$out" "$runs" || bench_die "cannot create $out or $runs"
+echo "results in $out, runs in $runs" >&2
+B=$BENCH_SRCDIR/bench
+PY=$(bench_python)
+step() { echo "== $*" >&2; }
+
+ar() { # name args...: mpt_allreduce_bench with np ranks, text + JSON
+  _name=$1
+  shift
+  bench_wait_idle >/dev/null
+  bench_launch "$np" "$MPT_BUILD/mpt_allreduce_bench" "$@" --json "$out/$_name.json" \
+    </dev/null | tee "$out/$_name.txt"
+}
+
+step "all-reduce, $np ranks: comm layer defaults (confirm_collectives on)"
+ar allreduce_np$np -b 8 -e 64M -f 2 -n 20 -w 5 -R "$repeats"
+step "all-reduce, $np ranks: confirm_collectives off"
+ar allreduce_np${np}_noconfirm -b 8 -e 64M -f 4 -n 20 -w 5 -R "$repeats" --confirm 0
+step "all-reduce, $np ranks: raw side MPI_Iallreduce (the comm layer's own MPI path)"
+ar allreduce_np${np}_rawi -b 8 -e 64M -f 4 -n 20 -w 5 -R "$repeats" --raw iallreduce
+step "all-reduce, $np ranks: libnbc's recursive doubling for MPI_Iallreduce"
+MPT_BENCH_MPIRUN_ARGS="--bind-to none --mca coll_libnbc_iallreduce_algorithm 4" \
+  ar allreduce_np${np}_libnbc4 -b 8 -e 64M -f 4 -n 20 -w 5 -R "$repeats"
+
+step "training: ranks 1, $np, $((2 * np)) (mlp, batch 64 per rank)"
+"$B/train_bench.sh" --sweep-ranks "1,$np,$((2 * np))" --steps 200 --repeats "$repeats" \
+  --out "$runs/ranks" --json "$out/train_ranks.json" | tee "$out/train_ranks.txt"
+step "training: bucket caps (mlp 784-1024x4-10, 16 MiB of gradients), overlap on and off"
+"$B/train_bench.sh" --sweep-buckets 0.25,1,4,16,100 --overlap both --np "$np" --steps 50 \
+  --repeats "$repeats" --extra "--hidden 1024,1024,1024,1024" --out "$runs/buckets" \
+  --json "$out/train_buckets.json" | tee "$out/train_buckets.txt"
+step "training: DP inside one process (--mode dp --devices cpu:$np)"
+"$B/train_bench.sh" --mode dp --devices "cpu:$np" --steps 200 --repeats "$repeats" \
+  --out "$runs/dp" --json "$out/train_dp.json" | tee "$out/train_dp.txt"
+
+step "mpitrain against PyTorch DDP (gloo), $np ranks"
+"$B/compare_torch.sh" --model mlp --np "$np" --steps 300 --repeats "$repeats" \
+  --out "$runs/torch_mlp" --json "$out/compare_torch_mlp.json" | tee "$out/compare_torch_mlp.txt"
+"$B/compare_torch.sh" --model cnn --np "$np" --steps 60 --repeats "$repeats" \
+  --out "$runs/torch_cnn" --json "$out/compare_torch_cnn.json" | tee "$out/compare_torch_cnn.txt"
+
+step "scaling model: traces of 1 and $np ranks"
+for m in mlp cnn; do
+  s=200
+  [ "$m" = cnn ] && s=40
+  set -- train --model "$m" --synthetic --epochs 2 --max-steps "$s" --test-limit 1000 \
+    --threads 1 --no-progress
+  bench_wait_idle >/dev/null
+  bench_launch 0 "$MPT_BUILD/mpitrain" "$@" --trace "$out/trace_${m}_np1.json" </dev/null \
+    >/dev/null 2>&1 || bench_die "the 1-rank trace run of $m failed"
+  bench_wait_idle >/dev/null
+  bench_launch "$np" "$MPT_BUILD/mpitrain" "$@" --trace "$out/trace_${m}_np$np.json" \
+    </dev/null >/dev/null 2>&1 || bench_die "the $np-rank trace run of $m failed"
+  "$PY" "$B/scaling_model.py" --model "$m" --trace1 "$out/trace_${m}_np1.json" \
+    --trace2 "$out/trace_${m}_np$np.json" --allreduce "$out/allreduce_np$np.json" \
+    --json "$out/scaling_$m.json" | tee "$out/scaling_$m.txt"
+done
+
+step "plots"
+"$B/plot.sh" --in "$out" --out "$out"
