@@ -11,7 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 packages=(build-essential autoconf automake libtool pkg-config openmpi-bin libopenmpi-dev
-          libopenblas-dev zlib1g-dev check dataset-fashion-mnist)
+          libopenblas-dev zlib1g-dev check dataset-fashion-mnist
+          slurmctld slurmd slurm-client munge)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -738,6 +738,7 @@ int mpt_cli_train(const mpt_cli_options *o) {
   sa.sa_handler = on_sigterm;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGUSR1, &sa, NULL); /* mpirun forwards USR1/USR2 to every rank, not TERM */
   st = train_run(&t);
   if (st != MPT_OK) {
     mpt_log(MPT_LOG_ERROR, "%s: %s", mpt_status_message(st), mpt_last_error());
