@@ -24,6 +24,8 @@
 #include "mpitrain.h"
 
 #define FUZZ_MAX_SCRATCH 4
+/* Not every includer uses every helper. */
+#define FUZZ_UNUSED __attribute__((unused))
 
 typedef struct fuzz_scratch {
   int fd;         /* open read-write; the content is replaced by fuzz_scratch_write */
@@ -47,7 +49,7 @@ static void fuzz_fail(const char *fmt, ...) {
   abort();
 }
 
-static void fuzz_cleanup(void) {
+FUZZ_UNUSED static void fuzz_cleanup(void) {
   for (int i = 0; i < fuzz_ntmpfiles; i++) unlink(fuzz_tmpfiles[i]);
   fuzz_ntmpfiles = 0;
   if (fuzz_tmpdir[0]) rmdir(fuzz_tmpdir);
@@ -56,7 +58,7 @@ static void fuzz_cleanup(void) {
 
 /* Opens scratch file `name` (a short word). Aborts when neither a memfd nor a temporary file
  * can be made: the target cannot run at all then. */
-static void fuzz_scratch_open(fuzz_scratch *s, const char *name) {
+FUZZ_UNUSED static void fuzz_scratch_open(fuzz_scratch *s, const char *name) {
 #ifdef MFD_CLOEXEC
   s->fd = memfd_create(name, MFD_CLOEXEC);
   if (s->fd >= 0) {
@@ -90,7 +92,7 @@ static void fuzz_scratch_open(fuzz_scratch *s, const char *name) {
 }
 
 /* Replaces the scratch file's content by data[size]. */
-static void fuzz_scratch_write(fuzz_scratch *s, const void *data, size_t size) {
+FUZZ_UNUSED static void fuzz_scratch_write(fuzz_scratch *s, const void *data, size_t size) {
   if (ftruncate(s->fd, 0) != 0) fuzz_fail("ftruncate %s: %s", s->path, strerror(errno));
   const uint8_t *p = data;
   size_t done = 0;
@@ -106,7 +108,7 @@ static void fuzz_scratch_write(fuzz_scratch *s, const void *data, size_t size) {
 
 /* a.weight [4, 3], a.bias [4], b.weight [2, 4]; buffers bn.mean [4], bn.var [4]. NULL on
  * failure (which cannot happen short of running out of memory). */
-static mpt_model *fuzz_ckpt_model(void) {
+FUZZ_UNUSED static mpt_model *fuzz_ckpt_model(void) {
   mpt_model *m = NULL;
   int idx;
   int64_t aw[2] = {4, 3}, ab[1] = {4}, bw[2] = {2, 4};
@@ -125,7 +127,7 @@ static mpt_model *fuzz_ckpt_model(void) {
 
 /* An optimizer over fuzz_ckpt_model's parameters: SGD with momentum 0.9 (one state buffer) or
  * AdamW (two). */
-static mpt_optimizer *fuzz_ckpt_optimizer(mpt_model *m, mpt_optim_kind kind) {
+FUZZ_UNUSED static mpt_optimizer *fuzz_ckpt_optimizer(mpt_model *m, mpt_optim_kind kind) {
   mpt_optimizer_config cfg = mpt_optimizer_config_default();
   cfg.kind = kind;
   cfg.lr = 0.05f;

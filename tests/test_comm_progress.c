@@ -1,6 +1,7 @@
 /* Tests of the comm layer's progress modes and deadlines (include/mpitrain/comm.h "Progress"):
- * the mode agreed across ranks, mpt_comm_describe_inflight, the blocking mode's deadline kept by
- * the synchronous wrappers, and mpt_stream_abandon (core.h) on which mpt_comm_free relies.
+ * the mode agreed across ranks, mpt_comm_describe_inflight, the deadline kept by the waiters (the
+ * synchronous wrappers and mpt_comm_wait_event) in blocking mode, mpt_comm_wait_event in polling
+ * mode, and mpt_stream_abandon (core.h) on which mpt_comm_free relies.
  *
  * Two ways to run it, both under mpirun (CK_NOFORK: MPI and fork do not mix):
  *   - no argument: the Check suite (tests/test_comm_progress_np2.sh, _np3.sh). Collectives
@@ -125,7 +126,11 @@ START_TEST(test_progress_describe_inflight_names_the_running_collective) {
       ck_assert_int_eq(mpt_comm_barrier_sync(g_comm), MPT_OK);
       ck_assert_int_eq(mpt_comm_allreduce(c, NULL, x, x, N, MPT_F32, MPT_REDUCE_SUM), MPT_OK);
     }
-    ck_assert_int_eq(sync_stream(mpt_comm_stream(c)), MPT_OK);
+    mpt_event *ev;
+    ck_assert_int_eq(mpt_event_init(&ev, mpt_device_cpu()), MPT_OK);
+    ck_assert_int_eq(mpt_event_record(ev, mpt_comm_stream(c)), MPT_OK);
+    ck_assert_int_eq(mpt_comm_wait_event(c, ev), MPT_OK);
+    mpt_event_free(ev);
     ck_assert_int_eq(mpt_comm_describe_inflight(c, buf, sizeof buf), MPT_OK);
     ck_assert_str_eq(buf, "no collective in flight");
     float scale = (float)(world * (world + 1) / 2);
@@ -138,43 +143,91 @@ START_TEST(test_progress_describe_inflight_names_the_running_collective) {
 }
 END_TEST
 
-/* Blocking mode, deadline 1 s: rank 0's synchronous all-reduce gets no peer in time. The wrapper
- * (not the worker, which sits in MPI_Allreduce) returns MPT_ETIMEOUT with the polling mode's
- * words, not before the deadline; the comm is unusable; the collective is still described as
- * running. The peers then come (without agreement, which rank 0 no longer joins): their
- * all-reduce completes with the exact sum, rank 0's worker leaves MPI and stops, and the comm is
- * freed normally (the final mpt_comm_finalize would refuse if it had been abandoned). */
-START_TEST(test_progress_blocking_sync_wrapper_keeps_the_deadline_and_names_the_collective) {
-  mpt_comm *c = new_comm(1000, 1, 0);
-  ck_assert_int_eq(mpt_comm_blocking(c), 1);
-  float x[4];
-  for (int i = 0; i < 4; i++) x[i] = (float)(10 * rank + i);
-  char buf[256];
+/* Blocking mode, deadline 1 s: rank 0's all-reduce gets no peer in time. The waiter (not the
+ * worker, which sits in MPI_Allreduce) returns MPT_ETIMEOUT with the polling mode's words, not
+ * before the deadline; the comm is unusable; the collective is still described as running. The
+ * peers then come (without agreement, which rank 0 no longer joins): their all-reduce completes
+ * with the exact sum, rank 0's worker leaves MPI and stops, and the comm is freed normally (the
+ * final mpt_comm_finalize would refuse if it had been abandoned). Two waiters: the synchronous
+ * wrapper, and mpt_comm_wait_event on an event recorded after an asynchronous all-reduce. */
+START_TEST(test_progress_blocking_waiters_keep_the_deadline_and_name_the_collective) {
+  for (int waiter = 0; waiter < 2; waiter++) {
+    mpt_comm *c = new_comm(1000, 1, 0);
+    ck_assert_int_eq(mpt_comm_blocking(c), 1);
+    float x[4];
+    for (int i = 0; i < 4; i++) x[i] = (float)(10 * rank + i);
+    char buf[256];
+    if (rank == 0) {
+      mpt_event *ev;
+      ck_assert_int_eq(mpt_event_init(&ev, mpt_device_cpu()), MPT_OK);
+      double t0 = mpt_time_ms();
+      mpt_status st;
+      if (waiter == 0) {
+        st = mpt_comm_allreduce_sync(c, x, x, 4, MPT_F32, MPT_REDUCE_SUM);
+      } else {
+        ck_assert_int_eq(mpt_comm_allreduce(c, NULL, x, x, 4, MPT_F32, MPT_REDUCE_SUM), MPT_OK);
+        ck_assert_int_eq(mpt_event_record(ev, mpt_comm_stream(c)), MPT_OK);
+        st = mpt_comm_wait_event(c, ev);
+      }
+      double waited = mpt_time_ms() - t0;
+      ck_assert_int_eq(st, MPT_ETIMEOUT);
+      ck_assert_msg(strstr(mpt_last_error(), "all-reduce #0 (count 4 float32 sum) did not "
+                                             "complete within 1 s on rank 0") != NULL,
+                    "waiter %d: detail: %s", waiter, mpt_last_error());
+      ck_assert_msg(waited >= 999.0, "returned after %.1f ms, before the 1 s deadline", waited);
+      ck_assert_int_eq(mpt_comm_error(c), MPT_ETIMEOUT);
+      ck_assert_int_eq(mpt_comm_barrier(c, NULL), MPT_ETIMEOUT);
+      ck_assert_ptr_nonnull(strstr(mpt_last_error(), "unusable"));
+      ck_assert_int_eq(mpt_comm_describe_inflight(c, buf, sizeof buf), MPT_OK);
+      double s = running_for(buf, "all-reduce #0 (count 4 float32 sum) running for ");
+      ck_assert(s >= 0.9);
+      ck_assert_int_eq(mpt_comm_barrier_sync(g_comm), MPT_OK); /* release the peers */
+      await_inflight(c, 0, buf, sizeof buf);                    /* the worker left MPI */
+      if (waiter == 1) { /* the worker stopped at the failure: the event completes with it */
+        ck_assert_int_eq(mpt_event_synchronize(ev, 60000), MPT_ETIMEOUT);
+        ck_assert_ptr_nonnull(strstr(mpt_last_error(), "unusable"));
+      }
+      mpt_event_free(ev);
+    } else {
+      ck_assert_int_eq(mpt_comm_barrier_sync(g_comm), MPT_OK);
+      ck_assert_int_eq(mpt_comm_allreduce(c, NULL, x, x, 4, MPT_F32, MPT_REDUCE_SUM), MPT_OK);
+      ck_assert_int_eq(sync_stream(mpt_comm_stream(c)), MPT_OK);
+      for (int i = 0; i < 4; i++)
+        ck_assert_float_eq(x[i], (float)(10 * world * (world - 1) / 2 + world * i));
+    }
+    mpt_comm_free(c);
+  }
+}
+END_TEST
+
+/* mpt_comm_wait_event in polling mode, deadline 1 s, rank 0 alone in an all-reduce: the worker
+ * keeps the deadline, the event completes with its MPT_ETIMEOUT and the same words, and the
+ * wait returns that. Without a timeout it returns the event's status (MPT_OK). */
+START_TEST(test_progress_wait_event_in_polling_mode_returns_the_workers_timeout) {
+  mpt_comm *c = new_comm(1000, 0, 1);
+  ck_assert_int_eq(mpt_comm_blocking(c), 0);
+  mpt_event *ev;
+  ck_assert_int_eq(mpt_event_init(&ev, mpt_device_cpu()), MPT_OK);
+  ck_assert_int_eq(mpt_comm_wait_event(NULL, ev), MPT_EINVAL);
+  ck_assert_int_eq(mpt_comm_wait_event(c, NULL), MPT_EINVAL);
+  int32_t v = rank + 1;
+  ck_assert_int_eq(mpt_comm_allreduce(c, NULL, &v, &v, 1, MPT_I32, MPT_REDUCE_MAX), MPT_OK);
+  ck_assert_int_eq(mpt_event_record(ev, mpt_comm_stream(c)), MPT_OK);
+  ck_assert_int_eq(mpt_comm_wait_event(c, ev), MPT_OK);
+  ck_assert_int_eq(v, world);
   if (rank == 0) {
-    double t0 = mpt_time_ms();
-    mpt_status st = mpt_comm_allreduce_sync(c, x, x, 4, MPT_F32, MPT_REDUCE_SUM);
-    double waited = mpt_time_ms() - t0;
-    ck_assert_int_eq(st, MPT_ETIMEOUT);
-    ck_assert_msg(strstr(mpt_last_error(), "all-reduce #0 (count 4 float32 sum) did not complete "
+    float x[4] = {1, 2, 3, 4};
+    ck_assert_int_eq(mpt_comm_allreduce(c, NULL, x, x, 4, MPT_F32, MPT_REDUCE_SUM), MPT_OK);
+    ck_assert_int_eq(mpt_event_record(ev, mpt_comm_stream(c)), MPT_OK);
+    ck_assert_int_eq(mpt_comm_wait_event(c, ev), MPT_ETIMEOUT);
+    ck_assert_msg(strstr(mpt_last_error(), "all-reduce #1 (count 4 float32 sum) did not complete "
                                            "within 1 s on rank 0") != NULL,
                   "detail: %s", mpt_last_error());
-    ck_assert_msg(waited >= 999.0, "returned after %.1f ms, before the 1 s deadline", waited);
     ck_assert_int_eq(mpt_comm_error(c), MPT_ETIMEOUT);
-    ck_assert_int_eq(mpt_comm_barrier(c, NULL), MPT_ETIMEOUT);
-    ck_assert_ptr_nonnull(strstr(mpt_last_error(), "unusable"));
-    ck_assert_int_eq(mpt_comm_describe_inflight(c, buf, sizeof buf), MPT_OK);
-    double s = running_for(buf, "all-reduce #0 (count 4 float32 sum) running for ");
-    ck_assert(s >= 0.9);
-    ck_assert_int_eq(mpt_comm_barrier_sync(g_comm), MPT_OK); /* release the peers */
-    await_inflight(c, 0, buf, sizeof buf);                    /* the worker left MPI */
-  } else {
-    ck_assert_int_eq(mpt_comm_barrier_sync(g_comm), MPT_OK);
-    ck_assert_int_eq(mpt_comm_allreduce(c, NULL, x, x, 4, MPT_F32, MPT_REDUCE_SUM), MPT_OK);
-    ck_assert_int_eq(sync_stream(mpt_comm_stream(c)), MPT_OK);
-    for (int i = 0; i < 4; i++)
-      ck_assert_float_eq(x[i], (float)(10 * world * (world - 1) / 2 + world * i));
   }
+  mpt_event_free(ev);
   mpt_comm_free(c);
+  ck_assert_int_eq(mpt_comm_barrier_sync(g_comm), MPT_OK);
 }
 END_TEST
 
@@ -287,7 +340,8 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, test_progress_default_is_blocking_and_polling_wins_when_any_rank_asks);
   tcase_add_test(tc, test_progress_describe_inflight_rejects_bad_arguments_and_cuts_long_text);
   tcase_add_test(tc, test_progress_describe_inflight_names_the_running_collective);
-  tcase_add_test(tc, test_progress_blocking_sync_wrapper_keeps_the_deadline_and_names_the_collective);
+  tcase_add_test(tc, test_progress_blocking_waiters_keep_the_deadline_and_name_the_collective);
+  tcase_add_test(tc, test_progress_wait_event_in_polling_mode_returns_the_workers_timeout);
   tcase_add_test(tc, test_progress_abandoned_stream_runs_nothing_more);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

@@ -180,7 +180,7 @@ static int drain_blocking(mpt_comm *comm) {
   int recorded = mpt_event_record(comm->sync_event, comm->stream) == MPT_OK;
   int stuck = 0;
   for (;;) {
-    if (recorded) mpt__comm_wait_deadline(comm, comm->sync_event, NULL);
+    if (recorded) mpt__comm_wait_deadline(comm, comm->sync_event, NULL, 0);
     /* Either the stream drained, or a deadline expired (the comm is failed now, so no new
      * collective can start). Stuck = still in flight past its own deadline. */
     pthread_mutex_lock(&comm->mutex);
@@ -405,7 +405,7 @@ static mpt_status sync_run(mpt_comm *comm, mpt_status st, mpt__coll *coll) {
   if (st == MPT_OK) st = mpt_event_record(comm->sync_event, comm->stream);
   if (st == MPT_OK) {
     if (comm->config.blocking)
-      st = mpt__comm_wait_deadline(comm, comm->sync_event, coll);
+      st = mpt__comm_wait_deadline(comm, comm->sync_event, coll, 0);
     else
       st = mpt_event_synchronize(comm->sync_event, -1.0);
   }

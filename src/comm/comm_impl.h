@@ -110,13 +110,14 @@ void mpt__inflight_end(mpt_comm *comm, mpt__inflight *f);
  * the collective timed out, or the comm was abandoned) re-raised, meaning "touch nothing more". */
 mpt_status mpt__inflight_check(mpt_comm *comm);
 
-/* Waits for `event` (recorded on the comm's own stream after `c`, which may be NULL) with the
- * blocking mode's deadline: whichever collective of the comm is oldest in flight must finish
- * within timeout_ms of its start, and the stream must not sit idle for a whole timeout_ms
- * without completing the event. On expiry: MPT_ETIMEOUT naming the collective (the same words
- * as the worker's own deadline in polling mode), and the comm is marked failed. Otherwise the
+/* Waits for `event` (recorded after `c`, which may be NULL) with the blocking mode's deadline:
+ * whichever collective of the comm is oldest in flight must finish within timeout_ms +
+ * grace_ms of its start, and the comm must not go that long without starting a collective
+ * while the event is pending. On expiry: MPT_ETIMEOUT naming the collective (the same words as
+ * the worker's own deadline in polling mode), and the comm is marked failed. Otherwise the
  * event's status. Caller's thread. */
-mpt_status mpt__comm_wait_deadline(mpt_comm *comm, mpt_event *event, const mpt__coll *c);
+mpt_status mpt__comm_wait_deadline(mpt_comm *comm, mpt_event *event, const mpt__coll *c,
+                                   double grace_ms);
 
 /* Records "<what>: <MPI error string> (on rank R)" as MPT_ECOMM. */
 mpt_status mpt__mpi_error(const char *file, int line, int mpi_rc, int rank, const char *fmt, ...)

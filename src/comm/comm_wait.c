@@ -141,8 +141,21 @@ mpt_status mpt_comm_describe_inflight(const mpt_comm *comm, char *buf, size_t nb
 
 /* ---- the waiter's deadline ----------------------------------------------------------------- */
 
-mpt_status mpt__comm_wait_deadline(mpt_comm *comm, mpt_event *event, const mpt__coll *c) {
-  const double timeout_ms = comm->config.timeout_ms;
+mpt_status mpt_comm_wait_event(mpt_comm *comm, mpt_event *event) {
+  if (!comm || !event) return MPT_FAIL(MPT_EINVAL, "wait_event: NULL comm or event");
+  /* Polling mode: the workers keep the deadlines; this one only backs them up, late enough
+   * that their own (more specific) error normally completes the event first. */
+  double grace_ms = 0;
+  if (!comm->config.blocking) {
+    grace_ms = comm->config.timeout_ms / 10;
+    if (grace_ms < 1000) grace_ms = 1000;
+  }
+  return mpt__comm_wait_deadline(comm, event, NULL, grace_ms);
+}
+
+mpt_status mpt__comm_wait_deadline(mpt_comm *comm, mpt_event *event, const mpt__coll *c,
+                                   double grace_ms) {
+  const double timeout_ms = comm->config.timeout_ms + grace_ms;
   double idle_since = mpt_time_ms(); /* last time a collective was seen starting or running */
   uint64_t started_seen;
   pthread_mutex_lock(&comm->mutex);
@@ -171,13 +184,12 @@ mpt_status mpt__comm_wait_deadline(mpt_comm *comm, mpt_event *event, const mpt__
     if (n > 0) {
       st = mpt__coll_timeout_error(comm, &oldest.coll, oldest.stage);
     } else {
-      char what[160] = "the work";
+      char what[160] = "the awaited event";
       if (c) mpt__coll_describe(c, what, sizeof what);
       st = MPT_FAIL(MPT_ETIMEOUT,
                     "%s did not complete within %g s on rank %d: no collective started or ran "
-                    "on the comm for that long (work queued ahead of it on the comm stream has "
-                    "not finished)",
-                    what, timeout_ms / 1000.0, comm->rank);
+                    "on the comm for that long (the work queued ahead of it has not finished)",
+                    what, comm->config.timeout_ms / 1000.0, comm->rank);
     }
     mpt__comm_set_failed(comm, st);
     return st;

@@ -1,5 +1,7 @@
 /* The backend registry (the only place that knows which device backends were built), device
  * helpers, and the public stream/event wrappers that dispatch through the table. */
+#include "config.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

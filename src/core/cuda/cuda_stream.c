@@ -6,9 +6,12 @@
  * An event is a cudaEvent_t with timing enabled (mpt_event_elapsed_ms).
  *
  * Host functions go through cudaLaunchHostFunc: they run in stream order on a CUDA driver
- * thread and, as CUDA requires there, must not call CUDA (or NCCL). A host function that fails
- * marks the stream failed (sticky, first error wins, with its error text); later host functions
- * on it are skipped and later ops and waits return the status. Kernels already queued when a
+ * thread and, as CUDA requires there, must not call CUDA (or NCCL); nor should they allocate or
+ * free CUDA memory (the allocator may be waiting for their stream). That thread may serve the
+ * host functions of every stream, so one that blocks (a wait on a CPU event) delays the others'
+ * host functions too, never their kernels. A host function that fails marks the stream failed
+ * (sticky, first error wins, with its error text); later host functions on it are skipped and
+ * later ops and waits return the status. Kernels already queued when a
  * host function fails still run: the failure is seen when the host next enqueues or waits.
  * Asynchronous CUDA errors found by a wait also mark the stream failed.
  *

@@ -20,8 +20,8 @@ NVCC_CPPFLAGS = -I$(top_srcdir)/include -I$(top_srcdir)/src $(CUDA_CFLAGS)
 	  $(NVCC_CPPFLAGS) -Xcompiler=-fPIC -prefer-non-pic -c -o $@ $<
 
 if HAVE_CUDA
-# device.c registers the backend under MPT_HAVE_CUDA; every file sees the CUDA headers.
-AM_CPPFLAGS += $(CUDA_CFLAGS) -DMPT_HAVE_CUDA=1
+# device.c registers the backend under MPT_HAVE_CUDA (config.h); every file sees the CUDA headers.
+AM_CPPFLAGS += $(CUDA_CFLAGS)
 libmpitrain_all_la_SOURCES += \
 	src/core/cuda/cuda.h src/core/cuda/cuda_internal.h src/core/cuda/cuda_check.h \
 	src/core/cuda/kernels.h src/core/cuda/kernels_common.cuh \
