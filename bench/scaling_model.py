@@ -154,6 +154,35 @@ def read_trace(path, skip):
     slow = max(per_rank, key=lambda x: x["period_ms"])
     slow = dict(slow)
     slow["ranks"] = len(ranks)
+    # With several ranks, a rank's all-reduce also waits for the last rank to arrive. The k-th
+    # all-reduce of bucket i on every rank is the same collective: its transfer time is counted
+    # from the latest start to the earliest end.
+    if len(ranks) > 1:
+        occ = {}
+        for r in ranks:
+            t_skip = min((e["ts"] for e in events if e["pid"] == r and e["name"] == "forward"
+                          and e["args"]["n"] >= (skip if skip >= 0 else 0)), default=0)
+            if skip < 0:
+                fw = sorted(e["ts"] for e in events if e["pid"] == r and e["name"] == "forward")
+                t_skip = fw[len(fw) // 2] if fw else 0
+            seen = {}
+            for e in sorted((e for e in events if e["pid"] == r and e["name"] == "allreduce"),
+                            key=lambda e: e["ts"]):
+                k = seen.get(e["args"]["n"], 0)
+                seen[e["args"]["n"]] = k + 1
+                if e["ts"] >= t_skip:
+                    occ.setdefault((e["args"]["n"], k), []).append((e["ts"], e["ts"] + e["dur"]))
+        xfer, wait = {}, {}
+        for (i, k), spans in occ.items():
+            if len(spans) != len(ranks):
+                continue
+            last_start = max(a for a, _ in spans)
+            first_start = min(a for a, _ in spans)
+            end = min(b for _, b in spans)
+            xfer.setdefault(i, []).append(max(0.0, end - last_start) / 1e3)
+            wait.setdefault(i, []).append((last_start - first_start) / 1e3)
+        slow["allreduce_transfer_ms"] = {i: statistics.median(v) for i, v in sorted(xfer.items())}
+        slow["allreduce_skew_ms"] = {i: statistics.median(v) for i, v in sorted(wait.items())}
     return slow
 
 
@@ -304,8 +333,11 @@ def main():
         s_on, e_on = simulate(c1, buckets, tm, True)
         s_off, e_off = simulate(c1, buckets, tm, False)
         meas_ar = [t2["allreduce_ms"].get(i) for i in range(len(buckets))]
+        meas_x = [t2.get("allreduce_transfer_ms", {}).get(i) for i in range(len(buckets))]
+        meas_skew = [t2.get("allreduce_skew_ms", {}).get(i) for i in range(len(buckets))]
         val = {"world": w, "allreduce_fit": m.fit, "allreduce_variant": a.allreduce_variant,
                "predicted_allreduce_ms": [1e3 * t for t in tm], "measured_allreduce_ms": meas_ar,
+               "measured_allreduce_transfer_ms": meas_x, "measured_allreduce_skew_ms": meas_skew,
                "predicted_step_overlap_ms": s_on, "predicted_step_no_overlap_ms": s_off,
                "measured_step_ms": t2["period_ms"], "measured": t2,
                "error_overlap": s_on / t2["period_ms"] - 1 if t2["period_ms"] else None,
@@ -315,10 +347,12 @@ def main():
             w, a.allreduce, a.allreduce_variant,
             "; fit alpha %.1f us, B %.2f GB/s" % (m.fit["alpha_us"], m.fit["gbps"])
             if m.fit and m.fit["gbps"] else ""))
+        f3 = lambda v: "%.3f" % v if v is not None else "-"
         for i, (b, _) in enumerate(buckets):
-            print("  bucket %d (%.2f MiB): all-reduce predicted %.3f ms, measured in training %s ms"
-                  % (i, b / MIB, 1e3 * tm[i],
-                     "%.3f" % meas_ar[i] if meas_ar[i] is not None else "-"))
+            print("  bucket %d (%.2f MiB): all-reduce predicted %.3f ms; in training %s ms per "
+                  "rank, of which %s ms waiting for the other rank to start (skew), %s ms from "
+                  "the last start" % (i, b / MIB, 1e3 * tm[i], f3(meas_ar[i]), f3(meas_skew[i]),
+                                      f3(meas_x[i])))
         print("  measured 2-rank step %.3f ms (forward %.3f, backward %.3f, optimizer %.3f); "
               "1 rank %.3f ms" % (t2["period_ms"], t2["forward_ms"], t2["backward_ms"],
                                   t2["optimizer_ms"], t1["period_ms"]))

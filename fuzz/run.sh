@@ -42,8 +42,9 @@ work="$out/corpus/$target"
 mkdir -p "$work" "$out/artifacts"
 log="$out/$target.log"
 # UBSan and ASan stop at the first error (build.sh: -fno-sanitize-recover); leaks are checked.
-ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
-UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+# The fast unwinder is used (make check sets the slow one for its own tests: tests/fuzz.mk).
+ASAN_OPTIONS=${FUZZ_ASAN_OPTIONS:-detect_leaks=1}
+UBSAN_OPTIONS=${FUZZ_UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export ASAN_OPTIONS UBSAN_OPTIONS
 start=$(date +%s)
 "$out/$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \

@@ -73,7 +73,7 @@ ifname=mpt0
 log() { echo "two_hosts: $*" >&2; }
 
 usage() {
-  sed -n '3,12p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '4,12p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 

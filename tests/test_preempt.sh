@@ -15,7 +15,7 @@ trap 'rm -rf "$tmp"' EXIT
 # One process.
 ./mpitrain $args >"$tmp/single.log" 2>&1 &
 pid=$!
-for _ in $(seq 1 100); do grep -q "model mlp" "$tmp/single.log" && break; sleep 0.2; done
+for _ in $(seq 1 100); do grep -q "model mlp" "$tmp/single.log" 2>/dev/null && break; sleep 0.2; done
 sleep 1
 kill -TERM "$pid"
 wait "$pid"
@@ -26,9 +26,17 @@ grep -q "preempted" "$tmp/single.log" && ok || bad "single process did not say i
 # Two ranks; the signal goes to rank 1 only.
 MPT_MPIRUN_ARGS="--tag-output" "$dir/mpirun.sh" 2 120 ./mpitrain $args >"$tmp/ddp.log" 2>&1 &
 job=$!
-for _ in $(seq 1 150); do grep -q "DDP:" "$tmp/ddp.log" && break; sleep 0.2; done
+for _ in $(seq 1 150); do grep -q "DDP:" "$tmp/ddp.log" 2>/dev/null && break; sleep 0.2; done
 sleep 1
-rank1=$(pgrep -x mpitrain | while read -r p; do
+# Rank 1 among the descendants of this job (other jobs may run mpitrain on the same machine).
+descendants() {
+  for c in $(ps -o pid= --ppid "$1" 2>/dev/null); do
+    echo "$c"
+    descendants "$c"
+  done
+}
+rank1=$(descendants "$job" | while read -r p; do
+  [ "$(cat "/proc/$p/comm" 2>/dev/null)" = mpitrain ] || continue
   tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -q '^OMPI_COMM_WORLD_RANK=1$' && echo "$p"
 done | head -n1)
 if [ -n "$rank1" ]; then kill -TERM "$rank1"; else bad "could not find rank 1's process"; fi

@@ -33,8 +33,28 @@ MPT_TWOHOST_NAME=mpt2h$(($$ % 10000))
 MPT_TWOHOST_DIR=$tmp/hosts
 export MPT_TWOHOST_NAME MPT_TWOHOST_DIR
 job=
+# All descendants of PID (from one ps snapshot).
+descendants() {
+  ps -e -o pid=,ppid= | awk -v root="$1" '{ parent[$1] = $2 }
+    END { for (p in parent) { q = p; while ((q in parent) && q != root && q > 1) q = parent[q];
+          if (q == root && p != root) print p } }'
+}
+# waitfor CMD...: CMD in the background, waited for, so that a signal to this script is acted
+# on at once (the trap kills CMD's processes) rather than when CMD ends.
+waitfor() {
+  local rc
+  "$@" &
+  job=$!
+  wait "$job"
+  rc=$?
+  job=
+  return $rc
+}
 cleanup() {
-  if [ -n "$job" ] && kill -0 "$job" 2>/dev/null; then kill -KILL "$job" 2>/dev/null; fi
+  if [ -n "$job" ]; then
+    # shellcheck disable=SC2046 # a list of pids
+    kill -KILL $(descendants "$job") "$job" 2>/dev/null
+  fi
   "$hosts_sh" teardown
   rm -rf "$tmp"
 }
@@ -51,24 +71,41 @@ secs() { # milliseconds -> "s.mmm"
   printf '%d.%03d' $(($1 / 1000)) $(($1 % 1000))
 }
 
+# maxdiff A B: ", largest difference D at element I of N" for two raw float32 files (a
+# diagnostic only: the verdict is cmp's), using Debian's python3 (stdlib only) where it exists.
+maxdiff() {
+  [ -x /usr/bin/python3 ] || return 0
+  /usr/bin/python3 - "$1" "$2" <<'PY'
+import array, sys
+a, b = array.array("f"), array.array("f")
+a.frombytes(open(sys.argv[1], "rb").read())
+b.frombytes(open(sys.argv[2], "rb").read())
+if len(a) != len(b):
+    print(", %d vs %d floats" % (len(a), len(b)), end="")
+else:
+    d, i = max((abs(x - y), i) for i, (x, y) in enumerate(zip(a, b)))
+    print(", largest difference %g at element %d of %d" % (d, i, len(a)), end="")
+PY
+}
+
 t0=$(now_ms)
-"$hosts_sh" setup || { rc=$?; [ $rc -eq 77 ] && exit 77; echo "setup failed ($rc)"; exit 1; }
+waitfor "$hosts_sh" setup || { rc=$?; [ $rc -eq 77 ] && exit 77; echo "setup failed ($rc)"; exit 1; }
 echo "setup: $(secs $(($(now_ms) - t0))) s"
 
 # 4096 samples, batch 32 per rank, 2 ranks: 64 steps per epoch, 20 epochs = 1280 steps. The
 # compared runs stop after global step $stop; the killed run would go on to 1280.
-stop=300
+stop=160
 base=(train --synthetic --train-limit 4096 --test-limit 256 --epochs 20 --batch-size 32
       --no-progress --threads 1 --seed 7)
 
 # 1. Two hosts over TCP == one host over shared memory.
 t0=$(now_ms)
-MPT_TWOHOST_TIMEOUT=120 "$hosts_sh" run "$prog" "${base[@]}" --stop-at-step $stop \
+MPT_TWOHOST_TIMEOUT=120 waitfor "$hosts_sh" run "$prog" "${base[@]}" --stop-at-step $stop \
   --save-params "$tmp/two_hosts.params" >"$tmp/two_hosts.log" 2>&1
 rc=$?
 echo "two-host run of $stop steps: $(secs $(($(now_ms) - t0))) s"
 t0=$(now_ms)
-"$dir/mpirun.sh" 2 120 "$prog" "${base[@]}" --stop-at-step $stop \
+waitfor "$dir/mpirun.sh" 2 120 "$prog" "${base[@]}" --stop-at-step $stop \
   --save-params "$tmp/one_host.params" >"$tmp/one_host.log" 2>&1
 rc1=$?
 echo "one-host run of $stop steps: $(secs $(($(now_ms) - t0))) s"
@@ -85,7 +122,7 @@ elif [ $rc1 -ne 0 ]; then
 elif cmp "$tmp/two_hosts.params" "$tmp/one_host.params"; then
   ok "two hosts over TCP give the parameters of one host over shared memory (bit-identical)"
 else
-  bad "two-host parameters differ from the one-host run's"
+  bad "two-host parameters differ from the one-host run's$(maxdiff "$tmp/two_hosts.params" "$tmp/one_host.params")"
 fi
 
 # 2. Kill host2 mid-run, after a checkpoint exists.
@@ -138,7 +175,7 @@ if [ -z "$last" ]; then
 else
   echo "last checkpoint: $last"
   t0=$(now_ms)
-  MPT_TWOHOST_TIMEOUT=120 "$hosts_sh" run "$prog" "${base[@]}" --resume "$ck" --stop-at-step $stop \
+  MPT_TWOHOST_TIMEOUT=120 waitfor "$hosts_sh" run "$prog" "${base[@]}" --resume "$ck" --stop-at-step $stop \
     --save-params "$tmp/resumed.params" >"$tmp/resume.log" 2>&1
   rc=$?
   echo "two-host resume to step $stop: $(secs $(($(now_ms) - t0))) s"

@@ -169,7 +169,7 @@ mpt_status mpt__comm_wait_deadline(mpt_comm *comm, mpt_event *event, const mpt__
     int n = inflight_oldest_locked(comm, &oldest);
     uint64_t started = comm->started;
     pthread_mutex_unlock(&comm->mutex);
-    if (started != started_seen) { /* progress since the last look */
+    if (started != started_seen || n > 0) { /* a collective started or runs: not idle */
       started_seen = started;
       idle_since = now;
     }
