@@ -13,8 +13,8 @@
  *     layer takes), on the same buffers.
  * Each variant runs `warmup` untimed calls first; ranks start together (MPI_Barrier); a variant's
  * time is the mean over its iters on each rank, then the maximum over ranks. With -R R > 1 the
- * four variants are measured R times in alternation and the median of the R figures is kept
- * (the machine may be shared). algbw = bytes / time, busbw = algbw * 2 (n - 1) / n (nccl-tests'
+ * four variants are measured R times (raw first in odd rounds) and the median of the R figures
+ * is kept (the machine may be shared). algbw = bytes / time, busbw = algbw * 2 (n - 1) / n (nccl-tests'
  * convention for all-reduce), ratio = busbw(mpitrain) / busbw(raw) = time(raw) / time(mpitrain).
  *
  * Correctness (-c 1, the default): before timing, every size runs once through each variant on
@@ -23,6 +23,13 @@
  * elements (summed over ranks: the #wrong column); the out-of-place result of the timed
  * iterations is checked again. Any wrong value makes the exit status 1. (For the tests of the
  * checker, MPT_BENCH_INJECT_WRONG=1 makes rank 0 corrupt one value of each out-of-place check.)
+ *
+ * Devices (--device cuda, cuda:N): the mpitrain variants run on device buffers through a comm
+ * on that device (--backend nccl: NCCL, one GPU per rank; --backend mpi: staged through pinned
+ * host memory, so several ranks may share a GPU with cuda:N); inputs are uploaded and results
+ * downloaded outside the timed loops. The raw MPI variants stay on host buffers (MPI here is not
+ * CUDA-aware), so the ratio compares a device collective with host MPI. Timings and the rank
+ * table travel over a second comm on host memory.
  *
  * Ranks: rank 0 prints; every rank takes part in every collective. Errors print the rank and
  * the detail and abort the job (mpt_comm_abort). */
@@ -42,6 +49,7 @@
 #include "bench/bench_util.h"
 #include "mpitrain/comm.h"
 #include "mpitrain/core.h"
+#include "mpitrain/ops.h"
 
 enum {
   V_MPT_OOP = BENCH_MPT_OOP,
@@ -61,12 +69,17 @@ typedef struct opts {
   mpt_reduce_op op;
   mpt_dtype dtype;
   mpt_comm_backend backend;
+  char device[32]; /* "cpu", "cuda" (cuda:<local rank>) or "cuda:N" */
   char json[4096];
 } opts;
 
 typedef struct bench {
   opts o;
   mpt_comm *comm;
+  mpt_comm *ctl;         /* host memory: timings, wrong counts, the rank table (== comm on cpu) */
+  mpt_device dev;        /* where the mpitrain variants' buffers live */
+  mpt_stream *io;        /* device: uploads and downloads */
+  void *dsend, *drecv;   /* device copies of send / recv (NULL on cpu) */
   mpt_stream *cs;
   mpt_event *ev;
   int rank, world;
@@ -95,6 +108,9 @@ static const char usage_text[] =
     "  -z, --blocking 0|1        synchronize after every mpitrain call (default 0)\n"
     "  -R, --repeats R           measure R times in alternation, keep the median (default 1)\n"
     "      --backend mpi|nccl    comm backend (default mpi; nccl needs a CUDA+NCCL build)\n"
+    "      --device cpu|cuda|cuda:N  buffers of the mpitrain variants (default cpu, nccl: cuda);\n"
+    "                            cuda = cuda:<local rank>; cuda:N = device N on every rank\n"
+    "                            (ranks may share it with --backend mpi only)\n"
     "      --confirm 0|1         the comm layer's agreement after each collective\n"
     "                            (confirm_collectives; default: the layer's default, on)\n"
     "      --raw allreduce|iallreduce   the raw baseline (default MPI_Allreduce)\n"
@@ -120,6 +136,7 @@ static int parse_opts(int argc, char **argv, opts *o, char *msg, size_t n) {
       {"repeats", required_argument, 0, 'R'},    {"backend", required_argument, 0, 1},
       {"confirm", required_argument, 0, 2},      {"raw", required_argument, 0, 3},
       {"json", required_argument, 0, 4},         {"help", no_argument, 0, 'h'},
+      {"device", required_argument, 0, 5},
       {0, 0, 0, 0}};
   memset(o, 0, sizeof *o);
   o->minbytes = o->maxbytes = 32 << 20;
@@ -204,6 +221,13 @@ static int parse_opts(int argc, char **argv, opts *o, char *msg, size_t n) {
           return snprintf(msg, n, "--json: bad file name"), -1;
         snprintf(o->json, sizeof o->json, "%s", a);
         break;
+      case 5: {
+        mpt_device d;
+        if (strlen(a) >= sizeof o->device || mpt_device_parse(a, &d) != MPT_OK)
+          return snprintf(msg, n, "--device: '%s' is not cpu, cuda or cuda:N", a), -1;
+        snprintf(o->device, sizeof o->device, "%s", a);
+        break;
+      }
       case 'h':
         return 1;
       default:
@@ -212,6 +236,10 @@ static int parse_opts(int argc, char **argv, opts *o, char *msg, size_t n) {
     }
   }
   if (optind < argc) return snprintf(msg, n, "unexpected argument '%s'", argv[optind]), -1;
+  if (!o->device[0])
+    snprintf(o->device, sizeof o->device, "%s", o->backend == MPT_COMM_BACKEND_NCCL ? "cuda" : "cpu");
+  if (o->backend == MPT_COMM_BACKEND_NCCL && strncmp(o->device, "cuda", 4) != 0)
+    return snprintf(msg, n, "--backend nccl needs --device cuda"), -1;
   if (o->minbytes > o->maxbytes)
     return snprintf(msg, n, "-b %lld is larger than -e %lld", (long long)o->minbytes,
                     (long long)o->maxbytes), -1;
@@ -303,12 +331,32 @@ static int64_t count_wrong(const void *buf, mpt_dtype dt, int64_t count, int n,
   return wrong;
 }
 
+/* Device runs: the host send / recv buffers (filled and checked there) to the device copies
+ * and back. No-ops on the CPU. */
+static void to_device(bench *b, int64_t count) {
+  if (!b->dsend) return;
+  size_t nbytes = (size_t)count * mpt_dtype_size(b->o.dtype);
+  BENCH_CHECK(mpt_op_memcpy(b->io, b->dev, b->dsend, mpt_device_cpu(), b->send, nbytes));
+  BENCH_CHECK(mpt_op_memcpy(b->io, b->dev, b->drecv, mpt_device_cpu(), b->recv, nbytes));
+  BENCH_CHECK(mpt_stream_synchronize(b->io, -1.0));
+}
+
+static void from_device(bench *b, int64_t count) {
+  if (!b->dsend) return;
+  size_t nbytes = (size_t)count * mpt_dtype_size(b->o.dtype);
+  BENCH_CHECK(mpt_op_memcpy(b->io, mpt_device_cpu(), b->recv, b->dev, b->drecv, nbytes));
+  BENCH_CHECK(mpt_stream_synchronize(b->io, -1.0));
+}
+
+static int is_mpt(int v) { return v == V_MPT_OOP || v == V_MPT_IP; }
+
 /* ---- the variants ------------------------------------------------------------------------ */
 
 static void run_mpt(bench *b, int in_place, int64_t count, int iters) {
-  const void *send = in_place ? b->recv : b->send;
+  void *recv = b->drecv ? b->drecv : b->recv;
+  const void *send = in_place ? recv : b->dsend ? b->dsend : b->send;
   for (int it = 0; it < iters; it++) {
-    BENCH_CHECK(mpt_comm_allreduce(b->comm, b->cs, send, b->recv, count, b->o.dtype, b->o.op));
+    BENCH_CHECK(mpt_comm_allreduce(b->comm, b->cs, send, recv, count, b->o.dtype, b->o.op));
     if (b->o.blocking) {
       BENCH_CHECK(mpt_event_record(b->ev, b->cs));
       BENCH_CHECK(mpt_event_synchronize(b->ev, -1.0)); /* each collective has its deadline */
@@ -353,7 +401,9 @@ static int64_t check_variant(bench *b, int v, int64_t count) {
     fill(b->send, b->o.dtype, count, b->rank);
     memset(b->recv, 0xff, nbytes); /* NaN / -1: never an expected value */
   }
+  if (is_mpt(v)) to_device(b, count);
   run_variant(b, v, count, 1);
+  if (is_mpt(v)) from_device(b, count);
   if (b->inject_wrong && v == V_MPT_OOP && b->rank == 0) { /* tests of the checker itself */
     if (b->o.dtype == MPT_F32) ((float *)b->recv)[count - 1] += 1.0f;
     else ((int32_t *)b->recv)[count - 1] += 1;
@@ -367,12 +417,15 @@ static int64_t check_variant(bench *b, int v, int64_t count) {
 static double time_variant(bench *b, int v, int64_t count, int64_t *wrong) {
   int in_place = v == V_MPT_IP || v == V_RAW_IP;
   if (in_place) fill(b->recv, b->o.dtype, count, b->rank); /* keep values bounded */
+  if (is_mpt(v)) to_device(b, count);
   if (b->o.warmup > 0) run_variant(b, v, count, b->o.warmup);
   if (in_place) fill(b->recv, b->o.dtype, count, b->rank);
+  if (is_mpt(v) && in_place) to_device(b, count);
   BENCH_MPI(MPI_Barrier(MPI_COMM_WORLD));
   double t0 = mpt_time_ms();
   run_variant(b, v, count, b->o.iters);
   double us = (mpt_time_ms() - t0) * 1e3 / b->o.iters;
+  if (b->o.check && v == V_MPT_OOP) from_device(b, count);
   if (b->o.check && v == V_MPT_OOP) *wrong += count_wrong(b->recv, b->o.dtype, count, b->world,
                                                         b->o.op);
   return us;
@@ -391,8 +444,11 @@ static void measure(bench *b, bench_row *r) {
   double t[MAX_REPEATS][NVARIANT];
   for (int rep = 0; rep < b->o.repeats; rep++) {
     float mine[NVARIANT];
-    for (int v = 0; v < NVARIANT; v++) mine[v] = (float)time_variant(b, v, count, &wrong[v]);
-    BENCH_CHECK(mpt_comm_allreduce_sync(b->comm, mine, mine, NVARIANT, MPT_F32, MPT_REDUCE_MAX));
+    for (int k = 0; k < NVARIANT; k++) { /* odd rounds time the raw side first */
+      int v = rep % 2 ? (k + 2) % NVARIANT : k;
+      mine[v] = (float)time_variant(b, v, count, &wrong[v]);
+    }
+    BENCH_CHECK(mpt_comm_allreduce_sync(b->ctl, mine, mine, NVARIANT, MPT_F32, MPT_REDUCE_MAX));
     for (int v = 0; v < NVARIANT; v++) t[rep][v] = mine[v];
   }
   for (int v = 0; v < NVARIANT; v++) {
@@ -404,7 +460,7 @@ static void measure(bench *b, bench_row *r) {
   }
   int32_t w[NVARIANT];
   for (int v = 0; v < NVARIANT; v++) w[v] = (int32_t)(wrong[v] > (1 << 26) ? 1 << 26 : wrong[v]);
-  BENCH_CHECK(mpt_comm_allreduce_sync(b->comm, w, w, NVARIANT, MPT_I32, MPT_REDUCE_SUM));
+  BENCH_CHECK(mpt_comm_allreduce_sync(b->ctl, w, w, NVARIANT, MPT_I32, MPT_REDUCE_SUM));
   for (int v = 0; v < NVARIANT; v++) r->wrong[v] = w[v];
 }
 
@@ -442,34 +498,58 @@ int main(int argc, char **argv) {
 #endif
 
   mpt_comm_config cc = mpt_comm_config_default();
-  cc.backend = b.o.backend;
   if (b.o.confirm >= 0) cc.confirm_collectives = b.o.confirm;
-  mpt_status st = mpt_comm_init(&b.comm, &cc);
+  mpt_status st = MPT_OK;
+  if (strcmp(b.o.device, "cpu") != 0) { /* a host comm first: binding, timings, rank table */
+    st = mpt_comm_init(&b.ctl, &cc);
+    if (st == MPT_OK) {
+      g_comm = b.ctl;
+      if (strcmp(b.o.device, "cuda") == 0)
+        st = mpt_comm_bind_device(b.ctl, MPT_DEVICE_CUDA, -1, &b.dev);
+      else if ((st = mpt_device_parse(b.o.device, &b.dev)) == MPT_OK &&
+               b.o.backend == MPT_COMM_BACKEND_NCCL)
+        st = mpt_comm_check_devices(b.ctl, b.dev);
+      if (st == MPT_OK) st = mpt_device_set_current(b.dev);
+      if (st != MPT_OK) die("--device %s: %s: %s", b.o.device, mpt_status_message(st),
+                            mpt_last_error());
+    }
+  }
+  cc.backend = b.o.backend;
+  cc.device = b.ctl ? b.dev : mpt_device_cpu();
+  if (st == MPT_OK) st = mpt_comm_init(&b.comm, &cc);
   if (st != MPT_OK) {
     fprintf(stderr, "mpt_allreduce_bench: rank %d: cannot create the %s comm: %s: %s\n",
             launcher_rank(), mpt_comm_backend_name(b.o.backend), mpt_status_message(st),
             mpt_last_error());
     mpt_comm_abort(NULL, 1);
   }
-  g_comm = b.comm;
+  if (!b.ctl) b.ctl = b.comm;
+  g_comm = b.ctl;
   b.rank = mpt_comm_rank(b.comm);
   b.world = mpt_comm_world_size(b.comm);
   b.cs = mpt_comm_stream(b.comm);
   b.inject_wrong = getenv("MPT_BENCH_INJECT_WRONG") && atoi(getenv("MPT_BENCH_INJECT_WRONG"));
   b.mdt = b.o.dtype == MPT_F32 ? MPI_FLOAT : MPI_INT32_T;
   b.mop = b.o.op == MPT_REDUCE_MIN ? MPI_MIN : b.o.op == MPT_REDUCE_MAX ? MPI_MAX : MPI_SUM;
-  BENCH_CHECK(mpt_event_init(&b.ev, mpt_device_cpu()));
+  BENCH_CHECK(mpt_event_init(&b.ev, mpt_stream_device(b.cs)));
   size_t maxbytes = (size_t)b.o.maxbytes;
   BENCH_CHECK(mpt_device_alloc(mpt_device_cpu(), maxbytes, &b.send));
   BENCH_CHECK(mpt_device_alloc(mpt_device_cpu(), maxbytes, &b.recv));
   memset(b.send, 0, maxbytes); /* touch the pages before timing */
   memset(b.recv, 0, maxbytes);
+  if (b.ctl != b.comm) {
+    BENCH_CHECK(mpt_stream_init(&b.io, b.dev, MPT_STREAM_WORKER));
+    BENCH_CHECK(mpt_device_alloc(b.dev, maxbytes, &b.dsend));
+    BENCH_CHECK(mpt_device_alloc(b.dev, maxbytes, &b.drecv));
+  }
+  char devname[32];
+  mpt_device_str(b.ctl != b.comm ? b.dev : mpt_device_cpu(), devname, sizeof devname);
 
   /* The rank table and the machine. */
   bench_rank_info me, *all = calloc((size_t)b.world, sizeof *all);
   if (!all) die("out of memory");
-  bench_rank_info_fill(&me, b.comm, "cpu");
-  BENCH_CHECK(mpt_comm_allgather_sync(b.comm, &me, all, (int64_t)sizeof me, MPT_U8));
+  bench_rank_info_fill(&me, b.ctl, devname);
+  BENCH_CHECK(mpt_comm_allgather_sync(b.ctl, &me, all, (int64_t)sizeof me, MPT_U8));
   bench_run_info info;
   bench_run_info_fill(&info, b.comm);
   int confirm_on = b.o.confirm >= 0 ? b.o.confirm : mpt_comm_config_default().confirm_collectives;
@@ -486,10 +566,13 @@ int main(int argc, char **argv) {
             (long long)(b.o.stepfactor > 1 ? b.o.stepfactor : b.o.stepbytes),
             b.o.stepfactor > 1 ? "factor" : "bytes", b.o.warmup, b.o.iters, b.o.repeats,
             b.o.check, b.o.blocking);
-    fprintf(out, "# mpitrain: mpt_comm_allreduce on the comm stream + event synchronize, "
-                 "confirm_collectives %d%s\n",
-            confirm_on, confirm_on ? " (an extra 3 x int64 all-reduce after each collective)" : "");
-    fprintf(out, "# raw: %s on MPI_COMM_WORLD from the main thread, same buffers%s\n", raw_name,
+    int mpi_confirm = confirm_on && b.o.backend == MPT_COMM_BACKEND_MPI;
+    fprintf(out, "# mpitrain: mpt_comm_allreduce (%s backend, %s buffers) on the comm stream + "
+                 "event synchronize, confirm_collectives %d%s\n",
+            mpt_comm_backend_name(b.o.backend), devname, mpi_confirm,
+            mpi_confirm ? " (an extra 3 x int64 all-reduce after each collective)" : "");
+    fprintf(out, "# raw: %s on MPI_COMM_WORLD from the main thread, %s%s\n", raw_name,
+            b.dsend ? "host buffers (MPI is not CUDA-aware here)" : "same buffers",
             b.o.op == MPT_REDUCE_AVG ? " (op sum: MPI has no average)" : "");
     fprintf(out, "#\n");
     bench_print_header(out, raw_name);
@@ -564,8 +647,12 @@ int main(int argc, char **argv) {
   free(all);
   mpt_device_free(mpt_device_cpu(), b.send);
   mpt_device_free(mpt_device_cpu(), b.recv);
+  mpt_device_free(b.dev, b.dsend);
+  mpt_device_free(b.dev, b.drecv);
+  mpt_stream_free(b.io);
   mpt_event_free(b.ev);
-  mpt_comm_free(b.comm);
+  if (b.ctl != b.comm) mpt_comm_free(b.comm);
+  mpt_comm_free(b.ctl);
   mpt_comm_finalize();
   if (wrong_total && b.rank == 0)
     fprintf(stderr, "mpt_allreduce_bench: %lld wrong values\n", (long long)wrong_total);

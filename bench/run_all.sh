@@ -44,20 +44,20 @@ ar() { # name args...: mpt_allreduce_bench with np ranks, text + JSON
 }
 
 step "all-reduce, $np ranks: comm layer defaults (confirm_collectives on)"
-ar allreduce_np$np -b 8 -e 64M -f 2 -n 20 -w 5 -R "$repeats"
+ar allreduce_np$np -b 8 -e 64M -f 2 -n 5 -w 2 -R $((5 * repeats))
 step "all-reduce, $np ranks: confirm_collectives off"
-ar allreduce_np${np}_noconfirm -b 8 -e 64M -f 4 -n 20 -w 5 -R "$repeats" --confirm 0
+ar allreduce_np${np}_noconfirm -b 8 -e 64M -f 4 -n 5 -w 2 -R $((3 * repeats)) --confirm 0
 step "all-reduce, $np ranks: raw side MPI_Iallreduce (the comm layer's own MPI path)"
-ar allreduce_np${np}_rawi -b 8 -e 64M -f 4 -n 20 -w 5 -R "$repeats" --raw iallreduce
+ar allreduce_np${np}_rawi -b 8 -e 64M -f 4 -n 5 -w 2 -R $((3 * repeats)) --raw iallreduce
 step "all-reduce, $np ranks: libnbc's recursive doubling for MPI_Iallreduce"
 MPT_BENCH_MPIRUN_ARGS="--bind-to none --mca coll_libnbc_iallreduce_algorithm 4" \
-  ar allreduce_np${np}_libnbc4 -b 8 -e 64M -f 4 -n 20 -w 5 -R "$repeats"
+  ar allreduce_np${np}_libnbc4 -b 8 -e 64M -f 4 -n 5 -w 2 -R $((3 * repeats))
 
 step "training: ranks 1, $np, $((2 * np)) (mlp, batch 64 per rank)"
 "$B/train_bench.sh" --sweep-ranks "1,$np,$((2 * np))" --steps 200 --repeats "$repeats" \
   --out "$runs/ranks" --json "$out/train_ranks.json" | tee "$out/train_ranks.txt"
 step "training: bucket caps (mlp 784-1024x4-10, 16 MiB of gradients), overlap on and off"
-"$B/train_bench.sh" --sweep-buckets 0.25,1,4,16,100 --overlap both --np "$np" --steps 50 \
+"$B/train_bench.sh" --sweep-buckets 0.25,1,4,8,25,100 --overlap both --np "$np" --steps 50 \
   --repeats "$repeats" --extra "--hidden 1024,1024,1024,1024" --out "$runs/buckets" \
   --json "$out/train_buckets.json" | tee "$out/train_buckets.txt"
 step "training: DP inside one process (--mode dp --devices cpu:$np)"

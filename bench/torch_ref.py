@@ -8,6 +8,11 @@ synthetic data), one process or DDP with the gloo backend over --np processes st
 torch.multiprocessing.spawn (torchrun is broken in Debian's build). Each process uses --threads
 intra-op threads. Prints one line: samples/s over all ranks for the timed steps (warm-up steps
 excluded), as `torch samples_per_sec=<value>`, and writes --json when asked.
+
+--device cuda (any PyTorch with CUDA): the model on cuda:<rank> (DDP over NCCL when --np > 1),
+plain FP32 (TF32 off in cuBLAS and cuDNN, as mpitrain's cuBLAS GEMMs); the data stays on the
+host and each batch is gathered there, pinned and copied to the device every step, as the
+mpitrain trainer does; the clock starts and stops after torch.cuda.synchronize().
 """
 import argparse
 import gzip
@@ -67,18 +72,30 @@ def make_model(name):
     return CNN()
 
 
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def run(rank, args, result_queue):
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     world = args.np
+    cuda = args.device == "cuda"
+    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     if world > 1:
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(args.port))
-        dist.init_process_group("gloo", rank=rank, world_size=world)
+        dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
     x, y = load(args)
-    model = make_model(args.model)
+    model = make_model(args.model).to(device)
     if world > 1:
-        model = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb)
+        model = nn.parallel.DistributedDataParallel(
+            model, bucket_cap_mb=args.bucket_cap_mb, device_ids=[rank] if cuda else None)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9,
                           weight_decay=args.weight_decay)
     n = x.shape[0]
@@ -91,14 +108,20 @@ def run(rank, args, result_queue):
         if step == args.warmup:
             if world > 1:
                 dist.barrier()
+            sync(device)
             t0 = time.perf_counter()
         idx = shard[(step * b) % (len(shard) - b):][:b]
+        xb, yb = x[idx], y[idx]
+        if cuda:
+            xb = xb.pin_memory().to(device, non_blocking=True)
+            yb = yb.pin_memory().to(device, non_blocking=True)
         opt.zero_grad(set_to_none=False)
-        loss = F.cross_entropy(model(x[idx]), y[idx])
+        loss = F.cross_entropy(model(xb), yb)
         loss.backward()
         opt.step()
     if world > 1:
         dist.barrier()
+    sync(device)
     seconds = time.perf_counter() - t0
     if rank == 0:
         result_queue.put(args.steps * b * world / seconds)
@@ -121,6 +144,7 @@ def main():
     p.add_argument("--weight-decay", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--bucket-cap-mb", type=float, default=25)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--data", default=DATA)
     p.add_argument("--synthetic", action="store_true")
     p.add_argument("--port", type=int, default=29531)
@@ -134,11 +158,13 @@ def main():
         mp.spawn(run, args=(args, q), nprocs=args.np, join=True)
     sps = q.get()
     print(f"torch samples_per_sec={sps:.1f} model={args.model} np={args.np} "
-          f"batch={args.batch_size} threads={args.threads} torch={torch.__version__}")
+          f"batch={args.batch_size} threads={args.threads} device={args.device} "
+          f"torch={torch.__version__}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"impl": "torch", "version": torch.__version__, "model": args.model,
                        "np": args.np, "batch_size": args.batch_size, "threads": args.threads,
+                       "device": args.device,
                        "steps": args.steps, "samples_per_sec": sps}, f)
     return 0
 

@@ -87,12 +87,30 @@ if [ ! -f "$stamp" ] || [ -n "$(find "$top/include" "$top/src" "$out/config.h" -
   rm -f "$out"/obj/*.o
 fi
 touch "$stamp"
-sources=$(cd "$top" && find src -name '*.c' ! -path 'src/core/cuda/*' ! -path 'src/cli/*' | sort)
+# The library's C sources as the automake build lists them (libmpitrain_all_la_SOURCES in the
+# fragments Makefile.am includes), leaving out what is under "if HAVE_CUDA" / "if HAVE_NCCL":
+# a file present in src/ but not yet in the build is not compiled here either.
+sources=$(cd "$top" && for mk in $(sed -n 's/^include  *//p' Makefile.am); do
+  [ -f "$mk" ] && awk '
+    /^if / { depth++; cond[depth] = $2; skip[depth] = ($2 ~ /^(HAVE_CUDA|HAVE_NCCL)$/); next }
+    /^else/ { if (depth) skip[depth] = (cond[depth] ~ /^!(HAVE_CUDA|HAVE_NCCL)$/); next }
+    /^endif/ { if (depth) depth--; next }
+    {
+      off = 0
+      for (i = 1; i <= depth; i++) if (skip[i]) off = 1
+      if ($0 ~ /^libmpitrain_all_la_SOURCES[ \t]*\+?=/) collecting = 1
+      if (collecting && !off)
+        for (i = 1; i <= NF; i++) if ($i ~ /\.c$/) print $i
+      if ($0 !~ /\\$/) collecting = 0
+    }' "$mk"
+done)
 sources="$sources src/cli/options.c"
 list="$out/compile.list"
 : >"$list"
+objs=""
 for src in $sources; do
   obj="$out/obj/$(echo "$src" | tr '/' '_' | sed 's/\.c$/.o/')"
+  objs="$objs $obj"
   flags="$san"
   case " $covered " in *" $src "*) flags="$san -fsanitize=fuzzer-no-link" ;; esac
   if [ ! -f "$obj" ] || [ "$top/$src" -nt "$obj" ]; then
@@ -108,7 +126,6 @@ if [ -s "$list" ]; then
     # shellcheck disable=SC2086
     $cc $cflags $3 $cppflags -c "$1" -o "$2.tmp" && mv "$2.tmp" "$2"' sh
 fi
-objs=$(ls "$out"/obj/*.o)
 libs="$blas_libs $zlib_libs $mpi_libs -lm -lpthread"
 
 # ---- link ----

@@ -11,7 +11,8 @@
  *   accumulate >= 1, finite learning rate and schedule parameters, the optimizer config passes
  *   mpt_optimizer_config_validate, the schedule (completed the way the trainer completes it)
  *   passes mpt_lr_schedule_validate and gives non-negative rates (finite, except a step
- *   schedule with gamma > 1, which may overflow to +inf after many steps), MLP sizes in range,
+ *   schedule with gamma > 1, which may overflow to +inf after many steps, or to NaN = 0 * inf
+ *   with --lr 0), MLP sizes in range,
  *   every string NUL-terminated inside its field, and the cross-option rules (nesterov needs
  *   momentum, dp mode needs devices). */
 #include <math.h>
@@ -86,10 +87,11 @@ static void check_run(const mpt_cli_options *o) {
   const int64_t steps[5] = {0, 1, s.warmup_steps, s.total_steps, INT64_C(1) << 41};
   for (int i = 0; i < 5; i++) {
     float lr = mpt_lr_at(&s, o->optim.lr, steps[i]);
-    /* A step schedule with gamma > 1 grows without bound (as torch's StepLR does): there,
-     * only +inf is allowed (the optimizer then refuses the step with MPT_EINVAL). */
+    /* A step schedule with gamma > 1 grows without bound (as torch's StepLR does): there, and
+     * only there, +inf is allowed, and NaN (0 * inf) with a base lr of 0 (the optimizer then
+     * refuses the step with MPT_EINVAL: reported, not a crash). */
     int may_grow = s.kind == MPT_LR_STEP && s.gamma > 1;
-    if (isnan(lr) || lr < 0 || (isinf(lr) && !may_grow))
+    if ((isnan(lr) && !(may_grow && o->optim.lr == 0)) || lr < 0 || (isinf(lr) && !may_grow))
       fuzz_fail("lr at step %lld is %g", (long long)steps[i], (double)lr);
   }
 }

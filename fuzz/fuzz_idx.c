@@ -12,7 +12,8 @@
  *   generated labels file of N labels (derived from the input, some >= 10, so the label check
  *   runs both ways); a labels read ([N]) together with a generated images file [N, 1, 2]. On
  *   success the dataset's shape, labels and every normalised pixel are compared with a naive
- *   recomputation from the raw bytes; on error the dataset must be zeroed.
+ *   recomputation from the raw bytes; on error the dataset must be zeroed. An images file with
+ *   one label too many is always MPT_ESHAPE, a 1- or 2-dimension file as images MPT_EFORMAT.
  * The generated companion files are written to their own scratch files (fuzz_common.h). */
 #include <math.h>
 
@@ -144,6 +145,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int64_t i = 0; i < n; i++) labels[i] = (uint8_t)(idx.data[i * per] % 11);
     write_companion(1, &n, labels, n);
     check_dataset(input_file.path, other_file.path, &idx, labels, (int64_t)(size % 5));
+    /* One label too many: the counts differ, always MPT_ESHAPE. */
+    int64_t n1 = n + 1;
+    uint8_t *more = calloc((size_t)n1, 1);
+    if (!more) fuzz_fail("out of memory");
+    write_companion(1, &n1, more, n1);
+    mpt_dataset ds;
+    mpt_status st2 = mpt_dataset_load_idx(input_file.path, other_file.path, NULL, &ds);
+    if (st2 != MPT_ESHAPE || !is_zeroed(&ds, sizeof ds))
+      fuzz_fail("%lld images with %lld labels gave %s", (long long)n, (long long)n1,
+                mpt_status_name(st2));
+    free(more);
     free(labels);
   } else if (st == MPT_OK && idx.ndim == 1) {
     /* Labels: images [N, 1, 2] whose pixels are the label byte and its complement. */
@@ -155,6 +167,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     mpt_idx img = {.ndim = 3, .shape = {n, 1, 2}, .count = 2 * n, .data = pixels};
     check_dataset(other_file.path, input_file.path, &img, idx.data, (int64_t)(size % 3));
     free(pixels);
+  }
+  if (st == MPT_OK && (idx.ndim == 1 || idx.ndim == 2)) {
+    /* Not an images file: MPT_EFORMAT whatever the labels file. */
+    mpt_dataset ds;
+    mpt_status st2 = mpt_dataset_load_idx(input_file.path, input_file.path, NULL, &ds);
+    if (st2 != MPT_EFORMAT || !is_zeroed(&ds, sizeof ds))
+      fuzz_fail("a %d-dimension images file gave %s", idx.ndim, mpt_status_name(st2));
   }
   mpt_idx_free(&idx);
   return 0;

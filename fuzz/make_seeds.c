@@ -21,15 +21,45 @@ static int put(const char *target, const char *name, const void *data, size_t si
   return 0;
 }
 
-static int put_gz(const char *target, const char *name, const void *data, size_t size) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s/%s/%s", dir, target, name);
-  gzFile gz = gzopen(path, "wb9");
-  if (!gz || gzwrite(gz, data, (unsigned)size) != (int)size || gzclose(gz) != Z_OK) {
-    fprintf(stderr, "make_seeds: cannot write %s\n", path);
+/* gzip-compresses data[size] into out[cap] (zlib's deflate with a gzip wrapper); returns the
+ * compressed size, 0 on failure. */
+static size_t gzip_bytes(const void *data, size_t size, uint8_t *out, size_t cap) {
+  z_stream z;
+  memset(&z, 0, sizeof z);
+  if (deflateInit2(&z, 9, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) return 0;
+  z.next_in = (Bytef *)data;
+  z.avail_in = (uInt)size;
+  z.next_out = out;
+  z.avail_out = (uInt)cap;
+  int rc = deflate(&z, Z_FINISH);
+  size_t n = cap - z.avail_out;
+  deflateEnd(&z);
+  return rc == Z_STREAM_END ? n : 0;
+}
+
+/* Writes data gzip-compressed as `name`; with `damage`, also a copy whose CRC-32 trailer is
+ * wrong (name + "_bad_crc") and one with a byte of the deflate stream changed
+ * (name + "_bad_stream"), for the reader's corrupt-stream errors. */
+static int put_gz(const char *target, const char *name, const void *data, size_t size,
+                  int damage) {
+  uint8_t gz[4096];
+  size_t n = gzip_bytes(data, size, gz, sizeof gz);
+  if (n < 20) {
+    fprintf(stderr, "make_seeds: cannot compress %s\n", name);
     return 1;
   }
-  return 0;
+  int bad = put(target, name, gz, n);
+  if (damage) {
+    char alt[256];
+    gz[n - 6] ^= 0x55; /* inside the CRC-32 of the trailer */
+    snprintf(alt, sizeof alt, "%s_bad_crc", name);
+    bad |= put(target, alt, gz, n);
+    gz[n - 6] ^= 0x55;
+    gz[n / 2] ^= 0xFF; /* inside the deflate data */
+    snprintf(alt, sizeof alt, "%s_bad_stream", name);
+    bad |= put(target, alt, gz, n);
+  }
+  return bad;
 }
 
 /* An IDX ubyte file into buf: magic, extents, then `count` bytes i * 37 + 3 (mod 256), or
@@ -51,7 +81,7 @@ static int idx_seeds(void) {
   const uint32_t img3[3] = {3, 4, 5}, img4[4] = {2, 2, 3, 3}, lab[1] = {12}, two[2] = {4, 6};
   size_t n = idx_file(buf, 3, img3, 0);
   bad |= put("fuzz_idx", "images_3x4x5", buf, n);
-  bad |= put_gz("fuzz_idx", "images_3x4x5.gz", buf, n);
+  bad |= put_gz("fuzz_idx", "images_3x4x5.gz", buf, n, 1);
   bad |= put("fuzz_idx", "images_truncated", buf, n - 7);
   buf[n] = 0xAB;
   bad |= put("fuzz_idx", "images_trailing_byte", buf, n + 1);
@@ -59,11 +89,22 @@ static int idx_seeds(void) {
   bad |= put("fuzz_idx", "images_2x2x3x3", buf, n);
   n = idx_file(buf, 1, lab, 1);
   bad |= put("fuzz_idx", "labels_12", buf, n);
-  bad |= put_gz("fuzz_idx", "labels_12.gz", buf, n);
+  bad |= put_gz("fuzz_idx", "labels_12.gz", buf, n, 0);
   buf[n - 1] = 10; /* one label out of range */
   bad |= put("fuzz_idx", "labels_bad_value", buf, n);
   n = idx_file(buf, 2, two, 0);
   bad |= put("fuzz_idx", "matrix_4x6", buf, n);
+  /* 1 MB of zeros (about 1 KB compressed): larger than zlib's buffers, so a damaged stream
+   * fails while the data (not the header) is being read. */
+  const size_t big_n = 4 + 3 * 4 + 1000 * 1000;
+  uint8_t *big = calloc(big_n, 1);
+  if (!big) return 1;
+  const uint32_t big_shape[3] = {1, 1000, 1000};
+  big[2] = 0x08, big[3] = 3;
+  for (int d = 0; d < 3; d++)
+    for (int k = 0; k < 4; k++) big[4 + 4 * d + k] = (uint8_t)(big_shape[d] >> (24 - 8 * k));
+  bad |= put_gz("fuzz_idx", "images_1x1000x1000.gz", big, big_n, 1);
+  free(big);
   const uint8_t float_magic[8] = {0, 0, 0x0D, 1, 0, 0, 0, 1};
   bad |= put("fuzz_idx", "float_type", float_magic, sizeof float_magic);
   return bad;
@@ -120,6 +161,14 @@ static int ckpt_seeds(void) {
     bad |= ckpt_seed("no_optimizer", m, NULL, 0);
     bad |= ckpt_seed("sgd_momentum", m, sgd, 1);
     bad |= ckpt_seed("adamw_2rngs", m, adamw, 2);
+    /* Plain SGD (no state buffer): the loader's state-count mismatch for SGD momentum. */
+    mpt_optimizer_config cfg = mpt_optimizer_config_default();
+    cfg.kind = MPT_OPTIM_SGD;
+    cfg.momentum = 0.0f;
+    mpt_optimizer *plain = NULL;
+    bad |= mpt_optimizer_init(&plain, &cfg, mpt_device_cpu(), mpt_model_param_count(m)) != MPT_OK;
+    if (plain) bad |= ckpt_seed("sgd_plain", m, plain, 0);
+    mpt_optimizer_free(plain);
   }
   mpt_optimizer_free(sgd);
   mpt_optimizer_free(adamw);

@@ -59,10 +59,39 @@
  * collective #3, rank 1 all-reduces 4 float32 (sum) as collective #3") on every rank, before any
  * data moves (FAULTS.md F09). Its exchange has the collective's deadline too.
  *
- * Backends are tables of functions (src/comm/comm_impl.h): MPI (any host-accessible memory)
- * now; the NCCL slot is reserved and returns MPT_ENOTSUP.
+ * Backends are tables of functions (src/comm/comm_impl.h): MPI (host memory, or CUDA memory
+ * staged through pinned host buffers) and NCCL (CUDA memory, one GPU per rank; built when
+ * configure found NCCL, else MPT_ENOTSUP). See "Devices" below.
  *
- * Buffers: host memory for the MPI backend. A buffer must stay valid and untouched (recvbuf) or
+ * Devices (config.device). The buffers of a comm's collectives live on one device:
+ *   - MPI backend, cpu (default): host memory, as above.
+ *   - MPI backend, cuda:N: device memory of cuda:N. Each collective runs on the comm's CPU
+ *     worker stream as: copy the device buffer into a pinned host buffer (cudaMemcpyAsync on a
+ *     private stream of cuda:N, waited for with the collective's deadline), the MPI collective
+ *     on the host copy, copy back. Several ranks may share one GPU (tests on one GPU). Stream
+ *     ordering: a producer on a CUDA stream records an event there and makes the comm stream
+ *     wait for it (mpt_stream_wait_event: the worker polls the CUDA event with the deadline);
+ *     a consumer on a CUDA stream waits on an event recorded on the comm stream (the CUDA
+ *     backend's host-function wait). The DDP engine does exactly this. Only CPU worker streams
+ *     may carry such collectives (a CUDA stream passed as `stream` gives MPT_EINVAL).
+ *     Pinned buffers are cached per comm (no allocation once the sizes repeat).
+ *   - NCCL backend, cuda:N (required): ncclAllReduce / ncclBroadcast / ncclAllGather on the
+ *     comm's own stream (a non-blocking CUDA stream of cuda:N) or a CUDA stream of cuda:N given
+ *     by the caller. Bootstrap: rank 0 calls ncclGetUniqueId, the 128 bytes are broadcast over
+ *     the comm's MPI communicator, a barrier, then ncclCommInitRankConfig with a non-blocking
+ *     config polled with ncclCommGetAsyncError until ready or timeout_ms (then ncclCommAbort and
+ *     MPT_ETIMEOUT; FAULTS.md F13). A watchdog thread polls ncclCommGetAsyncError and the age of
+ *     the collectives in flight: an asynchronous NCCL error, or a collective not complete
+ *     timeout_ms after it was enqueued, aborts the NCCL communicator (its kernels stop), marks
+ *     the comm unusable and the comm's own stream failed with MPT_ECOMM / MPT_ETIMEOUT naming
+ *     the collective and the rank. mpt_comm_wait_event and the *_sync wrappers poll the same
+ *     checks. Barrier = an all-reduce of one float. Checked mode exchanges the signatures over
+ *     MPI on the caller's thread before enqueueing (a mismatch is returned at once, nothing is
+ *     enqueued, the comm stays usable); the agreement after each collective (confirm) is an MPI
+ *     matter and does not apply. Every rank must use a different GPU (NCCL does not support two
+ *     ranks on one device): bind first with mpt_comm_bind_device on an MPI comm.
+ *
+ * Buffers: a buffer must stay valid and untouched (recvbuf) or
  * unmodified (sendbuf) until the collective has completed on its stream. After a timeout the
  * collective may still be pending inside MPI (MPI cannot cancel a collective) and may still
  * write into recvbuf if the peers arrive late: do not reuse or free the buffers; abort. */
@@ -102,8 +131,8 @@ typedef enum {
 MPT_API const char *mpt_launcher_name(mpt_launcher launcher);
 
 typedef enum {
-  MPT_COMM_BACKEND_MPI = 0,  /* collectives over MPI on host memory */
-  MPT_COMM_BACKEND_NCCL = 1, /* reserved: NCCL on CUDA devices (not implemented: MPT_ENOTSUP) */
+  MPT_COMM_BACKEND_MPI = 0,  /* collectives over MPI: host memory or staged CUDA memory */
+  MPT_COMM_BACKEND_NCCL = 1, /* NCCL on one CUDA device per rank (MPT_ENOTSUP if not built) */
 } mpt_comm_backend;
 
 /* "mpi", "nccl"; "unknown" otherwise. */
@@ -137,6 +166,10 @@ typedef struct mpt_comm_config {
    * so that log lines and error details carry the rank. */
   int configure_log;
   mpt_log_level log_level; /* MPT_LOG_INFO */
+  /* Where the collectives' buffers live (see "Devices" above). Default cpu:0 (host memory).
+   * MPI backend: cpu, or cuda:N (staged through pinned host memory). NCCL backend: cuda:N, this
+   * rank's own GPU (the comm's stream is created on it). Other combinations: MPT_EINVAL. */
+  mpt_device device;
 } mpt_comm_config;
 
 MPT_API mpt_comm_config mpt_comm_config_default(void);
@@ -148,7 +181,8 @@ MPT_API mpt_comm_config mpt_comm_config_default(void);
  * MPI_COMM_WORLD (Open MPI 4.1 reports errors of non-blocking collectives through it) and on the
  * comm's own duplicate. Collective: every rank must call it, within config->timeout_ms.
  * config NULL means the defaults.
- * Errors: MPT_EINVAL (bad config); MPT_ENOTSUP (NCCL backend); MPT_ECOMM (an MPI call failed,
+ * Errors: MPT_EINVAL (bad config, or a device the backend cannot use); MPT_ENOTSUP (NCCL
+ * backend or a CUDA device in a build without them); MPT_ECOMM (an MPI or NCCL call failed,
  * or MPI provides a thread level below MPI_THREAD_MULTIPLE: the detail names both levels);
  * MPT_EMISMATCH (the launcher says N > 1 tasks but MPI sees a world of 1: srun without a working
  * PMI plugin, or mpirun from a different MPI; the detail names the variable, N and the fix);
@@ -274,6 +308,70 @@ MPT_API mpt_status mpt_comm_broadcast_sync(mpt_comm *comm, void *buf, int64_t co
 MPT_API mpt_status mpt_comm_allgather_sync(mpt_comm *comm, const void *sendbuf, void *recvbuf,
                                            int64_t count, mpt_dtype dtype);
 MPT_API mpt_status mpt_comm_barrier_sync(mpt_comm *comm);
+
+/* ---- device binding (src/comm/devmap.c; FAULTS.md F11, F12) -------------------------------
+ * One GPU per rank: a rank uses the device whose index is its local rank (the rank among the
+ * processes of its host, from MPI_COMM_TYPE_SHARED, never a launcher variable such as a stale
+ * SLURM_LOCALID) among the devices visible to it. A local rank at or beyond the number of
+ * visible devices is an error, never a silent modulo (which would put two ranks on one GPU).
+ * Before NCCL init, every rank's (host, device) pair is gathered and two ranks of one host on
+ * one device are named. The convention of torchrun's LOCAL_RANK and Horovod's local_rank. */
+
+/* Pure: *index = local_rank when local_rank < visible_count.
+ * Errors: MPT_EINVAL naming the local rank and the count ("local rank 2 (of 4 on this host) has
+ * no device: 2 visible devices"), or for arguments out of range (negative, local_rank >=
+ * local_size). */
+MPT_API mpt_status mpt_device_pick(int local_rank, int local_size, int visible_count,
+                                   int *index);
+
+/* One rank's claim on a device, as gathered across ranks (a plain, fixed-size record). */
+typedef struct mpt_device_claim {
+  int32_t rank;
+  int32_t local_rank;
+  int32_t local_size;
+  int32_t index;         /* device index; -1: the rank has no device (its pick failed) */
+  int32_t visible_count; /* devices the rank could see */
+  int32_t type;          /* mpt_device_type */
+  uint64_t host_hash;    /* 64-bit FNV-1a of the full host name */
+  char host[64];         /* host name, truncated, NUL-terminated */
+} mpt_device_claim;
+
+/* Pure: fills a claim (host name hashed in full, stored truncated). */
+MPT_API void mpt_device_claim_fill(mpt_device_claim *claim, int rank, int local_rank,
+                                   int local_size, mpt_device_type type, int index,
+                                   int visible_count, const char *host);
+
+/* Pure: checks the claims of n ranks, in this order, and reports every offender of the first
+ * kind found, lowest ranks first, so that every rank that checks the same claims reports the
+ * same words:
+ *   - MPT_EINVAL: ranks without a device ("no cuda device for local rank 2 (rank 2) and local
+ *     rank 3 (rank 3) on host node7: 2 visible cuda devices for 4 local ranks; ...");
+ *   - MPT_EMISMATCH: two ranks on one host with the same device ("ranks 0 and 2 both use
+ *     cuda:0 on host node7 ..."; the host is the same when hash and truncated name agree).
+ * Errors also: MPT_EINVAL for NULL claims with n > 0 or n < 0. MPT_OK otherwise. */
+MPT_API mpt_status mpt_device_claims_check(const mpt_device_claim *claims, int n);
+
+/* Collective over a comm whose collectives take host memory (MPI backend, device cpu): gathers
+ * every rank's (host, device) claim (one all-gather of fixed-size records, with the comm's
+ * deadline) and checks them with mpt_device_claims_check, so every rank returns the same
+ * verdict and words. `device` is this rank's device; its index may be anything (fake devices
+ * in tests); its type must be the same on every rank. Errors: those of the check, and of the
+ * all-gather (MPT_ECOMM, MPT_ETIMEOUT); MPT_EINVAL for a NULL comm or a comm on a device. */
+MPT_API mpt_status mpt_comm_check_devices(mpt_comm *comm, mpt_device device);
+
+/* Collective (same comm rules): binds this rank to a device of `type`. CUDA: picks
+ * cuda:<local rank> among `visible_count` devices (negative: mpt_device_count(type), the real
+ * count; other values are for tests and for callers that restrict the devices), gathers and
+ * checks every rank's claim (a rank whose pick failed takes part with no device, so that every
+ * rank fails together, with the same words, instead of waiting for it), and, when the count
+ * was the real one, makes the device current on the calling thread (mpt_device_set_current:
+ * CUDA contexts then appear on this device only). CPU: *device = cpu:0, no collective.
+ * Errors: as mpt_device_claims_check (MPT_EINVAL: a local rank beyond the visible devices;
+ * MPT_EMISMATCH: two ranks on one device of one host), of the all-gather, of set_current;
+ * MPT_EINVAL for NULL arguments. On error *device is cpu:0. Call before creating the NCCL comm
+ * (config.device = *device). */
+MPT_API mpt_status mpt_comm_bind_device(mpt_comm *comm, mpt_device_type type, int visible_count,
+                                        mpt_device *device);
 
 #ifdef __cplusplus
 }

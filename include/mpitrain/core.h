@@ -122,6 +122,13 @@ MPT_API int mpt_device_count(mpt_device_type type);
 MPT_API mpt_status mpt_device_parse(const char *text, mpt_device *device);
 /* Writes "cpu:0" / "cuda:1" into buf (always NUL-terminated). Returns buf. */
 MPT_API const char *mpt_device_str(mpt_device device, char *buf, size_t nbytes);
+/* Makes `device` the calling thread's current device (CUDA: cudaSetDevice), so that work the
+ * library does without naming a device (pinned host allocations, the CUDA context a library
+ * creates at start-up) lands on it rather than on device 0. Every stream, event and op already
+ * makes its own device current; this is for the process's start-up, after binding a rank to its
+ * GPU (mpt_comm_bind_device). CPU: nothing to do, MPT_OK. Errors: MPT_EINVAL (not present),
+ * MPT_ENOTSUP (type not built), MPT_EDEVICE. */
+MPT_API mpt_status mpt_device_set_current(mpt_device device);
 
 /* Memory. `nbytes == 0` gives *ptr = NULL and MPT_OK. Errors: MPT_ENOMEM, MPT_EDEVICE.
  * CPU memory is 64-byte aligned. */

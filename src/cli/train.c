@@ -358,7 +358,7 @@ static mpt_status stop_vote_start(trainer *t) {
 
 static mpt_status stop_vote_finish(trainer *t) {
   if (t->world == 1) return MPT_OK;
-  return mpt_event_synchronize(t->stop_event, t->o->timeout_s * 1e3);
+  return mpt_comm_wait_event(t->comm, t->stop_event);
 }
 
 /* FAULTS.md F02: every rank must be at the same epoch (the sampler's shuffle depends on it). */

@@ -6,6 +6,8 @@
  * sequence counter only grows. `failed` goes from 0 to an error once and stays (first failure
  * wins). Process-wide: the count of live comms (mpt_comm_finalize refuses while any is alive).
  * Wrappers run on the caller's thread; the backend's work runs on the stream's thread. */
+#include "config.h"
+
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -68,13 +70,21 @@ mpt_comm_config mpt_comm_config_default(void) {
   return c;
 }
 
-/* The registry: the only place that knows which comm backends exist. */
-static const mpt__comm_backend *backend_get(mpt_comm_backend kind) {
+/* The registry: the only place that knows which comm backends exist. MPI on a CUDA device is
+ * the MPI table with staging (comm_stage.c); a device type the backend cannot use is refused by
+ * config_check. */
+static const mpt__comm_backend *backend_get(mpt_comm_backend kind, mpt_device device) {
   switch (kind) {
     case MPT_COMM_BACKEND_MPI:
-      return &mpt__comm_mpi_backend;
+      if (device.type == MPT_DEVICE_CPU) return &mpt__comm_mpi_backend;
+#ifdef MPT_HAVE_CUDA
+      if (device.type == MPT_DEVICE_CUDA) return &mpt__comm_mpi_staged_backend;
+#endif
+      return NULL;
     case MPT_COMM_BACKEND_NCCL:
-      /* Slot for src/comm/comm_nccl.c (mpt__comm_nccl_backend, #ifdef MPT_HAVE_NCCL). */
+#ifdef MPT_HAVE_NCCL
+      if (device.type == MPT_DEVICE_CUDA) return &mpt__comm_nccl_backend;
+#endif
       return NULL;
   }
   return NULL;
@@ -117,6 +127,11 @@ static mpt_status config_check(const mpt_comm_config *c) {
                     (long long)c->max_chunk_count);
   if (c->log_level < MPT_LOG_ERROR || c->log_level > MPT_LOG_DEBUG)
     return MPT_FAIL(MPT_EINVAL, "comm log_level %d is not a log level", (int)c->log_level);
+  if (c->device.type != MPT_DEVICE_CPU && c->device.type != MPT_DEVICE_CUDA)
+    return MPT_FAIL(MPT_EINVAL, "comm device type %d is not a device type", (int)c->device.type);
+  if (c->backend == MPT_COMM_BACKEND_NCCL && c->device.type != MPT_DEVICE_CUDA)
+    return MPT_FAIL(MPT_EINVAL, "the nccl comm backend needs a CUDA device (config.device "
+                    "cuda:N, this rank's GPU), not the CPU");
   return MPT_OK;
 }
 
@@ -125,10 +140,13 @@ mpt_status mpt_comm_init(mpt_comm **out, const mpt_comm_config *config) {
   *out = NULL;
   mpt_comm_config cfg = config ? *config : mpt_comm_config_default();
   MPT_RETURN_IF(config_check(&cfg));
-  const mpt__comm_backend *backend = backend_get(cfg.backend);
-  if (!backend)
-    return MPT_FAIL(MPT_ENOTSUP, "the %s comm backend is not available in this build",
-                    mpt_comm_backend_name(cfg.backend));
+  const mpt__comm_backend *backend = backend_get(cfg.backend, cfg.device);
+  if (!backend) {
+    char dev[32];
+    return MPT_FAIL(MPT_ENOTSUP, "the %s comm backend on %s is not available in this build",
+                    mpt_comm_backend_name(cfg.backend),
+                    mpt_device_str(cfg.device, dev, sizeof dev));
+  }
 
   mpt_status st = MPT_OK;
   mpt_comm *c = calloc(1, sizeof *c);
@@ -144,8 +162,9 @@ mpt_status mpt_comm_init(mpt_comm **out, const mpt_comm_config *config) {
     mpt_log_configure(c->rank, c->world_size, c->config.log_level, 0);
   if (c->launch_notes[0])
     MPT_LOG_DBG("launched by %s; %s", mpt_launcher_name(c->launcher), c->launch_notes);
-  MPT_CHECK(mpt_stream_init(&c->stream, mpt_device_cpu(), MPT_STREAM_WORKER), fail_stream);
-  MPT_CHECK(mpt_event_init(&c->sync_event, mpt_device_cpu()), fail_event);
+  const mpt_device sdev = backend->stream_on_device ? c->config.device : mpt_device_cpu();
+  MPT_CHECK(mpt_stream_init(&c->stream, sdev, MPT_STREAM_WORKER), fail_stream);
+  MPT_CHECK(mpt_event_init(&c->sync_event, sdev), fail_event);
   MPT_CHECK(backend->init(c), fail_backend);
   MPT_LOG_DBG("comm: rank %d of %d, local rank %d of %d on %s, launched by %s, backend %s, "
               "timeout %g s, progress %s, checked mode %s, agreement %s",

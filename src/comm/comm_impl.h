@@ -3,9 +3,11 @@
  *
  * A comm backend is a table of functions (DESIGN.md): each slot enqueues one collective on a
  * stream and returns; the public wrappers in comm.c have already checked the arguments, skipped
- * empty work and assigned the sequence number. MPI fills the table now (comm_mpi.c); the NCCL
- * slot in comm.c's registry is reserved for src/comm/comm_nccl.c (rank 0 makes the unique id,
- * MPI_Bcast of its 128 bytes on comm->mpi_comm, ncclCommInitRank with a deadline). */
+ * empty work and assigned the sequence number. Tables: MPI (comm_mpi.c), MPI with device
+ * buffers staged through pinned host memory (comm_stage.c, CUDA builds), NCCL (comm_nccl.c:
+ * rank 0 makes the unique id, MPI_Bcast of its 128 bytes on comm->mpi_comm, non-blocking
+ * ncclCommInitRankConfig with a deadline). comm.c's registry picks one from the config's
+ * backend and device. */
 #ifndef MPT_COMM_IMPL_H
 #define MPT_COMM_IMPL_H
 
@@ -57,9 +59,21 @@ typedef struct mpt__comm_backend {
   mpt_status (*broadcast)(mpt_comm *comm, mpt_stream *stream, const mpt__coll *coll);
   mpt_status (*allgather)(mpt_comm *comm, mpt_stream *stream, const mpt__coll *coll);
   mpt_status (*barrier)(mpt_comm *comm, mpt_stream *stream, const mpt__coll *coll);
+  /* Non-zero: the comm's own stream and sync event are created on config.device (NCCL: a
+   * non-blocking CUDA stream); zero: on the CPU (a worker thread). */
+  int stream_on_device;
+  /* Optional (NULL: comm_wait.c's blocking-mode deadline): waits for `event` for the waiters of
+   * mpt__comm_wait_deadline (the *_sync wrappers, mpt_comm_wait_event, mpt_comm_free), with the
+   * same meaning of `c` and grace_ms, checking the backend's asynchronous errors meanwhile. */
+  mpt_status (*wait_event)(mpt_comm *comm, mpt_event *event, const mpt__coll *c,
+                           double grace_ms);
 } mpt__comm_backend;
 
 extern const mpt__comm_backend mpt__comm_mpi_backend;
+/* comm_stage.c (CUDA builds): the MPI backend for buffers on a CUDA device. */
+extern const mpt__comm_backend mpt__comm_mpi_staged_backend;
+/* comm_nccl.c (NCCL builds). */
+extern const mpt__comm_backend mpt__comm_nccl_backend;
 
 struct mpt_comm {
   mpt_comm_config config; /* as agreed across ranks (checked/confirm/chunk) */
@@ -71,6 +85,7 @@ struct mpt_comm {
   mpt_stream *stream; /* the comm's own worker stream */
   const mpt__comm_backend *backend;
   void *backend_state;
+  void *stage_state; /* comm_stage.c: pinned buffers and the copy stream (device buffers) */
   atomic_uint_fast64_t next_seq;
 
   pthread_mutex_t mutex; /* guards failure state and the in-flight list */

@@ -155,6 +155,8 @@ mpt_status mpt_comm_wait_event(mpt_comm *comm, mpt_event *event) {
 
 mpt_status mpt__comm_wait_deadline(mpt_comm *comm, mpt_event *event, const mpt__coll *c,
                                    double grace_ms) {
+  /* A backend with asynchronous errors of its own (NCCL) polls them while it waits. */
+  if (comm->backend->wait_event) return comm->backend->wait_event(comm, event, c, grace_ms);
   const double timeout_ms = comm->config.timeout_ms + grace_ms;
   double idle_since = mpt_time_ms(); /* last time a collective was seen starting or running */
   uint64_t started_seen;

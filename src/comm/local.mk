@@ -1,15 +1,24 @@
-# src/comm: the process group and collectives (include/mpitrain/comm.h). MPI backend now; the
-# NCCL backend slot is in comm.c's registry (comm_nccl.c, under if HAVE_NCCL, when it exists).
+# src/comm: the process group and collectives (include/mpitrain/comm.h). Backends: MPI (always),
+# MPI with device buffers staged through pinned memory (CUDA builds), NCCL (NCCL builds); the
+# registry in comm.c picks one. devmap.c binds ranks to devices (FAULTS.md F11, F12).
 mpitraininclude_HEADERS += include/mpitrain/comm.h
 libmpitrain_all_la_SOURCES += \
 	src/comm/comm_impl.h src/comm/launch.h \
 	src/comm/comm.c src/comm/comm_boot.c src/comm/comm_mpi.c src/comm/comm_wait.c \
-	src/comm/launch.c
+	src/comm/launch.c src/comm/devmap.c
+if HAVE_CUDA
+libmpitrain_all_la_SOURCES += src/comm/comm_stage.c
+endif
+if HAVE_NCCL
+libmpitrain_all_la_SOURCES += src/comm/comm_nccl.h src/comm/comm_nccl.c
+endif
+EXTRA_DIST += src/comm/comm_nccl.h src/comm/comm_nccl.c src/comm/comm_stage.c
 
 # MPI test programs run under tests/mpirun.sh (root, oversubscribed, with a timeout).
 EXTRA_DIST += tests/mpirun.sh tests/test_comm_np2.sh tests/test_comm_np3.sh \
 	tests/test_comm_progress_np2.sh tests/test_comm_progress_np3.sh tests/test_comm_abort_np2.sh \
-	tests/test_launch_singleton.sh
+	tests/test_launch_singleton.sh tests/test_comm_devices_np2.sh tests/test_comm_devices_np3.sh \
+	tests/test_comm_cuda_np2.sh
 
 if HAVE_CHECK
 check_PROGRAMS += tests/test_comm tests/test_comm_progress tests/test_launch
@@ -22,6 +31,22 @@ tests_test_comm_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 tests_test_comm_progress_SOURCES = tests/test_comm_progress.c
 tests_test_comm_progress_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_comm_progress_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+check_PROGRAMS += tests/test_devmap tests/test_comm_devices
+TESTS += tests/test_devmap tests/test_comm_devices_np2.sh tests/test_comm_devices_np3.sh
+tests_test_devmap_SOURCES = tests/test_devmap.c
+tests_test_devmap_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_devmap_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+tests_test_comm_devices_SOURCES = tests/test_comm_devices.c
+tests_test_comm_devices_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_comm_devices_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+if HAVE_CUDA
+# Needs a GPU (exit 77 = SKIP without one): bare = one rank (NCCL world of 1), np2 = two ranks.
+check_PROGRAMS += tests/test_comm_cuda
+TESTS += tests/test_comm_cuda tests/test_comm_cuda_np2.sh
+tests_test_comm_cuda_SOURCES = tests/test_comm_cuda.c
+tests_test_comm_cuda_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_comm_cuda_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+endif
 tests_test_launch_SOURCES = tests/test_launch.c
 tests_test_launch_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_launch_LDADD = libmpitrain_all.la $(CHECK_LIBS)

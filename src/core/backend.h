@@ -14,6 +14,8 @@ typedef struct mpt__device_backend {
   int (*count)(void);
   mpt_status (*alloc)(int index, size_t nbytes, void **ptr);
   void (*free)(int index, void *ptr);
+  /* Optional (NULL: nothing to do): make device `index` current on the calling thread. */
+  mpt_status (*set_current)(int index);
 
   /* Streams and events: the backend allocates its own structs behind the opaque handles. */
   mpt_status (*stream_init)(mpt_stream **stream, mpt_device device, mpt_stream_kind kind);

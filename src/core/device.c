@@ -88,6 +88,12 @@ void mpt_device_free(mpt_device device, void *ptr) {
   if (b) b->free(device.index, ptr);
 }
 
+mpt_status mpt_device_set_current(mpt_device device) {
+  const mpt__device_backend *b = mpt__backend_get(device.type);
+  if (!b) return MPT_FAIL(MPT_ENOTSUP, "device type %d was not built", (int)device.type);
+  return b->set_current ? b->set_current(device.index) : MPT_OK;
+}
+
 /* ---- streams and events ---- */
 
 mpt_status mpt_stream_init(mpt_stream **stream, mpt_device device, mpt_stream_kind kind) {

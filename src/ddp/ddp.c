@@ -433,6 +433,15 @@ static mpt_status unused_error(mpt_ddp *d) {
                   n, n == 1 ? "" : "s", names);
 }
 
+/* Makes the compute stream wait for the last launched bucket. A CPU compute stream runs on this
+ * thread, so the host waits, with the comm's deadline (a timeout names the collective, its
+ * sequence number and the rank); a device stream waits on the device, without blocking. */
+static mpt_status wait_done(mpt_ddp *d) {
+  if (d->compute && mpt_stream_device(d->compute).type != MPT_DEVICE_CPU)
+    return mpt_stream_wait_event(d->compute, d->done_event, d->cfg.timeout_ms);
+  return mpt_comm_wait_event(d->comm, d->done_event);
+}
+
 /* On an error path of finalize: waits (deadline) for the buckets this pass already launched,
  * so that no collective still writes into the gradient buffer once finalize has returned (the
  * caller may free the model next). Keeps the detail of `status` when it is an error; returns
@@ -442,7 +451,7 @@ static mpt_status drain_launched(mpt_ddp *d, mpt_status status) {
   char detail[1024];
   snprintf(detail, sizeof detail, "%s", mpt_last_error());
   mpt_status st = mpt_event_record(d->done_event, d->comm_stream);
-  if (st == MPT_OK) st = mpt_event_synchronize(d->done_event, d->cfg.timeout_ms);
+  if (st == MPT_OK) st = mpt_comm_wait_event(d->comm, d->done_event);
   if (status == MPT_OK) return st;
   return mpt_error_set(status, "%s", detail);
 }
@@ -467,12 +476,7 @@ mpt_status mpt_ddp_finalize(mpt_ddp *d) {
   if (d->hook_error != MPT_OK) return drain_launched(d, d->hook_error);
   MPT_RETURN_IF(mpt_event_record(d->done_event, d->comm_stream));
   /* The compute stream waits for the last bucket (on the CPU this blocks the caller). */
-  mpt_status st;
-  if (d->compute)
-    st = mpt_stream_wait_event(d->compute, d->done_event, d->cfg.timeout_ms);
-  else
-    st = mpt_event_synchronize(d->done_event, d->cfg.timeout_ms);
-  if (st != MPT_OK) return st;
+  MPT_RETURN_IF(wait_done(d));
   double done = mpt_time_ms();
 
   double allreduce = 0, hidden = 0;
@@ -511,12 +515,7 @@ mpt_status mpt_ddp_allreduce_grads(mpt_ddp *d) {
   launch_ready_buckets(d); /* every bucket, in index order */
   if (d->hook_error != MPT_OK) return drain_launched(d, d->hook_error);
   MPT_RETURN_IF(mpt_event_record(d->done_event, d->comm_stream));
-  mpt_status st;
-  if (d->compute)
-    st = mpt_stream_wait_event(d->compute, d->done_event, d->cfg.timeout_ms);
-  else
-    st = mpt_event_synchronize(d->done_event, d->cfg.timeout_ms);
-  if (st != MPT_OK) return st;
+  MPT_RETURN_IF(wait_done(d));
   double allreduce = 0;
   for (int b = 0; b < d->nbuckets; b++) allreduce += d->bucket_end_ms[b] - d->bucket_start_ms[b];
   mpt_ddp_stats *x = &d->stats;

@@ -10,7 +10,15 @@
  * expired) keeps that status ("sticky"), skips later host functions, and hands the status and
  * its detail text to everything that waits on it. Queue items come from a per-stream free list,
  * so the steady state does not allocate. An abandoned stream (mpt_stream_abandon) is never
- * freed: its detached worker exits after the item it is running, without running more. */
+ * freed: its detached worker exits after the item it is running, without running more.
+ *
+ * Foreign events (another backend's, e.g. a CUDA event recorded on a compute stream, which the
+ * comm worker waits for before staging a device buffer): an inline stream waits with
+ * mpt_event_synchronize(event, timeout) on the caller's thread; a worker stream queues a wait
+ * that runs mpt_event_synchronize(event, timeout) on the worker when it is reached (the owning
+ * backend polls its event with the deadline and reports its stream's status). Such a wait is for
+ * the event's latest record when the wait runs, as a CUDA stream's wait on a CPU event is.
+ * A CPU event cannot be recorded on another backend's stream (MPT_EINVAL). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -21,7 +29,7 @@
 #include "core/cpu/cpu.h"
 #include "core/error.h"
 
-enum { WORK_HOST, WORK_RECORD, WORK_WAIT };
+enum { WORK_HOST, WORK_RECORD, WORK_WAIT, WORK_WAIT_FOREIGN };
 
 typedef struct work_item {
   int kind;
@@ -139,6 +147,13 @@ static void *stream_worker(void *arg) {
         if (failed == MPT_OK)
           st = event_wait_generation(w->event, w->generation, w->timeout_ms, detail,
                                      sizeof detail, NULL);
+        break;
+      case WORK_WAIT_FOREIGN:
+        if (failed == MPT_OK) {
+          mpt_error_clear();
+          st = mpt_event_synchronize(w->event, w->timeout_ms);
+          if (st != MPT_OK) snprintf(detail, sizeof detail, "%s", mpt_last_error());
+        }
         break;
     }
 
@@ -286,7 +301,17 @@ mpt_status mpt__cpu_stream_error(const mpt_stream *s) {
   return st;
 }
 
+static int event_is_foreign(const mpt_event *ev) {
+  return ((const mpt__event_header *)ev)->device.type != MPT_DEVICE_CPU;
+}
+
 mpt_status mpt__cpu_stream_wait_event(mpt_stream *s, mpt_event *ev, double timeout_ms) {
+  if (event_is_foreign(ev)) {
+    if (s->h.kind == MPT_STREAM_INLINE) return mpt_event_synchronize(ev, timeout_ms);
+    mpt_status st = stream_raise(s);
+    if (st != MPT_OK) return st;
+    return stream_push(s, WORK_WAIT_FOREIGN, NULL, NULL, ev, 0, timeout_ms);
+  }
   pthread_mutex_lock(&ev->mutex);
   uint64_t generation = ev->recorded;
   pthread_mutex_unlock(&ev->mutex);
@@ -321,6 +346,10 @@ void mpt__cpu_event_free(mpt_event *ev) {
 }
 
 mpt_status mpt__cpu_event_record(mpt_event *ev, mpt_stream *s) {
+  if (s->h.device.type != MPT_DEVICE_CPU)
+    return MPT_FAIL(MPT_EINVAL, "event_record: a cpu event cannot be recorded on a stream of "
+                    "device type %d (create the event on the stream's device)",
+                    (int)s->h.device.type);
   pthread_mutex_lock(&ev->mutex);
   uint64_t generation = ++ev->recorded;
   pthread_mutex_unlock(&ev->mutex);

@@ -97,6 +97,7 @@ const mpt__device_backend mpt__cuda_backend = {
     .count = mpt__cuda_count,
     .alloc = mpt__cuda_alloc,
     .free = mpt__cuda_free,
+    .set_current = mpt__cuda_use,
     .stream_init = mpt__cuda_stream_init,
     .stream_free = mpt__cuda_stream_free,
     .stream_launch_host = mpt__cuda_stream_launch_host,

@@ -1,0 +1,429 @@
+/* Tests of the comm layer on CUDA devices (needs a GPU; exits 77 = SKIP, printing "SKIP: no
+ * CUDA device", when none is present):
+ *
+ * - the MPI backend on device buffers (src/comm/comm_stage.c): all-reduce (sum in and out of
+ *   place, avg, min, max, int32), broadcast, all-gather (in and out of place), barrier, with
+ *   exact small-integer values; ordered with a CUDA compute stream through events (a kernel
+ *   fills the buffer, the CPU comm worker waits for its CUDA event, the compute stream waits for
+ *   the comm's CPU event, a kernel scales the result) for 20 rounds of new values;
+ * - the NCCL backend (src/comm/comm_nccl.c), when every rank has a GPU of its own: the same
+ *   collectives on the comm's stream, the synchronous wrappers, a caller's CUDA stream,
+ *   mpt_comm_wait_event, and the same compute-stream ordering with CUDA events both ways;
+ *   refusal of a CPU stream;
+ * - the DDP engine unchanged on CUDA (NCCL when every rank has a GPU, else the staged MPI comm):
+ *   the averaged gradients equal the mean over ranks of each rank's plain backward on its own
+ *   batch (relative 1e-5).
+ * Run bare (1 rank: NCCL world of 1) and under mpirun with 2 ranks sharing one GPU
+ * (tests/test_comm_cuda_np2.sh: the staged MPI backend; NCCL only with 2 GPUs).
+ *
+ * MPI rules: no forking (a CUDA context does not survive fork either); every rank runs the same
+ * tests; soft checks agreed over a host comm at the end of each test. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpitrain/comm.h"
+#include "mpitrain/ddp.h"
+#include "mpitrain/nn.h"
+#include "mpitrain/ops.h"
+
+#define TIMEOUT_MS 60000.0
+
+static mpt_comm *g_ctl; /* host comm: agreement of the soft checks */
+static int g_rank, g_world;
+static mpt_device g_dev;
+static int g_nccl_ok; /* every rank has a GPU of its own */
+
+#define OK(expr)                                                                              \
+  do {                                                                                        \
+    mpt_status st_ = (expr);                                                                  \
+    ck_assert_msg(st_ == MPT_OK, "rank %d: %s -> %s: %s", g_rank, #expr, mpt_status_name(st_), \
+                  mpt_last_error());                                                          \
+  } while (0)
+
+static int g_bad;
+static char g_why[1024];
+#define EXPECT(cond, ...)                         \
+  do {                                            \
+    if (!(cond) && !g_bad) {                      \
+      g_bad = 1;                                  \
+      snprintf(g_why, sizeof g_why, __VA_ARGS__); \
+    }                                             \
+  } while (0)
+
+static void expect_begin(void) {
+  g_bad = 0;
+  g_why[0] = '\0';
+}
+
+static void expect_agree(void) {
+  int32_t mine = g_bad, any = 0;
+  OK(mpt_comm_allreduce_sync(g_ctl, &mine, &any, 1, MPT_I32, MPT_REDUCE_MAX));
+  ck_assert_msg(!g_bad, "rank %d: %s", g_rank, g_why);
+  ck_assert_msg(!any, "rank %d: another rank failed this test (see its output)", g_rank);
+}
+
+static mpt_comm *comm_make(mpt_comm_backend backend) {
+  mpt_comm_config cc = mpt_comm_config_default();
+  cc.backend = backend;
+  cc.device = g_dev;
+  cc.timeout_ms = TIMEOUT_MS;
+  mpt_comm *c = NULL;
+  OK(mpt_comm_init(&c, &cc));
+  return c;
+}
+
+/* ---- device buffers ---- */
+
+static void *dalloc(size_t nbytes) {
+  void *p = NULL;
+  OK(mpt_device_alloc(g_dev, nbytes, &p));
+  return p;
+}
+
+static mpt_stream *g_io; /* a CUDA stream for uploads and downloads */
+
+static void up(void *d, const void *h, size_t nbytes) {
+  OK(mpt_op_memcpy(g_io, g_dev, d, mpt_device_cpu(), h, nbytes));
+  OK(mpt_stream_synchronize(g_io, TIMEOUT_MS));
+}
+
+static void down(void *h, const void *d, size_t nbytes) {
+  OK(mpt_op_memcpy(g_io, mpt_device_cpu(), h, g_dev, d, nbytes));
+  OK(mpt_stream_synchronize(g_io, TIMEOUT_MS));
+}
+
+enum { N = 1000 };
+
+/* Rank r's value at i: small integers, exact in float32 under any order of summation. */
+static float val(int r, int i) { return (float)((r + 1) * 3 + i % 7); }
+
+/* Runs every collective through `c` on `stream` (NULL: the comm's own) and checks the results
+ * on the host. `waiter`: wait with mpt_comm_wait_event (else synchronize the stream). */
+static void check_collectives(mpt_comm *c, mpt_stream *stream) {
+  mpt_stream *s = stream ? stream : mpt_comm_stream(c);
+  float *h = malloc(sizeof(float) * N * (size_t)g_world), *e = malloc(sizeof(float) * N);
+  int32_t hi[N];
+  ck_assert(h && e);
+  float *a = dalloc(sizeof(float) * N), *b = dalloc(sizeof(float) * N);
+  float *g = dalloc(sizeof(float) * N * (size_t)g_world);
+  int32_t *ia = dalloc(sizeof(int32_t) * N);
+  mpt_event *ev = NULL;
+  OK(mpt_event_init(&ev, mpt_stream_device(s)));
+
+  struct { mpt_reduce_op op; int in_place; } cases[] = {
+      {MPT_REDUCE_SUM, 1}, {MPT_REDUCE_SUM, 0}, {MPT_REDUCE_AVG, 1}, {MPT_REDUCE_MIN, 0},
+      {MPT_REDUCE_MAX, 1}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    for (int i = 0; i < N; i++) h[i] = val(g_rank, i);
+    up(a, h, sizeof(float) * N);
+    float *dst = cases[k].in_place ? a : b;
+    OK(mpt_comm_allreduce(c, stream, a, dst, N, MPT_F32, cases[k].op));
+    OK(mpt_event_record(ev, s));
+    OK(mpt_comm_wait_event(c, ev));
+    down(h, dst, sizeof(float) * N);
+    for (int i = 0; i < N; i++) {
+      float sum = 0, lo = val(0, i), hi_ = val(0, i);
+      for (int r = 0; r < g_world; r++) {
+        sum += val(r, i);
+        lo = fminf(lo, val(r, i));
+        hi_ = fmaxf(hi_, val(r, i));
+      }
+      e[i] = cases[k].op == MPT_REDUCE_SUM   ? sum
+             : cases[k].op == MPT_REDUCE_AVG ? sum / (float)g_world
+             : cases[k].op == MPT_REDUCE_MIN ? lo
+                                             : hi_;
+    }
+    EXPECT(memcmp(h, e, sizeof(float) * N) == 0, "all-reduce %s (in place %d): [0] = %g, not %g",
+           mpt_reduce_op_name(cases[k].op), cases[k].in_place, (double)h[0], (double)e[0]);
+  }
+
+  for (int i = 0; i < N; i++) hi[i] = (g_rank + 1) * 1000 + i;
+  up(ia, hi, sizeof hi);
+  OK(mpt_comm_allreduce(c, stream, ia, ia, N, MPT_I32, MPT_REDUCE_SUM));
+  OK(mpt_event_record(ev, s));
+  OK(mpt_comm_wait_event(c, ev));
+  down(hi, ia, sizeof hi);
+  const int32_t tri = g_world * (g_world + 1) / 2;
+  EXPECT(hi[5] == tri * 1000 + g_world * 5, "int32 all-reduce: %d", (int)hi[5]);
+
+  const int root = g_world - 1; /* broadcast */
+  for (int i = 0; i < N; i++) h[i] = val(g_rank, i);
+  up(a, h, sizeof(float) * N);
+  OK(mpt_comm_broadcast(c, stream, a, N, MPT_F32, root));
+  OK(mpt_event_record(ev, s));
+  OK(mpt_comm_wait_event(c, ev));
+  down(h, a, sizeof(float) * N);
+  for (int i = 0; i < N; i++) EXPECT(h[i] == val(root, i), "broadcast [%d] = %g", i, (double)h[i]);
+
+  for (int in_place = 0; in_place < 2; in_place++) { /* all-gather */
+    for (int i = 0; i < N; i++) h[i] = val(g_rank, i);
+    float *src = in_place ? g + (size_t)g_rank * N : a;
+    up(src, h, sizeof(float) * N);
+    OK(mpt_comm_allgather(c, stream, src, g, N, MPT_F32));
+    OK(mpt_comm_barrier(c, stream));
+    OK(mpt_event_record(ev, s));
+    OK(mpt_comm_wait_event(c, ev));
+    down(h, g, sizeof(float) * N * (size_t)g_world);
+    for (int r = 0; r < g_world; r++)
+      for (int i = 0; i < N; i++)
+        EXPECT(h[(size_t)r * N + i] == val(r, i), "all-gather (in place %d) block %d [%d] = %g",
+               in_place, r, i, (double)h[(size_t)r * N + i]);
+  }
+
+  for (int i = 0; i < N; i++) h[i] = val(g_rank, i); /* the synchronous wrappers */
+  up(a, h, sizeof(float) * N);
+  OK(mpt_comm_allreduce_sync(c, a, a, N, MPT_F32, MPT_REDUCE_MAX));
+  OK(mpt_comm_barrier_sync(c));
+  down(h, a, sizeof(float) * N);
+  EXPECT(h[3] == val(g_world - 1, 3), "all-reduce sync max: %g", (double)h[3]);
+
+  mpt_event_free(ev);
+  mpt_device_free(g_dev, a);
+  mpt_device_free(g_dev, b);
+  mpt_device_free(g_dev, g);
+  mpt_device_free(g_dev, ia);
+  free(h);
+  free(e);
+}
+
+/* A kernel on the compute stream fills x with `v`, the comm sums it over ranks after waiting
+ * for the compute stream's event, the compute stream waits for the comm's event and doubles
+ * the result: 20 rounds of new values, checked each round. */
+static void check_ordering(mpt_comm *c) {
+  mpt_stream *compute = NULL, *cs = mpt_comm_stream(c);
+  OK(mpt_stream_init(&compute, g_dev, MPT_STREAM_INLINE));
+  mpt_event *ready = NULL, *done = NULL;
+  OK(mpt_event_init(&ready, g_dev));
+  OK(mpt_event_init(&done, mpt_stream_device(cs)));
+  enum { M = 1 << 20 };
+  float *x = dalloc(sizeof(float) * M), *h = malloc(sizeof(float) * M);
+  ck_assert(h);
+  for (int round = 0; round < 20; round++) {
+    OK(mpt_op_fill(compute, x, M, (float)(g_rank + round)));
+    OK(mpt_event_record(ready, compute));
+    OK(mpt_stream_wait_event(cs, ready, TIMEOUT_MS));
+    OK(mpt_comm_allreduce(c, cs, x, x, M, MPT_F32, MPT_REDUCE_SUM));
+    OK(mpt_event_record(done, cs));
+    OK(mpt_stream_wait_event(compute, done, TIMEOUT_MS));
+    OK(mpt_op_scale(compute, x, M, 2.0f));
+    OK(mpt_op_memcpy(compute, mpt_device_cpu(), h, g_dev, x, sizeof(float) * M));
+    OK(mpt_stream_synchronize(compute, TIMEOUT_MS));
+    float want = 0;
+    for (int r = 0; r < g_world; r++) want += (float)(r + round);
+    want *= 2;
+    EXPECT(h[0] == want && h[M - 1] == want, "round %d: %g and %g, not %g", round, (double)h[0],
+           (double)h[M - 1], (double)want);
+  }
+  mpt_device_free(g_dev, x);
+  free(h);
+  mpt_event_free(ready);
+  mpt_event_free(done);
+  mpt_stream_free(compute);
+}
+
+START_TEST(test_staged_mpi_collectives_on_device_buffers) {
+  expect_begin();
+  mpt_comm *c = comm_make(MPT_COMM_BACKEND_MPI);
+  ck_assert_int_eq(mpt_stream_device(mpt_comm_stream(c)).type, MPT_DEVICE_CPU);
+  check_collectives(c, NULL);
+  mpt_stream *cuda_stream = NULL; /* refused: MPI would run on CUDA's callback thread */
+  OK(mpt_stream_init(&cuda_stream, g_dev, MPT_STREAM_WORKER));
+  float *a = dalloc(64);
+  EXPECT(mpt_comm_allreduce(c, cuda_stream, a, a, 4, MPT_F32, MPT_REDUCE_SUM) == MPT_EINVAL,
+         "a CUDA stream was accepted by the staged MPI backend");
+  mpt_device_free(g_dev, a);
+  mpt_stream_free(cuda_stream);
+  mpt_comm_free(c);
+  expect_agree();
+}
+END_TEST
+
+START_TEST(test_staged_mpi_orders_with_a_cuda_compute_stream) {
+  expect_begin();
+  mpt_comm *c = comm_make(MPT_COMM_BACKEND_MPI);
+  check_ordering(c);
+  mpt_comm_free(c);
+  expect_agree();
+}
+END_TEST
+
+START_TEST(test_nccl_collectives_on_the_comm_and_a_caller_stream) {
+  expect_begin();
+  if (!g_nccl_ok) return; /* the same decision on every rank */
+  mpt_comm *c = comm_make(MPT_COMM_BACKEND_NCCL);
+  ck_assert_int_eq(mpt_stream_device(mpt_comm_stream(c)).type, MPT_DEVICE_CUDA);
+  check_collectives(c, NULL);
+  mpt_stream *mine = NULL;
+  OK(mpt_stream_init(&mine, g_dev, MPT_STREAM_WORKER));
+  check_collectives(c, mine);
+  mpt_stream *cpu = NULL;
+  OK(mpt_stream_init(&cpu, mpt_device_cpu(), MPT_STREAM_WORKER));
+  float *a = dalloc(64);
+  EXPECT(mpt_comm_allreduce(c, cpu, a, a, 4, MPT_F32, MPT_REDUCE_SUM) == MPT_EINVAL,
+         "a CPU stream was accepted by the NCCL backend");
+  EXPECT(mpt_comm_error(c) == MPT_OK, "comm failed: %s", mpt_last_error());
+  mpt_device_free(g_dev, a);
+  mpt_stream_free(cpu);
+  mpt_stream_free(mine);
+  mpt_comm_free(c);
+  expect_agree();
+}
+END_TEST
+
+START_TEST(test_nccl_orders_with_a_cuda_compute_stream) {
+  expect_begin();
+  if (!g_nccl_ok) return;
+  mpt_comm *c = comm_make(MPT_COMM_BACKEND_NCCL);
+  check_ordering(c);
+  mpt_comm_free(c);
+  expect_agree();
+}
+END_TEST
+
+/* DDP on CUDA: the gradients after finalize are the mean over ranks of the plain gradients. */
+START_TEST(test_ddp_on_cuda_averages_the_ranks_gradients) {
+  expect_begin();
+  mpt_comm *c = comm_make(g_nccl_ok ? MPT_COMM_BACKEND_NCCL : MPT_COMM_BACKEND_MPI);
+  mpt_mlp_config mc = mpt_mlp_config_default();
+  mc.input_size = 784;
+  mc.num_hidden = 2;
+  mc.hidden[0] = 64;
+  mc.hidden[1] = 64;
+  mc.num_classes = 10;
+  mpt_model *ddp_model = NULL, *plain = NULL;
+  OK(mpt_model_init_mlp(&ddp_model, g_dev, &mc, 7));
+  OK(mpt_model_init_mlp(&plain, g_dev, &mc, 7));
+  mpt_stream *compute = NULL;
+  OK(mpt_stream_init(&compute, g_dev, MPT_STREAM_INLINE));
+  mpt_ddp_config dc = mpt_ddp_config_default();
+  dc.bucket_cap_mb = 0.05; /* several buckets: overlap with backward */
+  dc.first_bucket_cap_mb = 0.01;
+  dc.timeout_ms = TIMEOUT_MS;
+  mpt_ddp *ddp = NULL;
+  OK(mpt_ddp_init(&ddp, ddp_model, c, compute, &dc));
+  EXPECT(mpt_ddp_num_buckets(ddp) > 1, "%d bucket(s)", mpt_ddp_num_buckets(ddp));
+
+  enum { B = 16 };
+  float *hx = malloc(sizeof(float) * B * 784);
+  int32_t hy[B];
+  ck_assert(hx);
+  mpt_rng rng;
+  mpt_rng_seed(&rng, 100 + (uint64_t)g_rank);
+  mpt_rng_fill_uniform(&rng, hx, B * 784, -1, 1);
+  for (int i = 0; i < B; i++) hy[i] = (int32_t)mpt_rng_below(&rng, 10);
+  float *dx = dalloc(sizeof(float) * B * 784);
+  int32_t *dy = dalloc(sizeof hy);
+  up(dx, hx, sizeof(float) * B * 784);
+  up(dy, hy, sizeof hy);
+  int64_t xs[2] = {B, 784}, ys[1] = {B};
+  mpt_tensor xt = mpt_tensor_view(dx, g_dev, MPT_F32, 2, xs);
+  mpt_tensor yt = mpt_tensor_view(dy, g_dev, MPT_I32, 1, ys);
+
+  const int64_t np = mpt_model_param_count(plain);
+  float *mine = malloc(sizeof(float) * (size_t)np), *got = malloc(sizeof(float) * (size_t)np);
+  float *all = malloc(sizeof(float) * (size_t)np * (size_t)g_world);
+  ck_assert(mine && got && all);
+  for (int pass = 0; pass < 2; pass++) { /* plain, then DDP */
+    mpt_model *m = pass ? ddp_model : plain;
+    mpt_tape *tape = NULL;
+    OK(mpt_tape_init(&tape, m, compute));
+    OK(mpt_model_zero_grad(m, compute));
+    mpt_tape_reset(tape, 1);
+    mpt_var *xv = NULL, *out = NULL, *loss = NULL;
+    OK(mpt_tape_input(tape, &xt, &xv));
+    OK(mpt_model_forward(m, tape, xv, &out));
+    OK(mpt_nn_cross_entropy(tape, out, &yt, &loss));
+    if (pass) OK(mpt_ddp_prepare_backward(ddp, tape));
+    OK(mpt_tape_backward(tape, loss, 1.0f));
+    if (pass) OK(mpt_ddp_finalize(ddp));
+    OK(mpt_op_memcpy(compute, mpt_device_cpu(), pass ? got : mine, g_dev, mpt_model_grads(m),
+                     sizeof(float) * (size_t)np));
+    OK(mpt_stream_synchronize(compute, TIMEOUT_MS));
+    mpt_tape_free(tape);
+  }
+  OK(mpt_comm_allgather_sync(g_ctl, mine, all, np, MPT_F32));
+  double diff = 0, scale = 1e-3;
+  for (int64_t i = 0; i < np; i++) {
+    double mean = 0;
+    for (int r = 0; r < g_world; r++) mean += all[(size_t)r * (size_t)np + (size_t)i];
+    mean /= g_world;
+    diff = fmax(diff, fabs(got[i] - mean));
+    scale = fmax(scale, fabs(mean));
+  }
+  EXPECT(diff / scale < 1e-5, "DDP gradients differ from the mean by %g (relative)",
+         diff / scale);
+  free(mine);
+  free(got);
+  free(all);
+  free(hx);
+  mpt_device_free(g_dev, dx);
+  mpt_device_free(g_dev, dy);
+  mpt_ddp_free(ddp);
+  mpt_stream_free(compute);
+  mpt_model_free(ddp_model);
+  mpt_model_free(plain);
+  mpt_comm_free(c);
+  expect_agree();
+}
+END_TEST
+
+int main(void) {
+  const int ngpu = mpt_device_count(MPT_DEVICE_CUDA);
+  if (ngpu == 0) {
+    printf("SKIP: no CUDA device\n");
+    return 77;
+  }
+  mpt_comm_config cc = mpt_comm_config_default();
+  cc.timeout_ms = TIMEOUT_MS;
+  if (mpt_comm_init(&g_ctl, &cc) != MPT_OK) {
+    fprintf(stderr, "mpt_comm_init: %s\n", mpt_last_error());
+    return 1;
+  }
+  g_rank = mpt_comm_rank(g_ctl);
+  g_world = mpt_comm_world_size(g_ctl);
+  const int local = mpt_comm_local_rank(g_ctl);
+  /* One GPU per rank when there are enough (then NCCL too); else every rank shares cuda:0,
+   * which only the staged MPI backend supports. Every rank of one host decides alike. */
+  int32_t enough = mpt_comm_local_size(g_ctl) <= ngpu, all_enough = 0;
+  if (mpt_comm_allreduce_sync(g_ctl, &enough, &all_enough, 1, MPT_I32, MPT_REDUCE_MIN) != MPT_OK) {
+    fprintf(stderr, "agreement: %s\n", mpt_last_error());
+    return 1;
+  }
+  g_nccl_ok = all_enough;
+  if (g_nccl_ok) {
+    if (mpt_comm_bind_device(g_ctl, MPT_DEVICE_CUDA, -1, &g_dev) != MPT_OK) {
+      fprintf(stderr, "bind: %s\n", mpt_last_error());
+      return 1;
+    }
+  } else {
+    g_dev = (mpt_device){MPT_DEVICE_CUDA, 0};
+    (void)local;
+    if (mpt_device_set_current(g_dev) != MPT_OK) return 1;
+  }
+  if (mpt_stream_init(&g_io, g_dev, MPT_STREAM_INLINE) != MPT_OK) return 1;
+  if (g_rank == 0)
+    printf("%d rank(s), %d GPU(s): %s\n", g_world, ngpu,
+           g_nccl_ok ? "one GPU per rank (NCCL and staged MPI)" : "sharing cuda:0 (staged MPI)");
+
+  Suite *s = suite_create("comm_cuda");
+  TCase *tc = tcase_create("comm_cuda");
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, test_staged_mpi_collectives_on_device_buffers);
+  tcase_add_test(tc, test_staged_mpi_orders_with_a_cuda_compute_stream);
+  tcase_add_test(tc, test_nccl_collectives_on_the_comm_and_a_caller_stream);
+  tcase_add_test(tc, test_nccl_orders_with_a_cuda_compute_stream);
+  tcase_add_test(tc, test_ddp_on_cuda_averages_the_ranks_gradients);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_set_fork_status(sr, CK_NOFORK);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  mpt_stream_free(g_io);
+  mpt_comm_free(g_ctl);
+  mpt_comm_finalize();
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
