@@ -12,7 +12,7 @@ cd "$(dirname "$0")"
 
 packages=(build-essential autoconf automake libtool pkg-config openmpi-bin libopenmpi-dev
           libopenblas-dev zlib1g-dev check dataset-fashion-mnist
-          slurmctld slurmd slurm-client munge iproute2)
+          slurmctld slurmd slurm-client munge iproute2 clang libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -90,8 +90,10 @@ touch "$stamp"
 # The library's C sources as the automake build lists them (libmpitrain_all_la_SOURCES in the
 # fragments Makefile.am includes), leaving out what is under "if HAVE_CUDA" / "if HAVE_NCCL":
 # a file present in src/ but not yet in the build is not compiled here either.
+# shellcheck disable=SC2013 # the include lines hold one path each
 sources=$(cd "$top" && for mk in $(sed -n 's/^include  *//p' Makefile.am); do
-  [ -f "$mk" ] && awk '
+  [ -f "$mk" ] || continue
+  awk '
     /^if / { depth++; cond[depth] = $2; skip[depth] = ($2 ~ /^(HAVE_CUDA|HAVE_NCCL)$/); next }
     /^else/ { if (depth) skip[depth] = (cond[depth] ~ /^!(HAVE_CUDA|HAVE_NCCL)$/); next }
     /^endif/ { if (depth) depth--; next }
@@ -113,7 +115,7 @@ for src in $sources; do
   objs="$objs $obj"
   flags="$san"
   case " $covered " in *" $src "*) flags="$san -fsanitize=fuzzer-no-link" ;; esac
-  if [ ! -f "$obj" ] || [ "$top/$src" -nt "$obj" ]; then
+  if [ ! -f "$obj" ] || [ -n "$(find "$top/$src" -newer "$obj")" ]; then
     printf '%s\t%s\t%s\n' "$top/$src" "$obj" "$flags" >>"$list"
   fi
 done

@@ -207,6 +207,7 @@ static int cli_seeds(void) {
                                    "--seed", "42", "--max-steps", "5", NULL};
   static const char *const s6[] = {"--version", NULL};
   static const char *const s7[] = {"train", "--lr=nan", "--epochs", NULL};
+  static const char *const s8[] = {"train", "--nesterov", "--momentum", "0", NULL};
   int bad = cli_seed("cnn_adamw", s1);
   bad |= cli_seed("mlp_step_schedule", s2);
   bad |= cli_seed("dp_checkpoints", s3);
@@ -214,6 +215,7 @@ static int cli_seeds(void) {
   bad |= cli_seed("ddp_options", s5);
   bad |= cli_seed("version", s6);
   bad |= cli_seed("bad_values", s7);
+  bad |= cli_seed("nesterov_no_momentum", s8);
   return bad;
 }
 

@@ -637,6 +637,22 @@ START_TEST(test_ckpt_bad_arguments_are_refused) {
 }
 END_TEST
 
+/* Regression (issue 8): opening a FIFO waited for a writer, so --resume naming a FIFO hung the
+ * program forever. Now refused at once as not a regular file (a hang fails by the timeout). */
+START_TEST(test_ckpt_fifo_is_refused_without_waiting_for_a_writer) {
+  mpt_model *a = make_model(MODEL_BASE, 1);
+  const char *path = tmp_path("fifo.mpt");
+  ck_assert_int_eq(mkfifo(path, 0600), 0);
+  mpt_ckpt_meta meta;
+  ck_assert_int_eq(mpt_ckpt_read_meta(path, &meta, NULL), MPT_EIO);
+  check_detail("fifo", path, "not a regular file", NULL);
+  ck_assert_int_eq(mpt_ckpt_load(path, a, NULL, NULL), MPT_EIO);
+  check_detail("fifo", path, "not a regular file", NULL);
+  unlink(path);
+  mpt_model_free(a);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------------------------ */
 /* Crashes during a write                                                                     */
 
@@ -962,6 +978,7 @@ static Suite *ckpt_suite(void) {
   tcase_add_test(tc, test_ckpt_different_model_names_the_difference);
   tcase_add_test(tc, test_ckpt_different_optimizer_is_refused);
   tcase_add_test(tc, test_ckpt_bad_arguments_are_refused);
+  tcase_add_test(tc, test_ckpt_fifo_is_refused_without_waiting_for_a_writer);
   suite_add_tcase(s, tc);
   TCase *tw = tcase_create("atomic_write_and_directories");
   tcase_add_checked_fixture(tw, make_tmpdir, teardown_tmpdir);

@@ -6,8 +6,9 @@
  *   exact small-integer values; ordered with a CUDA compute stream through events (a kernel
  *   fills the buffer, the CPU comm worker waits for its CUDA event, the compute stream waits for
  *   the comm's CPU event, a kernel scales the result) for 20 rounds of new values;
- * - the NCCL backend (src/comm/comm_nccl.c), when every rank has a GPU of its own: the same
- *   collectives on the comm's stream, the synchronous wrappers, a caller's CUDA stream,
+ * - the NCCL backend (src/comm/comm_nccl*.c), when every rank has a GPU of its own: the same
+ *   collectives on the comm's stream, the synchronous wrappers, a caller's CUDA stream, small
+ *   host buffers (staged by both backends),
  *   mpt_comm_wait_event, and the same compute-stream ordering with CUDA events both ways;
  *   refusal of a CPU stream;
  * - the DDP engine unchanged on CUDA (NCCL when every rank has a GPU, else the staged MPI comm):
@@ -189,6 +190,22 @@ static void check_collectives(mpt_comm *c, mpt_stream *stream) {
   free(e);
 }
 
+/* Small host buffers (control messages: the DDP engine's checks) through a device comm: staged
+ * by the backend, the synchronous wrappers return with the result on the host. */
+static void check_host_buffers(mpt_comm *c) {
+  int32_t mine[3] = {g_rank + 1, 10 * (g_rank + 1), -g_rank}, sum[3] = {0, 0, 0};
+  OK(mpt_comm_allreduce_sync(c, mine, sum, 3, MPT_I32, MPT_REDUCE_SUM));
+  const int32_t tri = g_world * (g_world + 1) / 2;
+  EXPECT(sum[0] == tri && sum[1] == 10 * tri && sum[2] == -(g_world * (g_world - 1) / 2),
+         "host all-reduce: %d %d %d", (int)sum[0], (int)sum[1], (int)sum[2]);
+  int32_t all[16] = {0};
+  OK(mpt_comm_allgather_sync(c, mine, all, 1, MPT_I32));
+  for (int r = 0; r < g_world; r++) EXPECT(all[r] == r + 1, "host all-gather [%d] = %d", r, all[r]);
+  int32_t b = g_rank == 0 ? 1234 : -1;
+  OK(mpt_comm_broadcast_sync(c, &b, 1, MPT_I32, 0));
+  EXPECT(b == 1234, "host broadcast: %d", (int)b);
+}
+
 /* A kernel on the compute stream fills x with `v`, the comm sums it over ranks after waiting
  * for the compute stream's event, the compute stream waits for the comm's event and doubles
  * the result: 20 rounds of new values, checked each round. */
@@ -229,6 +246,7 @@ START_TEST(test_staged_mpi_collectives_on_device_buffers) {
   mpt_comm *c = comm_make(MPT_COMM_BACKEND_MPI);
   ck_assert_int_eq(mpt_stream_device(mpt_comm_stream(c)).type, MPT_DEVICE_CPU);
   check_collectives(c, NULL);
+  check_host_buffers(c);
   mpt_stream *cuda_stream = NULL; /* refused: MPI would run on CUDA's callback thread */
   OK(mpt_stream_init(&cuda_stream, g_dev, MPT_STREAM_WORKER));
   float *a = dalloc(64);
@@ -256,6 +274,7 @@ START_TEST(test_nccl_collectives_on_the_comm_and_a_caller_stream) {
   mpt_comm *c = comm_make(MPT_COMM_BACKEND_NCCL);
   ck_assert_int_eq(mpt_stream_device(mpt_comm_stream(c)).type, MPT_DEVICE_CUDA);
   check_collectives(c, NULL);
+  check_host_buffers(c);
   mpt_stream *mine = NULL;
   OK(mpt_stream_init(&mine, g_dev, MPT_STREAM_WORKER));
   check_collectives(c, mine);

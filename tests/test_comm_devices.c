@@ -156,7 +156,7 @@ START_TEST(test_nccl_bootstrap_stops_every_rank_when_one_cannot_prepare) {
   if (g_rank == bad) {
     EXPECT(st == MPT_OK, "the failing rank reports its own error, got %s", mpt_status_name(st));
   } else {
-    char who[32];
+    char who[64];
     snprintf(who, sizeof who, "rank %d could not prepare", bad);
     EXPECT(st == MPT_ECOMM, "got %s", mpt_status_name(st));
     EXPECT_HAS(mpt_last_error(), who);

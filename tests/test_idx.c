@@ -236,6 +236,19 @@ START_TEST(test_idx_rejects_empty_missing_directory_and_corrupt_gzip) {
 }
 END_TEST
 
+/* Regression (issue 8): opening a FIFO waited for a writer, so a FIFO in the data folder hung
+ * the program forever. Now refused at once as not a regular file (a hang fails by the timeout). */
+START_TEST(test_idx_refuses_a_fifo_without_waiting_for_a_writer) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/fifo-images", tmpdir);
+  ck_assert_int_eq(mkfifo(path, 0600), 0);
+  mpt_idx idx;
+  assert_error_names(mpt_idx_read(path, 3, &idx), MPT_EIO, path, "not a regular file");
+  ck_assert_ptr_null(idx.data);
+  unlink(path);
+}
+END_TEST
+
 START_TEST(test_dataset_normalises_pixels_and_copies_labels) {
   const char *img = write_images("i.gz", 1, 12, 0);
   const char *lab = write_labels("l.gz", 1, 3, labels3);
@@ -488,6 +501,7 @@ int main(void) {
   tcase_add_test(tc, test_idx_rejects_trailing_garbage);
   tcase_add_test(tc, test_idx_rejects_zero_and_absurd_extents_before_allocating);
   tcase_add_test(tc, test_idx_rejects_empty_missing_directory_and_corrupt_gzip);
+  tcase_add_test(tc, test_idx_refuses_a_fifo_without_waiting_for_a_writer);
   tcase_add_test(tc, test_dataset_normalises_pixels_and_copies_labels);
   tcase_add_test(tc, test_dataset_reads_four_dimensional_images_as_nchw);
   tcase_add_test(tc, test_dataset_rejects_count_mismatch_naming_both_files);

@@ -4,6 +4,8 @@
  * `test_launch --init` instead creates a real comm with the process's environment and prints
  * "launcher: <name>, world <n>" (exit 0) or the error (exit 1); tests/test_launch_singleton.sh
  * uses it for F14 end to end. */
+#include "config.h"
+
 #include <check.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -220,11 +222,17 @@ START_TEST(test_launch_names) {
 }
 END_TEST
 
-START_TEST(test_launch_nccl_backend_is_not_implemented) {
+/* NCCL: not built -> MPT_ENOTSUP; built, but asked for on the CPU -> MPT_EINVAL. Both before
+ * MPI is touched. */
+START_TEST(test_launch_nccl_backend_needs_nccl_and_a_cuda_device) {
   mpt_comm_config cfg = mpt_comm_config_default();
   cfg.backend = MPT_COMM_BACKEND_NCCL;
   mpt_comm *comm = (mpt_comm *)1;
+#ifdef MPT_HAVE_NCCL
+  ck_assert_int_eq(mpt_comm_init(&comm, &cfg), MPT_EINVAL);
+#else
   ck_assert_int_eq(mpt_comm_init(&comm, &cfg), MPT_ENOTSUP);
+#endif
   ck_assert_ptr_null(comm);
   cfg = mpt_comm_config_default();
   cfg.timeout_ms = 0;
@@ -268,7 +276,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, test_launch_unknown_variable_is_rejected);
   tcase_add_test(tc, test_launch_thread_level_too_low_names_both_levels);
   tcase_add_test(tc, test_launch_names);
-  tcase_add_test(tc, test_launch_nccl_backend_is_not_implemented);
+  tcase_add_test(tc, test_launch_nccl_backend_needs_nccl_and_a_cuda_device);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -90,6 +90,11 @@
  *     enqueued, the comm stays usable); the agreement after each collective (confirm) is an MPI
  *     matter and does not apply. Every rank must use a different GPU (NCCL does not support two
  *     ranks on one device): bind first with mpt_comm_bind_device on an MPI comm.
+ *   - Both device backends also take small HOST buffers (control messages, such as the DDP
+ *     engine's model and batch checks): MPI staging copies them like device buffers; NCCL
+ *     stages them through a device scratch buffer and the call then BLOCKS until the result is
+ *     in the host buffer (with the comm's deadline and failure checks). Bulk data belongs on
+ *     the device.
  *
  * Buffers: a buffer must stay valid and untouched (recvbuf) or
  * unmodified (sendbuf) until the collective has completed on its stream. After a timeout the
@@ -242,7 +247,9 @@ MPT_API mpt_status mpt_comm_error(const mpt_comm *comm);
  * steps, and "; N more in flight" when several run on different streams), or
  * "no collective in flight". A collective is in flight from its first MPI call to its last, so
  * one still queued behind others is not. For a waiter whose own event wait expired (blocking
- * mode): print this, then abort. Errors: MPT_EINVAL (NULL comm or buf, nbytes 0).
+ * mode): print this, then abort. The NCCL backend keeps no such list (it names the collective
+ * in its own timeout and error details): "no collective in flight".
+ * Errors: MPT_EINVAL (NULL comm or buf, nbytes 0).
  * Thread rules: any thread, at any time (it takes the comm's internal lock briefly). */
 MPT_API mpt_status mpt_comm_describe_inflight(const mpt_comm *comm, char *buf, size_t nbytes);
 /* Waits for `event` (recorded on a stream that carries this comm's collectives) with the comm's

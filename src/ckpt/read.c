@@ -11,11 +11,13 @@
  * the second parses and stages, recomputing the CRC, so that a file rewritten in place between
  * the passes is caught as well. Runs on the calling thread. */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ckpt/ckpt_impl.h"
 #include "core/error.h"
@@ -89,15 +91,25 @@ static mpt_status r_skip(reader *r, uint64_t n, const char *what) {
  * preamble against the real one, the CRC. Leaves r at offset 0 for the parse. */
 static mpt_status open_checked(const char *path, reader *r) {
   r->path = path;
-  r->f = fopen(path, "rbe");
-  if (!r->f)
+  /* O_NONBLOCK so that opening a FIFO does not wait forever for a writer (it is refused just
+   * below, as is anything but a regular file); it is cleared again before reading. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0)
     return MPT_FAIL(errno == ENOENT ? MPT_ENOENT : MPT_EIO, "checkpoint %s: cannot open: %s",
                     path, strerror(errno));
+  r->f = fdopen(fd, "rb");
+  if (!r->f) {
+    int e = errno;
+    close(fd);
+    return MPT_FAIL(MPT_EIO, "checkpoint %s: cannot open: %s", path, strerror(e));
+  }
   struct stat sb;
-  if (fstat(fileno(r->f), &sb) != 0)
+  if (fstat(fd, &sb) != 0)
     return MPT_FAIL(MPT_EIO, "checkpoint %s: cannot stat: %s", path, strerror(errno));
   if (!S_ISREG(sb.st_mode))
     return MPT_FAIL(MPT_EIO, "checkpoint %s: not a regular file", path);
+  int fl = fcntl(fd, F_GETFL);
+  if (fl != -1) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
   uint64_t size = (uint64_t)sb.st_size;
   const uint64_t min_size = MPT__CKPT_PREAMBLE_NBYTES + MPT__CKPT_CRC_NBYTES;
 

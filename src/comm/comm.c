@@ -129,6 +129,11 @@ static mpt_status config_check(const mpt_comm_config *c) {
     return MPT_FAIL(MPT_EINVAL, "comm log_level %d is not a log level", (int)c->log_level);
   if (c->device.type != MPT_DEVICE_CPU && c->device.type != MPT_DEVICE_CUDA)
     return MPT_FAIL(MPT_EINVAL, "comm device type %d is not a device type", (int)c->device.type);
+#ifndef MPT_HAVE_NCCL
+  if (c->backend == MPT_COMM_BACKEND_NCCL)
+    return MPT_FAIL(MPT_ENOTSUP, "the nccl comm backend is not available in this build (configure "
+                    "found no CUDA with NCCL); use the mpi backend");
+#endif
   if (c->backend == MPT_COMM_BACKEND_NCCL && c->device.type != MPT_DEVICE_CUDA)
     return MPT_FAIL(MPT_EINVAL, "the nccl comm backend needs a CUDA device (config.device "
                     "cuda:N, this rank's GPU), not the CPU");

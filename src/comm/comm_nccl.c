@@ -1,5 +1,6 @@
-/* The NCCL comm backend (comm.h "Devices"): collectives on one CUDA device per rank, enqueued
- * on CUDA streams. Built when configure found NCCL (src/comm/local.mk).
+/* The NCCL comm backend (comm.h "Devices"), part 1: errors, the failure checks shared by the
+ * watchdog and the waiters, the bootstrap and the lifetime. The collectives and the waits are in
+ * comm_nccl_coll.c. Built when configure found NCCL (src/comm/local.mk).
  *
  * Bootstrap (FAULTS.md F13): rank 0's ncclGetUniqueId, broadcast over the comm's MPI
  * communicator, an MPI all-reduce of "did my side prepare" that doubles as the barrier, then
@@ -9,28 +10,23 @@
  * The communicator is non-blocking, so any NCCL call may return ncclInProgress while NCCL
  * finishes it in the background (connection setup on the first collective with a peer); the
  * call is then polled with ncclCommGetAsyncError, under the collective's deadline, before the
- * next one. Every collective is tracked in a ring of RING_SLOTS CUDA events recorded after it on
- * its stream, with the time it was enqueued (more than RING_SLOTS in flight: the oldest are no
- * longer tracked).
+ * next one (mpt__nccl_settle). Every collective is tracked in a ring of MPT__NCCL_RING_SLOTS
+ * CUDA events recorded after it on its stream, with the time it was enqueued (more in flight:
+ * the oldest are no longer tracked).
  *
- * Failure: a watchdog thread (every WATCHDOG_PERIOD_MS), and every waiter of
- * mpt__comm_wait_deadline (the *_sync wrappers, mpt_comm_wait_event, mpt_comm_free), look for
- * an asynchronous NCCL error and for a tracked collective still incomplete timeout_ms after it
- * was enqueued. Either aborts the NCCL communicator (ncclCommAbort stops its kernels, so the
- * streams drain), marks the comm unusable and the comm's own stream failed (sticky: later ops
- * and waits on it, and events recorded on it, report the error), and records MPT_ECOMM or
- * MPT_ETIMEOUT naming the collective, the rank and the device. A caller's own stream is not
- * marked (the comm cannot know whether it was freed); its waits through mpt_comm_wait_event
- * still report the error.
+ * Failure: a watchdog thread (every WATCHDOG_PERIOD_MS) and every waiter of
+ * mpt__comm_wait_deadline (the *_sync wrappers, mpt_comm_wait_event, mpt_comm_free) look for an
+ * asynchronous NCCL error and for a tracked collective still incomplete timeout_ms after it was
+ * enqueued. Either aborts the NCCL communicator (ncclCommAbort stops its kernels, so the streams
+ * drain), marks the comm unusable and the comm's own stream failed (sticky: later ops and waits
+ * on it, and events recorded on it, report the error), and records MPT_ECOMM or MPT_ETIMEOUT
+ * naming the collective, the rank and the device. A caller's own stream is not marked (the comm
+ * cannot know whether it was freed meanwhile); its waits through mpt_comm_wait_event still
+ * report the error.
  *
- * Threads: enqueue on the caller's thread; the watchdog on its own; waiters on theirs. One
- * mutex guards every NCCL call on the communicator, the ring and the aborted flag, so that no
- * abort races an enqueue. A comm's collectives must come from one thread at a time, as the
- * ordering rule of comm.h requires anyway. */
-#include <cuda_runtime_api.h>
+ * Threads: the watchdog on its own thread; the rest on the caller's. One mutex guards every
+ * NCCL call on the communicator (comm_nccl_impl.h), so that no abort races an enqueue. */
 #include <errno.h>
-#include <nccl.h>
-#include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -38,36 +34,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "comm/comm_nccl.h"
+#include "comm/comm_nccl_impl.h"
 #include "core/cuda/cuda.h"
 
 _Static_assert(sizeof(ncclUniqueId) == MPT__NCCL_ID_NBYTES, "ncclUniqueId is not 128 bytes");
 
-enum { RING_SLOTS = 256, SIG_LEN = 5 };
 #define WATCHDOG_PERIOD_MS 100.0
-
-typedef struct tracked {
-  mpt__coll coll;
-  cudaEvent_t done; /* recorded on the collective's stream right after it */
-  double enqueue_ms;
-  int live; /* 1 from enqueue until seen complete */
-} tracked;
-
-typedef struct nccl_state {
-  mpt_comm *comm;
-  ncclComm_t nc;
-  int dev;
-  pthread_mutex_t mutex; /* NCCL calls on nc, the ring, aborted */
-  int aborted;           /* nc was aborted (and freed by NCCL): no NCCL call on it any more */
-  tracked ring[RING_SLOTS];
-  int next;     /* slot of the next collective (the oldest tracked one when the ring is full) */
-  float *one;   /* device scratch of one float: a barrier is an all-reduce of it */
-  pthread_t watchdog;
-  int watchdog_started;
-  pthread_mutex_t stop_mutex;
-  pthread_cond_t stop_cond; /* CLOCK_MONOTONIC */
-  int stop;
-} nccl_state;
 
 /* ---- errors ------------------------------------------------------------------------------ */
 
@@ -85,11 +57,8 @@ static mpt_status status_of(ncclResult_t r) {
   }
 }
 
-/* Records "<what> failed on rank R (cuda:D): <NCCL error name>: <NCCL's last error text>". */
-static mpt_status nccl_error(const nccl_state *s, ncclResult_t r, const char *file, int line,
-                             const char *fmt, ...) MPT_PRINTF(5, 6);
-static mpt_status nccl_error(const nccl_state *s, ncclResult_t r, const char *file, int line,
-                             const char *fmt, ...) {
+mpt_status mpt__nccl_error(const mpt__nccl_state *s, ncclResult_t r, const char *file, int line,
+                           const char *fmt, ...) {
   char what[512];
   va_list ap;
   va_start(ap, fmt);
@@ -100,11 +69,10 @@ static mpt_status nccl_error(const nccl_state *s, ncclResult_t r, const char *fi
                     s->comm->rank, s->dev, ncclGetErrorString(r), last && last[0] ? ": " : "",
                     last ? last : "");
 }
-#define NCCL_ERROR(s, r, ...) nccl_error((s), (r), __FILE__, __LINE__, __VA_ARGS__)
 
 /* Sleeps a little more each time: spins first (most calls finish in microseconds), then up to
  * 1 ms. */
-static void backoff(int *polls, long *sleep_ns) {
+void mpt__nccl_backoff(int *polls, long *sleep_ns) {
   if ((*polls)++ < 100) {
     sched_yield();
     return;
@@ -116,7 +84,7 @@ static void backoff(int *polls, long *sleep_ns) {
 
 /* Polls a non-blocking communicator until the call that returned `r` is done. Returns its
  * outcome; *expired = 1 when deadline_ms passed first (the call is then still in progress). */
-static ncclResult_t settle(ncclComm_t nc, ncclResult_t r, double deadline_ms, int *expired) {
+ncclResult_t mpt__nccl_settle(ncclComm_t nc, ncclResult_t r, double deadline_ms, int *expired) {
   int polls = 0;
   long sleep_ns = 2000;
   *expired = 0;
@@ -125,7 +93,7 @@ static ncclResult_t settle(ncclComm_t nc, ncclResult_t r, double deadline_ms, in
       *expired = 1;
       return r;
     }
-    backoff(&polls, &sleep_ns);
+    mpt__nccl_backoff(&polls, &sleep_ns);
     ncclResult_t q = ncclCommGetAsyncError(nc, &r);
     if (q != ncclSuccess) return q;
   }
@@ -134,7 +102,7 @@ static ncclResult_t settle(ncclComm_t nc, ncclResult_t r, double deadline_ms, in
 
 /* With s->mutex held and the detail of `st` recorded on this thread: aborts the communicator
  * (once), marks the comm unusable and its own stream failed. Returns st. */
-static mpt_status fail_locked(nccl_state *s, mpt_status st) {
+mpt_status mpt__nccl_fail_locked(mpt__nccl_state *s, mpt_status st) {
   if (s->aborted) return st;
   s->aborted = 1;
   mpt__comm_set_failed(s->comm, st);
@@ -147,10 +115,10 @@ static mpt_status fail_locked(nccl_state *s, mpt_status st) {
 /* With s->mutex held: the oldest tracked collective that has not completed (NULL: none).
  * Completed slots are retired on the way. A CUDA error of an event (a device fault) is
  * returned in *err. */
-static tracked *oldest_pending_locked(nccl_state *s, cudaError_t *err) {
+static mpt__nccl_tracked *oldest_pending_locked(mpt__nccl_state *s, cudaError_t *err) {
   *err = cudaSuccess;
-  for (int k = 0; k < RING_SLOTS; k++) {
-    tracked *t = &s->ring[(s->next + k) % RING_SLOTS];
+  for (int k = 0; k < MPT__NCCL_RING_SLOTS; k++) {
+    mpt__nccl_tracked *t = &s->ring[(s->next + k) % MPT__NCCL_RING_SLOTS];
     if (!t->live) continue;
     cudaError_t e = cudaEventQuery(t->done);
     if (e == cudaErrorNotReady) return t;
@@ -167,38 +135,36 @@ static tracked *oldest_pending_locked(nccl_state *s, cudaError_t *err) {
 /* With s->mutex held: MPT_OK, or the failure found now (asynchronous NCCL error, device fault,
  * a tracked collective older than limit_ms), after which the comm is failed; or the earlier
  * failure, re-raised. */
-static mpt_status check_locked(nccl_state *s, double limit_ms) {
+mpt_status mpt__nccl_check_locked(mpt__nccl_state *s, double limit_ms) {
   if (s->aborted) return mpt__comm_check_usable(s->comm);
   (void)cudaSetDevice(s->dev);
   char what[160] = "";
   cudaError_t ce;
-  tracked *t = oldest_pending_locked(s, &ce);
+  mpt__nccl_tracked *t = oldest_pending_locked(s, &ce);
   if (t) mpt__coll_describe(&t->coll, what, sizeof what);
   ncclResult_t a = ncclSuccess;
   ncclResult_t q = ncclCommGetAsyncError(s->nc, &a);
   if (q != ncclSuccess) a = q;
+  mpt_status st = MPT_OK;
   if (a != ncclSuccess && a != ncclInProgress)
-    return fail_locked(s, NCCL_ERROR(s, a, "%s%s (an asynchronous NCCL error; the communicator "
-                                     "was aborted)", t ? what : "the NCCL communicator",
-                                     t ? " in flight" : ""));
-  if (t && ce != cudaSuccess)
-    return fail_locked(s, MPT_FAIL(MPT_EDEVICE, "%s failed on rank %d (cuda:%d): %s (%s); the "
-                                   "NCCL communicator was aborted", what, s->comm->rank, s->dev,
-                                   cudaGetErrorName(ce), cudaGetErrorString(ce)));
-  if (t && mpt_time_ms() - t->enqueue_ms > limit_ms)
-    return fail_locked(s, MPT_FAIL(MPT_ETIMEOUT,
-                                   "%s did not complete within %g s on rank %d (NCCL on cuda:%d): "
-                                   "a rank did not reach it, issued a different collective, or "
-                                   "died; the NCCL communicator was aborted",
-                                   what, s->comm->config.timeout_ms / 1000.0, s->comm->rank,
-                                   s->dev));
-  return MPT_OK;
+    st = MPT_NCCL_ERROR(s, a, "%s%s (an asynchronous NCCL error; the communicator was aborted)",
+                        t ? what : "the NCCL communicator", t ? " in flight" : "");
+  else if (t && ce != cudaSuccess)
+    st = MPT_FAIL(MPT_EDEVICE, "%s failed on rank %d (cuda:%d): %s (%s); the NCCL communicator "
+                  "was aborted", what, s->comm->rank, s->dev, cudaGetErrorName(ce),
+                  cudaGetErrorString(ce));
+  else if (t && mpt_time_ms() - t->enqueue_ms > limit_ms)
+    st = MPT_FAIL(MPT_ETIMEOUT, "%s did not complete within %g s on rank %d (NCCL on cuda:%d): a "
+                  "rank did not reach it, issued a different collective, or died; the NCCL "
+                  "communicator was aborted", what, s->comm->config.timeout_ms / 1000.0,
+                  s->comm->rank, s->dev);
+  return st == MPT_OK ? MPT_OK : mpt__nccl_fail_locked(s, st);
 }
 
 /* ---- the watchdog ------------------------------------------------------------------------ */
 
 static void *watchdog_main(void *arg) {
-  nccl_state *s = arg;
+  mpt__nccl_state *s = arg;
   (void)cudaSetDevice(s->dev);
   pthread_mutex_lock(&s->stop_mutex);
   while (!s->stop) {
@@ -212,7 +178,7 @@ static void *watchdog_main(void *arg) {
     if (rc != ETIMEDOUT && rc != 0) continue;
     pthread_mutex_unlock(&s->stop_mutex);
     pthread_mutex_lock(&s->mutex);
-    if (!s->aborted && check_locked(s, s->comm->config.timeout_ms) != MPT_OK)
+    if (!s->aborted && mpt__nccl_check_locked(s, s->comm->config.timeout_ms) != MPT_OK)
       MPT_LOG_ERR("%s", mpt_last_error()); /* the waiters report it too, with their context */
     pthread_mutex_unlock(&s->mutex);
     pthread_mutex_lock(&s->stop_mutex);
@@ -267,10 +233,10 @@ mpt_status mpt__nccl_id_bootstrap(mpt_comm *comm, unsigned char id[MPT__NCCL_ID_
 }
 
 /* This rank's preparation: the device, the ring's events, the barrier scratch. */
-static mpt_status prepare_local(nccl_state *s) {
+static mpt_status prepare_local(mpt__nccl_state *s) {
   const mpt_device dev = s->comm->config.device;
   MPT_RETURN_IF(mpt_device_set_current(dev));
-  for (int k = 0; k < RING_SLOTS; k++) {
+  for (int k = 0; k < MPT__NCCL_RING_SLOTS; k++) {
     cudaError_t e = cudaEventCreateWithFlags(&s->ring[k].done, cudaEventDisableTiming);
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
@@ -281,12 +247,13 @@ static mpt_status prepare_local(nccl_state *s) {
   return mpt_device_alloc(dev, sizeof(float), (void **)&s->one);
 }
 
-static void state_free(nccl_state *s) {
+static void state_free(mpt__nccl_state *s) {
   if (!s) return;
   (void)cudaSetDevice(s->dev);
-  for (int k = 0; k < RING_SLOTS; k++)
+  for (int k = 0; k < MPT__NCCL_RING_SLOTS; k++)
     if (s->ring[k].done) (void)cudaEventDestroy(s->ring[k].done);
   mpt_device_free(s->comm->config.device, s->one);
+  mpt_device_free(s->comm->config.device, s->scratch);
   pthread_cond_destroy(&s->stop_cond);
   pthread_mutex_destroy(&s->stop_mutex);
   pthread_mutex_destroy(&s->mutex);
@@ -295,7 +262,7 @@ static void state_free(nccl_state *s) {
 
 static mpt_status nccl_init(mpt_comm *comm) {
   const double deadline_ms = mpt_time_ms() + comm->config.timeout_ms;
-  nccl_state *s = calloc(1, sizeof *s);
+  mpt__nccl_state *s = calloc(1, sizeof *s);
   if (!s) return MPT_FAIL(MPT_ENOMEM, "cannot allocate the NCCL backend state");
   s->comm = comm;
   s->dev = comm->config.device.index;
@@ -324,14 +291,15 @@ static mpt_status nccl_init(mpt_comm *comm) {
   cfg.blocking = 0;
   int expired = 0;
   ncclResult_t r = ncclCommInitRankConfig(&s->nc, comm->world_size, uid, comm->rank, &cfg);
-  if (s->nc && (r == ncclSuccess || r == ncclInProgress)) r = settle(s->nc, r, deadline_ms, &expired);
+  if (s->nc && (r == ncclSuccess || r == ncclInProgress))
+    r = mpt__nccl_settle(s->nc, r, deadline_ms, &expired);
   if (expired) {
     st = MPT_FAIL(MPT_ETIMEOUT, "NCCL communicator creation (%d ranks) did not complete within "
                   "%g s on rank %d (cuda:%d): a rank did not reach it, or the ranks cannot reach "
                   "each other (NCCL_SOCKET_IFNAME, firewalls); the communicator was aborted",
                   comm->world_size, comm->config.timeout_ms / 1000.0, comm->rank, s->dev);
   } else if (r != ncclSuccess) {
-    st = NCCL_ERROR(s, r, "ncclCommInitRankConfig (%d ranks, non-blocking)", comm->world_size);
+    st = MPT_NCCL_ERROR(s, r, "ncclCommInitRankConfig (%d ranks, non-blocking)", comm->world_size);
   }
   if (st != MPT_OK) {
     if (s->nc) (void)ncclCommAbort(s->nc);
@@ -357,7 +325,7 @@ fail:
 }
 
 static void nccl_free(mpt_comm *comm) {
-  nccl_state *s = comm->backend_state;
+  mpt__nccl_state *s = comm->backend_state;
   if (!s) return;
   if (s->watchdog_started) {
     pthread_mutex_lock(&s->stop_mutex);
@@ -373,7 +341,7 @@ static void nccl_free(mpt_comm *comm) {
     (void)cudaSetDevice(s->dev);
     int expired = 0;
     ncclResult_t r = ncclCommFinalize(s->nc);
-    r = settle(s->nc, r, mpt_time_ms() + comm->config.timeout_ms, &expired);
+    r = mpt__nccl_settle(s->nc, r, mpt_time_ms() + comm->config.timeout_ms, &expired);
     if (r == ncclSuccess && !expired)
       (void)ncclCommDestroy(s->nc);
     else
@@ -385,169 +353,14 @@ static void nccl_free(mpt_comm *comm) {
   comm->backend_state = NULL;
 }
 
-/* ---- collectives ------------------------------------------------------------------------- */
-
-static ncclDataType_t nccl_dtype(mpt_dtype d) {
-  return d == MPT_F32 ? ncclFloat32 : d == MPT_I32 ? ncclInt32 : ncclUint8;
-}
-
-static ncclRedOp_t nccl_op(int op) {
-  switch (op) {
-    case MPT_REDUCE_AVG:
-      return ncclAvg;
-    case MPT_REDUCE_MIN:
-      return ncclMin;
-    case MPT_REDUCE_MAX:
-      return ncclMax;
-    default:
-      return ncclSum;
-  }
-}
-
-/* Checked mode: every rank's signature, all-gathered over MPI on the caller's thread with the
- * collective's deadline. A mismatch is returned on every rank with the same words. */
-static mpt_status check_signature(nccl_state *s, const mpt__coll *c, double deadline_ms) {
-  mpt_comm *comm = s->comm;
-  int64_t mine[SIG_LEN] = {c->kind, c->count, c->dtype, c->arg, (int64_t)c->seq};
-  int64_t *all = malloc(sizeof(int64_t) * SIG_LEN * (size_t)comm->world_size);
-  if (!all) return MPT_FAIL(MPT_ENOMEM, "cannot allocate the signature table of checked mode");
-  MPI_Request req;
-  int done = 0;
-  int rc = MPI_Iallgather(mine, SIG_LEN, MPI_INT64_T, all, SIG_LEN, MPI_INT64_T, comm->mpi_comm,
-                          &req);
-  if (rc == MPI_SUCCESS) rc = mpt__mpi_wait_until(&req, deadline_ms, &done);
-  mpt_status st = MPT_OK;
-  char a[160], b[160];
-  if (rc != MPI_SUCCESS) {
-    st = MPT_MPI_FAIL(rc, comm->rank, "MPI_Iallgather of the signature of %s (checked mode)",
-                      mpt__coll_describe(c, a, sizeof a));
-  } else if (!done) {
-    st = mpt__coll_timeout_error(comm, c, "checked mode: the signature exchange before ");
-  } else {
-    for (int q = 1; q < comm->world_size && st == MPT_OK; q++) {
-      const int64_t *x = all, *y = all + (size_t)q * SIG_LEN;
-      if (memcmp(x, y, sizeof(int64_t) * SIG_LEN) == 0) continue;
-      mpt__coll cx = {(mpt__coll_kind)x[0], (uint64_t)x[4], NULL, NULL, x[1], (mpt_dtype)x[2],
-                      (int)x[3]};
-      mpt__coll cy = {(mpt__coll_kind)y[0], (uint64_t)y[4], NULL, NULL, y[1], (mpt_dtype)y[2],
-                      (int)y[3]};
-      st = MPT_FAIL(MPT_EMISMATCH, "collectives disagree across ranks (checked mode, NCCL): rank "
-                    "0 issues %s, rank %d issues %s", mpt__coll_describe(&cx, a, sizeof a), q,
-                    mpt__coll_describe(&cy, b, sizeof b));
-    }
-  }
-  free(all);
-  return st;
-}
-
-static mpt_status nccl_enqueue(mpt_comm *comm, mpt_stream *stream, const mpt__coll *c) {
-  nccl_state *s = comm->backend_state;
-  const mpt_device sd = mpt_stream_device(stream);
-  cudaStream_t cs = (cudaStream_t)mpt__cuda_stream_handle(stream);
-  if (!cs || sd.index != s->dev)
-    return MPT_FAIL(MPT_EINVAL, "nccl collectives run on a CUDA stream of cuda:%d, not on a %s:%d "
-                    "stream", s->dev, sd.type == MPT_DEVICE_CUDA ? "cuda" : "cpu", sd.index);
-  MPT_RETURN_IF(mpt_stream_error(stream));
-  const double deadline_ms = mpt_time_ms() + comm->config.timeout_ms;
-  if (comm->config.check_collectives) MPT_RETURN_IF(check_signature(s, c, deadline_ms));
-  if (c->count == 0 && c->kind != MPT__COLL_BARRIER) return MPT_OK; /* checked mode only */
-
-  char what[160];
-  mpt_status st = MPT_OK;
-  pthread_mutex_lock(&s->mutex);
-  if (s->aborted) {
-    st = mpt__comm_check_usable(comm);
-    goto out;
-  }
-  (void)cudaSetDevice(s->dev);
-  const size_t n = (size_t)c->count;
-  ncclResult_t r;
-  switch (c->kind) {
-    case MPT__COLL_ALLREDUCE:
-      r = ncclAllReduce(c->sendbuf, c->recvbuf, n, nccl_dtype(c->dtype), nccl_op(c->arg), s->nc,
-                        cs);
-      break;
-    case MPT__COLL_BROADCAST:
-      r = ncclBroadcast(c->sendbuf, c->recvbuf, n, nccl_dtype(c->dtype), c->arg, s->nc, cs);
-      break;
-    case MPT__COLL_ALLGATHER:
-      r = ncclAllGather(c->sendbuf, c->recvbuf, n, nccl_dtype(c->dtype), s->nc, cs);
-      break;
-    default:
-      r = ncclAllReduce(s->one, s->one, 1, ncclFloat32, ncclSum, s->nc, cs);
-  }
-  int expired = 0;
-  r = settle(s->nc, r, deadline_ms, &expired);
-  mpt__coll_describe(c, what, sizeof what);
-  if (expired) {
-    st = fail_locked(s, MPT_FAIL(MPT_ETIMEOUT, "enqueueing %s did not complete within %g s on "
-                                 "rank %d (NCCL on cuda:%d: connecting to a peer?); the NCCL "
-                                 "communicator was aborted", what,
-                                 comm->config.timeout_ms / 1000.0, comm->rank, s->dev));
-    goto out;
-  }
-  if (r != ncclSuccess) {
-    st = fail_locked(s, NCCL_ERROR(s, r, "%s", what));
-    goto out;
-  }
-  tracked *t = &s->ring[s->next];
-  s->next = (s->next + 1) % RING_SLOTS;
-  t->coll = *c;
-  t->enqueue_ms = mpt_time_ms();
-  cudaError_t e = cudaEventRecord(t->done, cs);
-  t->live = e == cudaSuccess;
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    st = MPT_FAIL(MPT_EDEVICE, "cudaEventRecord after %s failed on rank %d (cuda:%d): %s", what,
-                  comm->rank, s->dev, cudaGetErrorString(e));
-  }
-out:
-  pthread_mutex_unlock(&s->mutex);
-  return st;
-}
-
-/* ---- waiting ----------------------------------------------------------------------------- */
-
-static mpt_status nccl_wait_event(mpt_comm *comm, mpt_event *event, const mpt__coll *c,
-                                  double grace_ms) {
-  nccl_state *s = comm->backend_state;
-  const double limit_ms = comm->config.timeout_ms + grace_ms;
-  const double deadline_ms = mpt_time_ms() + limit_ms;
-  int polls = 0;
-  long sleep_ns = 2000;
-  for (;;) {
-    if (mpt_event_query(event)) return mpt_event_synchronize(event, 0);
-    if (s) {
-      pthread_mutex_lock(&s->mutex);
-      mpt_status st = check_locked(s, limit_ms);
-      pthread_mutex_unlock(&s->mutex);
-      if (st != MPT_OK) return st;
-    }
-    if (mpt_time_ms() >= deadline_ms) {
-      if (mpt_event_query(event)) return mpt_event_synchronize(event, 0);
-      char what[160] = "the awaited event";
-      if (c) mpt__coll_describe(c, what, sizeof what);
-      mpt_status st = MPT_FAIL(MPT_ETIMEOUT, "%s did not complete within %g s on rank %d (NCCL "
-                               "comm on cuda:%d)", what, comm->config.timeout_ms / 1000.0,
-                               comm->rank, s ? s->dev : -1);
-      if (!s) return st;
-      pthread_mutex_lock(&s->mutex);
-      st = fail_locked(s, st);
-      pthread_mutex_unlock(&s->mutex);
-      return st;
-    }
-    backoff(&polls, &sleep_ns);
-  }
-}
-
 const mpt__comm_backend mpt__comm_nccl_backend = {
     .name = "nccl",
     .init = nccl_init,
     .free = nccl_free,
-    .allreduce = nccl_enqueue,
-    .broadcast = nccl_enqueue,
-    .allgather = nccl_enqueue,
-    .barrier = nccl_enqueue,
+    .allreduce = mpt__nccl_enqueue,
+    .broadcast = mpt__nccl_enqueue,
+    .allgather = mpt__nccl_enqueue,
+    .barrier = mpt__nccl_enqueue,
     .stream_on_device = 1,
-    .wait_event = nccl_wait_event,
+    .wait_event = mpt__nccl_wait_event,
 };

@@ -10,9 +10,11 @@ if HAVE_CUDA
 libmpitrain_all_la_SOURCES += src/comm/comm_stage.c
 endif
 if HAVE_NCCL
-libmpitrain_all_la_SOURCES += src/comm/comm_nccl.h src/comm/comm_nccl.c
+libmpitrain_all_la_SOURCES += src/comm/comm_nccl.h src/comm/comm_nccl_impl.h \
+	src/comm/comm_nccl.c src/comm/comm_nccl_coll.c
 endif
-EXTRA_DIST += src/comm/comm_nccl.h src/comm/comm_nccl.c src/comm/comm_stage.c
+EXTRA_DIST += src/comm/comm_nccl.h src/comm/comm_nccl_impl.h src/comm/comm_nccl.c \
+	src/comm/comm_nccl_coll.c src/comm/comm_stage.c
 
 # MPI test programs run under tests/mpirun.sh (root, oversubscribed, with a timeout).
 EXTRA_DIST += tests/mpirun.sh tests/test_comm_np2.sh tests/test_comm_np3.sh \

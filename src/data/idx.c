@@ -61,7 +61,9 @@ static uint32_t be32(const uint8_t *p) {
 
 /* Opens path for gzread, telling a missing file (MPT_ENOENT) from other failures (MPT_EIO). */
 static mpt_status idx_open(const char *path, gzFile *out) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK so that opening a FIFO does not wait forever for a writer (it is refused just
+   * below, as is anything but a regular file); it is cleared again before reading. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     int e = errno;
     if (e == ENOENT || e == ENOTDIR)
@@ -73,6 +75,8 @@ static mpt_status idx_open(const char *path, gzFile *out) {
     close(fd);
     return MPT_FAIL(MPT_EIO, "IDX file '%s' is not a regular file", path);
   }
+  int flags = fcntl(fd, F_GETFL);
+  if (flags != -1) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
   gzFile gz = gzdopen(fd, "rb");
   if (!gz) {
     close(fd);

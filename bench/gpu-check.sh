@@ -1,0 +1,391 @@
+#!/bin/bash
+# The GPU check of issue 4: on a bare machine with one GPU (an H200 lent for a short lease), with
+# PyTorch and a CUDA toolkit but no MPI, no OpenBLAS, no Check, maybe no autotools and no package
+# mirror, in a few minutes:
+#   1. unpack the carried Open MPI / OpenBLAS / Check / zlib .deb files into a private prefix
+#      (dpkg -x, never into /) and point PATH, LD_LIBRARY_PATH, OPAL_PREFIX, PMIx at it;
+#   2. configure (the carried, pre-generated configure: no autotools needed) and build with CUDA
+#      and NCCL (NCCL from the toolkit, /usr, or PyTorch's nvidia-nccl wheel);
+#   3. run the CUDA tests, which must PASS there (a SKIP is a failure of the check):
+#      tests/test_cuda_ops, test_cuda_stream, test_comm_cuda (NCCL world of 1, DDP on CUDA) and
+#      test_comm_cuda_np2.sh (2 ranks sharing the GPU through the staged MPI backend);
+#   4. train `cnn` for one epoch on the GPU (mpirun -np 1, --device cuda) and report samples/s;
+#   5. run mpt_allreduce_bench with NCCL (1 rank) and with MPI staging (2 ranks on one GPU);
+#   6. train the same model with the same batch in PyTorch on the GPU (bench/torch_ref.py
+#      --device cuda) and print both samples/s side by side.
+#
+# Usage:
+#   bench/gpu-check.sh prepare [BUILD_DIR]   HERE (a Debian 12 machine with apt and autotools):
+#       downloads the .deb files (apt-get download) into .gpu-carry/debs, copies the generated
+#       autotools files (configure, Makefile.in, aclocal.m4, config.h.in, build-aux/) into
+#       .gpu-carry/gen (refreshing them first with `make -C BUILD_DIR Makefile` or autoreconf
+#       when a source is newer), copies the Fashion-MNIST .gz files into .gpu-carry/data when
+#       they fit, and adds /.gpu-carry/ to .git/info/exclude. Prints the size that will travel.
+#   bench/gpu-check.sh run                   ON THE GPU MACHINE, from the repository root, with
+#       .gpu-carry carried along (device tool: carry [".gpu-carry"], command
+#       "bash bench/gpu-check.sh run", timeout_s 600). Writes under $OUT when set (else
+#       .gpu-check-out/): gpu-check.log (everything), summary.txt, tests.log, train.json,
+#       allreduce_nccl.txt, allreduce_mpi.txt, torch.json (7 files: the tool returns at most 8).
+# Environment (run): GPU_CHECK_EPOCH_STEPS=N limits the training epoch to N steps (default: the
+#   whole epoch, 938 steps of 64); GPU_CHECK_ALLOW_NO_GPU=1 turns the GPU requirement off (for a
+#   dry run of the whole script on a machine without a GPU: CUDA tests then SKIP and GPU steps
+#   are skipped); GPU_CHECK_JOBS (make -j, default: all cores).
+# Exit status: 0 when every step passed, 1 when one failed (the summary names it), 2 on usage.
+set -u
+set -o pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+CARRY=$ROOT/.gpu-carry
+MODE=${1:-}
+
+# Packages from Debian 12 (bookworm) that a bare Ubuntu/Debian image with CUDA lacks: Open MPI
+# 4.1 and its run-time libraries (libc, libgcc, libstdc++ and zlib's run time are assumed),
+# OpenBLAS (pthread flavour) with its Fortran run time, Check and subunit, zlib's headers.
+DEBS="openmpi-bin openmpi-common libopenmpi3 libopenmpi-dev libpmix2 libevent-core-2.1-7
+libevent-pthreads-2.1-7 libhwloc15 libfabric1 libibverbs1 libnl-3-200 libnl-route-3-200
+librdmacm1 libpsm-infinipath1 libpsm2-2 libucx0 libnuma1 libmunge2 libatomic1 libudev1
+libopenblas0-pthread libopenblas-pthread-dev libgfortran5 libquadmath0 check libsubunit0
+libsubunit-dev zlib1g-dev zlib1g"
+GEN_FILES="configure Makefile.in aclocal.m4 config.h.in"
+DATA_FILES="train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz
+t10k-labels-idx1-ubyte.gz"
+MAX_TRAVEL_MIB=60 # the device tool takes 64 MiB of working tree and carried files
+
+usage() {
+  sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
+
+# ---------------------------------------------------------------------------------------------
+# prepare (here)
+
+prepare() {
+  local build=${1:-}
+  mkdir -p "$CARRY/debs" "$CARRY/gen" "$CARRY/data" || exit 1
+  if [ -d "$ROOT/.git/info" ] && ! grep -qx '/.gpu-carry/' "$ROOT/.git/info/exclude" 2>/dev/null
+  then
+    echo '/.gpu-carry/' >>"$ROOT/.git/info/exclude"
+  fi
+
+  echo "== .deb files -> $CARRY/debs"
+  rm -f "$CARRY"/debs/*.deb
+  # shellcheck disable=SC2086 # DEBS is a list of words
+  if ! (cd "$CARRY/debs" && apt-get download $DEBS >/dev/null 2>&1); then
+    echo "apt-get download failed; running apt-get update once"
+    apt-get update -qq >/dev/null || { echo "apt-get update failed" >&2; exit 1; }
+    (cd "$CARRY/debs" && apt-get download $DEBS) || { echo "apt-get download failed" >&2; exit 1; }
+  fi
+  ls "$CARRY/debs"
+
+  echo "== generated autotools files -> $CARRY/gen"
+  local stale=0 f src
+  for f in $GEN_FILES; do
+    [ -e "$ROOT/$f" ] && [ ! "$ROOT/configure.ac" -nt "$ROOT/$f" ] || stale=1
+  done
+  for src in "$ROOT/Makefile.am" "$ROOT"/src/*/local.mk "$ROOT"/src/core/cuda/local.mk \
+             "$ROOT"/tests/*.mk "$ROOT"/bench/local.mk; do
+    [ "$src" -nt "$ROOT/Makefile.in" ] && stale=1
+  done
+  if [ "$stale" = 1 ]; then
+    if [ -n "$build" ] && [ -f "$build/Makefile" ]; then
+      echo "refreshing through $build (make Makefile)"
+      make -C "$build" Makefile >/dev/null || exit 1
+    else
+      echo "refreshing with autoreconf -fi"
+      (cd "$ROOT" && autoreconf -fi >/dev/null) || exit 1
+    fi
+  fi
+  rm -rf "$CARRY/gen" && mkdir -p "$CARRY/gen"
+  for f in $GEN_FILES; do cp -p "$ROOT/$f" "$CARRY/gen/$f" || exit 1; done
+  cp -pr "$ROOT/build-aux" "$CARRY/gen/build-aux" || exit 1
+  mkdir -p "$CARRY/gen/m4" && cp -p "$ROOT"/m4/*.m4 "$CARRY/gen/m4/" 2>/dev/null
+
+  echo "== Fashion-MNIST -> $CARRY/data"
+  rm -f "$CARRY"/data/*.gz
+  local ddir=/usr/share/datasets/fashion-mnist tree_kib carry_kib
+  tree_kib=$(cd "$ROOT" && { git ls-files -z; git ls-files -z -o --exclude-standard; } |
+             xargs -0 du -ck 2>/dev/null | awk 'END {print $1}')
+  carry_kib=$(du -sk "$CARRY" | awk '{print $1}')
+  local data_kib=0
+  for f in $DATA_FILES; do [ -f "$ddir/$f" ] && data_kib=$((data_kib + $(du -k "$ddir/$f" | awk '{print $1}'))); done
+  if [ "$data_kib" -gt 0 ] && [ $(( (tree_kib + carry_kib + data_kib) / 1024 )) -lt "$MAX_TRAVEL_MIB" ]; then
+    for f in $DATA_FILES; do cp -p "$ddir/$f" "$CARRY/data/" || exit 1; done
+  else
+    echo "(not copied: not installed or too large to travel; the check trains on --synthetic data)"
+  fi
+  carry_kib=$(du -sk "$CARRY" | awk '{print $1}')
+  echo "== travels: working tree $((tree_kib / 1024)) MiB + .gpu-carry $((carry_kib / 1024)) MiB" \
+       "(limit 64 MiB)"
+  echo "device tool: run(carry=[\".gpu-carry\"], command=\"bash bench/gpu-check.sh run\", timeout_s=600)"
+}
+
+# ---------------------------------------------------------------------------------------------
+# run (on the GPU machine)
+
+OUTDIR=${OUT:-$ROOT/.gpu-check-out}
+LOG=$OUTDIR/gpu-check.log
+SUMMARY=$OUTDIR/summary.txt
+FAILED=""
+T_START=$(date +%s.%N)
+
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}'; }
+say() { echo "$*" | tee -a "$SUMMARY"; }
+fail() {
+  FAILED="$FAILED $1"
+  say "FAIL $1: $2"
+}
+
+# step NAME TIMEOUT_S COMMAND...: runs COMMAND with a timeout (its output wherever the caller
+# sends it: by default the log and the terminal), prints its start, status and time on fd 3
+# (the log); returns its status.
+step() {
+  local name=$1 limit=$2 t0 rc
+  shift 2
+  t0=$(now)
+  echo "===== $name ($(date -u +%H:%M:%S), limit ${limit}s): $*" >&3
+  timeout -k 10 "$limit" "$@"
+  rc=$?
+  echo "===== $name: exit $rc after $(elapsed "$t0") s" >&3
+  [ $rc -eq 124 ] && echo "===== $name: TIMED OUT" >&3
+  return $rc
+}
+
+have_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q GPU; }
+
+# Unpacks the .deb files into $PFX and sets up the environment for Open MPI, OpenBLAS, Check.
+setup_prefix() {
+  PFX=/tmp/mpt-gpu-prefix
+  rm -rf "$PFX" && mkdir -p "$PFX/bin" || return 1
+  local f n=0
+  for f in "$CARRY"/debs/*.deb; do
+    [ -f "$f" ] || continue
+    dpkg -x "$f" "$PFX" || { echo "dpkg -x $f failed"; return 1; }
+    n=$((n + 1))
+  done
+  [ "$n" -gt 0 ] || { echo "no .deb files in $CARRY/debs: run 'bench/gpu-check.sh prepare' first"; return 1; }
+  # Absolute links inside the packages (libz.so -> /lib/...) point into the prefix instead.
+  local link target
+  while IFS= read -r link; do
+    target=$(readlink "$link")
+    case $target in /*) [ -e "$PFX$target" ] && ln -sfn "$PFX$target" "$link" ;; esac
+  done < <(find "$PFX" -type l)
+  local L=$PFX/usr/lib/x86_64-linux-gnu
+  # Base libraries the system has too (zlib, libudev, libgfortran...): keep the system's (as
+  # new or newer, and loaded by the system's own tools, which run with this LD_LIBRARY_PATH).
+  local lib so real
+  for lib in "$L"/lib*.so.* "$PFX"/lib/x86_64-linux-gnu/lib*.so.*; do
+    [ -L "$lib" ] || continue
+    so=$(basename "$lib")
+    case $so in *.so.*.*) continue ;; esac # the soname links only (libz.so.1, not .so.1.2.13)
+    case ${so%%.so.*} in
+      libz | libudev | libatomic | libgfortran | libquadmath | libnuma | libnl-3 | libnl-route-3 | \
+      libibverbs | librdmacm) ;;
+      *) continue ;;
+    esac
+    real=$(ldconfig -p 2>/dev/null | awk -v n="$so" '$1 == n && /x86-64/ {print $NF; exit}')
+    if [ -z "$real" ] || [ ! -e "$real" ]; then continue; fi
+    rm -f "$lib"
+    [ -L "$L/${so%%.so.*}.so" ] && ln -sfn "$real" "$L/${so%%.so.*}.so"
+    echo "using the system's $so ($real)"
+  done
+  # Debian names the programs *.openmpi (alternatives make /usr/bin/mpicc at install time).
+  for n in mpicc mpirun mpiexec; do
+    printf '#!/bin/sh\nexec %s "$@"\n' "$PFX/usr/bin/$n.openmpi" >"$PFX/bin/$n"
+    chmod +x "$PFX/bin/$n"
+  done
+  export PATH=$PFX/bin:$PFX/usr/bin:$PATH
+  export LD_LIBRARY_PATH=$L:$L/openmpi/lib:$L/pmix2/lib:$L/openblas-pthread:$PFX/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export OPAL_PREFIX=$PFX/usr OPAL_SYSCONFDIR=$PFX/etc/openmpi
+  export PMIX_PREFIX=$L/pmix2 PMIX_MCA_mca_base_component_path=$L/pmix2/lib/pmix
+  # One host, no ssh: the rsh launcher only needs an agent to exist.
+  export OMPI_MCA_plm_rsh_agent=/bin/false
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  export CHECK_CFLAGS="-I$PFX/usr/include" CHECK_LIBS="-L$L -pthread -lcheck_pic -lrt -lm -lsubunit"
+  export OPENBLAS_CFLAGS="-I$PFX/usr/include/x86_64-linux-gnu/openblas-pthread"
+  export OPENBLAS_LIBS="-L$L/openblas-pthread -lopenblas"
+  export ZLIB_CFLAGS="-I$PFX/usr/include" ZLIB_LIBS="-L$L -lz"
+  mpicc -showme && mpirun --version | head -1
+}
+
+# CUDA_HOME, and NCCL / cuBLAS wherever they are (toolkit, /usr, or PyTorch's nvidia wheels).
+setup_cuda() {
+  local nvcc
+  nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null) || { echo "no nvcc"; return 1; }
+  CUDA_HOME=$(cd "$(dirname "$nvcc")/.." && pwd)
+  export PATH=$CUDA_HOME/bin:$PATH
+  "$nvcc" --version | tail -2
+  EXTRA_CPPFLAGS="" EXTRA_LDFLAGS=""
+  local site
+  site=$(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null)
+  # find_lib NAME HEADER: makes -lNAME and HEADER usable: from the toolkit, /usr, or PyTorch's
+  # nvidia-* wheels; a library found only as libNAME.so.N gets a libNAME.so link in the prefix.
+  find_lib() {
+    local name=$1 header=$2 inc="" so="" d s
+    local incs="$CUDA_HOME/include $CUDA_HOME/targets/x86_64-linux/include /usr/include"
+    local libs="$CUDA_HOME/lib64 $CUDA_HOME/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu"
+    for s in $site; do [ -d "$s/nvidia" ] && incs="$incs $s/nvidia" && libs="$libs $s/nvidia"; done
+    for d in $incs; do
+      inc=$(find "$d/" -maxdepth 4 -name "$header" 2>/dev/null | head -1)
+      [ -n "$inc" ] && inc=$(dirname "$inc") && break
+    done
+    for d in $libs; do
+      so=$(find "$d/" -maxdepth 4 -name "lib$name.so*" 2>/dev/null | sort | head -1)
+      [ -n "$so" ] && break
+    done
+    if [ -z "$inc" ] || [ -z "$so" ]; then
+      echo "$name: not found (header '${inc:-none}', library '${so:-none}')"
+      return 1
+    fi
+    case " $incs " in *" $inc "*) ;; *) EXTRA_CPPFLAGS="$EXTRA_CPPFLAGS -I$inc" ;; esac
+    if [ "$(basename "$so")" != "lib$name.so" ] || ! case " $libs " in *" $(dirname "$so") "*) true ;; *) false ;; esac; then
+      mkdir -p "$PFX/cudalibs"
+      ln -sfn "$so" "$PFX/cudalibs/lib$name.so"
+      case " $EXTRA_LDFLAGS " in *" -L$PFX/cudalibs "*) ;; *) EXTRA_LDFLAGS="$EXTRA_LDFLAGS -L$PFX/cudalibs" ;; esac
+    fi
+    LD_LIBRARY_PATH=$(dirname "$so"):$LD_LIBRARY_PATH
+    export LD_LIBRARY_PATH
+    echo "$name: $inc/$header, $so"
+  }
+  find_lib cublas cublas_v2.h || return 1
+  find_lib nccl nccl.h || return 1
+}
+
+run_tests() {
+  local t rc=0 res
+  local tests="tests/test_cuda_ops tests/test_cuda_stream tests/test_comm_cuda tests/test_comm_cuda_np2.sh"
+  step tests 300 make -C "$BUILD" check TESTS="$tests" VERBOSE=1 >"$OUTDIR/tests.log" 2>&1
+  tail -n 40 "$OUTDIR/tests.log"
+  for t in $tests; do
+    res=$(sed -n 's/^:test-result: //p' "$BUILD/$t.trs" 2>/dev/null | head -1)
+    say "test $t: ${res:-NOT RUN}"
+    if [ "$res" != PASS ]; then
+      if [ "$res" = SKIP ] && [ "${GPU_CHECK_ALLOW_NO_GPU:-0}" = 1 ] && ! have_gpu; then continue; fi
+      rc=1
+    fi
+  done
+  for t in $tests; do cat "$BUILD/$t.log" >>"$OUTDIR/tests.log" 2>/dev/null; done
+  return $rc
+}
+
+# samples/s of the last epoch in a metrics JSON ("samples_per_sec": N).
+json_sps() { sed -n 's/.*"samples_per_sec"[^0-9]*\([0-9.]*\).*/\1/p' "$1" 2>/dev/null | tail -1; }
+
+run_check() {
+  mkdir -p "$OUTDIR" || exit 1
+  : >"$SUMMARY"
+  exec > >(tee -a "$LOG") 2>&1
+  exec 3>&1 # the step lines, even when a step's output goes to a file
+  echo "mpitrain GPU check, $(date -u), root $ROOT, output $OUTDIR"
+  local gpu=1
+  if ! have_gpu; then
+    gpu=0
+    if [ "${GPU_CHECK_ALLOW_NO_GPU:-0}" != 1 ]; then
+      fail gpu "nvidia-smi shows no GPU (GPU_CHECK_ALLOW_NO_GPU=1 for a dry run)"
+      exit 1
+    fi
+    say "no GPU: dry run (GPU steps skipped, CUDA tests may SKIP)"
+  fi
+  nvidia-smi -L 2>/dev/null | tee -a "$SUMMARY"
+  nproc
+  JOBS=${GPU_CHECK_JOBS:-$(nproc)}
+
+  echo "===== prefix: unpacking $CARRY/debs"
+  setup_prefix || { fail prefix "could not unpack the carried .deb files"; exit 1; }
+  echo "===== cuda: toolkit, cuBLAS, NCCL"
+  setup_cuda || { fail cuda "no CUDA toolkit with cuBLAS and NCCL"; exit 1; }
+
+  # The generated build system: carried (no autotools there), newer than every source.
+  if [ -f "$CARRY/gen/configure" ]; then
+    local f
+    for f in $GEN_FILES; do cp "$CARRY/gen/$f" "$ROOT/$f"; done
+    rm -rf "$ROOT/build-aux" && cp -r "$CARRY/gen/build-aux" "$ROOT/build-aux"
+    mkdir -p "$ROOT/m4" && cp "$CARRY"/gen/m4/*.m4 "$ROOT/m4/" 2>/dev/null
+    touch "$ROOT/aclocal.m4"; sleep 1
+    touch "$ROOT/configure" "$ROOT/config.h.in"; sleep 1
+    touch "$ROOT/Makefile.in"
+  elif [ ! -f "$ROOT/configure" ]; then
+    step autoreconf 120 sh -c "cd '$ROOT' && autoreconf -fi" ||
+      { fail configure "no carried configure and no autotools"; exit 1; }
+  fi
+  BUILD=$ROOT/build-gpu
+  mkdir -p "$BUILD"
+  # shellcheck disable=SC2086
+  step configure 180 sh -c "cd '$BUILD' && '$ROOT/configure' -q --with-cuda='$CUDA_HOME' \
+      CC='$PFX/bin/mpicc' MPICC='$PFX/bin/mpicc' CPPFLAGS='$EXTRA_CPPFLAGS' \
+      LDFLAGS='$EXTRA_LDFLAGS'" || { fail configure "see config.log"; tail -30 "$BUILD/config.log"; exit 1; }
+  grep -E 'MPT_HAVE_(CUDA|NCCL)' "$BUILD/config.h"
+  grep -q 'define MPT_HAVE_NCCL 1' "$BUILD/config.h" || fail configure "NCCL was not found"
+  step build 300 make -C "$BUILD" -j"$JOBS" >"$OUTDIR/build.txt" 2>&1 ||
+    { tail -40 "$OUTDIR/build.txt"; fail build "make failed"; exit 1; }
+  grep -c 'warning:' "$OUTDIR/build.txt" | sed 's/^/compiler warnings: /' | tee -a "$SUMMARY"
+  step build-tests 300 make -C "$BUILD" -j"$JOBS" tests/test_cuda_ops tests/test_cuda_stream \
+      tests/test_comm_cuda >>"$OUTDIR/build.txt" 2>&1 || { fail build "test programs"; exit 1; }
+  rm -f "$OUTDIR/build.txt" # in the log's place: the 8-file limit of the device tool
+
+  run_tests || fail tests "a CUDA test did not pass (tests.log)"
+
+  # Training: one epoch of the cnn on the GPU, one rank (its own NCCL world when wired so).
+  local data="--synthetic" steps=""
+  [ -f "$CARRY/data/train-images-idx3-ubyte.gz" ] && data="--data $CARRY/data"
+  [ -n "${GPU_CHECK_EPOCH_STEPS:-}" ] && steps="--max-steps $GPU_CHECK_EPOCH_STEPS"
+  local sps="" tsps=""
+  if [ $gpu = 1 ]; then
+    # shellcheck disable=SC2086
+    if step train 240 mpirun -np 1 --bind-to none "$BUILD/mpitrain" train --model cnn --epochs 1 \
+        --batch-size 64 --device cuda --no-progress $data $steps \
+        --metrics-json "$OUTDIR/train.json"; then
+      sps=$(json_sps "$OUTDIR/train.json")
+      say "mpitrain cnn, 1 epoch on the GPU, batch 64: ${sps:-?} samples/s"
+    else
+      fail train "mpitrain train --device cuda failed (is the trainer wired for CUDA?)"
+    fi
+  fi
+
+  # All-reduce: NCCL with one rank, the staged MPI backend with two ranks on one GPU.
+  local bargs="-b 64K -e 256M -f 4 -n 20 -w 5"
+  if [ $gpu = 1 ]; then
+    # shellcheck disable=SC2086
+    step allreduce-nccl 120 mpirun -np 1 --bind-to none "$BUILD/mpt_allreduce_bench" \
+        --backend nccl --device cuda $bargs >"$OUTDIR/allreduce_nccl.txt" 2>&1 ||
+      fail allreduce-nccl "mpt_allreduce_bench --backend nccl"
+    cat "$OUTDIR/allreduce_nccl.txt"
+    # shellcheck disable=SC2086
+    step allreduce-mpi 180 mpirun -np 2 --oversubscribe --bind-to none --mca pml ob1 \
+        --mca btl self,vader "$BUILD/mpt_allreduce_bench" --backend mpi --device cuda:0 \
+        -b 64K -e 64M -f 4 -n 10 -w 2 >"$OUTDIR/allreduce_mpi.txt" 2>&1 ||
+      fail allreduce-mpi "mpt_allreduce_bench --backend mpi --device cuda:0 (2 ranks)"
+    cat "$OUTDIR/allreduce_mpi.txt"
+    grep -h 'Avg bus bandwidth  ' "$OUTDIR"/allreduce_*.txt | sed 's/^/allreduce: /' |
+      tee -a "$SUMMARY"
+  fi
+
+  # PyTorch on the same model and batch (its own interpreter and libraries: no prefix paths).
+  if [ $gpu = 1 ]; then
+    local tdata="--synthetic"
+    [ -f "$CARRY/data/train-images-idx3-ubyte.gz" ] && tdata="--data $CARRY/data"
+    # shellcheck disable=SC2086
+    step torch 240 env -u LD_LIBRARY_PATH python3 "$ROOT/bench/torch_ref.py" --model cnn \
+        --device cuda --batch-size 64 --steps 500 --warmup 50 $tdata \
+        --json "$OUTDIR/torch.json" || fail torch "bench/torch_ref.py --device cuda"
+    tsps=$(json_sps "$OUTDIR/torch.json")
+    say "pytorch cnn on the GPU, batch 64: ${tsps:-?} samples/s"
+    if [ -n "$sps" ] && [ -n "$tsps" ]; then
+      say "mpitrain / pytorch samples/s: $(awk -v a="$sps" -v b="$tsps" 'BEGIN {printf "%.2f", a / b}')"
+    fi
+  fi
+
+  say "total time: $(elapsed "$T_START") s"
+  if [ -n "$FAILED" ]; then
+    say "GPU CHECK FAILED:$FAILED"
+    exit 1
+  fi
+  say "GPU CHECK PASSED"
+  exit 0
+}
+
+case $MODE in
+  prepare) shift; prepare "$@" ;;
+  run) run_check ;;
+  *) usage ;;
+esac

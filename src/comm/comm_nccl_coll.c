@@ -1,0 +1,252 @@
+/* The NCCL comm backend (comm.h "Devices"), part 2: the collectives and the waits. Part 1
+ * (errors, failure checks, watchdog, bootstrap, lifetime) is comm_nccl.c.
+ *
+ * A collective is one NCCL call on the caller's CUDA stream of the comm's device (the comm's own
+ * stream when none is given), polled to completion of its enqueue (non-blocking communicator),
+ * then tracked: a CUDA event is recorded after it in the ring (comm_nccl_impl.h). Checked mode
+ * first all-gathers the signatures over MPI on the caller's thread.
+ *
+ * Host buffers. NCCL moves device memory only, but setup code hands small host buffers to every
+ * comm (the DDP engine's model and batch checks all-gather a few ints): when a send or receive
+ * buffer is not device memory (cudaPointerGetAttributes), the collective is staged through a
+ * device scratch buffer of the comm (copy in, the NCCL call on the scratch, copy out, all on the
+ * stream) and the call BLOCKS until the result is in the host buffer, waiting with the comm's
+ * deadline and its failure checks. Meant for control messages of a few bytes; bulk data should
+ * live on the device.
+ *
+ * Threads: the caller's; every NCCL call and the scratch under s->mutex. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_nccl_impl.h"
+#include "core/cuda/cuda.h"
+
+enum { SIG_LEN = 5 };
+
+
+static ncclDataType_t nccl_dtype(mpt_dtype d) {
+  return d == MPT_F32 ? ncclFloat32 : d == MPT_I32 ? ncclInt32 : ncclUint8;
+}
+
+static ncclRedOp_t nccl_op(int op) {
+  switch (op) {
+    case MPT_REDUCE_AVG:
+      return ncclAvg;
+    case MPT_REDUCE_MIN:
+      return ncclMin;
+    case MPT_REDUCE_MAX:
+      return ncclMax;
+    default:
+      return ncclSum;
+  }
+}
+
+/* Checked mode: every rank's signature, all-gathered over MPI on the caller's thread with the
+ * collective's deadline. A mismatch is returned on every rank with the same words. */
+static mpt_status check_signature(mpt__nccl_state *s, const mpt__coll *c, double deadline_ms) {
+  mpt_comm *comm = s->comm;
+  int64_t mine[SIG_LEN] = {c->kind, c->count, c->dtype, c->arg, (int64_t)c->seq};
+  int64_t *all = malloc(sizeof(int64_t) * SIG_LEN * (size_t)comm->world_size);
+  if (!all) return MPT_FAIL(MPT_ENOMEM, "cannot allocate the signature table of checked mode");
+  MPI_Request req;
+  int done = 0;
+  int rc = MPI_Iallgather(mine, SIG_LEN, MPI_INT64_T, all, SIG_LEN, MPI_INT64_T, comm->mpi_comm,
+                          &req);
+  if (rc == MPI_SUCCESS) rc = mpt__mpi_wait_until(&req, deadline_ms, &done);
+  mpt_status st = MPT_OK;
+  char a[160], b[160];
+  if (rc != MPI_SUCCESS) {
+    st = MPT_MPI_FAIL(rc, comm->rank, "MPI_Iallgather of the signature of %s (checked mode)",
+                      mpt__coll_describe(c, a, sizeof a));
+  } else if (!done) {
+    st = mpt__coll_timeout_error(comm, c, "checked mode: the signature exchange before ");
+  } else {
+    for (int q = 1; q < comm->world_size && st == MPT_OK; q++) {
+      const int64_t *x = all, *y = all + (size_t)q * SIG_LEN;
+      if (memcmp(x, y, sizeof(int64_t) * SIG_LEN) == 0) continue;
+      mpt__coll cx = {(mpt__coll_kind)x[0], (uint64_t)x[4], NULL, NULL, x[1], (mpt_dtype)x[2],
+                      (int)x[3]};
+      mpt__coll cy = {(mpt__coll_kind)y[0], (uint64_t)y[4], NULL, NULL, y[1], (mpt_dtype)y[2],
+                      (int)y[3]};
+      st = MPT_FAIL(MPT_EMISMATCH, "collectives disagree across ranks (checked mode, NCCL): rank "
+                    "0 issues %s, rank %d issues %s", mpt__coll_describe(&cx, a, sizeof a), q,
+                    mpt__coll_describe(&cy, b, sizeof b));
+    }
+  }
+  free(all);
+  return st;
+}
+
+/* 1 when p is device (or managed) memory; host memory (pageable, pinned, registered) is 0. */
+static int on_device(const void *p) {
+  struct cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError(); /* older drivers: an unregistered host pointer is an error */
+    return 0;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+/* Locked: the NCCL call of `c` on the given buffers, polled until enqueued. On failure the
+ * communicator is aborted (the comm failed) and the detail recorded. */
+static mpt_status call_locked(mpt__nccl_state *s, const mpt__coll *c, const void *send,
+                              void *recv, cudaStream_t cs, double deadline_ms) {
+  mpt_comm *comm = s->comm;
+  const size_t n = (size_t)c->count;
+  ncclResult_t r;
+  switch (c->kind) {
+    case MPT__COLL_ALLREDUCE:
+      r = ncclAllReduce(send, recv, n, nccl_dtype(c->dtype), nccl_op(c->arg), s->nc, cs);
+      break;
+    case MPT__COLL_BROADCAST:
+      r = ncclBroadcast(send, recv, n, nccl_dtype(c->dtype), c->arg, s->nc, cs);
+      break;
+    case MPT__COLL_ALLGATHER:
+      r = ncclAllGather(send, recv, n, nccl_dtype(c->dtype), s->nc, cs);
+      break;
+    default:
+      r = ncclAllReduce(s->one, s->one, 1, ncclFloat32, ncclSum, s->nc, cs);
+  }
+  int expired = 0;
+  r = mpt__nccl_settle(s->nc, r, deadline_ms, &expired);
+  char what[160];
+  mpt__coll_describe(c, what, sizeof what);
+  if (expired)
+    return mpt__nccl_fail_locked(s, MPT_FAIL(MPT_ETIMEOUT, "enqueueing %s did not complete "
+                                 "within %g s on rank %d (NCCL on cuda:%d: connecting to a "
+                                 "peer?); the NCCL communicator was aborted", what,
+                                 comm->config.timeout_ms / 1000.0, comm->rank, s->dev));
+  if (r != ncclSuccess) return mpt__nccl_fail_locked(s, MPT_NCCL_ERROR(s, r, "%s", what));
+  return MPT_OK;
+}
+
+/* Locked: records the ring event after `c` on cs and returns its slot. */
+static mpt_status track_locked(mpt__nccl_state *s, const mpt__coll *c, cudaStream_t cs,
+                               mpt__nccl_tracked **slot) {
+  mpt__nccl_tracked *t = &s->ring[s->next];
+  s->next = (s->next + 1) % MPT__NCCL_RING_SLOTS;
+  t->coll = *c;
+  t->enqueue_ms = mpt_time_ms();
+  cudaError_t e = cudaEventRecord(t->done, cs);
+  t->live = e == cudaSuccess;
+  *slot = t;
+  if (e == cudaSuccess) return MPT_OK;
+  (void)cudaGetLastError();
+  char what[160];
+  return MPT_FAIL(MPT_EDEVICE, "cudaEventRecord after %s failed on rank %d (cuda:%d): %s",
+                  mpt__coll_describe(c, what, sizeof what), s->comm->rank, s->dev,
+                  cudaGetErrorString(e));
+}
+
+#define CUDA_OR_FAIL(call, what)                                                            \
+  do {                                                                                      \
+    cudaError_t e_ = (call);                                                                \
+    if (e_ != cudaSuccess) {                                                                \
+      (void)cudaGetLastError();                                                             \
+      return MPT_FAIL(MPT_EDEVICE, "%s for a collective on host buffers failed on rank %d " \
+                      "(cuda:%d): %s", (what), s->comm->rank, s->dev,                       \
+                      cudaGetErrorString(e_));                                              \
+    }                                                                                       \
+  } while (0)
+
+/* Locked: `c` on host buffers, staged through the device scratch; returns once the result is in
+ * the host buffer (or on failure). */
+static mpt_status host_collective_locked(mpt__nccl_state *s, const mpt__coll *c,
+                                         cudaStream_t cs, double deadline_ms) {
+  mpt_comm *comm = s->comm;
+  const size_t n = (size_t)c->count * mpt_dtype_size(c->dtype);
+  const int gather = c->kind == MPT__COLL_ALLGATHER;
+  const size_t total = gather ? n * (size_t)comm->world_size : n;
+  const size_t in_off = gather ? n * (size_t)comm->rank : 0;
+  if (total > s->scratch_nbytes) { /* nothing is in flight on it: every use waited */
+    mpt_device_free(comm->config.device, s->scratch);
+    s->scratch = NULL;
+    s->scratch_nbytes = 0;
+    MPT_RETURN_IF(mpt_device_alloc(comm->config.device, total, &s->scratch));
+    s->scratch_nbytes = total;
+  }
+  char *d = s->scratch;
+  if (c->kind != MPT__COLL_BROADCAST || comm->rank == c->arg)
+    CUDA_OR_FAIL(cudaMemcpyAsync(d + in_off, c->sendbuf, n, cudaMemcpyDefault, cs), "copy in");
+  MPT_RETURN_IF(call_locked(s, c, d + in_off, d, cs, deadline_ms));
+  CUDA_OR_FAIL(cudaMemcpyAsync(c->recvbuf, d, total, cudaMemcpyDefault, cs), "copy out");
+  mpt__nccl_tracked *t;
+  MPT_RETURN_IF(track_locked(s, c, cs, &t));
+  int polls = 0;
+  long sleep_ns = 2000;
+  for (;;) { /* the deadline and the failure checks, as a waiter */
+    cudaError_t e = cudaEventQuery(t->done);
+    if (e == cudaSuccess) return MPT_OK;
+    if (e != cudaErrorNotReady) CUDA_OR_FAIL(e, "the wait");
+    MPT_RETURN_IF(mpt__nccl_check_locked(s, comm->config.timeout_ms));
+    mpt__nccl_backoff(&polls, &sleep_ns);
+  }
+}
+
+mpt_status mpt__nccl_enqueue(mpt_comm *comm, mpt_stream *stream, const mpt__coll *c) {
+  mpt__nccl_state *s = comm->backend_state;
+  const mpt_device sd = mpt_stream_device(stream);
+  cudaStream_t cs = (cudaStream_t)mpt__cuda_stream_handle(stream);
+  if (!cs || sd.index != s->dev)
+    return MPT_FAIL(MPT_EINVAL, "nccl collectives run on a CUDA stream of cuda:%d, not on a %s:%d "
+                    "stream", s->dev, sd.type == MPT_DEVICE_CUDA ? "cuda" : "cpu", sd.index);
+  MPT_RETURN_IF(mpt_stream_error(stream));
+  const double deadline_ms = mpt_time_ms() + comm->config.timeout_ms;
+  if (comm->config.check_collectives) MPT_RETURN_IF(check_signature(s, c, deadline_ms));
+  if (c->count == 0 && c->kind != MPT__COLL_BARRIER) return MPT_OK; /* checked mode only */
+
+  mpt_status st;
+  pthread_mutex_lock(&s->mutex);
+  if (s->aborted) {
+    st = mpt__comm_check_usable(comm);
+  } else {
+    (void)cudaSetDevice(s->dev);
+    const int host = c->kind != MPT__COLL_BARRIER &&
+                     (!on_device(c->sendbuf) || !on_device(c->recvbuf));
+    if (host) {
+      st = host_collective_locked(s, c, cs, deadline_ms);
+    } else {
+      mpt__nccl_tracked *t;
+      st = call_locked(s, c, c->sendbuf, c->recvbuf, cs, deadline_ms);
+      if (st == MPT_OK) st = track_locked(s, c, cs, &t);
+    }
+  }
+  pthread_mutex_unlock(&s->mutex);
+  return st;
+}
+
+/* ---- waiting ----------------------------------------------------------------------------- */
+
+mpt_status mpt__nccl_wait_event(mpt_comm *comm, mpt_event *event, const mpt__coll *c,
+                                double grace_ms) {
+  mpt__nccl_state *s = comm->backend_state;
+  const double limit_ms = comm->config.timeout_ms + grace_ms;
+  const double deadline_ms = mpt_time_ms() + limit_ms;
+  int polls = 0;
+  long sleep_ns = 2000;
+  for (;;) {
+    if (mpt_event_query(event)) return mpt_event_synchronize(event, 0);
+    if (s) {
+      pthread_mutex_lock(&s->mutex);
+      mpt_status st = mpt__nccl_check_locked(s, limit_ms);
+      pthread_mutex_unlock(&s->mutex);
+      if (st != MPT_OK) return st;
+    }
+    if (mpt_time_ms() >= deadline_ms) {
+      if (mpt_event_query(event)) return mpt_event_synchronize(event, 0);
+      char what[160] = "the awaited event";
+      if (c) mpt__coll_describe(c, what, sizeof what);
+      mpt_status st = MPT_FAIL(MPT_ETIMEOUT, "%s did not complete within %g s on rank %d (NCCL "
+                               "comm on cuda:%d)", what, comm->config.timeout_ms / 1000.0,
+                               comm->rank, s ? s->dev : -1);
+      if (!s) return st;
+      pthread_mutex_lock(&s->mutex);
+      st = mpt__nccl_fail_locked(s, st);
+      pthread_mutex_unlock(&s->mutex);
+      return st;
+    }
+    mpt__nccl_backoff(&polls, &sleep_ns);
+  }
+}
+
