@@ -200,7 +200,7 @@ train_job() { # train_job NAME ID LAUNCHER
   check "$name: exit_status file says 0" [ "$(cat "$d/exit_status" 2>/dev/null)" = 0 ]
   for r in 0 1; do
     check "$name: rank $r/2 has local rank $r and launcher $launcher" \
-      has "$d/train.log" "rank $r/2 local rank $r host .* device cpu launcher $launcher"
+      has "$d/train.log" "rank $r/2 local rank $r host .* device cpu:0 launcher $launcher"
   done
   check "$name: metrics.json names launcher $launcher and world size 2" \
     has_all "$d/metrics.json" "\"launcher\": \"$launcher\"" '"world_size": 2'

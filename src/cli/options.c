@@ -133,7 +133,7 @@ const char *mpt_cli_usage(void) {
          "  --save-params FILE         final parameters as raw float32 (rank 0)\n"
          "  --trace FILE               Chrome trace of forward/backward/all-reduce/optimizer\n"
          "  --progress, --no-progress  progress bar (default: when stderr is a terminal)\n"
-         "  --device cpu|cuda          (default cpu)\n"
+         "  --device cpu|cuda          (default: cuda when every rank sees a GPU, else cpu)\n"
          "  --help, --version\n";
 }
 

@@ -45,6 +45,11 @@ typedef struct trainer {
   mpt_optimizer *opt;
   mpt_ddp *ddp;
   mpt_dp *dp; /* --mode dp: DataParallel over this rank's devices (hybrid with ddp) */
+  mpt_comm *grad_comm; /* on a GPU: the gradient comm (NCCL, else MPI staged); t->comm stays
+                          the host comm for metrics, votes and checkpoints */
+  void *dev_x, *dev_y; /* on a GPU: the batch copied to the device ([rows, C, H, W], [rows]) */
+  int64_t dev_rows;
+  float *host_params;  /* on a GPU: a host copy of the parameters (replica check, save) */
   mpt_dataset train, test;
   mpt_sampler *train_sampler, *test_sampler;
   mpt_loader *train_loader, *test_loader;
@@ -133,11 +138,56 @@ static mpt_status sum_over_ranks(trainer *t, float *v, int n) {
 }
 
 /* Forward of `rows` rows of a batch on the tape; returns the loss var and the logits. */
+/* The first `rows` rows of a host batch on the training device: the batch itself on the CPU; on
+ * a GPU a copy on the compute stream into buffers allocated once (grown when a batch is larger). */
+static mpt_status stage_batch(trainer *t, const mpt_batch *b, int64_t rows, void **x, void **y) {
+  if (t->device.type == MPT_DEVICE_CPU) {
+    *x = b->images.data;
+    *y = b->labels.data;
+    return MPT_OK;
+  }
+  int64_t sample = b->images.count / (b->count > 0 ? b->count : 1);
+  if (rows > t->dev_rows) {
+    mpt_device_free(t->device, t->dev_x);
+    mpt_device_free(t->device, t->dev_y);
+    t->dev_x = t->dev_y = NULL;
+    t->dev_rows = 0;
+    MPT_RETURN_IF(mpt_device_alloc(t->device, (size_t)(rows * sample) * sizeof(float), &t->dev_x));
+    MPT_RETURN_IF(mpt_device_alloc(t->device, (size_t)rows * sizeof(int32_t), &t->dev_y));
+    t->dev_rows = rows;
+  }
+  MPT_RETURN_IF(mpt_op_memcpy(t->stream, t->device, t->dev_x, mpt_device_cpu(), b->images.data,
+                              (size_t)(rows * sample) * sizeof(float)));
+  MPT_RETURN_IF(mpt_op_memcpy(t->stream, t->device, t->dev_y, mpt_device_cpu(), b->labels.data,
+                              (size_t)rows * sizeof(int32_t)));
+  *x = t->dev_x;
+  *y = t->dev_y;
+  return MPT_OK;
+}
+
+/* The parameters on the host: the flat buffer itself on the CPU, else a copy (synchronised). */
+static mpt_status params_on_host(trainer *t, float **host) {
+  if (t->device.type == MPT_DEVICE_CPU) {
+    *host = mpt_model_params(t->model);
+    return MPT_OK;
+  }
+  size_t nbytes = (size_t)mpt_model_param_count(t->model) * sizeof(float);
+  if (!t->host_params && !(t->host_params = malloc(nbytes ? nbytes : 1)))
+    return MPT_FAIL(MPT_ENOMEM, "cannot allocate a host copy of the parameters");
+  MPT_RETURN_IF(mpt_op_memcpy(t->stream, mpt_device_cpu(), t->host_params, t->device,
+                              mpt_model_params(t->model), nbytes));
+  MPT_RETURN_IF(mpt_stream_synchronize(t->stream, t->o->timeout_s * 1e3));
+  *host = t->host_params;
+  return MPT_OK;
+}
+
 static mpt_status forward_batch(trainer *t, const mpt_batch *b, int64_t rows, mpt_var **logits,
                                 mpt_var **loss, mpt_tensor *labels) {
   int64_t shape[4] = {rows, b->images.shape[1], b->images.shape[2], b->images.shape[3]};
-  mpt_tensor x = mpt_tensor_view(b->images.data, t->device, MPT_F32, 4, shape);
-  *labels = mpt_tensor_view(b->labels.data, t->device, MPT_I32, 1, shape);
+  void *xd, *yd;
+  MPT_RETURN_IF(stage_batch(t, b, rows, &xd, &yd));
+  mpt_tensor x = mpt_tensor_view(xd, t->device, MPT_F32, 4, shape);
+  *labels = mpt_tensor_view(yd, t->device, MPT_I32, 1, shape);
   mpt_var *in;
   MPT_RETURN_IF(mpt_tape_input(t->tape, &x, &in));
   MPT_RETURN_IF(mpt_model_forward(t->model, t->tape, in, logits));
@@ -187,8 +237,15 @@ static void maybe_poison(trainer *t, mpt_batch *b, int k) {
  * parameter of rank r after global step s, so that its replica diverges. */
 static void maybe_perturb(trainer *t) {
   const char *r = getenv("MPT_TEST_PERTURB_RANK"), *s = getenv("MPT_TEST_PERTURB_STEP");
-  if (r && s && atoi(r) == t->rank && atoll(s) == t->global_step)
-    mpt_model_params(t->model)[0] += 1e-3f;
+  if (!(r && s && atoi(r) == t->rank && atoll(s) == t->global_step)) return;
+  float v;
+  float *p = mpt_model_params(t->model);
+  if (mpt_op_memcpy(t->stream, mpt_device_cpu(), &v, t->device, p, sizeof v) != MPT_OK ||
+      mpt_stream_synchronize(t->stream, t->o->timeout_s * 1e3) != MPT_OK)
+    return;
+  v += 1e-3f;
+  mpt_op_memcpy(t->stream, t->device, p, mpt_device_cpu(), &v, sizeof v);
+  mpt_stream_synchronize(t->stream, t->o->timeout_s * 1e3);
 }
 
 /* --check-replicas: a CRC-32 of the parameter bytes, all-gathered; names the first rank whose
@@ -196,7 +253,9 @@ static void maybe_perturb(trainer *t) {
 static mpt_status check_replicas(trainer *t) {
   if (t->world == 1) return MPT_OK;
   uLong crc = crc32(0L, Z_NULL, 0);
-  const unsigned char *p = (const unsigned char *)mpt_model_params(t->model);
+  float *host;
+  MPT_RETURN_IF(params_on_host(t, &host));
+  const unsigned char *p = (const unsigned char *)host;
   size_t left = (size_t)mpt_model_param_count(t->model) * sizeof(float);
   while (left > 0) {
     uInt chunk = left > (1u << 30) ? (1u << 30) : (uInt)left;
@@ -323,6 +382,9 @@ static mpt_status train_step(trainer *t, float *sums, int *ran_out) {
                                      mpt_model_grads(t->model), lr));
   }
   MPT_RETURN_IF(mpt_stream_synchronize(t->stream, o->timeout_s * 1e3));
+  if (t->grad_comm && mpt_comm_error(t->grad_comm) != MPT_OK)
+    return MPT_FAIL(mpt_comm_error(t->grad_comm),
+                    "the gradient all-reduce failed on rank %d (see the error above)", t->rank);
   double o1 = mpt_time_ms();
   if (t->trace) mpt_trace_add(t->trace, "optimizer", 0, o0, o1 - o0, t->global_step);
   t->sum_forward += fwd;
@@ -516,7 +578,14 @@ static mpt_status save_params(trainer *t, const char *path) {
   FILE *f = fopen(tmp, "wb");
   if (!f) return MPT_FAIL(MPT_EIO, "cannot open '%s' for writing", tmp);
   size_t n = (size_t)mpt_model_param_count(t->model);
-  size_t w = fwrite(mpt_model_params(t->model), sizeof(float), n, f);
+  float *host;
+  mpt_status st = params_on_host(t, &host);
+  if (st != MPT_OK) {
+    fclose(f);
+    remove(tmp);
+    return st;
+  }
+  size_t w = fwrite(host, sizeof(float), n, f);
   int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
   if (fclose(f) != 0 || bad || w != n) {
     remove(tmp);
@@ -591,15 +660,28 @@ static mpt_status report_breakdown(trainer *t, mpt_step_breakdown *bd) {
 static mpt_status train_run(trainer *t) {
   const mpt_cli_options *o = t->o;
   if (strcmp(o->device, "cuda") == 0 && !mpt_device_available(MPT_DEVICE_CUDA))
-    return MPT_FAIL(MPT_ENOTSUP, "--device cuda: no CUDA device is available to this build");
+    return MPT_FAIL(MPT_ENOTSUP, "--device cuda: no CUDA device is visible to this process (or "
+                                 "the build has no CUDA backend: configure --with-cuda)");
   mpt_device devices[MPT_DP_MAX_DEVICES];
   int ndev = 1;
   if (o->mode == MPT_MODE_DP)
     MPT_RETURN_IF(mpt_dp_parse_devices(o->devices, devices, MPT_DP_MAX_DEVICES, &ndev));
   t->device = o->mode == MPT_MODE_DP ? devices[0] : mpt_device_cpu();
   if (t->device.type != MPT_DEVICE_CPU)
-    return MPT_FAIL(MPT_ENOTSUP, "training on %s devices is not available in this build yet",
-                    t->device.type == MPT_DEVICE_CUDA ? "CUDA" : "these");
+    return MPT_FAIL(MPT_ENOTSUP, "--mode dp over CUDA devices is not wired into the trainer yet "
+                                 "(use DDP: one rank per GPU)");
+  /* --device cuda, or by default when every rank sees a GPU: one GPU per rank, by local rank
+   * (collective: every rank takes the same branch). */
+  int32_t use_cuda = strcmp(o->device, "cuda") == 0 ||
+                     (o->device[0] == '\0' && o->mode != MPT_MODE_DP &&
+                      mpt_device_available(MPT_DEVICE_CUDA));
+  if (o->device[0] == '\0' && t->world > 1)
+    MPT_RETURN_IF(mpt_comm_allreduce_sync(t->comm, &use_cuda, &use_cuda, 1, MPT_I32,
+                                          MPT_REDUCE_MIN));
+  if (use_cuda && o->mode == MPT_MODE_DP)
+    return MPT_FAIL(MPT_ENOTSUP, "--mode dp with --device cuda is not wired into the trainer "
+                                 "yet (use DDP: one rank per GPU)");
+  if (use_cuda) MPT_RETURN_IF(mpt_comm_bind_device(t->comm, MPT_DEVICE_CUDA, -1, &t->device));
   int threads = o->threads;
   if (threads == 0) { /* the cores of this host, shared by its ranks and their DP devices */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -614,9 +696,27 @@ static mpt_status train_run(trainer *t) {
   MPT_RETURN_IF(make_model(t));
   MPT_RETURN_IF(mpt_tape_init(&t->tape, t->model, t->stream));
   if (t->world > 1) {
+    mpt_comm *gc = t->comm;
+    if (t->device.type != MPT_DEVICE_CPU) { /* gradients stay on the GPU: NCCL, else MPI staged */
+      mpt_comm_config cc = mpt_comm_config_default();
+      cc.backend = MPT_COMM_BACKEND_NCCL;
+      cc.device = t->device;
+      cc.timeout_ms = o->timeout_s * 1e3;
+      cc.check_collectives = o->check_collectives;
+      cc.configure_log = 0;
+      mpt_status st = mpt_comm_init(&t->grad_comm, &cc);
+      if (st == MPT_ENOTSUP) {
+        mpt_log(MPT_LOG_WARN, "NCCL is not available (%s): gradients go through MPI, staged in "
+                "host memory", mpt_last_error());
+        cc.backend = MPT_COMM_BACKEND_MPI;
+        st = mpt_comm_init(&t->grad_comm, &cc);
+      }
+      MPT_RETURN_IF(st);
+      gc = t->grad_comm;
+    }
     mpt_ddp_config dc = o->ddp;
     dc.timeout_ms = o->timeout_s * 1e3;
-    MPT_RETURN_IF(mpt_ddp_init(&t->ddp, t->model, t->comm, t->stream, &dc));
+    MPT_RETURN_IF(mpt_ddp_init(&t->ddp, t->model, gc, t->stream, &dc));
   }
   if (o->mode == MPT_MODE_DP) {
     mpt_dp_config pc = mpt_dp_config_default();
@@ -651,8 +751,10 @@ static mpt_status train_run(trainer *t) {
     if (t->dp) mpt_dp_set_trace(t->dp, t->trace);
   }
 
-  fprintf(stderr, "mpitrain: rank %d/%d local rank %d host %s device cpu launcher %s\n",
+  char devname[32];
+  fprintf(stderr, "mpitrain: rank %d/%d local rank %d host %s device %s launcher %s\n",
           t->rank, t->world, mpt_comm_local_rank(t->comm), mpt_comm_hostname(t->comm),
+          mpt_device_str(t->device, devname, sizeof devname),
           mpt_launcher_name(mpt_comm_launcher(t->comm)));
   mpt_log(MPT_LOG_INFO,
           "model %s: %" PRId64 " parameters; %" PRId64 " training and %" PRId64
@@ -707,6 +809,10 @@ static void trainer_free(trainer *t) {
   mpt_sampler_free(t->test_sampler);
   mpt_dp_free(t->dp);
   mpt_ddp_free(t->ddp);
+  mpt_comm_free(t->grad_comm);
+  mpt_device_free(t->device, t->dev_x);
+  mpt_device_free(t->device, t->dev_y);
+  free(t->host_params);
   mpt_optimizer_free(t->opt);
   mpt_tape_free(t->tape);
   mpt_model_free(t->model);
