@@ -38,5 +38,15 @@ check 2 "usage: mpitrain train" train --model resnet
 check 0 "usage: mpitrain train" --help
 check 0 "mpitrain [0-9]" --version
 check 1 "no/such/dir" train --data /no/such/dir --epochs 1
+check 1 "is not a regular file" train --synthetic --train-limit 64 --test-limit 16 --epochs 1 --save-params /dev/null
+[ -c /dev/null ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: /dev/null was replaced"; }
+# Ranks started with different options fail at once, naming the option (not a hang).
+out=$(MPT_MPIRUN_ARGS="" "$(dirname "$0")/mpirun.sh" 1 60 "$prog" train --synthetic --train-limit 64 \
+      --test-limit 16 --epochs 2 : -np 1 "$prog" train --synthetic --train-limit 64 --test-limit 16 --epochs 1 2>&1)
+if [ $? -ne 0 ] && printf '%s' "$out" | grep -q "different options: rank 1 has '1' where rank 0 has '2' (after '--epochs')"; then
+  pass=$((pass + 1))
+else
+  fail=$((fail + 1)); echo "FAIL: different options across ranks:"; printf '%s\n' "$out" | tail -n 3
+fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -235,6 +235,8 @@ static int parse_hidden(const char *s, mpt_mlp_config *mlp, char *msg, size_t n)
 int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n) {
   mpt_cli_options_default(o);
   msg[0] = '\0';
+  o->argc = argc;
+  o->argv = argv;
   if (argc < 2) return MPT_CLI_RUN; /* no command: train with defaults */
   int first = 1;
   if (argv[1][0] != '-') {
@@ -454,5 +456,7 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
     return MPT_CLI_EXIT_USAGE;
   }
   o->ddp.timeout_ms = o->timeout_s * 1e3;
+  o->argc = argc;
+  o->argv = argv;
   return MPT_CLI_RUN;
 }

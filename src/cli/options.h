@@ -47,6 +47,8 @@ typedef struct mpt_cli_options {
   int64_t stop_at_step;     /* stop after this global step (0 = never) */
   int skip_nonfinite;       /* skip optimizer steps whose averaged gradients are not finite */
   int64_t check_replicas;   /* every N steps compare a checksum of the parameters (0 = off) */
+  int argc;                 /* the command line as given (compared across ranks) */
+  char **argv;
 } mpt_cli_options;
 
 enum { MPT_CLI_RUN = 0, MPT_CLI_EXIT_OK = 1, MPT_CLI_EXIT_USAGE = 2 };

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -559,6 +560,17 @@ static mpt_status resume(trainer *t) {
                     "checkpoint '%s' is at step %" PRId64 " of an epoch of %" PRId64
                     " steps: the batch size or data changed",
                     o->resume, meta.step_in_epoch, t->steps_per_epoch);
+  if (meta.global_step != meta.epoch * t->steps_per_epoch + meta.step_in_epoch)
+    return MPT_FAIL(MPT_EMISMATCH,
+                    "checkpoint '%s' is at global step %" PRId64 " = epoch %" PRId64 " step %"
+                    PRId64 ", which does not fit epochs of %" PRId64 " steps: the batch size, "
+                    "--accumulate, --max-steps or the data changed since it was written",
+                    o->resume, meta.global_step, meta.epoch + 1, meta.step_in_epoch,
+                    t->steps_per_epoch);
+  if (o->stop_at_step > 0 && o->stop_at_step <= meta.global_step)
+    return MPT_FAIL(MPT_EINVAL, "--stop-at-step %" PRId64 " is not after the checkpoint's step %"
+                                PRId64,
+                    o->stop_at_step, meta.global_step);
   t->global_step = meta.global_step;
   t->start_epoch = meta.epoch;
   t->skip_steps = meta.step_in_epoch;
@@ -571,8 +583,22 @@ static mpt_status resume(trainer *t) {
   return MPT_OK;
 }
 
+/* An output path may be a new file or a regular file (replaced by rename); never a device, a
+ * directory or a symbolic link, which a rename would destroy. */
+static mpt_status check_output_path(const char *option, const char *path) {
+  struct stat sb;
+  if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+    return MPT_FAIL(MPT_EINVAL, "%s '%s' exists and is not a regular file (%s): refusing to "
+                                "replace it",
+                    option, path,
+                    S_ISDIR(sb.st_mode) ? "a directory" : S_ISLNK(sb.st_mode) ? "a symbolic link"
+                                                                             : "a device or special file");
+  return MPT_OK;
+}
+
 static mpt_status save_params(trainer *t, const char *path) {
   if (t->rank != 0) return MPT_OK;
+  MPT_RETURN_IF(check_output_path("--save-params", path));
   char tmp[4200];
   snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
   FILE *f = fopen(tmp, "wb");
@@ -657,8 +683,52 @@ static mpt_status report_breakdown(trainer *t, mpt_step_breakdown *bd) {
   return MPT_OK;
 }
 
+/* Every rank must run with the same options: a rank started with other options would issue
+ * other collectives (a hang until the deadline) or train another model (a silent wrong answer).
+ * The command lines are compared; the first option that differs from rank 0's is named. */
+static mpt_status check_same_options(trainer *t) {
+  if (t->world == 1) return MPT_OK;
+  enum { LINE = 4096 };
+  char *mine = calloc(1, LINE), *all = calloc((size_t)t->world, LINE);
+  mpt_status st = MPT_OK;
+  if (!mine || !all) {
+    st = MPT_FAIL(MPT_ENOMEM, "cannot allocate the option check");
+    goto done;
+  }
+  size_t used = 0;
+  for (int i = 1; i < t->o->argc && used < LINE - 1; i++)
+    used += (size_t)snprintf(mine + used, LINE - used, "%s%c", t->o->argv[i], '\0') ;
+  MPT_CHECK(mpt_comm_allgather_sync(t->comm, mine, all, LINE, MPT_U8), done);
+  for (int r = 1; r < t->world; r++) {
+    const char *a = all, *b = all + (size_t)r * LINE;
+    if (memcmp(a, b, LINE) == 0) continue;
+    /* walk both NUL-separated lists to the first differing word */
+    const char *prev = NULL;
+    while (*a && *b && strcmp(a, b) == 0) {
+      prev = a;
+      a += strlen(a) + 1;
+      b += strlen(b) + 1;
+    }
+    st = MPT_FAIL(MPT_EMISMATCH,
+                  "ranks were started with different options: rank %d has '%s' where rank 0 "
+                  "has '%s'%s%s%s (every rank must run the same command line)",
+                  r, *b ? b : "(end of options)", *a ? a : "(end of options)",
+                  prev ? " (after '" : "", prev ? prev : "", prev ? "')" : "");
+    goto done;
+  }
+done:
+  free(mine);
+  free(all);
+  return st;
+}
+
 static mpt_status train_run(trainer *t) {
   const mpt_cli_options *o = t->o;
+  MPT_RETURN_IF(check_same_options(t));
+  if (t->rank == 0 && o->save_params[0])
+    MPT_RETURN_IF(check_output_path("--save-params", o->save_params));
+  if (t->rank == 0 && o->metrics_json[0])
+    MPT_RETURN_IF(check_output_path("--metrics-json", o->metrics_json));
   if (strcmp(o->device, "cuda") == 0 && !mpt_device_available(MPT_DEVICE_CUDA))
     return MPT_FAIL(MPT_ENOTSUP, "--device cuda: no CUDA device is visible to this process (or "
                                  "the build has no CUDA backend: configure --with-cuda)");
