@@ -49,8 +49,9 @@ static void check_run(const mpt_cli_options *o) {
   check_finite(o->optim.lr, 0, 1e3, "lr");
   check_finite(o->optim.momentum, 0, 1, "momentum");
   check_finite(o->optim.weight_decay, 0, 1e3, "weight decay");
-  check_finite(o->mlp.dropout, 0, 0.99, "mlp dropout");
-  check_finite(o->cnn.dropout, 0, 0.99, "cnn dropout");
+  /* float fields: the parser checks the double, the float may round just past the bound */
+  check_finite(o->mlp.dropout, 0, (float)0.99, "mlp dropout");
+  check_finite(o->cnn.dropout, 0, (float)0.99, "cnn dropout");
   check_finite(o->timeout_s, 1e-3, 1e6, "timeout");
   check_finite(o->ddp.timeout_ms, 1, 1e9, "ddp timeout_ms");
   check_finite(o->ddp.bucket_cap_mb, 1e-6, 1e6, "bucket cap");
