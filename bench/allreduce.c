@@ -6,11 +6,15 @@
  *
  * What is measured, per size (bytes = count * element size):
  *   - mpitrain out-of-place and in-place: `iters` calls of mpt_comm_allreduce enqueued on the
- *     comm's own worker stream, then one event record + event synchronize (what the DDP engine
- *     does with its buckets; -z 1 synchronizes after every call instead);
+ *     comm's own stream, then one event record + mpt_comm_wait_event (what the DDP engine does
+ *     with its buckets; -z 1 waits after every call instead);
  *   - raw out-of-place and in-place: `iters` calls of MPI_Allreduce on MPI_COMM_WORLD from the
- *     main thread (--raw iallreduce: MPI_Iallreduce + MPI_Wait, the non-blocking path the comm
- *     layer takes), on the same buffers.
+ *     main thread (--raw iallreduce: MPI_Iallreduce + MPI_Wait, the comm layer's polling-mode
+ *     path), on the same buffers; with --backend nccl, `iters` ncclAllReduce calls on the same
+ *     device buffers through a bare NCCL communicator and stream (raw_nccl.c), then a stream
+ *     synchronize.
+ * The comm under test uses the comm layer's defaults (blocking progress, confirm_collectives on)
+ * unless --progress polling or --confirm 0 say otherwise; its waits use mpt_comm_wait_event.
  * Each variant runs `warmup` untimed calls first; ranks start together (MPI_Barrier); a variant's
  * time is the mean over its iters on each rank, then the maximum over ranks. With -R R > 1 the
  * four variants are measured R times (raw first in odd rounds) and the median of the R figures
@@ -46,7 +50,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench/allreduce_opts.h"
 #include "bench/bench_util.h"
+#ifdef MPT_HAVE_NCCL
+#include "bench/raw_nccl.h"
+#endif
 #include "mpitrain/comm.h"
 #include "mpitrain/core.h"
 #include "mpitrain/ops.h"
@@ -57,24 +65,11 @@ enum {
   V_RAW_OOP = BENCH_RAW_OOP,
   V_RAW_IP = BENCH_RAW_IP,
   NVARIANT = BENCH_NVARIANT,
-  MAX_REPEATS = 99
+  MAX_REPEATS = BENCH_MAX_REPEATS
 };
 
-typedef struct opts {
-  int64_t minbytes, maxbytes, stepbytes;
-  int64_t stepfactor;
-  int iters, warmup, check, blocking, repeats;
-  int confirm;       /* -1: the comm layer's default */
-  int raw_nonblocking;
-  mpt_reduce_op op;
-  mpt_dtype dtype;
-  mpt_comm_backend backend;
-  char device[32]; /* "cpu", "cuda" (cuda:<local rank>) or "cuda:N" */
-  char json[4096];
-} opts;
-
 typedef struct bench {
-  opts o;
+  bench_opts o;
   mpt_comm *comm;
   mpt_comm *ctl;         /* host memory: timings, wrong counts, the rank table (== comm on cpu) */
   mpt_device dev;        /* where the mpitrain variants' buffers live */
@@ -87,171 +82,10 @@ typedef struct bench {
   MPI_Datatype mdt;
   MPI_Op mop;
   int inject_wrong; /* MPT_BENCH_INJECT_WRONG=1: rank 0 corrupts one checked value (tests) */
+#ifdef MPT_HAVE_NCCL
+  bench_raw_nccl *nccl; /* --backend nccl: the raw baseline is ncclAllReduce on the device */
+#endif
 } bench;
-
-/* ---- options ----------------------------------------------------------------------------- */
-
-static const char usage_text[] =
-    "usage: mpirun -np N mpt_allreduce_bench [options]\n"
-    "All-reduce bandwidth through mpitrain's comm layer (nccl-tests all_reduce_perf format),\n"
-    "with raw MPI_Allreduce on the same buffers in the same run.\n"
-    "  -b, --minbytes SIZE       smallest message (default 32M; suffixes K, M, G = 2^10..2^30)\n"
-    "  -e, --maxbytes SIZE       largest message (default 32M)\n"
-    "  -f, --stepfactor F        multiply the size by F each step (default 2)\n"
-    "  -i, --stepbytes SIZE      add SIZE each step instead (when -f is 1 or not given)\n"
-    "  -n, --iters N             timed iterations per size (default 20)\n"
-    "  -w, --warmup-iters N      untimed iterations per size (default 5)\n"
-    "  -c, --check 0|1           check every size for correctness first (default 1)\n"
-    "  -o, --op sum|min|max|avg  reduction (default sum; prod is not supported by the comm\n"
-    "                            layer; raw MPI runs sum for avg)\n"
-    "  -d, --datatype float|int32   element type (default float; avg needs float)\n"
-    "  -z, --blocking 0|1        synchronize after every mpitrain call (default 0)\n"
-    "  -R, --repeats R           measure R times in alternation, keep the median (default 1)\n"
-    "      --backend mpi|nccl    comm backend (default mpi; nccl needs a CUDA+NCCL build)\n"
-    "      --device cpu|cuda|cuda:N  buffers of the mpitrain variants (default cpu, nccl: cuda);\n"
-    "                            cuda = cuda:<local rank>; cuda:N = device N on every rank\n"
-    "                            (ranks may share it with --backend mpi only)\n"
-    "      --confirm 0|1         the comm layer's agreement after each collective\n"
-    "                            (confirm_collectives; default: the layer's default, on)\n"
-    "      --raw allreduce|iallreduce   the raw baseline (default MPI_Allreduce)\n"
-    "      --json FILE           write the results as JSON (rank 0)\n"
-    "  -h, --help\n"
-    "Exit status: 0 ok, 1 wrong results or an error, 2 bad usage.\n";
-
-static int parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
-  char *end;
-  long long v = strtoll(s, &end, 10);
-  if (end == s || *end || v < lo || v > hi) return -1;
-  *out = v;
-  return 0;
-}
-
-static int parse_opts(int argc, char **argv, opts *o, char *msg, size_t n) {
-  static const struct option longs[] = {
-      {"minbytes", required_argument, 0, 'b'},   {"maxbytes", required_argument, 0, 'e'},
-      {"stepfactor", required_argument, 0, 'f'}, {"stepbytes", required_argument, 0, 'i'},
-      {"iters", required_argument, 0, 'n'},      {"warmup-iters", required_argument, 0, 'w'},
-      {"check", required_argument, 0, 'c'},      {"op", required_argument, 0, 'o'},
-      {"datatype", required_argument, 0, 'd'},   {"blocking", required_argument, 0, 'z'},
-      {"repeats", required_argument, 0, 'R'},    {"backend", required_argument, 0, 1},
-      {"confirm", required_argument, 0, 2},      {"raw", required_argument, 0, 3},
-      {"json", required_argument, 0, 4},         {"help", no_argument, 0, 'h'},
-      {"device", required_argument, 0, 5},
-      {0, 0, 0, 0}};
-  memset(o, 0, sizeof *o);
-  o->minbytes = o->maxbytes = 32 << 20;
-  o->stepfactor = 2;
-  o->iters = 20;
-  o->warmup = 5;
-  o->check = 1;
-  o->repeats = 1;
-  o->confirm = -1;
-  o->op = MPT_REDUCE_SUM;
-  o->dtype = MPT_F32;
-  o->backend = MPT_COMM_BACKEND_MPI;
-  int c, factor_given = 0, step_given = 0;
-  int64_t v;
-  opterr = 0;
-  while ((c = getopt_long(argc, argv, "b:e:f:i:n:w:c:o:d:z:R:h", longs, NULL)) != -1) {
-    const char *a = optarg;
-    switch (c) {
-      case 'b':
-      case 'e':
-      case 'i':
-        if (bench_parse_size(a, &v) != 0 || v < 1)
-          return snprintf(msg, n, "-%c: '%s' is not a size in bytes (e.g. 8, 64K, 32M, 1G)", c, a),
-                 -1;
-        if (c == 'b') o->minbytes = v;
-        if (c == 'e') o->maxbytes = v;
-        if (c == 'i') o->stepbytes = v, step_given = 1;
-        break;
-      case 'f':
-        if (parse_int(a, 1, 1 << 20, &o->stepfactor) != 0)
-          return snprintf(msg, n, "-f: '%s' is not an integer factor >= 1", a), -1;
-        factor_given = 1;
-        break;
-      case 'n':
-      case 'w':
-      case 'c':
-      case 'z':
-      case 'R':
-        if (parse_int(a, c == 'n' || c == 'R' ? 1 : 0,
-                      c == 'c' || c == 'z' ? 1 : c == 'R' ? MAX_REPEATS : 10000000, &v) != 0)
-          return snprintf(msg, n, "-%c: '%s' is out of range", c, a), -1;
-        if (c == 'n') o->iters = (int)v;
-        if (c == 'w') o->warmup = (int)v;
-        if (c == 'c') o->check = (int)v;
-        if (c == 'z') o->blocking = (int)v;
-        if (c == 'R') o->repeats = (int)v;
-        break;
-      case 'o':
-        if (strcmp(a, "sum") == 0) o->op = MPT_REDUCE_SUM;
-        else if (strcmp(a, "min") == 0) o->op = MPT_REDUCE_MIN;
-        else if (strcmp(a, "max") == 0) o->op = MPT_REDUCE_MAX;
-        else if (strcmp(a, "avg") == 0) o->op = MPT_REDUCE_AVG;
-        else if (strcmp(a, "prod") == 0 || strcmp(a, "all") == 0)
-          return snprintf(msg, n, "-o %s: mpitrain's comm layer has no %s reduction (it supports "
-                          "sum, min, max, avg)", a, strcmp(a, "prod") == 0 ? "prod" : "'all'"), -1;
-        else
-          return snprintf(msg, n, "-o: unknown reduction '%s' (sum, min, max or avg)", a), -1;
-        break;
-      case 'd':
-        if (strcmp(a, "float") == 0 || strcmp(a, "float32") == 0) o->dtype = MPT_F32;
-        else if (strcmp(a, "int32") == 0 || strcmp(a, "int") == 0) o->dtype = MPT_I32;
-        else
-          return snprintf(msg, n, "-d: datatype '%s' is not supported (float or int32)", a), -1;
-        break;
-      case 1:
-        if (strcmp(a, "mpi") == 0) o->backend = MPT_COMM_BACKEND_MPI;
-        else if (strcmp(a, "nccl") == 0) o->backend = MPT_COMM_BACKEND_NCCL;
-        else return snprintf(msg, n, "--backend: '%s' is not mpi or nccl", a), -1;
-        break;
-      case 2:
-        if (parse_int(a, 0, 1, &v) != 0)
-          return snprintf(msg, n, "--confirm: '%s' is not 0 or 1", a), -1;
-        o->confirm = (int)v;
-        break;
-      case 3:
-        if (strcmp(a, "allreduce") == 0) o->raw_nonblocking = 0;
-        else if (strcmp(a, "iallreduce") == 0) o->raw_nonblocking = 1;
-        else return snprintf(msg, n, "--raw: '%s' is not allreduce or iallreduce", a), -1;
-        break;
-      case 4:
-        if (strlen(a) >= sizeof o->json || !a[0])
-          return snprintf(msg, n, "--json: bad file name"), -1;
-        snprintf(o->json, sizeof o->json, "%s", a);
-        break;
-      case 5: {
-        mpt_device d;
-        if (strlen(a) >= sizeof o->device || mpt_device_parse(a, &d) != MPT_OK)
-          return snprintf(msg, n, "--device: '%s' is not cpu, cuda or cuda:N", a), -1;
-        snprintf(o->device, sizeof o->device, "%s", a);
-        break;
-      }
-      case 'h':
-        return 1;
-      default:
-        return snprintf(msg, n, "unknown option or missing value: '%s' (see --help)",
-                        argv[optind - 1]), -1;
-    }
-  }
-  if (optind < argc) return snprintf(msg, n, "unexpected argument '%s'", argv[optind]), -1;
-  if (!o->device[0])
-    snprintf(o->device, sizeof o->device, "%s", o->backend == MPT_COMM_BACKEND_NCCL ? "cuda" : "cpu");
-  if (o->backend == MPT_COMM_BACKEND_NCCL && strncmp(o->device, "cuda", 4) != 0)
-    return snprintf(msg, n, "--backend nccl needs --device cuda"), -1;
-  if (o->minbytes > o->maxbytes)
-    return snprintf(msg, n, "-b %lld is larger than -e %lld", (long long)o->minbytes,
-                    (long long)o->maxbytes), -1;
-  if (step_given && !factor_given) o->stepfactor = 1;
-  if (o->stepfactor == 1 && o->stepbytes == 0) o->stepbytes = o->minbytes;
-  if (o->op == MPT_REDUCE_AVG && o->dtype != MPT_F32)
-    return snprintf(msg, n, "-o avg needs -d float"), -1;
-  if (o->maxbytes / (int64_t)mpt_dtype_size(o->dtype) > INT_MAX / 2)
-    return snprintf(msg, n, "-e %lld: at most %d elements per message (one MPI call)",
-                    (long long)o->maxbytes, INT_MAX / 2), -1;
-  return 0;
-}
 
 /* ---- errors ------------------------------------------------------------------------------ */
 
@@ -286,50 +120,7 @@ static void die(const char *fmt, ...) {
     }                                                                                     \
   } while (0)
 
-/* ---- data -------------------------------------------------------------------------------- */
-
-/* A value in [0, 64) that changes from element to element (catches misplaced chunks). */
-static inline int32_t pattern(int64_t i) { return (int32_t)(((uint32_t)i * 2654435761u) >> 26); }
-
-static void fill(void *buf, mpt_dtype dt, int64_t count, int rank) {
-  if (dt == MPT_F32) {
-    float *x = buf;
-    for (int64_t i = 0; i < count; i++) x[i] = (float)(pattern(i) + rank + 1);
-  } else {
-    int32_t *x = buf;
-    for (int64_t i = 0; i < count; i++) x[i] = pattern(i) + rank + 1;
-  }
-}
-
-/* The exact result for element i over n ranks (float: the same operations the comm layer does,
- * so avg compares bit for bit). */
-static double expected(int64_t i, int n, mpt_reduce_op op, mpt_dtype dt) {
-  int64_t h = pattern(i);
-  int64_t sum = (int64_t)n * h + (int64_t)n * (n + 1) / 2;
-  switch (op) {
-    case MPT_REDUCE_MIN:
-      return (double)(h + 1);
-    case MPT_REDUCE_MAX:
-      return (double)(h + n);
-    case MPT_REDUCE_AVG:
-      if (dt == MPT_F32) return (double)((float)sum / (float)n);
-      return (double)sum / n;
-    case MPT_REDUCE_SUM:
-      break;
-  }
-  return (double)sum;
-}
-
-static int64_t count_wrong(const void *buf, mpt_dtype dt, int64_t count, int n,
-                           mpt_reduce_op op) {
-  int64_t wrong = 0;
-  for (int64_t i = 0; i < count; i++) {
-    double want = expected(i, n, op, dt);
-    double got = dt == MPT_F32 ? (double)((const float *)buf)[i] : ((const int32_t *)buf)[i];
-    wrong += got != want;
-  }
-  return wrong;
-}
+/* ---- data (bench_fill / bench_count_wrong in bench_util.c) -------------------------------- */
 
 /* Device runs: the host send / recv buffers (filled and checked there) to the device copies
  * and back. No-ops on the CPU. */
@@ -350,6 +141,16 @@ static void from_device(bench *b, int64_t count) {
 
 static int is_mpt(int v) { return v == V_MPT_OOP || v == V_MPT_IP; }
 
+/* Whether variant v runs on the device buffers: the mpitrain variants, and raw NCCL. */
+static int on_device(const bench *b, int v) {
+#ifdef MPT_HAVE_NCCL
+  if (b->nccl) return 1;
+#else
+  (void)b;
+#endif
+  return is_mpt(v);
+}
+
 /* ---- the variants ------------------------------------------------------------------------ */
 
 static void run_mpt(bench *b, int in_place, int64_t count, int iters) {
@@ -359,14 +160,23 @@ static void run_mpt(bench *b, int in_place, int64_t count, int iters) {
     BENCH_CHECK(mpt_comm_allreduce(b->comm, b->cs, send, recv, count, b->o.dtype, b->o.op));
     if (b->o.blocking) {
       BENCH_CHECK(mpt_event_record(b->ev, b->cs));
-      BENCH_CHECK(mpt_event_synchronize(b->ev, -1.0)); /* each collective has its deadline */
+      BENCH_CHECK(mpt_comm_wait_event(b->comm, b->ev)); /* with the comm's deadline */
     }
   }
   BENCH_CHECK(mpt_event_record(b->ev, b->cs));
-  BENCH_CHECK(mpt_event_synchronize(b->ev, -1.0));
+  BENCH_CHECK(mpt_comm_wait_event(b->comm, b->ev));
 }
 
 static void run_raw(bench *b, int in_place, int64_t count, int iters) {
+#ifdef MPT_HAVE_NCCL
+  if (b->nccl) {
+    char err[256];
+    if (bench_raw_nccl_run(b->nccl, in_place ? b->drecv : b->dsend, b->drecv, count, b->o.dtype,
+                           b->o.op, iters, err, sizeof err) != 0)
+      die("raw NCCL: %s", err);
+    return;
+  }
+#endif
   const void *send = in_place ? MPI_IN_PLACE : b->send;
   for (int it = 0; it < iters; it++) {
     if (b->o.raw_nonblocking) {
@@ -386,8 +196,11 @@ static void run_variant(bench *b, int v, int64_t count, int iters) {
     run_raw(b, v == V_RAW_IP, count, iters);
 }
 
-/* The op the raw side runs (MPI has no average) and its expected results. */
+/* The op the raw side runs (MPI has no average; NCCL has) and its expected results. */
 static mpt_reduce_op raw_op(const bench *b) {
+#ifdef MPT_HAVE_NCCL
+  if (b->nccl) return b->o.op;
+#endif
   return b->o.op == MPT_REDUCE_AVG ? MPT_REDUCE_SUM : b->o.op;
 }
 
@@ -396,37 +209,37 @@ static int64_t check_variant(bench *b, int v, int64_t count) {
   size_t nbytes = (size_t)count * mpt_dtype_size(b->o.dtype);
   int in_place = v == V_MPT_IP || v == V_RAW_IP;
   if (in_place) {
-    fill(b->recv, b->o.dtype, count, b->rank);
+    bench_fill(b->recv, b->o.dtype, count, b->rank);
   } else {
-    fill(b->send, b->o.dtype, count, b->rank);
+    bench_fill(b->send, b->o.dtype, count, b->rank);
     memset(b->recv, 0xff, nbytes); /* NaN / -1: never an expected value */
   }
-  if (is_mpt(v)) to_device(b, count);
+  if (on_device(b, v)) to_device(b, count);
   run_variant(b, v, count, 1);
-  if (is_mpt(v)) from_device(b, count);
+  if (on_device(b, v)) from_device(b, count);
   if (b->inject_wrong && v == V_MPT_OOP && b->rank == 0) { /* tests of the checker itself */
     if (b->o.dtype == MPT_F32) ((float *)b->recv)[count - 1] += 1.0f;
     else ((int32_t *)b->recv)[count - 1] += 1;
   }
   mpt_reduce_op op = v >= V_RAW_OOP ? raw_op(b) : b->o.op;
-  return count_wrong(b->recv, b->o.dtype, count, b->world, op);
+  return bench_count_wrong(b->recv, b->o.dtype, count, b->world, op);
 }
 
 /* Times variant v (mean over iters on this rank, in microseconds). Out-of-place mpitrain also
  * checks the result of the timed calls when checking is on. */
 static double time_variant(bench *b, int v, int64_t count, int64_t *wrong) {
   int in_place = v == V_MPT_IP || v == V_RAW_IP;
-  if (in_place) fill(b->recv, b->o.dtype, count, b->rank); /* keep values bounded */
-  if (is_mpt(v)) to_device(b, count);
+  if (in_place) bench_fill(b->recv, b->o.dtype, count, b->rank); /* keep values bounded */
+  if (on_device(b, v)) to_device(b, count);
   if (b->o.warmup > 0) run_variant(b, v, count, b->o.warmup);
-  if (in_place) fill(b->recv, b->o.dtype, count, b->rank);
-  if (is_mpt(v) && in_place) to_device(b, count);
+  if (in_place) bench_fill(b->recv, b->o.dtype, count, b->rank);
+  if (on_device(b, v) && in_place) to_device(b, count);
   BENCH_MPI(MPI_Barrier(MPI_COMM_WORLD));
   double t0 = mpt_time_ms();
   run_variant(b, v, count, b->o.iters);
   double us = (mpt_time_ms() - t0) * 1e3 / b->o.iters;
   if (b->o.check && v == V_MPT_OOP) from_device(b, count);
-  if (b->o.check && v == V_MPT_OOP) *wrong += count_wrong(b->recv, b->o.dtype, count, b->world,
+  if (b->o.check && v == V_MPT_OOP) *wrong += bench_count_wrong(b->recv, b->o.dtype, count, b->world,
                                                         b->o.op);
   return us;
 }
@@ -440,7 +253,7 @@ static void measure(bench *b, bench_row *r) {
   int64_t count = r->count, wrong[NVARIANT] = {0, 0, 0, 0};
   if (b->o.check)
     for (int v = 0; v < NVARIANT; v++) wrong[v] += check_variant(b, v, count);
-  fill(b->send, b->o.dtype, count, b->rank);
+  bench_fill(b->send, b->o.dtype, count, b->rank);
   double t[MAX_REPEATS][NVARIANT];
   for (int rep = 0; rep < b->o.repeats; rep++) {
     float mine[NVARIANT];
@@ -478,11 +291,11 @@ int main(int argc, char **argv) {
   bench b;
   memset(&b, 0, sizeof b);
   char msg[512] = "";
-  int pr = parse_opts(argc, argv, &b.o, msg, sizeof msg);
+  int pr = bench_allreduce_parse(argc, argv, &b.o, msg, sizeof msg);
   int quiet = launcher_rank() != 0;
   if (pr != 0) {
     if (!quiet) {
-      if (pr > 0) fputs(usage_text, stdout);
+      if (pr > 0) fputs(bench_allreduce_usage, stdout);
       else fprintf(stderr, "mpt_allreduce_bench: %s\n", msg);
     }
     return pr > 0 ? 0 : 2;
@@ -499,6 +312,7 @@ int main(int argc, char **argv) {
 
   mpt_comm_config cc = mpt_comm_config_default();
   if (b.o.confirm >= 0) cc.confirm_collectives = b.o.confirm;
+  if (b.o.progress >= 0) cc.blocking = b.o.progress;
   mpt_status st = MPT_OK;
   if (strcmp(b.o.device, "cpu") != 0) { /* a host comm first: binding, timings, rank table */
     st = mpt_comm_init(&b.ctl, &cc);
@@ -544,6 +358,15 @@ int main(int argc, char **argv) {
   }
   char devname[32];
   mpt_device_str(b.ctl != b.comm ? b.dev : mpt_device_cpu(), devname, sizeof devname);
+  const char *raw_name = b.o.raw_nonblocking ? "MPI_Iallreduce" : "MPI_Allreduce";
+#ifdef MPT_HAVE_NCCL
+  if (b.o.backend == MPT_COMM_BACKEND_NCCL) {
+    char err[256];
+    if (bench_raw_nccl_init(&b.nccl, MPI_COMM_WORLD, b.dev.index, err, sizeof err) != 0)
+      die("the raw NCCL baseline: %s", err);
+    raw_name = "ncclAllReduce";
+  }
+#endif
 
   /* The rank table and the machine. */
   bench_rank_info me, *all = calloc((size_t)b.world, sizeof *all);
@@ -551,9 +374,8 @@ int main(int argc, char **argv) {
   bench_rank_info_fill(&me, b.ctl, devname);
   BENCH_CHECK(mpt_comm_allgather_sync(b.ctl, &me, all, (int64_t)sizeof me, MPT_U8));
   bench_run_info info;
-  bench_run_info_fill(&info, b.comm);
+  bench_run_info_fill(&info, b.comm, devname);
   int confirm_on = b.o.confirm >= 0 ? b.o.confirm : mpt_comm_config_default().confirm_collectives;
-  const char *raw_name = b.o.raw_nonblocking ? "MPI_Iallreduce" : "MPI_Allreduce";
   const char *type = b.o.dtype == MPT_F32 ? "float" : "int32";
   const char *redop = mpt_reduce_op_name(b.o.op);
 
@@ -571,9 +393,13 @@ int main(int argc, char **argv) {
                  "event synchronize, confirm_collectives %d%s\n",
             mpt_comm_backend_name(b.o.backend), devname, mpi_confirm,
             mpi_confirm ? " (an extra 3 x int64 all-reduce after each collective)" : "");
-    fprintf(out, "# raw: %s on MPI_COMM_WORLD from the main thread, %s%s\n", raw_name,
-            b.dsend ? "host buffers (MPI is not CUDA-aware here)" : "same buffers",
-            b.o.op == MPT_REDUCE_AVG ? " (op sum: MPI has no average)" : "");
+    if (b.o.backend == MPT_COMM_BACKEND_NCCL)
+      fprintf(out, "# raw: ncclAllReduce on its own NCCL communicator and stream, same device "
+                   "buffers\n");
+    else
+      fprintf(out, "# raw: %s on MPI_COMM_WORLD from the main thread, %s%s\n", raw_name,
+              b.dsend ? "host buffers (MPI is not CUDA-aware here)" : "same buffers",
+              b.o.op == MPT_REDUCE_AVG ? " (op sum: MPI has no average)" : "");
     fprintf(out, "#\n");
     bench_print_header(out, raw_name);
   }
@@ -636,8 +462,8 @@ int main(int argc, char **argv) {
     fprintf(out, "#\n");
     fflush(out);
     if (b.o.json[0]) {
-      bench_config cfg = {type, redop, b.o.iters, b.o.warmup, b.o.repeats, b.o.check,
-                          b.o.blocking, confirm_on, b.o.raw_nonblocking};
+      bench_config cfg = {type,        redop,     raw_name,   b.o.iters, b.o.warmup,
+                          b.o.repeats, b.o.check, b.o.blocking, confirm_on};
       if (bench_write_json(b.o.json, &info, all, &cfg, rows, nrows, &sum) != 0)
         die("cannot write the JSON file '%s'", b.o.json);
     }
@@ -650,6 +476,9 @@ int main(int argc, char **argv) {
   mpt_device_free(b.dev, b.dsend);
   mpt_device_free(b.dev, b.drecv);
   mpt_stream_free(b.io);
+#ifdef MPT_HAVE_NCCL
+  bench_raw_nccl_free(b.nccl);
+#endif
   mpt_event_free(b.ev);
   if (b.ctl != b.comm) mpt_comm_free(b.comm);
   mpt_comm_free(b.ctl);

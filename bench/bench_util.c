@@ -13,6 +13,47 @@
 #include <time.h>
 #include <unistd.h>
 
+/* A value in [0, 64) that changes from element to element (Knuth's multiplicative hash). */
+static inline int32_t pattern(int64_t i) { return (int32_t)(((uint32_t)i * 2654435761u) >> 26); }
+
+void bench_fill(void *buf, mpt_dtype dtype, int64_t count, int rank) {
+  if (dtype == MPT_F32) {
+    float *x = buf;
+    for (int64_t i = 0; i < count; i++) x[i] = (float)(pattern(i) + rank + 1);
+  } else {
+    int32_t *x = buf;
+    for (int64_t i = 0; i < count; i++) x[i] = pattern(i) + rank + 1;
+  }
+}
+
+static double expected(int64_t i, int n, mpt_reduce_op op, mpt_dtype dtype) {
+  int64_t h = pattern(i);
+  int64_t sum = (int64_t)n * h + (int64_t)n * (n + 1) / 2;
+  switch (op) {
+    case MPT_REDUCE_MIN:
+      return (double)(h + 1);
+    case MPT_REDUCE_MAX:
+      return (double)(h + n);
+    case MPT_REDUCE_AVG:
+      if (dtype == MPT_F32) return (double)((float)sum / (float)n);
+      return (double)sum / n;
+    case MPT_REDUCE_SUM:
+      break;
+  }
+  return (double)sum;
+}
+
+int64_t bench_count_wrong(const void *buf, mpt_dtype dtype, int64_t count, int world,
+                          mpt_reduce_op op) {
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < count; i++) {
+    double want = expected(i, world, op, dtype);
+    double got = dtype == MPT_F32 ? (double)((const float *)buf)[i] : ((const int32_t *)buf)[i];
+    wrong += got != want;
+  }
+  return wrong;
+}
+
 int bench_parse_size(const char *text, int64_t *bytes) {
   char *end;
   if (!text || !isdigit((unsigned char)text[0])) return -1;
@@ -66,7 +107,7 @@ static void cpu_model(char *buf, size_t n) {
   fclose(f);
 }
 
-void bench_run_info_fill(bench_run_info *info, const mpt_comm *comm) {
+void bench_run_info_fill(bench_run_info *info, const mpt_comm *comm, const char *device) {
   memset(info, 0, sizeof *info);
   snprintf(info->version, sizeof info->version, "%s", PACKAGE_VERSION);
 #ifdef MPT_HAVE_CUDA
@@ -77,6 +118,11 @@ void bench_run_info_fill(bench_run_info *info, const mpt_comm *comm) {
 #endif
   snprintf(info->backend, sizeof info->backend, "%s",
            mpt_comm_backend_name(mpt_comm_backend_kind(comm)));
+  snprintf(info->progress, sizeof info->progress, "%s",
+           mpt_comm_backend_kind(comm) != MPT_COMM_BACKEND_MPI ? "-"
+           : mpt_comm_blocking(comm)                          ? "blocking"
+                                                              : "polling");
+  snprintf(info->device, sizeof info->device, "%s", device);
   char lib[MPI_MAX_LIBRARY_VERSION_STRING];
   int len = 0;
   if (MPI_Get_library_version(lib, &len) == MPI_SUCCESS) {
@@ -98,9 +144,11 @@ double bench_bus_factor(int world) { return world > 1 ? 2.0 * (world - 1) / worl
 
 void bench_print_preamble(FILE *f, const bench_run_info *info, const bench_rank_info *ranks,
                           int nranks) {
-  fprintf(f, "# mpt_allreduce_bench: mpitrain %s, build: CUDA %s, NCCL %s; backend %s; %s\n",
+  fprintf(f, "# mpt_allreduce_bench: mpitrain %s, build: CUDA %s, NCCL %s; backend %s%s%s, "
+             "buffers on %s; %s\n",
           info->version, info->cuda ? "yes" : "no", info->nccl ? "yes" : "no", info->backend,
-          info->mpi_library);
+          info->progress[0] != '-' ? " progress " : "", info->progress[0] != '-' ? info->progress : "",
+          info->device, info->mpi_library);
   fprintf(f, "# %d rank(s) launched by %s; rank 0's host: %d CPU(s), %s; %s\n", info->world,
           info->launcher, info->cpus, info->cpu_model, info->date);
   fprintf(f, "#\n# Using devices\n");
@@ -202,6 +250,10 @@ int bench_write_json(const char *path, const bench_run_info *info, const bench_r
   fprintf(f, ",\n  \"build\": {\"cuda\": %s, \"nccl\": %s},\n  \"backend\": ",
           info->cuda ? "true" : "false", info->nccl ? "true" : "false");
   json_str(f, info->backend);
+  fprintf(f, ",\n  \"progress\": ");
+  json_str(f, info->progress);
+  fprintf(f, ",\n  \"device\": ");
+  json_str(f, info->device);
   fprintf(f, ",\n  \"mpi_library\": ");
   json_str(f, info->mpi_library);
   fprintf(f, ",\n  \"machine\": {\"cpus\": %d, \"cpu_model\": ", info->cpus);
@@ -217,7 +269,7 @@ int bench_write_json(const char *path, const bench_run_info *info, const bench_r
   fprintf(f, ", \"iters\": %d, \"warmup_iters\": %d, \"repeats\": %d, \"check\": %d, "
              "\"blocking\": %d, \"confirm_collectives\": %d, \"raw\": \"%s\"},\n",
           cfg->iters, cfg->warmup, cfg->repeats, cfg->check, cfg->blocking, cfg->confirm,
-          cfg->raw_nonblocking ? "MPI_Iallreduce" : "MPI_Allreduce");
+          cfg->raw);
   fprintf(f, "  \"ranks\": [\n");
   for (int i = 0; i < info->world; i++) {
     fprintf(f, "    {\"rank\": %d, \"local_rank\": %d, \"pid\": %d, \"host\": ", ranks[i].rank,

@@ -32,6 +32,8 @@ typedef struct bench_run_info {
   char version[32];     /* mpitrain's PACKAGE_VERSION */
   int cuda, nccl;       /* what this build has */
   char backend[16];     /* the comm backend */
+  char progress[16];    /* MPI backend: "blocking" or "polling" (the comm's agreed mode) */
+  char device[16];      /* where the buffers live: "cpu" or "cuda" */
   char mpi_library[160];/* first line of MPI_Get_library_version */
   char cpu_model[128];  /* /proc/cpuinfo "model name" */
   int cpus;             /* online CPUs of rank 0's host */
@@ -42,8 +44,8 @@ typedef struct bench_run_info {
 
 /* The settings echoed into the JSON. */
 typedef struct bench_config {
-  const char *dtype, *op;
-  int iters, warmup, repeats, check, blocking, confirm, raw_nonblocking;
+  const char *dtype, *op, *raw; /* raw: the baseline's name ("MPI_Allreduce", "ncclAllReduce") */
+  int iters, warmup, repeats, check, blocking, confirm;
 } bench_config;
 
 typedef struct bench_summary {
@@ -54,11 +56,21 @@ typedef struct bench_summary {
   int64_t wrong_total;
 } bench_summary;
 
+/* Inputs whose all-reduce is exact: rank r holds h(i) + r + 1 with h(i) in [0, 64) varying from
+ * element to element (so misplaced chunks show), for i < count; float32 or int32 (host memory). */
+void bench_fill(void *buf, mpt_dtype dtype, int64_t count, int rank);
+/* Elements of buf (host memory) that differ from the exact result of `op` over `world` ranks
+ * of bench_fill's inputs (avg: the float32 sum divided by the float32 world size, as the comm
+ * layer computes it). Exact while world * (64 + world) < 2^24 (float32 sums stay exact). */
+int64_t bench_count_wrong(const void *buf, mpt_dtype dtype, int64_t count, int world,
+                          mpt_reduce_op op);
+
 /* Parses "8", "64K", "32M", "1G" (powers of 1024, as nccl-tests). 0 ok, -1 bad text. */
 int bench_parse_size(const char *text, int64_t *bytes);
 
 void bench_rank_info_fill(bench_rank_info *r, const mpt_comm *comm, const char *device);
-void bench_run_info_fill(bench_run_info *info, const mpt_comm *comm);
+/* `comm`: the comm under test; `device`: "cpu" or "cuda". */
+void bench_run_info_fill(bench_run_info *info, const mpt_comm *comm, const char *device);
 
 /* busbw factor of all-reduce: 2 (n - 1) / n (0 for one rank). */
 double bench_bus_factor(int world);

@@ -1,12 +1,17 @@
 # bench: the benchmark harness (bench/README.md). mpt_allreduce_bench is installed with the
 # trainer; the scripts run from the source tree and find the programs in a build folder.
 bin_PROGRAMS += mpt_allreduce_bench
-mpt_allreduce_bench_SOURCES = bench/allreduce.c bench/bench_util.c bench/bench_util.h
+mpt_allreduce_bench_SOURCES = bench/allreduce.c bench/allreduce_opts.c bench/allreduce_opts.h \
+	bench/bench_util.c bench/bench_util.h
 mpt_allreduce_bench_LDADD = libmpitrain_all.la
+if HAVE_NCCL
+# The raw NCCL baseline (--backend nccl).
+mpt_allreduce_bench_SOURCES += bench/raw_nccl.c bench/raw_nccl.h
+endif
 
 # The benchmark's own correctness checks at small sizes under mpirun (no timing).
 TESTS += bench/test_allreduce_bench.sh
 
 EXTRA_DIST += bench/README.md bench/bench_lib.sh bench/train_bench.sh bench/compare_torch.sh \
 	bench/plot.sh bench/summarize.py bench/scaling_model.py bench/torch_ref.py bench/run_all.sh \
-	bench/test_allreduce_bench.sh bench/gpu-check.sh
+	bench/test_allreduce_bench.sh bench/raw_nccl.c bench/raw_nccl.h bench/results/README.md bench/gpu-check.sh

@@ -65,8 +65,10 @@ if a:
                     r["in_place"]["busbw_gbps"], r["raw_out_of_place"]["busbw_gbps"],
                     r["raw_in_place"]["busbw_gbps"], r["ratio_out_of_place"], r["ratio_in_place"]))
     with open(tmp + "/allreduce.title", "w") as f:
-        f.write("all-reduce %s %s, %d ranks (%s)" % (a["config"]["dtype"], a["config"]["op"],
-                a["world_size"], a["mpi_library"]))
+        f.write("all-reduce %s %s, %d ranks, %s backend (%s)" % (a["config"]["dtype"],
+                a["config"]["op"], a["world_size"], a["backend"], a["mpi_library"]))
+    with open(tmp + "/allreduce.raw", "w") as f:
+        f.write(a["config"].get("raw", "MPI_Allreduce"))
 b = load(buckets)
 if b:
     for ov in ("on", "off"):
@@ -122,7 +124,7 @@ EOF
 made=""
 if [ -f "$tmp/allreduce.dat" ]; then
   gnuplot <<EOF || bench_die "gnuplot failed on busbw_vs_size.png"
-set terminal pngcairo size 900,560 font ",10"
+set terminal pngcairo size 900,560 font ",10" noenhanced
 set output "$outdir/busbw_vs_size.png"
 set title "$(cat "$tmp/allreduce.title")"
 set logscale x 2
@@ -137,8 +139,8 @@ set grid
 set key top left
 plot "$tmp/allreduce.dat" u 1:2 w lp pt 7 lc rgb "#1f77b4" t "mpitrain out-of-place", \
      "" u 1:3 w lp pt 5 lc rgb "#17becf" t "mpitrain in-place", \
-     "" u 1:4 w lp pt 6 lc rgb "#d62728" t "raw MPI out-of-place", \
-     "" u 1:5 w lp pt 4 lc rgb "#ff7f0e" t "raw MPI in-place", \
+     "" u 1:4 w lp pt 6 lc rgb "#d62728" t "raw $(cat "$tmp/allreduce.raw") out-of-place", \
+     "" u 1:5 w lp pt 4 lc rgb "#ff7f0e" t "raw $(cat "$tmp/allreduce.raw") in-place", \
      "" u 1:(0.5*(\$6+\$7)) axes x1y2 w l dt 2 lw 2 lc rgb "#2ca02c" t "ratio (mean of both)", \
      0.95 axes x1y2 w l dt 3 lc rgb "gray" t "goal 0.95"
 EOF
@@ -146,7 +148,7 @@ EOF
 fi
 if [ -f "$tmp/buckets_on.dat" ]; then
   gnuplot <<EOF || bench_die "gnuplot failed on step_vs_bucket.png"
-set terminal pngcairo size 900,560 font ",10"
+set terminal pngcairo size 900,560 font ",10" noenhanced
 set output "$outdir/step_vs_bucket.png"
 set title "step time against DDP bucket cap: $(cat "$tmp/buckets.title")"
 set logscale x 2
@@ -164,7 +166,7 @@ EOF
 fi
 if [ -f "$tmp/ranks.dat" ]; then
   gnuplot <<EOF || bench_die "gnuplot failed on samples_vs_ranks.png"
-set terminal pngcairo size 900,560 font ",10"
+set terminal pngcairo size 900,560 font ",10" noenhanced
 set output "$outdir/samples_vs_ranks.png"
 set title "training throughput against ranks: $(cat "$tmp/ranks.title")"
 set xlabel "ranks (beyond the CPU count: oversubscribed)"
@@ -184,7 +186,7 @@ EOF
 fi
 if [ -f "$tmp/breakdown.dat" ]; then
   gnuplot <<EOF || bench_die "gnuplot failed on step_breakdown.png"
-set terminal pngcairo size 900,560 font ",10"
+set terminal pngcairo size 900,560 font ",10" noenhanced
 set output "$outdir/step_breakdown.png"
 set title "per-step breakdown (mean, slowest rank)"
 set style data histograms

@@ -44,14 +44,11 @@ ar() { # name args...: mpt_allreduce_bench with np ranks, text + JSON
 }
 
 step "all-reduce, $np ranks: comm layer defaults (confirm_collectives on)"
-ar allreduce_np$np -b 8 -e 64M -f 2 -n 5 -w 2 -R $((5 * repeats))
+ar "allreduce_np$np" -b 8 -e 64M -f 2 -n 5 -w 2 -R $((5 * repeats))
 step "all-reduce, $np ranks: confirm_collectives off"
-ar allreduce_np${np}_noconfirm -b 8 -e 64M -f 4 -n 5 -w 2 -R $((3 * repeats)) --confirm 0
-step "all-reduce, $np ranks: raw side MPI_Iallreduce (the comm layer's own MPI path)"
-ar allreduce_np${np}_rawi -b 8 -e 64M -f 4 -n 5 -w 2 -R $((3 * repeats)) --raw iallreduce
-step "all-reduce, $np ranks: libnbc's recursive doubling for MPI_Iallreduce"
-MPT_BENCH_MPIRUN_ARGS="--bind-to none --mca coll_libnbc_iallreduce_algorithm 4" \
-  ar allreduce_np${np}_libnbc4 -b 8 -e 64M -f 4 -n 5 -w 2 -R $((3 * repeats))
+ar "allreduce_np${np}_noconfirm" -b 8 -e 64M -f 4 -n 5 -w 2 -R $((3 * repeats)) --confirm 0
+step "all-reduce, $np ranks: polling progress (MPI_Iallreduce + MPI_Test on the worker)"
+ar "allreduce_np${np}_polling" -b 8 -e 64M -f 4 -n 5 -w 2 -R $((3 * repeats)) --progress polling
 
 step "training: ranks 1, $np, $((2 * np)) (mlp, batch 64 per rank)"
 "$B/train_bench.sh" --sweep-ranks "1,$np,$((2 * np))" --steps 200 --repeats "$repeats" \
@@ -85,6 +82,9 @@ for m in mlp cnn; do
   "$PY" "$B/scaling_model.py" --model "$m" --trace1 "$out/trace_${m}_np1.json" \
     --trace2 "$out/trace_${m}_np$np.json" --allreduce "$out/allreduce_np$np.json" \
     --json "$out/scaling_$m.json" | tee "$out/scaling_$m.txt"
+  # The same with compute 100x faster (an accelerator): what the network alone allows.
+  "$PY" "$B/scaling_model.py" --model "$m" --trace1 "$out/trace_${m}_np1.json" \
+    --compute-scale 0.01 --json "$out/scaling_${m}_x0.01.json" | tee "$out/scaling_${m}_x0.01.txt"
 done
 
 step "plots"

@@ -1,4 +1,5 @@
 #!/bin/sh
+# shellcheck disable=SC2086 # $sizes is a list of words
 # mpt_allreduce_bench (bench/allreduce.c) at small sizes: every reduction and datatype it
 # supports comes out right over 2 and 3 ranks (its own check compares each element with the
 # exact result: the run exits 0 only with 0 wrong values), the table has one row per size, the
@@ -32,7 +33,8 @@ run() {
   fi
 }
 
-# Sizes 4 B .. 1 MiB by 4: 10 rows.
+# Sizes 4 B .. 1 MiB by 4: 10 rows (a word list: unquoted on purpose below).
+# shellcheck disable=SC2086
 sizes="-b 4 -e 1M -f 4 -n 2 -w 1"
 for op in sum min max avg; do
   run 2 0 "Out of bounds values : 0 OK" $sizes -o $op -d float
@@ -43,6 +45,8 @@ done
 run 3 0 "Out of bounds values : 0 OK" $sizes -o sum
 run 3 0 "Out of bounds values : 0 OK" $sizes -o avg --confirm 0 -z 1
 run 2 0 "Out of bounds values : 0 OK" $sizes --raw iallreduce -R 3
+run 2 0 "progress polling" $sizes --progress polling -o max
+run 2 0 "progress blocking" $sizes --progress blocking --confirm 0
 
 # The table: 10 rows, #wrong columns (5th and 9th after the 4 leading ones) all 0.
 out=$("$mpirun_sh" 2 60 "$prog" $sizes --json "$tmp/ar.json" 2>&1)
@@ -72,6 +76,7 @@ run 1 2 "datatype 'double' is not supported" -d double
 run 1 2 "avg needs -d float" -o avg -d int32
 run 1 2 "larger than -e" -b 2M -e 1M
 run 1 2 "is not a size" -b 12Q
+run 1 2 "is not blocking or polling" --progress sometimes
 run 1 0 "usage: mpirun" --help
 if ! grep -q "define MPT_HAVE_NCCL 1" config.h 2>/dev/null; then
   run 1 2 "has no NCCL" --backend nccl

@@ -76,13 +76,10 @@ mpt_status mpt_ddp_buffer_mode_parse(const char *text, mpt_ddp_buffer_mode *mode
 
 /* ---- bucket plan ---- */
 
-/* Walk parameters in reverse registration order (PyTorch's compute_bucket_assignment_by_size)
- * and pack them into buckets capped at first_bucket_cap_mb (the first) and bucket_cap_mb (the
- * rest), as include/mpitrain/ddp.h promises: a parameter that would push a non-empty bucket past
- * its cap (or has another dtype) closes that bucket first, and a bucket closes once it reaches
- * its cap. So every bucket holds at most its cap in bytes, except a bucket of ONE parameter
- * larger than the cap, which is alone. (PyTorch itself adds first and closes after, so its
- * buckets can overshoot, and a large parameter shares the bucket of the small ones before it.)
+/* Walk parameters in reverse registration order and add each to the open bucket, which closes
+ * once its size reaches its cap: first_bucket_cap_mb for the first bucket, bucket_cap_mb for
+ * the rest (PyTorch's compute_bucket_assignment_by_size). A bucket therefore exceeds its cap by
+ * at most its last parameter; a parameter of another dtype closes the open bucket first.
  * Buckets are contiguous because parameters are. */
 static mpt_status plan_buckets(mpt_ddp *d) {
   int n = d->nparams;
