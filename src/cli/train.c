@@ -33,47 +33,7 @@
 #include "mpitrain/ops.h"
 #include "mpitrain/optim.h"
 
-#define EVAL_BATCH 1000
-
-typedef struct trainer {
-  const mpt_cli_options *o;
-  mpt_comm *comm;
-  int rank, world;
-  mpt_device device;
-  mpt_stream *stream;
-  mpt_model *model;
-  mpt_tape *tape;
-  mpt_optimizer *opt;
-  mpt_ddp *ddp;
-  mpt_dp *dp; /* --mode dp: DataParallel over this rank's devices (hybrid with ddp) */
-  mpt_comm *grad_comm; /* on a GPU: the gradient comm (NCCL, else MPI staged); t->comm stays
-                          the host comm for metrics, votes and checkpoints */
-  void *dev_x, *dev_y; /* on a GPU: the batch copied to the device ([rows, C, H, W], [rows]) */
-  int64_t dev_rows;
-  float *host_params;  /* on a GPU: a host copy of the parameters (replica check, save) */
-  mpt_dataset train, test;
-  mpt_sampler *train_sampler, *test_sampler;
-  mpt_loader *train_loader, *test_loader;
-  mpt_trace *trace;
-  mpt_lr_schedule schedule;
-  int64_t steps_per_epoch, global_step;
-  mpt_epoch_metrics *epochs;
-  int64_t nepochs;
-  /* sums of per-step times (ms) for the breakdown */
-  double sum_forward, sum_backward, sum_optimizer, sum_total, sum_dp_allreduce;
-  int64_t timed_steps;
-  int progress;
-  /* preemption (SIGTERM): the local flag is all-reduced (max) on the comm stream during each
-   * step, so every rank stops after the same step */
-  int32_t stop_local, stop_global;
-  mpt_event *stop_event;
-  int preempted;
-  int stopped;            /* --stop-at-step reached */
-  int64_t start_epoch;    /* resume: first epoch to run */
-  int64_t skip_steps;     /* resume: steps of start_epoch already taken */
-  int64_t skipped_nonfinite; /* --skip-nonfinite: optimizer steps skipped */
-  int step_nonfinite;     /* a micro-batch of the running step had a non-finite loss */
-} trainer;
+#include "cli/train_impl.h"
 
 static volatile sig_atomic_t sigterm_received = 0;
 
@@ -166,22 +126,6 @@ static mpt_status stage_batch(trainer *t, const mpt_batch *b, int64_t rows, void
   return MPT_OK;
 }
 
-/* The parameters on the host: the flat buffer itself on the CPU, else a copy (synchronised). */
-static mpt_status params_on_host(trainer *t, float **host) {
-  if (t->device.type == MPT_DEVICE_CPU) {
-    *host = mpt_model_params(t->model);
-    return MPT_OK;
-  }
-  size_t nbytes = (size_t)mpt_model_param_count(t->model) * sizeof(float);
-  if (!t->host_params && !(t->host_params = malloc(nbytes ? nbytes : 1)))
-    return MPT_FAIL(MPT_ENOMEM, "cannot allocate a host copy of the parameters");
-  MPT_RETURN_IF(mpt_op_memcpy(t->stream, mpt_device_cpu(), t->host_params, t->device,
-                              mpt_model_params(t->model), nbytes));
-  MPT_RETURN_IF(mpt_stream_synchronize(t->stream, t->o->timeout_s * 1e3));
-  *host = t->host_params;
-  return MPT_OK;
-}
-
 static mpt_status forward_batch(trainer *t, const mpt_batch *b, int64_t rows, mpt_var **logits,
                                 mpt_var **loss, mpt_tensor *labels) {
   int64_t shape[4] = {rows, b->images.shape[1], b->images.shape[2], b->images.shape[3]};
@@ -226,57 +170,6 @@ static mpt_status evaluate(trainer *t, double *loss_out, double *acc_out) {
   return MPT_OK;
 }
 
-/* Fault injection for the tests: MPT_TEST_NAN_RANK=r and MPT_TEST_NAN_STEP=s put a NaN into
- * rank r's first micro-batch of global step s. */
-static void maybe_poison(trainer *t, mpt_batch *b, int k) {
-  const char *r = getenv("MPT_TEST_NAN_RANK"), *s = getenv("MPT_TEST_NAN_STEP");
-  if (k == 0 && r && s && atoi(r) == t->rank && atoll(s) == t->global_step)
-    ((float *)b->images.data)[0] = NAN;
-}
-
-/* Fault injection for the tests: MPT_TEST_PERTURB_RANK=r and MPT_TEST_PERTURB_STEP=s change one
- * parameter of rank r after global step s, so that its replica diverges. */
-static void maybe_perturb(trainer *t) {
-  const char *r = getenv("MPT_TEST_PERTURB_RANK"), *s = getenv("MPT_TEST_PERTURB_STEP");
-  if (!(r && s && atoi(r) == t->rank && atoll(s) == t->global_step)) return;
-  float v;
-  float *p = mpt_model_params(t->model);
-  if (mpt_op_memcpy(t->stream, mpt_device_cpu(), &v, t->device, p, sizeof v) != MPT_OK ||
-      mpt_stream_synchronize(t->stream, t->o->timeout_s * 1e3) != MPT_OK)
-    return;
-  v += 1e-3f;
-  mpt_op_memcpy(t->stream, t->device, p, mpt_device_cpu(), &v, sizeof v);
-  mpt_stream_synchronize(t->stream, t->o->timeout_s * 1e3);
-}
-
-/* --check-replicas: a CRC-32 of the parameter bytes, all-gathered; names the first rank whose
- * replica differs from rank 0's. */
-static mpt_status check_replicas(trainer *t) {
-  if (t->world == 1) return MPT_OK;
-  uLong crc = crc32(0L, Z_NULL, 0);
-  float *host;
-  MPT_RETURN_IF(params_on_host(t, &host));
-  const unsigned char *p = (const unsigned char *)host;
-  size_t left = (size_t)mpt_model_param_count(t->model) * sizeof(float);
-  while (left > 0) {
-    uInt chunk = left > (1u << 30) ? (1u << 30) : (uInt)left;
-    crc = crc32(crc, p, chunk);
-    p += chunk;
-    left -= chunk;
-  }
-  int32_t mine = (int32_t)(uint32_t)crc, *all = malloc(sizeof(int32_t) * (size_t)t->world);
-  if (!all) return MPT_FAIL(MPT_ENOMEM, "cannot allocate the replica check");
-  mpt_status st = mpt_comm_allgather_sync(t->comm, &mine, all, 1, MPT_I32);
-  for (int r = 1; st == MPT_OK && r < t->world; r++)
-    if (all[r] != all[0])
-      st = MPT_FAIL(MPT_EMISMATCH,
-                    "replicas diverged after step %" PRId64 ": rank %d's parameters (CRC-32 "
-                    "%08x) differ from rank 0's (%08x)",
-                    t->global_step, r, (unsigned)all[r], (unsigned)all[0]);
-  free(all);
-  return st;
-}
-
 /* One optimizer step over K micro-batches. Returns MPT_LOADER_END-like 1 when the epoch ran
  * out of batches before the step could start. */
 static mpt_status train_step(trainer *t, float *sums, int *ran_out) {
@@ -298,7 +191,7 @@ static mpt_status train_step(trainer *t, float *sums, int *ran_out) {
     uint64_t seed = o->seed * 1000003u + (uint64_t)t->global_step * 131u + (uint64_t)k +
                     (uint64_t)t->rank * 7919u;
     if (t->dp) {
-      maybe_poison(t, &b, k); /* forward + loss + backward on every device, reduced onto the first */
+      trainer_maybe_poison(t, &b, k); /* forward + loss + backward on every device, reduced onto the first */
       float l;
       int64_t correct = 0;
       int64_t shape[4] = {b.count, b.images.shape[1], b.images.shape[2], b.images.shape[3]};
@@ -321,7 +214,7 @@ static mpt_status train_step(trainer *t, float *sums, int *ran_out) {
       fwd += f1 - f0; /* DP: forward and backward together */
       continue;
     }
-    maybe_poison(t, &b, k);
+    trainer_maybe_poison(t, &b, k);
     mpt_tape_reset(t->tape, seed);
     mpt_var *logits, *loss;
     mpt_tensor labels;
@@ -397,17 +290,6 @@ static mpt_status train_step(trainer *t, float *sums, int *ran_out) {
   return MPT_OK;
 }
 
-/* Fault injection for the tests of the failure model (FAULTS.md F10): MPT_TEST_KILL_RANK=r and
- * MPT_TEST_KILL_STEP=s make rank r kill itself with SIGKILL before global step s. */
-static void maybe_kill_self(trainer *t) {
-  const char *r = getenv("MPT_TEST_KILL_RANK"), *s = getenv("MPT_TEST_KILL_STEP");
-  if (r && s && atoi(r) == t->rank && atoll(s) == t->global_step) {
-    fprintf(stderr, "mpitrain: rank %d: killing itself at step %" PRId64 " (MPT_TEST_KILL_*)\n",
-            t->rank, t->global_step);
-    raise(SIGKILL);
-  }
-}
-
 /* Starts the agreement on "stop after this step" (asynchronous: it completes on the comm stream
  * while the step computes). */
 static mpt_status stop_vote_start(trainer *t) {
@@ -422,21 +304,6 @@ static mpt_status stop_vote_start(trainer *t) {
 static mpt_status stop_vote_finish(trainer *t) {
   if (t->world == 1) return MPT_OK;
   return mpt_comm_wait_event(t->comm, t->stop_event);
-}
-
-/* FAULTS.md F02: every rank must be at the same epoch (the sampler's shuffle depends on it). */
-static mpt_status check_epoch(trainer *t, int64_t epoch) {
-  if (t->world == 1) return MPT_OK;
-  int32_t mine = (int32_t)epoch, *all = malloc(sizeof(int32_t) * (size_t)t->world);
-  if (!all) return MPT_FAIL(MPT_ENOMEM, "cannot allocate the epoch check");
-  mpt_status st = mpt_comm_allgather_sync(t->comm, &mine, all, 1, MPT_I32);
-  for (int r = 1; st == MPT_OK && r < t->world; r++)
-    if (all[r] != all[0])
-      st = MPT_FAIL(MPT_EMISMATCH, "ranks disagree on the epoch: rank %d is at epoch %d, rank 0 "
-                                   "at epoch %d",
-                    r, all[r] + 1, all[0] + 1);
-  free(all);
-  return st;
 }
 
 /* Writes a checkpoint (rank 0 writes, every rank waits) recording that `step_in_epoch` steps of
@@ -462,7 +329,7 @@ static mpt_status save_checkpoint(trainer *t, int64_t epoch, int64_t step_in_epo
 static mpt_status run_epoch(trainer *t, int64_t epoch, mpt_epoch_metrics *m) {
   const mpt_cli_options *o = t->o;
   double e0 = mpt_time_ms();
-  MPT_RETURN_IF(check_epoch(t, epoch));
+  MPT_RETURN_IF(trainer_check_epoch(t, epoch));
   MPT_RETURN_IF(mpt_loader_start_epoch(t->train_loader, epoch));
   float sums[3] = {0, 0, 0};
   int64_t step = 0;
@@ -478,14 +345,14 @@ static mpt_status run_epoch(trainer *t, int64_t epoch, mpt_epoch_metrics *m) {
   int interrupted = 0;
   for (; step < t->steps_per_epoch; step++) {
     int ran_out;
-    maybe_kill_self(t);
+    trainer_maybe_kill_self(t);
     MPT_RETURN_IF(stop_vote_start(t));
     MPT_RETURN_IF(train_step(t, sums, &ran_out));
     MPT_RETURN_IF(stop_vote_finish(t));
     if (ran_out) break;
-    maybe_perturb(t);
+    trainer_maybe_perturb(t);
     if (o->check_replicas > 0 && t->global_step % o->check_replicas == 0)
-      MPT_RETURN_IF(check_replicas(t));
+      MPT_RETURN_IF(trainer_check_replicas(t));
     if (t->stop_global) {
       t->preempted = 1;
       mpt_log(MPT_LOG_WARN, "SIGTERM received: stopping after step %" PRId64 " (epoch %" PRId64
@@ -583,47 +450,6 @@ static mpt_status resume(trainer *t) {
   return MPT_OK;
 }
 
-/* An output path may be a new file or a regular file (replaced by rename); never a device, a
- * directory or a symbolic link, which a rename would destroy. */
-static mpt_status check_output_path(const char *option, const char *path) {
-  struct stat sb;
-  if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
-    return MPT_FAIL(MPT_EINVAL, "%s '%s' exists and is not a regular file (%s): refusing to "
-                                "replace it",
-                    option, path,
-                    S_ISDIR(sb.st_mode) ? "a directory" : S_ISLNK(sb.st_mode) ? "a symbolic link"
-                                                                             : "a device or special file");
-  return MPT_OK;
-}
-
-static mpt_status save_params(trainer *t, const char *path) {
-  if (t->rank != 0) return MPT_OK;
-  MPT_RETURN_IF(check_output_path("--save-params", path));
-  char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-  FILE *f = fopen(tmp, "wb");
-  if (!f) return MPT_FAIL(MPT_EIO, "cannot open '%s' for writing", tmp);
-  size_t n = (size_t)mpt_model_param_count(t->model);
-  float *host;
-  mpt_status st = params_on_host(t, &host);
-  if (st != MPT_OK) {
-    fclose(f);
-    remove(tmp);
-    return st;
-  }
-  size_t w = fwrite(host, sizeof(float), n, f);
-  int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
-  if (fclose(f) != 0 || bad || w != n) {
-    remove(tmp);
-    return MPT_FAIL(MPT_EIO, "cannot write parameters to '%s'", tmp);
-  }
-  if (rename(tmp, path) != 0) {
-    remove(tmp);
-    return MPT_FAIL(MPT_EIO, "cannot rename '%s' to '%s'", tmp, path);
-  }
-  return MPT_OK;
-}
-
 static mpt_status write_trace(trainer *t) {
   for (int r = 0; r < t->world; r++) {
     if (r == t->rank) MPT_RETURN_IF(mpt_trace_append(t->trace, t->o->trace, r == 0, r == t->world - 1));
@@ -683,52 +509,13 @@ static mpt_status report_breakdown(trainer *t, mpt_step_breakdown *bd) {
   return MPT_OK;
 }
 
-/* Every rank must run with the same options: a rank started with other options would issue
- * other collectives (a hang until the deadline) or train another model (a silent wrong answer).
- * The command lines are compared; the first option that differs from rank 0's is named. */
-static mpt_status check_same_options(trainer *t) {
-  if (t->world == 1) return MPT_OK;
-  enum { LINE = 4096 };
-  char *mine = calloc(1, LINE), *all = calloc((size_t)t->world, LINE);
-  mpt_status st = MPT_OK;
-  if (!mine || !all) {
-    st = MPT_FAIL(MPT_ENOMEM, "cannot allocate the option check");
-    goto done;
-  }
-  size_t used = 0;
-  for (int i = 1; i < t->o->argc && used < LINE - 1; i++)
-    used += (size_t)snprintf(mine + used, LINE - used, "%s%c", t->o->argv[i], '\0') ;
-  MPT_CHECK(mpt_comm_allgather_sync(t->comm, mine, all, LINE, MPT_U8), done);
-  for (int r = 1; r < t->world; r++) {
-    const char *a = all, *b = all + (size_t)r * LINE;
-    if (memcmp(a, b, LINE) == 0) continue;
-    /* walk both NUL-separated lists to the first differing word */
-    const char *prev = NULL;
-    while (*a && *b && strcmp(a, b) == 0) {
-      prev = a;
-      a += strlen(a) + 1;
-      b += strlen(b) + 1;
-    }
-    st = MPT_FAIL(MPT_EMISMATCH,
-                  "ranks were started with different options: rank %d has '%s' where rank 0 "
-                  "has '%s'%s%s%s (every rank must run the same command line)",
-                  r, *b ? b : "(end of options)", *a ? a : "(end of options)",
-                  prev ? " (after '" : "", prev ? prev : "", prev ? "')" : "");
-    goto done;
-  }
-done:
-  free(mine);
-  free(all);
-  return st;
-}
-
 static mpt_status train_run(trainer *t) {
   const mpt_cli_options *o = t->o;
-  MPT_RETURN_IF(check_same_options(t));
+  MPT_RETURN_IF(trainer_check_same_options(t));
   if (t->rank == 0 && o->save_params[0])
-    MPT_RETURN_IF(check_output_path("--save-params", o->save_params));
+    MPT_RETURN_IF(trainer_check_output_path("--save-params", o->save_params));
   if (t->rank == 0 && o->metrics_json[0])
-    MPT_RETURN_IF(check_output_path("--metrics-json", o->metrics_json));
+    MPT_RETURN_IF(trainer_check_output_path("--metrics-json", o->metrics_json));
   if (strcmp(o->device, "cuda") == 0 && !mpt_device_available(MPT_DEVICE_CUDA))
     return MPT_FAIL(MPT_ENOTSUP, "--device cuda: no CUDA device is visible to this process (or "
                                  "the build has no CUDA backend: configure --with-cuda)");
@@ -851,7 +638,7 @@ static mpt_status train_run(trainer *t) {
             t->skipped_nonfinite);
   mpt_step_breakdown bd;
   MPT_RETURN_IF(report_breakdown(t, &bd));
-  if (o->save_params[0]) MPT_RETURN_IF(save_params(t, o->save_params));
+  if (o->save_params[0]) MPT_RETURN_IF(trainer_save_params(t, o->save_params));
   if (t->trace) MPT_RETURN_IF(write_trace(t));
   if (o->metrics_json[0] && t->rank == 0) {
     mpt_run_info info = {o->model,

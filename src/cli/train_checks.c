@@ -1,0 +1,189 @@
+/* Checks that every rank agrees (options, epoch, parameters), output-path and parameter-file
+ * helpers, and the fault injection the tests use (MPT_TEST_* variables). Run on the training
+ * thread; the checks are collective over the trainer's host comm. */
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "cli/train_impl.h"
+#include "core/error.h"
+#include "mpitrain/ops.h"
+
+/* The parameters on the host: the flat buffer itself on the CPU, else a copy (synchronised). */
+mpt_status trainer_params_on_host(trainer *t, float **host) {
+  if (t->device.type == MPT_DEVICE_CPU) {
+    *host = mpt_model_params(t->model);
+    return MPT_OK;
+  }
+  size_t nbytes = (size_t)mpt_model_param_count(t->model) * sizeof(float);
+  if (!t->host_params && !(t->host_params = malloc(nbytes ? nbytes : 1)))
+    return MPT_FAIL(MPT_ENOMEM, "cannot allocate a host copy of the parameters");
+  MPT_RETURN_IF(mpt_op_memcpy(t->stream, mpt_device_cpu(), t->host_params, t->device,
+                              mpt_model_params(t->model), nbytes));
+  MPT_RETURN_IF(mpt_stream_synchronize(t->stream, t->o->timeout_s * 1e3));
+  *host = t->host_params;
+  return MPT_OK;
+}
+
+/* Fault injection for the tests: MPT_TEST_NAN_RANK=r and MPT_TEST_NAN_STEP=s put a NaN into
+ * rank r's first micro-batch of global step s. */
+void trainer_maybe_poison(trainer *t, mpt_batch *b, int k) {
+  const char *r = getenv("MPT_TEST_NAN_RANK"), *s = getenv("MPT_TEST_NAN_STEP");
+  if (k == 0 && r && s && atoi(r) == t->rank && atoll(s) == t->global_step)
+    ((float *)b->images.data)[0] = NAN;
+}
+
+/* Fault injection for the tests: MPT_TEST_PERTURB_RANK=r and MPT_TEST_PERTURB_STEP=s change one
+ * parameter of rank r after global step s, so that its replica diverges. */
+void trainer_maybe_perturb(trainer *t) {
+  const char *r = getenv("MPT_TEST_PERTURB_RANK"), *s = getenv("MPT_TEST_PERTURB_STEP");
+  if (!(r && s && atoi(r) == t->rank && atoll(s) == t->global_step)) return;
+  float v;
+  float *p = mpt_model_params(t->model);
+  if (mpt_op_memcpy(t->stream, mpt_device_cpu(), &v, t->device, p, sizeof v) != MPT_OK ||
+      mpt_stream_synchronize(t->stream, t->o->timeout_s * 1e3) != MPT_OK)
+    return;
+  v += 1e-3f;
+  mpt_op_memcpy(t->stream, t->device, p, mpt_device_cpu(), &v, sizeof v);
+  mpt_stream_synchronize(t->stream, t->o->timeout_s * 1e3);
+}
+
+/* --check-replicas: a CRC-32 of the parameter bytes, all-gathered; names the first rank whose
+ * replica differs from rank 0's. */
+mpt_status trainer_check_replicas(trainer *t) {
+  if (t->world == 1) return MPT_OK;
+  uLong crc = crc32(0L, Z_NULL, 0);
+  float *host;
+  MPT_RETURN_IF(trainer_params_on_host(t, &host));
+  const unsigned char *p = (const unsigned char *)host;
+  size_t left = (size_t)mpt_model_param_count(t->model) * sizeof(float);
+  while (left > 0) {
+    uInt chunk = left > (1u << 30) ? (1u << 30) : (uInt)left;
+    crc = crc32(crc, p, chunk);
+    p += chunk;
+    left -= chunk;
+  }
+  int32_t mine = (int32_t)(uint32_t)crc, *all = malloc(sizeof(int32_t) * (size_t)t->world);
+  if (!all) return MPT_FAIL(MPT_ENOMEM, "cannot allocate the replica check");
+  mpt_status st = mpt_comm_allgather_sync(t->comm, &mine, all, 1, MPT_I32);
+  for (int r = 1; st == MPT_OK && r < t->world; r++)
+    if (all[r] != all[0])
+      st = MPT_FAIL(MPT_EMISMATCH,
+                    "replicas diverged after step %" PRId64 ": rank %d's parameters (CRC-32 "
+                    "%08x) differ from rank 0's (%08x)",
+                    t->global_step, r, (unsigned)all[r], (unsigned)all[0]);
+  free(all);
+  return st;
+}
+
+/* Fault injection for the tests of the failure model (FAULTS.md F10): MPT_TEST_KILL_RANK=r and
+ * MPT_TEST_KILL_STEP=s make rank r kill itself with SIGKILL before global step s. */
+void trainer_maybe_kill_self(trainer *t) {
+  const char *r = getenv("MPT_TEST_KILL_RANK"), *s = getenv("MPT_TEST_KILL_STEP");
+  if (r && s && atoi(r) == t->rank && atoll(s) == t->global_step) {
+    fprintf(stderr, "mpitrain: rank %d: killing itself at step %" PRId64 " (MPT_TEST_KILL_*)\n",
+            t->rank, t->global_step);
+    raise(SIGKILL);
+  }
+}
+
+/* FAULTS.md F02: every rank must be at the same epoch (the sampler's shuffle depends on it). */
+mpt_status trainer_check_epoch(trainer *t, int64_t epoch) {
+  if (t->world == 1) return MPT_OK;
+  int32_t mine = (int32_t)epoch, *all = malloc(sizeof(int32_t) * (size_t)t->world);
+  if (!all) return MPT_FAIL(MPT_ENOMEM, "cannot allocate the epoch check");
+  mpt_status st = mpt_comm_allgather_sync(t->comm, &mine, all, 1, MPT_I32);
+  for (int r = 1; st == MPT_OK && r < t->world; r++)
+    if (all[r] != all[0])
+      st = MPT_FAIL(MPT_EMISMATCH, "ranks disagree on the epoch: rank %d is at epoch %d, rank 0 "
+                                   "at epoch %d",
+                    r, all[r] + 1, all[0] + 1);
+  free(all);
+  return st;
+}
+
+/* An output path may be a new file or a regular file (replaced by rename); never a device, a
+ * directory or a symbolic link, which a rename would destroy. */
+mpt_status trainer_check_output_path(const char *option, const char *path) {
+  struct stat sb;
+  if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+    return MPT_FAIL(MPT_EINVAL, "%s '%s' exists and is not a regular file (%s): refusing to "
+                                "replace it",
+                    option, path,
+                    S_ISDIR(sb.st_mode) ? "a directory" : S_ISLNK(sb.st_mode) ? "a symbolic link"
+                                                                             : "a device or special file");
+  return MPT_OK;
+}
+
+mpt_status trainer_save_params(trainer *t, const char *path) {
+  if (t->rank != 0) return MPT_OK;
+  MPT_RETURN_IF(trainer_check_output_path("--save-params", path));
+  char tmp[4200];
+  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+  FILE *f = fopen(tmp, "wb");
+  if (!f) return MPT_FAIL(MPT_EIO, "cannot open '%s' for writing", tmp);
+  size_t n = (size_t)mpt_model_param_count(t->model);
+  float *host;
+  mpt_status st = trainer_params_on_host(t, &host);
+  if (st != MPT_OK) {
+    fclose(f);
+    remove(tmp);
+    return st;
+  }
+  size_t w = fwrite(host, sizeof(float), n, f);
+  int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
+  if (fclose(f) != 0 || bad || w != n) {
+    remove(tmp);
+    return MPT_FAIL(MPT_EIO, "cannot write parameters to '%s'", tmp);
+  }
+  if (rename(tmp, path) != 0) {
+    remove(tmp);
+    return MPT_FAIL(MPT_EIO, "cannot rename '%s' to '%s'", tmp, path);
+  }
+  return MPT_OK;
+}
+
+/* Every rank must run with the same options: a rank started with other options would issue
+ * other collectives (a hang until the deadline) or train another model (a silent wrong answer).
+ * The command lines are compared; the first option that differs from rank 0's is named. */
+mpt_status trainer_check_same_options(trainer *t) {
+  if (t->world == 1) return MPT_OK;
+  enum { LINE = 4096 };
+  char *mine = calloc(1, LINE), *all = calloc((size_t)t->world, LINE);
+  mpt_status st = MPT_OK;
+  if (!mine || !all) {
+    st = MPT_FAIL(MPT_ENOMEM, "cannot allocate the option check");
+    goto done;
+  }
+  size_t used = 0;
+  for (int i = 1; i < t->o->argc && used < LINE - 1; i++)
+    used += (size_t)snprintf(mine + used, LINE - used, "%s%c", t->o->argv[i], '\0') ;
+  MPT_CHECK(mpt_comm_allgather_sync(t->comm, mine, all, LINE, MPT_U8), done);
+  for (int r = 1; r < t->world; r++) {
+    const char *a = all, *b = all + (size_t)r * LINE;
+    if (memcmp(a, b, LINE) == 0) continue;
+    /* walk both NUL-separated lists to the first differing word */
+    const char *prev = NULL;
+    while (*a && *b && strcmp(a, b) == 0) {
+      prev = a;
+      a += strlen(a) + 1;
+      b += strlen(b) + 1;
+    }
+    st = MPT_FAIL(MPT_EMISMATCH,
+                  "ranks were started with different options: rank %d has '%s' where rank 0 "
+                  "has '%s'%s%s%s (every rank must run the same command line)",
+                  r, *b ? b : "(end of options)", *a ? a : "(end of options)",
+                  prev ? " (after '" : "", prev ? prev : "", prev ? "')" : "");
+    goto done;
+  }
+done:
+  free(mine);
+  free(all);
+  return st;
+}

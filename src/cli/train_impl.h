@@ -1,0 +1,67 @@
+/* The trainer's state, shared by train.c (the training loop) and train_checks.c (agreement
+ * checks across ranks, fault injection for the tests, and host copies of the parameters). */
+#ifndef MPT_CLI_TRAIN_IMPL_H
+#define MPT_CLI_TRAIN_IMPL_H
+
+#include "cli/metrics.h"
+#include "cli/options.h"
+#include "mpitrain/comm.h"
+#include "mpitrain/data.h"
+#include "mpitrain/ddp.h"
+#include "mpitrain/dp.h"
+#include "mpitrain/nn.h"
+#include "mpitrain/optim.h"
+
+#define EVAL_BATCH 1000
+
+typedef struct trainer {
+  const mpt_cli_options *o;
+  mpt_comm *comm;
+  int rank, world;
+  mpt_device device;
+  mpt_stream *stream;
+  mpt_model *model;
+  mpt_tape *tape;
+  mpt_optimizer *opt;
+  mpt_ddp *ddp;
+  mpt_dp *dp; /* --mode dp: DataParallel over this rank's devices (hybrid with ddp) */
+  mpt_comm *grad_comm; /* on a GPU: the gradient comm (NCCL, else MPI staged); t->comm stays
+                          the host comm for metrics, votes and checkpoints */
+  void *dev_x, *dev_y; /* on a GPU: the batch copied to the device ([rows, C, H, W], [rows]) */
+  int64_t dev_rows;
+  float *host_params;  /* on a GPU: a host copy of the parameters (replica check, save) */
+  mpt_dataset train, test;
+  mpt_sampler *train_sampler, *test_sampler;
+  mpt_loader *train_loader, *test_loader;
+  mpt_trace *trace;
+  mpt_lr_schedule schedule;
+  int64_t steps_per_epoch, global_step;
+  mpt_epoch_metrics *epochs;
+  int64_t nepochs;
+  /* sums of per-step times (ms) for the breakdown */
+  double sum_forward, sum_backward, sum_optimizer, sum_total, sum_dp_allreduce;
+  int64_t timed_steps;
+  int progress;
+  /* preemption (SIGTERM): the local flag is all-reduced (max) on the comm stream during each
+   * step, so every rank stops after the same step */
+  int32_t stop_local, stop_global;
+  mpt_event *stop_event;
+  int preempted;
+  int stopped;            /* --stop-at-step reached */
+  int64_t start_epoch;    /* resume: first epoch to run */
+  int64_t skip_steps;     /* resume: steps of start_epoch already taken */
+  int64_t skipped_nonfinite; /* --skip-nonfinite: optimizer steps skipped */
+  int step_nonfinite;     /* a micro-batch of the running step had a non-finite loss */
+} trainer;
+
+mpt_status trainer_params_on_host(trainer *t, float **host);
+void trainer_maybe_poison(trainer *t, mpt_batch *b, int k);
+void trainer_maybe_perturb(trainer *t);
+mpt_status trainer_check_replicas(trainer *t);
+void trainer_maybe_kill_self(trainer *t);
+mpt_status trainer_check_epoch(trainer *t, int64_t epoch);
+mpt_status trainer_check_output_path(const char *option, const char *path);
+mpt_status trainer_save_params(trainer *t, const char *path);
+mpt_status trainer_check_same_options(trainer *t);
+
+#endif
