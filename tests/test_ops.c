@@ -231,6 +231,14 @@ static const mpt_conv_geom geoms[] = {
     {.channels = 2, .height = 3, .width = 3, .kernel_h = 2, .kernel_w = 2, .stride = 1, .pad = 2},
     {.channels = 1, .height = 8, .width = 5, .kernel_h = 5, .kernel_w = 1, .stride = 3, .pad = 2},
     {.channels = 2, .height = 4, .width = 19, .kernel_h = 3, .kernel_w = 3, .stride = 1, .pad = 1},
+    /* "same" width (stride 1, kernel_w = 2 pad + 1): the shifted-plane fast path */
+    {.channels = 3, .height = 6, .width = 7, .kernel_h = 5, .kernel_w = 5, .stride = 1, .pad = 2},
+    {.channels = 2, .height = 9, .width = 5, .kernel_h = 7, .kernel_w = 3, .stride = 1, .pad = 1},
+    {.channels = 2, .height = 3, .width = 2, .kernel_h = 5, .kernel_w = 5, .stride = 1, .pad = 2},
+    {.channels = 1, .height = 1, .width = 1, .kernel_h = 3, .kernel_w = 3, .stride = 1, .pad = 1},
+    {.channels = 1, .height = 2, .width = 3, .kernel_h = 7, .kernel_w = 7, .stride = 1, .pad = 3},
+    /* same width, but kernel_w * out_h * W > 8192: col2im takes the general loop */
+    {.channels = 1, .height = 40, .width = 70, .kernel_h = 3, .kernel_w = 3, .stride = 1, .pad = 1},
 };
 
 /* Visits every (col index, x index or -1 for padding) pair of the Caffe layout. */
@@ -354,6 +362,50 @@ START_TEST(test_maxpool_first_maximum_wins_on_ties) {
     for (int o = 0; o < 4; o++)
       if (want_am[o] == i) want += dy[o];
     ck_assert_float_eq(dx[i], want);
+  }
+}
+END_TEST
+
+/* A NaN in a window wins over every number, and of several NaNs the last in row-major tap order
+ * (each NaN is "taken"), as in the general loop; 2x2/stride 2 (its own loop) and 3x3/stride 2. */
+START_TEST(test_maxpool_nan_propagates_in_every_tap) {
+  const int64_t ks[2] = {2, 3};
+  for (int t = 0; t < 2; t++) {
+    mpt_conv_geom g = {.channels = 1, .height = 5, .width = 9, .kernel_h = ks[t],
+                       .kernel_w = ks[t], .stride = 2};
+    OK(mpt_conv_geom_resolve(&g));
+    const int64_t hw = g.height * g.width, outs = g.out_h * g.out_w, k = ks[t];
+    float *x = alloc_f(hw), *y = alloc_f(outs);
+    int32_t *am = malloc((size_t)outs * sizeof *am);
+    for (int64_t tap = 0; tap < k * k; tap++)
+      for (int64_t second = -1; second < k * k; second++) {
+        if (second == tap) continue;
+        for (int64_t q = 0; q < hw; q++) x[q] = (float)(q % 7) - 3.0f;
+        /* every window gets a NaN at tap `tap` and, if second >= 0, another at `second` */
+        for (int64_t oy = 0; oy < g.out_h; oy++)
+          for (int64_t ox = 0; ox < g.out_w; ox++) {
+            const int64_t at0 = (oy * 2) * g.width + ox * 2;
+            x[at0 + (tap / k) * g.width + tap % k] = NAN;
+            if (second >= 0) x[at0 + (second / k) * g.width + second % k] = NAN;
+          }
+        OK(mpt_op_maxpool(NULL, &g, 1, x, y, am));
+        for (int64_t oy = 0; oy < g.out_h; oy++)
+          for (int64_t ox = 0; ox < g.out_w; ox++) {
+            const int64_t o = oy * g.out_w + ox, at0 = (oy * 2) * g.width + ox * 2;
+            int64_t last = -1; /* the last NaN of the window in tap order */
+            for (int64_t i = 0; i < k; i++)
+              for (int64_t j = 0; j < k; j++)
+                if (isnan(x[at0 + i * g.width + j])) last = at0 + i * g.width + j;
+            ck_assert_msg(isnan(y[o]), "k %lld tap %lld: y[%lld] = %g, want NaN", (long long)k,
+                          (long long)tap, (long long)o, (double)y[o]);
+            ck_assert_msg(am[o] == last, "k %lld taps %lld,%lld: argmax[%lld] = %d, want %lld",
+                          (long long)k, (long long)tap, (long long)second, (long long)o, am[o],
+                          (long long)last);
+          }
+      }
+    free(x);
+    free(y);
+    free(am);
   }
 }
 END_TEST
@@ -652,6 +704,7 @@ int main(void) {
   tcase_add_test(tc, test_im2col_and_col2im_match_naive);
   tcase_add_test(tc, test_col2im_is_the_adjoint_of_im2col);
   tcase_add_test(tc, test_maxpool_first_maximum_wins_on_ties);
+  tcase_add_test(tc, test_maxpool_nan_propagates_in_every_tap);
   tcase_add_test(tc, test_maxpool_overlapping_windows_match_naive);
   tcase_add_test(tc, test_softmax_xent_known_values);
   tcase_add_test(tc, test_softmax_xent_forward_backward_match_double_reference);

@@ -616,10 +616,11 @@ static mpt_status train_run(trainer *t) {
   mpt_log(MPT_LOG_INFO,
           "model %s: %" PRId64 " parameters; %" PRId64 " training and %" PRId64
           " test samples; batch %" PRId64 " per rank x %d rank(s) x %d micro-batch(es); "
-          "%" PRId64 " steps per epoch; %s lr %g; %d BLAS thread(s) per rank",
+          "%" PRId64 " steps per epoch; %s lr %g; %d BLAS thread(s) per rank (OpenBLAS %s)",
           o->model, mpt_model_param_count(t->model), t->train.count, t->test.count,
           o->batch_size, t->world, o->accumulate, t->steps_per_epoch,
-          mpt_optimizer_kind_name(o->optim.kind), (double)o->optim.lr, threads);
+          mpt_optimizer_kind_name(o->optim.kind), (double)o->optim.lr, threads,
+          openblas_get_corename());
   if (t->ddp)
     mpt_log(MPT_LOG_INFO, "DDP: %d bucket(s) (first cap %g MiB, cap %g MiB), overlap %s",
             mpt_ddp_num_buckets(t->ddp), o->ddp.first_bucket_cap_mb, o->ddp.bucket_cap_mb,

@@ -23,4 +23,13 @@
     }                                                                \
   } while (0)
 
+/* GCC turns short zero-fill and copy loops into memset/memcpy calls ("loop distribution"),
+ * which costs more than the loop for the 2-60 floats of a convolution's padding. Put this on a
+ * function whose loops are known to be short. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define MPT_SHORT_LOOPS __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#else
+#define MPT_SHORT_LOOPS
+#endif
+
 #endif
