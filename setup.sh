@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 packages=(build-essential autoconf automake libtool pkg-config openmpi-bin libopenmpi-dev
-          libopenblas-dev zlib1g-dev check dataset-fashion-mnist
+          libopenblas-dev libdnnl-dev zlib1g-dev check dataset-fashion-mnist
           slurmctld slurmd slurm-client munge iproute2 clang libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do

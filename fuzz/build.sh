@@ -88,14 +88,15 @@ if [ ! -f "$stamp" ] || [ -n "$(find "$top/include" "$top/src" "$out/config.h" -
 fi
 touch "$stamp"
 # The library's C sources as the automake build lists them (libmpitrain_all_la_SOURCES in the
-# fragments Makefile.am includes), leaving out what is under "if HAVE_CUDA" / "if HAVE_NCCL":
+# fragments Makefile.am includes), leaving out what is under "if HAVE_CUDA" / "if HAVE_NCCL" /
+# "if HAVE_ONEDNN" (this config.h defines none of them):
 # a file present in src/ but not yet in the build is not compiled here either.
 # shellcheck disable=SC2013 # the include lines hold one path each
 sources=$(cd "$top" && for mk in $(sed -n 's/^include  *//p' Makefile.am); do
   [ -f "$mk" ] || continue
   awk '
-    /^if / { depth++; cond[depth] = $2; skip[depth] = ($2 ~ /^(HAVE_CUDA|HAVE_NCCL)$/); next }
-    /^else/ { if (depth) skip[depth] = (cond[depth] ~ /^!(HAVE_CUDA|HAVE_NCCL)$/); next }
+    /^if / { depth++; cond[depth] = $2; skip[depth] = ($2 ~ /^(HAVE_CUDA|HAVE_NCCL|HAVE_ONEDNN)$/); next }
+    /^else/ { if (depth) skip[depth] = (cond[depth] ~ /^!(HAVE_CUDA|HAVE_NCCL|HAVE_ONEDNN)$/); next }
     /^endif/ { if (depth) depth--; next }
     {
       off = 0

@@ -179,10 +179,32 @@ static void conv_setup(fx *f, int64_t n, int64_t c, int64_t h, int64_t w, int64_
   fx_finish(f, seed);
 }
 
+/* Loop tests over the two ways conv2d computes: _i = 0 im2col + GEMM, 1 the library (oneDNN).
+ * Returns 0 (the iteration has nothing to run) when the build has no library convolution, after
+ * checking that asking for it is refused. */
+static int use_conv_algo(int i) {
+  const mpt_conv_algo algo = i == 0 ? MPT_CONV_ALGO_IM2COL : MPT_CONV_ALGO_LIBRARY;
+  OK(mpt_nn_set_conv_algo(algo));
+  ck_assert_int_eq(mpt_nn_conv_algo(), algo);
+  if (algo == MPT_CONV_ALGO_LIBRARY && !mpt_op_conv2d_available(NULL)) {
+    fx f;
+    mpt_var *y = NULL;
+    conv_setup(&f, 1, 1, 3, 3, 1, 3, 3, 1, 0, 0, 1);
+    mpt_tape_reset(f.tape, 1);
+    ck_assert_int_eq(mpt_nn_conv2d(f.tape, param_var(&f, f.x), param_var(&f, f.w), NULL, 1, 0,
+                                   &y), MPT_ENOTSUP);
+    fx_free(&f);
+    return 0;
+  }
+  return 1;
+}
+
 START_TEST(test_conv2d_gradients_match_finite_differences) {
+  if (!use_conv_algo(_i)) return;
   /* n, c, h, w, o, kh, kw, stride, pad: stride 1/2, pad 0/1, non-square inputs and kernels */
   const int64_t cases[][9] = {{2, 2, 5, 7, 3, 3, 3, 1, 0}, {2, 2, 6, 5, 3, 3, 3, 2, 1},
-                              {1, 3, 4, 6, 2, 2, 3, 1, 1}, {2, 1, 7, 6, 2, 3, 2, 2, 0}};
+                              {1, 3, 4, 6, 2, 2, 3, 1, 1}, {2, 1, 7, 6, 2, 3, 2, 2, 0},
+                              {2, 2, 6, 5, 2, 5, 5, 1, 2}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     const int64_t *k = cases[i];
     char what[64];
@@ -196,6 +218,7 @@ START_TEST(test_conv2d_gradients_match_finite_differences) {
 END_TEST
 
 START_TEST(test_conv2d_forward_matches_naive_loops) {
+  if (!use_conv_algo(_i)) return;
   const int64_t cases[][9] = {{2, 3, 5, 7, 4, 3, 3, 1, 0}, {2, 2, 6, 5, 3, 3, 3, 2, 1},
                               {3, 2, 4, 6, 2, 2, 3, 1, 2}};
   for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
@@ -638,8 +661,8 @@ static Suite *layers_suite(void) {
   Suite *s = suite_create("layers");
   TCase *tc = tcase_create("layers");
   tcase_set_timeout(tc, 60);
-  tcase_add_test(tc, test_conv2d_gradients_match_finite_differences);
-  tcase_add_test(tc, test_conv2d_forward_matches_naive_loops);
+  tcase_add_loop_test(tc, test_conv2d_gradients_match_finite_differences, 0, 2);
+  tcase_add_loop_test(tc, test_conv2d_forward_matches_naive_loops, 0, 2);
   tcase_add_test(tc, test_conv2d_rejects_bad_shapes);
   tcase_add_test(tc, test_conv2d_layer_registers_fan_in_parameters);
   tcase_add_test(tc, test_maxpool2d_forward_matches_naive_loops);

@@ -209,10 +209,21 @@ MPT_API mpt_status mpt_var_item(mpt_tape *tape, const mpt_var *var, float *value
 /* y [N, out] = x [N, in] W^T + b; W [out, in], b [out] (b may be NULL). */
 MPT_API mpt_status mpt_nn_linear(mpt_tape *tape, mpt_var *x, mpt_var *w, mpt_var *b,
                                  mpt_var **y);
-/* y [N, O, OH, OW] = conv2d(x [N, C, H, W], W [O, C, kh, kw]) + b [O] (b may be NULL), by im2col
- * + GEMM per image (Chellapilla et al., 2006). */
+/* y [N, O, OH, OW] = conv2d(x [N, C, H, W], W [O, C, kh, kw]) + b [O] (b may be NULL), computed
+ * as mpt_nn_set_conv_algo chose: whole-batch library convolutions (ops.h mpt_op_conv2d_*:
+ * oneDNN on the CPU), or im2col + GEMM per image (Chellapilla et al., 2006). */
 MPT_API mpt_status mpt_nn_conv2d(mpt_tape *tape, mpt_var *x, mpt_var *w, mpt_var *b,
                                  int64_t stride, int64_t pad, mpt_var **y);
+
+/* How mpt_nn_conv2d computes, process-wide. AUTO (the default): the library convolutions when
+ * the tape's stream has them (mpt_op_conv2d_available), else im2col + GEMM. IM2COL: always
+ * im2col + GEMM. LIBRARY: the library, and MPT_ENOTSUP from mpt_nn_conv2d where it is missing.
+ * A node keeps the choice it was recorded with, so backward matches its forward. Set it before
+ * training (an atomic store; it is read once per conv2d call). Errors: MPT_EINVAL (not one of
+ * the three). */
+typedef enum { MPT_CONV_ALGO_AUTO, MPT_CONV_ALGO_IM2COL, MPT_CONV_ALGO_LIBRARY } mpt_conv_algo;
+MPT_API mpt_status mpt_nn_set_conv_algo(mpt_conv_algo algo);
+MPT_API mpt_conv_algo mpt_nn_conv_algo(void);
 /* Max pooling with a k x k window and the given stride, no padding: [N, C, H, W] -> [N, C,
  * (H-k)/stride+1, (W-k)/stride+1]. */
 MPT_API mpt_status mpt_nn_maxpool2d(mpt_tape *tape, mpt_var *x, int64_t kernel, int64_t stride,

@@ -93,6 +93,34 @@ MPT_API mpt_status mpt_op_im2col(mpt_stream *stream, const mpt_conv_geom *g, con
 MPT_API mpt_status mpt_op_col2im(mpt_stream *stream, const mpt_conv_geom *g, const float *col,
                                  float *dx);
 
+/* Whole-batch convolution through the backend's convolution library: on the CPU oneDNN 2.x
+ * (Intel's oneAPI Deep Neural Network Library, the one PyTorch uses on CPUs; JIT kernels for the
+ * CPU's vector width, blocked layouts, the reorders to and from them done here), when mpitrain
+ * was built with it; no other backend has them yet. Shapes: x [n, C, H, W], w [o, C, kh, kw],
+ * b [o], y and dy [n, o, out_h, out_w] (row-major, the layout of every mpitrain tensor); g must
+ * be resolved (mpt_conv_geom_resolve), as for im2col.
+ *   forward:          y = conv(x, w) + b (b may be NULL); y is overwritten.
+ *   backward_data:    dx [n, C, H, W] += the gradient of the input.
+ *   backward_weights: dw [o, C, kh, kw] += the weight gradient summed over the batch, and
+ *                     db [o] += dy summed over n and positions (db may be NULL).
+ * Results equal im2col + GEMM up to float rounding (a different summation order). Threads: the
+ * calling thread's OpenMP thread count, set from openblas_get_num_threads() at each call, so the
+ * convolutions use as many threads as the GEMMs. The primitives, their layouts and their work
+ * buffers are cached per calling thread and per shape (created on first use, a few ms; reused
+ * after), so concurrent calls from several threads (DataParallel replicas) are safe. Errors:
+ * MPT_EINVAL (geometry, NULL, n or o < 1), MPT_ENOTSUP (no library convolution on this backend),
+ * MPT_ENOMEM, MPT_EDEVICE (a oneDNN call failed: the message names it and its status). */
+MPT_API int mpt_op_conv2d_available(mpt_stream *stream);
+MPT_API mpt_status mpt_op_conv2d_forward(mpt_stream *stream, const mpt_conv_geom *g, int64_t n,
+                                         int64_t o, const float *x, const float *w,
+                                         const float *b, float *y);
+MPT_API mpt_status mpt_op_conv2d_backward_data(mpt_stream *stream, const mpt_conv_geom *g,
+                                               int64_t n, int64_t o, const float *w,
+                                               const float *dy, float *dx);
+MPT_API mpt_status mpt_op_conv2d_backward_weights(mpt_stream *stream, const mpt_conv_geom *g,
+                                                  int64_t n, int64_t o, const float *x,
+                                                  const float *dy, float *dw, float *db);
+
 /* Max pooling over planes = N*C images of [H, W] (g->channels is ignored; pad must be 0):
  * y [planes, out_h, out_w], argmax [planes, out_h, out_w] = index within the plane (h*W + w) of
  * the first maximum. */

@@ -21,7 +21,8 @@ enum {
   OPT_NO_SHUFFLE, OPT_DROP_LAST, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_BUCKET_CAP,
   OPT_FIRST_BUCKET_CAP, OPT_NO_OVERLAP, OPT_FIND_UNUSED, OPT_ACCUMULATE, OPT_BUFFERS,
   OPT_TIMEOUT, OPT_CHECK_COLL, OPT_MODE, OPT_DEVICES, OPT_CKPT_DIR, OPT_CKPT_EVERY, OPT_KEEP,
-  OPT_RESUME, OPT_STOP_AT, OPT_SKIP_NONFINITE, OPT_CHECK_REPLICAS, OPT_HELP, OPT_VERSION,
+  OPT_RESUME, OPT_STOP_AT, OPT_SKIP_NONFINITE, OPT_CHECK_REPLICAS, OPT_CONV_ALGO, OPT_HELP,
+  OPT_VERSION,
 };
 
 static const struct option long_options[] = {
@@ -46,6 +47,7 @@ static const struct option long_options[] = {
     {"save-params", required_argument, NULL, OPT_SAVE_PARAMS},
     {"trace", required_argument, NULL, OPT_TRACE},
     {"device", required_argument, NULL, OPT_DEVICE},
+    {"conv-algo", required_argument, NULL, OPT_CONV_ALGO},
     {"hidden", required_argument, NULL, OPT_HIDDEN},
     {"batchnorm", no_argument, NULL, OPT_BATCHNORM},
     {"dropout", required_argument, NULL, OPT_DROPOUT},
@@ -134,6 +136,8 @@ const char *mpt_cli_usage(void) {
          "  --trace FILE               Chrome trace of forward/backward/all-reduce/optimizer\n"
          "  --progress, --no-progress  progress bar (default: when stderr is a terminal)\n"
          "  --device cpu|cuda          (default: cuda when every rank sees a GPU, else cpu)\n"
+         "  --conv-algo auto|im2col|onednn   convolutions: oneDNN (when built with it) or\n"
+         "                             im2col + GEMM (default auto: oneDNN when available)\n"
          "  --help, --version\n";
 }
 
@@ -333,6 +337,12 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
           r = fail(msg, n, "--device: unknown device '%s' (expected cpu or cuda)", a);
         else
           snprintf(o->device, sizeof o->device, "%s", a);
+        break;
+      case OPT_CONV_ALGO:
+        if (strcmp(a, "auto") == 0) o->conv_algo = MPT_CONV_ALGO_AUTO;
+        else if (strcmp(a, "im2col") == 0) o->conv_algo = MPT_CONV_ALGO_IM2COL;
+        else if (strcmp(a, "onednn") == 0) o->conv_algo = MPT_CONV_ALGO_LIBRARY;
+        else r = fail(msg, n, "--conv-algo: unknown algorithm '%s' (auto, im2col or onednn)", a);
         break;
       case OPT_HIDDEN:
         r = parse_hidden(a, &o->mlp, msg, n);

@@ -31,6 +31,7 @@ typedef struct mpt_cli_options {
   char save_params[4096]; /* write the final flat parameters (raw float32) here */
   char trace[4096];       /* Chrome trace */
   char device[32];        /* "cpu" | "cuda" | "" (auto) */
+  mpt_conv_algo conv_algo; /* --conv-algo (default AUTO) */
   int shuffle;
   int drop_last;
   int progress;           /* -1 auto (stderr is a terminal), 0 off, 1 on */

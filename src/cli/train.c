@@ -547,7 +547,12 @@ static mpt_status train_run(trainer *t) {
     if (threads < 1) threads = 1;
   }
   openblas_set_num_threads(threads);
+  MPT_RETURN_IF(mpt_nn_set_conv_algo(o->conv_algo));
   MPT_RETURN_IF(mpt_stream_init(&t->stream, t->device, MPT_STREAM_INLINE));
+  if (o->conv_algo == MPT_CONV_ALGO_LIBRARY && !mpt_op_conv2d_available(t->stream))
+    return MPT_FAIL(MPT_ENOTSUP, "--conv-algo onednn: this build has no oneDNN convolutions "
+                    "for the %s device (configure --with-onednn; apt-get install libdnnl-dev)",
+                    t->device.type == MPT_DEVICE_CPU ? "cpu" : "cuda");
   MPT_RETURN_IF(mpt_event_init(&t->stop_event, mpt_device_cpu()));
   MPT_RETURN_IF(load_data(t));
   MPT_RETURN_IF(make_model(t));
@@ -616,11 +621,14 @@ static mpt_status train_run(trainer *t) {
   mpt_log(MPT_LOG_INFO,
           "model %s: %" PRId64 " parameters; %" PRId64 " training and %" PRId64
           " test samples; batch %" PRId64 " per rank x %d rank(s) x %d micro-batch(es); "
-          "%" PRId64 " steps per epoch; %s lr %g; %d BLAS thread(s) per rank (OpenBLAS %s)",
+          "%" PRId64 " steps per epoch; %s lr %g; %d BLAS thread(s) per rank (OpenBLAS %s); "
+          "convolutions: %s",
           o->model, mpt_model_param_count(t->model), t->train.count, t->test.count,
           o->batch_size, t->world, o->accumulate, t->steps_per_epoch,
           mpt_optimizer_kind_name(o->optim.kind), (double)o->optim.lr, threads,
-          openblas_get_corename());
+          openblas_get_corename(),
+          o->conv_algo != MPT_CONV_ALGO_IM2COL && mpt_op_conv2d_available(t->stream)
+              ? "oneDNN" : "im2col + GEMM");
   if (t->ddp)
     mpt_log(MPT_LOG_INFO, "DDP: %d bucket(s) (first cap %g MiB, cap %g MiB), overlap %s",
             mpt_ddp_num_buckets(t->ddp), o->ddp.first_bucket_cap_mb, o->ddp.bucket_cap_mb,

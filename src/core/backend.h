@@ -59,6 +59,14 @@ typedef struct mpt__device_backend {
                               int64_t count);
   mpt_status (*im2col)(mpt_stream *s, const mpt_conv_geom *g, const float *x, float *col);
   mpt_status (*col2im)(mpt_stream *s, const mpt_conv_geom *g, const float *col, float *dx);
+  /* Optional: whole-batch library convolutions (g resolved, n and o >= 1). */
+  mpt_status (*conv2d_forward)(mpt_stream *s, const mpt_conv_geom *g, int64_t n, int64_t o,
+                               const float *x, const float *w, const float *b, float *y);
+  mpt_status (*conv2d_backward_data)(mpt_stream *s, const mpt_conv_geom *g, int64_t n,
+                                     int64_t o, const float *w, const float *dy, float *dx);
+  mpt_status (*conv2d_backward_weights)(mpt_stream *s, const mpt_conv_geom *g, int64_t n,
+                                        int64_t o, const float *x, const float *dy, float *dw,
+                                        float *db);
   mpt_status (*maxpool)(mpt_stream *s, const mpt_conv_geom *g, int64_t planes, const float *x,
                         float *y, int32_t *argmax);
   mpt_status (*maxpool_backward)(mpt_stream *s, const mpt_conv_geom *g, int64_t planes,

@@ -6,6 +6,9 @@ libmpitrain_all_la_SOURCES += \
 	src/core/ops.c src/core/trace.c \
 	src/core/cpu/cpu.h src/core/cpu/vec.h src/core/cpu/cpu_backend.c src/core/cpu/stream_cpu.c \
 	src/core/cpu/ops_cpu.c src/core/cpu/conv_cpu.c src/core/cpu/norm_cpu.c src/core/cpu/optim_cpu.c
+if HAVE_ONEDNN
+libmpitrain_all_la_SOURCES += src/core/cpu/conv_dnnl.c
+endif
 
 if HAVE_CHECK
 check_PROGRAMS += tests/test_ops tests/test_ops_train tests/test_stream

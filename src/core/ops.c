@@ -228,6 +228,53 @@ mpt_status mpt_op_col2im(mpt_stream *stream, const mpt_conv_geom *g, const float
   DISPATCH(col2im, g, col, dx);
 }
 
+int mpt_op_conv2d_available(mpt_stream *stream) {
+  const mpt__device_backend *b = mpt__backend_of_stream(stream);
+  return b && b->conv2d_forward && b->conv2d_backward_data && b->conv2d_backward_weights;
+}
+
+/* n and o in [1, 2^31), and every tensor's element count fits int64. */
+static mpt_status conv_batch_check(const char *op, const mpt_conv_geom *g, int64_t n,
+                                   int64_t o) {
+  MPT_RETURN_IF(geom_check(op, g, 0));
+  if (n < 1 || n > INT32_MAX || o < 1 || o > INT32_MAX)
+    return MPT_FAIL(MPT_EINVAL, "%s: batch %lld and output channels %lld must be in [1, 2^31)",
+                    op, (long long)n, (long long)o);
+  int64_t count;
+  MPT_RETURN_IF(extent_product(op, n, g->channels, g->height * g->width, &count));
+  MPT_RETURN_IF(extent_product(op, n, o, g->out_h * g->out_w, &count));
+  return extent_product(op, o, g->channels, g->kernel_h * g->kernel_w, &count);
+}
+
+mpt_status mpt_op_conv2d_forward(mpt_stream *stream, const mpt_conv_geom *g, int64_t n,
+                                 int64_t o, const float *x, const float *w, const float *b,
+                                 float *y) {
+  MPT_RETURN_IF(conv_batch_check(__func__, g, n, o));
+  REQUIRE_PTR(x);
+  REQUIRE_PTR(w);
+  REQUIRE_PTR(y);
+  DISPATCH(conv2d_forward, g, n, o, x, w, b, y);
+}
+
+mpt_status mpt_op_conv2d_backward_data(mpt_stream *stream, const mpt_conv_geom *g, int64_t n,
+                                       int64_t o, const float *w, const float *dy, float *dx) {
+  MPT_RETURN_IF(conv_batch_check(__func__, g, n, o));
+  REQUIRE_PTR(w);
+  REQUIRE_PTR(dy);
+  REQUIRE_PTR(dx);
+  DISPATCH(conv2d_backward_data, g, n, o, w, dy, dx);
+}
+
+mpt_status mpt_op_conv2d_backward_weights(mpt_stream *stream, const mpt_conv_geom *g, int64_t n,
+                                          int64_t o, const float *x, const float *dy, float *dw,
+                                          float *db) {
+  MPT_RETURN_IF(conv_batch_check(__func__, g, n, o));
+  REQUIRE_PTR(x);
+  REQUIRE_PTR(dy);
+  REQUIRE_PTR(dw);
+  DISPATCH(conv2d_backward_weights, g, n, o, x, dy, dw, db);
+}
+
 /* Pooling geometry: channels ignored, no padding, a plane's index fits argmax's int32. */
 static mpt_status pool_check(const char *op, const mpt_conv_geom *g, int64_t planes) {
   MPT_RETURN_IF(geom_check(op, g, 1));

@@ -1,7 +1,12 @@
 /* 2-D convolution on the tape (mpt_nn_conv2d) and its parameter helper (mpt_conv2d_add /
  * mpt_conv2d_forward).
  *
- * Forward, per image n (Chellapilla et al., 2006; Caffe's im2col layout, Jia et al., 2014):
+ * Two ways to compute it (mpt_nn_set_conv_algo), chosen at forward and kept in the node:
+ *
+ * Library: the whole batch at once through mpt_op_conv2d_forward / _backward_data /
+ * _backward_weights (oneDNN on the CPU), bias fused; nothing is saved but the inputs.
+ *
+ * im2col + GEMM, per image n (Chellapilla et al., 2006; Caffe's im2col layout, Jia et al., 2014):
  *   col [C*kh*kw, OH*OW] = im2col(x_n)
  *   y_n [O, OH*OW]       = W [O, C*kh*kw] x col
  * then y += b broadcast over [N, O, OH*OW].
@@ -12,13 +17,26 @@
  * Invariants: the one-image col buffer is taken from the tape arena in forward and reused by
  * backward (node->saved[0]); the geometry is stored in node->ctx.i (see CTX_* below), so the
  * backward needs no allocation. Everything runs on the tape's stream. */
+#include <stdatomic.h>
 #include <stdio.h>
 
 #include "core/error.h"
 #include "nn/tape.h"
 
 /* node->ctx.i layout */
-enum { CTX_N, CTX_C, CTX_H, CTX_W, CTX_O, CTX_KH, CTX_KW, CTX_STRIDE, CTX_PAD, CTX_OH, CTX_OW };
+enum { CTX_N, CTX_C, CTX_H, CTX_W, CTX_O, CTX_KH, CTX_KW, CTX_STRIDE, CTX_PAD, CTX_OH, CTX_OW,
+       CTX_LIBRARY };
+
+static _Atomic int conv_algo = MPT_CONV_ALGO_AUTO;
+
+mpt_status mpt_nn_set_conv_algo(mpt_conv_algo algo) {
+  if (algo != MPT_CONV_ALGO_AUTO && algo != MPT_CONV_ALGO_IM2COL && algo != MPT_CONV_ALGO_LIBRARY)
+    return MPT_FAIL(MPT_EINVAL, "set_conv_algo: %d is not AUTO, IM2COL or LIBRARY", (int)algo);
+  atomic_store(&conv_algo, (int)algo);
+  return MPT_OK;
+}
+
+mpt_conv_algo mpt_nn_conv_algo(void) { return (mpt_conv_algo)atomic_load(&conv_algo); }
 
 static mpt_conv_geom geom_from_ctx(const mpt__node *node) {
   mpt_conv_geom g = {
@@ -48,6 +66,12 @@ static mpt_status conv2d_backward(mpt_tape *tape, mpt__node *node) {
   const float *xv = x->value.data, *wv = w->value.data;
   float *col = node->saved[0];
 
+  if (node->ctx.i[CTX_LIBRARY]) {
+    if (dw) MPT_RETURN_IF(mpt_op_conv2d_backward_weights(s, &g, n, o, xv, dy, dw, db));
+    else if (db) MPT_RETURN_IF(mpt_op_bias_backward(s, db, dy, n, o, l));
+    if (dx) MPT_RETURN_IF(mpt_op_conv2d_backward_data(s, &g, n, o, wv, dy, dx));
+    return MPT_OK;
+  }
   if (db) MPT_RETURN_IF(mpt_op_bias_backward(s, db, dy, n, o, l));
   if (!dw && !dx) return MPT_OK;
   for (int64_t i = 0; i < n; i++) {
@@ -100,19 +124,29 @@ mpt_status mpt_nn_conv2d(mpt_tape *tape, mpt_var *x, mpt_var *w, mpt_var *b, int
   const int64_t kdim = g.channels * g.kernel_h * g.kernel_w, l = g.out_h * g.out_w;
   const int64_t x_img = g.channels * g.height * g.width, y_img = o * l;
   const int64_t yshape[4] = {n, o, g.out_h, g.out_w};
+  const mpt_conv_algo algo = mpt_nn_conv_algo();
+  const int library = algo == MPT_CONV_ALGO_LIBRARY ||
+                      (algo == MPT_CONV_ALGO_AUTO && mpt_op_conv2d_available(s));
+  if (library && !mpt_op_conv2d_available(s))
+    return MPT_FAIL(MPT_ENOTSUP, "conv2d: the library convolution was asked for, but this "
+                    "build has none for the tape's device (configure found no oneDNN?)");
   mpt_var *out = NULL;
   void *col = NULL;
   MPT_RETURN_IF(mpt__tape_new_var(tape, 4, yshape, MPT_F32, &out));
-  MPT_RETURN_IF(mpt__tape_alloc(tape, (size_t)(kdim * l) * sizeof(float), &col));
 
   const float *xv = xt->data, *wv = wt->data;
   float *yv = out->value.data;
-  for (int64_t i = 0; i < n; i++) {
-    MPT_RETURN_IF(mpt_op_im2col(s, &g, xv + i * x_img, col));
-    MPT_RETURN_IF(mpt_op_gemm(s, 0, 0, o, l, kdim, 1.0f, wv, kdim, col, l, 0.0f,
-                              yv + i * y_img, l));
+  if (library) {
+    MPT_RETURN_IF(mpt_op_conv2d_forward(s, &g, n, o, xv, wv, b ? b->value.data : NULL, yv));
+  } else {
+    MPT_RETURN_IF(mpt__tape_alloc(tape, (size_t)(kdim * l) * sizeof(float), &col));
+    for (int64_t i = 0; i < n; i++) {
+      MPT_RETURN_IF(mpt_op_im2col(s, &g, xv + i * x_img, col));
+      MPT_RETURN_IF(mpt_op_gemm(s, 0, 0, o, l, kdim, 1.0f, wv, kdim, col, l, 0.0f,
+                                yv + i * y_img, l));
+    }
+    if (b) MPT_RETURN_IF(mpt_op_bias_add(s, yv, b->value.data, n, o, l));
   }
-  if (b) MPT_RETURN_IF(mpt_op_bias_add(s, yv, b->value.data, n, o, l));
 
   mpt_var *inputs[3] = {x, w, b};
   const int ninputs = b ? 3 : 2;
@@ -130,6 +164,7 @@ mpt_status mpt_nn_conv2d(mpt_tape *tape, mpt_var *x, mpt_var *w, mpt_var *b, int
     node->ctx.i[CTX_PAD] = g.pad;
     node->ctx.i[CTX_OH] = g.out_h;
     node->ctx.i[CTX_OW] = g.out_w;
+    node->ctx.i[CTX_LIBRARY] = library;
     node->saved[0] = col;
   }
   *y = out;

@@ -40,6 +40,10 @@ mpt_status mpt__cpu_relu(mpt_stream *s, float *y, const float *x, int64_t count)
 mpt_status mpt__cpu_relu_backward(mpt_stream *s, float *dx, const float *dy, const float *y, int64_t count);
 mpt_status mpt__cpu_im2col(mpt_stream *s, const mpt_conv_geom *g, const float *x, float *col);
 mpt_status mpt__cpu_col2im(mpt_stream *s, const mpt_conv_geom *g, const float *col, float *dx);
+/* conv_dnnl.c, built with oneDNN only (MPT_HAVE_ONEDNN). */
+mpt_status mpt__cpu_conv2d_forward(mpt_stream *s, const mpt_conv_geom *g, int64_t n, int64_t o, const float *x, const float *w, const float *b, float *y);
+mpt_status mpt__cpu_conv2d_backward_data(mpt_stream *s, const mpt_conv_geom *g, int64_t n, int64_t o, const float *w, const float *dy, float *dx);
+mpt_status mpt__cpu_conv2d_backward_weights(mpt_stream *s, const mpt_conv_geom *g, int64_t n, int64_t o, const float *x, const float *dy, float *dw, float *db);
 mpt_status mpt__cpu_maxpool(mpt_stream *s, const mpt_conv_geom *g, int64_t planes, const float *x, float *y, int32_t *argmax);
 mpt_status mpt__cpu_maxpool_backward(mpt_stream *s, const mpt_conv_geom *g, int64_t planes, const float *dy, const int32_t *argmax, float *dx);
 mpt_status mpt__cpu_batchnorm_train(mpt_stream *s, const float *x, int64_t n, int64_t c, int64_t inner, const float *gamma, const float *beta, float eps, float momentum, float *running_mean, float *running_var, float *y, float *save_mean, float *save_invstd);

@@ -1,5 +1,7 @@
 /* The CPU device backend table: memory from the C heap, inline and worker streams, and the
  * reference op kernels every other backend is tested against. */
+#include "config.h"
+
 #include <stdlib.h>
 
 #include "core/cpu/cpu.h"
@@ -55,6 +57,11 @@ const mpt__device_backend mpt__cpu_backend = {
     .relu_backward = mpt__cpu_relu_backward,
     .im2col = mpt__cpu_im2col,
     .col2im = mpt__cpu_col2im,
+#ifdef MPT_HAVE_ONEDNN
+    .conv2d_forward = mpt__cpu_conv2d_forward,
+    .conv2d_backward_data = mpt__cpu_conv2d_backward_data,
+    .conv2d_backward_weights = mpt__cpu_conv2d_backward_weights,
+#endif
     .maxpool = mpt__cpu_maxpool,
     .maxpool_backward = mpt__cpu_maxpool_backward,
     .batchnorm_train = mpt__cpu_batchnorm_train,
