@@ -104,8 +104,9 @@ MPT_API mpt_status mpt_op_col2im(mpt_stream *stream, const mpt_conv_geom *g, con
  *   backward_weights: dw [o, C, kh, kw] += the weight gradient summed over the batch, and
  *                     db [o] += dy summed over n and positions (db may be NULL).
  * Results equal im2col + GEMM up to float rounding (a different summation order). Threads: the
- * calling thread's OpenMP thread count, set from openblas_get_num_threads() at each call, so the
- * convolutions use as many threads as the GEMMs. The primitives, their layouts and their work
+ * calling thread's OpenMP thread count is set to openblas_get_num_threads() at each call, so the
+ * convolutions use as many threads as the GEMMs (oneDNN fixes a primitive's thread count when
+ * it is created: the count is part of the cache key). The primitives, their layouts and their work
  * buffers are cached per calling thread and per shape (created on first use, a few ms; reused
  * after), so concurrent calls from several threads (DataParallel replicas) are safe. Errors:
  * MPT_EINVAL (geometry, NULL, n or o < 1), MPT_ENOTSUP (no library convolution on this backend),

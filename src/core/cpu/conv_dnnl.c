@@ -62,7 +62,7 @@ typedef enum { PASS_FWD, PASS_BWD_DATA, PASS_BWD_WEIGHTS, PASS_COUNT } pass_kind
 
 typedef struct plan {
   struct plan *next;
-  int64_t key[11]; /* n, C, H, W, o, kh, kw, stride, pad, has_bias, pass */
+  int64_t key[12]; /* n, C, H, W, o, kh, kw, stride, pad, has_bias, pass, threads */
   dnnl_stream_t stream;
   dnnl_primitive_t prim;
   arg args[3];          /* fwd: src, weights, dst; bwd data: diff_dst, weights, diff_src;
@@ -267,13 +267,21 @@ static mpt_status plan_build(plan *p, const mpt_conv_geom *g, int64_t n, int64_t
   return rc;
 }
 
-/* The calling thread's plan for this shape and pass, built on first use. */
+/* The calling thread's plan for this shape and pass, built on first use. oneDNN sizes a
+ * primitive's work split for the OpenMP thread count at its creation and runs that many threads
+ * whatever the count at execution, so the count is set first (as many threads as the GEMMs use,
+ * openblas_get_num_threads) and is part of the key. Without this a rank of a 2-rank job on 2
+ * cores ran its convolutions on 2 threads (the OpenMP default, the core count): 4 spinning
+ * threads on 2 cores, a step 2.5x slower. */
 static mpt_status plan_get(const mpt_conv_geom *g, int64_t n, int64_t o, int has_bias,
                            pass_kind pass, plan **out) {
   pthread_once(&engine_once, engine_init);
   DNNL_OK(engine_status);
-  const int64_t key[11] = {n, g->channels, g->height, g->width, o, g->kernel_h, g->kernel_w,
-                           g->stride, g->pad, has_bias, pass};
+  int threads = openblas_get_num_threads();
+  if (threads < 1) threads = 1;
+  omp_set_num_threads(threads);
+  const int64_t key[12] = {n, g->channels, g->height, g->width, o, g->kernel_h, g->kernel_w,
+                           g->stride, g->pad, has_bias, pass, threads};
   plan *head = pthread_getspecific(plans_key);
   for (plan *p = head; p; p = p->next)
     if (memcmp(p->key, key, sizeof key) == 0) {
@@ -300,11 +308,9 @@ static mpt_status plan_get(const mpt_conv_geom *g, int64_t n, int64_t o, int has
   return MPT_OK;
 }
 
-/* Runs p's primitive: the moves of its inputs, the primitive with `bias`, the move out. */
+/* Runs p's primitive: the moves of its inputs, the primitive with `bias`, the move out (the
+ * OpenMP thread count was set by plan_get). */
 static mpt_status plan_run(plan *p, const void *in0, const void *in1, void *out) {
-  /* The calling thread's OpenMP team: as many threads as the GEMMs use. */
-  int threads = openblas_get_num_threads();
-  omp_set_num_threads(threads > 0 ? threads : 1);
   DNNL_OK(dnnl_memory_set_data_handle(p->args[0].user, (void *)in0));
   DNNL_OK(dnnl_memory_set_data_handle(p->args[1].user, (void *)in1));
   DNNL_OK(dnnl_memory_set_data_handle(p->args[2].user, out));
