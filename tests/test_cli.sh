@@ -40,6 +40,14 @@ check 0 "mpitrain [0-9]" --version
 check 1 "no/such/dir" train --data /no/such/dir --epochs 1
 check 1 "is not a regular file" train --synthetic --train-limit 64 --test-limit 16 --epochs 1 --save-params /dev/null
 [ -c /dev/null ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: /dev/null was replaced"; }
+check 2 "conv-algo: unknown algorithm 'fft'" train --conv-algo fft
+# Output paths are checked before training, not when first written.
+check 1 "--trace '/tmp' exists and is not a regular file" train --synthetic --train-limit 64 \
+  --test-limit 16 --epochs 1 --trace /tmp
+check 1 "--checkpoint-dir '/dev/null' exists and is not a directory" train --synthetic \
+  --train-limit 64 --test-limit 16 --epochs 1 --checkpoint-dir /dev/null
+check 1 "cannot create it" train --synthetic --train-limit 64 --test-limit 16 --epochs 1 \
+  --checkpoint-dir /no/such/dir/ck
 # Ranks started with different options fail at once, naming the option (not a hang).
 out=$(MPT_MPIRUN_ARGS="" "$(dirname "$0")/mpirun.sh" 1 60 "$prog" train --synthetic --train-limit 64 \
       --test-limit 16 --epochs 2 : -np 1 "$prog" train --synthetic --train-limit 64 --test-limit 16 --epochs 1 2>&1)

@@ -33,5 +33,15 @@ out=$(MPT_TEST_PERTURB_RANK=1 MPT_TEST_PERTURB_STEP=4 \
 rc=$?
 [ $rc -ne 0 ] && printf '%s' "$out" | grep -q "replicas diverged after step 4: rank 1's parameters" && ok ||
   bad "diverged replica: status $rc; $(printf '%s' "$out" | grep -i "diverged\|error" | head -n 3)"
+# A run that diverges (lr 1000): skipping non-finite gradients cannot save it; it must not end
+# with status 0 and a NaN test loss, nor checkpoint the broken model.
+ck=$(mktemp -d "${TMPDIR:-/tmp}/mpt_nonfinite.XXXXXX")
+out=$("$dir/mpirun.sh" 2 60 ./mpitrain $base --epochs 2 --lr 1000 --skip-nonfinite --checkpoint-dir "$ck" 2>&1)
+rc=$?
+[ $rc -eq 1 ] && printf '%s' "$out" | grep -q "no longer .*finite.*learning rate 1000 is probably too high" && ok ||
+  bad "diverged run with --skip-nonfinite: status $rc; $(printf '%s' "$out" | grep -i "error" | head -n 2)"
+n=$(ls "$ck" | grep -c 'ckpt-step') || true
+[ "$n" -eq 0 ] && ok || bad "the diverged run wrote $n checkpoint(s)"
+rm -rf "$ck"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -40,6 +40,18 @@ check_resume cnn_bn_adamw_2ranks 2 11 --model cnn --batchnorm --optimizer adamw 
 # Keep-last-K: checkpoints at steps 3, 6, 9, 11 with --keep 3 (the default) leave 3 files.
 n=$(ls "$tmp/cnn_bn_adamw_2ranks.ck" | grep -c '^ckpt-step.*\.mpt$')
 [ "$n" -eq 3 ] && ok || bad "keep-last-3 left $n checkpoints"
+# A new run into a directory that holds another run's checkpoints is refused before training,
+# and those checkpoints are left byte-identical (never rotated away); so is --resume from
+# another directory into it.
+d="$tmp/cnn_bn_adamw_2ranks.ck"
+sums=$(cd "$d" && cksum ckpt-step*.mpt)
+out=$(run 1 $base --checkpoint-dir "$d" 2>&1)
+[ $? -eq 1 ] && printf '%s' "$out" | grep -q "already holds checkpoints of another run" && ok ||
+  bad "a second run into $d was not refused: $(printf '%s' "$out" | tail -n 2)"
+out=$(run 1 $base --resume "$tmp/mlp_1rank_mid.ck" --checkpoint-dir "$d" 2>&1)
+[ $? -eq 1 ] && printf '%s' "$out" | grep -q "Continue that run with --resume" && ok ||
+  bad "--resume from another directory into $d was not refused: $(printf '%s' "$out" | tail -n 2)"
+[ "$(cd "$d" && cksum ckpt-step*.mpt)" = "$sums" ] && ok || bad "the checkpoints in $d changed"
 # A different world size is refused, naming both.
 out=$(run 2 $base --resume "$tmp/mlp_1rank_mid.ck" 2>&1)
 [ $? -ne 0 ] && printf '%s' "$out" | grep -q "written by 1 rank(s), this job has 2" && ok ||

@@ -308,9 +308,26 @@ static mpt_status stop_vote_finish(trainer *t) {
 
 /* Writes a checkpoint (rank 0 writes, every rank waits) recording that `step_in_epoch` steps of
  * `epoch` are done. */
+/* The replicas' parameters are identical on every rank, so every rank takes the same decision.
+ * A non-finite parameter cannot be repaired by skipping steps (--skip-nonfinite only skips
+ * non-finite gradients; a finite gradient times a too large learning rate can still overflow):
+ * stop, rather than train on or checkpoint a broken model. */
+static mpt_status check_params_finite(trainer *t, const char *when) {
+  int nonfinite = 0;
+  MPT_RETURN_IF(mpt_op_check_finite(t->stream, mpt_model_params(t->model),
+                                    mpt_model_param_count(t->model), &nonfinite));
+  if (nonfinite)
+    return MPT_FAIL(MPT_ENONFINITE, "the parameters are no longer finite %s (global step %" PRId64
+                    ", %" PRId64 " step(s) skipped for non-finite gradients): the learning rate "
+                    "%g is probably too high", when, t->global_step, t->skipped_nonfinite,
+                    (double)t->o->optim.lr);
+  return MPT_OK;
+}
+
 static mpt_status save_checkpoint(trainer *t, int64_t epoch, int64_t step_in_epoch) {
   const mpt_cli_options *o = t->o;
   MPT_RETURN_IF(mpt_stream_synchronize(t->stream, o->timeout_s * 1e3));
+  MPT_RETURN_IF(check_params_finite(t, "before writing a checkpoint"));
   mpt_ckpt_meta meta = mpt_ckpt_meta_default();
   meta.epoch = epoch;
   meta.global_step = t->global_step;
@@ -402,6 +419,13 @@ static mpt_status run_epoch(trainer *t, int64_t epoch, mpt_epoch_metrics *m) {
           "  %8.0f samples/s  %6.1f s",
           m->epoch, o->epochs, m->train_loss, m->train_accuracy, m->test_loss,
           m->test_accuracy, m->samples_per_sec, m->seconds);
+  MPT_RETURN_IF(check_params_finite(t, "at the end of the epoch"));
+  if (t->test.count > 0 && !isfinite(m->test_loss))
+    return MPT_FAIL(MPT_ENONFINITE, "the test loss is %g at the end of epoch %" PRId64 " (global "
+                    "step %" PRId64 ", %" PRId64 " step(s) skipped for non-finite gradients): the "
+                    "model no longer computes finite outputs; the learning rate %g is probably "
+                    "too high", m->test_loss, m->epoch, t->global_step, t->skipped_nonfinite,
+                    (double)o->optim.lr);
   if (o->checkpoint_dir[0] && o->checkpoint_every == 0)
     MPT_RETURN_IF(save_checkpoint(t, epoch + 1, 0));
   return MPT_OK;
@@ -516,6 +540,8 @@ static mpt_status train_run(trainer *t) {
     MPT_RETURN_IF(trainer_check_output_path("--save-params", o->save_params));
   if (t->rank == 0 && o->metrics_json[0])
     MPT_RETURN_IF(trainer_check_output_path("--metrics-json", o->metrics_json));
+  if (t->rank == 0 && o->trace[0]) MPT_RETURN_IF(trainer_check_output_path("--trace", o->trace));
+  if (t->rank == 0 && o->checkpoint_dir[0]) MPT_RETURN_IF(trainer_check_checkpoint_dir(o));
   if (strcmp(o->device, "cuda") == 0 && !mpt_device_available(MPT_DEVICE_CUDA))
     return MPT_FAIL(MPT_ENOTSUP, "--device cuda: no CUDA device is visible to this process (or "
                                  "the build has no CUDA backend: configure --with-cuda)");

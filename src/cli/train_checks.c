@@ -1,7 +1,9 @@
 /* Checks that every rank agrees (options, epoch, parameters), output-path and parameter-file
  * helpers, and the fault injection the tests use (MPT_TEST_* variables). Run on the training
  * thread; the checks are collective over the trainer's host comm. */
+#include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -13,6 +15,7 @@
 
 #include "cli/train_impl.h"
 #include "core/error.h"
+#include "mpitrain/ckpt.h"
 #include "mpitrain/ops.h"
 
 /* The parameters on the host: the flat buffer itself on the CPU, else a copy (synchronised). */
@@ -119,6 +122,47 @@ mpt_status trainer_check_output_path(const char *option, const char *path) {
                     S_ISDIR(sb.st_mode) ? "a directory" : S_ISLNK(sb.st_mode) ? "a symbolic link"
                                                                              : "a device or special file");
   return MPT_OK;
+}
+
+/* realpath of the directory part of path ("." when it has none) into out[PATH_MAX]. */
+static int dir_of(const char *path, char *out) {
+  char buf[PATH_MAX];
+  if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return -1;
+  char *slash = strrchr(buf, '/');
+  if (!slash) return realpath(".", out) ? 0 : -1;
+  if (slash == buf) slash[1] = '\0';
+  else *slash = '\0';
+  return realpath(buf, out) ? 0 : -1;
+}
+
+mpt_status trainer_check_checkpoint_dir(const mpt_cli_options *o) {
+  const char *dir = o->checkpoint_dir;
+  struct stat sb;
+  if (stat(dir, &sb) != 0) {
+    if (errno != ENOENT)
+      return MPT_FAIL(MPT_EIO, "--checkpoint-dir '%s': %s", dir, strerror(errno));
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+      return MPT_FAIL(MPT_EIO, "--checkpoint-dir '%s': cannot create it: %s", dir,
+                      strerror(errno));
+  } else if (!S_ISDIR(sb.st_mode)) {
+    return MPT_FAIL(MPT_EINVAL, "--checkpoint-dir '%s' exists and is not a directory", dir);
+  }
+  if (access(dir, W_OK | X_OK) != 0)
+    return MPT_FAIL(MPT_EIO, "--checkpoint-dir '%s' cannot be written: %s", dir, strerror(errno));
+  char latest[PATH_MAX];
+  mpt_status st = mpt_ckpt_find_latest(dir, latest, sizeof latest);
+  if (st == MPT_ENOENT) return MPT_OK; /* empty: a new run */
+  if (st != MPT_OK) return st;
+  if (o->resume[0]) { /* continuing the run whose checkpoints these are? */
+    char from[PATH_MAX], from_dir[PATH_MAX], here[PATH_MAX];
+    if (mpt_ckpt_resolve(o->resume, from, sizeof from) == MPT_OK && dir_of(from, from_dir) == 0 &&
+        realpath(dir, here) && strcmp(from_dir, here) == 0)
+      return MPT_OK;
+  }
+  return MPT_FAIL(MPT_EINVAL, "--checkpoint-dir '%s' already holds checkpoints of another run "
+                  "(latest: %s). Continue that run with --resume '%s', or give an empty or new "
+                  "directory: this run would otherwise rotate them away (--keep %d)",
+                  dir, latest, dir, o->keep);
 }
 
 mpt_status trainer_save_params(trainer *t, const char *path) {

@@ -61,6 +61,12 @@ mpt_status trainer_check_replicas(trainer *t);
 void trainer_maybe_kill_self(trainer *t);
 mpt_status trainer_check_epoch(trainer *t, int64_t epoch);
 mpt_status trainer_check_output_path(const char *option, const char *path);
+/* --checkpoint-dir at start (rank 0): a directory, created if missing, that can be written, and
+ * that holds no checkpoint of another run. Its checkpoints belong to this run only when --resume
+ * names it or a file in it; otherwise --keep would rotate them away and the directory's latest
+ * would mix two runs. Errors: MPT_EINVAL (not a directory, holds another run's checkpoints,
+ * naming the latest and the way out), MPT_EIO (cannot create or write it). */
+mpt_status trainer_check_checkpoint_dir(const mpt_cli_options *o);
 mpt_status trainer_save_params(trainer *t, const char *path);
 mpt_status trainer_check_same_options(trainer *t);
 
