@@ -49,6 +49,59 @@ static mpt_status make_model(trainer *t) {
   return mpt_model_init_mlp(&t->model, t->device, &o->mlp, o->seed);
 }
 
+/* The parameter count the options ask for, computed in double (a --hidden list can exceed
+ * int64 products only in theory, but the estimate must not wrap). */
+static double model_params_estimate(const mpt_cli_options *o) {
+  if (strcmp(o->model, "cnn") == 0) {
+    const mpt_cnn_config *c = &o->cnn;
+    const double k2 = (double)c->kernel * (double)c->kernel;
+    const double flat = (double)c->conv2_channels * (double)(c->height / 4) * (double)(c->width / 4);
+    return (double)c->in_channels * c->conv1_channels * k2 + c->conv1_channels +
+           (double)c->conv1_channels * c->conv2_channels * k2 + c->conv2_channels +
+           flat * c->hidden + c->hidden + (double)c->hidden * c->num_classes + c->num_classes;
+  }
+  const mpt_mlp_config *m = &o->mlp;
+  double total = 0, in = (double)m->input_size;
+  for (int i = 0; i < m->num_hidden; i++) {
+    total += in * (double)m->hidden[i] + (double)m->hidden[i];
+    in = (double)m->hidden[i];
+  }
+  return total + in * (double)m->num_classes + (double)m->num_classes;
+}
+
+/* MemAvailable of /proc/meminfo in bytes, or -1 when it cannot be read. */
+static double mem_available_bytes(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return -1;
+  char line[256];
+  double kib = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %lf kB", &kib) == 1) break;
+  fclose(f);
+  return kib < 0 ? -1 : kib * 1024.0;
+}
+
+/* Before allocating a model on the CPU: parameters, gradients and optimizer state (1 buffer for
+ * SGD momentum, 2 for AdamW), per DP replica, must fit in this host's available memory shared by
+ * its ranks. Otherwise the kernel's OOM killer ends the job with no message (seen with --hidden
+ * 100000,100000). A rough lower bound: activations and the data come on top. */
+static mpt_status check_model_fits(trainer *t, int ndev) {
+  const mpt_cli_options *o = t->o;
+  if (t->device.type != MPT_DEVICE_CPU) return MPT_OK;
+  const double params = model_params_estimate(o);
+  const int states = o->optim.kind == MPT_OPTIM_ADAMW ? 2 : 1;
+  const double need = params * sizeof(float) * (2.0 + states) * (ndev > 0 ? ndev : 1);
+  const double avail = mem_available_bytes();
+  const int local = mpt_comm_local_size(t->comm) > 0 ? mpt_comm_local_size(t->comm) : 1;
+  if (avail > 0 && need > avail / local)
+    return MPT_FAIL(MPT_ENOMEM, "model %s: %.3g parameters need at least %.1f GiB per rank "
+                    "(parameters, gradients and optimizer state%s), but this host has %.1f GiB "
+                    "available for %d rank(s): use a smaller model (--hidden)",
+                    o->model, params, need / 1073741824.0,
+                    ndev > 1 ? ", per DP replica" : "", avail / 1073741824.0, local);
+  return MPT_OK;
+}
+
 static mpt_status load_data(trainer *t) {
   const mpt_cli_options *o = t->o;
   if (o->synthetic) {
@@ -580,6 +633,7 @@ static mpt_status train_run(trainer *t) {
                     "for the %s device (configure --with-onednn; apt-get install libdnnl-dev)",
                     t->device.type == MPT_DEVICE_CPU ? "cpu" : "cuda");
   MPT_RETURN_IF(mpt_event_init(&t->stop_event, mpt_device_cpu()));
+  MPT_RETURN_IF(check_model_fits(t, ndev));
   MPT_RETURN_IF(load_data(t));
   MPT_RETURN_IF(make_model(t));
   MPT_RETURN_IF(mpt_tape_init(&t->tape, t->model, t->stream));
