@@ -130,7 +130,8 @@ const char *mpt_cli_usage(void) {
          "  --check-replicas N         every N steps compare a CRC-32 of the parameters across\n"
          "                             ranks and name the first rank whose replica diverged\n"
          "output:\n"
-         "  --threads N                BLAS threads per rank (default: 1 under mpirun)\n"
+         "  --threads N                BLAS / oneDNN threads per rank (default: the host's\n"
+         "                             cores / its ranks, e.g. 1 with 2 ranks on 2 cores)\n"
          "  --metrics-json FILE        per-epoch metrics as JSON\n"
          "  --save-params FILE         final parameters as raw float32 (rank 0)\n"
          "  --trace FILE               Chrome trace of forward/backward/all-reduce/optimizer\n"
@@ -241,7 +242,10 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
   msg[0] = '\0';
   o->argc = argc;
   o->argv = argv;
-  if (argc < 2) return MPT_CLI_RUN; /* no command: train with defaults */
+  if (argc < 2) { /* a bare `mpitrain` prints the usage rather than start a 10-epoch run */
+    fail(msg, n, "no command given (expected: train)");
+    return MPT_CLI_EXIT_USAGE;
+  }
   int first = 1;
   if (argv[1][0] != '-') {
     if (strcmp(argv[1], "train") != 0) {
