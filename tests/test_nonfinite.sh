@@ -36,12 +36,16 @@ rc=$?
 # A run that diverges (lr 1000): skipping non-finite gradients cannot save it; it must not end
 # with status 0 and a NaN test loss, nor checkpoint the broken model.
 ck=$(mktemp -d "${TMPDIR:-/tmp}/mpt_nonfinite.XXXXXX")
-out=$("$dir/mpirun.sh" 2 60 ./mpitrain $base --epochs 2 --lr 1000 --skip-nonfinite --checkpoint-dir "$ck" 2>&1)
-rc=$?
-[ $rc -eq 1 ] && printf '%s' "$out" | grep -q "no longer .*finite.*learning rate 1000 is probably too high" && ok ||
-  bad "diverged run with --skip-nonfinite: status $rc; $(printf '%s' "$out" | grep -i "error" | head -n 2)"
-n=$(ls "$ck" | grep -c 'ckpt-step') || true
-[ "$n" -eq 0 ] && ok || bad "the diverged run wrote $n checkpoint(s)"
+for extra in "" "--checkpoint-every 5" "--model cnn --batchnorm --checkpoint-every 5"; do
+  rm -rf "$ck"
+  out=$("$dir/mpirun.sh" 2 60 ./mpitrain $base --epochs 2 --lr 1000 --skip-nonfinite $extra \
+        --checkpoint-dir "$ck" 2>&1)
+  rc=$?
+  [ $rc -eq 1 ] && printf '%s' "$out" | grep -q "learning rate 1000 is probably too high" && ok ||
+    bad "diverged run with --skip-nonfinite $extra: status $rc; $(printf '%s' "$out" | grep -i "error" | head -n 2)"
+  n=$(ls "$ck" 2>/dev/null | grep -c 'ckpt-step') || true
+  [ "$n" -eq 0 ] && ok || bad "the diverged run ($extra) wrote $n checkpoint(s)"
+done
 rm -rf "$ck"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -51,6 +51,12 @@ out=$(run 1 $base --checkpoint-dir "$d" 2>&1)
 out=$(run 1 $base --resume "$tmp/mlp_1rank_mid.ck" --checkpoint-dir "$d" 2>&1)
 [ $? -eq 1 ] && printf '%s' "$out" | grep -q "Continue that run with --resume" && ok ||
   bad "--resume from another directory into $d was not refused: $(printf '%s' "$out" | tail -n 2)"
+# Resuming from an older checkpoint of the directory would overwrite the later ones: refused.
+older=$(ls "$d"/ckpt-step*.mpt | head -n 1)
+out=$(run 2 $base --model cnn --batchnorm --optimizer adamw --lr 0.001 --hidden 32 --dropout 0.2 \
+      --resume "$older" --checkpoint-dir "$d" 2>&1)
+[ $? -eq 1 ] && printf '%s' "$out" | grep -q "is not the latest checkpoint" && ok ||
+  bad "--resume of an older checkpoint into $d was not refused: $(printf '%s' "$out" | tail -n 2)"
 [ "$(cd "$d" && cksum ckpt-step*.mpt)" = "$sums" ] && ok || bad "the checkpoints in $d changed"
 # A different world size is refused, naming both.
 out=$(run 2 $base --resume "$tmp/mlp_1rank_mid.ck" 2>&1)

@@ -319,6 +319,7 @@ static mpt_status train_step(trainer *t, float *sums, int *ran_out) {
     skip = nonfinite || (t->world == 1 && t->step_nonfinite);
   }
   t->step_nonfinite = 0;
+  t->consecutive_skipped = skip ? t->consecutive_skipped + 1 : 0;
   if (skip) {
     t->skipped_nonfinite++;
     mpt_log(MPT_LOG_WARN, "step %" PRId64 ": non-finite gradients, optimizer step skipped (%" PRId64
@@ -359,28 +360,50 @@ static mpt_status stop_vote_finish(trainer *t) {
   return mpt_comm_wait_event(t->comm, t->stop_event);
 }
 
-/* Writes a checkpoint (rank 0 writes, every rank waits) recording that `step_in_epoch` steps of
- * `epoch` are done. */
-/* The replicas' parameters are identical on every rank, so every rank takes the same decision.
- * A non-finite parameter cannot be repaired by skipping steps (--skip-nonfinite only skips
- * non-finite gradients; a finite gradient times a too large learning rate can still overflow):
- * stop, rather than train on or checkpoint a broken model. */
-static mpt_status check_params_finite(trainer *t, const char *when) {
-  int nonfinite = 0;
+/* Steps skipped in a row (--skip-nonfinite) from which the model counts as broken: one NaN batch
+ * is an accident, a model that gives non-finite gradients on every batch no longer trains. */
+enum { BROKEN_AFTER_SKIPS = 3 };
+
+/* The replicas are identical on every rank, so every rank takes the same decision. Skipping
+ * steps (--skip-nonfinite) cannot repair a model whose parameters or buffers (BatchNorm running
+ * statistics) stopped being finite, nor one that gives non-finite gradients on every batch (a
+ * finite gradient times a far too large learning rate can overflow): stop, rather than train on
+ * or checkpoint it. */
+static mpt_status check_model_healthy(trainer *t, const char *when) {
+  int bad_params = 0, bad_buffers = 0;
   MPT_RETURN_IF(mpt_op_check_finite(t->stream, mpt_model_params(t->model),
-                                    mpt_model_param_count(t->model), &nonfinite));
-  if (nonfinite)
-    return MPT_FAIL(MPT_ENONFINITE, "the parameters are no longer finite %s (global step %" PRId64
+                                    mpt_model_param_count(t->model), &bad_params));
+  if (mpt_model_buffer_count(t->model) > 0)
+    MPT_RETURN_IF(mpt_op_check_finite(t->stream, mpt_model_buffers(t->model),
+                                      mpt_model_buffer_count(t->model), &bad_buffers));
+  if (bad_params || bad_buffers)
+    return MPT_FAIL(MPT_ENONFINITE, "the model's %s are no longer finite %s (global step %" PRId64
                     ", %" PRId64 " step(s) skipped for non-finite gradients): the learning rate "
-                    "%g is probably too high", when, t->global_step, t->skipped_nonfinite,
+                    "%g is probably too high", bad_params ? "parameters" : "buffers (BatchNorm "
+                    "running statistics)", when, t->global_step, t->skipped_nonfinite,
                     (double)t->o->optim.lr);
+  if (t->consecutive_skipped >= BROKEN_AFTER_SKIPS)
+    return MPT_FAIL(MPT_ENONFINITE, "the last %" PRId64 " optimizer steps were all skipped for "
+                    "non-finite gradients (stopping %s, global step %" PRId64 "): the model no "
+                    "longer trains; the learning rate %g is probably too high",
+                    t->consecutive_skipped, when, t->global_step, (double)t->o->optim.lr);
   return MPT_OK;
 }
 
+/* Writes a checkpoint (rank 0 writes, every rank waits) recording that `step_in_epoch` steps of
+ * `epoch` are done (step_in_epoch 0: epoch `epoch` is next, the ones before it are done). */
 static mpt_status save_checkpoint(trainer *t, int64_t epoch, int64_t step_in_epoch) {
   const mpt_cli_options *o = t->o;
   MPT_RETURN_IF(mpt_stream_synchronize(t->stream, o->timeout_s * 1e3));
-  MPT_RETURN_IF(check_params_finite(t, "before writing a checkpoint"));
+  MPT_RETURN_IF(check_model_healthy(t, "before writing a checkpoint"));
+  if (t->consecutive_skipped > 0) {
+    /* The model as it stands gave non-finite gradients on its last batch: maybe an accident,
+     * maybe the start of a divergence. Do not let it replace (--keep) a good checkpoint. */
+    mpt_log(MPT_LOG_WARN, "checkpoint at global step %" PRId64 " not written: the last step was "
+            "skipped for non-finite gradients (the next checkpoint is written if training "
+            "recovers)", t->global_step);
+    return MPT_OK;
+  }
   mpt_ckpt_meta meta = mpt_ckpt_meta_default();
   meta.epoch = epoch;
   meta.global_step = t->global_step;
@@ -391,8 +414,12 @@ static mpt_status save_checkpoint(trainer *t, int64_t epoch, int64_t step_in_epo
   char path[4200];
   MPT_RETURN_IF(mpt_ckpt_save_collective(t->comm, o->checkpoint_dir, o->keep, t->model, t->opt,
                                          &meta, path, sizeof path));
-  mpt_log(MPT_LOG_INFO, "checkpoint %s (epoch %" PRId64 ", global step %" PRId64 ")", path,
-          epoch + 1, t->global_step);
+  if (step_in_epoch == 0)
+    mpt_log(MPT_LOG_INFO, "checkpoint %s (end of epoch %" PRId64 ", global step %" PRId64 ")",
+            path, epoch, t->global_step);
+  else
+    mpt_log(MPT_LOG_INFO, "checkpoint %s (epoch %" PRId64 ", step %" PRId64 " of it, global step %"
+            PRId64 ")", path, epoch + 1, step_in_epoch, t->global_step);
   return MPT_OK;
 }
 
@@ -472,7 +499,7 @@ static mpt_status run_epoch(trainer *t, int64_t epoch, mpt_epoch_metrics *m) {
           "  %8.0f samples/s  %6.1f s",
           m->epoch, o->epochs, m->train_loss, m->train_accuracy, m->test_loss,
           m->test_accuracy, m->samples_per_sec, m->seconds);
-  MPT_RETURN_IF(check_params_finite(t, "at the end of the epoch"));
+  MPT_RETURN_IF(check_model_healthy(t, "at the end of the epoch"));
   if (t->test.count > 0 && !isfinite(m->test_loss))
     return MPT_FAIL(MPT_ENONFINITE, "the test loss is %g at the end of epoch %" PRId64 " (global "
                     "step %" PRId64 ", %" PRId64 " step(s) skipped for non-finite gradients): the "
@@ -707,7 +734,8 @@ static mpt_status train_run(trainer *t) {
           o->batch_size, t->world, o->accumulate, t->steps_per_epoch,
           mpt_optimizer_kind_name(o->optim.kind), (double)o->optim.lr, threads,
           openblas_get_corename(),
-          o->conv_algo != MPT_CONV_ALGO_IM2COL && mpt_op_conv2d_available(t->stream)
+          strcmp(o->model, "cnn") != 0 ? "none in this model"
+          : o->conv_algo != MPT_CONV_ALGO_IM2COL && mpt_op_conv2d_available(t->stream)
               ? "oneDNN" : "im2col + GEMM");
   if (t->ddp)
     mpt_log(MPT_LOG_INFO, "DDP: %d bucket(s) (first cap %g MiB, cap %g MiB), overlap %s",

@@ -141,6 +141,9 @@ mpt_status trainer_check_checkpoint_dir(const mpt_cli_options *o) {
   if (stat(dir, &sb) != 0) {
     if (errno != ENOENT)
       return MPT_FAIL(MPT_EIO, "--checkpoint-dir '%s': %s", dir, strerror(errno));
+    if (lstat(dir, &sb) == 0 && S_ISLNK(sb.st_mode))
+      return MPT_FAIL(MPT_EINVAL, "--checkpoint-dir '%s' is a symbolic link to nothing (a "
+                      "dangling link): create its target or give another directory", dir);
     if (mkdir(dir, 0777) != 0 && errno != EEXIST)
       return MPT_FAIL(MPT_EIO, "--checkpoint-dir '%s': cannot create it: %s", dir,
                       strerror(errno));
@@ -154,10 +157,17 @@ mpt_status trainer_check_checkpoint_dir(const mpt_cli_options *o) {
   if (st == MPT_ENOENT) return MPT_OK; /* empty: a new run */
   if (st != MPT_OK) return st;
   if (o->resume[0]) { /* continuing the run whose checkpoints these are? */
-    char from[PATH_MAX], from_dir[PATH_MAX], here[PATH_MAX];
-    if (mpt_ckpt_resolve(o->resume, from, sizeof from) == MPT_OK && dir_of(from, from_dir) == 0 &&
-        realpath(dir, here) && strcmp(from_dir, here) == 0)
-      return MPT_OK;
+    char from[PATH_MAX], from_real[PATH_MAX], from_dir[PATH_MAX], here[PATH_MAX];
+    char latest_real[PATH_MAX];
+    MPT_RETURN_IF(mpt_ckpt_resolve(o->resume, from, sizeof from)); /* names a missing file */
+    if (realpath(from, from_real) && dir_of(from_real, from_dir) == 0 && realpath(dir, here) &&
+        strcmp(from_dir, here) == 0) {
+      if (realpath(latest, latest_real) && strcmp(latest_real, from_real) == 0) return MPT_OK;
+      return MPT_FAIL(MPT_EINVAL, "--resume '%s' is not the latest checkpoint of --checkpoint-dir "
+                      "'%s' (%s is): continuing from it would overwrite or rotate away the later "
+                      "ones. Give a new --checkpoint-dir to branch off from it", o->resume, dir,
+                      latest);
+    }
   }
   return MPT_FAIL(MPT_EINVAL, "--checkpoint-dir '%s' already holds checkpoints of another run "
                   "(latest: %s). Continue that run with --resume '%s', or give an empty or new "

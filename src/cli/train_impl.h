@@ -51,6 +51,7 @@ typedef struct trainer {
   int64_t start_epoch;    /* resume: first epoch to run */
   int64_t skip_steps;     /* resume: steps of start_epoch already taken */
   int64_t skipped_nonfinite; /* --skip-nonfinite: optimizer steps skipped */
+  int64_t consecutive_skipped; /* ... of them in a row, up to the last step */
   int step_nonfinite;     /* a micro-batch of the running step had a non-finite loss */
 } trainer;
 
