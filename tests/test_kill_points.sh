@@ -163,6 +163,16 @@ for point in mid-write before-rename; do
     ok "$point: the previous checkpoints are byte-identical; left behind:$left"
   fi
   check_resume "$point" "$ck" 10 "$tmp/small.ref" "${small[@]}"
+  # The next run into the directory removes the killed writer's temporary file, naming it.
+  waitfor "$dir/mpirun.sh" 2 60 "$prog" "${small[@]}" --resume "$ck" --checkpoint-dir "$ck" \
+    --stop-at-step 11 >"$tmp/$point.next.log" 2>&1 || bad "$point: the next run into $ck failed"
+  if ls "$ck" | grep -q '\.tmp\.'; then
+    bad "$point: the killed writer's temporary file is still there: $(ls "$ck" | tr '\n' ' ')"
+  elif grep -q "removed .*ckpt-step00000015.mpt.tmp.* left by a writer (pid [0-9]*) that was killed" "$tmp/$point.next.log"; then
+    ok "$point: the next run removed the killed writer's temporary file and said so"
+  else
+    bad "$point: the temporary file went without a log line: $(grep -i removed "$tmp/$point.next.log")"
+  fi
 done
 
 # --- mid-all-reduce: a communication-bound run (5.8 M parameters, 23 MB of gradients per step):

@@ -1,6 +1,7 @@
 /* Checks that every rank agrees (options, epoch, parameters), output-path and parameter-file
  * helpers, and the fault injection the tests use (MPT_TEST_* variables). Run on the training
  * thread; the checks are collective over the trainer's host comm. */
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -138,6 +139,30 @@ static int dir_of(const char *path, char *out) {
   return realpath(buf, out) ? 0 : -1;
 }
 
+/* A writer killed mid-checkpoint (SIGKILL, a node lost) leaves "<checkpoint>.tmp.<pid>": never a
+ * checkpoint (the rename did not happen), only clutter. Those whose writer is no longer alive on
+ * this host are removed, each named in the log; one whose process still exists (another job
+ * writing here right now) is left alone. */
+static void remove_dead_writers_files(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    const char *name = e->d_name, *tmp = strstr(name, ".mpt.tmp.");
+    if (strncmp(name, "ckpt-step", 9) != 0 || !tmp) continue;
+    char *end = NULL;
+    long pid = strtol(tmp + 9, &end, 10);
+    if (pid <= 0 || *end != '\0') continue;
+    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours to judge */
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path) continue;
+    if (unlink(path) == 0)
+      mpt_log(MPT_LOG_INFO, "removed %s: an incomplete checkpoint left by a writer (pid %ld) "
+              "that was killed", path, pid);
+  }
+  closedir(d);
+}
+
 mpt_status trainer_check_checkpoint_dir(const mpt_cli_options *o) {
   const char *dir = o->checkpoint_dir;
   struct stat sb;
@@ -155,6 +180,7 @@ mpt_status trainer_check_checkpoint_dir(const mpt_cli_options *o) {
   }
   if (access(dir, W_OK | X_OK) != 0)
     return MPT_FAIL(MPT_EIO, "--checkpoint-dir '%s' cannot be written: %s", dir, strerror(errno));
+  remove_dead_writers_files(dir);
   char latest[PATH_MAX];
   mpt_status st = mpt_ckpt_find_latest(dir, latest, sizeof latest);
   if (st == MPT_ENOENT) return MPT_OK; /* empty: a new run */
