@@ -452,6 +452,52 @@ START_TEST(test_conv2d_library_matches_double_loops) {
 }
 END_TEST
 
+/* 60 batch sizes, more than the per-thread plan cache keeps (48): old plans are evicted and
+ * built again (twice round), and every output still equals the double-loop reference. */
+START_TEST(test_conv2d_library_plan_cache_eviction) {
+  if (!mpt_op_conv2d_available(NULL)) return; /* ENOTSUP is checked by the test above */
+  mpt_conv_geom g = {.channels = 2, .height = 5, .width = 5, .kernel_h = 3, .kernel_w = 3,
+                     .stride = 1, .pad = 1};
+  OK(mpt_conv_geom_resolve(&g));
+  enum { N = 60, IMG = 2 * 25, OUT = 3 * 25 };
+  const int64_t o = 3;
+  float w[54], b[3], x[N * IMG], y[N * OUT];
+  double ref[N * OUT], mag[N * OUT];
+  mpt_rng r;
+  mpt_rng_seed(&r, 901);
+  mpt_rng_fill_uniform(&r, w, 54, -1.0f, 1.0f);
+  mpt_rng_fill_uniform(&r, b, 3, -1.0f, 1.0f);
+  mpt_rng_fill_uniform(&r, x, N * IMG, -1.0f, 1.0f);
+  for (int64_t i = 0; i < N; i++)
+    for (int64_t oc = 0; oc < o; oc++)
+      for (int64_t oy = 0; oy < 5; oy++)
+        for (int64_t ox = 0; ox < 5; ox++) {
+          double acc = b[oc], m = fabs(b[oc]);
+          for (int64_t c = 0; c < 2; c++)
+            for (int64_t ki = 0; ki < 3; ki++)
+              for (int64_t kj = 0; kj < 3; kj++) {
+                const int64_t iy = oy - 1 + ki, ix = ox - 1 + kj;
+                if (iy < 0 || iy >= 5 || ix < 0 || ix >= 5) continue;
+                const double t =
+                    (double)x[i * IMG + (c * 5 + iy) * 5 + ix] * w[((oc * 2 + c) * 3 + ki) * 3 + kj];
+                acc += t;
+                m += fabs(t);
+              }
+          ref[i * OUT + (oc * 5 + oy) * 5 + ox] = acc;
+          mag[i * OUT + (oc * 5 + oy) * 5 + ox] = m;
+        }
+  for (int round = 0; round < 2; round++)
+    for (int64_t n = 1; n <= N; n++) {
+      for (int64_t q = 0; q < n * OUT; q++) y[q] = NAN;
+      OK(mpt_op_conv2d_forward(NULL, &g, n, o, x, w, b, y));
+      for (int64_t q = 0; q < n * OUT; q++)
+        ck_assert_msg(fabs(y[q] - ref[q]) <= 1e-5 * mag[q] + 1e-6,
+                      "round %d, batch %lld: y[%lld] = %g, want %g", round, (long long)n,
+                      (long long)q, (double)y[q], ref[q]);
+    }
+}
+END_TEST
+
 /* ---- max pooling ---- */
 
 START_TEST(test_maxpool_first_maximum_wins_on_ties) {
@@ -819,6 +865,7 @@ int main(void) {
   tcase_add_test(tc, test_im2col_and_col2im_match_naive);
   tcase_add_test(tc, test_col2im_is_the_adjoint_of_im2col);
   tcase_add_test(tc, test_conv2d_library_matches_double_loops);
+  tcase_add_test(tc, test_conv2d_library_plan_cache_eviction);
   tcase_add_test(tc, test_maxpool_first_maximum_wins_on_ties);
   tcase_add_test(tc, test_maxpool_nan_propagates_in_every_tap);
   tcase_add_test(tc, test_maxpool_overlapping_windows_match_naive);

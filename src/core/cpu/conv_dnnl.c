@@ -60,6 +60,10 @@ static pthread_key_t plans_key;
 
 typedef enum { PASS_FWD, PASS_BWD_DATA, PASS_BWD_WEIGHTS, PASS_COUNT } pass_kind;
 
+/* Plans kept per thread: a training run uses a handful (3 passes x 2 layers x the batch sizes
+ * of training, its last partial batch and evaluation). */
+enum { PLANS_PER_THREAD = 48 };
+
 typedef struct plan {
   struct plan *next;
   int64_t key[12]; /* n, C, H, W, o, kh, kw, stride, pad, has_bias, pass, threads */
@@ -298,6 +302,19 @@ static mpt_status plan_get(const mpt_conv_geom *g, int64_t n, int64_t o, int has
   if (rc != MPT_OK) {
     plan_free(p);
     return rc;
+  }
+  /* Keep at most PLANS_PER_THREAD: a caller that cycles through many batch sizes must not grow
+   * memory without bound. The list is newest first; the oldest goes. */
+  int kept = 1;
+  for (plan *q = head; q; q = q->next)
+    if (++kept > PLANS_PER_THREAD) break;
+  if (kept > PLANS_PER_THREAD) {
+    plan *prev = head;
+    while (prev->next && prev->next->next) prev = prev->next;
+    if (prev->next) {
+      plan_free(prev->next);
+      prev->next = NULL;
+    }
   }
   p->next = head;
   if (pthread_setspecific(plans_key, p) != 0) {
