@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "mpitrain/dp.h"
 
 enum {
   OPT_MODEL = 256, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_OPTIMIZER, OPT_MOMENTUM, OPT_WD,
@@ -414,6 +415,14 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
         break;
       case OPT_DEVICES:
         r = copy_str(name, a, o->devices, sizeof o->devices, msg, n);
+        /* A CPU list is checked here (a usage error, status 2); one naming CUDA devices needs
+         * the devices present, so the trainer checks it at start. */
+        if (!r && !strstr(a, "cuda")) {
+          mpt_device devs[MPT_DP_MAX_DEVICES];
+          int nd = 0;
+          if (mpt_dp_parse_devices(a, devs, MPT_DP_MAX_DEVICES, &nd) != MPT_OK)
+            r = fail(msg, n, "--devices: %s", mpt_last_error());
+        }
         break;
       case OPT_CKPT_DIR:
         r = copy_str(name, a, o->checkpoint_dir, sizeof o->checkpoint_dir, msg, n);
