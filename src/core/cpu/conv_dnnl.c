@@ -8,9 +8,12 @@
  * with a "sum" post-op, dst = reorder(src) + dst, so that += costs no extra pass.
  *
  * Plans: everything a shape needs (primitive descriptors, primitives, reorders, the buffers for
- * the blocked copies, a user-mode scratchpad) is built once per calling thread and shape, and
- * reused. The plans of a thread live in a thread-specific list freed when the thread exits (and
- * for the main thread at process exit, by the OS). A plan is only ever used by its thread, so
+ * the blocked copies, a user-mode scratchpad) is built once per calling thread, shape and thread
+ * count, and reused. The plans of a thread live in a thread-specific list (at most
+ * PLANS_PER_THREAD, the oldest evicted) freed when the thread exits (and for the main thread at
+ * process exit, by the OS). The API used is oneDNN 2.x's C API (dnnl.h: *_desc_init,
+ * primitive descriptors with a forward hint for the backward passes, reorders with attributes;
+ * see the oneDNN developer guide, "Convolution" and "Reorder" primitives). A plan is only ever used by its thread, so
  * concurrent calls from DataParallel replicas share nothing but the engine, which oneDNN allows.
  * Runs synchronously on the calling thread (an in-order CPU stream, waited for before return). */
 #include <cblas.h>
@@ -58,7 +61,7 @@ static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
 static dnnl_status_t engine_status = dnnl_runtime_error;
 static pthread_key_t plans_key;
 
-typedef enum { PASS_FWD, PASS_BWD_DATA, PASS_BWD_WEIGHTS, PASS_COUNT } pass_kind;
+typedef enum { PASS_FWD, PASS_BWD_DATA, PASS_BWD_WEIGHTS } pass_kind;
 
 /* Plans kept per thread: a training run uses a handful (3 passes x 2 layers x the batch sizes
  * of training, its last partial batch and evaluation). */
