@@ -49,59 +49,6 @@ static mpt_status make_model(trainer *t) {
   return mpt_model_init_mlp(&t->model, t->device, &o->mlp, o->seed);
 }
 
-/* The parameter count the options ask for, computed in double (a --hidden list can exceed
- * int64 products only in theory, but the estimate must not wrap). */
-static double model_params_estimate(const mpt_cli_options *o) {
-  if (strcmp(o->model, "cnn") == 0) {
-    const mpt_cnn_config *c = &o->cnn;
-    const double k2 = (double)c->kernel * (double)c->kernel;
-    const double flat = (double)c->conv2_channels * (double)(c->height / 4) * (double)(c->width / 4);
-    return (double)c->in_channels * c->conv1_channels * k2 + c->conv1_channels +
-           (double)c->conv1_channels * c->conv2_channels * k2 + c->conv2_channels +
-           flat * c->hidden + c->hidden + (double)c->hidden * c->num_classes + c->num_classes;
-  }
-  const mpt_mlp_config *m = &o->mlp;
-  double total = 0, in = (double)m->input_size;
-  for (int i = 0; i < m->num_hidden; i++) {
-    total += in * (double)m->hidden[i] + (double)m->hidden[i];
-    in = (double)m->hidden[i];
-  }
-  return total + in * (double)m->num_classes + (double)m->num_classes;
-}
-
-/* MemAvailable of /proc/meminfo in bytes, or -1 when it cannot be read. */
-static double mem_available_bytes(void) {
-  FILE *f = fopen("/proc/meminfo", "r");
-  if (!f) return -1;
-  char line[256];
-  double kib = -1;
-  while (fgets(line, sizeof line, f))
-    if (sscanf(line, "MemAvailable: %lf kB", &kib) == 1) break;
-  fclose(f);
-  return kib < 0 ? -1 : kib * 1024.0;
-}
-
-/* Before allocating a model on the CPU: parameters, gradients and optimizer state (1 buffer for
- * SGD momentum, 2 for AdamW), per DP replica, must fit in this host's available memory shared by
- * its ranks. Otherwise the kernel's OOM killer ends the job with no message (seen with --hidden
- * 100000,100000). A rough lower bound: activations and the data come on top. */
-static mpt_status check_model_fits(trainer *t, int ndev) {
-  const mpt_cli_options *o = t->o;
-  if (t->device.type != MPT_DEVICE_CPU) return MPT_OK;
-  const double params = model_params_estimate(o);
-  const int states = o->optim.kind == MPT_OPTIM_ADAMW ? 2 : 1;
-  const double need = params * sizeof(float) * (2.0 + states) * (ndev > 0 ? ndev : 1);
-  const double avail = mem_available_bytes();
-  const int local = mpt_comm_local_size(t->comm) > 0 ? mpt_comm_local_size(t->comm) : 1;
-  if (avail > 0 && need > avail / local)
-    return MPT_FAIL(MPT_ENOMEM, "model %s: %.3g parameters need at least %.1f GiB per rank "
-                    "(parameters, gradients and optimizer state%s), but this host has %.1f GiB "
-                    "available for %d rank(s): use a smaller model (--hidden)",
-                    o->model, params, need / 1073741824.0,
-                    ndev > 1 ? ", per DP replica" : "", avail / 1073741824.0, local);
-  return MPT_OK;
-}
-
 static mpt_status load_data(trainer *t) {
   const mpt_cli_options *o = t->o;
   if (o->synthetic) {
@@ -360,69 +307,6 @@ static mpt_status stop_vote_finish(trainer *t) {
   return mpt_comm_wait_event(t->comm, t->stop_event);
 }
 
-/* Steps skipped in a row (--skip-nonfinite) from which the model counts as broken: one NaN batch
- * is an accident, a model that gives non-finite gradients on every batch no longer trains. */
-enum { BROKEN_AFTER_SKIPS = 3 };
-
-/* The replicas are identical on every rank, so every rank takes the same decision. Skipping
- * steps (--skip-nonfinite) cannot repair a model whose parameters or buffers (BatchNorm running
- * statistics) stopped being finite, nor one that gives non-finite gradients on every batch (a
- * finite gradient times a far too large learning rate can overflow): stop, rather than train on
- * or checkpoint it. */
-static mpt_status check_model_healthy(trainer *t, const char *when) {
-  int bad_params = 0, bad_buffers = 0;
-  MPT_RETURN_IF(mpt_op_check_finite(t->stream, mpt_model_params(t->model),
-                                    mpt_model_param_count(t->model), &bad_params));
-  if (mpt_model_buffer_count(t->model) > 0)
-    MPT_RETURN_IF(mpt_op_check_finite(t->stream, mpt_model_buffers(t->model),
-                                      mpt_model_buffer_count(t->model), &bad_buffers));
-  if (bad_params || bad_buffers)
-    return MPT_FAIL(MPT_ENONFINITE, "the model's %s are no longer finite %s (global step %" PRId64
-                    ", %" PRId64 " step(s) skipped for non-finite gradients): the learning rate "
-                    "%g is probably too high", bad_params ? "parameters" : "buffers (BatchNorm "
-                    "running statistics)", when, t->global_step, t->skipped_nonfinite,
-                    (double)t->o->optim.lr);
-  if (t->consecutive_skipped >= BROKEN_AFTER_SKIPS)
-    return MPT_FAIL(MPT_ENONFINITE, "the last %" PRId64 " optimizer steps were all skipped for "
-                    "non-finite gradients (stopping %s, global step %" PRId64 "): the model no "
-                    "longer trains; the learning rate %g is probably too high",
-                    t->consecutive_skipped, when, t->global_step, (double)t->o->optim.lr);
-  return MPT_OK;
-}
-
-/* Writes a checkpoint (rank 0 writes, every rank waits) recording that `step_in_epoch` steps of
- * `epoch` are done (step_in_epoch 0: epoch `epoch` is next, the ones before it are done). */
-static mpt_status save_checkpoint(trainer *t, int64_t epoch, int64_t step_in_epoch) {
-  const mpt_cli_options *o = t->o;
-  MPT_RETURN_IF(mpt_stream_synchronize(t->stream, o->timeout_s * 1e3));
-  MPT_RETURN_IF(check_model_healthy(t, "before writing a checkpoint"));
-  if (t->consecutive_skipped > 0) {
-    /* The model as it stands gave non-finite gradients on its last batch: maybe an accident,
-     * maybe the start of a divergence. Do not let it replace (--keep) a good checkpoint. */
-    mpt_log(MPT_LOG_WARN, "checkpoint at global step %" PRId64 " not written: the last step was "
-            "skipped for non-finite gradients (the next checkpoint is written if training "
-            "recovers)", t->global_step);
-    return MPT_OK;
-  }
-  mpt_ckpt_meta meta = mpt_ckpt_meta_default();
-  meta.epoch = epoch;
-  meta.global_step = t->global_step;
-  meta.step_in_epoch = step_in_epoch;
-  meta.sampler_epoch = epoch;
-  meta.seed = o->seed;
-  meta.world_size = t->world;
-  char path[4200];
-  MPT_RETURN_IF(mpt_ckpt_save_collective(t->comm, o->checkpoint_dir, o->keep, t->model, t->opt,
-                                         &meta, path, sizeof path));
-  if (step_in_epoch == 0)
-    mpt_log(MPT_LOG_INFO, "checkpoint %s (end of epoch %" PRId64 ", global step %" PRId64 ")",
-            path, epoch, t->global_step);
-  else
-    mpt_log(MPT_LOG_INFO, "checkpoint %s (epoch %" PRId64 ", step %" PRId64 " of it, global step %"
-            PRId64 ")", path, epoch + 1, step_in_epoch, t->global_step);
-  return MPT_OK;
-}
-
 static mpt_status run_epoch(trainer *t, int64_t epoch, mpt_epoch_metrics *m) {
   const mpt_cli_options *o = t->o;
   double e0 = mpt_time_ms();
@@ -463,7 +347,7 @@ static mpt_status run_epoch(trainer *t, int64_t epoch, mpt_epoch_metrics *m) {
     int every = o->checkpoint_dir[0] && o->checkpoint_every > 0 &&
                 t->global_step % o->checkpoint_every == 0;
     if (o->checkpoint_dir[0] && (every || interrupted))
-      MPT_RETURN_IF(save_checkpoint(t, epoch, step + 1));
+      MPT_RETURN_IF(trainer_save_checkpoint(t, epoch, step + 1));
     if (interrupted) {
       step++;
       break;
@@ -499,7 +383,7 @@ static mpt_status run_epoch(trainer *t, int64_t epoch, mpt_epoch_metrics *m) {
           "  %8.0f samples/s  %6.1f s",
           m->epoch, o->epochs, m->train_loss, m->train_accuracy, m->test_loss,
           m->test_accuracy, m->samples_per_sec, m->seconds);
-  MPT_RETURN_IF(check_model_healthy(t, "at the end of the epoch"));
+  MPT_RETURN_IF(trainer_check_model_healthy(t, "at the end of the epoch"));
   if (t->test.count > 0 && !isfinite(m->test_loss))
     return MPT_FAIL(MPT_ENONFINITE, "the test loss is %g at the end of epoch %" PRId64 " (global "
                     "step %" PRId64 ", %" PRId64 " step(s) skipped for non-finite gradients): the "
@@ -507,50 +391,7 @@ static mpt_status run_epoch(trainer *t, int64_t epoch, mpt_epoch_metrics *m) {
                     "too high", m->test_loss, m->epoch, t->global_step, t->skipped_nonfinite,
                     (double)o->optim.lr);
   if (o->checkpoint_dir[0] && o->checkpoint_every == 0)
-    MPT_RETURN_IF(save_checkpoint(t, epoch + 1, 0));
-  return MPT_OK;
-}
-
-/* --resume: every rank loads the same checkpoint onto its own device, then training continues
- * from the step after it. */
-static mpt_status resume(trainer *t) {
-  const mpt_cli_options *o = t->o;
-  mpt_ckpt_meta meta;
-  MPT_RETURN_IF(mpt_ckpt_load_collective(t->comm, o->resume, t->model, t->opt, &meta));
-  if (meta.world_size != t->world)
-    return MPT_FAIL(MPT_EMISMATCH,
-                    "checkpoint '%s' was written by %d rank(s), this job has %d: resuming would "
-                    "change the data order (use the same world size)",
-                    o->resume, meta.world_size, t->world);
-  if (meta.seed != o->seed)
-    return MPT_FAIL(MPT_EMISMATCH,
-                    "checkpoint '%s' was written with --seed %" PRIu64 ", this run has %" PRIu64,
-                    o->resume, meta.seed, o->seed);
-  if (meta.step_in_epoch > t->steps_per_epoch)
-    return MPT_FAIL(MPT_EMISMATCH,
-                    "checkpoint '%s' is at step %" PRId64 " of an epoch of %" PRId64
-                    " steps: the batch size or data changed",
-                    o->resume, meta.step_in_epoch, t->steps_per_epoch);
-  if (meta.global_step != meta.epoch * t->steps_per_epoch + meta.step_in_epoch)
-    return MPT_FAIL(MPT_EMISMATCH,
-                    "checkpoint '%s' is at global step %" PRId64 " = epoch %" PRId64 " step %"
-                    PRId64 ", which does not fit epochs of %" PRId64 " steps: the batch size, "
-                    "--accumulate, --max-steps or the data changed since it was written",
-                    o->resume, meta.global_step, meta.epoch + 1, meta.step_in_epoch,
-                    t->steps_per_epoch);
-  if (o->stop_at_step > 0 && o->stop_at_step <= meta.global_step)
-    return MPT_FAIL(MPT_EINVAL, "--stop-at-step %" PRId64 " is not after the checkpoint's step %"
-                                PRId64,
-                    o->stop_at_step, meta.global_step);
-  t->global_step = meta.global_step;
-  t->start_epoch = meta.epoch;
-  t->skip_steps = meta.step_in_epoch;
-  if (t->skip_steps == t->steps_per_epoch) { /* the epoch's steps were all done */
-    t->start_epoch++;
-    t->skip_steps = 0;
-  }
-  mpt_log(MPT_LOG_INFO, "resumed from %s: epoch %" PRId64 ", global step %" PRId64, o->resume,
-          meta.epoch + 1, meta.global_step);
+    MPT_RETURN_IF(trainer_save_checkpoint(t, epoch + 1, 0));
   return MPT_OK;
 }
 
@@ -660,7 +501,7 @@ static mpt_status train_run(trainer *t) {
                     "for the %s device (configure --with-onednn; apt-get install libdnnl-dev)",
                     t->device.type == MPT_DEVICE_CPU ? "cpu" : "cuda");
   MPT_RETURN_IF(mpt_event_init(&t->stop_event, mpt_device_cpu()));
-  MPT_RETURN_IF(check_model_fits(t, ndev));
+  MPT_RETURN_IF(trainer_check_model_fits(t, ndev));
   MPT_RETURN_IF(load_data(t));
   MPT_RETURN_IF(make_model(t));
   MPT_RETURN_IF(mpt_tape_init(&t->tape, t->model, t->stream));
@@ -744,7 +585,7 @@ static mpt_status train_run(trainer *t) {
 
   t->epochs = calloc((size_t)o->epochs, sizeof *t->epochs);
   if (!t->epochs) return MPT_FAIL(MPT_ENOMEM, "cannot allocate metrics");
-  if (o->resume[0]) MPT_RETURN_IF(resume(t));
+  if (o->resume[0]) MPT_RETURN_IF(trainer_resume(t));
   for (int64_t e = t->start_epoch; e < o->epochs; e++) {
     MPT_RETURN_IF(run_epoch(t, e, &t->epochs[t->nepochs]));
     t->nepochs++;

@@ -1,10 +1,8 @@
-/* Checks that every rank agrees (options, epoch, parameters), output-path and parameter-file
- * helpers, and the fault injection the tests use (MPT_TEST_* variables). Run on the training
- * thread; the checks are collective over the trainer's host comm. */
-#include <dirent.h>
+/* Checks that every rank agrees (options, epoch, parameters), whether the model fits in memory,
+ * output-path and parameter-file helpers, and the fault injection the tests use (MPT_TEST_*
+ * variables). Run on the training thread; the checks are collective over the trainer's host comm. */
 #include <errno.h>
 #include <inttypes.h>
-#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -128,80 +126,54 @@ mpt_status trainer_check_output_path(const char *option, const char *path) {
   return MPT_OK;
 }
 
-/* realpath of the directory part of path ("." when it has none) into out[PATH_MAX]. */
-static int dir_of(const char *path, char *out) {
-  char buf[PATH_MAX];
-  if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return -1;
-  char *slash = strrchr(buf, '/');
-  if (!slash) return realpath(".", out) ? 0 : -1;
-  if (slash == buf) slash[1] = '\0';
-  else *slash = '\0';
-  return realpath(buf, out) ? 0 : -1;
+/* The parameter count the options ask for, computed in double (a --hidden list can exceed
+ * int64 products only in theory, but the estimate must not wrap). */
+static double model_params_estimate(const mpt_cli_options *o) {
+  if (strcmp(o->model, "cnn") == 0) {
+    const mpt_cnn_config *c = &o->cnn;
+    const double k2 = (double)c->kernel * (double)c->kernel;
+    const double flat = (double)c->conv2_channels * (double)(c->height / 4) * (double)(c->width / 4);
+    return (double)c->in_channels * c->conv1_channels * k2 + c->conv1_channels +
+           (double)c->conv1_channels * c->conv2_channels * k2 + c->conv2_channels +
+           flat * c->hidden + c->hidden + (double)c->hidden * c->num_classes + c->num_classes;
+  }
+  const mpt_mlp_config *m = &o->mlp;
+  double total = 0, in = (double)m->input_size;
+  for (int i = 0; i < m->num_hidden; i++) {
+    total += in * (double)m->hidden[i] + (double)m->hidden[i];
+    in = (double)m->hidden[i];
+  }
+  return total + in * (double)m->num_classes + (double)m->num_classes;
 }
 
-/* A writer killed mid-checkpoint (SIGKILL, a node lost) leaves "<checkpoint>.tmp.<pid>": never a
- * checkpoint (the rename did not happen), only clutter. Those whose writer is no longer alive on
- * this host are removed, each named in the log; one whose process still exists (another job
- * writing here right now) is left alone. */
-static void remove_dead_writers_files(const char *dir) {
-  DIR *d = opendir(dir);
-  if (!d) return;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    const char *name = e->d_name, *tmp = strstr(name, ".mpt.tmp.");
-    if (strncmp(name, "ckpt-step", 9) != 0 || !tmp) continue;
-    char *end = NULL;
-    long pid = strtol(tmp + 9, &end, 10);
-    if (pid <= 0 || *end != '\0') continue;
-    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours to judge */
-    char path[PATH_MAX];
-    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path) continue;
-    if (unlink(path) == 0)
-      mpt_log(MPT_LOG_INFO, "removed %s: an incomplete checkpoint left by a writer (pid %ld) "
-              "that was killed", path, pid);
-  }
-  closedir(d);
+/* MemAvailable of /proc/meminfo in bytes, or -1 when it cannot be read. */
+static double mem_available_bytes(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return -1;
+  char line[256];
+  double kib = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %lf kB", &kib) == 1) break;
+  fclose(f);
+  return kib < 0 ? -1 : kib * 1024.0;
 }
 
-mpt_status trainer_check_checkpoint_dir(const mpt_cli_options *o) {
-  const char *dir = o->checkpoint_dir;
-  struct stat sb;
-  if (stat(dir, &sb) != 0) {
-    if (errno != ENOENT)
-      return MPT_FAIL(MPT_EIO, "--checkpoint-dir '%s': %s", dir, strerror(errno));
-    if (lstat(dir, &sb) == 0 && S_ISLNK(sb.st_mode))
-      return MPT_FAIL(MPT_EINVAL, "--checkpoint-dir '%s' is a symbolic link to nothing (a "
-                      "dangling link): create its target or give another directory", dir);
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-      return MPT_FAIL(MPT_EIO, "--checkpoint-dir '%s': cannot create it: %s", dir,
-                      strerror(errno));
-  } else if (!S_ISDIR(sb.st_mode)) {
-    return MPT_FAIL(MPT_EINVAL, "--checkpoint-dir '%s' exists and is not a directory", dir);
-  }
-  if (access(dir, W_OK | X_OK) != 0)
-    return MPT_FAIL(MPT_EIO, "--checkpoint-dir '%s' cannot be written: %s", dir, strerror(errno));
-  remove_dead_writers_files(dir);
-  char latest[PATH_MAX];
-  mpt_status st = mpt_ckpt_find_latest(dir, latest, sizeof latest);
-  if (st == MPT_ENOENT) return MPT_OK; /* empty: a new run */
-  if (st != MPT_OK) return st;
-  if (o->resume[0]) { /* continuing the run whose checkpoints these are? */
-    char from[PATH_MAX], from_real[PATH_MAX], from_dir[PATH_MAX], here[PATH_MAX];
-    char latest_real[PATH_MAX];
-    MPT_RETURN_IF(mpt_ckpt_resolve(o->resume, from, sizeof from)); /* names a missing file */
-    if (realpath(from, from_real) && dir_of(from_real, from_dir) == 0 && realpath(dir, here) &&
-        strcmp(from_dir, here) == 0) {
-      if (realpath(latest, latest_real) && strcmp(latest_real, from_real) == 0) return MPT_OK;
-      return MPT_FAIL(MPT_EINVAL, "--resume '%s' is not the latest checkpoint of --checkpoint-dir "
-                      "'%s' (%s is): continuing from it would overwrite or rotate away the later "
-                      "ones. Give a new --checkpoint-dir to branch off from it", o->resume, dir,
-                      latest);
-    }
-  }
-  return MPT_FAIL(MPT_EINVAL, "--checkpoint-dir '%s' already holds checkpoints of another run "
-                  "(latest: %s). Continue that run with --resume '%s', or give an empty or new "
-                  "directory: this run would otherwise rotate them away (--keep %d)",
-                  dir, latest, dir, o->keep);
+/* See train_impl.h. */
+mpt_status trainer_check_model_fits(trainer *t, int ndev) {
+  const mpt_cli_options *o = t->o;
+  if (t->device.type != MPT_DEVICE_CPU) return MPT_OK;
+  const double params = model_params_estimate(o);
+  const int states = o->optim.kind == MPT_OPTIM_ADAMW ? 2 : 1;
+  const double need = params * sizeof(float) * (2.0 + states) * (ndev > 0 ? ndev : 1);
+  const double avail = mem_available_bytes();
+  const int local = mpt_comm_local_size(t->comm) > 0 ? mpt_comm_local_size(t->comm) : 1;
+  if (avail > 0 && need > avail / local)
+    return MPT_FAIL(MPT_ENOMEM, "model %s: %.3g parameters need at least %.1f GiB per rank "
+                    "(parameters, gradients and optimizer state%s), but this host has %.1f GiB "
+                    "available for %d rank(s): use a smaller model (--hidden)",
+                    o->model, params, need / 1073741824.0,
+                    ndev > 1 ? ", per DP replica" : "", avail / 1073741824.0, local);
+  return MPT_OK;
 }
 
 mpt_status trainer_save_params(trainer *t, const char *path) {

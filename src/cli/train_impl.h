@@ -68,7 +68,26 @@ mpt_status trainer_check_output_path(const char *option, const char *path);
  * would mix two runs. Errors: MPT_EINVAL (not a directory, holds another run's checkpoints,
  * naming the latest and the way out), MPT_EIO (cannot create or write it). */
 mpt_status trainer_check_checkpoint_dir(const mpt_cli_options *o);
+/* Before allocating a model on the CPU: parameters, gradients and optimizer state (1 buffer for
+ * SGD momentum, 2 for AdamW), per DP replica (ndev), must fit in this host's available memory
+ * shared by its ranks; otherwise the kernel's OOM killer ends the job with no message (seen with
+ * --hidden 100000,100000). A rough lower bound: activations and the data come on top. Errors:
+ * MPT_ENOMEM naming both sizes. */
+mpt_status trainer_check_model_fits(trainer *t, int ndev);
 mpt_status trainer_save_params(trainer *t, const char *path);
 mpt_status trainer_check_same_options(trainer *t);
+
+/* train_ckpt.c */
+/* Stops (MPT_ENONFINITE, naming `when` and the learning rate) a model no longer fit to train or
+ * be checkpointed: non-finite parameters or buffers, or 3 optimizer steps in a row skipped for
+ * non-finite gradients. Every rank decides the same (the replicas are identical). */
+mpt_status trainer_check_model_healthy(trainer *t, const char *when);
+/* Collective: writes a checkpoint recording that `step_in_epoch` steps of `epoch` are done
+ * (step_in_epoch 0: epoch `epoch` is next). Not written, with a warning, right after a step
+ * skipped for non-finite gradients. */
+mpt_status trainer_save_checkpoint(trainer *t, int64_t epoch, int64_t step_in_epoch);
+/* Collective: --resume, every rank loads the same checkpoint and the loop continues after it;
+ * a checkpoint of another world size, seed or epoch length is refused. */
+mpt_status trainer_resume(trainer *t);
 
 #endif
