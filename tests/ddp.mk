@@ -1,6 +1,6 @@
 # tests of the DDP engine (src/ddp): MPI programs run by the shell wrappers under
 # tests/mpirun.sh with 2, 3 and 4 ranks (the programs themselves are not run bare).
-EXTRA_DIST += tests/test_ddp_np2.sh tests/test_ddp_np3.sh tests/test_ddp_np4.sh
+EXTRA_DIST += tests/test_ddp_np2.sh tests/test_ddp_np3.sh tests/test_ddp_np4.sh tests/mpi_check.h
 
 if HAVE_CHECK
 check_PROGRAMS += tests/test_ddp tests/test_faults

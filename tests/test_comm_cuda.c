@@ -37,34 +37,8 @@ static int g_rank, g_world;
 static mpt_device g_dev;
 static int g_nccl_ok; /* every rank has a GPU of its own */
 
-#define OK(expr)                                                                              \
-  do {                                                                                        \
-    mpt_status st_ = (expr);                                                                  \
-    ck_assert_msg(st_ == MPT_OK, "rank %d: %s -> %s: %s", g_rank, #expr, mpt_status_name(st_), \
-                  mpt_last_error());                                                          \
-  } while (0)
-
-static int g_bad;
-static char g_why[1024];
-#define EXPECT(cond, ...)                         \
-  do {                                            \
-    if (!(cond) && !g_bad) {                      \
-      g_bad = 1;                                  \
-      snprintf(g_why, sizeof g_why, __VA_ARGS__); \
-    }                                             \
-  } while (0)
-
-static void expect_begin(void) {
-  g_bad = 0;
-  g_why[0] = '\0';
-}
-
-static void expect_agree(void) {
-  int32_t mine = g_bad, any = 0;
-  OK(mpt_comm_allreduce_sync(g_ctl, &mine, &any, 1, MPT_I32, MPT_REDUCE_MAX));
-  ck_assert_msg(!g_bad, "rank %d: %s", g_rank, g_why);
-  ck_assert_msg(!any, "rank %d: another rank failed this test (see its output)", g_rank);
-}
+#define MPI_CHECK_COMM g_ctl
+#include "mpi_check.h"
 
 static mpt_comm *comm_make(mpt_comm_backend backend) {
   mpt_comm_config cc = mpt_comm_config_default();
