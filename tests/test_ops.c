@@ -349,6 +349,41 @@ static void expect_close(const char *what, size_t t, const float *got, const dou
                   (double)got[q], want[q], 1e-5 * mag[q] + 1e-6);
 }
 
+/* Double-precision convolution of x [n, C, H, W] with w [o, C, kh, kw] and b [o]: ry = the
+ * output, my = the sum of the magnitudes of its terms (the scale of its rounding). With dy
+ * (may be NULL) it also adds the input gradient to rdx, the weight gradient to rdw and the bias
+ * gradient to rdb, their magnitudes to mdx, mdw, mdb. */
+static void conv_reference(const mpt_conv_geom *g, int64_t n, int64_t o, const float *x,
+                           const float *w, const float *b, const float *dy, double *ry,
+                           double *my, double *rdx, double *mdx, double *rdw, double *mdw,
+                           double *rdb, double *mdb) {
+  const int64_t c = g->channels, h = g->height, wd = g->width, kh = g->kernel_h, kw = g->kernel_w;
+  for (int64_t in = 0; in < n; in++)
+    for (int64_t oc = 0; oc < o; oc++)
+      for (int64_t oy = 0; oy < g->out_h; oy++)
+        for (int64_t ox = 0; ox < g->out_w; ox++) {
+          const int64_t yi = ((in * o + oc) * g->out_h + oy) * g->out_w + ox;
+          ry[yi] = b[oc];
+          my[yi] = fabs(b[oc]);
+          if (dy) rdb[oc] += dy[yi], mdb[oc] += fabs(dy[yi]);
+          for (int64_t ic = 0; ic < c; ic++)
+            for (int64_t i = 0; i < kh; i++)
+              for (int64_t j = 0; j < kw; j++) {
+                const int64_t yy = oy * g->stride - g->pad + i, xx = ox * g->stride - g->pad + j;
+                if (yy < 0 || yy >= h || xx < 0 || xx >= wd) continue;
+                const int64_t xi = ((in * c + ic) * h + yy) * wd + xx;
+                const int64_t wi = ((oc * c + ic) * kh + i) * kw + j;
+                ry[yi] += (double)x[xi] * w[wi];
+                my[yi] += fabs((double)x[xi] * w[wi]);
+                if (!dy) continue;
+                rdx[xi] += (double)w[wi] * dy[yi];
+                mdx[xi] += fabs((double)w[wi] * dy[yi]);
+                rdw[wi] += (double)x[xi] * dy[yi];
+                mdw[wi] += fabs((double)x[xi] * dy[yi]);
+              }
+        }
+}
+
 /* Forward, backward data and backward weights against double-precision loops, on random
  * values, with dx, dw and db starting non-zero (they accumulate); C = 1 with an input gradient,
  * stride 2 and 3, no padding, non-square kernels, the cnn model's 5x5 pad 2 layers. Without a
@@ -392,30 +427,7 @@ START_TEST(test_conv2d_library_matches_double_loops) {
       for (int64_t q = 0; q < nx; q++) rdx[q] = dx[q], mdx[q] = fabs(dx[q]);
       for (int64_t q = 0; q < nw; q++) rdw[q] = dw0[q] = dw[q], mdw[q] = fabs(dw[q]);
       for (int64_t q = 0; q < o; q++) rdb[q] = db[q], mdb[q] = fabs(db[q]);
-      for (int64_t in = 0; in < n; in++)
-        for (int64_t oc = 0; oc < o; oc++)
-          for (int64_t oy = 0; oy < oh; oy++)
-            for (int64_t ox = 0; ox < ow; ox++) {
-              const int64_t yi = ((in * o + oc) * oh + oy) * ow + ox;
-              ry[yi] = b[oc];
-              my[yi] = fabs(b[oc]);
-              rdb[oc] += dy[yi];
-              mdb[oc] += fabs(dy[yi]);
-              for (int64_t ic = 0; ic < c; ic++)
-                for (int64_t i = 0; i < kh; i++)
-                  for (int64_t j = 0; j < kw; j++) {
-                    const int64_t yy = oy * g.stride - g.pad + i, xx = ox * g.stride - g.pad + j;
-                    if (yy < 0 || yy >= h || xx < 0 || xx >= w) continue;
-                    const int64_t xi = ((in * c + ic) * h + yy) * w + xx;
-                    const int64_t wi = ((oc * c + ic) * kh + i) * kw + j;
-                    ry[yi] += (double)x[xi] * wt[wi];
-                    my[yi] += fabs((double)x[xi] * wt[wi]);
-                    rdx[xi] += (double)wt[wi] * dy[yi];
-                    mdx[xi] += fabs((double)wt[wi] * dy[yi]);
-                    rdw[wi] += (double)x[xi] * dy[yi];
-                    mdw[wi] += fabs((double)x[xi] * dy[yi]);
-                  }
-            }
+      conv_reference(&g, n, o, x, wt, b, dy, ry, my, rdx, mdx, rdw, mdw, rdb, mdb);
       /* twice: the second call reuses the cached plan */
       for (int rep = 0; rep < 2; rep++) {
         for (int64_t q = 0; q < ny; q++) y[q] = NAN; /* overwritten, not accumulated */
@@ -468,24 +480,7 @@ START_TEST(test_conv2d_library_plan_cache_eviction) {
   mpt_rng_fill_uniform(&r, w, 54, -1.0f, 1.0f);
   mpt_rng_fill_uniform(&r, b, 3, -1.0f, 1.0f);
   mpt_rng_fill_uniform(&r, x, N * IMG, -1.0f, 1.0f);
-  for (int64_t i = 0; i < N; i++)
-    for (int64_t oc = 0; oc < o; oc++)
-      for (int64_t oy = 0; oy < 5; oy++)
-        for (int64_t ox = 0; ox < 5; ox++) {
-          double acc = b[oc], m = fabs(b[oc]);
-          for (int64_t c = 0; c < 2; c++)
-            for (int64_t ki = 0; ki < 3; ki++)
-              for (int64_t kj = 0; kj < 3; kj++) {
-                const int64_t iy = oy - 1 + ki, ix = ox - 1 + kj;
-                if (iy < 0 || iy >= 5 || ix < 0 || ix >= 5) continue;
-                const double t =
-                    (double)x[i * IMG + (c * 5 + iy) * 5 + ix] * w[((oc * 2 + c) * 3 + ki) * 3 + kj];
-                acc += t;
-                m += fabs(t);
-              }
-          ref[i * OUT + (oc * 5 + oy) * 5 + ox] = acc;
-          mag[i * OUT + (oc * 5 + oy) * 5 + ox] = m;
-        }
+  conv_reference(&g, N, o, x, w, b, NULL, ref, mag, NULL, NULL, NULL, NULL, NULL, NULL);
   for (int round = 0; round < 2; round++)
     for (int64_t n = 1; n <= N; n++) {
       for (int64_t q = 0; q < n * OUT; q++) y[q] = NAN;
