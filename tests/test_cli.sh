@@ -53,7 +53,7 @@ check 1 "--trace '/tmp' exists and is not a regular file" train --synthetic --tr
 check 1 "--checkpoint-dir '/dev/null' exists and is not a directory" train --synthetic \
   --train-limit 64 --test-limit 16 --epochs 1 --checkpoint-dir /dev/null
 check 1 "cannot create it" train --synthetic --train-limit 64 --test-limit 16 --epochs 1 \
-  --checkpoint-dir /no/such/dir/ck
+  --checkpoint-dir /proc/no-such/ck
 # Ranks started with different options fail at once, naming the option (not a hang).
 out=$(MPT_MPIRUN_ARGS="" "$(dirname "$0")/mpirun.sh" 1 60 "$prog" train --synthetic --train-limit 64 \
       --test-limit 16 --epochs 2 : -np 1 "$prog" train --synthetic --train-limit 64 --test-limit 16 --epochs 1 2>&1)

@@ -275,6 +275,8 @@ MPT_API void mpt_trace_add(mpt_trace *trace, const char *name, int tid, double s
  * with barriers), so one file holds every rank. Errors: MPT_EIO naming the path. */
 MPT_API mpt_status mpt_trace_append(mpt_trace *trace, const char *path, int first, int last);
 MPT_API int64_t mpt_trace_count(const mpt_trace *trace);
+/* Events not recorded because the trace was full (0 for NULL). Thread-safe. */
+MPT_API int64_t mpt_trace_dropped(mpt_trace *trace);
 
 #ifdef __cplusplus
 }

@@ -167,7 +167,8 @@ MPT_API mpt_dp_stats mpt_dp_get_stats(const mpt_dp *dp);
 MPT_API void mpt_dp_reset_stats(mpt_dp *dp);
 
 /* When `trace` is set, each step records "dp broadcast", "dp gather", "dp reduce" on lane 0 and
- * each replica's work ("dp replica", arg = device index) on lane 2 + index. NULL turns it off. */
+ * each replica's "forward" (scatter, forward and loss) and "backward" (arg = device index) on
+ * lane 2 + index: 1 + 4 x devices events per step at most. NULL turns it off. */
 MPT_API void mpt_dp_set_trace(mpt_dp *dp, mpt_trace *trace);
 
 #ifdef __cplusplus

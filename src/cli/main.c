@@ -1,20 +1,33 @@
 /* mpitrain: the program. Parses the command line, then runs the trainer. Exit status: 0 done,
- * 1 failure (the message names the rank and cause), 2 bad usage, 75 preempted. */
+ * 1 failure (the message names the rank and cause), 2 bad usage, 75 preempted.
+ *
+ * Bad usage under a launcher (mpirun -np N, srun) would otherwise print the same message N
+ * times: only rank 0 prints it, with a one-line hint instead of the whole usage. */
 #include <stdio.h>
+#include <string.h>
 
 #include "cli/options.h"
 #include "cli/train.h"
+#include "cli/version.h"
 
 int main(int argc, char **argv) {
   static mpt_cli_options opts;
   static char msg[8192];
   int r = mpt_cli_parse(argc, argv, &opts, msg, sizeof msg);
   if (r == MPT_CLI_EXIT_OK) {
-    printf("%s\n", msg);
+    if (strcmp(opts.command, "version") == 0)
+      mpt_cli_print_version(stdout);
+    else
+      printf("%s\n", msg);
     return 0;
   }
   if (r == MPT_CLI_EXIT_USAGE) {
-    fprintf(stderr, "mpitrain: %s\n\n%s", msg, mpt_cli_usage());
+    int rank = mpt_cli_launcher_rank();
+    if (rank < 0)
+      fprintf(stderr, "mpitrain: %s\n\n%s", msg, mpt_cli_usage());
+    else if (rank == 0)
+      fprintf(stderr, "mpitrain: %s\nmpitrain: every rank stops (status 2); `mpitrain train "
+              "--help` lists the options\n", msg);
     return 2;
   }
   return mpt_cli_train(&opts);

@@ -46,6 +46,10 @@ mpt_status mpt_metrics_write_json(const char *path, const mpt_run_info *info,
     json_num(f, e->samples_per_sec);
     fprintf(f, ", \"seconds\": ");
     json_num(f, e->seconds);
+    fprintf(f, ", \"lr_first\": ");
+    json_num(f, e->lr_first);
+    fprintf(f, ", \"lr_last\": ");
+    json_num(f, e->lr_last);
     fprintf(f, ", \"steps\": %" PRId64 "}%s\n", e->steps, i + 1 < nepochs ? "," : "");
   }
   fprintf(f, "  ],\n  \"final\": {\"test_accuracy\": ");

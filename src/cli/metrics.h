@@ -16,6 +16,7 @@ typedef struct mpt_epoch_metrics {
   double samples_per_sec; /* training samples over all ranks / training seconds */
   double seconds;         /* wall time of the epoch's training and evaluation */
   int64_t steps;
+  double lr_first, lr_last; /* scheduled learning rate of the epoch's first and last step */
 } mpt_epoch_metrics;
 
 /* Per-step breakdown in milliseconds, averaged over steps (max over ranks taken by caller). */

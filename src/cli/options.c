@@ -23,7 +23,7 @@ enum {
   OPT_FIRST_BUCKET_CAP, OPT_NO_OVERLAP, OPT_FIND_UNUSED, OPT_ACCUMULATE, OPT_BUFFERS,
   OPT_TIMEOUT, OPT_CHECK_COLL, OPT_MODE, OPT_DEVICES, OPT_CKPT_DIR, OPT_CKPT_EVERY, OPT_KEEP,
   OPT_RESUME, OPT_STOP_AT, OPT_SKIP_NONFINITE, OPT_CHECK_REPLICAS, OPT_CONV_ALGO, OPT_HELP,
-  OPT_VERSION,
+  OPT_VERSION, OPT_LOG_FILE, OPT_QUIET, OPT_PROGRESS_INTERVAL,
 };
 
 static const struct option long_options[] = {
@@ -78,6 +78,9 @@ static const struct option long_options[] = {
     {"check-replicas", required_argument, NULL, OPT_CHECK_REPLICAS},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
+    {"log-file", required_argument, NULL, OPT_LOG_FILE},
+    {"quiet", no_argument, NULL, OPT_QUIET},
+    {"progress-interval", required_argument, NULL, OPT_PROGRESS_INTERVAL},
     {NULL, 0, NULL, 0},
 };
 
@@ -122,7 +125,8 @@ const char *mpt_cli_usage(void) {
          "  --checkpoint-dir DIR       write checkpoints here (rank 0; atomic rename)\n"
          "  --checkpoint-every N|epoch every N optimizer steps, or per epoch (default epoch)\n"
          "  --keep K                   keep the last K checkpoints (default 3)\n"
-         "  --resume FILE|DIR          continue from a checkpoint (DIR: its latest)\n"
+         "  --resume FILE|DIR|auto     continue from a checkpoint (DIR: its latest; auto: the\n"
+         "                             latest of --checkpoint-dir if it has one, else start)\n"
          "  --stop-at-step N           stop after global step N (checkpointing if on)\n"
          "faults:\n"
          "  --skip-nonfinite           skip steps whose averaged gradients are NaN/Inf (every\n"
@@ -137,6 +141,10 @@ const char *mpt_cli_usage(void) {
          "  --save-params FILE         final parameters as raw float32 (rank 0)\n"
          "  --trace FILE               Chrome trace of forward/backward/all-reduce/optimizer\n"
          "  --progress, --no-progress  progress bar (default: when stderr is a terminal)\n"
+         "  --progress-interval SEC    stderr not a terminal: a progress line on rank 0 every\n"
+         "                             SEC seconds (default 30; 0 = none)\n"
+         "  --log-file FILE            each rank writes its output to FILE.RANK\n"
+         "  --quiet                    warnings and errors only\n"
          "  --device cpu|cuda          (default: cuda when every rank sees a GPU, else cpu)\n"
          "  --conv-algo auto|im2col|onednn   convolutions: oneDNN (when built with it) or\n"
          "                             im2col + GEMM (default auto: oneDNN when available)\n"
@@ -167,6 +175,7 @@ void mpt_cli_options_default(mpt_cli_options *o) {
   o->timeout_s = 300;
   o->mode = MPT_MODE_SINGLE_OR_DDP;
   o->keep = 3;
+  o->progress_interval_s = 30;
 }
 
 /* ---- value parsers: 0 ok, -1 error (message written) ---- */
@@ -448,11 +457,21 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
       case OPT_STOP_AT:
         if (!(r = parse_i64(name, a, 1, INT64_C(1) << 40, &i64, msg, n))) o->stop_at_step = i64;
         break;
+      case OPT_LOG_FILE:
+        r = copy_str(name, a, o->log_file, sizeof o->log_file, msg, n);
+        break;
+      case OPT_QUIET:
+        o->quiet = 1;
+        break;
+      case OPT_PROGRESS_INTERVAL:
+        if (!(r = parse_f64(name, a, 0, 1e6, &f64, msg, n))) o->progress_interval_s = f64;
+        break;
       case OPT_HELP:
         snprintf(msg, n, "%s", mpt_cli_usage());
         return MPT_CLI_EXIT_OK;
       case OPT_VERSION:
         snprintf(msg, n, "mpitrain %s", PACKAGE_VERSION);
+        snprintf(o->command, sizeof o->command, "version"); /* main.c adds the build's features */
         return MPT_CLI_EXIT_OK;
       case ':':
         r = fail(msg, n, "option '%s' needs a value", sub_argv[optind - 1]);
@@ -476,6 +495,10 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
   }
   if (o->mode == MPT_MODE_DP && o->devices[0] == '\0') {
     fail(msg, n, "--mode dp needs --devices (e.g. cpu:2)");
+    return MPT_CLI_EXIT_USAGE;
+  }
+  if (strcmp(o->resume, "auto") == 0 && o->checkpoint_dir[0] == '\0') {
+    fail(msg, n, "--resume auto needs --checkpoint-dir (the directory to resume from)");
     return MPT_CLI_EXIT_USAGE;
   }
   o->ddp.timeout_ms = o->timeout_s * 1e3;

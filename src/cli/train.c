@@ -38,8 +38,12 @@
 static volatile sig_atomic_t sigterm_received = 0;
 
 static void on_sigterm(int sig) {
-  (void)sig;
-  sigterm_received = 1;
+  sigterm_received = sig; /* SIGTERM or SIGUSR1, named in the log */
+}
+
+static const char *stop_signal_name(void) {
+  return sigterm_received == SIGUSR1 ? "SIGUSR1" : sigterm_received ? "SIGTERM"
+                                                 : "a signal on another rank";
 }
 
 static mpt_status make_model(trainer *t) {
@@ -271,6 +275,8 @@ static mpt_status train_step(trainer *t, float *sums, int *ran_out) {
     t->skipped_nonfinite++;
     mpt_log(MPT_LOG_WARN, "step %" PRId64 ": non-finite gradients, optimizer step skipped (%" PRId64
             " so far)", t->global_step, t->skipped_nonfinite);
+    /* every step, not only when a checkpoint is due: 3 skips in a row stop the run */
+    MPT_RETURN_IF(trainer_check_model_healthy(t, "after a skipped step"));
   } else {
     float lr = mpt_lr_at(&t->schedule, o->optim.lr, t->global_step);
     MPT_RETURN_IF(mpt_optimizer_step(t->opt, t->stream, mpt_model_params(t->model),
@@ -336,8 +342,8 @@ static mpt_status run_epoch(trainer *t, int64_t epoch, mpt_epoch_metrics *m) {
       MPT_RETURN_IF(trainer_check_replicas(t));
     if (t->stop_global) {
       t->preempted = 1;
-      mpt_log(MPT_LOG_WARN, "SIGTERM received: stopping after step %" PRId64 " (epoch %" PRId64
-              ")", t->global_step, epoch + 1);
+      mpt_log(MPT_LOG_WARN, "%s received: stopping after step %" PRId64 " (epoch %" PRId64
+              ")", stop_signal_name(), t->global_step, epoch + 1);
     } else if (o->stop_at_step > 0 && t->global_step >= o->stop_at_step) {
       t->stopped = 1;
       mpt_log(MPT_LOG_INFO, "stopping after global step %" PRId64 " (--stop-at-step)",
@@ -352,6 +358,7 @@ static mpt_status run_epoch(trainer *t, int64_t epoch, mpt_epoch_metrics *m) {
       step++;
       break;
     }
+    trainer_progress_line(t, epoch, step + 1, sums);
     if (t->progress && (step % 20 == 0 || step + 1 == t->steps_per_epoch)) {
       double s = (mpt_time_ms() - e0) / 1e3;
       mpt_progress_draw(stderr, epoch + 1, step + 1, t->steps_per_epoch,
@@ -364,6 +371,10 @@ static mpt_status run_epoch(trainer *t, int64_t epoch, mpt_epoch_metrics *m) {
   MPT_RETURN_IF(sum_over_ranks(t, sums, 3));
   m->epoch = epoch + 1;
   m->steps = step;
+  /* the scheduled learning rate of the epoch's first and last steps (global step = epoch x
+   * steps per epoch + step, also after a resume) */
+  m->lr_first = mpt_lr_at(&t->schedule, o->optim.lr, epoch * t->steps_per_epoch);
+  m->lr_last = mpt_lr_at(&t->schedule, o->optim.lr, t->global_step > 0 ? t->global_step - 1 : 0);
   m->train_loss = sums[2] > 0 ? sums[0] / sums[2] : NAN;
   m->train_accuracy = sums[2] > 0 ? sums[1] / sums[2] : NAN;
   m->samples_per_sec = train_s > 0 ? sums[2] / train_s : 0;
@@ -396,6 +407,10 @@ static mpt_status run_epoch(trainer *t, int64_t epoch, mpt_epoch_metrics *m) {
 }
 
 static mpt_status write_trace(trainer *t) {
+  if (mpt_trace_dropped(t->trace) > 0)
+    mpt_log(MPT_LOG_WARN, "--trace: %" PRId64 " event(s) dropped on rank %d (the trace holds %"
+            PRId64 "): the trace is incomplete", mpt_trace_dropped(t->trace), t->rank,
+            mpt_trace_count(t->trace));
   for (int r = 0; r < t->world; r++) {
     if (r == t->rank) MPT_RETURN_IF(mpt_trace_append(t->trace, t->o->trace, r == 0, r == t->world - 1));
     if (t->world > 1) MPT_RETURN_IF(mpt_comm_barrier_sync(t->comm));
@@ -424,6 +439,12 @@ static mpt_status report_breakdown(trainer *t, mpt_step_breakdown *bd) {
   bd->hidden_fraction =
       !t->dp && ds.sum_allreduce_ms > 0 ? ds.sum_hidden_ms / ds.sum_allreduce_ms : 0;
   bd->steps = t->timed_steps;
+  if (t->dp) /* each replica thread runs forward and backward in one pass: one figure */
+    mpt_log(MPT_LOG_INFO,
+            "per-step breakdown (ms, mean over %" PRId64 " steps, slowest rank): forward+backward "
+            "%.3f (DP: one pass per device)  exposed comm %.3f  optimizer %.3f  total %.3f",
+            bd->steps, bd->forward_ms, bd->exposed_comm_ms, bd->optimizer_ms, bd->total_ms);
+  else
   mpt_log(MPT_LOG_INFO,
           "per-step breakdown (ms, mean over %" PRId64 " steps, slowest rank): forward %.3f  "
           "backward %.3f  exposed comm %.3f  optimizer %.3f  total %.3f",
@@ -457,12 +478,16 @@ static mpt_status report_breakdown(trainer *t, mpt_step_breakdown *bd) {
 static mpt_status train_run(trainer *t) {
   const mpt_cli_options *o = t->o;
   MPT_RETURN_IF(trainer_check_same_options(t));
+  MPT_RETURN_IF(trainer_resolve_resume_auto(t)); /* may point t->o at the resolved options */
+  o = t->o;
   if (t->rank == 0 && o->save_params[0])
     MPT_RETURN_IF(trainer_check_output_path("--save-params", o->save_params));
   if (t->rank == 0 && o->metrics_json[0])
     MPT_RETURN_IF(trainer_check_output_path("--metrics-json", o->metrics_json));
   if (t->rank == 0 && o->trace[0]) MPT_RETURN_IF(trainer_check_output_path("--trace", o->trace));
   if (t->rank == 0 && o->checkpoint_dir[0]) MPT_RETURN_IF(trainer_check_checkpoint_dir(o));
+  if (t->rank == 0 && (o->checkpoint_dir[0] || o->resume[0]))
+    MPT_RETURN_IF(trainer_check_run_options(o));
   if (strcmp(o->device, "cuda") == 0 && !mpt_device_available(MPT_DEVICE_CUDA))
     return MPT_FAIL(MPT_ENOTSUP, "--device cuda: no CUDA device is visible to this process (or "
                                  "the build has no CUDA backend: configure --with-cuda)");
@@ -553,8 +578,11 @@ static mpt_status train_run(trainer *t) {
     t->schedule.total_steps = t->schedule.warmup_steps + 1;
   MPT_RETURN_IF(mpt_lr_schedule_validate(&t->schedule));
   if (o->trace[0]) {
+    /* per step: forward, backward (per micro-batch), optimizer, buckets; DP: per micro-batch a
+     * broadcast, and per device forward, backward, gather and reduce */
     int64_t cap = t->steps_per_epoch * o->epochs * (3 * o->accumulate + 2 +
-                                                    (t->ddp ? mpt_ddp_num_buckets(t->ddp) : 0));
+                                                    (t->ddp ? mpt_ddp_num_buckets(t->ddp) : 0) +
+                                                    (t->dp ? o->accumulate * (1 + 4 * ndev) : 0));
     if (cap > 2000000) cap = 2000000;
     MPT_RETURN_IF(mpt_trace_init(&t->trace, t->rank, cap < 16 ? 16 : cap));
     if (t->ddp) mpt_ddp_set_trace(t->ddp, t->trace);
@@ -562,6 +590,7 @@ static mpt_status train_run(trainer *t) {
   }
 
   char devname[32];
+  if (!o->quiet)
   fprintf(stderr, "mpitrain: rank %d/%d local rank %d host %s device %s launcher %s\n",
           t->rank, t->world, mpt_comm_local_rank(t->comm), mpt_comm_hostname(t->comm),
           mpt_device_str(t->device, devname, sizeof devname),
@@ -582,10 +611,13 @@ static mpt_status train_run(trainer *t) {
     mpt_log(MPT_LOG_INFO, "DDP: %d bucket(s) (first cap %g MiB, cap %g MiB), overlap %s",
             mpt_ddp_num_buckets(t->ddp), o->ddp.first_bucket_cap_mb, o->ddp.bucket_cap_mb,
             o->ddp.overlap ? "on" : "off");
+  trainer_log_configuration(t);
 
   t->epochs = calloc((size_t)o->epochs, sizeof *t->epochs);
   if (!t->epochs) return MPT_FAIL(MPT_ENOMEM, "cannot allocate metrics");
   if (o->resume[0]) MPT_RETURN_IF(trainer_resume(t));
+  t->loop_start_ms = mpt_time_ms();
+  t->loop_start_step = t->global_step;
   for (int64_t e = t->start_epoch; e < o->epochs; e++) {
     MPT_RETURN_IF(run_epoch(t, e, &t->epochs[t->nepochs]));
     t->nepochs++;
@@ -653,6 +685,7 @@ int mpt_cli_train(const mpt_cli_options *o) {
   }
   t.rank = mpt_comm_rank(t.comm);
   t.world = mpt_comm_world_size(t.comm);
+  st = trainer_log_setup(&t); /* --log-file, --quiet: before anything looks at stderr */
   t.progress = t.rank == 0 && (o->progress == 1 || (o->progress == -1 && isatty(2)));
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
@@ -660,7 +693,7 @@ int mpt_cli_train(const mpt_cli_options *o) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGUSR1, &sa, NULL); /* mpirun forwards USR1/USR2 to every rank, not TERM */
-  st = train_run(&t);
+  if (st == MPT_OK) st = train_run(&t);
   if (st != MPT_OK) {
     mpt_log(MPT_LOG_ERROR, "%s: %s", mpt_status_message(st), mpt_last_error());
     if (t.world > 1) {
@@ -677,7 +710,8 @@ int mpt_cli_train(const mpt_cli_options *o) {
   mpt_comm_free(t.comm);
   mpt_comm_finalize();
   if (preempted) {
-    fprintf(stderr, "mpitrain: preempted (SIGTERM): exit status %d\n", MPT_EXIT_PREEMPTED);
+    fprintf(stderr, "mpitrain: preempted (%s): exit status %d\n", stop_signal_name(),
+            MPT_EXIT_PREEMPTED);
     return MPT_EXIT_PREEMPTED;
   }
   return 0;

@@ -52,6 +52,28 @@ static void remove_dead_writers_files(const char *dir) {
   closedir(d);
 }
 
+/* mkdir -p: `dir` and its missing parents. 0, or -1 with errno of the failed mkdir (its path in
+ * failed[PATH_MAX]). */
+static int make_parents(const char *dir, char *failed) {
+  char p[PATH_MAX];
+  if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p) {
+    errno = ENAMETOOLONG;
+    snprintf(failed, PATH_MAX, "%s", dir);
+    return -1;
+  }
+  for (char *s = p + 1;; s++) {
+    if (*s != '/' && *s != '\0') continue;
+    char c = *s;
+    *s = '\0';
+    if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+      snprintf(failed, PATH_MAX, "%s", p);
+      return -1;
+    }
+    *s = c;
+    if (c == '\0') return 0;
+  }
+}
+
 mpt_status trainer_check_checkpoint_dir(const mpt_cli_options *o) {
   const char *dir = o->checkpoint_dir;
   struct stat sb;
@@ -61,8 +83,9 @@ mpt_status trainer_check_checkpoint_dir(const mpt_cli_options *o) {
     if (lstat(dir, &sb) == 0 && S_ISLNK(sb.st_mode))
       return MPT_FAIL(MPT_EINVAL, "--checkpoint-dir '%s' is a symbolic link to nothing (a "
                       "dangling link): create its target or give another directory", dir);
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-      return MPT_FAIL(MPT_EIO, "--checkpoint-dir '%s': cannot create it: %s", dir,
+    char failed[PATH_MAX];
+    if (make_parents(dir, failed) != 0)
+      return MPT_FAIL(MPT_EIO, "--checkpoint-dir '%s': cannot create it (%s: %s)", dir, failed,
                       strerror(errno));
   } else if (!S_ISDIR(sb.st_mode)) {
     return MPT_FAIL(MPT_EINVAL, "--checkpoint-dir '%s' exists and is not a directory", dir);

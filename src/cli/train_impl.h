@@ -53,6 +53,10 @@ typedef struct trainer {
   int64_t skipped_nonfinite; /* --skip-nonfinite: optimizer steps skipped */
   int64_t consecutive_skipped; /* ... of them in a row, up to the last step */
   int step_nonfinite;     /* a micro-batch of the running step had a non-finite loss */
+  /* log_setup.c: the one-line progress when stderr is not a terminal */
+  double progress_last_ms, loop_start_ms;
+  int64_t loop_start_step;
+  mpt_cli_options resolved; /* train_auto.c: the options after --resume auto was resolved */
 } trainer;
 
 mpt_status trainer_params_on_host(trainer *t, float **host);
@@ -89,5 +93,27 @@ mpt_status trainer_save_checkpoint(trainer *t, int64_t epoch, int64_t step_in_ep
 /* Collective: --resume, every rank loads the same checkpoint and the loop continues after it;
  * a checkpoint of another world size, seed or epoch length is refused. */
 mpt_status trainer_resume(trainer *t);
+
+/* log_setup.c */
+/* After the comm is up: --log-file (this rank's stdout and stderr to FILE.RANK, info lines on
+ * every rank), --quiet (warnings and errors only). Errors: MPT_EIO naming the file. */
+mpt_status trainer_log_setup(trainer *t);
+/* Rank 0, stderr not a terminal: one progress line (steps, samples/s, ETA) at most every
+ * --progress-interval seconds. `sums` are this epoch's (loss * rows, correct, rows) so far. */
+void trainer_progress_line(trainer *t, int64_t epoch, int64_t step, const float *sums);
+
+/* train_auto.c */
+/* --resume auto: rank 0 looks into --checkpoint-dir; when it holds a checkpoint every rank
+ * resumes from it (t->o then points at t->resolved with --resume DIR), otherwise the run starts
+ * fresh (--resume cleared). Collective. */
+mpt_status trainer_resolve_resume_auto(trainer *t);
+/* Rank 0: the options that change what a checkpoint means (model, optimizer, learning rate and
+ * schedule, epochs, batch, data) are written next to the checkpoints (DIR/run-options.txt) at
+ * the start of a run; on --resume they are compared with those of the checkpoint's directory and
+ * a difference is refused, naming each option and both values. Errors: MPT_EINVAL, MPT_EIO. */
+mpt_status trainer_check_run_options(const mpt_cli_options *o);
+/* Warnings (rank 0) for options given on the command line that have no effect in this run, and
+ * one log line with the effective configuration. */
+void trainer_log_configuration(trainer *t);
 
 #endif

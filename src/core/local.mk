@@ -22,4 +22,9 @@ tests_test_ops_train_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 tests_test_stream_SOURCES = tests/test_stream.c
 tests_test_stream_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_stream_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+check_PROGRAMS += tests/test_trace
+TESTS += tests/test_trace
+tests_test_trace_SOURCES = tests/test_trace.c
+tests_test_trace_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_trace_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 endif

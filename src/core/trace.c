@@ -60,6 +60,14 @@ void mpt_trace_add(mpt_trace *t, const char *name, int tid, double start_ms, dou
 
 int64_t mpt_trace_count(const mpt_trace *t) { return t ? t->count : 0; }
 
+int64_t mpt_trace_dropped(mpt_trace *t) {
+  if (!t) return 0;
+  pthread_mutex_lock(&t->mutex);
+  int64_t n = t->dropped;
+  pthread_mutex_unlock(&t->mutex);
+  return n;
+}
+
 mpt_status mpt_trace_append(mpt_trace *t, const char *path, int first, int last) {
   FILE *f = fopen(path, first ? "w" : "a");
   if (!f) return MPT_FAIL(MPT_EIO, "cannot open trace file '%s'", path);
@@ -69,11 +77,15 @@ mpt_status mpt_trace_append(mpt_trace *t, const char *path, int first, int last)
   fprintf(f,
           "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}},\n",
           t->rank, t->rank);
-  for (int tid = 0; tid < 2; tid++)
-    fprintf(f,
-            "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
-            "\"args\":{\"name\":\"%s\"}},\n",
-            t->rank, tid, lanes[tid]);
+  int max_tid = 1;
+  for (int64_t i = 0; i < t->count; i++)
+    if (t->events[i].tid > max_tid) max_tid = t->events[i].tid;
+  for (int tid = 0; tid <= max_tid; tid++) { /* lanes 2.. are DataParallel devices */
+    fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
+            "\"args\":{\"name\":\"", t->rank, tid);
+    if (tid < 2) fprintf(f, "%s\"}},\n", lanes[tid]);
+    else fprintf(f, "device %d\"}},\n", tid - 2);
+  }
   for (int64_t i = 0; i < t->count; i++) {
     const trace_event *e = &t->events[i];
     fprintf(f, "{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f",

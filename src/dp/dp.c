@@ -154,7 +154,8 @@ static mpt_status replica_run(replica *r) {
   const int64_t yshape[1] = {r->count};
   mpt_tensor xt = mpt_tensor_view(r->x, r->device, MPT_F32, im->ndim, shape);
   mpt_tensor yt = mpt_tensor_view(r->y, r->device, MPT_I32, 1, yshape);
-  /* forward, loss, backward */
+  /* forward, loss, backward; each phase is a trace event on the replica's lane */
+  const double f0 = mpt_time_ms();
   mpt_tape_reset(r->tape, dp->seed + (uint64_t)r->index);
   mpt_tape_set_grad_enabled(r->tape, dp->backward);
   mpt_var *in = NULL, *loss = NULL;
@@ -171,9 +172,14 @@ static mpt_status replica_run(replica *r) {
   r->correct = 0;
   MPT_RETURN_IF(mpt_op_count_correct(r->stream, lv->data, r->y, r->count, lv->shape[1],
                                      &r->correct));
-  if (dp->backward) /* the chunk's mean weighs count / B in the batch's mean */
+  const double f1 = mpt_time_ms();
+  if (dp->trace) mpt_trace_add(dp->trace, "forward", 2 + r->index, f0, f1 - f0, r->index);
+  if (dp->backward) { /* the chunk's mean weighs count / B in the batch's mean */
     MPT_RETURN_IF(mpt_tape_backward(
         r->tape, loss, (float)((double)dp->scale * (double)r->count / (double)dp->batch)));
+    if (dp->trace)
+      mpt_trace_add(dp->trace, "backward", 2 + r->index, f1, mpt_time_ms() - f1, r->index);
+  }
   return mpt_event_record(r->done, r->stream);
 }
 
@@ -195,7 +201,6 @@ static void *replica_thread(void *arg) {
       st = replica_run(r);
       if (st != MPT_OK) snprintf(r->detail, sizeof r->detail, "%s", mpt_last_error());
       r->ms = mpt_time_ms() - t0;
-      if (dp->trace) mpt_trace_add(dp->trace, "dp replica", 2 + r->index, t0, r->ms, r->index);
     }
     pthread_mutex_lock(&dp->mutex);
     r->status = st;

@@ -1,0 +1,81 @@
+/* `mpitrain --version`: the version, then what this build was made with (CUDA, NCCL, oneDNN,
+ * the test fault injection) and the versions of the libraries it runs with, asked from the
+ * libraries themselves at run time (a header's version can differ from the shared library
+ * loaded). Prints only; initialises nothing (no MPI_Init, no CUDA context). */
+#include "cli/version.h"
+
+#include <cblas.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "config.h"
+#ifdef MPT_HAVE_ONEDNN
+#include <dnnl.h>
+#endif
+#ifdef MPT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+#ifdef MPT_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+#ifdef MPT_HAVE_CUDA
+static const char *cuda_feature = "yes";
+#else
+static const char *cuda_feature = "no";
+#endif
+#ifdef MPT_HAVE_NCCL
+static const char *nccl_feature = "yes";
+#else
+static const char *nccl_feature = "no";
+#endif
+#ifdef MPT_HAVE_ONEDNN
+static const char *onednn_feature = "yes";
+#else
+static const char *onednn_feature = "no";
+#endif
+
+void mpt_cli_print_version(FILE *f) {
+  fprintf(f, "mpitrain %s\n", PACKAGE_VERSION);
+  fprintf(f, "features: cuda %s, nccl %s, onednn %s, fault injection yes (MPT_TEST_* "
+             "variables, for the tests)\n", cuda_feature, nccl_feature, onednn_feature);
+  char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = "";
+  int len = 0;
+  if (MPI_Get_library_version(mpi, &len) != MPI_SUCCESS) snprintf(mpi, sizeof mpi, "unknown");
+  char *nl = strpbrk(mpi, "\r\n,"); /* Open MPI: "Open MPI v4.1.4, package: ..." */
+  if (nl) *nl = '\0';
+  fprintf(f, "MPI: %s (MPI %d.%d)\n", mpi, MPI_VERSION, MPI_SUBVERSION);
+  fprintf(f, "OpenBLAS: %s\n", openblas_get_config());
+  fprintf(f, "zlib: %s\n", zlibVersion());
+#ifdef MPT_HAVE_ONEDNN
+  const dnnl_version_t *v = dnnl_version();
+  fprintf(f, "oneDNN: %d.%d.%d\n", v->major, v->minor, v->patch);
+#endif
+#ifdef MPT_HAVE_CUDA
+  int rt = 0, drv = 0;
+  cudaRuntimeGetVersion(&rt);
+  cudaDriverGetVersion(&drv); /* 0 without a driver */
+  fprintf(f, "CUDA runtime: %d.%d; driver: %s", rt / 1000, (rt % 1000) / 10,
+          drv ? "" : "none\n");
+  if (drv) fprintf(f, "%d.%d\n", drv / 1000, (drv % 1000) / 10);
+#endif
+#ifdef MPT_HAVE_NCCL
+  int nv = 0;
+  ncclGetVersion(&nv);
+  fprintf(f, "NCCL: %d.%d.%d\n", nv / 10000, (nv % 10000) / 100, nv % 100);
+#endif
+}
+
+/* The launchers' rank variables (Open MPI, PMIx, MPICH's PMI, srun), read before MPI_Init. */
+int mpt_cli_launcher_rank(void) {
+  static const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = getenv(vars[i]);
+    if (v && *v) return atoi(v);
+  }
+  const char *step = getenv("SLURM_STEP_ID"), *procid = getenv("SLURM_PROCID");
+  if (step && procid && *procid) return atoi(procid);
+  return -1;
+}
