@@ -5,6 +5,9 @@
 #   ./setup.sh          install + build (the mpitrain program lands in the top folder)
 #   ./setup.sh check    install + build + run the whole test suite (make check), then print
 #                       each Check summary line and a final "N passed, N failed" line
+#   ./setup.sh bench    install + build, plus what the benchmark harness needs: gnuplot
+#                       (bench/plot.sh) and Debian's PyTorch 1.13 (bench/compare_torch.sh);
+#                       then bench/run_all.sh runs every benchmark
 #
 # Environment: CONFIGURE_FLAGS (extra ./configure flags), JOBS (parallel build jobs).
 set -euo pipefail
@@ -12,7 +15,10 @@ cd "$(dirname "$0")"
 
 packages=(build-essential autoconf automake libtool pkg-config openmpi-bin libopenmpi-dev
           libopenblas-dev libdnnl-dev zlib1g-dev check dataset-fashion-mnist
-          slurmctld slurmd slurm-client munge iproute2 clang libclang-rt-14-dev)
+          slurmctld slurmd slurm-client munge iproute2 clang libclang-rt-14-dev groff-base)
+case ${1:-} in ''|check|bench) ;; *) echo "usage: ./setup.sh [check|bench]" >&2; exit 2 ;; esac
+# The benchmarks' extra packages: only for ./setup.sh bench (the tests never need them).
+if [ "${1:-}" = bench ]; then packages+=(gnuplot-nox python3-torch python3-venv); fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -31,6 +37,10 @@ jobs=${JOBS:-$(nproc)}
 [ -x configure ] && [ configure -nt configure.ac ] || autoreconf -fi
 [ -f Makefile ] && [ config.status -nt configure ] || ./configure ${CONFIGURE_FLAGS:-}
 make -j"$jobs"
+
+if [ "${1:-}" = bench ]; then
+  echo "setup.sh: the benchmark harness is ready: bench/run_all.sh --out bench/results (see bench/README.md)"
+fi
 
 if [ "${1:-}" = check ]; then
   status=0

@@ -12,9 +12,24 @@
 set -u
 . "$(dirname "$0")/bench_lib.sh"
 
+usage() {
+  cat <<'EOF'
+usage: bench/run_all.sh [options]
+  --build DIR        build folder with mpitrain (default: $MPT_BUILD, ., build, build-*)
+  --out DIR          results: JSON, text and PNG plots (default bench/results)
+  --runs DIR         keep every run's metrics, logs and manifests (default: a temporary folder)
+  --np W             ranks (default 2)
+  --repeats R        runs of each configuration; medians reported (default 3)
+  --wait-idle S      before each run, wait up to S seconds for the CPUs to be 90% idle
+  -h, --help
+Needs gnuplot and Debian's python3-torch besides the build: ./setup.sh bench installs them.
+EOF
+}
+
 out=$BENCH_SRCDIR/bench/results runs="" np=2 repeats=3
 while [ $# -gt 0 ]; do
-  [ $# -ge 2 ] || bench_die "$1 needs a value"
+  case $1 in -h|--help) usage; exit 0 ;; esac
+  [ $# -ge 2 ] || bench_die "$1 needs a value (see --help)"
   case $1 in
     --build) MPT_BUILD=$2 ;;
     --out) out=$2 ;;
@@ -22,12 +37,17 @@ while [ $# -gt 0 ]; do
     --np) np=$2 ;;
     --repeats) repeats=$2 ;;
     --wait-idle) MPT_BENCH_WAIT_IDLE_S=$2; export MPT_BENCH_WAIT_IDLE_S ;;
-    *) bench_die "unknown option '$1'" ;;
+    *) usage >&2; bench_die "unknown option '$1'" ;;
   esac
   shift 2
 done
 bench_find_build
 export MPT_BUILD
+# The prerequisites first, not after minutes of benchmarks.
+command -v gnuplot >/dev/null 2>&1 ||
+  bench_die "gnuplot not found: run ./setup.sh bench (or apt-get install gnuplot-nox)"
+"$(bench_python)" -c 'import torch' 2>/dev/null ||
+  bench_die "$(bench_python) cannot import torch: run ./setup.sh bench (or apt-get install python3-torch)"
 [ -n "$runs" ] || runs=$(mktemp -d "${TMPDIR:-/tmp}/mpt_run_all.XXXXXX")
 mkdir -p "$out" "$runs" || bench_die "cannot create $out or $runs"
 echo "results in $out, runs in $runs" >&2
