@@ -4,7 +4,7 @@
 #   - train_single_node.sbatch (srun --mpi=pmix), train_multi_node_srun.sbatch and
 #     train_multi_node_mpirun.sbatch (mpirun inside the allocation) at small scale (2 tasks, 4
 #     steps) exit 0, print one preamble line per rank naming its launcher and local rank (under
-#     mpirun every rank inherited SLURM_LOCALID=0 from the batch step: FAULTS.md F12), write
+#     mpirun every rank inherited SLURM_LOCALID=0 from the batch step: docs/faults.md F12), write
 #     metrics.json, and save parameters byte-identical to `tests/mpirun.sh 2 ... mpitrain` run
 #     directly with the same seed;
 #   - bench_sweep.sbatch as a 2-task job array over bucket caps writes one JSON per cap into one
@@ -13,9 +13,13 @@
 #     exit code 3 and a message naming the problem;
 #   - SIGTERM before the time limit (scancel --signal=TERM to the steps; scancel --batch to the
 #     mpirun script's shell) makes the ranks stop together with exit status 75;
-#   - srun --mpi=none (no PMI) fails rather than training 2 independent copies (F14).
+#   - srun --mpi=none (no PMI) fails rather than training 2 independent copies (F14);
+#   - MPT_CHECKPOINT_DIR (--checkpoint-dir DIR --resume auto): a job preempted with
+#     scancel --signal=TERM (exit 75, job.txt says "preempted"), then submitted again with the
+#     same script and environment, resumes from its checkpoint and ends with parameters
+#     byte-identical to an uninterrupted run; a resubmission with another --lr is refused.
 # Exit 77 (skip) without Slurm, munge, mpirun or root. Every wait is bounded (the whole test
-# gives up after about 4 minutes); every daemon is stopped by pid on exit, also on failure, and
+# gives up after about 6 minutes); every daemon is stopped by pid on exit, also on failure, and
 # all state lives in a temporary folder that is removed (kept when MPT_KEEP_SLURM_TEST=1).
 # Prints "N passed, N failed".
 set -u
@@ -24,7 +28,7 @@ top=$(cd "$here/.." && pwd)
 prog=${MPITRAIN:-$(pwd)/mpitrain}
 case $prog in /*) ;; *) prog=$(pwd)/$prog ;; esac
 start=$(date +%s)
-deadline=$((start + 240))
+deadline=$((start + 360))
 
 for tool in sbatch srun squeue scontrol scancel slurmctld slurmd munged mpirun; do
   if ! command -v "$tool" >/dev/null 2>&1; then
@@ -48,7 +52,7 @@ for v in $(env | sed -n 's/^\(\(SLURM\|OMPI\|PMIX\|PMI\)_[A-Za-z0-9_]*\)=.*/\1/p
 done
 unset MPT_CHECK_COLLECTIVES MPT_TRAIN_ARGS MPT_DATA MPT_RESULTS_DIR MPT_SAVE_PARAMS MPT_MPI \
   MPT_SRUN_FLAGS MPT_MPIRUN MPT_MPIRUN_FLAGS MPT_BUCKET_CAPS MPT_STEPS MPT_ALLREDUCE_BENCH \
-  MPT_BENCH_ARGS MPT_DEVICE
+  MPT_BENCH_ARGS MPT_DEVICE MPT_CHECKPOINT_DIR
 
 tmp=$(mktemp -d /tmp/mpt-slurm-test.XXXXXX) || exit 1
 chmod 0711 "$tmp" # munged (the munge user) must reach its folder inside
@@ -256,6 +260,7 @@ check "srun preemption: exit code 75:0" [ "$(job_field "$j_pre" ExitCode)" = 75:
 check "srun preemption: both ranks saw SIGTERM" \
   [ "$(grep -c 'SIGTERM received: stopping after step' "$work/mpitrain-runs/$j_pre/train.log")" \
     = 2 ]
+check "srun preemption: job.txt says preempted" has "$work/mpitrain-runs/$j_pre/job.txt" "^preempted"
 
 j_pre2=$(MPT_TRAIN_ARGS=$long MPT_MPIRUN_FLAGS="--allow-run-as-root --oversubscribe" \
   sb train_multi_node_mpirun.sbatch --nodes=1)
@@ -269,6 +274,40 @@ check "mpirun preemption: both ranks stopped after the same step" \
     sed 's/.*after step //' | sort -u | wc -l)" = 1 ]
 check "mpirun preemption: job.txt says preempted" \
   has "$work/mpitrain-runs/$j_pre2/job.txt" "^preempted"
+
+# ---- --resume auto: preempted, resubmitted with the same script, bit-identical -------------------
+rargs="--synthetic --train-limit 2048 --test-limit 128 --epochs 60 --no-shuffle --seed 3"
+# shellcheck disable=SC2086
+"$here/mpirun.sh" 2 "$(left 90)" "$prog" train $rargs --save-params "$work/ref_resume.f32" \
+  >"$work/ref_resume.log" 2>&1
+check "resume: uninterrupted reference run exits 0" [ -s "$work/ref_resume.f32" ]
+ck=$work/ck-resume
+export MPT_CHECKPOINT_DIR=$ck MPT_SAVE_PARAMS=1
+j_r1=$(MPT_TRAIN_ARGS=$rargs sb train_single_node.sbatch)
+if wait_file 60 "$work/mpitrain-runs/$j_r1/train.log" "epoch   2/"; then
+  timeout 10 scancel --signal=TERM "$j_r1"
+fi
+check "resume: first job ended in time" wait_jobs 60 "$j_r1"
+d1=$work/mpitrain-runs/$j_r1
+check "resume: first job preempted, exit code 75:0" [ "$(job_field "$j_r1" ExitCode)" = 75:0 ]
+check "resume: first job started a new run" has "$d1/train.log" "--resume auto: no checkpoint in $ck: starting a new run"
+check "resume: first job wrote checkpoints" has "$d1/train.log" "checkpoint $ck/ckpt-step"
+check "resume: first job's job.txt says preempted" has "$d1/job.txt" "^preempted"
+j_r2=$(MPT_TRAIN_ARGS=$rargs sb train_single_node.sbatch)
+check "resume: resubmitted job ended in time" wait_jobs 120 "$j_r2"
+d2=$work/mpitrain-runs/$j_r2
+check "resume: resubmitted job exit code 0:0" [ "$(job_field "$j_r2" ExitCode)" = 0:0 ]
+check "resume: resubmitted job resumed from the preempted job's checkpoint" \
+  has "$d2/train.log" "resumed from $ck: epoch [0-9]*, global step [1-9]"
+check "resume: parameters byte-identical to the uninterrupted run" \
+  cmp -s "$work/ref_resume.f32" "$d2/params.f32"
+if [ $fail -gt 0 ]; then tail -n 5 "$d1/train.log" "$d2/train.log"; fi
+j_r3=$(MPT_TRAIN_ARGS="$rargs --lr 0.1" sb train_single_node.sbatch)
+check "resume: resubmission with another --lr ended in time" wait_jobs 60 "$j_r3"
+check "resume: resubmission with another --lr fails" [ "$(job_field "$j_r3" ExitCode)" != 0:0 ]
+check "resume: ... naming the option" \
+  has "$work/mpitrain-runs/$j_r3/train.log" "--lr 0.05 in the checkpointed run, 0.1 now"
+unset MPT_CHECKPOINT_DIR MPT_SAVE_PARAMS
 
 # ---- F14: srun without a PMI plugin -----------------------------------------------------------
 # With Debian's Open MPI, MPI_Init itself refuses a direct launch without PMI; with other MPIs
