@@ -8,7 +8,7 @@
  * from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED). The launcher's variables
  * (OMPI_COMM_WORLD_SIZE / _RANK / _LOCAL_RANK under mpirun, SLURM_NTASKS / SLURM_PROCID /
  * SLURM_LOCALID under srun) are cross-checked; MPI's answer wins, and a launcher that says N > 1
- * tasks while MPI sees a world of 1 is an error (FAULTS.md F14).
+ * tasks while MPI sees a world of 1 is an error (docs/faults.md F14).
  *
  * Collectives are asynchronous: each call checks its arguments, takes the next sequence number
  * and enqueues the operation on a stream (the comm's own worker stream when `stream` is NULL),
@@ -57,7 +57,7 @@
  * (kind, count, dtype, op or root, sequence number) before each collective and fails with
  * MPT_EMISMATCH naming the ranks and both signatures ("rank 0 all-reduces 8 float32 (sum) as
  * collective #3, rank 1 all-reduces 4 float32 (sum) as collective #3") on every rank, before any
- * data moves (FAULTS.md F09). Its exchange has the collective's deadline too.
+ * data moves (docs/faults.md F09). Its exchange has the collective's deadline too.
  *
  * Backends are tables of functions (src/comm/comm_impl.h): MPI (host memory, or CUDA memory
  * staged through pinned host buffers) and NCCL (CUDA memory, one GPU per rank; built when
@@ -80,7 +80,7 @@
  *     by the caller. Bootstrap: rank 0 calls ncclGetUniqueId, the 128 bytes are broadcast over
  *     the comm's MPI communicator, a barrier, then ncclCommInitRankConfig with a non-blocking
  *     config polled with ncclCommGetAsyncError until ready or timeout_ms (then ncclCommAbort and
- *     MPT_ETIMEOUT; FAULTS.md F13). A watchdog thread polls ncclCommGetAsyncError and the age of
+ *     MPT_ETIMEOUT; docs/faults.md F13). A watchdog thread polls ncclCommGetAsyncError and the age of
  *     the collectives in flight: an asynchronous NCCL error, or a collective not complete
  *     timeout_ms after it was enqueued, aborts the NCCL communicator (its kernels stop), marks
  *     the comm unusable and the comm's own stream failed with MPT_ECOMM / MPT_ETIMEOUT naming
@@ -316,7 +316,7 @@ MPT_API mpt_status mpt_comm_allgather_sync(mpt_comm *comm, const void *sendbuf, 
                                            int64_t count, mpt_dtype dtype);
 MPT_API mpt_status mpt_comm_barrier_sync(mpt_comm *comm);
 
-/* ---- device binding (src/comm/devmap.c; FAULTS.md F11, F12) -------------------------------
+/* ---- device binding (src/comm/devmap.c; docs/faults.md F11, F12) -------------------------------
  * One GPU per rank: a rank uses the device whose index is its local rank (the rank among the
  * processes of its host, from MPI_COMM_TYPE_SHARED, never a launcher variable such as a stale
  * SLURM_LOCALID) among the devices visible to it. A local rank at or beyond the number of

@@ -84,7 +84,7 @@ mpt_status trainer_check_replicas(trainer *t) {
   return st;
 }
 
-/* Fault injection for the tests of the failure model (FAULTS.md F10): MPT_TEST_KILL_RANK=r and
+/* Fault injection for the tests of the failure model (docs/faults.md F10): MPT_TEST_KILL_RANK=r and
  * MPT_TEST_KILL_STEP=s make rank r kill itself with SIGKILL before global step s. */
 void trainer_maybe_kill_self(trainer *t) {
   const char *r = getenv("MPT_TEST_KILL_RANK"), *s = getenv("MPT_TEST_KILL_STEP");
