@@ -35,6 +35,9 @@ n=$(printf '%s\n' "$out" | grep -c "^mpitrain")
 [ $rc -eq 2 ] && [ "$n" -le 2 ] && has "$out" "unknown option '--epochz'" && ! has "$out" "usage: mpitrain train" && ok ||
   bad "typo under mpirun -np 4: status $rc, $n lines from mpitrain (want <= 2, no usage)"
 
+out=$("$dir/mpirun.sh" 3 60 "$prog" --help 2>&1)
+[ "$(printf '%s\n' "$out" | grep -c "^usage: mpitrain train")" -eq 1 ] && ok || bad "--help under mpirun -np 3 not printed once"
+
 # --log-file: one file per rank, each with that rank's own lines; nothing left on stderr.
 out=$("$dir/mpirun.sh" 2 60 "$prog" $small --log-file "$tmp/run.log" 2>&1)
 rc=$?
@@ -90,12 +93,14 @@ n=$(printf '%s\n' "$out" | grep -c "optimizer step skipped")
   bad "3 skips in a row: status $rc, $n steps skipped (want 3)"
 
 # DP trace: 10 steps on 2 devices give 10 optimizer events and 10 forward and backward per device.
-out=$("$prog" $small --max-steps 10 --mode dp --devices cpu:2 --trace "$tmp/t.json" 2>&1)
+out=$("$prog" $small --max-steps 10 --mode dp --devices cpu:2 --trace "$tmp/t.json" \
+      --metrics-json "$tmp/dp.json" 2>&1)
 c() { grep -c "\"name\":\"$1\",\"ph\":\"X\",\"pid\":0,\"tid\":$2," "$tmp/t.json"; }
 [ "$(c optimizer 0)" -eq 10 ] && [ "$(c forward 2)" -eq 10 ] && [ "$(c forward 3)" -eq 10 ] &&
   [ "$(c backward 2)" -eq 10 ] && [ "$(c backward 3)" -eq 10 ] && ! has "$out" dropped && ok ||
   bad "DP trace: optimizer $(c optimizer 0), forward $(c forward 2)/$(c forward 3), backward $(c backward 2)/$(c backward 3)"
-has "$out" "forward+backward [0-9.]* (DP: one pass per device)" && ! has "$out" "backward 0.000" && ok ||
+has "$out" "forward+backward [0-9.]* (DP: one pass per device)" && ! has "$out" "backward 0.000" &&
+  grep -q '"forward_includes_backward": true' "$tmp/dp.json" && ok ||
   bad "DP breakdown: $(printf '%s' "$out" | grep breakdown)"
 
 # SIGUSR1 is named as SIGUSR1.

@@ -2,7 +2,8 @@
  * 1 failure (the message names the rank and cause), 2 bad usage, 75 preempted.
  *
  * Bad usage under a launcher (mpirun -np N, srun) would otherwise print the same message N
- * times: only rank 0 prints it, with a one-line hint instead of the whole usage. */
+ * times: only rank 0 prints it, with a one-line hint instead of the whole usage; --help and
+ * --version print on rank 0 only. */
 #include <stdio.h>
 #include <string.h>
 
@@ -15,6 +16,7 @@ int main(int argc, char **argv) {
   static char msg[8192];
   int r = mpt_cli_parse(argc, argv, &opts, msg, sizeof msg);
   if (r == MPT_CLI_EXIT_OK) {
+    if (mpt_cli_launcher_rank() > 0) return 0; /* --help under mpirun -np N: once, not N times */
     if (strcmp(opts.command, "version") == 0)
       mpt_cli_print_version(stdout);
     else

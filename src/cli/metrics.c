@@ -70,7 +70,8 @@ mpt_status mpt_metrics_write_json(const char *path, const mpt_run_info *info,
   json_num(f, b->allreduce_ms);
   fprintf(f, ", \"hidden_fraction\": ");
   json_num(f, b->hidden_fraction);
-  fprintf(f, ", \"steps\": %" PRId64 "}\n}\n", b->steps);
+  fprintf(f, ", \"steps\": %" PRId64 ", \"forward_includes_backward\": %s}\n}\n", b->steps,
+          b->forward_includes_backward ? "true" : "false");
   int bad = ferror(f);
   if (fclose(f) != 0 || bad) return MPT_FAIL(MPT_EIO, "cannot write metrics file '%s'", path);
   return MPT_OK;

@@ -24,6 +24,7 @@ typedef struct mpt_step_breakdown {
   double forward_ms, backward_ms, exposed_comm_ms, optimizer_ms, total_ms;
   double allreduce_ms, hidden_fraction; /* all-reduce time per step; share hidden by backward */
   int64_t steps;
+  int forward_includes_backward; /* DP: each device runs both in one pass; backward_ms is 0 */
 } mpt_step_breakdown;
 
 typedef struct mpt_run_info {

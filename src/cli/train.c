@@ -439,6 +439,7 @@ static mpt_status report_breakdown(trainer *t, mpt_step_breakdown *bd) {
   bd->hidden_fraction =
       !t->dp && ds.sum_allreduce_ms > 0 ? ds.sum_hidden_ms / ds.sum_allreduce_ms : 0;
   bd->steps = t->timed_steps;
+  bd->forward_includes_backward = t->dp != NULL;
   if (t->dp) /* each replica thread runs forward and backward in one pass: one figure */
     mpt_log(MPT_LOG_INFO,
             "per-step breakdown (ms, mean over %" PRId64 " steps, slowest rank): forward+backward "
