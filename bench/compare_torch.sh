@@ -1,6 +1,7 @@
 #!/bin/sh
-# bench/compare_torch.sh: mpitrain against PyTorch 1.13 (bench/torch_ref.py, Debian's
-# python3-torch) on the same model, batch per rank, ranks and threads, side by side on this
+# bench/compare_torch.sh: mpitrain against PyTorch (bench/torch_ref.py): Debian's python3-torch
+# (1.13), the newest PyTorch from PyPI (--torch pypi: installed with pip into a virtual
+# environment, bench/.venv, on first use), or both one after the other, on the same model, batch per rank, ranks and threads, side by side on this
 # machine: the two alternate (mpitrain first on odd repeats, torch first on even ones), each
 # configuration runs --repeats times, and the medians and their ratio are printed.
 #
@@ -15,6 +16,7 @@
 # GPU-only in PyTorch, so DP is not compared here.
 #
 #   bench/compare_torch.sh --model mlp,cnn --np 2 --batch-size 64 --repeats 5 --json cmp.json
+#   bench/compare_torch.sh --torch both --json cmp.json   # cmp_debian.json and cmp_pypi.json
 set -u
 . "$(dirname "$0")/bench_lib.sh"
 
@@ -33,11 +35,16 @@ usage: bench/compare_torch.sh [options]
   --json FILE            write the summary as JSON
   --wait-idle S          before each run, wait up to S seconds for the CPUs to be 90% idle
                          (shared machines; the idle fraction is recorded either way)
+  --torch debian|pypi|both   which PyTorch (default debian: python3-torch 1.13; pypi: the
+                         newest from PyPI in the virtual environment $MPT_TORCH_VENV, default
+                         bench/.venv, made with pip on first use; both: debian, then pypi, each
+                         with its own mpitrain runs, summary and JSON FILE_debian / FILE_pypi)
   -h, --help
 EOF
 }
 
 models=mlp,cnn np=2 batch=64 steps=300 threads=1 repeats=3 data=synthetic out="" json=""
+flavors=debian
 wd=5e-4 # SGD weight decay on both sides (mpitrain's default), momentum 0.9, lr 0.05
 while [ $# -gt 0 ]; do
   case $1 in
@@ -56,6 +63,9 @@ while [ $# -gt 0 ]; do
     --out) out=$2 ;;
     --json) json=$2 ;;
     --wait-idle) MPT_BENCH_WAIT_IDLE_S=$2; export MPT_BENCH_WAIT_IDLE_S ;;
+    --torch)
+      case $2 in debian|pypi) flavors=$2 ;; both) flavors="debian pypi" ;;
+        *) bench_die "--torch: '$2' is not debian, pypi or both" ;; esac ;;
     *) usage >&2; bench_die "unknown option '$1'" ;;
   esac
   shift 2
@@ -69,16 +79,31 @@ for m in $(bench_words "$models"); do
   case $m in mlp|cnn) ;; *) bench_die "--model: '$m' is not mlp or cnn" ;; esac
 done
 bench_find_build
-PY=$(bench_python)
-"$PY" -c 'import torch' 2>/dev/null ||
-  bench_die "$PY cannot import torch: install Debian's python3-torch (apt-get install python3-torch)"
+venv=${MPT_TORCH_VENV:-$BENCH_SRCDIR/bench/.venv}
+# torch_python FLAVOR: the python3 that has that PyTorch (the PyPI one is installed once).
+torch_python() {
+  if [ "$1" = debian ]; then
+    _tp=$(bench_python)
+    "$_tp" -c 'import torch' 2>/dev/null || bench_die "$_tp cannot import torch: install" \
+      "Debian's python3-torch (./setup.sh bench, or apt-get install python3-torch)"
+  else
+    _tp=$venv/bin/python
+    if ! "$_tp" -c 'import torch, numpy' 2>/dev/null; then
+      echo "making $venv: pip install torch numpy from PyPI (once; remove the folder to update)" >&2
+      "$(bench_python)" -m venv "$venv" ||
+        bench_die "cannot make the virtual environment $venv (apt-get install python3-venv)"
+      "$venv/bin/pip" install --quiet torch numpy >&2 || bench_die "pip install torch numpy failed"
+    fi
+  fi
+  echo "$_tp"
+}
+for f in $flavors; do torch_python "$f" >/dev/null || exit 2; done
 if [ -z "$out" ]; then
   out=$(mktemp -d "${TMPDIR:-/tmp}/mpt_compare_torch.XXXXXX")
   echo "runs in $out"
 fi
 mkdir -p "$out" || bench_die "cannot create $out"
-manifest=$out/manifest.jsonl
-: >"$manifest"
+all_out=$out all_json=$json
 OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads
 export OPENBLAS_NUM_THREADS OMP_NUM_THREADS
 
@@ -123,6 +148,17 @@ run_torch() { # model repeat
   grep -h "samples_per_sec" "$_log" | sed 's/ model=.*//; s/^/  /' >&2
 }
 
+for flavor in $flavors; do
+PY=$(torch_python "$flavor")
+out=$all_out json=$all_json
+if [ "$flavors" != "$flavor" ]; then # both: one folder and one summary per PyTorch
+  out=$all_out/$flavor
+  [ -n "$all_json" ] && json=${all_json%.json}_$flavor.json
+  mkdir -p "$out" || bench_die "cannot create $out"
+fi
+echo "PyTorch: $flavor ($("$PY" -c 'import torch; print(torch.__version__)'), $PY)" >&2
+manifest=$out/manifest.jsonl
+: >"$manifest"
 rep=1
 while [ "$rep" -le "$repeats" ]; do
   for m in $(bench_words "$models"); do
@@ -140,4 +176,5 @@ done
 
 set -- compare --manifest "$manifest" --build "$MPT_BUILD"
 [ -n "$json" ] && set -- "$@" --json "$json"
-"$PY" "$BENCH_SRCDIR/bench/summarize.py" "$@"
+"$(bench_python)" "$BENCH_SRCDIR/bench/summarize.py" "$@" || exit $?
+done
