@@ -21,12 +21,14 @@ usage: bench/run_all.sh [options]
   --np W             ranks (default 2)
   --repeats R        runs of each configuration; medians reported (default 3)
   --wait-idle S      before each run, wait up to S seconds for the CPUs to be 90% idle
+  --torch F          PyTorch for the comparison: debian (default), pypi or both
+                     (see bench/compare_torch.sh --help)
   -h, --help
 Needs gnuplot and Debian's python3-torch besides the build: ./setup.sh bench installs them.
 EOF
 }
 
-out=$BENCH_SRCDIR/bench/results runs="" np=2 repeats=3
+out=$BENCH_SRCDIR/bench/results runs="" np=2 repeats=3 torch=debian
 while [ $# -gt 0 ]; do
   case $1 in -h|--help) usage; exit 0 ;; esac
   [ $# -ge 2 ] || bench_die "$1 needs a value (see --help)"
@@ -36,6 +38,7 @@ while [ $# -gt 0 ]; do
     --runs) runs=$2 ;;
     --np) np=$2 ;;
     --repeats) repeats=$2 ;;
+    --torch) torch=$2 ;;
     --wait-idle) MPT_BENCH_WAIT_IDLE_S=$2; export MPT_BENCH_WAIT_IDLE_S ;;
     *) usage >&2; bench_die "unknown option '$1'" ;;
   esac
@@ -47,6 +50,7 @@ export MPT_BUILD
 command -v gnuplot >/dev/null 2>&1 ||
   bench_die "gnuplot not found: run ./setup.sh bench (or apt-get install gnuplot-nox)"
 "$(bench_python)" -c 'import torch' 2>/dev/null ||
+  [ "$torch" = pypi ] ||
   bench_die "$(bench_python) cannot import torch: run ./setup.sh bench (or apt-get install python3-torch)"
 [ -n "$runs" ] || runs=$(mktemp -d "${TMPDIR:-/tmp}/mpt_run_all.XXXXXX")
 mkdir -p "$out" "$runs" || bench_die "cannot create $out or $runs"
@@ -82,9 +86,9 @@ step "training: DP inside one process (--mode dp --devices cpu:$np)"
   --out "$runs/dp" --json "$out/train_dp.json" | tee "$out/train_dp.txt"
 
 step "mpitrain against PyTorch DDP (gloo), $np ranks"
-"$B/compare_torch.sh" --model mlp --np "$np" --steps 300 --repeats "$repeats" \
+"$B/compare_torch.sh" --torch "$torch" --model mlp --np "$np" --steps 300 --repeats "$repeats" \
   --out "$runs/torch_mlp" --json "$out/compare_torch_mlp.json" | tee "$out/compare_torch_mlp.txt"
-"$B/compare_torch.sh" --model cnn --np "$np" --steps 60 --repeats "$repeats" \
+"$B/compare_torch.sh" --torch "$torch" --model cnn --np "$np" --steps 60 --repeats "$repeats" \
   --out "$runs/torch_cnn" --json "$out/compare_torch_cnn.json" | tee "$out/compare_torch_cnn.txt"
 
 step "scaling model: traces of 1 and $np ranks"
