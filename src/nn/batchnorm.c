@@ -15,7 +15,6 @@
  * The running-statistics pointers are not kept past the forward. Runs on the tape's stream. */
 #include <stdio.h>
 
-#include "core/error.h"
 #include "mpitrain/autograd.h"
 #include "mpitrain/ops.h"
 

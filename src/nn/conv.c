@@ -20,7 +20,6 @@
 #include <stdatomic.h>
 #include <stdio.h>
 
-#include "core/error.h"
 #include "mpitrain/autograd.h"
 #include "mpitrain/ops.h"
 

@@ -7,7 +7,6 @@
  * The mask lives in the tape arena; the node's context points to it. Runs on the tape's
  * stream. */
 
-#include "core/error.h"
 #include "mpitrain/autograd.h"
 #include "mpitrain/ops.h"
 

@@ -15,7 +15,6 @@
  *            valid until backward, like every input of the pass) */
 #include <stdio.h>
 
-#include "core/error.h"
 #include "mpitrain/autograd.h"
 #include "mpitrain/ops.h"
 

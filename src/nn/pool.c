@@ -3,7 +3,6 @@
  * The forward keeps, per output element, the index within its plane of the first maximum
  * (int32, in the tape arena, pool_ctx.argmax); backward sends dy there: dx[argmax] += dy, so
  * overlapping windows that share a maximum add up. Runs on the tape's stream. */
-#include "core/error.h"
 #include "mpitrain/autograd.h"
 #include "mpitrain/ops.h"
 
