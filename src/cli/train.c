@@ -23,7 +23,6 @@
 #include <zlib.h>
 
 #include "cli/metrics.h"
-#include "core/error.h"
 #include "mpitrain/ckpt.h"
 #include "mpitrain/comm.h"
 #include "mpitrain/data.h"

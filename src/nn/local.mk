@@ -1,5 +1,5 @@
 # src/nn: the autodiff tape, layers and models; see the layer's public header include/mpitrain/nn.h
-mpitraininclude_HEADERS += include/mpitrain/nn.h
+mpitraininclude_HEADERS += include/mpitrain/nn.h include/mpitrain/autograd.h
 libmpitrain_all_la_SOURCES += \
 	src/nn/tape.h src/nn/tape.c src/nn/model.c src/nn/ops_basic.c \
 	src/nn/conv.c src/nn/pool.c src/nn/dropout.c src/nn/batchnorm.c src/nn/models.c \

@@ -20,7 +20,8 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "nn/tape.h"
+#include "mpitrain/autograd.h"
+#include "mpitrain/ops.h"
 
 /* How long the model's own one-off device work (finalize, init, replicate) may take. */
 #define MODEL_SYNC_TIMEOUT_MS 600000.0
