@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
 #include "mpitrain/data.h"
 
 #define SOURCE_MAX_INPUT_NBYTES (1LL << 31)

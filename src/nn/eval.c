@@ -8,7 +8,6 @@
 #include <math.h>
 #include <stddef.h>
 
-#include "core/error.h"
 #include "mpitrain/nn.h"
 #include "mpitrain/ops.h"
 

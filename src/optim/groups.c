@@ -6,7 +6,6 @@
  * runs on the caller's thread, allocates nothing. */
 #include <math.h>
 
-#include "core/error.h"
 #include "mpitrain/nn.h"
 #include "mpitrain/optim.h"
 
