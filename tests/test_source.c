@@ -334,6 +334,43 @@ START_TEST(test_source_rejects_bad_descriptions_and_frees_user_once) {
 }
 END_TEST
 
+static mpt_status slow_read(void *user, int64_t i, void *input, int32_t *label) {
+  (void)user;
+  if (i == 2) usleep(800 * 1000);
+  ((float *)input)[0] = (float)i;
+  *label = 0;
+  return MPT_OK;
+}
+
+START_TEST(test_source_callback_slower_than_the_deadline_times_out) {
+  /* Batch 1 (samples 2, 3) takes 500 ms to read; the loader waits 100 ms: MPT_ETIMEOUT naming
+   * the batch, never a hang; free then waits for the read to finish. */
+  mpt_data_source_desc d = mpt_data_source_desc_default();
+  d.count = 4;
+  d.input_ndim = 1;
+  d.input_shape[0] = 1;
+  d.read = slow_read;
+  mpt_data_source *src = NULL;
+  ck_assert_int_eq(mpt_data_source_init(&src, &d), MPT_OK);
+  mpt_sampler *s = make_sampler(4, 1, 0, 0);
+  mpt_loader_config c = loader_config(2, 1);
+  c.timeout_ms = 100;
+  mpt_loader *l = NULL;
+  ck_assert_int_eq(mpt_loader_init_source(&l, src, s, &c), MPT_OK);
+  mpt_batch bt;
+  usleep(50 * 1000);
+  ck_assert_int_eq(mpt_loader_next(l, &bt), MPT_OK);
+  double t0 = mpt_time_ms();
+  ck_assert_int_eq(mpt_loader_next(l, &bt), MPT_ETIMEOUT);
+  double waited = mpt_time_ms() - t0;
+  ck_assert_msg(waited >= 90 && waited < 700, "waited %.0f ms", waited);
+  ck_assert_msg(strstr(mpt_last_error(), "batch 1 of epoch 0"), "%s", mpt_last_error());
+  mpt_loader_free(l);
+  mpt_sampler_free(s);
+  mpt_data_source_free(src);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("source");
   TCase *tc = tcase_create("source");
@@ -343,6 +380,7 @@ int main(void) {
   tcase_add_test(tc, test_source_failing_callback_errors_at_its_batch);
   tcase_add_test(tc, test_source_label_out_of_range_is_an_error_naming_the_sample);
   tcase_add_test(tc, test_source_rejects_bad_descriptions_and_frees_user_once);
+  tcase_add_test(tc, test_source_callback_slower_than_the_deadline_times_out);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
