@@ -4,7 +4,9 @@
  * Pipeline: mpt_dataset (all samples in host memory, normalised float32 [N, C, H, W] plus int32
  * labels [N]) -> mpt_sampler (which sample indices this rank sees in an epoch, PyTorch
  * DistributedSampler semantics) -> mpt_loader (copies the sampled rows into batch buffers on a
- * background thread while the caller trains on the previous batch).
+ * background thread while the caller trains on the previous batch). A user's own data enters
+ * the same pipeline as an mpt_data_source (callbacks: count, sample shape and dtype, "read
+ * sample i"), which is also what the loader reads an mpt_dataset through.
  *
  * Padding and evaluation: without drop_last the sampler pads the index list so that every rank
  * gets the same number of samples (so no rank runs out of batches before the others, F03). The
