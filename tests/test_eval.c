@@ -142,7 +142,19 @@ START_TEST(test_eval_skips_padding_so_w_ranks_equal_one_process) {
   int64_t rows_one, rows_mine;
   mpt_eval_sums one = eval_shard(tape, &ds, 1, 0, &rows_one);
   mpt_eval_sums all = eval_shard(tape, &ds, g_world, g_rank, &rows_mine);
-  EXPECT(mpt_model_training(m) == 1, "mpt_eval_batch did not restore training mode");
+  EXPECT(mpt_model_training(m) == 1 && mpt_tape_grad_enabled(tape) == 1,
+         "mpt_eval_batch did not restore training mode with gradients");
+  /* Any mix of the two flags comes back as it was. */
+  for (int mix = 0; mix < 4; mix++) {
+    mpt_eval_sums ignored = {0, 0, 0};
+    mpt_model_set_training(m, mix & 1);
+    mpt_tape_set_grad_enabled(tape, mix >> 1);
+    OK(mpt_eval_batch(tape, &ds.images, &ds.labels, N, &ignored));
+    EXPECT(mpt_model_training(m) == (mix & 1) && mpt_tape_grad_enabled(tape) == (mix >> 1),
+           "mpt_eval_batch changed the flags (training %d, grad %d)", mix & 1, mix >> 1);
+    EXPECT(ignored.count == N && ignored.correct == one.correct, "direct evaluation differs");
+  }
+  mpt_tape_set_eval(tape, 0);
   OK(mpt_comm_allreduce_sync(g_comm, &all.loss_sum, &all.loss_sum, 3, MPT_F32,
                              MPT_REDUCE_SUM));
   int32_t rows = (int32_t)rows_mine, rows_total = 0;

@@ -1,9 +1,9 @@
 /* Evaluation mode as one switch (mpt_tape_set_eval) and the evaluation of a batch's real rows
  * (mpt_eval_batch), as declared in include/mpitrain/nn.h.
  *
- * Built only on the public tape and model calls, like a user's code would be. The switch keeps
- * the two flags it sets equal, so mpt_eval_batch restores the mode from the model's training
- * flag alone. Runs on the caller's thread; the ops go to the tape's stream, which
+ * Built only on the public tape and model calls, like a user's code would be. mpt_eval_batch
+ * restores both flags (the model's training flag, the tape's grad flag) as it found them. Runs
+ * on the caller's thread; the ops go to the tape's stream, which
  * mpt_var_item and mpt_op_count_correct synchronise. */
 #include <math.h>
 #include <stddef.h>
@@ -49,7 +49,7 @@ mpt_status mpt_eval_batch(mpt_tape *tape, const mpt_tensor *inputs, const mpt_te
   }
   if (num_real == 0) return MPT_OK;
 
-  const int was_training = mpt_model_training(model);
+  const int was_training = mpt_model_training(model), had_grad = mpt_tape_grad_enabled(tape);
   mpt_status st;
   mpt_tape_set_eval(tape, 1);
   mpt_tape_reset(tape, 0);
@@ -73,7 +73,8 @@ mpt_status mpt_eval_batch(mpt_tape *tape, const mpt_tensor *inputs, const mpt_te
   sums->correct += (float)correct;
   sums->count += (float)num_real;
 done:
-  mpt_tape_set_eval(tape, !was_training);
+  mpt_model_set_training(model, was_training);
+  mpt_tape_set_grad_enabled(tape, had_grad);
   return st;
 }
 

@@ -87,6 +87,7 @@ struct mpt_tape {
   int *remaining;        /* [nparams] uses not yet released by backward */
 
   int grad_enabled;
+  int model_hooks;   /* call the model's wrapper hooks (default 1) */
   int backward_done; /* backward ran in this pass: the var gradients are spent */
   mpt_grad_ready_fn hook;
   void *hook_user;
@@ -225,6 +226,7 @@ mpt_status mpt_tape_init(mpt_tape **tape, mpt_model *model, mpt_stream *stream) 
   t->vars.item_size = sizeof(var_slot);
   t->nodes.item_size = sizeof(mpt_node);
   t->grad_enabled = 1;
+  t->model_hooks = 1;
   *tape = t;
   return MPT_OK;
 }
@@ -262,6 +264,14 @@ void mpt_tape_reset(mpt_tape *tape, uint64_t seed) {
 void mpt_tape_set_grad_enabled(mpt_tape *tape, int enabled) {
   if (tape) tape->grad_enabled = enabled != 0;
 }
+
+int mpt_tape_grad_enabled(const mpt_tape *tape) { return tape ? tape->grad_enabled : 0; }
+
+void mpt_tape_set_model_hooks(mpt_tape *tape, int enabled) {
+  if (tape) tape->model_hooks = enabled != 0;
+}
+
+int mpt_tape_model_hooks(const mpt_tape *tape) { return tape ? tape->model_hooks : 0; }
 
 void mpt_tape_set_grad_hook(mpt_tape *tape, mpt_grad_ready_fn fn, void *user) {
   if (!tape) return;
@@ -490,6 +500,9 @@ mpt_status mpt_tape_record(mpt_tape *tape, const char *name, mpt_backward_fn bac
   return MPT_OK;
 }
 
+static mpt_status run_backward(mpt_tape *tape, mpt_var *loss, float scale,
+                               const mpt_model_hooks *hooks);
+
 mpt_status mpt_tape_backward(mpt_tape *tape, mpt_var *loss, float scale) {
   if (!tape || !loss) return MPT_FAIL(MPT_EINVAL, "tape_backward: NULL tape or loss");
   if (tape->backward_done)
@@ -510,7 +523,17 @@ mpt_status mpt_tape_backward(mpt_tape *tape, mpt_var *loss, float scale) {
     return MPT_FAIL(MPT_ESTATE, "tape_backward: the loss was not recorded on this tape (no "
                     "input needed a gradient, or gradients were disabled)");
   tape->backward_done = 1;
+  const mpt_model_hooks *hooks = tape->model_hooks ? mpt_model_get_hooks(tape->model) : NULL;
+  if (hooks && hooks->before_backward) MPT_RETURN_IF(hooks->before_backward(hooks->user, tape));
+  mpt_status st = run_backward(tape, loss, scale, hooks);
+  if (hooks && hooks->after_backward) st = hooks->after_backward(hooks->user, tape, st);
+  mpt__model_backward_done(tape->model, st);
+  return st;
+}
 
+/* The walk itself (mpt_tape_backward has checked its arguments and run before_backward). */
+static mpt_status run_backward(mpt_tape *tape, mpt_var *loss, float scale,
+                               const mpt_model_hooks *hooks) {
   float *dloss = NULL;
   MPT_RETURN_IF(mpt_var_grad_acc(tape, loss, &dloss));
   MPT_RETURN_IF(mpt_op_fill(tape->stream, dloss, 1, scale));
@@ -533,8 +556,9 @@ mpt_status mpt_tape_backward(mpt_tape *tape, mpt_var *loss, float scale) {
     for (int k = 0; k < node->ninputs; k++) {
       const mpt_var *in = node->inputs[k];
       if (!in || in->param_index < 0) continue;
-      if (--tape->remaining[in->param_index] == 0 && tape->hook)
-        tape->hook(tape->hook_user, in->param_index);
+      if (--tape->remaining[in->param_index] != 0) continue;
+      if (tape->hook) tape->hook(tape->hook_user, in->param_index);
+      if (hooks && hooks->grad_ready) hooks->grad_ready(hooks->user, in->param_index);
     }
   }
   return MPT_OK;

@@ -9,4 +9,8 @@
  * and host pool blocks). Constant across steps of the same shapes once the arena has settled. */
 size_t mpt__tape_arena_allocations(const mpt_tape *tape);
 
+/* Called by mpt_tape_backward with its final status: MPT_OK moves the model's gradient state
+ * to MPT_GRADS_READY (model.c). */
+void mpt__model_backward_done(mpt_model *model, mpt_status status);
+
 #endif
