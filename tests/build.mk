@@ -1,3 +1,13 @@
-# Tests of the build itself (issue 12, item 6): the shared library exports exactly the public API.
-TESTS += tests/test_exports.sh
-EXTRA_DIST += tests/test_exports.sh
+# Tests of the build itself (issue 12, items 6 and 7): the shared library exports exactly the
+# public API, and the MPT_TEST_* fault-injection hooks exist only in a build configured with
+# --enable-fault-injection.
+TESTS += tests/test_exports.sh tests/test_fault_injection.sh
+EXTRA_DIST += tests/test_exports.sh tests/test_fault_injection.sh tests/fault_injection.sh
+
+if FAULT_INJECTION
+# The program's own objects with the gate closed (tests/fault_off.c replaces src/core/fault.c).
+check_PROGRAMS += tests/mpitrain_nofault
+tests_mpitrain_nofault_SOURCES = tests/fault_off.c
+tests_mpitrain_nofault_LDADD = $(mpitrain_OBJECTS) libmpitrain_all.la
+EXTRA_tests_mpitrain_nofault_DEPENDENCIES = $(mpitrain_OBJECTS)
+endif
