@@ -1,5 +1,5 @@
 #!/bin/sh
-# FAULTS.md F10: rank 1 is killed (SIGKILL) at step 2 of a 2-rank DDP run. The whole job must
+# docs/faults.md F10: rank 1 is killed (SIGKILL) at step 2 of a 2-rank DDP run. The whole job must
 # end within 30 s, non-zero, with a message naming rank 1 — never a hang.
 set -u
 dir=$(dirname "$0")

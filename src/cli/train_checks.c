@@ -45,7 +45,8 @@ void trainer_maybe_poison(trainer *t, mpt_batch *b, int k) {
 /* Fault injection for the tests: MPT_TEST_PERTURB_RANK=r and MPT_TEST_PERTURB_STEP=s change one
  * parameter of rank r after global step s, so that its replica diverges. */
 void trainer_maybe_perturb(trainer *t) {
-  const char *r = mpt__test_env("MPT_TEST_PERTURB_RANK"), *s = mpt__test_env("MPT_TEST_PERTURB_STEP");
+  const char *r = mpt__test_env("MPT_TEST_PERTURB_RANK");
+  const char *s = mpt__test_env("MPT_TEST_PERTURB_STEP");
   if (!(r && s && atoi(r) == t->rank && atoll(s) == t->global_step)) return;
   float v;
   float *p = mpt_model_params(t->model);
@@ -85,7 +86,7 @@ mpt_status trainer_check_replicas(trainer *t) {
   return st;
 }
 
-/* Fault injection for the tests of the failure model (FAULTS.md F10): MPT_TEST_KILL_RANK=r and
+/* Fault injection for the tests of the failure model (docs/faults.md F10): MPT_TEST_KILL_RANK=r and
  * MPT_TEST_KILL_STEP=s make rank r kill itself with SIGKILL before global step s. */
 void trainer_maybe_kill_self(trainer *t) {
   const char *r = mpt__test_env("MPT_TEST_KILL_RANK"), *s = mpt__test_env("MPT_TEST_KILL_STEP");
