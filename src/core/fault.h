@@ -6,7 +6,8 @@
  * variables' names are not in the binary, and setting them changes nothing
  * (tests/test_fault_injection.sh proves it).
  *
- * The one pattern for a hook (src/cli/train_checks.c, src/ckpt/write.c):
+ * The one pattern for a hook in the library (src/ckpt/write.c; the mpitrain program, which
+ * includes only public headers, has the same gate as trainer_test_env in src/cli/fault.h):
  *
  *   #include "core/fault.h"
  *   void trainer_maybe_do_harm(trainer *t) {
