@@ -14,7 +14,7 @@
  * samples are real: mpt_sampler_num_real(), and per batch mpt_batch.num_real (rows
  * [0, num_real) are real, rows [num_real, count) are repeats). An evaluation that sums metrics
  * over only the real rows counts every sample of the dataset exactly once across the ranks
- * (FAULTS.md F01).
+ * (docs/faults.md F01).
  *
  * Thread rules: a dataset is read-only after it is loaded and may be shared by any number of
  * threads and loaders. A sampler is not thread-safe; while a loader uses it, change its epoch
@@ -141,7 +141,7 @@ MPT_API int64_t mpt_dataset_sample_count(const mpt_dataset *ds);
  * - rank r takes positions r, r + W, r + 2W, ... of the padded list.
  * Position p is padding iff p >= N; for a rank these are the last positions of its list.
  * W = 1, rank 0 is the plain sequential (shuffle 0) or random (shuffle 1) sampler.
- * Example (FAULTS.md F01), N = 10, W = 4, no shuffle: r0 {0,4,8} r1 {1,5,9} r2 {2,6,0}
+ * Example (docs/faults.md F01), N = 10, W = 4, no shuffle: r0 {0,4,8} r1 {1,5,9} r2 {2,6,0}
  * r3 {3,7,1} (r2 and r3 have 2 real samples); with drop_last {0,4} {1,5} {2,6} {3,7}. */
 typedef struct mpt_sampler mpt_sampler;
 
