@@ -25,6 +25,8 @@
 # Prints "N passed, N failed".
 set -u
 dir=$(cd "$(dirname "$0")" && pwd)
+. "$dir/fault_injection.sh"
+require_fault_injection # mid-step and mid-checkpoint are MPT_TEST_* hooks
 prog=$(pwd)/mpitrain
 [ -x "$prog" ] || { echo "$0: $prog not found (run from the build directory)"; exit 1; }
 command -v "${MPIRUN:-mpirun}" >/dev/null 2>&1 || { echo "$0: no mpirun; skipping"; exit 77; }
@@ -219,7 +221,7 @@ else
     if ! grep -q "Thread 2 " "$tmp/r0.bt"; then
       echo "mid-all-reduce: gdb could not attach to rank 0; not checking where it waits"
     elif grep -q "PMPI_Allreduce" "$tmp/r0.bt"; then
-      ok "mid-all-reduce: rank 0 is inside MPI_Allreduce$(grep -q mpt_ddp_finalize "$tmp/r0.bt" &&
+      ok "mid-all-reduce: rank 0 is inside MPI_Allreduce$(grep -q mpt_tape_backward "$tmp/r0.bt" &&
         echo " of the gradients") when it is killed"
     else
       bad "mid-all-reduce: rank 0 is not inside MPI_Allreduce when it is killed"

@@ -69,6 +69,30 @@ MPT_API void mpt_error_clear(void);
 /* Records an error detail on the calling thread and returns `status` (for programs and tests
  * that want to report through the same channel). */
 MPT_API mpt_status mpt_error_set(mpt_status status, const char *fmt, ...) MPT_PRINTF(2, 3);
+/* The same, recording where it happened: the detail reads "message (at file:line, rank R)"
+ * with the file's base name. Used through MPT_FAIL. */
+MPT_API mpt_status mpt_error_set_at(mpt_status status, const char *file, int line,
+                                    const char *fmt, ...) MPT_PRINTF(4, 5);
+
+/* Check and propagate macros, for the library and for a user's ops and programs alike.
+ * MPT_FAIL(status, fmt, ...) records "message (at file:line, rank R)" as the calling thread's
+ * last error and evaluates to `status`:
+ *     if (n < 1) return MPT_FAIL(MPT_EINVAL, "my_op: n = %d must be >= 1", n);
+ * MPT_RETURN_IF(expr) returns expr's status from the current function when it is not MPT_OK
+ * (the callee recorded the detail). MPT_CHECK(expr, label) stores expr's status in the local
+ * variable `st` (declare `mpt_status st = MPT_OK;`) and jumps to `label` on failure: the one
+ * exit path of a function that acquires resources. */
+#define MPT_FAIL(status, ...) mpt_error_set_at((status), __FILE__, __LINE__, __VA_ARGS__)
+#define MPT_RETURN_IF(expr)                 \
+  do {                                      \
+    mpt_status mpt_rs_ = (expr);            \
+    if (mpt_rs_ != MPT_OK) return mpt_rs_;  \
+  } while (0)
+#define MPT_CHECK(expr, label)    \
+  do {                            \
+    st = (expr);                  \
+    if (st != MPT_OK) goto label; \
+  } while (0)
 
 /* ------------------------------------------------------------------------------------------ */
 /* Logging                                                                                    */
@@ -172,7 +196,8 @@ typedef mpt_status (*mpt_host_fn)(void *arg);
  * streams `arg` must stay valid until the work has run (record an event after it and wait).
  * Errors: MPT_ENOMEM; the stream's sticky error if it already failed. */
 MPT_API mpt_status mpt_stream_launch_host(mpt_stream *stream, mpt_host_fn fn, void *arg);
-/* Blocks until everything enqueued so far has run, at most `timeout_ms` (negative: no deadline).
+/* Blocks until everything enqueued so far has run, at most `timeout_ms` (negative: no deadline;
+ * a comm's collectives on the stream still end the wait by their own deadline, comm.h).
  * Returns the stream's sticky error, or MPT_ETIMEOUT. */
 MPT_API mpt_status mpt_stream_synchronize(mpt_stream *stream, double timeout_ms);
 /* The stream's sticky error (MPT_OK if none). */
@@ -188,8 +213,10 @@ MPT_API mpt_status mpt_event_record(mpt_event *event, mpt_stream *stream);
  * (at most timeout_ms); on a worker stream the worker blocks (at most timeout_ms from when it
  * reaches the wait; on expiry the stream fails with MPT_ETIMEOUT). */
 MPT_API mpt_status mpt_stream_wait_event(mpt_stream *stream, mpt_event *event, double timeout_ms);
-/* Blocks the host until the event completes, at most `timeout_ms` (negative: no deadline).
- * Returns the status of the recording stream at completion, or MPT_ETIMEOUT. */
+/* Blocks the host until the event completes, at most `timeout_ms` (negative: no deadline; an
+ * event behind a comm's collective still ends the wait by the collective's deadline, comm.h).
+ * Returns the status of the recording stream at completion, or MPT_ETIMEOUT (or the comm's
+ * timeout naming the collective). */
 MPT_API mpt_status mpt_event_synchronize(mpt_event *event, double timeout_ms);
 /* 1 if complete, 0 if not. */
 MPT_API int mpt_event_query(mpt_event *event);

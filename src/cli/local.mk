@@ -2,5 +2,6 @@
 bin_PROGRAMS += mpitrain
 mpitrain_SOURCES = src/cli/main.c src/cli/options.c src/cli/options.h src/cli/train.c \
 	src/cli/train.h src/cli/train_impl.h src/cli/train_checks.c src/cli/train_ckpt.c src/cli/metrics.c src/cli/metrics.h \
+	src/cli/fault.c src/cli/fault.h \
 	src/cli/version.c src/cli/version.h src/cli/log_setup.c src/cli/train_auto.c
 mpitrain_LDADD = libmpitrain_all.la

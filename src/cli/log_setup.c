@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include "cli/train_impl.h"
-#include "core/error.h"
 
 mpt_status trainer_log_setup(trainer *t) {
   const mpt_cli_options *o = t->o;

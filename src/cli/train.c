@@ -23,7 +23,6 @@
 #include <zlib.h>
 
 #include "cli/metrics.h"
-#include "core/error.h"
 #include "mpitrain/ckpt.h"
 #include "mpitrain/comm.h"
 #include "mpitrain/data.h"
@@ -143,34 +142,25 @@ static mpt_status forward_batch(trainer *t, const mpt_batch *b, int64_t rows, mp
   return mpt_nn_cross_entropy(t->tape, *logits, labels, loss);
 }
 
+/* The test set in evaluation mode; mpt_eval_batch counts only the real rows of each batch. */
 static mpt_status evaluate(trainer *t, double *loss_out, double *acc_out) {
-  mpt_model_set_training(t->model, 0);
-  mpt_tape_set_grad_enabled(t->tape, 0);
   MPT_RETURN_IF(mpt_loader_start_epoch(t->test_loader, 0));
-  float sums[3] = {0, 0, 0}; /* loss * rows, correct, rows */
+  mpt_eval_sums sums = {0, 0, 0};
   mpt_batch b;
   int r;
   while ((r = mpt_loader_next(t->test_loader, &b)) == MPT_OK) {
     if (b.num_real == 0) continue;
-    mpt_var *logits, *loss;
-    mpt_tensor labels;
-    mpt_tape_reset(t->tape, 0);
-    MPT_RETURN_IF(forward_batch(t, &b, b.num_real, &logits, &loss, &labels));
-    float l;
-    int64_t correct = 0;
-    MPT_RETURN_IF(mpt_var_item(t->tape, loss, &l));
-    MPT_RETURN_IF(mpt_op_count_correct(t->stream, mpt_var_value(logits)->data, labels.data,
-                                       b.num_real, mpt_var_value(logits)->shape[1], &correct));
-    sums[0] += l * (float)b.num_real;
-    sums[1] += (float)correct;
-    sums[2] += (float)b.num_real;
+    void *xd, *yd;
+    MPT_RETURN_IF(stage_batch(t, &b, b.num_real, &xd, &yd));
+    int64_t shape[4] = {b.num_real, b.images.shape[1], b.images.shape[2], b.images.shape[3]};
+    mpt_tensor x = mpt_tensor_view(xd, t->device, MPT_F32, 4, shape);
+    mpt_tensor y = mpt_tensor_view(yd, t->device, MPT_I32, 1, shape);
+    MPT_RETURN_IF(mpt_eval_batch(t->tape, &x, &y, b.num_real, &sums));
   }
   if (r < 0) return (mpt_status)r;
-  mpt_model_set_training(t->model, 1);
-  mpt_tape_set_grad_enabled(t->tape, 1);
-  MPT_RETURN_IF(sum_over_ranks(t, sums, 3));
-  *loss_out = sums[2] > 0 ? sums[0] / sums[2] : NAN;
-  *acc_out = sums[2] > 0 ? sums[1] / sums[2] : NAN;
+  MPT_RETURN_IF(sum_over_ranks(t, &sums.loss_sum, 3));
+  *loss_out = sums.count > 0 ? sums.loss_sum / sums.count : NAN;
+  *acc_out = sums.count > 0 ? sums.correct / sums.count : NAN;
   return MPT_OK;
 }
 
@@ -191,7 +181,9 @@ static mpt_status train_step(trainer *t, float *sums, int *ran_out) {
       return MPT_OK;
     }
     double f0 = mpt_time_ms();
-    if (t->ddp) MPT_RETURN_IF(mpt_ddp_sync_buffers(t->ddp));
+    /* DDP synchronises buffers before each training forward it sees; DataParallel's
+     * replicas run theirs, so the buffers are synchronised here for them. */
+    if (t->ddp && t->dp) MPT_RETURN_IF(mpt_ddp_sync_buffers(t->ddp));
     uint64_t seed = o->seed * 1000003u + (uint64_t)t->global_step * 131u + (uint64_t)k +
                     (uint64_t)t->rank * 7919u;
     if (t->dp) {
@@ -243,14 +235,11 @@ static mpt_status train_step(trainer *t, float *sums, int *ran_out) {
     sums[2] += (float)b.count;
     double f1 = mpt_time_ms();
     if (t->trace) mpt_trace_add(t->trace, "forward", 0, f0, f1 - f0, t->global_step);
-    if (t->ddp) {
-      mpt_ddp_set_sync(t->ddp, k == K - 1);
-      MPT_RETURN_IF(mpt_ddp_prepare_backward(t->ddp, t->tape));
-    }
+    if (t->ddp) mpt_ddp_set_sync(t->ddp, k == K - 1); /* no_sync but for the last */
+    /* With DDP, backward returns with the gradients averaged over the ranks. */
     MPT_RETURN_IF(mpt_tape_backward(t->tape, loss, 1.0f / (float)K));
     double b1 = mpt_time_ms();
     if (t->trace) mpt_trace_add(t->trace, "backward", 0, f1, b1 - f1, t->global_step);
-    if (t->ddp) MPT_RETURN_IF(mpt_ddp_finalize(t->ddp));
     fwd += f1 - f0;
     bwd += b1 - f1;
   }
@@ -275,12 +264,12 @@ static mpt_status train_step(trainer *t, float *sums, int *ran_out) {
     t->skipped_nonfinite++;
     mpt_log(MPT_LOG_WARN, "step %" PRId64 ": non-finite gradients, optimizer step skipped (%" PRId64
             " so far)", t->global_step, t->skipped_nonfinite);
+    MPT_RETURN_IF(mpt_model_consume_grads(t->model)); /* skipped on purpose */
     /* every step, not only when a checkpoint is due: 3 skips in a row stop the run */
     MPT_RETURN_IF(trainer_check_model_healthy(t, "after a skipped step"));
   } else {
     float lr = mpt_lr_at(&t->schedule, o->optim.lr, t->global_step);
-    MPT_RETURN_IF(mpt_optimizer_step(t->opt, t->stream, mpt_model_params(t->model),
-                                     mpt_model_grads(t->model), lr));
+    MPT_RETURN_IF(mpt_optimizer_step_model(t->opt, t->model, t->stream, lr));
   }
   MPT_RETURN_IF(mpt_stream_synchronize(t->stream, o->timeout_s * 1e3));
   if (t->grad_comm && mpt_comm_error(t->grad_comm) != MPT_OK)
@@ -561,6 +550,13 @@ static mpt_status train_run(trainer *t) {
   }
   MPT_RETURN_IF(mpt_optimizer_init(&t->opt, &o->optim, t->device,
                                    mpt_model_param_count(t->model)));
+  if (o->no_decay_bias_norm) { /* decay the >= 2-D weights only (llm.c, nanoGPT) */
+    mpt_param_group groups[64];
+    int ngroups = 0;
+    MPT_RETURN_IF(mpt_param_groups_split_decay(t->model, o->optim.weight_decay, groups, 64,
+                                               &ngroups));
+    MPT_RETURN_IF(mpt_optimizer_set_groups(t->opt, groups, ngroups));
+  }
   MPT_RETURN_IF(make_loaders(t));
   int64_t batches = mpt_loader_num_batches(t->train_loader);
   if (t->ddp) MPT_RETURN_IF(mpt_ddp_check_batches(t->ddp, batches));

@@ -19,7 +19,6 @@
 #include <unistd.h>
 
 #include "cli/train_impl.h"
-#include "core/error.h"
 #include "mpitrain/ckpt.h"
 
 #define RUN_OPTIONS_FILE "run-options.txt"

@@ -36,11 +36,16 @@ static const char *onednn_feature = "yes";
 #else
 static const char *onednn_feature = "no";
 #endif
+#ifdef MPT_FAULT_INJECTION
+static const char *fault_feature = "yes (the MPT_TEST_* variables of the test suite act)";
+#else
+static const char *fault_feature = "no";
+#endif
 
 void mpt_cli_print_version(FILE *f) {
   fprintf(f, "mpitrain %s\n", PACKAGE_VERSION);
-  fprintf(f, "features: cuda %s, nccl %s, onednn %s, fault injection yes (MPT_TEST_* "
-             "variables, for the tests)\n", cuda_feature, nccl_feature, onednn_feature);
+  fprintf(f, "features: cuda %s, nccl %s, onednn %s, fault injection %s\n", cuda_feature,
+          nccl_feature, onednn_feature, fault_feature);
   char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = "";
   int len = 0;
   if (MPI_Get_library_version(mpi, &len) != MPI_SUCCESS) snprintf(mpi, sizeof mpi, "unknown");
