@@ -53,11 +53,15 @@ rc=$?
   has "$out" "warning: --bucket-cap-mb has no effect" && ok || bad "--quiet: status $rc, output: $out"
 
 # Progress on rank 0 when stderr is a pipe: at most one line per interval, none when 0.
-prog_args="train --synthetic --train-limit 20000 --test-limit 64 --epochs 1 --batch-size 32 --threads 1 --max-steps 150"
-out=$("$dir/mpirun.sh" 2 60 "$prog" $prog_args --progress-interval 0.02 2>&1)
-n=$(printf '%s\n' "$out" | grep -c "rank 0/2\] info: progress: epoch 1/1 step [0-9]*/150, global step [0-9]*/150, .* samples/s, ETA ")
+prog_args="train --synthetic --train-limit 40000 --test-limit 64 --epochs 1 --batch-size 32 --threads 1 --max-steps 300"
+t0=$(date +%s%N)
+out=$("$dir/mpirun.sh" 2 60 "$prog" $prog_args --progress-interval 0.1 2>&1)
+t_ms=$((($(date +%s%N) - t0) / 1000000))
+n=$(printf '%s\n' "$out" | grep -c "rank 0/2\] info: progress: epoch 1/1 step [0-9]*/300, global step [0-9]*/300, .* samples/s, ETA ")
 n1=$(printf '%s\n' "$out" | grep -c "rank 1/2\] info: progress")
-[ "$n" -ge 2 ] && [ "$n" -lt 150 ] && [ "$n1" -eq 0 ] && ok || bad "progress lines: rank 0 $n (want 2..149), rank 1 $n1"
+# at least 2 lines, at most one per 0.1 s of the run (not one per step), none on rank 1
+[ "$n" -ge 2 ] && [ "$n" -le $((t_ms / 100 + 1)) ] && [ "$n" -lt 300 ] && [ "$n1" -eq 0 ] && ok ||
+  bad "progress lines: rank 0 $n in $t_ms ms at one per 0.1 s at most (and >= 2), rank 1 $n1"
 out=$("$prog" $prog_args --progress-interval 0 2>&1)
 ! has "$out" "progress:" && ok || bad "--progress-interval 0 still printed progress"
 out=$("$prog" $prog_args 2>&1) # default 30 s: a run of a second prints none

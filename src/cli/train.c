@@ -435,11 +435,11 @@ static mpt_status report_breakdown(trainer *t, mpt_step_breakdown *bd) {
             "%.3f (DP: one pass per device)  exposed comm %.3f  optimizer %.3f  total %.3f",
             bd->steps, bd->forward_ms, bd->exposed_comm_ms, bd->optimizer_ms, bd->total_ms);
   else
-  mpt_log(MPT_LOG_INFO,
-          "per-step breakdown (ms, mean over %" PRId64 " steps, slowest rank): forward %.3f  "
-          "backward %.3f  exposed comm %.3f  optimizer %.3f  total %.3f",
-          bd->steps, bd->forward_ms, bd->backward_ms, bd->exposed_comm_ms, bd->optimizer_ms,
-          bd->total_ms);
+    mpt_log(MPT_LOG_INFO,
+            "per-step breakdown (ms, mean over %" PRId64 " steps, slowest rank): forward %.3f  "
+            "backward %.3f  exposed comm %.3f  optimizer %.3f  total %.3f",
+            bd->steps, bd->forward_ms, bd->backward_ms, bd->exposed_comm_ms, bd->optimizer_ms,
+            bd->total_ms);
   if (t->ddp)
     mpt_log(MPT_LOG_INFO,
             "all-reduce %.3f ms per step in %d bucket(s), %.0f%% hidden behind backward "
@@ -588,10 +588,10 @@ static mpt_status train_run(trainer *t) {
 
   char devname[32];
   if (!o->quiet)
-  fprintf(stderr, "mpitrain: rank %d/%d local rank %d host %s device %s launcher %s\n",
-          t->rank, t->world, mpt_comm_local_rank(t->comm), mpt_comm_hostname(t->comm),
-          mpt_device_str(t->device, devname, sizeof devname),
-          mpt_launcher_name(mpt_comm_launcher(t->comm)));
+    fprintf(stderr, "mpitrain: rank %d/%d local rank %d host %s device %s launcher %s\n",
+            t->rank, t->world, mpt_comm_local_rank(t->comm), mpt_comm_hostname(t->comm),
+            mpt_device_str(t->device, devname, sizeof devname),
+            mpt_launcher_name(mpt_comm_launcher(t->comm)));
   mpt_log(MPT_LOG_INFO,
           "model %s: %" PRId64 " parameters; %" PRId64 " training and %" PRId64
           " test samples; batch %" PRId64 " per rank x %d rank(s) x %d micro-batch(es); "
