@@ -156,7 +156,7 @@ if [ "$flavors" != "$flavor" ]; then # both: one folder and one summary per PyTo
   [ -n "$all_json" ] && json=${all_json%.json}_$flavor.json
   mkdir -p "$out" || bench_die "cannot create $out"
 fi
-echo "PyTorch: $flavor ($("$PY" -c 'import torch; print(torch.__version__)'), $PY)" >&2
+echo "PyTorch: $flavor ($("$PY" -c 'import torch; print(torch.__version__)'), $PY)"
 manifest=$out/manifest.jsonl
 : >"$manifest"
 rep=1
