@@ -98,6 +98,12 @@ for f in README.md bench/README.md slurm/README.md; do
   done < <(commands "$srcdir/$f")
   [ $n -gt 0 ] || [ "$f" = slurm/README.md ] || bad "$f: no command found (the extraction broke?)"
 done
+# The architecture table of README.md has a row for every layer folder under src/.
+for d in "$srcdir"/src/*/; do
+  d=${d%/}
+  d=src/${d##*/}
+  grep -q "^| [a-z]* | $d | " "$srcdir/README.md" && ok || bad "README.md's architecture table has no row for $d"
+done
 # bench/scaling_model.py is documented as a command: it must be executable.
 [ -x "$srcdir/bench/scaling_model.py" ] && ok || bad "bench/scaling_model.py is not executable"
 echo "$pass passed, $fail failed ($skip skipped: optional packages missing)"
