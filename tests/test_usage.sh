@@ -129,6 +129,9 @@ out=$("$prog" $auto --checkpoint-dir "$tmp/ck" --resume auto --stop-at-step 25 2
 out=$("$prog" $auto --checkpoint-dir "$tmp/ck" --resume auto --save-params "$tmp/auto.bin" 2>&1)
 [ $? -eq 0 ] && has "$out" "resumed from $tmp/ck: epoch 1, global step 25" && cmp -s "$tmp/full.bin" "$tmp/auto.bin" && ok ||
   bad "--resume auto, second run: $(printf '%s' "$out" | grep -i "resum\|error")"
+out=$("$prog" $auto --checkpoint-dir "$tmp/ck" --resume auto 2>&1) # a finished run, submitted again
+[ $? -eq 0 ] && has "$out" "the checkpoint ends the run (2 epoch(s) done): nothing left to train" && ok ||
+  bad "--resume auto of a finished run: $(printf '%s' "$out" | tail -n 2)"
 out=$("$prog" $auto --checkpoint-dir "$tmp/ck" --resume auto --lr 0.1 --epochs 3 2>&1)
 [ $? -eq 1 ] && has "$out" "2 option(s) differ from the run that wrote the checkpoint (--epochs 2 in the checkpointed run, 3 now; --lr 0.05 in the checkpointed run, 0.1 now)" && ok ||
   bad "--resume with other options: $(printf '%s' "$out" | grep -i error)"

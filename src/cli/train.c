@@ -613,6 +613,9 @@ static mpt_status train_run(trainer *t) {
   t->epochs = calloc((size_t)o->epochs, sizeof *t->epochs);
   if (!t->epochs) return MPT_FAIL(MPT_ENOMEM, "cannot allocate metrics");
   if (o->resume[0]) MPT_RETURN_IF(trainer_resume(t));
+  if (t->start_epoch >= o->epochs) /* e.g. --resume auto of a finished run: nothing to redo */
+    mpt_log(MPT_LOG_INFO, "the checkpoint ends the run (%" PRId64 " epoch(s) done): nothing left "
+            "to train", o->epochs);
   t->loop_start_ms = mpt_time_ms();
   t->loop_start_step = t->global_step;
   for (int64_t e = t->start_epoch; e < o->epochs; e++) {
