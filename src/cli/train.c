@@ -1,9 +1,11 @@
 /* `mpitrain train`: one process, or DDP over the ranks of mpirun / srun.
  *
- * Per step: K micro-batches (K = --accumulate, each of --batch-size samples on this rank);
- * before each forward the DDP engine synchronises buffers; the loss of each micro-batch is
- * scaled by 1/K; the last micro-batch's backward all-reduces the buckets (no_sync on the
- * others); then the optimizer steps with the scheduled learning rate. Metrics are sums over
+ * Per step: K micro-batches (K = --accumulate, each of --batch-size samples on this rank; the
+ * last step of an epoch takes the batches left, fewer than K when the epoch's batch count is
+ * not a multiple of K); before each forward the DDP engine synchronises buffers; the loss of
+ * each micro-batch is scaled by its share of the step's samples (rows / group rows), so a step
+ * equals one step on the combined batch; the last micro-batch's backward all-reduces the
+ * buckets (no_sync on the others); then the optimizer steps with the scheduled learning rate. Metrics are sums over
  * ranks (loss * samples, correct answers, samples), so evaluation gives the same accuracy for
  * any world size: the DistributedSampler's padding rows are not counted.
  *
@@ -170,22 +172,48 @@ static mpt_status evaluate(trainer *t, double *loss_out, double *acc_out) {
   return MPT_OK;
 }
 
-/* One optimizer step over K micro-batches. Returns MPT_LOADER_END-like 1 when the epoch ran
- * out of batches before the step could start. */
-static mpt_status train_step(trainer *t, float *sums, int *ran_out) {
+/* The micro-batches of the epoch's step `step` (--accumulate K, or the batches left for the
+ * last step) and the rows they hold together on this rank (the same on every rank: the sampler
+ * gives each rank as many positions). */
+static void step_group(trainer *t, int64_t step, int *kg, int64_t *rows) {
   const mpt_cli_options *o = t->o;
-  int K = o->accumulate;
+  const int64_t nb = mpt_loader_num_batches(t->train_loader), first = step * o->accumulate;
+  const int64_t n = o->drop_last ? nb * o->batch_size : mpt_sampler_num_samples(t->train_sampler);
+  int64_t k = nb - first < o->accumulate ? nb - first : o->accumulate;
+  if (k < 0) k = 0;
+  int64_t end = (first + k) * o->batch_size;
+  *kg = (int)k;
+  *rows = (end < n ? end : n) - first * o->batch_size;
+}
+
+/* One optimizer step over the micro-batches of the epoch's step `step` (step_group). Sets
+ * *ran_out when the epoch ran out of batches before the step could start. */
+static mpt_status train_step(trainer *t, int64_t step, float *sums, int *ran_out) {
+  const mpt_cli_options *o = t->o;
+  int K;
+  int64_t group_rows;
+  step_group(t, step, &K, &group_rows);
   double t0 = mpt_time_ms(), fwd = 0, bwd = 0;
   *ran_out = 0;
+  if (K < 1 || group_rows < 1) {
+    *ran_out = 1;
+    return MPT_OK;
+  }
   MPT_RETURN_IF(mpt_model_zero_grad(t->model, t->stream));
   for (int k = 0; k < K; k++) {
     mpt_batch b;
     int r = mpt_loader_next(t->train_loader, &b);
     if (r < 0) return (mpt_status)r;
     if (r != MPT_OK) {
-      *ran_out = 1;
-      return MPT_OK;
+      if (k == 0) {
+        *ran_out = 1;
+        return MPT_OK;
+      }
+      return MPT_FAIL(MPT_ESTATE, "step %" PRId64 ": the epoch ran out of batches after %d of "
+                      "the step's %d micro-batches on rank %d", t->global_step, k, K, t->rank);
     }
+    /* this micro-batch's share of the step's mean loss (a short last batch weighs less) */
+    const float share = (float)((double)b.count / (double)group_rows);
     double f0 = mpt_time_ms();
     if (t->ddp) MPT_RETURN_IF(mpt_ddp_sync_buffers(t->ddp));
     uint64_t seed = o->seed * 1000003u + (uint64_t)t->global_step * 131u + (uint64_t)k +
@@ -197,7 +225,7 @@ static mpt_status train_step(trainer *t, float *sums, int *ran_out) {
       int64_t shape[4] = {b.count, b.images.shape[1], b.images.shape[2], b.images.shape[3]};
       mpt_tensor x = mpt_tensor_view(b.images.data, mpt_device_cpu(), MPT_F32, 4, shape);
       mpt_tensor y = mpt_tensor_view(b.labels.data, mpt_device_cpu(), MPT_I32, 1, shape);
-      MPT_RETURN_IF(mpt_dp_step(t->dp, &x, &y, 1.0f / (float)K, seed, &l, &correct));
+      MPT_RETURN_IF(mpt_dp_step(t->dp, &x, &y, share, seed, &l, &correct));
       if (!isfinite(l) && !o->skip_nonfinite)
         return MPT_FAIL(MPT_ENONFINITE,
                         "non-finite loss %g at step %" PRId64 " on rank %d (--skip-nonfinite "
@@ -243,7 +271,7 @@ static mpt_status train_step(trainer *t, float *sums, int *ran_out) {
       mpt_ddp_set_sync(t->ddp, k == K - 1);
       MPT_RETURN_IF(mpt_ddp_prepare_backward(t->ddp, t->tape));
     }
-    MPT_RETURN_IF(mpt_tape_backward(t->tape, loss, 1.0f / (float)K));
+    MPT_RETURN_IF(mpt_tape_backward(t->tape, loss, share));
     double b1 = mpt_time_ms();
     if (t->trace) mpt_trace_add(t->trace, "backward", 0, f1, b1 - f1, t->global_step);
     if (t->ddp) MPT_RETURN_IF(mpt_ddp_finalize(t->ddp));
@@ -328,7 +356,7 @@ static mpt_status run_epoch(trainer *t, int64_t epoch, mpt_epoch_metrics *m) {
     int ran_out;
     trainer_maybe_kill_self(t);
     MPT_RETURN_IF(stop_vote_start(t));
-    MPT_RETURN_IF(train_step(t, sums, &ran_out));
+    MPT_RETURN_IF(train_step(t, step, sums, &ran_out));
     MPT_RETURN_IF(stop_vote_finish(t));
     if (ran_out) break;
     trainer_maybe_perturb(t);
@@ -538,13 +566,15 @@ static mpt_status train_run(trainer *t) {
   MPT_RETURN_IF(make_loaders(t));
   int64_t batches = mpt_loader_num_batches(t->train_loader);
   if (t->ddp) MPT_RETURN_IF(mpt_ddp_check_batches(t->ddp, batches));
-  t->steps_per_epoch = batches / o->accumulate;
+  /* the last step of an epoch takes the batches left (fewer than --accumulate) */
+  t->steps_per_epoch = (batches + o->accumulate - 1) / o->accumulate;
   if (o->max_steps > 0 && o->max_steps < t->steps_per_epoch) t->steps_per_epoch = o->max_steps;
   if (t->steps_per_epoch < 1)
     return MPT_FAIL(MPT_EINVAL,
-                    "an epoch has %" PRId64 " batches of %" PRId64 " on this rank, fewer than "
-                    "--accumulate %d: nothing to train",
-                    batches, o->batch_size, o->accumulate);
+                    "an epoch has no batch of %" PRId64 " on this rank (%" PRId64 " samples%s): "
+                    "nothing to train",
+                    o->batch_size, mpt_sampler_num_samples(t->train_sampler),
+                    o->drop_last ? ", --drop-last" : "");
   t->schedule = o->schedule;
   if (t->schedule.step_size <= 0) t->schedule.step_size = t->steps_per_epoch;
   if (t->schedule.kind == MPT_LR_COSINE)
