@@ -114,7 +114,10 @@ extern "C" {
 typedef struct mpt_comm mpt_comm;
 
 /* Reductions of all-reduce. AVG is SUM followed by a division by the world size on every rank
- * (float32 only), the convention of Horovod's Average and torch.distributed ReduceOp.AVG. */
+ * (float32 only), the convention of Horovod's Average and torch.distributed ReduceOp.AVG.
+ * A float32 NaN on any rank gives NaN in every reduction, MIN and MAX included, whatever the
+ * number of ranks (the MPI backend's own MIN / MAX; MPI_MIN / MPI_MAX may drop it), and MIN / MAX
+ * of -0 and +0 are -0 / +0, so every rank gets the same bits. */
 typedef enum {
   MPT_REDUCE_SUM = 0,
   MPT_REDUCE_AVG = 1,

@@ -53,3 +53,8 @@ tests_test_launch_SOURCES = tests/test_launch.c
 tests_test_launch_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_launch_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 endif
+# issue 15: NaN in MIN / MAX at 4 ranks (the Check case "nan" of tests/test_comm.c)
+EXTRA_DIST += tests/test_comm_np4.sh
+if HAVE_CHECK
+TESTS += tests/test_comm_np4.sh
+endif
