@@ -4,3 +4,6 @@ EXTRA_DIST += tests/test_cli.sh tests/test_kill_rank.sh tests/test_preempt.sh te
 # issue 15: --accumulate equals one step on the combined batch (remainder and short micro-batches)
 TESTS += tests/test_accumulate.sh
 EXTRA_DIST += tests/test_accumulate.sh
+# issue 15: ranks must load the same data (mpirun MPMD with -wdir)
+TESTS += tests/test_data_agree.sh
+EXTRA_DIST += tests/test_data_agree.sh

@@ -77,6 +77,13 @@ mpt_status trainer_check_model_fits(trainer *t, int ndev);
 mpt_status trainer_save_params(trainer *t, const char *path);
 mpt_status trainer_check_same_options(trainer *t);
 
+/* train_data.c */
+/* Collective, after loading the data: every rank must have loaded the same training and test
+ * sets (sample counts, image size, classes, CRC-32 of images and labels as loaded). Errors:
+ * MPT_EMISMATCH on every rank, naming what differs, the first rank that differs from rank 0 and
+ * the file each of the two read; MPT_ENOMEM. */
+mpt_status trainer_check_same_data(trainer *t);
+
 /* train_ckpt.c */
 /* Stops (MPT_ENONFINITE, naming `when` and the learning rate) a model no longer fit to train or
  * be checkpointed: non-finite parameters or buffers, or 3 optimizer steps in a row skipped for
