@@ -7,3 +7,6 @@ EXTRA_DIST += tests/test_accumulate.sh
 # issue 15: ranks must load the same data (mpirun MPMD with -wdir)
 TESTS += tests/test_data_agree.sh
 EXTRA_DIST += tests/test_data_agree.sh
+# issue 15: --timeout covers MPI initialisation (a process of the job that never starts MPI)
+TESTS += tests/test_init_timeout.sh
+EXTRA_DIST += tests/test_init_timeout.sh

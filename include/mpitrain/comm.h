@@ -199,6 +199,14 @@ MPT_API mpt_comm_config mpt_comm_config_default(void);
  * Thread rules: call from one thread; not concurrently with other MPI use. */
 MPT_API mpt_status mpt_comm_init(mpt_comm **comm, const mpt_comm_config *config);
 
+/* What an mpt_comm_init running in this process waits for right now, as a phrase naming the MPI
+ * call and who it waits for ("MPI_Init_thread, which returns once every process of the job has
+ * started and initialised MPI"), or "" when none runs. MPI_Init_thread itself has no deadline
+ * (it blocks until every process arrives, and nothing can interrupt it), so a program that must
+ * not hang watches the bootstrap from another thread with its own deadline, and names this on
+ * expiry (mpitrain does, with --timeout). A static string; any thread. */
+MPT_API const char *mpt_comm_bootstrap_stage(void);
+
 /* Drains the comm's own stream (each queued collective ends by its deadline), frees it, and
  * frees the communicator. Streams the caller passed to collectives must have been synchronized
  * first. NULL is a no-op. Does not finalize MPI. Blocking mode: it waits for the stream with

@@ -4,4 +4,4 @@ mpitrain_SOURCES = src/cli/main.c src/cli/options.c src/cli/options.h src/cli/tr
 	src/cli/train.h src/cli/train_impl.h src/cli/train_checks.c src/cli/train_ckpt.c src/cli/metrics.c src/cli/metrics.h
 mpitrain_LDADD = libmpitrain_all.la
 # issue 15: the ranks' data agreement check
-mpitrain_SOURCES += src/cli/train_data.c
+mpitrain_SOURCES += src/cli/train_data.c src/cli/train_watchdog.c

@@ -677,7 +677,10 @@ int mpt_cli_train(const mpt_cli_options *o) {
   mpt_comm_config cc = mpt_comm_config_default();
   cc.timeout_ms = o->timeout_s * 1e3;
   cc.check_collectives = o->check_collectives;
-  mpt_status st = mpt_comm_init(&t.comm, &cc);
+  trainer_watchdog *wd = NULL; /* --timeout covers MPI_Init_thread too */
+  mpt_status st = trainer_watchdog_start(o->timeout_s, &wd);
+  if (st == MPT_OK) st = mpt_comm_init(&t.comm, &cc);
+  trainer_watchdog_stop(wd);
   if (st != MPT_OK) {
     fprintf(stderr, "mpitrain: error: %s: %s\n", mpt_status_message(st), mpt_last_error());
     mpt_comm_abort(NULL, 1);

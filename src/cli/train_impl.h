@@ -77,6 +77,15 @@ mpt_status trainer_check_model_fits(trainer *t, int ndev);
 mpt_status trainer_save_params(trainer *t, const char *path);
 mpt_status trainer_check_same_options(trainer *t);
 
+/* train_watchdog.c */
+typedef struct trainer_watchdog trainer_watchdog;
+/* Starts a thread that, unless trainer_watchdog_stop comes first, prints what the comm bootstrap
+ * waits for (mpt_comm_bootstrap_stage) after timeout_s and ends the process with status 1: the
+ * deadline of MPI_Init_thread, which has none. Errors: MPT_ENOMEM. */
+mpt_status trainer_watchdog_start(double timeout_s, trainer_watchdog **w);
+/* Stops and joins it; NULL is a no-op. */
+void trainer_watchdog_stop(trainer_watchdog *w);
+
 /* train_data.c */
 /* Collective, after loading the data: every rank must have loaded the same training and test
  * sets (sample counts, image size, classes, CRC-32 of images and labels as loaded). Errors:
