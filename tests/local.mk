@@ -10,3 +10,6 @@ EXTRA_DIST += tests/test_data_agree.sh
 # issue 15: --timeout covers MPI initialisation (a process of the job that never starts MPI)
 TESTS += tests/test_init_timeout.sh
 EXTRA_DIST += tests/test_init_timeout.sh
+# issue 15: a timeout names the rank that held the collective up (SIGSTOP of 1 of 3 ranks)
+TESTS += tests/test_stall_culprit.sh
+EXTRA_DIST += tests/test_stall_culprit.sh

@@ -475,6 +475,13 @@ START_TEST(test_comm_missing_peer_times_out_with_detail) {
     ck_assert_ptr_nonnull(strstr(mpt_last_error(),
                                  "all-reduce #0 (count 4 float32 sum) did not complete within 1 s "
                                  "on rank 0"));
+    /* ... naming the ranks that never arrived (shared-memory progress records) */
+    ck_assert_ptr_nonnull(strstr(mpt_last_error(),
+                                 "holding it up: rank 1 (never started it; process running; no "
+                                 "collective started yet)"));
+    if (world == 3)
+      ck_assert_ptr_nonnull(strstr(mpt_last_error(), "; rank 2 (never started it;"));
+    ck_assert_ptr_nonnull(strstr(mpt_last_error(), "waiting in it: rank 0"));
     ck_assert_int_eq(mpt_comm_error(c), MPT_ETIMEOUT);
   }
   mpt_comm_free(c);

@@ -28,7 +28,11 @@
  *     wrappers, mpt_comm_wait_event and mpt_comm_free do so themselves: when the oldest
  *     collective in flight has run for timeout_ms they return MPT_ETIMEOUT with "all-reduce #17
  *     (count 4096 float32 sum) did not complete within 300 s on rank 1" and mark the comm
- *     unusable. A caller waiting with mpt_event_synchronize(event, its deadline) gets a plain
+ *     unusable. The message goes on to name the ranks of the waiter's host that hold the
+ *     collective up and those waiting in it ("; on host h (shared-memory progress records):
+ *     holding it up: rank 2 (never started it; process running; last collective started #16,
+ *     completed #16); waiting in it: ranks 0, 1"), from records each rank publishes in an MPI-3
+ *     shared-memory window (src/comm/comm_progress.c; not for NCCL comms). A caller waiting with mpt_event_synchronize(event, its deadline) gets a plain
  *     event timeout instead and should name the collective with mpt_comm_describe_inflight (or
  *     wait with mpt_comm_wait_event); a wait without a deadline (-1) on comm work can hang
  *     forever in blocking mode. After such a timeout the

@@ -130,13 +130,15 @@ static mpt_status bootstrap(mpt_comm *c, const mpt_comm_config *config) {
                 c->rank, fail_comm);
   int rc_rank = MPI_Comm_rank(node, &c->local_rank);
   int rc_size = MPI_Comm_size(node, &c->local_size);
-  MPI_Comm_free(&node);
-  MPT_MPI_CHECK(rc_rank, c->rank, fail_comm);
-  MPT_MPI_CHECK(rc_size, c->rank, fail_comm);
-
   if (gethostname(c->hostname, sizeof c->hostname) != 0)
     snprintf(c->hostname, sizeof c->hostname, "unknown-host");
   c->hostname[sizeof c->hostname - 1] = '\0';
+  atomic_store(&boot_stage, "MPI_Win_allocate_shared of the progress records (the ranks of "
+                            "each host)");
+  if (rc_rank == MPI_SUCCESS && rc_size == MPI_SUCCESS) mpt__progress_init(c, node);
+  MPI_Comm_free(&node);
+  MPT_MPI_CHECK(rc_rank, c->rank, fail_comm);
+  MPT_MPI_CHECK(rc_size, c->rank, fail_comm);
 
   atomic_store(&boot_stage, "the exchange of the comm settings between the ranks");
   MPT_CHECK(agree_settings(c, deadline_ms), fail_comm);

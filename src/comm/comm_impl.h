@@ -97,6 +97,7 @@ struct mpt_comm {
 
   pthread_mutex_t sync_mutex; /* serialises the synchronous wrappers (one event) */
   mpt_event *sync_event;
+  int progress_index; /* its column in the progress records (comm_progress.c), -1: none */
 };
 
 /* Marks the comm unusable with `status` and a copy of the calling thread's last error (first
@@ -133,6 +134,23 @@ mpt_status mpt__inflight_check(mpt_comm *comm);
  * event's status. Caller's thread. */
 mpt_status mpt__comm_wait_deadline(mpt_comm *comm, mpt_event *event, const mpt__coll *c,
                                    double grace_ms);
+
+/* ---- progress records (comm_progress.c): who held up a collective that timed out ---------- */
+
+/* Bootstrap, after the node communicator exists: the first call makes the process's shared-
+ * memory window over `node` (collective over the ranks of this host); every call gives `c` its
+ * column (c->progress_index, -1 when there is none). Never fails: without a window the reports
+ * say why. */
+void mpt__progress_init(mpt_comm *c, MPI_Comm node);
+/* Publishes that this rank started / completed collective `seq` of `c`. Any thread. */
+void mpt__progress_started(const mpt_comm *c, uint64_t seq);
+void mpt__progress_completed(const mpt_comm *c, uint64_t seq);
+/* Appends to buf "; on host H (shared-memory progress records): holding it up: rank 1 (never
+ * started it; process 123 is stopped (SIGSTOP or job control); last collective started #41,
+ * completed #41); waiting in it: ranks 0, 2; ..." for collective `seq` of `c`. Any thread. */
+void mpt__progress_describe(const mpt_comm *c, uint64_t seq, char *buf, size_t nbytes);
+/* Frees the window (collective over the host's ranks, like MPI_Finalize): mpt_comm_finalize. */
+void mpt__progress_finalize(void);
 
 /* Records "<what>: <MPI error string> (on rank R)" as MPT_ECOMM. */
 mpt_status mpt__mpi_error(const char *file, int line, int mpi_rc, int rank, const char *fmt, ...)
