@@ -48,6 +48,7 @@ typedef struct slot {
 static struct {
   int ready;     /* the window exists (set once by the first bootstrap) */
   int tried;     /* the first bootstrap tried to make it */
+  int have_win;  /* win exists (to be freed by mpt__progress_finalize) */
   char why[256]; /* why there is none */
   MPI_Win win;
   int nlocal, me;
@@ -75,6 +76,8 @@ void mpt__progress_init(mpt_comm *c, MPI_Comm node) {
       snprintf(g.why, sizeof g.why, "no shared-memory window for progress records: %s", text);
       return;
     }
+    g.have_win = 1;
+    MPI_Win_set_errhandler(g.win, MPI_ERRORS_RETURN); /* windows default to fatal errors */
     memset(mine, 0, sizeof *mine);
     atomic_store(&mine->pid, (int64_t)getpid());
     g.slots = calloc((size_t)g.nlocal, sizeof *g.slots);
@@ -109,13 +112,12 @@ void mpt__progress_init(mpt_comm *c, MPI_Comm node) {
 }
 
 void mpt__progress_finalize(void) {
-  if (!g.tried || g.win == MPI_WIN_NULL) return;
+  if (!g.have_win) return;
   if (g.ready) MPI_Win_unlock_all(g.win);
   MPI_Win_free(&g.win);
   free(g.slots);
   free(g.world_rank);
   memset(&g, 0, sizeof g);
-  g.win = MPI_WIN_NULL;
 }
 
 /* Raises *v to x (records only grow, whichever thread publishes). */
