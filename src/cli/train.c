@@ -5,9 +5,9 @@
  * not a multiple of K); before each forward the DDP engine synchronises buffers; the loss of
  * each micro-batch is scaled by its share of the step's samples (rows / group rows), so a step
  * equals one step on the combined batch; the last micro-batch's backward all-reduces the
- * buckets (no_sync on the others); then the optimizer steps with the scheduled learning rate. Metrics are sums over
- * ranks (loss * samples, correct answers, samples), so evaluation gives the same accuracy for
- * any world size: the DistributedSampler's padding rows are not counted.
+ * buckets (no_sync on the others); then the optimizer steps with the scheduled learning rate.
+ * Metrics are sums over ranks (loss * samples, correct answers, samples), so evaluation gives
+ * the same accuracy for any world size: the DistributedSampler's padding rows are not counted.
  *
  * Failure: any error is printed with the rank and its detail; with more than one rank the job
  * is then aborted (MPI_Abort) so no rank waits for one that has stopped. */
