@@ -19,7 +19,7 @@ ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && ok || bad "status $rc (want non-zero, not the test's timeout)"
 [ "$elapsed" -le $((timeout_s + 10)) ] && ok || bad "the job took $elapsed s (want <= $((timeout_s + 10)) s)"
-printf '%s' "$out" | grep -q "MPI initialisation did not complete within $timeout_s s (--timeout) on rank 0 of 2 (mpirun).*still waiting in MPI_Init_thread, which returns once every process of the job has started" &&
+printf '%s' "$out" | grep -q "MPI initialisation did not complete within $timeout_s s (the start-up deadline: --timeout, at least 10 s) on rank 0 of 2 (mpirun).*still waiting in MPI_Init_thread, which returns once every process of the job has started" &&
   ok || bad "no message naming what rank 0 waited for"
 echo "job ended in $elapsed s with status $rc"
 echo "$pass passed, $fail failed"

@@ -675,8 +675,10 @@ int mpt_cli_train(const mpt_cli_options *o) {
   mpt_comm_config cc = mpt_comm_config_default();
   cc.timeout_ms = o->timeout_s * 1e3;
   cc.check_collectives = o->check_collectives;
-  trainer_watchdog *wd = NULL; /* --timeout covers MPI_Init_thread too */
-  mpt_status st = trainer_watchdog_start(o->timeout_s, &wd);
+  /* --timeout covers MPI_Init_thread too, with a floor: a short collective deadline must not
+   * kill a healthy start-up (a singleton's MPI_Init alone takes about 0.5 s here) */
+  trainer_watchdog *wd = NULL;
+  mpt_status st = trainer_watchdog_start(o->timeout_s > 10 ? o->timeout_s : 10, &wd);
   if (st == MPT_OK) st = mpt_comm_init(&t.comm, &cc);
   trainer_watchdog_stop(wd);
   if (st != MPT_OK) {

@@ -1,4 +1,5 @@
-/* The start-up watchdog: --timeout is also the deadline of MPI's initialisation. MPI_Init_thread
+/* The start-up watchdog: --timeout (at least 10 s, so that a short collective deadline does
+ * not kill a healthy start-up) is also the deadline of MPI's initialisation. MPI_Init_thread
  * blocks until every process of the job has started and initialised MPI, with no deadline and
  * no way to interrupt it: `mpirun -np 1 ./mpitrain train : -np 1 sleep 1000` (a process that
  * never initialises MPI), a rank stopped or stuck before MPI_Init, or a broken PMI would hang
@@ -70,7 +71,8 @@ static void *watchdog_main(void *arg) {
   describe_process(who, sizeof who);
   const char *stage = mpt_comm_bootstrap_stage();
   fprintf(stderr,
-          "mpitrain: error: MPI initialisation did not complete within %g s (--timeout) on %s: "
+          "mpitrain: error: MPI initialisation did not complete within %g s (the start-up deadline: "
+          "--timeout, at least 10 s) on %s: "
           "still waiting in %s. A process of the job has not initialised MPI: one that is not "
           "mpitrain (an mpirun ':' part), one that crashed, hangs or was stopped before "
           "starting, or a launcher whose PMI does not connect the processes. Exiting with "
