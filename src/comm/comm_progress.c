@@ -223,8 +223,15 @@ void mpt__progress_describe(const mpt_comm *c, uint64_t seq, char *buf, size_t n
   else
     append(buf, nbytes, &used, "no rank of this host holds it up");
   if (count_w) append(buf, nbytes, &used, "; waiting in it: %s %s", count_w > 1 ? "ranks" : "rank", waiting);
-  int others = c->world_size - g.nlocal;
-  if (others > 0)
-    append(buf, nbytes, &used, "; %d rank(s) on other hosts are not visible from here (see their "
-           "hosts' reports)", others);
+  int others = c->world_size - g.nlocal, listed = 0;
+  if (others > 0) {
+    append(buf, nbytes, &used, "; not visible from this host (see their hosts' reports): rank%s ",
+           others > 1 ? "s" : "");
+    for (int r = 0; r < c->world_size && listed < 8; r++) {
+      int local = 0;
+      for (int q = 0; q < g.nlocal && !local; q++) local = g.world_rank[q] == r;
+      if (!local) append(buf, nbytes, &used, "%s%d", listed++ ? ", " : "", r);
+    }
+    if (others > listed) append(buf, nbytes, &used, " and %d more", others - listed);
+  }
 }
