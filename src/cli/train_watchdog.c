@@ -71,8 +71,8 @@ static void *watchdog_main(void *arg) {
   describe_process(who, sizeof who);
   const char *stage = mpt_comm_bootstrap_stage();
   fprintf(stderr,
-          "mpitrain: error: MPI initialisation did not complete within %g s (the start-up deadline: "
-          "--timeout, at least 10 s) on %s: "
+          "mpitrain: error: MPI initialisation did not complete within %g s (the start-up "
+          "deadline: --timeout, at least 10 s) on %s: "
           "still waiting in %s. A process of the job has not initialised MPI: one that is not "
           "mpitrain (an mpirun ':' part), one that crashed, hangs or was stopped before "
           "starting, or a launcher whose PMI does not connect the processes. Exiting with "

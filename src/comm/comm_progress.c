@@ -222,7 +222,8 @@ void mpt__progress_describe(const mpt_comm *c, uint64_t seq, char *buf, size_t n
     append(buf, nbytes, &used, "holding it up: %s", holding);
   else
     append(buf, nbytes, &used, "no rank of this host holds it up");
-  if (count_w) append(buf, nbytes, &used, "; waiting in it: %s %s", count_w > 1 ? "ranks" : "rank", waiting);
+  if (count_w)
+    append(buf, nbytes, &used, "; waiting in it: %s %s", count_w > 1 ? "ranks" : "rank", waiting);
   int others = c->world_size - g.nlocal, listed = 0;
   if (others > 0) {
     append(buf, nbytes, &used, "; not visible from this host (see their hosts' reports): rank%s ",

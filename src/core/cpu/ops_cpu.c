@@ -41,11 +41,12 @@ mpt_status mpt__cpu_memcpy(mpt_stream *s, mpt_device dst_device, void *dst,
  * limit (ulimit -v) then spins, and its step waited for --timeout. So each thread's first GEMM
  * here checks first that the buffer can be mapped (an mmap of that size, released at once),
  * failing with MPT_ENOMEM if not, and then makes OpenBLAS take its buffer with a 256^3 SGEMM on
- * static scratch memory, all under one process-wide lock so that two threads' checks cannot both count
- * the same free memory. Later GEMMs of the thread reuse the buffer (OpenBLAS keeps it for the
- * thread's life) and cannot enter that loop. One lock and one thread-local flag: state that
- * mirrors OpenBLAS's own per-thread state. A smaller buffer (other architectures) is covered,
- * since the check asks for the largest. */
+ * static scratch memory, all under one process-wide lock so that two threads' checks cannot
+ * both count the same free memory. Later GEMMs of the thread reuse the buffer (OpenBLAS keeps it
+ * for the thread's life) and cannot enter that loop. One lock and one thread-local flag: state
+ * that mirrors OpenBLAS's own per-thread state. A smaller buffer (other architectures) is
+ * covered, since the check asks for the largest. Residual race: memory taken by another thread
+ * between the check and OpenBLAS's own mmap (not one of ours: they wait on the lock). */
 #define OPENBLAS_BUFFER_NBYTES ((size_t)128 << 20 | 4096)
 enum { WARMUP_N = 256 };
 
