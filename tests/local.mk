@@ -13,3 +13,5 @@ EXTRA_DIST += tests/test_init_timeout.sh
 # issue 15: a timeout names the rank that held the collective up (SIGSTOP of 1 of 3 ranks)
 TESTS += tests/test_stall_culprit.sh
 EXTRA_DIST += tests/test_stall_culprit.sh
+TESTS += tests/test_cli_groups.sh
+EXTRA_DIST += tests/test_cli_groups.sh

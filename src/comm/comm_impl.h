@@ -16,6 +16,7 @@
 #include <stdatomic.h>
 
 #include "core/error.h"
+#include "core/keeper.h"
 #include "mpitrain/comm.h"
 
 typedef enum {
@@ -134,6 +135,14 @@ mpt_status mpt__inflight_check(mpt_comm *comm);
  * event's status. Caller's thread. */
 mpt_status mpt__comm_wait_deadline(mpt_comm *comm, mpt_event *event, const mpt__coll *c,
                                    double grace_ms);
+
+/* The keeper (core/keeper.h) of a collective's host function on a CPU worker stream; keeper_arg
+ * is the comm. Whichever collective of the comm is oldest in flight must finish within
+ * timeout_ms (+ the polling mode's grace, see mpt_comm_wait_event) of its start: until then
+ * *left_ms is the time left, after it MPT_ETIMEOUT naming the collective (the words of
+ * mpt__comm_wait_deadline) and the comm is marked failed; a comm that failed already gives its
+ * failure. So every wait on the stream or its events is bounded, deadline or not (docs/comm.md). */
+mpt_status mpt__comm_keeper(void *comm, double *left_ms);
 
 /* ---- progress records (comm_progress.c): who held up a collective that timed out ---------- */
 

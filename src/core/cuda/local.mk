@@ -17,7 +17,7 @@ NVCC_CPPFLAGS = -I$(top_srcdir)/include -I$(top_srcdir)/src $(CUDA_CFLAGS)
 
 .cu.lo:
 	$(AM_V_NVCC)$(LIBTOOL) $(AM_V_lt) --tag=CC --mode=compile $(NVCC) $(NVCCFLAGS) \
-	  $(NVCC_CPPFLAGS) -Xcompiler=-fPIC -prefer-non-pic -c -o $@ $<
+	  $(NVCC_CPPFLAGS) -Xcompiler=-fPIC -Xcompiler=-fvisibility=hidden -prefer-non-pic -c -o $@ $<
 
 if HAVE_CUDA
 # device.c registers the backend under MPT_HAVE_CUDA (config.h); every file sees the CUDA headers.
