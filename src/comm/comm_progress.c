@@ -8,7 +8,8 @@
  * others read them with plain loads, without any help from the publisher: a rank stopped by
  * SIGSTOP, stuck in a computation or dead still has its last values there. On expiry the waiter
  * classifies every rank of its host against the collective's sequence number S: "waiting in it"
- * (started > S, completed <= S, process running) or "holding it up" (never started S, or its
+ * (started > S, completed <= S, process running), "done with it" (completed S, running: its part
+ * of the algorithm ended before a peer stopped) or "holding it up" (never started S, or its
  * process is stopped or gone: /proc/PID/stat and kill(PID, 0), valid on one host).
  *
  * Across hosts. Shared memory reaches only the ranks of one host, and passive-target RMA over a
@@ -191,17 +192,20 @@ void mpt__progress_describe(const mpt_comm *c, uint64_t seq, char *buf, size_t n
     return;
   }
   const int k = c->progress_index;
-  char waiting[512] = "", holding[1536] = "";
-  size_t nw = 0, nh = 0;
-  int count_w = 0, count_h = 0;
+  char waiting[512] = "", past[512] = "", holding[1536] = "";
+  size_t nw = 0, np = 0, nh = 0;
+  int count_w = 0, count_p = 0, count_h = 0;
   for (int q = 0; q < g.nlocal; q++) {
     const slot *s = g.slots[q];
     uint64_t st = atomic_load_explicit(&s->started[k], memory_order_acquire);
     uint64_t done = atomic_load_explicit(&s->completed[k], memory_order_acquire);
     char state[160];
     process_state(q == g.me ? 0 : atomic_load(&s->pid), state, sizeof state);
-    if (st > seq && done <= seq && !state[0]) {
-      append(waiting, sizeof waiting, &nw, "%s%d", count_w++ ? ", " : "", g.world_rank[q]);
+    if (st > seq && !state[0]) { /* running, and reached it: waiting in it, or past it */
+      if (done <= seq)
+        append(waiting, sizeof waiting, &nw, "%s%d", count_w++ ? ", " : "", g.world_rank[q]);
+      else /* its part finished (e.g. it got the result before a peer stopped) */
+        append(past, sizeof past, &np, "%s%d", count_p++ ? ", " : "", g.world_rank[q]);
       continue;
     }
     char last[96];
@@ -224,6 +228,8 @@ void mpt__progress_describe(const mpt_comm *c, uint64_t seq, char *buf, size_t n
     append(buf, nbytes, &used, "no rank of this host holds it up");
   if (count_w)
     append(buf, nbytes, &used, "; waiting in it: %s %s", count_w > 1 ? "ranks" : "rank", waiting);
+  if (count_p)
+    append(buf, nbytes, &used, "; done with it: %s %s", count_p > 1 ? "ranks" : "rank", past);
   int others = c->world_size - g.nlocal, listed = 0;
   if (others > 0) {
     append(buf, nbytes, &used, "; not visible from this host (see their hosts' reports): rank%s ",
