@@ -61,7 +61,7 @@ expect_refused() { # NAME B PATTERN
   fi
 }
 expect_refused "999 vs 1000 training samples" short \
-  "ranks loaded different data (the number of training samples): rank 1 has 999 from '$tmp/short/data/train-images-idx3-ubyte', rank 0 has 1000 from '$tmp/ref/data/train-images-idx3-ubyte'"
+  "ranks loaded different data (the number of training samples): rank 1 has 999 from '$tmp/short/data/train-images-idx3-ubyte' on $(hostname), rank 0 has 1000 from '$tmp/ref/data/train-images-idx3-ubyte' on $(hostname)"
 expect_refused "shifted training labels" labels \
   "(the training labels): rank 1 has CRC-32 [0-9a-f]* from '$tmp/labels/data/train-labels-idx1-ubyte'"
 expect_refused "one changed test pixel" test \

@@ -32,7 +32,7 @@ enum {
   F_TRAIN_IMAGES, F_TRAIN_LABELS, F_TEST_IMAGES, F_TEST_LABELS, /* CRC-32 of the contents */
   NFIELDS
 };
-enum { PATH_BYTES = 512 };
+enum { PATH_BYTES = 512, HOST_BYTES = 64, RECORD_BYTES = PATH_BYTES + HOST_BYTES };
 
 /* CRC-32 of n bytes, in chunks that fit zlib's uInt. */
 static uint32_t crc_bytes(const void *data, size_t n) {
@@ -109,13 +109,14 @@ mpt_status trainer_check_same_data(trainer *t) {
       }
   if (bad < 0) goto done;
   /* Collective: every rank found the same (bad, k). Each names the file it read. */
-  if (!(paths = calloc(W + 1, PATH_BYTES))) {
+  if (!(paths = calloc(W + 1, RECORD_BYTES))) {
     st = MPT_FAIL(MPT_ENOMEM, "cannot allocate the data check");
     goto done;
   }
-  char *my_path = paths + PATH_BYTES * W;
+  char *my_path = paths + RECORD_BYTES * W; /* path, then host */
   describe(t, k, my_path, PATH_BYTES);
-  MPT_CHECK(mpt_comm_allgather_sync(t->comm, my_path, paths, PATH_BYTES, MPT_U8), done);
+  snprintf(my_path + PATH_BYTES, HOST_BYTES, "%s", mpt_comm_hostname(t->comm));
+  MPT_CHECK(mpt_comm_allgather_sync(t->comm, my_path, paths, RECORD_BYTES, MPT_U8), done);
   const int32_t *a = all, *b = all + NFIELDS * (size_t)bad;
   char va[64], vb[64];
   if (k <= F_CLASSES) {
@@ -126,11 +127,12 @@ mpt_status trainer_check_same_data(trainer *t) {
     snprintf(vb, sizeof vb, "CRC-32 %08" PRIx32, (uint32_t)b[k]);
   }
   st = MPT_FAIL(MPT_EMISMATCH,
-                "ranks loaded different data (%s): rank %d has %s from '%s', rank 0 has "
-                "%s from '%s' (every rank must load the same data: same --data contents, "
-                "--train-limit and --test-limit; a relative --data is read from each rank's "
-                "working directory)",
-                what[k], bad, vb, paths + PATH_BYTES * (size_t)bad, va, paths);
+                "ranks loaded different data (%s): rank %d has %s from '%s' on %s, rank 0 "
+                "has %s from '%s' on %s (every rank must load the same data: same --data "
+                "contents, --train-limit and --test-limit; a relative --data is read from each "
+                "rank's working directory)",
+                what[k], bad, vb, paths + RECORD_BYTES * (size_t)bad,
+                paths + RECORD_BYTES * (size_t)bad + PATH_BYTES, va, paths, paths + PATH_BYTES);
 done:
   free(all);
   free(paths);
