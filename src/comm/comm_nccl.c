@@ -244,6 +244,12 @@ static mpt_status prepare_local(mpt__nccl_state *s) {
                       s->comm->rank, s->dev, cudaGetErrorString(e));
     }
   }
+  cudaError_t e = cudaEventCreateWithFlags(&s->host_done, cudaEventDisableTiming);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return MPT_FAIL(MPT_EDEVICE, "cudaEventCreateWithFlags failed on rank %d (cuda:%d): %s",
+                    s->comm->rank, s->dev, cudaGetErrorString(e));
+  }
   return mpt_device_alloc(dev, sizeof(float), (void **)&s->one);
 }
 
@@ -253,10 +259,13 @@ static void state_free(mpt__nccl_state *s) {
   for (int k = 0; k < MPT__NCCL_RING_SLOTS; k++)
     if (s->ring[k].done) (void)cudaEventDestroy(s->ring[k].done);
   mpt_device_free(s->comm->config.device, s->one);
+  if (s->host_done) (void)cudaEventDestroy(s->host_done);
   mpt_device_free(s->comm->config.device, s->scratch);
+  mpt__cuda_host_free(s->bounce);
   pthread_cond_destroy(&s->stop_cond);
   pthread_mutex_destroy(&s->stop_mutex);
   pthread_mutex_destroy(&s->mutex);
+  pthread_mutex_destroy(&s->host_mutex);
   free(s);
 }
 
@@ -267,6 +276,7 @@ static mpt_status nccl_init(mpt_comm *comm) {
   s->comm = comm;
   s->dev = comm->config.device.index;
   pthread_mutex_init(&s->mutex, NULL);
+  pthread_mutex_init(&s->host_mutex, NULL);
   pthread_mutex_init(&s->stop_mutex, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
