@@ -518,6 +518,12 @@ static mpt_status dp_run(mpt_dp *d, const mpt_tensor *images, const mpt_tensor *
       gather_ms += mpt_time_ms() - w1;
       if (d->trace) mpt_trace_add(d->trace, "dp gather", 0, w1, mpt_time_ms() - w1, k);
     }
+    /* dp->stream orders after every replica's work, replica 0's included: without gathered
+     * outputs nothing else makes it wait for replica 0, and the reduction (which adds into the
+     * model's gradients, written by replica 0's backward) and the caller's optimizer would race
+     * replica 0's backward on a device. */
+    if (st == MPT_OK && err == MPT_OK && !d->cfg.gather_outputs)
+      st = mpt_stream_wait_event(d->stream, r->done, d->cfg.timeout_ms);
     if (st == MPT_OK && err == MPT_OK && backward && k > 0) {
       double r0 = mpt_time_ms();
       st = reduce_one(d, r);
