@@ -30,6 +30,13 @@ void mpt__cuda_stream_set_error(mpt_stream *stream, mpt_status status, const cha
 mpt_status mpt__cuda_host_alloc(size_t nbytes, void **ptr);
 void mpt__cuda_host_free(void *ptr);
 
+/* The physical identity of cuda:index, 16 bytes: its UUID (cudaDeviceProp.uuid, what
+ * nvidia-smi shows as GPU-...), or, when the driver reports none, "pci" then its PCI domain (4
+ * bytes, little-endian), bus and device numbers. The same GPU gives the same bytes in every
+ * process, whatever CUDA_VISIBLE_DEVICES each has. Errors: MPT_EINVAL (not present),
+ * MPT_EDEVICE. */
+mpt_status mpt__cuda_device_uid(int index, uint8_t uid[16]);
+
 /* The caching allocator's counters for one device (see cuda_alloc.c). */
 typedef struct mpt__cuda_alloc_stats {
   size_t reserved_nbytes; /* held from cudaMalloc: in use + cached */

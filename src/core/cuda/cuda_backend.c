@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 #include "core/cuda/cuda_internal.h"
@@ -35,6 +36,21 @@ mpt_status mpt__cuda_use(int index) {
                     "cuda:%d is not present (%d CUDA device%s visible)", index, n,
                     n == 1 ? "" : "s");
   MPT_CUDA_RETURN_IF(cudaSetDevice(index), index);
+  return MPT_OK;
+}
+
+mpt_status mpt__cuda_device_uid(int index, uint8_t uid[16]) {
+  memset(uid, 0, 16);
+  MPT_RETURN_IF(mpt__cuda_use(index));
+  struct cudaDeviceProp p;
+  MPT_CUDA_RETURN_IF(cudaGetDeviceProperties(&p, index), index);
+  memcpy(uid, p.uuid.bytes, 16);
+  for (int i = 0; i < 16; i++)
+    if (uid[i]) return MPT_OK;
+  memcpy(uid, "pci", 3); /* no UUID: the PCI location is as unique on a host */
+  for (int i = 0; i < 4; i++) uid[3 + i] = (uint8_t)((unsigned)p.pciDomainID >> (8 * i));
+  uid[7] = (uint8_t)p.pciBusID;
+  uid[8] = (uint8_t)p.pciDeviceID;
   return MPT_OK;
 }
 
