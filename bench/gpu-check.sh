@@ -144,7 +144,7 @@ prepare() {
   carry_kib=$(du -sk "$CARRY" | awk '{print $1}')
   echo "== travels: working tree $((tree_kib / 1024)) MiB + .gpu-carry $((carry_kib / 1024)) MiB" \
        "(limit 64 MiB)"
-  echo "device tool: run(carry=[\".gpu-carry\"], command=\"bash bench/gpu-check.sh run\", timeout_s=600)"
+  echo "device tool: run(carry=[\".gpu-carry\"], command=\"bash bench/gpu-check.sh run\", timeout_s=540)"
 }
 
 # ---------------------------------------------------------------------------------------------

@@ -218,6 +218,46 @@ START_TEST(test_cuda_stream_waits_on_a_cpu_event) {
 }
 END_TEST
 
+/* Issue 17 item 10: cross-backend waits bind to the record current when they are ENQUEUED.
+ * A CUDA stream's wait on a CPU event, then the host re-records the event behind a closed gate
+ * (a step ahead): the wait ends with the first record. And a CPU worker's wait on a CUDA event
+ * re-recorded behind a blocked CUDA stream ends with the first record too. */
+START_TEST(test_cross_backend_waits_bind_to_the_record_at_enqueue) {
+  mpt_stream *cpu, *inl, *other;
+  mpt_event *cev, *gev;
+  OK(mpt_stream_init(&cpu, mpt_device_cpu(), MPT_STREAM_WORKER));
+  OK(mpt_stream_init(&inl, mpt_device_cpu(), MPT_STREAM_INLINE));
+  OK(mpt_stream_init(&other, GPU, MPT_STREAM_WORKER));
+  OK(mpt_event_init(&cev, mpt_device_cpu()));
+  OK(mpt_event_init(&gev, GPU));
+  /* CUDA waits on CPU */
+  OK(mpt_event_record(cev, inl)); /* complete */
+  OK(mpt_stream_wait_event(S, cev, TIMEOUT_MS));
+  gate_set(&G, 0);
+  OK(mpt_stream_launch_host(cpu, gate_wait, &G));
+  OK(mpt_event_record(cev, cpu)); /* the next step's record, pending */
+  OK(mpt_stream_synchronize(S, 5000)); /* bound to the first record: no wait for the gate */
+  /* CPU waits on CUDA */
+  OK(mpt_event_record(gev, other)); /* complete soon */
+  OK(mpt_stream_synchronize(other, TIMEOUT_MS));
+  mpt_stream *cpu2;
+  OK(mpt_stream_init(&cpu2, mpt_device_cpu(), MPT_STREAM_WORKER));
+  OK(mpt_stream_wait_event(cpu2, gev, TIMEOUT_MS));
+  OK(mpt_stream_wait_event(other, cev, TIMEOUT_MS)); /* blocks `other` behind the gate */
+  OK(mpt_event_record(gev, other));                 /* the next record, pending */
+  OK(mpt_stream_synchronize(cpu2, 5000));
+  gate_set(&G, 1);
+  OK(mpt_stream_synchronize(other, TIMEOUT_MS));
+  OK(mpt_stream_synchronize(cpu, TIMEOUT_MS));
+  mpt_stream_free(cpu2);
+  mpt_event_free(gev);
+  mpt_event_free(cev);
+  mpt_stream_free(other);
+  mpt_stream_free(inl);
+  mpt_stream_free(cpu);
+}
+END_TEST
+
 /* ---- the caching allocator ---- */
 
 START_TEST(test_allocator_reuses_blocks_after_warm_up) {
@@ -259,6 +299,7 @@ int main(void) {
   tcase_add_test(tc, test_host_functions_run_in_order_and_failures_stick);
   tcase_add_test(tc, test_events_order_streams_and_waits_have_deadlines);
   tcase_add_test(tc, test_cuda_stream_waits_on_a_cpu_event);
+  tcase_add_test(tc, test_cross_backend_waits_bind_to_the_record_at_enqueue);
   tcase_add_test(tc, test_allocator_reuses_blocks_after_warm_up);
   suite_add_tcase(suite, tc);
   SRunner *sr = srunner_create(suite);

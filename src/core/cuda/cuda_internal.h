@@ -42,6 +42,7 @@ typedef struct mpt__cuda_host_work {
   mpt_host_fn fn;      /* NULL: wait on cpu_event */
   void *arg;
   mpt_event *cpu_event;
+  uint64_t token; /* cpu_event's record captured at enqueue (mpt__event_capture) */
   double timeout_ms;
   struct mpt__cuda_host_work *next; /* free list */
 } mpt__cuda_host_work;
@@ -102,6 +103,8 @@ mpt_status mpt__cuda_event_record(mpt_event *event, mpt_stream *stream);
 mpt_status mpt__cuda_event_synchronize(mpt_event *event, double timeout_ms);
 int mpt__cuda_event_query(mpt_event *event);
 mpt_status mpt__cuda_event_elapsed_ms(mpt_event *start, mpt_event *end, double *ms);
+mpt_status mpt__cuda_event_capture(mpt_event *event, uint64_t *token);
+mpt_status mpt__cuda_event_wait_captured(mpt_event *event, uint64_t token, double timeout_ms);
 /* Called first by every op: re-raises the stream's sticky error, makes its device current. */
 mpt_status mpt__cuda_stream_enter(mpt_stream *s);
 /* Waits (with a deadline) until everything enqueued on s so far has run; for ops that hand a
