@@ -54,6 +54,7 @@ struct mpt_ddp {
   bucket_arg *args;             /* [nbuckets] */
   mpt_event **ready_events;     /* [nbuckets] recorded on compute before the launch */
   mpt_event *done_event;        /* recorded on the comm stream after the last bucket */
+  mpt_event *order_event;       /* on the compute stream, before a broadcast of the model */
   double *bucket_start_ms, *bucket_end_ms; /* [nbuckets], written on the comm thread */
   int next_bucket;
   int sync, prepared;
@@ -220,6 +221,15 @@ done:
 
 /* ---- lifetime ---- */
 
+/* The comm stream waits for the work enqueued so far on the compute stream (the model's
+ * initialisation, the last step's BatchNorm updates and optimizer): a broadcast or all-reduce
+ * of the model on the comm stream must not read or overwrite it before that work is done. */
+static mpt_status order_after_compute(mpt_ddp *d) {
+  if (!d->compute || !d->order_event) return MPT_OK;
+  MPT_RETURN_IF(mpt_event_record(d->order_event, d->compute));
+  return mpt_stream_wait_event(d->comm_stream, d->order_event, d->cfg.timeout_ms);
+}
+
 /* Chooses how passes are timed and creates the events of TIMING_EVENTS. */
 static mpt_status timing_init(mpt_ddp *d) {
   const int dev_compute = d->compute && mpt_stream_device(d->compute).type != MPT_DEVICE_CPU;
@@ -281,9 +291,11 @@ mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm, mpt_str
   }
   MPT_CHECK(mpt_event_init(&d->done_event, mpt_stream_device(d->comm_stream)), fail);
   MPT_CHECK(timing_init(d), fail);
+  if (d->compute) MPT_CHECK(mpt_event_init(&d->order_event, mpt_stream_device(d->compute)), fail);
   MPT_CHECK(verify_models(d), fail);
   /* Start bit-identical: rank 0's parameters and buffers everywhere. */
   if (mpt_comm_world_size(comm) > 1) {
+    MPT_CHECK(order_after_compute(d), fail);
     MPT_CHECK(mpt_comm_broadcast_sync(comm, mpt_model_params(model),
                                       mpt_model_param_count(model), MPT_F32, 0),
               fail);
@@ -303,6 +315,7 @@ void mpt_ddp_free(mpt_ddp *d) {
   if (d->prepared && d->comm_stream) mpt_stream_synchronize(d->comm_stream, d->cfg.timeout_ms);
   for (int b = 0; d->ready_events && b < d->nbuckets; b++) mpt_event_free(d->ready_events[b]);
   mpt_event_free(d->done_event);
+  mpt_event_free(d->order_event);
   for (int b = 0; d->start_events && b < d->nbuckets; b++) mpt_event_free(d->start_events[b]);
   for (int b = 0; d->end_events && b < d->nbuckets; b++) mpt_event_free(d->end_events[b]);
   free(d->start_events);
@@ -342,6 +355,7 @@ mpt_status mpt_ddp_sync_buffers(mpt_ddp *d) {
   int64_t count = mpt_model_buffer_count(d->model);
   if (count == 0 || mpt_comm_world_size(d->comm) == 1) return MPT_OK;
   float *buf = mpt_model_buffers(d->model);
+  if (d->cfg.buffers != MPT_DDP_BUFFERS_NONE) MPT_RETURN_IF(order_after_compute(d));
   switch (d->cfg.buffers) {
     case MPT_DDP_BUFFERS_BROADCAST:
       return mpt_comm_broadcast_sync(d->comm, buf, count, MPT_F32, 0);
