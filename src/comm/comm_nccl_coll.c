@@ -207,8 +207,11 @@ static int host_query(void *ctx, mpt_status *err) {
   mpt__nccl_state *s = h->s;
   const cudaError_t e = cudaEventQuery(s->host_done);
   if (e == cudaSuccess) return 1;
-  (void)cudaGetLastError(); /* cudaErrorNotReady is sticky in cudaGetLastError: clear it */
-  if (e == cudaErrorNotReady) return 0;
+  if (e == cudaErrorNotReady) {
+    mpt__cuda_clear_not_ready(); /* before the next launch check */
+    return 0;
+  }
+  (void)cudaGetLastError();
   char what[160];
   *err = MPT_FAIL(MPT_EDEVICE, "%s on host buffers failed on rank %d (cuda:%d): %s",
                   mpt__coll_describe(h->c, what, sizeof what), s->comm->rank, s->dev,

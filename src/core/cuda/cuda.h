@@ -24,6 +24,12 @@ void *mpt__cuda_stream_handle(mpt_stream *stream);
  * wins. A non-CUDA stream or MPT_OK is ignored. */
 void mpt__cuda_stream_set_error(mpt_stream *stream, mpt_status status, const char *detail);
 
+/* Clears a cudaErrorNotReady left in the calling thread's last-error slot by a query
+ * (cudaEventQuery, cudaStreamQuery) that found work still running, so that the next launch
+ * check (cudaGetLastError after a kernel) does not report it as a failure. Any other error
+ * stays for that check to see. Call after a polling loop. */
+void mpt__cuda_clear_not_ready(void);
+
 /* Page-locked host memory (cudaMallocHost) for staging copies: copies between it and device
  * memory are truly asynchronous. Errors: MPT_ENOMEM, MPT_EDEVICE (no CUDA device). nbytes == 0
  * gives NULL. mpt__cuda_host_free(NULL) is a no-op. */

@@ -71,12 +71,17 @@ mpt_status mpt__cublas_fail(cublasStatus_t err, const char *stmt, const char *fi
 
 /* Spins (yielding) for the first polls, which catches the short waits of a training step
  * without sleeping, then sleeps with a growing period up to 1 ms. */
+void mpt__cuda_clear_not_ready(void) {
+  if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
+}
+
 mpt_status mpt__cuda_poll_event(cudaEvent_t ev, int device, double timeout_ms,
                                 const char *what) {
   const double start = mpt_time_ms();
   long sleep_ns = 2000;
   for (int polls = 0;; polls++) {
     const cudaError_t e = cudaEventQuery(ev);
+    if (polls > 0 || e == cudaErrorNotReady) mpt__cuda_clear_not_ready();
     if (e == cudaSuccess) return MPT_OK;
     if (e != cudaErrorNotReady) return mpt__cuda_fail(e, what, __FILE__, __LINE__, device);
     if (timeout_ms >= 0 && mpt_time_ms() - start > timeout_ms)

@@ -251,6 +251,7 @@ mpt_status mpt__cuda_stream_error(const mpt_stream *cs) {
   /* An asynchronous device error (a faulting kernel) shows in cudaStreamQuery. */
   if (cudaSetDevice(s->h.device.index) != cudaSuccess) return MPT_EDEVICE;
   const cudaError_t e = cudaStreamQuery(s->cs);
+  if (e == cudaErrorNotReady) mpt__cuda_clear_not_ready();
   if (e == cudaSuccess || e == cudaErrorNotReady) return MPT_OK;
   const mpt_status st = mpt__cuda_fail(e, "cudaStreamQuery(s->cs)", __FILE__, __LINE__,
                                        s->h.device.index);
@@ -352,7 +353,10 @@ mpt_status mpt__cuda_event_synchronize(mpt_event *ev, double timeout_ms) {
 int mpt__cuda_event_query(mpt_event *ev) {
   (void)cudaSetDevice(ev->h.device.index);
   const cudaError_t e = cudaEventQuery(ev->ev);
-  if (e == cudaErrorNotReady) return 0;
+  if (e == cudaErrorNotReady) {
+    mpt__cuda_clear_not_ready();
+    return 0;
+  }
   if (e != cudaSuccess) (void)cudaGetLastError();
   return 1;
 }
