@@ -268,11 +268,16 @@ START_TEST(test_allocator_reuses_blocks_after_warm_up) {
     for (int i = 0; i < 5; i++) OK(mpt_device_alloc(GPU, sizes[i], &p[i]));
     OK(mpt_op_fill(S, p[3], (int64_t)(sizes[3] / sizeof(float)), 1.0f)); /* in use on S */
     for (int i = 0; i < 5; i++) mpt_device_free(GPU, p[i]);
-    if (step == 0) OK(mpt__cuda_alloc_get_stats(0, &a));
+    /* Warm-up: blocks freed in one step may still be fenced (work in flight on S) at the next;
+     * the allocator then takes fresh blocks rather than wait, so the pool settles within a few
+     * steps. */
+    if (step == 3) OK(mpt__cuda_alloc_get_stats(0, &a));
+    OK(mpt_stream_synchronize(S, TIMEOUT_MS)); /* the step's end (a loss read back) */
   }
   OK(mpt__cuda_alloc_get_stats(0, &b));
   ck_assert_int_eq(b.malloc_count, a.malloc_count); /* no cudaMalloc after warm-up */
-  ck_assert_int_ge(b.cache_hits, a.cache_hits + 19 * 5);
+  ck_assert_int_ge(b.cache_hits, a.cache_hits + 16 * 5);
+  ck_assert_int_eq(b.fence_waits, a.fence_waits); /* memory to spare: never waited */
   ck_assert_uint_eq(b.in_use_nbytes, a.in_use_nbytes);
   ck_assert_uint_ge(b.reserved_nbytes, sizes[3]);
   void *q = NULL;

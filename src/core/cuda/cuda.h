@@ -49,8 +49,24 @@ typedef struct mpt__cuda_alloc_stats {
   size_t in_use_nbytes;   /* handed out by mpt_device_alloc (rounded to the size class) */
   int64_t malloc_count;   /* cudaMalloc calls so far (flat after warm-up) */
   int64_t cache_hits;     /* allocations served from the cache */
-  int64_t fence_waits;    /* times freed blocks were reclaimed by waiting on a stream fence */
+  int64_t fence_waits;    /* times the allocator WAITED for fences (out of memory, empty) */
 } mpt__cuda_alloc_stats;
+
+/* A host worker that issues copies into (or out of) a device's memory later than the caller
+ * enqueued them (the staged MPI backend): the allocator's fences include it, so that a block
+ * freed while such a copy is still queued is not reused before the copy ran. ticket() returns
+ * a number for "the work queued so far" (called with allocator locks held: must not block or
+ * allocate); done(ticket) is 1 once all of that work has finished (or was dropped for good). */
+typedef struct mpt__cuda_host_source {
+  void *ctx;
+  uint64_t (*ticket)(void *ctx);
+  int (*done)(void *ctx, uint64_t ticket);
+} mpt__cuda_host_source;
+
+/* Registers a source with the allocator of cuda:index until removed (by its ctx). Errors:
+ * MPT_EINVAL, MPT_ENOMEM. */
+mpt_status mpt__cuda_alloc_add_host_source(int index, const mpt__cuda_host_source *src);
+void mpt__cuda_alloc_remove_host_source(int index, void *ctx);
 
 /* Errors: MPT_EINVAL for a device index that is not present. */
 mpt_status mpt__cuda_alloc_get_stats(int index, mpt__cuda_alloc_stats *stats);

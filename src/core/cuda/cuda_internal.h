@@ -52,7 +52,6 @@ struct mpt_stream {
   cudaStream_t cs;
   cublasHandle_t blas;     /* NULL until the first gemm */
   cudaEvent_t sync_event;  /* recorded by synchronize and by result read-backs, then polled */
-  cudaEvent_t fence_event; /* recorded by the allocator when it reclaims freed blocks */
   mpt__cuda_cell *cell;
   atomic_int failed;       /* mirror of cell->status != MPT_OK, read without the lock */
   void *scratch;           /* device: double[MPT__CUDA_MAX_PARTIALS] then 4 x uint64 */

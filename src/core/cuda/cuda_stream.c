@@ -158,7 +158,6 @@ static void stream_destroy(mpt_stream *s) {
   if (s->blas) (void)cublasDestroy(s->blas);
   if (s->cs) (void)cudaStreamDestroy(s->cs);
   if (s->sync_event) (void)cudaEventDestroy(s->sync_event);
-  if (s->fence_event) (void)cudaEventDestroy(s->fence_event);
   mpt__cuda_free(s->h.device.index, s->scratch);
   if (s->host_scratch) (void)cudaFreeHost(s->host_scratch);
   for (mpt__cuda_host_work *w = s->work_free, *next; w; w = next) {
@@ -187,7 +186,6 @@ mpt_status mpt__cuda_stream_init(mpt_stream **stream, mpt_device device, mpt_str
   const unsigned flags = kind == MPT_STREAM_WORKER ? cudaStreamNonBlocking : cudaStreamDefault;
   MPT_CUDA_CHECK(cudaStreamCreateWithFlags(&s->cs, flags), dev, fail);
   MPT_CUDA_CHECK(cudaEventCreateWithFlags(&s->sync_event, cudaEventDisableTiming), dev, fail);
-  MPT_CUDA_CHECK(cudaEventCreateWithFlags(&s->fence_event, cudaEventDisableTiming), dev, fail);
   MPT_CHECK(mpt__cuda_alloc(dev, MPT__CUDA_SCRATCH_NBYTES, &s->scratch), fail);
   MPT_CUDA_CHECK(cudaMallocHost(&s->host_scratch, HOST_SCRATCH_NBYTES), dev, fail);
   mpt__cuda_alloc_add_stream(dev, s);
