@@ -30,6 +30,12 @@ void mpt__cuda_stream_set_error(mpt_stream *stream, mpt_status status, const cha
  * stays for that check to see. Call after a polling loop. */
 void mpt__cuda_clear_not_ready(void);
 
+/* Lets cuda:from access cuda:to's memory directly (cudaDeviceEnablePeerAccess), so that copies
+ * between them skip host memory. 1 when peer access is on (now or already), 0 when the pair
+ * cannot (no P2P path, or an error, which is cleared). Leaves the calling thread's current
+ * device as it was. */
+int mpt__cuda_enable_peer_access(int from, int to);
+
 /* Page-locked host memory (cudaMallocHost) for staging copies: copies between it and device
  * memory are truly asynchronous. Errors: MPT_ENOMEM, MPT_EDEVICE (no CUDA device). nbytes == 0
  * gives NULL. mpt__cuda_host_free(NULL) is a no-op. */

@@ -71,6 +71,23 @@ mpt_status mpt__cublas_fail(cublasStatus_t err, const char *stmt, const char *fi
 
 /* Spins (yielding) for the first polls, which catches the short waits of a training step
  * without sleeping, then sleeps with a growing period up to 1 ms. */
+int mpt__cuda_enable_peer_access(int from, int to) {
+  const int n = mpt__cuda_count();
+  if (from < 0 || to < 0 || from >= n || to >= n || from == to) return 0;
+  int can = 0, saved = -1;
+  if (cudaDeviceCanAccessPeer(&can, from, to) != cudaSuccess || !can) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  (void)cudaGetDevice(&saved);
+  cudaError_t e = cudaSetDevice(from);
+  if (e == cudaSuccess) e = cudaDeviceEnablePeerAccess(to, 0);
+  if (e == cudaErrorPeerAccessAlreadyEnabled) e = cudaSuccess;
+  (void)cudaGetLastError(); /* the "already enabled" answer is sticky in the last error */
+  if (saved >= 0) (void)cudaSetDevice(saved);
+  return e == cudaSuccess;
+}
+
 void mpt__cuda_clear_not_ready(void) {
   if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
 }
