@@ -5,6 +5,8 @@
  * Without a GPU (or a driver) cudaGetDeviceCount fails (error 35 with no driver) and leaves its
  * output unwritten: the count starts at 0 and a failure means 0 devices. The count is probed
  * once per process (devices do not come and go). */
+#include "config.h"
+
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -165,6 +167,11 @@ const mpt__device_backend mpt__cuda_backend = {
     .relu = mpt__cuda_relu,
     .relu_backward = mpt__cuda_relu_backward,
     .im2col = mpt__cuda_im2col,
+#ifdef MPT_HAVE_CUDNN
+    .conv2d_forward = mpt__cuda_conv2d_forward,
+    .conv2d_backward_data = mpt__cuda_conv2d_backward_data,
+    .conv2d_backward_weights = mpt__cuda_conv2d_backward_weights,
+#endif
     .col2im = mpt__cuda_col2im,
     .maxpool = mpt__cuda_maxpool,
     .maxpool_backward = mpt__cuda_maxpool_backward,

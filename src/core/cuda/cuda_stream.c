@@ -155,6 +155,7 @@ mpt_status mpt__cuda_stream_launch_host(mpt_stream *s, mpt_host_fn fn, void *arg
 
 /* Frees what stream_init created (any of it may be missing). The device is current. */
 static void stream_destroy(mpt_stream *s) {
+  mpt__cudnn_stream_free(s);
   if (s->blas) (void)cublasDestroy(s->blas);
   if (s->cs) (void)cudaStreamDestroy(s->cs);
   if (s->sync_event) (void)cudaEventDestroy(s->sync_event);

@@ -36,7 +36,7 @@ libmpitrain_all_la_SOURCES += \
 	src/core/cuda/cuda.h src/core/cuda/cuda_internal.h src/core/cuda/cuda_check.h \
 	src/core/cuda/kernels.h src/core/cuda/kernels_common.cuh \
 	src/core/cuda/cuda_backend.c src/core/cuda/cuda_alloc.c src/core/cuda/cuda_stream.c \
-	src/core/cuda/ops_cuda.c src/core/cuda/ops_cuda_nn.c \
+	src/core/cuda/ops_cuda.c src/core/cuda/ops_cuda_nn.c src/core/cuda/conv_cudnn.c \
 	src/core/cuda/kernels_elementwise.cu src/core/cuda/kernels_conv.cu \
 	src/core/cuda/kernels_norm.cu src/core/cuda/kernels_loss.cu src/core/cuda/kernels_optim.cu
 # nvcc's host stubs use C++ function-local statics (__cxa_guard_*): link the C++ runtime.
