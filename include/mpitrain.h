@@ -5,6 +5,7 @@
 #include "mpitrain/core.h"
 #include "mpitrain/ops.h"
 #include "mpitrain/nn.h"
+#include "mpitrain/autograd.h"
 #include "mpitrain/data.h"
 #include "mpitrain/optim.h"
 #include "mpitrain/comm.h"

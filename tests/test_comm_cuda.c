@@ -329,9 +329,7 @@ START_TEST(test_ddp_on_cuda_averages_the_ranks_gradients) {
     OK(mpt_tape_input(tape, &xt, &xv));
     OK(mpt_model_forward(m, tape, xv, &out));
     OK(mpt_nn_cross_entropy(tape, out, &yt, &loss));
-    if (pass) OK(mpt_ddp_prepare_backward(ddp, tape));
-    OK(mpt_tape_backward(tape, loss, 1.0f));
-    if (pass) OK(mpt_ddp_finalize(ddp));
+    OK(mpt_tape_backward(tape, loss, 1.0f)); /* pass 1: DDP attached, averages */
     OK(mpt_op_memcpy(compute, mpt_device_cpu(), pass ? got : mine, g_dev, mpt_model_grads(m),
                      sizeof(float) * (size_t)np));
     OK(mpt_stream_synchronize(compute, TIMEOUT_MS));

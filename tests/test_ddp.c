@@ -17,8 +17,11 @@
  *   registration order, contiguous slices covering the gradient buffer exactly once, each bucket
  *   within its cap unless it is one oversized parameter, greedy: a bucket closes only when the
  *   next parameter does not fit).
- * - no_sync: mpt_ddp_set_sync takes effect at the next prepare_backward (a pass prepared while
- *   syncing is still synchronised by finalize).
+ * - no_sync: mpt_ddp_set_sync takes effect at the next backward.
+ * - The user's loop: DDP is attached to the model, so the step is zero_grad, reset, input,
+ *   forward, loss, backward, optimizer step with no DDP call; leaving out any one of the seven
+ *   is an error naming it on every rank with nothing trained; other misuse (a second forward,
+ *   a model changed after wrapping, a second wrapper, ops that bypass mpt_model_forward) too.
  *
  * MPI rules: Check runs without forking (CK_NOFORK); every rank runs the same tests in the same
  * order. Value checks inside a test are soft (EXPECT) and the ranks agree on the outcome at the
@@ -124,7 +127,17 @@ static mpt_optimizer *sgd_make(const mpt_model *m) {
 }
 
 static void sgd_step(mpt_optimizer *opt, mpt_model *m) {
-  OK(mpt_optimizer_step(opt, NULL, mpt_model_params(m), mpt_model_grads(m), 0.05f));
+  OK(mpt_optimizer_step_model(opt, m, NULL, 0.05f));
+}
+
+/* A tape-level grad-ready hook (it runs just before DDP's hook for the same parameter): the
+ * collective sequence number when parameter 0, the last to become ready, is final. */
+typedef struct seq_probe {
+  uint64_t at_param0;
+} seq_probe;
+
+static void probe_param0(void *user, int param_index) {
+  if (param_index == 0) ((seq_probe *)user)->at_param0 = mpt_comm_sequence(g_comm);
 }
 
 /* max |a - b| / max(max |b|, 1e-3) */
@@ -207,31 +220,37 @@ static void train_both(const equiv_case *c, int accum, double *err, double *move
     OK(mpt_tape_backward(rt, loss, 1.0f));
     sgd_step(ropt, ref);
     /* DDP: micro-batch k of rank r holds samples [(k*W + r)*B, +B) */
-    OK(mpt_ddp_sync_buffers(ddp));
+    /* The user's loop: no DDP call but no_sync; backward returns averaged gradients. */
     OK(mpt_model_zero_grad(dm, NULL));
+    seq_probe probe = {0};
+    mpt_tape_set_grad_hook(dt, probe_param0, &probe);
     for (int k = 0; k < accum; k++) {
       const int last = k == accum - 1;
       mpt_ddp_set_sync(ddp, last);
-      uint64_t seq0 = mpt_comm_sequence(g_comm);
+      const int buffers = mpt_model_buffer_count(dm) > 0 && g_world > 1;
+      uint64_t seq0 = mpt_comm_sequence(g_comm) + (uint64_t)buffers; /* the buffer broadcast */
       loss = forward_loss(dm, dt, cnn, &b, ((int64_t)k * g_world + g_rank) * PER_RANK, PER_RANK,
                           &xt, &yt);
-      OK(mpt_ddp_prepare_backward(ddp, dt));
+      EXPECT(mpt_comm_sequence(g_comm) == seq0, "step %d: the forward issued %llu collectives, "
+             "want %d (the buffer broadcast)", step,
+             (unsigned long long)(mpt_comm_sequence(g_comm) - seq0 + (uint64_t)buffers), buffers);
       OK(mpt_tape_backward(dt, loss, 1.0f / (float)accum));
-      uint64_t seq1 = mpt_comm_sequence(g_comm);
-      OK(mpt_ddp_finalize(ddp));
       uint64_t seq2 = mpt_comm_sequence(g_comm);
       if (!last) {
         EXPECT(seq2 == seq0, "step %d: a no_sync pass issued %llu collectives", step,
                (unsigned long long)(seq2 - seq0));
       } else {
-        uint64_t during = c->overlap ? (uint64_t)nb : 0;
-        EXPECT(seq1 - seq0 == during && seq2 - seq0 == (uint64_t)nb,
-               "step %d, overlap %d: %llu all-reduces during backward and %llu in all, want "
-               "%llu and %d",
-               step, c->overlap, (unsigned long long)(seq1 - seq0),
+        /* With overlap every bucket but the last (which holds parameter 0) was launched before
+         * parameter 0's gradient was final; without, none. */
+        uint64_t during = c->overlap ? (uint64_t)nb - 1 : 0;
+        EXPECT(probe.at_param0 - seq0 == during && seq2 - seq0 == (uint64_t)nb,
+               "step %d, overlap %d: %llu all-reduces before the last gradient and %llu in all, "
+               "want %llu and %d",
+               step, c->overlap, (unsigned long long)(probe.at_param0 - seq0),
                (unsigned long long)(seq2 - seq0), (unsigned long long)during, nb);
       }
     }
+    mpt_tape_set_grad_hook(dt, NULL, NULL);
     const double gerr = rel_diff(mpt_model_grads(dm), mpt_model_grads(ref), count);
     if (gerr > *err) *err = gerr;
     sgd_step(dopt, dm);
@@ -454,11 +473,10 @@ START_TEST(test_set_sync_applies_from_the_next_backward) {
     OK(mpt_model_zero_grad(m, NULL));
     mpt_var *loss = forward_loss(m, tape, 0, &b, (int64_t)g_rank * PER_RANK, PER_RANK, &xt, &yt);
     uint64_t s0 = mpt_comm_sequence(g_comm);
-    OK(mpt_ddp_prepare_backward(ddp, tape));
     OK(mpt_tape_backward(tape, loss, 1.0f));
     mpt_ddp_set_sync(ddp, 0); /* pass 0: too late for this pass; pass 1: already off */
-    OK(mpt_ddp_finalize(ddp));
     uint64_t used = mpt_comm_sequence(g_comm) - s0;
+    OK(mpt_model_consume_grads(m)); /* no optimizer in this test: say so */
     uint64_t want = pass == 0 ? (uint64_t)nb : 0;
     EXPECT(used == want, "pass %d: %llu all-reduces, want %llu", pass, (unsigned long long)used,
            (unsigned long long)want);
@@ -466,6 +484,146 @@ START_TEST(test_set_sync_applies_from_the_next_backward) {
     EXPECT(same == (pass == 0), "pass %d: gradients %s across ranks", pass,
            same ? "identical" : "differ");
   }
+  batch_free(&b);
+  mpt_ddp_free(ddp);
+  mpt_tape_free(tape);
+  mpt_model_free(m);
+  expect_agree();
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* DDP attached to the model: the user's loop, and every call left out is an error            */
+
+/* The step a user writes, call by call (examples/custom_model.c has the same seven). `skip`
+ * leaves out call number `skip` (1..7; 0: none) and returns the first error, or MPT_OK. */
+static mpt_status user_step(mpt_model *m, mpt_tape *tape, mpt_optimizer *opt, const batch *b,
+                            int skip) {
+  int64_t xs[2] = {PER_RANK, 784}, ys[1] = {PER_RANK};
+  mpt_tensor xt = mpt_tensor_view(b->x + (int64_t)g_rank * PER_RANK * 784, mpt_device_cpu(),
+                                  MPT_F32, 2, xs);
+  mpt_tensor yt = mpt_tensor_view(b->y + (int64_t)g_rank * PER_RANK, mpt_device_cpu(), MPT_I32,
+                                  1, ys);
+  mpt_var *xv = NULL, *out = NULL, *loss = NULL;
+  mpt_status st = MPT_OK;
+  if (skip != 1) MPT_RETURN_IF(mpt_model_zero_grad(m, NULL));
+  if (skip != 2) mpt_tape_reset(tape, 1);
+  if (skip != 3) MPT_RETURN_IF(mpt_tape_input(tape, &xt, &xv));
+  if (skip != 4) st = mpt_model_forward(m, tape, xv, &out);
+  MPT_RETURN_IF(st);
+  if (skip != 5) st = mpt_nn_cross_entropy(tape, out, &yt, &loss);
+  MPT_RETURN_IF(st);
+  if (skip != 6) MPT_RETURN_IF(mpt_tape_backward(tape, loss, 1.0f));
+  if (skip != 7) MPT_RETURN_IF(mpt_optimizer_step_model(opt, m, NULL, 0.05f));
+  return MPT_OK;
+}
+
+/* Three full steps, then a step with call `_i` (1..7) left out: each omission is an error
+ * (MPT_ESTATE naming it, or MPT_EINVAL for a missing input or output), on every rank alike, and
+ * never a step that silently trains differently. Calls 3-5 left out are compile errors in C
+ * (their output is the next call's input); here they reach the library as NULL. */
+START_TEST(test_ddp_step_with_a_call_left_out_is_an_error) {
+  const int skip = _i;
+  expect_begin();
+  mpt_model *m = model_make(0, 5);
+  mpt_tape *tape = NULL;
+  OK(mpt_tape_init(&tape, m, NULL));
+  mpt_ddp_config dc = mpt_ddp_config_default();
+  dc.timeout_ms = 30000;
+  mpt_ddp *ddp = NULL;
+  OK(mpt_ddp_init(&ddp, m, g_comm, NULL, &dc));
+  mpt_optimizer *opt = sgd_make(m);
+  batch b = batch_make(0, (int64_t)g_world * PER_RANK, 9);
+  for (int step = 0; step < 3; step++) OK(user_step(m, tape, opt, &b, 0));
+  const int64_t count = mpt_model_param_count(m);
+  float *before = malloc((size_t)count * sizeof *before);
+  ck_assert(before);
+  memcpy(before, mpt_model_params(m), (size_t)count * sizeof *before);
+  mpt_status st = user_step(m, tape, opt, &b, skip);
+  if (skip == 2) {
+    /* Without reset the tape still holds the last pass: its backward already ran. The step
+     * after a missing reset fails at backward (a second backward of one pass). */
+    EXPECT(st == MPT_ESTATE, "reset left out: %s: %s", mpt_status_name(st), mpt_last_error());
+  } else if (skip == 7) {
+    /* No step: the next zero_grad refuses to drop averaged gradients nobody applied. */
+    EXPECT(st == MPT_OK, "step 4 without the optimizer: %s", mpt_status_name(st));
+    st = user_step(m, tape, opt, &b, 0);
+    EXPECT(st == MPT_ESTATE && strstr(mpt_last_error(), "no optimizer step used"),
+           "zero_grad after a step without optimizer: %s: %s", mpt_status_name(st),
+           mpt_last_error());
+  } else {
+    const mpt_status want = skip == 3 || skip == 4 || skip == 5 ? MPT_EINVAL : MPT_ESTATE;
+    EXPECT(st == want, "call %d left out: %s (want %s): %s", skip, mpt_status_name(st),
+           mpt_status_name(want), mpt_last_error());
+  }
+  if (skip == 1)
+    EXPECT(strstr(mpt_last_error(), "not zeroed") != NULL, "no zero_grad: %s", mpt_last_error());
+  if (skip == 6)
+    EXPECT(strstr(mpt_last_error(), "backward") != NULL, "no backward: %s", mpt_last_error());
+  /* Whatever failed, no parameter moved on any rank, and the replicas still match. */
+  if (skip != 7)
+    EXPECT(memcmp(before, mpt_model_params(m), (size_t)count * sizeof *before) == 0,
+           "call %d left out: the parameters changed", skip);
+  EXPECT(same_on_all_ranks(mpt_model_params(m), count), "call %d left out: replicas differ",
+         skip);
+  free(before);
+  batch_free(&b);
+  mpt_optimizer_free(opt);
+  mpt_ddp_free(ddp);
+  mpt_tape_free(tape);
+  mpt_model_free(m);
+  expect_agree();
+}
+END_TEST
+
+/* Misuse beyond a missing call: a second forward before the backward, a model changed after
+ * wrapping, a second wrapper, and a backward through ops that bypass mpt_model_forward. */
+START_TEST(test_ddp_misuse_is_named) {
+  expect_begin();
+  mpt_model *m = model_make(0, 6);
+  mpt_tape *tape = NULL;
+  OK(mpt_tape_init(&tape, m, NULL));
+  mpt_ddp *ddp = NULL, *second = NULL;
+  OK(mpt_ddp_init(&ddp, m, g_comm, NULL, NULL));
+  batch b = batch_make(0, (int64_t)g_world * PER_RANK, 10);
+  mpt_tensor xt, yt;
+  /* A second training forward before the first one's backward. */
+  OK(mpt_model_zero_grad(m, NULL));
+  forward_loss(m, tape, 0, &b, (int64_t)g_rank * PER_RANK, PER_RANK, &xt, &yt);
+  mpt_var *xv = NULL, *out = NULL;
+  OK(mpt_tape_input(tape, &xt, &xv));
+  mpt_status st = mpt_model_forward(m, tape, xv, &out);
+  EXPECT(st == MPT_ESTATE && strstr(mpt_last_error(), "second training forward"),
+         "second forward: %s: %s", mpt_status_name(st), mpt_last_error());
+  /* An evaluation forward is not DDP's business: allowed between the two. */
+  mpt_tape_set_grad_enabled(tape, 0);
+  OK(mpt_model_forward(m, tape, xv, &out));
+  mpt_tape_set_grad_enabled(tape, 1);
+  mpt_ddp_free(ddp);
+  /* The model changed after wrapping (here: re-initialised on every rank with its own seed). */
+  OK(mpt_ddp_init(&ddp, m, g_comm, NULL, NULL));
+  st = mpt_ddp_init(&second, m, g_comm, NULL, NULL);
+  EXPECT(st == MPT_ESTATE && second == NULL, "a second DDP on one model: %s",
+         mpt_status_name(st));
+  OK(mpt_model_init_params(m, 100 + (uint64_t)g_rank));
+  OK(mpt_model_zero_grad(m, NULL));
+  mpt_tape_reset(tape, 1);
+  OK(mpt_tape_input(tape, &xt, &xv));
+  st = mpt_model_forward(m, tape, xv, &out);
+  EXPECT(st == MPT_ESTATE && strstr(mpt_last_error(), "changed after mpt_ddp_init"),
+         "model changed after wrapping: %s: %s", mpt_status_name(st), mpt_last_error());
+  mpt_ddp_free(ddp);
+  /* Ops recorded without mpt_model_forward: DDP never saw a forward, backward refuses. */
+  OK(mpt_ddp_init(&ddp, m, g_comm, NULL, NULL));
+  mpt_tape_reset(tape, 1);
+  mpt_var *w = NULL, *y = NULL, *loss = NULL;
+  OK(mpt_tape_input(tape, &xt, &xv));
+  OK(mpt_tape_param(tape, 0, &w));
+  OK(mpt_nn_linear(tape, xv, w, NULL, &y));
+  OK(mpt_nn_sum(tape, y, &loss));
+  st = mpt_tape_backward(tape, loss, 1.0f);
+  EXPECT(st == MPT_ESTATE && strstr(mpt_last_error(), "without a training forward"),
+         "backward without mpt_model_forward: %s: %s", mpt_status_name(st), mpt_last_error());
   batch_free(&b);
   mpt_ddp_free(ddp);
   mpt_tape_free(tape);
@@ -513,6 +671,10 @@ static Suite *ddp_suite(void) {
   TCase *sync = tcase_create("no_sync");
   tcase_add_test(sync, test_set_sync_applies_from_the_next_backward);
   suite_add_tcase(s, sync);
+  TCase *loop = tcase_create("user_loop");
+  tcase_add_loop_test(loop, test_ddp_step_with_a_call_left_out_is_an_error, 1, 8);
+  tcase_add_test(loop, test_ddp_misuse_is_named);
+  suite_add_tcase(s, loop);
   return s;
 }
 

@@ -219,7 +219,7 @@ else
     if ! grep -q "Thread 2 " "$tmp/r0.bt"; then
       echo "mid-all-reduce: gdb could not attach to rank 0; not checking where it waits"
     elif grep -q "PMPI_Allreduce" "$tmp/r0.bt"; then
-      ok "mid-all-reduce: rank 0 is inside MPI_Allreduce$(grep -q mpt_ddp_finalize "$tmp/r0.bt" &&
+      ok "mid-all-reduce: rank 0 is inside MPI_Allreduce$(grep -q mpt_tape_backward "$tmp/r0.bt" &&
         echo " of the gradients") when it is killed"
     else
       bad "mid-all-reduce: rank 0 is not inside MPI_Allreduce when it is killed"

@@ -69,6 +69,30 @@ MPT_API void mpt_error_clear(void);
 /* Records an error detail on the calling thread and returns `status` (for programs and tests
  * that want to report through the same channel). */
 MPT_API mpt_status mpt_error_set(mpt_status status, const char *fmt, ...) MPT_PRINTF(2, 3);
+/* The same, recording where it happened: the detail reads "message (at file:line, rank R)"
+ * with the file's base name. Used through MPT_FAIL. */
+MPT_API mpt_status mpt_error_set_at(mpt_status status, const char *file, int line,
+                                    const char *fmt, ...) MPT_PRINTF(4, 5);
+
+/* Check and propagate macros, for the library and for a user's ops and programs alike.
+ * MPT_FAIL(status, fmt, ...) records "message (at file:line, rank R)" as the calling thread's
+ * last error and evaluates to `status`:
+ *     if (n < 1) return MPT_FAIL(MPT_EINVAL, "my_op: n = %d must be >= 1", n);
+ * MPT_RETURN_IF(expr) returns expr's status from the current function when it is not MPT_OK
+ * (the callee recorded the detail). MPT_CHECK(expr, label) stores expr's status in the local
+ * variable `st` (declare `mpt_status st = MPT_OK;`) and jumps to `label` on failure: the one
+ * exit path of a function that acquires resources. */
+#define MPT_FAIL(status, ...) mpt_error_set_at((status), __FILE__, __LINE__, __VA_ARGS__)
+#define MPT_RETURN_IF(expr)                 \
+  do {                                      \
+    mpt_status mpt_rs_ = (expr);            \
+    if (mpt_rs_ != MPT_OK) return mpt_rs_;  \
+  } while (0)
+#define MPT_CHECK(expr, label)    \
+  do {                            \
+    st = (expr);                  \
+    if (st != MPT_OK) goto label; \
+  } while (0)
 
 /* ------------------------------------------------------------------------------------------ */
 /* Logging                                                                                    */

@@ -4,7 +4,21 @@
  *
  * Construction verifies that every rank holds the same model (parameter count, names, shapes,
  * dtypes, order), then broadcasts rank 0's parameters and buffers, so replicas start
- * bit-identical.
+ * bit-identical, and installs DDP's hooks on the model (nn.h mpt_model_hooks), once. From then
+ * on the user's step is the ordinary one, with nothing DDP-specific in it:
+ *     mpt_model_zero_grad -> mpt_tape_reset -> mpt_tape_input -> mpt_model_forward -> loss ->
+ *     mpt_tape_backward -> mpt_optimizer_step_model
+ * and mpt_tape_backward returns with gradients averaged over the ranks:
+ *   before a training forward   the buffers are synchronised (buffer mode below);
+ *   during backward             each bucket is all-reduced once its parameters are final;
+ *   at the end of backward      the remaining buckets are launched, every bucket is waited for
+ *                               (deadline), and parameters without a gradient are an error.
+ * Misuse is an error naming it (MPT_ESTATE): a second training forward before the backward of
+ * the first, a backward without a training forward through mpt_model_forward, a model changed
+ * after wrapping (parameters re-initialised, forward replaced); and, from the model's gradient
+ * state (nn.h): an optimizer step without a finished backward, a forward after a step without
+ * zero_grad, zero_grad over synchronised gradients no step used. A forward in evaluation mode
+ * or with gradients disabled is not seen by DDP (no collective). One DDP wrapper per model.
  *
  * Buckets. Parameters are taken in reverse registration order (the order backward finalises
  * their gradients) and added to the open bucket, which closes as soon as its size reaches its
@@ -16,15 +30,15 @@
  * (never by arrival order) and launched strictly in index order, so every rank issues the same
  * collectives in the same order.
  *
- * Overlap. The tape's grad-ready hook marks a parameter ready; when every parameter of the next
+ * Overlap. The grad-ready hook marks a parameter ready; when every parameter of the next
  * bucket (in index order) is ready, an event is recorded on the compute stream, the comm stream
  * waits on it, and the bucket's all-reduce (average) is enqueued on the comm stream; backward
- * goes on computing. mpt_ddp_finalize launches what is left (everything, with overlap off) and
- * makes the compute stream wait for the last bucket. Gradients are divided by the world size
+ * goes on computing. The end of backward launches what is left (everything, with overlap off)
+ * and makes the compute stream wait for the last bucket. Gradients are divided by the world size
  * exactly once: by the all-reduce's average op (sum, then scale by 1/W), nowhere else.
  *
  * Unused parameters. By default a parameter that got no gradient in a backward pass is an error
- * at mpt_ddp_finalize naming it (MPT_EUNUSED). With find_unused_parameters, parameters the
+ * of mpt_tape_backward naming it (MPT_EUNUSED). With find_unused_parameters, parameters the
  * forward did not use are marked ready when backward starts: their gradient counts as zero
  * (whatever the gradient buffer holds: zero after zero_grad) and is still all-reduced.
  *
@@ -86,40 +100,30 @@ MPT_API const mpt_ddp_bucket_info *mpt_ddp_bucket(const mpt_ddp *ddp, int index)
 /* Index of the bucket holding parameter `param`. */
 MPT_API int mpt_ddp_param_bucket(const mpt_ddp *ddp, int param);
 
-/* Synchronises buffers as configured (before a training forward). Collective. */
+/* Synchronises buffers as configured now (the hook does it before every training forward;
+ * call it yourself only for a forward DDP does not see, e.g. DataParallel's). Collective. */
 MPT_API mpt_status mpt_ddp_sync_buffers(mpt_ddp *ddp);
-/* 0: following backward passes accumulate locally (no_sync); 1: synchronise (default). */
+/* 0: following backward passes accumulate locally, without any collective (no_sync: gradient
+ * accumulation over micro-batches); 1: synchronise (default). Read when a backward starts. */
 MPT_API void mpt_ddp_set_sync(mpt_ddp *ddp, int sync);
-/* Call between forward and backward: installs the grad-ready hook on `tape`, resets the
- * per-pass bucket state, and with find_unused_parameters marks unused parameters ready. */
-MPT_API mpt_status mpt_ddp_prepare_backward(mpt_ddp *ddp, mpt_tape *tape);
-/* Call after mpt_tape_backward: launches the buckets not yet launched, waits (deadline) for
- * all of them, and checks that every parameter got a gradient. On failure it has still waited
- * (deadline) for the buckets it had launched, so the gradient buffer is not being written.
- * Whether the pass synchronises was decided by mpt_ddp_prepare_backward (mpt_ddp_set_sync
- * applies from the next prepare). Errors: MPT_EUNUSED naming the
- * parameters, MPT_ETIMEOUT / MPT_ECOMM from the collectives. Collective when syncing. */
-MPT_API mpt_status mpt_ddp_finalize(mpt_ddp *ddp);
 /* All-reduces (averages) the model's whole gradient buffer now, outside any backward pass: the
  * buckets are launched in index order on the comm stream after the work enqueued so far on the
  * compute stream, and the call waits for the last one (deadline: config.timeout_ms). For
  * gradients computed without the engine's hooks, e.g. by DataParallel inside the rank (dp.h:
- * hybrid data parallelism): call it once per optimizer step, after mpt_dp_step, instead of
- * prepare_backward/finalize. Gradients are divided by the world size exactly once, by the
+ * hybrid data parallelism): call it once per optimizer step, after mpt_dp_step. Gradients are divided by the world size exactly once, by the
  * all-reduce's average. Collective. Counted in the stats as a pass with no overlap (backward_ms
  * and hidden_ms 0, exposed_comm_ms the whole wait). Errors: MPT_EINVAL (NULL), MPT_ESTATE
- * (called between prepare_backward and finalize), MPT_ETIMEOUT / MPT_ECOMM from the
+ * (called during a backward pass), MPT_ETIMEOUT / MPT_ECOMM from the
  * collectives; on error every launched bucket has completed before the call returns. */
 MPT_API mpt_status mpt_ddp_allreduce_grads(mpt_ddp *ddp);
-/* Forward + loss + prepare + backward + finalize in one call is left to the trainer; this is
- * the all-in-one check that every rank has the same number of batches this epoch (uneven
- * inputs: each rank passes its count; MPT_EMISMATCH names the ranks that would run out). */
+/* The check that every rank has the same number of batches this epoch (uneven inputs: each
+ * rank passes its count; MPT_EMISMATCH names the ranks that would run out). Collective. */
 MPT_API mpt_status mpt_ddp_check_batches(mpt_ddp *ddp, int64_t local_batches);
 
 /* Timings of the last synchronised pass and their running sums, in milliseconds. */
 typedef struct mpt_ddp_stats {
-  double backward_ms;      /* prepare_backward to the end of backward (finalize entry) */
-  double exposed_comm_ms;  /* time finalize waited for all-reduce after backward ended */
+  double backward_ms;      /* start to end of backward's nodes */
+  double exposed_comm_ms;  /* time the end of backward waited for all-reduce */
   double allreduce_ms;     /* sum over buckets of each all-reduce's own duration */
   double hidden_ms;        /* all-reduce time that overlapped backward */
   int64_t steps;           /* synchronised passes counted in the sums */

@@ -124,6 +124,66 @@ MPT_API mpt_status mpt_model_forward(mpt_model *model, mpt_tape *tape, mpt_var *
 MPT_API mpt_status mpt_model_replicate(const mpt_model *src, mpt_device device,
                                        mpt_model **replica);
 
+/* ---- The training step's gradient state ----
+ * A model follows its training step, zero_grad -> forward -> loss -> backward -> optimizer step,
+ * so that a step with a call left out is an error naming it, never a silent wrong answer:
+ *   mpt_model_zero_grad                  -> MPT_GRADS_ZERO
+ *   a training forward with gradients    -> MPT_GRADS_PENDING (refused in state APPLIED:
+ *     (mpt_model_forward, grads enabled)    the last step's gradients were not zeroed)
+ *   mpt_tape_backward succeeded          -> MPT_GRADS_READY (several micro-batches may add up:
+ *                                           forward/backward again from READY)
+ *   mpt_model_consume_grads              -> MPT_GRADS_APPLIED (refused unless READY);
+ *     (mpt_optimizer_step_model calls it)
+ * A failed backward leaves the state PENDING. Evaluation (a forward with gradients disabled or
+ * in evaluation mode) does not change the state. Under DDP, mpt_model_zero_grad over the
+ * synchronised gradients of the last backward, which no step used, is refused too (a step
+ * skipped on purpose says so with mpt_model_consume_grads). */
+typedef enum {
+  MPT_GRADS_ZERO = 0,    /* zeroed, or never written */
+  MPT_GRADS_PENDING = 1, /* a training forward ran; its backward has not finished or failed */
+  MPT_GRADS_READY = 2,   /* backward finished: complete (averaged under DDP) */
+  MPT_GRADS_APPLIED = 3, /* an optimizer step used them: zero them before the next forward */
+} mpt_grads_state;
+
+MPT_API mpt_grads_state mpt_model_grads_state(const mpt_model *model);
+/* Declares that a step has used the gradients (applied them, or skipped them on purpose).
+ * Errors: MPT_ESTATE naming the missing call when the state is not MPT_GRADS_READY (no
+ * backward since zero_grad, a forward whose backward did not finish, a second step on the same
+ * gradients). */
+MPT_API mpt_status mpt_model_consume_grads(mpt_model *model);
+/* Counts changes a wrapper must know about: it goes up when the parameters are initialised
+ * (mpt_model_init_params) or the forward function is replaced (mpt_model_set_forward). DDP
+ * refuses to train a model whose generation changed after mpt_ddp_init. */
+MPT_API uint64_t mpt_model_generation(const mpt_model *model);
+
+/* ---- Hooks of a wrapper (DDP installs its own; the analogue of PyTorch's module hooks) ----
+ * Called by every tape of the model, on the thread that drives the tape:
+ *   before_forward:  in mpt_model_forward, for a training forward with gradients enabled,
+ *                    before the model's forward function (DDP: buffer synchronisation);
+ *   before_backward: in mpt_tape_backward after its own checks, before the first node's
+ *                    backward (DDP: resets the bucket state);
+ *   grad_ready:      when a parameter's gradient is final (DDP: launches full buckets);
+ *   after_backward:  after the last node's backward, or after a node failed (`status` is then
+ *                    that error): the hook returns the status backward returns (DDP: waits
+ *                    for the all-reduces, checks unused parameters);
+ *   before_zero_grad: in mpt_model_zero_grad, before zeroing (DDP: refuses to zero averaged
+ *                    gradients that no optimizer step used).
+ * A hook's error is the error of the call that ran it. Any pointer may be NULL. */
+typedef struct mpt_model_hooks {
+  void *user;
+  mpt_status (*before_forward)(void *user, mpt_tape *tape);
+  mpt_status (*before_backward)(void *user, mpt_tape *tape);
+  void (*grad_ready)(void *user, int param_index);
+  mpt_status (*after_backward)(void *user, mpt_tape *tape, mpt_status status);
+  mpt_status (*before_zero_grad)(void *user);
+} mpt_model_hooks;
+
+/* Installs `hooks` (copied), or removes them with NULL. One wrapper at a time: MPT_ESTATE when
+ * hooks with another `user` are installed. */
+MPT_API mpt_status mpt_model_set_hooks(mpt_model *model, const mpt_model_hooks *hooks);
+/* The installed hooks, or NULL. */
+MPT_API const mpt_model_hooks *mpt_model_get_hooks(const mpt_model *model);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Built-in models                                                                            */
 
@@ -180,6 +240,12 @@ MPT_API mpt_model *mpt_tape_model(const mpt_tape *tape);
 MPT_API void mpt_tape_reset(mpt_tape *tape, uint64_t seed);
 /* With grad disabled, ops compute values but record nothing (evaluation). Default: enabled. */
 MPT_API void mpt_tape_set_grad_enabled(mpt_tape *tape, int enabled);
+MPT_API int mpt_tape_grad_enabled(const mpt_tape *tape);
+/* With 0, this tape does not call the model's wrapper hooks (mpt_model_set_hooks): for a tape
+ * that a wrapper drives itself, as DataParallel's replica on the model, whose gradients DDP
+ * then reduces with mpt_ddp_allreduce_grads. The gradient state is still kept. Default: 1. */
+MPT_API void mpt_tape_set_model_hooks(mpt_tape *tape, int enabled);
+MPT_API int mpt_tape_model_hooks(const mpt_tape *tape);
 /* Installs the grad-ready hook (NULL to remove). */
 MPT_API void mpt_tape_set_grad_hook(mpt_tape *tape, mpt_grad_ready_fn fn, void *user);
 /* Wraps a tensor on the model's device as a value that needs no gradient (the batch). The

@@ -17,6 +17,7 @@
 #define MPITRAIN_OPTIM_H
 
 #include "mpitrain/core.h"
+#include "mpitrain/nn.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -93,6 +94,15 @@ MPT_API void mpt_optimizer_free(mpt_optimizer *opt);
  * stream of another device), or the kernel's status; the step count is unchanged then. */
 MPT_API mpt_status mpt_optimizer_step(mpt_optimizer *opt, mpt_stream *stream, float *param,
                                       const float *grad, float lr);
+
+/* The step of a training loop: mpt_optimizer_step on the model's flat parameters with its flat
+ * gradients, after checking that they are complete and unused (mpt_model_consume_grads: a
+ * forward without backward, a backward left out, or a second step on the same gradients is
+ * MPT_ESTATE naming it, and nothing is changed). The optimizer must have been created for
+ * mpt_model_param_count(model) parameters on the model's device. `stream`: as for
+ * mpt_optimizer_step. Errors: those of both, MPT_EINVAL (NULL, or a count that differs). */
+MPT_API mpt_status mpt_optimizer_step_model(mpt_optimizer *opt, mpt_model *model,
+                                            mpt_stream *stream, float lr);
 
 /* The configuration the optimizer was created with (never NULL for a valid opt). */
 MPT_API const mpt_optimizer_config *mpt_optimizer_get_config(const mpt_optimizer *opt);

@@ -4,7 +4,6 @@
 #include <inttypes.h>
 #include <math.h>
 
-#include "core/error.h"
 
 /* JSON has no NaN/Infinity: write null for them. */
 static void json_num(FILE *f, double v) {

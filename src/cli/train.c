@@ -23,7 +23,6 @@
 #include <zlib.h>
 
 #include "cli/metrics.h"
-#include "core/error.h"
 #include "mpitrain/ckpt.h"
 #include "mpitrain/comm.h"
 #include "mpitrain/data.h"
@@ -187,7 +186,9 @@ static mpt_status train_step(trainer *t, float *sums, int *ran_out) {
       return MPT_OK;
     }
     double f0 = mpt_time_ms();
-    if (t->ddp) MPT_RETURN_IF(mpt_ddp_sync_buffers(t->ddp));
+    /* DDP synchronises buffers before each training forward it sees; DataParallel's
+     * replicas run theirs, so the buffers are synchronised here for them. */
+    if (t->ddp && t->dp) MPT_RETURN_IF(mpt_ddp_sync_buffers(t->ddp));
     uint64_t seed = o->seed * 1000003u + (uint64_t)t->global_step * 131u + (uint64_t)k +
                     (uint64_t)t->rank * 7919u;
     if (t->dp) {
@@ -239,14 +240,11 @@ static mpt_status train_step(trainer *t, float *sums, int *ran_out) {
     sums[2] += (float)b.count;
     double f1 = mpt_time_ms();
     if (t->trace) mpt_trace_add(t->trace, "forward", 0, f0, f1 - f0, t->global_step);
-    if (t->ddp) {
-      mpt_ddp_set_sync(t->ddp, k == K - 1);
-      MPT_RETURN_IF(mpt_ddp_prepare_backward(t->ddp, t->tape));
-    }
+    if (t->ddp) mpt_ddp_set_sync(t->ddp, k == K - 1); /* no_sync but for the last */
+    /* With DDP, backward returns with the gradients averaged over the ranks. */
     MPT_RETURN_IF(mpt_tape_backward(t->tape, loss, 1.0f / (float)K));
     double b1 = mpt_time_ms();
     if (t->trace) mpt_trace_add(t->trace, "backward", 0, f1, b1 - f1, t->global_step);
-    if (t->ddp) MPT_RETURN_IF(mpt_ddp_finalize(t->ddp));
     fwd += f1 - f0;
     bwd += b1 - f1;
   }
@@ -271,10 +269,10 @@ static mpt_status train_step(trainer *t, float *sums, int *ran_out) {
     t->skipped_nonfinite++;
     mpt_log(MPT_LOG_WARN, "step %" PRId64 ": non-finite gradients, optimizer step skipped (%" PRId64
             " so far)", t->global_step, t->skipped_nonfinite);
+    MPT_RETURN_IF(mpt_model_consume_grads(t->model)); /* skipped on purpose */
   } else {
     float lr = mpt_lr_at(&t->schedule, o->optim.lr, t->global_step);
-    MPT_RETURN_IF(mpt_optimizer_step(t->opt, t->stream, mpt_model_params(t->model),
-                                     mpt_model_grads(t->model), lr));
+    MPT_RETURN_IF(mpt_optimizer_step_model(t->opt, t->model, t->stream, lr));
   }
   MPT_RETURN_IF(mpt_stream_synchronize(t->stream, o->timeout_s * 1e3));
   if (t->grad_comm && mpt_comm_error(t->grad_comm) != MPT_OK)

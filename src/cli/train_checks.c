@@ -13,7 +13,6 @@
 #include <zlib.h>
 
 #include "cli/train_impl.h"
-#include "core/error.h"
 #include "mpitrain/ckpt.h"
 #include "mpitrain/ops.h"
 

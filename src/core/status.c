@@ -51,7 +51,8 @@ mpt_status mpt_error_set(mpt_status status, const char *fmt, ...) {
   return status;
 }
 
-mpt_status mpt__error(mpt_status status, const char *file, int line, const char *fmt, ...) {
+mpt_status mpt_error_set_at(mpt_status status, const char *file, int line, const char *fmt,
+                            ...) {
   const char *base = strrchr(file, '/');
   va_list ap;
   va_start(ap, fmt);

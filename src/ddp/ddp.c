@@ -58,6 +58,10 @@ struct mpt_ddp {
   double *bucket_start_ms, *bucket_end_ms; /* [nbuckets], written on the comm thread */
   int next_bucket;
   int sync, prepared;
+  int forward_open;     /* a training forward ran; its backward has not started */
+  int synced;           /* the last backward ended with averaged gradients */
+  uint64_t generation;  /* the model's at init (mpt_model_generation) */
+  float *params, *grads;
   mpt_status hook_error;
   double prepare_ms;
   double backward_end_ms;        /* host clock, at finalize's entry */
@@ -251,6 +255,12 @@ static mpt_status timing_init(mpt_ddp *d) {
   return mpt_event_init(&d->pass_done, pd);
 }
 
+static mpt_status hook_before_forward(void *user, mpt_tape *tape);
+static mpt_status hook_before_backward(void *user, mpt_tape *tape);
+static void grad_ready_hook(void *user, int param_index);
+static mpt_status hook_after_backward(void *user, mpt_tape *tape, mpt_status status);
+static mpt_status hook_before_zero_grad(void *user);
+
 mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm, mpt_stream *compute,
                         const mpt_ddp_config *config) {
   mpt_status st = MPT_OK;
@@ -303,6 +313,16 @@ mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm, mpt_str
                                       mpt_model_buffer_count(model), MPT_F32, 0),
               fail);
   }
+  d->generation = mpt_model_generation(model);
+  d->params = mpt_model_params(model);
+  d->grads = mpt_model_grads(model);
+  const mpt_model_hooks hooks = {.user = d,
+                                 .before_forward = hook_before_forward,
+                                 .before_backward = hook_before_backward,
+                                 .grad_ready = grad_ready_hook,
+                                 .after_backward = hook_after_backward,
+                                 .before_zero_grad = hook_before_zero_grad};
+  MPT_CHECK(mpt_model_set_hooks(model, &hooks), fail);
   *ddp = d;
   return MPT_OK;
 fail:
@@ -312,6 +332,8 @@ fail:
 
 void mpt_ddp_free(mpt_ddp *d) {
   if (!d) return;
+  const mpt_model_hooks *h = mpt_model_get_hooks(d->model);
+  if (h && h->user == d) mpt_model_set_hooks(d->model, NULL);
   if (d->prepared && d->comm_stream) mpt_stream_synchronize(d->comm_stream, d->cfg.timeout_ms);
   for (int b = 0; d->ready_events && b < d->nbuckets; b++) mpt_event_free(d->ready_events[b]);
   mpt_event_free(d->done_event);
@@ -452,7 +474,7 @@ static void mark_ready(mpt_ddp *d, int param) {
 
 static void grad_ready_hook(void *user, int param_index) {
   mpt_ddp *d = user;
-  if (param_index >= 0 && param_index < d->nparams) mark_ready(d, param_index);
+  if (d->prepared && param_index >= 0 && param_index < d->nparams) mark_ready(d, param_index);
 }
 
 /* Counts the pending pass, once its timings exist (waits for them, with the deadline): bucket
@@ -503,11 +525,9 @@ static mpt_status pass_end(mpt_ddp *d, int backward) {
   return d->timing == TIMING_NOW ? collect_stats(d) : MPT_OK;
 }
 
-mpt_status mpt_ddp_prepare_backward(mpt_ddp *d, mpt_tape *tape) {
-  if (!d || !tape) return MPT_FAIL(MPT_EINVAL, "NULL argument to mpt_ddp_prepare_backward");
+static mpt_status prepare_backward(mpt_ddp *d, mpt_tape *tape) {
   MPT_RETURN_IF(pass_begin(d));
   if (!d->sync) {
-    mpt_tape_set_grad_hook(tape, NULL, NULL);
     d->prepared = 0;
     return MPT_OK;
   }
@@ -519,7 +539,6 @@ mpt_status mpt_ddp_prepare_backward(mpt_ddp *d, mpt_tape *tape) {
   d->next_bucket = 0;
   d->hook_error = MPT_OK;
   d->prepared = 1;
-  mpt_tape_set_grad_hook(tape, grad_ready_hook, d);
   if (d->cfg.find_unused_parameters)
     for (int p = d->nparams - 1; p >= 0; p--)
       if (mpt_tape_param_uses(tape, p) == 0) mark_ready(d, p);
@@ -568,14 +587,10 @@ static mpt_status drain_launched(mpt_ddp *d, mpt_status status) {
   return mpt_error_set(status, "%s", detail);
 }
 
-mpt_status mpt_ddp_finalize(mpt_ddp *d) {
-  if (!d) return MPT_FAIL(MPT_EINVAL, "NULL DDP engine");
+static mpt_status finalize(mpt_ddp *d) {
   /* The pass is synchronised if prepare_backward made it so (d->prepared), whatever
    * mpt_ddp_set_sync said since: its buckets may be in flight already. */
-  if (!d->prepared) {
-    if (!d->sync) return MPT_OK;
-    return MPT_FAIL(MPT_ESTATE, "mpt_ddp_finalize without prepare_backward");
-  }
+  if (!d->prepared) return MPT_OK;
   d->prepared = 0;
   d->backward_end_ms = mpt_time_ms();
   if (d->timing == TIMING_EVENTS)
@@ -621,4 +636,62 @@ mpt_ddp_stats mpt_ddp_get_stats(mpt_ddp *d) {
 void mpt_ddp_reset_stats(mpt_ddp *d) {
   d->stats_pending = 0; /* a pending pass belongs to before the reset */
   memset(&d->stats, 0, sizeof d->stats);
+}
+
+/* ---- the hooks on the model (installed by mpt_ddp_init) ---- */
+
+/* Before a training forward: refuse misuse, then synchronise the buffers (collective). */
+static mpt_status hook_before_forward(void *user, mpt_tape *tape) {
+  mpt_ddp *d = user;
+  (void)tape;
+  if (d->forward_open)
+    return MPT_FAIL(MPT_ESTATE, "DDP: a second training forward before the backward of the "
+                    "first (each forward needs its backward; for several micro-batches per step "
+                    "use mpt_ddp_set_sync(ddp, 0) and run forward + backward for each)");
+  if (mpt_model_generation(d->model) != d->generation || mpt_model_params(d->model) != d->params ||
+      mpt_model_grads(d->model) != d->grads || mpt_model_num_params(d->model) != d->nparams)
+    return MPT_FAIL(MPT_ESTATE, "DDP: the model was changed after mpt_ddp_init on rank %d "
+                    "(parameters re-initialised or the forward function replaced): replicas "
+                    "would no longer match; finish the model (and load its weights) before "
+                    "wrapping it", mpt_comm_rank(d->comm));
+  MPT_RETURN_IF(mpt_ddp_sync_buffers(d));
+  d->forward_open = 1;
+  return MPT_OK;
+}
+
+static mpt_status hook_before_backward(void *user, mpt_tape *tape) {
+  mpt_ddp *d = user;
+  if (!d->forward_open)
+    return MPT_FAIL(MPT_ESTATE, "DDP: backward without a training forward through "
+                    "mpt_model_forward (or a second backward for one forward): the pass was "
+                    "not seen by DDP");
+  d->forward_open = 0;
+  return prepare_backward(d, tape);
+}
+
+/* After backward: launch what is left, wait (deadline) for every bucket, check for unused
+ * parameters. When backward failed, wait for the buckets already launched and keep its error. */
+static mpt_status hook_after_backward(void *user, mpt_tape *tape, mpt_status status) {
+  mpt_ddp *d = user;
+  (void)tape;
+  d->synced = 0;
+  if (status != MPT_OK) {
+    if (!d->prepared) return status;
+    d->prepared = 0;
+    return drain_launched(d, status);
+  }
+  const int syncing = d->prepared;
+  MPT_RETURN_IF(finalize(d));
+  d->synced = syncing;
+  return MPT_OK;
+}
+
+static mpt_status hook_before_zero_grad(void *user) {
+  mpt_ddp *d = user;
+  if (d->synced && mpt_model_grads_state(d->model) == MPT_GRADS_READY)
+    return MPT_FAIL(MPT_ESTATE, "DDP: zero_grad over averaged gradients that no optimizer step "
+                    "used (call mpt_optimizer_step_model after backward; to skip a step on "
+                    "purpose, say so with mpt_model_consume_grads)");
+  d->synced = 0;
+  return MPT_OK;
 }

@@ -226,6 +226,9 @@ static mpt_status replica_setup(mpt_dp *d, int k, mpt_device device) {
     MPT_RETURN_IF(mpt_model_replicate(d->model, device, &r->model));
   MPT_RETURN_IF(mpt_stream_init(&r->stream, device, MPT_STREAM_INLINE));
   MPT_RETURN_IF(mpt_tape_init(&r->tape, r->model, r->stream));
+  /* DataParallel drives its replicas itself: a DDP wrapping the model (hybrid) reduces the
+   * gathered gradients with mpt_ddp_allreduce_grads, not from replica 0's backward. */
+  mpt_tape_set_model_hooks(r->tape, 0);
   MPT_RETURN_IF(mpt_event_init(&r->done, device));
   mpt_device first = d->reps[0].device;
   if (k > 0 && !same_memory(device, first))

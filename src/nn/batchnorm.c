@@ -15,40 +15,45 @@
  * The running-statistics pointers are not kept past the forward. Runs on the tape's stream. */
 #include <stdio.h>
 
-#include "core/error.h"
-#include "nn/tape.h"
+#include "mpitrain/autograd.h"
+#include "mpitrain/ops.h"
 
-/* node->ctx.i layout; W_IN / B_IN are the positions of weight / bias among the inputs or -1 */
-enum { CTX_N, CTX_C, CTX_INNER, CTX_TRAINING, CTX_W_IN, CTX_B_IN };
-/* node->saved: training {gamma, save_mean, save_invstd}; eval {consts [3c]: ones | zeros |
- * scale, xhat [count] or NULL, tmp [count]} */
+/* The node's context. saved: training {gamma, save_mean, save_invstd}; eval {consts [3c]:
+ * ones | zeros | scale, xhat [count] or NULL, tmp [count]}. */
+typedef struct bn_ctx {
+  int64_t n, c, inner;
+  int training;
+  int w_in, b_in; /* positions of weight / bias among the inputs, or -1 */
+  void *saved[3];
+} bn_ctx;
+_Static_assert(sizeof(bn_ctx) <= MPT_NODE_CTX_BYTES, "bn_ctx too large");
 
-static mpt_status grads_of(mpt_tape *tape, mpt__node *node, float **dx, float **dw,
+static mpt_status grads_of(mpt_tape *tape, mpt_node *node, float **dx, float **dw,
                            float **db) {
+  const bn_ctx *ctx = mpt_node_ctx(node);
   *dx = *dw = *db = NULL;
-  MPT_RETURN_IF(mpt__var_grad(tape, node->inputs[0], dx));
-  if (node->ctx.i[CTX_W_IN] >= 0)
-    MPT_RETURN_IF(mpt__var_grad(tape, node->inputs[node->ctx.i[CTX_W_IN]], dw));
-  if (node->ctx.i[CTX_B_IN] >= 0)
-    MPT_RETURN_IF(mpt__var_grad(tape, node->inputs[node->ctx.i[CTX_B_IN]], db));
+  MPT_RETURN_IF(mpt_var_grad_acc(tape, mpt_node_input(node, 0), dx));
+  if (ctx->w_in >= 0) MPT_RETURN_IF(mpt_var_grad_acc(tape, mpt_node_input(node, ctx->w_in), dw));
+  if (ctx->b_in >= 0) MPT_RETURN_IF(mpt_var_grad_acc(tape, mpt_node_input(node, ctx->b_in), db));
   return MPT_OK;
 }
 
-static mpt_status batchnorm_backward(mpt_tape *tape, mpt__node *node) {
+static mpt_status batchnorm_backward(mpt_tape *tape, mpt_node *node) {
   mpt_stream *s = mpt_tape_stream(tape);
-  const float *dy = node->output->grad.data;
+  const float *dy = mpt_node_grad_output(node);
   float *dx, *dw, *db;
   if (!dy) return MPT_OK;
   MPT_RETURN_IF(grads_of(tape, node, &dx, &dw, &db));
-  const int64_t n = node->ctx.i[CTX_N], c = node->ctx.i[CTX_C], inner = node->ctx.i[CTX_INNER];
-  const int64_t count = node->output->value.count;
-  if (node->ctx.i[CTX_TRAINING])
-    return mpt_op_batchnorm_backward(s, dy, node->inputs[0]->value.data, n, c, inner,
-                                     node->saved[0], node->saved[1], node->saved[2], dx, dw, db);
+  const bn_ctx *ctx = mpt_node_ctx(node);
+  const int64_t n = ctx->n, c = ctx->c, inner = ctx->inner;
+  const int64_t count = mpt_var_value(mpt_node_output(node))->count;
+  if (ctx->training)
+    return mpt_op_batchnorm_backward(s, dy, mpt_var_value(mpt_node_input(node, 0))->data, n, c, inner,
+                                     ctx->saved[0], ctx->saved[1], ctx->saved[2], dx, dw, db);
 
-  const float *ones = node->saved[0], *zeros = ones + c, *scale = ones + 2 * c;
-  const float *xhat = node->saved[1];
-  float *tmp = node->saved[2];
+  const float *ones = ctx->saved[0], *zeros = ones + c, *scale = ones + 2 * c;
+  const float *xhat = ctx->saved[1];
+  float *tmp = ctx->saved[2];
   if (db) MPT_RETURN_IF(mpt_op_bias_backward(s, db, dy, n, c, inner));
   if (dw) {
     MPT_RETURN_IF(mpt_op_mul(s, tmp, dy, xhat, count));
@@ -67,9 +72,9 @@ static mpt_status batchnorm_backward(mpt_tape *tape, mpt__node *node) {
 static mpt_status check_affine(const char *what, const mpt_var *v, int64_t c) {
   char vs[64];
   if (!v) return MPT_OK;
-  if (v->value.dtype != MPT_F32 || v->value.ndim != 1 || v->value.shape[0] != c)
+  if (mpt_var_value(v)->dtype != MPT_F32 || mpt_var_value(v)->ndim != 1 || mpt_var_value(v)->shape[0] != c)
     return MPT_FAIL(MPT_ESHAPE, "batchnorm: %s %s, want float32 [%lld]", what,
-                    mpt_shape_str(v->value.ndim, v->value.shape, vs, sizeof vs), (long long)c);
+                    mpt_shape_str(mpt_var_value(v)->ndim, mpt_var_value(v)->shape, vs, sizeof vs), (long long)c);
   return MPT_OK;
 }
 
@@ -91,7 +96,7 @@ static mpt_status running_buffer(mpt_model *model, const char *what, int index, 
 
 static mpt_status arena_floats(mpt_tape *tape, int64_t count, float **ptr) {
   void *p = NULL;
-  MPT_RETURN_IF(mpt__tape_alloc(tape, (size_t)count * sizeof(float), &p));
+  MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)count * sizeof(float), &p));
   *ptr = p;
   return MPT_OK;
 }
@@ -101,7 +106,7 @@ mpt_status mpt_nn_batchnorm(mpt_tape *tape, mpt_var *x, mpt_var *weight, mpt_var
                             float eps, mpt_var **y) {
   char xs[64];
   if (!tape || !x || !y) return MPT_FAIL(MPT_EINVAL, "batchnorm: NULL tape, x or y");
-  const mpt_tensor *xt = &x->value;
+  const mpt_tensor *xt = mpt_var_value(x);
   mpt_shape_str(xt->ndim, xt->shape, xs, sizeof xs);
   if (xt->dtype != MPT_F32) return MPT_FAIL(MPT_EINVAL, "batchnorm: x must be float32");
   if (xt->ndim != 2 && xt->ndim != 4)
@@ -128,30 +133,30 @@ mpt_status mpt_nn_batchnorm(mpt_tape *tape, mpt_var *x, mpt_var *weight, mpt_var
   int ninputs = 1, w_in = -1, b_in = -1;
   if (weight) inputs[w_in = ninputs++] = weight;
   if (bias) inputs[b_in = ninputs++] = bias;
-  const int record = mpt__tape_needs_grad(tape, inputs, ninputs);
+  const int record = mpt_tape_needs_grad(tape, inputs, ninputs);
 
   /* consts [3c] = ones | zeros | scratch; gamma/beta fall back to ones/zeros */
   float *consts = NULL;
   MPT_RETURN_IF(arena_floats(tape, 3 * c, &consts));
   MPT_RETURN_IF(mpt_op_fill(s, consts, c, 1.0f));
   MPT_RETURN_IF(mpt_op_fill(s, consts + c, c, 0.0f));
-  const float *gamma = weight ? weight->value.data : consts;
-  const float *beta = bias ? bias->value.data : consts + c;
+  const float *gamma = weight ? mpt_var_value(weight)->data : consts;
+  const float *beta = bias ? mpt_var_value(bias)->data : consts + c;
 
   mpt_var *out = NULL;
-  MPT_RETURN_IF(mpt__tape_new_var(tape, xt->ndim, xt->shape, MPT_F32, &out));
+  MPT_RETURN_IF(mpt_tape_new_var(tape, xt->ndim, xt->shape, MPT_F32, &out));
   void *saved[3] = {NULL, NULL, NULL};
   if (training) {
     float *stats = NULL; /* save_mean | save_invstd */
     MPT_RETURN_IF(arena_floats(tape, 2 * c, &stats));
     MPT_RETURN_IF(mpt_op_batchnorm_train(s, xt->data, n, c, inner, gamma, beta, eps, momentum,
-                                         rmean, rvar, out->value.data, stats, stats + c));
+                                         rmean, rvar, mpt_var_value(out)->data, stats, stats + c));
     saved[0] = (void *)gamma;
     saved[1] = stats;
     saved[2] = stats + c;
   } else {
     MPT_RETURN_IF(mpt_op_batchnorm_eval(s, xt->data, n, c, inner, gamma, beta, eps, rmean, rvar,
-                                        out->value.data));
+                                        mpt_var_value(out)->data));
     if (record) {
       float *scale = consts + 2 * c, *xhat = NULL, *tmp = NULL;
       /* scale[c] = gamma / sqrt(running_var + eps): the eval map applied to a [1, c, 1] one */
@@ -169,16 +174,12 @@ mpt_status mpt_nn_batchnorm(mpt_tape *tape, mpt_var *x, mpt_var *weight, mpt_var
     }
   }
   if (record) {
-    mpt__node *node = NULL;
-    MPT_RETURN_IF(mpt__tape_record(tape, "batchnorm", batchnorm_backward, inputs, ninputs, out,
+    mpt_node *node = NULL;
+    MPT_RETURN_IF(mpt_tape_record(tape, "batchnorm", batchnorm_backward, inputs, ninputs, out,
                                    &node));
-    node->ctx.i[CTX_N] = n;
-    node->ctx.i[CTX_C] = c;
-    node->ctx.i[CTX_INNER] = inner;
-    node->ctx.i[CTX_TRAINING] = training;
-    node->ctx.i[CTX_W_IN] = w_in;
-    node->ctx.i[CTX_B_IN] = b_in;
-    for (int i = 0; i < 3; i++) node->saved[i] = saved[i];
+    *(bn_ctx *)mpt_node_ctx(node) = (bn_ctx){.n = n, .c = c, .inner = inner,
+                                             .training = training, .w_in = w_in, .b_in = b_in,
+                                             .saved = {saved[0], saved[1], saved[2]}};
   }
   *y = out;
   return MPT_OK;

@@ -15,17 +15,22 @@
  *   dcol = W^T x dy_n ;  dx_n += col2im(dcol)
  *   db  += sum over n and positions of dy.
  * Invariants: the one-image col buffer is taken from the tape arena in forward and reused by
- * backward (node->saved[0]); the geometry is stored in node->ctx.i (see CTX_* below), so the
+ * backward (conv_ctx.col); the geometry is stored in the node's context (conv_ctx), so the
  * backward needs no allocation. Everything runs on the tape's stream. */
 #include <stdatomic.h>
 #include <stdio.h>
 
-#include "core/error.h"
-#include "nn/tape.h"
+#include "mpitrain/autograd.h"
+#include "mpitrain/ops.h"
 
-/* node->ctx.i layout */
-enum { CTX_N, CTX_C, CTX_H, CTX_W, CTX_O, CTX_KH, CTX_KW, CTX_STRIDE, CTX_PAD, CTX_OH, CTX_OW,
-       CTX_LIBRARY };
+/* The node's context (mpt_node_ctx). */
+typedef struct conv_ctx {
+  mpt_conv_geom g; /* one image's geometry */
+  int64_t n, o;    /* batch, output channels */
+  int library;     /* computed by the library convolutions (else im2col + GEMM) */
+  float *col;      /* im2col scratch [C*kh*kw, OH*OW] in the arena (im2col only) */
+} conv_ctx;
+_Static_assert(sizeof(conv_ctx) <= MPT_NODE_CTX_BYTES, "conv_ctx too large");
 
 static _Atomic int conv_algo = MPT_CONV_ALGO_AUTO;
 
@@ -38,35 +43,26 @@ mpt_status mpt_nn_set_conv_algo(mpt_conv_algo algo) {
 
 mpt_conv_algo mpt_nn_conv_algo(void) { return (mpt_conv_algo)atomic_load(&conv_algo); }
 
-static mpt_conv_geom geom_from_ctx(const mpt__node *node) {
-  mpt_conv_geom g = {
-      .channels = node->ctx.i[CTX_C], .height = node->ctx.i[CTX_H],
-      .width = node->ctx.i[CTX_W],    .kernel_h = node->ctx.i[CTX_KH],
-      .kernel_w = node->ctx.i[CTX_KW], .stride = node->ctx.i[CTX_STRIDE],
-      .pad = node->ctx.i[CTX_PAD],    .out_h = node->ctx.i[CTX_OH],
-      .out_w = node->ctx.i[CTX_OW]};
-  return g;
-}
-
-static mpt_status conv2d_backward(mpt_tape *tape, mpt__node *node) {
+static mpt_status conv2d_backward(mpt_tape *tape, mpt_node *node) {
   mpt_stream *s = mpt_tape_stream(tape);
-  mpt_var *x = node->inputs[0], *w = node->inputs[1];
-  mpt_var *b = node->ninputs > 2 ? node->inputs[2] : NULL;
-  const float *dy = node->output->grad.data;
+  mpt_var *x = mpt_node_input(node, 0), *w = mpt_node_input(node, 1);
+  mpt_var *b = mpt_node_num_inputs(node) > 2 ? mpt_node_input(node, 2) : NULL;
+  const float *dy = mpt_node_grad_output(node);
   float *dx = NULL, *dw = NULL, *db = NULL;
   if (!dy) return MPT_OK; /* the output took no part in the loss */
-  MPT_RETURN_IF(mpt__var_grad(tape, x, &dx));
-  MPT_RETURN_IF(mpt__var_grad(tape, w, &dw));
-  if (b) MPT_RETURN_IF(mpt__var_grad(tape, b, &db));
+  MPT_RETURN_IF(mpt_var_grad_acc(tape, x, &dx));
+  MPT_RETURN_IF(mpt_var_grad_acc(tape, w, &dw));
+  if (b) MPT_RETURN_IF(mpt_var_grad_acc(tape, b, &db));
 
-  const mpt_conv_geom g = geom_from_ctx(node);
-  const int64_t n = node->ctx.i[CTX_N], o = node->ctx.i[CTX_O];
+  const conv_ctx *c = mpt_node_ctx(node);
+  const mpt_conv_geom g = c->g;
+  const int64_t n = c->n, o = c->o;
   const int64_t kdim = g.channels * g.kernel_h * g.kernel_w, l = g.out_h * g.out_w;
   const int64_t x_img = g.channels * g.height * g.width, y_img = o * l;
-  const float *xv = x->value.data, *wv = w->value.data;
-  float *col = node->saved[0];
+  const float *xv = mpt_var_value(x)->data, *wv = mpt_var_value(w)->data;
+  float *col = c->col;
 
-  if (node->ctx.i[CTX_LIBRARY]) {
+  if (c->library) {
     if (dw) MPT_RETURN_IF(mpt_op_conv2d_backward_weights(s, &g, n, o, xv, dy, dw, db));
     else if (db) MPT_RETURN_IF(mpt_op_bias_backward(s, db, dy, n, o, l));
     if (dx) MPT_RETURN_IF(mpt_op_conv2d_backward_data(s, &g, n, o, wv, dy, dx));
@@ -96,18 +92,18 @@ mpt_status mpt_nn_conv2d(mpt_tape *tape, mpt_var *x, mpt_var *w, mpt_var *b, int
   if (!tape || !x || !w || !y)
     return MPT_FAIL(MPT_EINVAL, "conv2d: NULL argument (tape %p, x %p, w %p, y %p)",
                     (void *)tape, (void *)x, (void *)w, (void *)y);
-  const mpt_tensor *xt = &x->value, *wt = &w->value;
+  const mpt_tensor *xt = mpt_var_value(x), *wt = mpt_var_value(w);
   mpt_shape_str(xt->ndim, xt->shape, xs, sizeof xs);
   mpt_shape_str(wt->ndim, wt->shape, ws, sizeof ws);
-  if (xt->dtype != MPT_F32 || wt->dtype != MPT_F32 || (b && b->value.dtype != MPT_F32))
+  if (xt->dtype != MPT_F32 || wt->dtype != MPT_F32 || (b && mpt_var_value(b)->dtype != MPT_F32))
     return MPT_FAIL(MPT_EINVAL, "conv2d: x, weight and bias must be float32");
   if (xt->ndim != 4 || wt->ndim != 4 || wt->shape[1] != xt->shape[1])
     return MPT_FAIL(MPT_ESHAPE, "conv2d: input %s and weight %s (want [N, C, H, W] and "
                     "[O, C, kh, kw] with the same C)", xs, ws);
   const int64_t n = xt->shape[0], o = wt->shape[0];
-  if (b && (b->value.ndim != 1 || b->value.shape[0] != o))
+  if (b && (mpt_var_value(b)->ndim != 1 || mpt_var_value(b)->shape[0] != o))
     return MPT_FAIL(MPT_ESHAPE, "conv2d: bias %s does not match weight %s (want [%lld])",
-                    mpt_shape_str(b->value.ndim, b->value.shape, bs, sizeof bs), ws,
+                    mpt_shape_str(mpt_var_value(b)->ndim, mpt_var_value(b)->shape, bs, sizeof bs), ws,
                     (long long)o);
   mpt_conv_geom g = {.channels = xt->shape[1], .height = xt->shape[2], .width = xt->shape[3],
                      .kernel_h = wt->shape[2], .kernel_w = wt->shape[3], .stride = stride,
@@ -132,40 +128,29 @@ mpt_status mpt_nn_conv2d(mpt_tape *tape, mpt_var *x, mpt_var *w, mpt_var *b, int
                     "build has none for the tape's device (configure found no oneDNN?)");
   mpt_var *out = NULL;
   void *col = NULL;
-  MPT_RETURN_IF(mpt__tape_new_var(tape, 4, yshape, MPT_F32, &out));
+  MPT_RETURN_IF(mpt_tape_new_var(tape, 4, yshape, MPT_F32, &out));
 
   const float *xv = xt->data, *wv = wt->data;
-  float *yv = out->value.data;
+  float *yv = mpt_var_value(out)->data;
   if (library) {
-    MPT_RETURN_IF(mpt_op_conv2d_forward(s, &g, n, o, xv, wv, b ? b->value.data : NULL, yv));
+    MPT_RETURN_IF(mpt_op_conv2d_forward(s, &g, n, o, xv, wv, b ? mpt_var_value(b)->data : NULL, yv));
   } else {
-    MPT_RETURN_IF(mpt__tape_alloc(tape, (size_t)(kdim * l) * sizeof(float), &col));
+    MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)(kdim * l) * sizeof(float), &col));
     for (int64_t i = 0; i < n; i++) {
       MPT_RETURN_IF(mpt_op_im2col(s, &g, xv + i * x_img, col));
       MPT_RETURN_IF(mpt_op_gemm(s, 0, 0, o, l, kdim, 1.0f, wv, kdim, col, l, 0.0f,
                                 yv + i * y_img, l));
     }
-    if (b) MPT_RETURN_IF(mpt_op_bias_add(s, yv, b->value.data, n, o, l));
+    if (b) MPT_RETURN_IF(mpt_op_bias_add(s, yv, mpt_var_value(b)->data, n, o, l));
   }
 
   mpt_var *inputs[3] = {x, w, b};
   const int ninputs = b ? 3 : 2;
-  if (mpt__tape_needs_grad(tape, inputs, ninputs)) {
-    mpt__node *node = NULL;
-    MPT_RETURN_IF(mpt__tape_record(tape, "conv2d", conv2d_backward, inputs, ninputs, out, &node));
-    node->ctx.i[CTX_N] = n;
-    node->ctx.i[CTX_C] = g.channels;
-    node->ctx.i[CTX_H] = g.height;
-    node->ctx.i[CTX_W] = g.width;
-    node->ctx.i[CTX_O] = o;
-    node->ctx.i[CTX_KH] = g.kernel_h;
-    node->ctx.i[CTX_KW] = g.kernel_w;
-    node->ctx.i[CTX_STRIDE] = g.stride;
-    node->ctx.i[CTX_PAD] = g.pad;
-    node->ctx.i[CTX_OH] = g.out_h;
-    node->ctx.i[CTX_OW] = g.out_w;
-    node->ctx.i[CTX_LIBRARY] = library;
-    node->saved[0] = col;
+  if (mpt_tape_needs_grad(tape, inputs, ninputs)) {
+    mpt_node *node = NULL;
+    MPT_RETURN_IF(mpt_tape_record(tape, "conv2d", conv2d_backward, inputs, ninputs, out, &node));
+    *(conv_ctx *)mpt_node_ctx(node) = (conv_ctx){.g = g, .n = n, .o = o, .library = library,
+                                                 .col = col};
   }
   *y = out;
   return MPT_OK;

@@ -1,18 +1,21 @@
 # src/nn: the autodiff tape, layers and models; see the layer's public header include/mpitrain/nn.h
-mpitraininclude_HEADERS += include/mpitrain/nn.h
+mpitraininclude_HEADERS += include/mpitrain/nn.h include/mpitrain/autograd.h
 libmpitrain_all_la_SOURCES += \
 	src/nn/tape.h src/nn/tape.c src/nn/model.c src/nn/ops_basic.c \
 	src/nn/conv.c src/nn/pool.c src/nn/dropout.c src/nn/batchnorm.c src/nn/models.c
 
 if HAVE_CHECK
-check_PROGRAMS += tests/test_tape tests/test_layers tests/test_models
-TESTS += tests/test_tape tests/test_layers tests/test_models
+check_PROGRAMS += tests/test_tape tests/test_layers tests/test_models tests/test_hooks
+TESTS += tests/test_tape tests/test_layers tests/test_models tests/test_hooks
 tests_test_tape_SOURCES = tests/test_tape.c
 tests_test_tape_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_tape_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 tests_test_layers_SOURCES = tests/test_layers.c
 tests_test_layers_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_layers_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+tests_test_hooks_SOURCES = tests/test_hooks.c
+tests_test_hooks_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_hooks_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 tests_test_models_SOURCES = tests/test_models.c
 tests_test_models_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_models_LDADD = libmpitrain_all.la $(CHECK_LIBS)

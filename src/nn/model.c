@@ -20,6 +20,8 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "mpitrain/autograd.h"
+#include "mpitrain/ops.h"
 #include "nn/tape.h"
 
 /* How long the model's own one-off device work (finalize, init, replicate) may take. */
@@ -48,6 +50,10 @@ struct mpt_model {
   mpt_forward_fn forward;
   void *ctx;
   void (*free_ctx)(void *ctx); /* NULL on replicas: the context belongs to the source */
+  mpt_grads_state grads_state;  /* the training step's progress (nn.h) */
+  uint64_t generation;          /* mpt_model_generation */
+  mpt_model_hooks hooks;        /* a wrapper's (DDP); has_hooks says whether installed */
+  int has_hooks;
 };
 
 static void entry_list_free(entry_list *list) {
@@ -158,6 +164,7 @@ void mpt_model_set_forward(mpt_model *model, mpt_forward_fn forward, void *ctx,
   model->forward = forward;
   model->ctx = ctx;
   model->free_ctx = free_ctx;
+  model->generation++;
 }
 
 /* A stream for the model's one-off device work: NULL on the CPU (ops run now), else a
@@ -237,6 +244,7 @@ mpt_status mpt_model_init_params(mpt_model *model, uint64_t seed) {
   if (!model) return MPT_FAIL(MPT_EINVAL, "model_init_params: NULL model");
   if (!model->finalized)
     return MPT_FAIL(MPT_ESTATE, "model_init_params: call mpt_model_finalize first");
+  model->generation++;
   mpt_status st = MPT_OK;
   mpt_stream *stream = NULL;
   const int64_t n = model->params.total > model->buffers.total ? model->params.total
@@ -322,7 +330,59 @@ mpt_status mpt_model_zero_grad(mpt_model *model, mpt_stream *stream) {
     return MPT_FAIL(MPT_EINVAL, "model_zero_grad: a %s stream for a model on %s",
                     have == MPT_DEVICE_CPU ? "CPU (or NULL)" : "CUDA",
                     model->device.type == MPT_DEVICE_CPU ? "the CPU" : "CUDA");
-  return mpt_op_fill(stream, model->grad_data, model->params.total, 0.0f);
+  if (model->has_hooks && model->hooks.before_zero_grad)
+    MPT_RETURN_IF(model->hooks.before_zero_grad(model->hooks.user));
+  MPT_RETURN_IF(mpt_op_fill(stream, model->grad_data, model->params.total, 0.0f));
+  model->grads_state = MPT_GRADS_ZERO;
+  return MPT_OK;
+}
+
+mpt_grads_state mpt_model_grads_state(const mpt_model *model) {
+  return model ? model->grads_state : MPT_GRADS_ZERO;
+}
+
+mpt_status mpt_model_consume_grads(mpt_model *model) {
+  if (!model) return MPT_FAIL(MPT_EINVAL, "model_consume_grads: NULL model");
+  switch (model->grads_state) {
+    case MPT_GRADS_READY:
+      model->grads_state = MPT_GRADS_APPLIED;
+      return MPT_OK;
+    case MPT_GRADS_ZERO:
+      return MPT_FAIL(MPT_ESTATE, "optimizer step: no backward since the gradients were zeroed "
+                      "(call mpt_tape_backward on the loss first)");
+    case MPT_GRADS_PENDING:
+      return MPT_FAIL(MPT_ESTATE, "optimizer step: a training forward whose backward has not "
+                      "finished (mpt_tape_backward was not called on its loss, or it failed)");
+    case MPT_GRADS_APPLIED:
+      break;
+  }
+  return MPT_FAIL(MPT_ESTATE, "optimizer step: these gradients were already used by a step "
+                  "(zero_grad, forward and backward come first)");
+}
+
+void mpt__model_backward_done(mpt_model *model, mpt_status status) {
+  if (model && status == MPT_OK) model->grads_state = MPT_GRADS_READY;
+}
+
+uint64_t mpt_model_generation(const mpt_model *model) { return model ? model->generation : 0; }
+
+mpt_status mpt_model_set_hooks(mpt_model *model, const mpt_model_hooks *hooks) {
+  if (!model) return MPT_FAIL(MPT_EINVAL, "model_set_hooks: NULL model");
+  if (!hooks) {
+    model->has_hooks = 0;
+    memset(&model->hooks, 0, sizeof model->hooks);
+    return MPT_OK;
+  }
+  if (model->has_hooks && model->hooks.user != hooks->user)
+    return MPT_FAIL(MPT_ESTATE, "model_set_hooks: the model is already wrapped (one DDP "
+                    "wrapper per model; free the first one)");
+  model->hooks = *hooks;
+  model->has_hooks = 1;
+  return MPT_OK;
+}
+
+const mpt_model_hooks *mpt_model_get_hooks(const mpt_model *model) {
+  return model && model->has_hooks ? &model->hooks : NULL;
 }
 
 void mpt_model_set_training(mpt_model *model, int training) {
@@ -341,6 +401,15 @@ mpt_status mpt_model_forward(mpt_model *model, mpt_tape *tape, mpt_var *input,
     return MPT_FAIL(MPT_ESTATE, "model_forward: no forward function (mpt_model_set_forward)");
   if (mpt_tape_model(tape) != model)
     return MPT_FAIL(MPT_EINVAL, "model_forward: the tape belongs to another model");
+  *output = NULL;
+  if (model->training && mpt_tape_grad_enabled(tape)) { /* a training forward */
+    if (model->grads_state == MPT_GRADS_APPLIED)
+      return MPT_FAIL(MPT_ESTATE, "model_forward: the gradients of the last optimizer step were "
+                      "not zeroed (call mpt_model_zero_grad before the forward)");
+    if (model->has_hooks && model->hooks.before_forward && mpt_tape_model_hooks(tape))
+      MPT_RETURN_IF(model->hooks.before_forward(model->hooks.user, tape));
+    model->grads_state = MPT_GRADS_PENDING;
+  }
   return model->forward(model, tape, model->ctx, input, output);
 }
 

@@ -11,8 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "core/error.h"
-#include "nn/tape.h"
+#include "mpitrain/autograd.h"
+#include "mpitrain/ops.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* MLP                                                                                        */
@@ -55,7 +55,7 @@ static mpt_status mlp_forward(mpt_model *model, mpt_tape *tape, void *vctx, mpt_
   const mlp_ctx *ctx = vctx;
   char xs[64];
   mpt_var *h = input;
-  const mpt_tensor *xt = &input->value;
+  const mpt_tensor *xt = mpt_var_value(input);
   int64_t features = 1;
   for (int d = 1; d < xt->ndim; d++) features *= xt->shape[d];
   if (xt->ndim < 2 || features != ctx->input_size)
@@ -181,7 +181,7 @@ static mpt_status cnn_forward(mpt_model *model, mpt_tape *tape, void *vctx, mpt_
                               mpt_var **output) {
   (void)model;
   const cnn_ctx *ctx = vctx;
-  const mpt_tensor *xt = &input->value;
+  const mpt_tensor *xt = mpt_var_value(input);
   char xs[64];
   mpt_var *h = input;
   if (xt->ndim != 4 || xt->shape[1] != ctx->in_channels || xt->shape[2] != ctx->height ||

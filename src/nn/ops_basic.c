@@ -15,17 +15,17 @@
  *            valid until backward, like every input of the pass) */
 #include <stdio.h>
 
-#include "core/error.h"
-#include "nn/tape.h"
+#include "mpitrain/autograd.h"
+#include "mpitrain/ops.h"
 
-#define SHAPE(v, buf) mpt_shape_str((v)->value.ndim, (v)->value.shape, buf, sizeof buf)
+#define SHAPE(v, buf) mpt_shape_str(mpt_var_value(v)->ndim, mpt_var_value(v)->shape, buf, sizeof buf)
 
 static mpt_status check_f32(const char *op, const char *what, const mpt_var *v) {
   if (!v) return MPT_FAIL(MPT_EINVAL, "%s: %s is NULL", op, what);
-  if (v->value.dtype != MPT_F32)
+  if (mpt_var_value(v)->dtype != MPT_F32)
     return MPT_FAIL(MPT_EINVAL, "%s: %s is %s, want float32", op, what,
-                    mpt_dtype_name(v->value.dtype));
-  if (v->value.count > 0 && !v->value.data)
+                    mpt_dtype_name(mpt_var_value(v)->dtype));
+  if (mpt_var_value(v)->count > 0 && !mpt_var_value(v)->data)
     return MPT_FAIL(MPT_EINVAL, "%s: %s has no data", op, what);
   return MPT_OK;
 }
@@ -34,21 +34,21 @@ static const int64_t SCALAR_SHAPE[1] = {1};
 
 /* ---- linear ---- */
 
-static mpt_status linear_backward(mpt_tape *tape, mpt__node *node) {
+static mpt_status linear_backward(mpt_tape *tape, mpt_node *node) {
   mpt_stream *s = mpt_tape_stream(tape);
-  mpt_var *x = node->inputs[0], *w = node->inputs[1];
-  mpt_var *b = node->ninputs > 2 ? node->inputs[2] : NULL;
-  const float *dy = node->output->grad.data;
-  const int64_t n = x->value.shape[0], in = x->value.shape[1], out = w->value.shape[0];
+  mpt_var *x = mpt_node_input(node, 0), *w = mpt_node_input(node, 1);
+  mpt_var *b = mpt_node_num_inputs(node) > 2 ? mpt_node_input(node, 2) : NULL;
+  const float *dy = mpt_node_grad_output(node);
+  const int64_t n = mpt_var_value(x)->shape[0], in = mpt_var_value(x)->shape[1], out = mpt_var_value(w)->shape[0];
   float *dx = NULL, *dw = NULL, *db = NULL;
-  MPT_RETURN_IF(mpt__var_grad(tape, x, &dx));
-  MPT_RETURN_IF(mpt__var_grad(tape, w, &dw));
-  if (b) MPT_RETURN_IF(mpt__var_grad(tape, b, &db));
+  MPT_RETURN_IF(mpt_var_grad_acc(tape, x, &dx));
+  MPT_RETURN_IF(mpt_var_grad_acc(tape, w, &dw));
+  if (b) MPT_RETURN_IF(mpt_var_grad_acc(tape, b, &db));
   /* dx [N, in] += dy [N, out] W [out, in] */
-  if (dx) MPT_RETURN_IF(mpt_op_gemm(s, 0, 0, n, in, out, 1.0f, dy, out, w->value.data, in, 1.0f,
+  if (dx) MPT_RETURN_IF(mpt_op_gemm(s, 0, 0, n, in, out, 1.0f, dy, out, mpt_var_value(w)->data, in, 1.0f,
                                     dx, in));
   /* dW [out, in] += dy^T [out, N] x [N, in] */
-  if (dw) MPT_RETURN_IF(mpt_op_gemm(s, 1, 0, out, in, n, 1.0f, dy, out, x->value.data, in, 1.0f,
+  if (dw) MPT_RETURN_IF(mpt_op_gemm(s, 1, 0, out, in, n, 1.0f, dy, out, mpt_var_value(x)->data, in, 1.0f,
                                     dw, in));
   if (db) MPT_RETURN_IF(mpt_op_bias_backward(s, db, dy, n, out, 1));
   return MPT_OK;
@@ -61,25 +61,25 @@ mpt_status mpt_nn_linear(mpt_tape *tape, mpt_var *x, mpt_var *w, mpt_var *b, mpt
   MPT_RETURN_IF(check_f32("linear", "weight", w));
   if (b) MPT_RETURN_IF(check_f32("linear", "bias", b));
   char xs[128], ws[128], bs[128];
-  if (x->value.ndim != 2 || w->value.ndim != 2 || x->value.shape[1] != w->value.shape[1])
+  if (mpt_var_value(x)->ndim != 2 || mpt_var_value(w)->ndim != 2 || mpt_var_value(x)->shape[1] != mpt_var_value(w)->shape[1])
     return MPT_FAIL(MPT_ESHAPE, "linear: x %s and weight %s (want [N, in] and [out, in]; "
                     "flatten images first)", SHAPE(x, xs), SHAPE(w, ws));
-  const int64_t n = x->value.shape[0], in = x->value.shape[1], out = w->value.shape[0];
-  if (b && (b->value.ndim != 1 || b->value.shape[0] != out))
+  const int64_t n = mpt_var_value(x)->shape[0], in = mpt_var_value(x)->shape[1], out = mpt_var_value(w)->shape[0];
+  if (b && (mpt_var_value(b)->ndim != 1 || mpt_var_value(b)->shape[0] != out))
     return MPT_FAIL(MPT_ESHAPE, "linear: bias %s does not match weight %s (want [%lld])",
                     SHAPE(b, bs), SHAPE(w, ws), (long long)out);
   mpt_stream *s = mpt_tape_stream(tape);
   mpt_var *o = NULL;
   const int64_t shape[2] = {n, out};
-  MPT_RETURN_IF(mpt__tape_new_var(tape, 2, shape, MPT_F32, &o));
+  MPT_RETURN_IF(mpt_tape_new_var(tape, 2, shape, MPT_F32, &o));
   /* y [N, out] = x [N, in] W^T */
-  MPT_RETURN_IF(mpt_op_gemm(s, 0, 1, n, out, in, 1.0f, x->value.data, in, w->value.data, in,
-                            0.0f, o->value.data, out));
-  if (b) MPT_RETURN_IF(mpt_op_bias_add(s, o->value.data, b->value.data, n, out, 1));
+  MPT_RETURN_IF(mpt_op_gemm(s, 0, 1, n, out, in, 1.0f, mpt_var_value(x)->data, in, mpt_var_value(w)->data, in,
+                            0.0f, mpt_var_value(o)->data, out));
+  if (b) MPT_RETURN_IF(mpt_op_bias_add(s, mpt_var_value(o)->data, mpt_var_value(b)->data, n, out, 1));
   mpt_var *inputs[3] = {x, w, b};
   const int ninputs = b ? 3 : 2;
-  if (mpt__tape_needs_grad(tape, inputs, ninputs))
-    MPT_RETURN_IF(mpt__tape_record(tape, "linear", linear_backward, inputs, ninputs, o, NULL));
+  if (mpt_tape_needs_grad(tape, inputs, ninputs))
+    MPT_RETURN_IF(mpt_tape_record(tape, "linear", linear_backward, inputs, ninputs, o, NULL));
   *y = o;
   return MPT_OK;
 }
@@ -119,13 +119,13 @@ mpt_status mpt_linear_forward(mpt_tape *tape, const mpt_linear *layer, mpt_var *
 
 /* ---- relu, flatten ---- */
 
-static mpt_status relu_backward(mpt_tape *tape, mpt__node *node) {
+static mpt_status relu_backward(mpt_tape *tape, mpt_node *node) {
   float *dx = NULL;
-  MPT_RETURN_IF(mpt__var_grad(tape, node->inputs[0], &dx));
+  MPT_RETURN_IF(mpt_var_grad_acc(tape, mpt_node_input(node, 0), &dx));
   if (!dx) return MPT_OK;
-  const mpt_var *y = node->output;
-  return mpt_op_relu_backward(mpt_tape_stream(tape), dx, y->grad.data, y->value.data,
-                              y->value.count);
+  const mpt_var *y = mpt_node_output(node);
+  return mpt_op_relu_backward(mpt_tape_stream(tape), dx, mpt_var_grad(y)->data, mpt_var_value(y)->data,
+                              mpt_var_value(y)->count);
 }
 
 mpt_status mpt_nn_relu(mpt_tape *tape, mpt_var *x, mpt_var **y) {
@@ -133,17 +133,17 @@ mpt_status mpt_nn_relu(mpt_tape *tape, mpt_var *x, mpt_var **y) {
   *y = NULL;
   MPT_RETURN_IF(check_f32("relu", "x", x));
   mpt_var *o = NULL;
-  MPT_RETURN_IF(mpt__tape_new_var(tape, x->value.ndim, x->value.shape, MPT_F32, &o));
-  MPT_RETURN_IF(mpt_op_relu(mpt_tape_stream(tape), o->value.data, x->value.data,
-                            x->value.count));
-  if (mpt__tape_needs_grad(tape, &x, 1))
-    MPT_RETURN_IF(mpt__tape_record(tape, "relu", relu_backward, &x, 1, o, NULL));
+  MPT_RETURN_IF(mpt_tape_new_var(tape, mpt_var_value(x)->ndim, mpt_var_value(x)->shape, MPT_F32, &o));
+  MPT_RETURN_IF(mpt_op_relu(mpt_tape_stream(tape), mpt_var_value(o)->data, mpt_var_value(x)->data,
+                            mpt_var_value(x)->count));
+  if (mpt_tape_needs_grad(tape, &x, 1))
+    MPT_RETURN_IF(mpt_tape_record(tape, "relu", relu_backward, &x, 1, o, NULL));
   *y = o;
   return MPT_OK;
 }
 
-/* The view shares the input's gradient storage (mpt__var_grad): nothing to add here. */
-static mpt_status flatten_backward(mpt_tape *tape, mpt__node *node) {
+/* The view shares the input's gradient storage (mpt_var_grad_acc): nothing to add here. */
+static mpt_status flatten_backward(mpt_tape *tape, mpt_node *node) {
   (void)tape;
   (void)node;
   return MPT_OK;
@@ -154,16 +154,16 @@ mpt_status mpt_nn_flatten(mpt_tape *tape, mpt_var *x, mpt_var **y) {
   *y = NULL;
   if (!x) return MPT_FAIL(MPT_EINVAL, "flatten: x is NULL");
   char xs[128];
-  if (x->value.ndim < 2)
+  if (mpt_var_value(x)->ndim < 2)
     return MPT_FAIL(MPT_ESHAPE, "flatten: x %s needs a batch and at least one more dimension",
                     SHAPE(x, xs));
   int64_t inner = 1;
-  for (int d = 1; d < x->value.ndim; d++) inner *= x->value.shape[d];
-  const int64_t shape[2] = {x->value.shape[0], inner};
+  for (int d = 1; d < mpt_var_value(x)->ndim; d++) inner *= mpt_var_value(x)->shape[d];
+  const int64_t shape[2] = {mpt_var_value(x)->shape[0], inner};
   mpt_var *o = NULL;
-  MPT_RETURN_IF(mpt__tape_view_var(tape, x, 2, shape, &o));
-  if (mpt__tape_needs_grad(tape, &x, 1))
-    MPT_RETURN_IF(mpt__tape_record(tape, "flatten", flatten_backward, &x, 1, o, NULL));
+  MPT_RETURN_IF(mpt_tape_view_var(tape, x, 2, shape, &o));
+  if (mpt_tape_needs_grad(tape, &x, 1))
+    MPT_RETURN_IF(mpt_tape_record(tape, "flatten", flatten_backward, &x, 1, o, NULL));
   *y = o;
   return MPT_OK;
 }
@@ -174,18 +174,18 @@ static mpt_status binary_check(const char *op, const mpt_var *a, const mpt_var *
   MPT_RETURN_IF(check_f32(op, "a", a));
   MPT_RETURN_IF(check_f32(op, "b", b));
   char as[128], bs[128];
-  if (!mpt_tensor_same_shape(&a->value, &b->value))
+  if (!mpt_tensor_same_shape(mpt_var_value(a), mpt_var_value(b)))
     return MPT_FAIL(MPT_ESHAPE, "%s: a %s and b %s differ (no broadcasting)", op, SHAPE(a, as),
                     SHAPE(b, bs));
   return MPT_OK;
 }
 
-static mpt_status add_backward(mpt_tape *tape, mpt__node *node) {
-  const mpt_var *y = node->output;
+static mpt_status add_backward(mpt_tape *tape, mpt_node *node) {
+  const mpt_var *y = mpt_node_output(node);
   for (int i = 0; i < 2; i++) {
     float *d = NULL;
-    MPT_RETURN_IF(mpt__var_grad(tape, node->inputs[i], &d));
-    if (d) MPT_RETURN_IF(mpt_op_axpy(mpt_tape_stream(tape), y->value.count, 1.0f, y->grad.data,
+    MPT_RETURN_IF(mpt_var_grad_acc(tape, mpt_node_input(node, i), &d));
+    if (d) MPT_RETURN_IF(mpt_op_axpy(mpt_tape_stream(tape), mpt_var_value(y)->count, 1.0f, mpt_var_grad(y)->data,
                                      d));
   }
   return MPT_OK;
@@ -197,24 +197,24 @@ mpt_status mpt_nn_add(mpt_tape *tape, mpt_var *a, mpt_var *b, mpt_var **y) {
   MPT_RETURN_IF(binary_check("add", a, b));
   mpt_stream *s = mpt_tape_stream(tape);
   mpt_var *o = NULL;
-  MPT_RETURN_IF(mpt__tape_new_var(tape, a->value.ndim, a->value.shape, MPT_F32, &o));
-  MPT_RETURN_IF(mpt_op_copy(s, o->value.data, a->value.data, a->value.count));
-  MPT_RETURN_IF(mpt_op_axpy(s, a->value.count, 1.0f, b->value.data, o->value.data));
+  MPT_RETURN_IF(mpt_tape_new_var(tape, mpt_var_value(a)->ndim, mpt_var_value(a)->shape, MPT_F32, &o));
+  MPT_RETURN_IF(mpt_op_copy(s, mpt_var_value(o)->data, mpt_var_value(a)->data, mpt_var_value(a)->count));
+  MPT_RETURN_IF(mpt_op_axpy(s, mpt_var_value(a)->count, 1.0f, mpt_var_value(b)->data, mpt_var_value(o)->data));
   mpt_var *inputs[2] = {a, b};
-  if (mpt__tape_needs_grad(tape, inputs, 2))
-    MPT_RETURN_IF(mpt__tape_record(tape, "add", add_backward, inputs, 2, o, NULL));
+  if (mpt_tape_needs_grad(tape, inputs, 2))
+    MPT_RETURN_IF(mpt_tape_record(tape, "add", add_backward, inputs, 2, o, NULL));
   *y = o;
   return MPT_OK;
 }
 
-static mpt_status mul_backward(mpt_tape *tape, mpt__node *node) {
-  const mpt_var *y = node->output;
+static mpt_status mul_backward(mpt_tape *tape, mpt_node *node) {
+  const mpt_var *y = mpt_node_output(node);
   for (int i = 0; i < 2; i++) {
     float *d = NULL;
-    MPT_RETURN_IF(mpt__var_grad(tape, node->inputs[i], &d));
+    MPT_RETURN_IF(mpt_var_grad_acc(tape, mpt_node_input(node, i), &d));
     /* d(a*b)/da = b, d(a*b)/db = a */
-    if (d) MPT_RETURN_IF(mpt_op_mul_backward(mpt_tape_stream(tape), d, y->grad.data,
-                                             node->inputs[1 - i]->value.data, y->value.count));
+    if (d) MPT_RETURN_IF(mpt_op_mul_backward(mpt_tape_stream(tape), d, mpt_var_grad(y)->data,
+                                             mpt_var_value(mpt_node_input(node, 1 - i))->data, mpt_var_value(y)->count));
   }
   return MPT_OK;
 }
@@ -224,25 +224,25 @@ mpt_status mpt_nn_mul(mpt_tape *tape, mpt_var *a, mpt_var *b, mpt_var **y) {
   *y = NULL;
   MPT_RETURN_IF(binary_check("mul", a, b));
   mpt_var *o = NULL;
-  MPT_RETURN_IF(mpt__tape_new_var(tape, a->value.ndim, a->value.shape, MPT_F32, &o));
-  MPT_RETURN_IF(mpt_op_mul(mpt_tape_stream(tape), o->value.data, a->value.data, b->value.data,
-                           a->value.count));
+  MPT_RETURN_IF(mpt_tape_new_var(tape, mpt_var_value(a)->ndim, mpt_var_value(a)->shape, MPT_F32, &o));
+  MPT_RETURN_IF(mpt_op_mul(mpt_tape_stream(tape), mpt_var_value(o)->data, mpt_var_value(a)->data, mpt_var_value(b)->data,
+                           mpt_var_value(a)->count));
   mpt_var *inputs[2] = {a, b};
-  if (mpt__tape_needs_grad(tape, inputs, 2))
-    MPT_RETURN_IF(mpt__tape_record(tape, "mul", mul_backward, inputs, 2, o, NULL));
+  if (mpt_tape_needs_grad(tape, inputs, 2))
+    MPT_RETURN_IF(mpt_tape_record(tape, "mul", mul_backward, inputs, 2, o, NULL));
   *y = o;
   return MPT_OK;
 }
 
 /* ---- sum, mean ---- */
 
-/* node->ctx.f[0]: the factor d(y)/d(x_i) (1 for sum, 1/count for mean). */
-static mpt_status reduce_backward(mpt_tape *tape, mpt__node *node) {
+/* The node's context: one float, the factor d(y)/d(x_i) (1 for sum, 1/count for mean). */
+static mpt_status reduce_backward(mpt_tape *tape, mpt_node *node) {
   float *dx = NULL;
-  MPT_RETURN_IF(mpt__var_grad(tape, node->inputs[0], &dx));
+  MPT_RETURN_IF(mpt_var_grad_acc(tape, mpt_node_input(node, 0), &dx));
   if (!dx) return MPT_OK;
-  return mpt_op_sum_backward(mpt_tape_stream(tape), dx, node->inputs[0]->value.count,
-                             node->output->grad.data, node->ctx.f[0]);
+  return mpt_op_sum_backward(mpt_tape_stream(tape), dx, mpt_var_value(mpt_node_input(node, 0))->count,
+                             mpt_node_grad_output(node), *(const float *)mpt_node_ctx(node));
 }
 
 static mpt_status reduce(mpt_tape *tape, const char *op, mpt_var *x, int mean, mpt_var **y) {
@@ -250,17 +250,17 @@ static mpt_status reduce(mpt_tape *tape, const char *op, mpt_var *x, int mean, m
   *y = NULL;
   MPT_RETURN_IF(check_f32(op, "x", x));
   mpt_stream *s = mpt_tape_stream(tape);
-  const int64_t count = x->value.count;
+  const int64_t count = mpt_var_value(x)->count;
   /* The mean of nothing is NaN (0 * inf), as in PyTorch. */
   const float factor = mean ? (float)(1.0 / (double)count) : 1.0f;
   mpt_var *o = NULL;
-  MPT_RETURN_IF(mpt__tape_new_var(tape, 0, SCALAR_SHAPE, MPT_F32, &o));
-  MPT_RETURN_IF(mpt_op_sum(s, x->value.data, count, o->value.data));
-  if (mean) MPT_RETURN_IF(mpt_op_scale(s, o->value.data, 1, factor));
-  if (mpt__tape_needs_grad(tape, &x, 1)) {
-    mpt__node *node = NULL;
-    MPT_RETURN_IF(mpt__tape_record(tape, op, reduce_backward, &x, 1, o, &node));
-    node->ctx.f[0] = factor;
+  MPT_RETURN_IF(mpt_tape_new_var(tape, 0, SCALAR_SHAPE, MPT_F32, &o));
+  MPT_RETURN_IF(mpt_op_sum(s, mpt_var_value(x)->data, count, mpt_var_value(o)->data));
+  if (mean) MPT_RETURN_IF(mpt_op_scale(s, mpt_var_value(o)->data, 1, factor));
+  if (mpt_tape_needs_grad(tape, &x, 1)) {
+    mpt_node *node = NULL;
+    MPT_RETURN_IF(mpt_tape_record(tape, op, reduce_backward, &x, 1, o, &node));
+    *(float *)mpt_node_ctx(node) = factor;
   }
   *y = o;
   return MPT_OK;
@@ -276,14 +276,21 @@ mpt_status mpt_nn_mean(mpt_tape *tape, mpt_var *x, mpt_var **y) {
 
 /* ---- cross entropy ---- */
 
-/* saved[0]: probs [N, K]; ctx.p[0]: labels [N] (int32); ctx.i[1], ctx.i[2]: N, K. */
-static mpt_status xent_backward(mpt_tape *tape, mpt__node *node) {
+/* The node's context. */
+typedef struct xent_ctx {
+  const float *probs;    /* [N, K] softmax, in the arena */
+  const int32_t *labels; /* [N], the caller's (valid until backward) */
+  int64_t n, k;
+} xent_ctx;
+_Static_assert(sizeof(xent_ctx) <= MPT_NODE_CTX_BYTES, "xent_ctx too large");
+
+static mpt_status xent_backward(mpt_tape *tape, mpt_node *node) {
   float *dlogits = NULL;
-  MPT_RETURN_IF(mpt__var_grad(tape, node->inputs[0], &dlogits));
+  MPT_RETURN_IF(mpt_var_grad_acc(tape, mpt_node_input(node, 0), &dlogits));
   if (!dlogits) return MPT_OK;
-  return mpt_op_softmax_xent_backward(mpt_tape_stream(tape), node->saved[0], node->ctx.p[0],
-                                      node->ctx.i[1], node->ctx.i[2], node->output->grad.data,
-                                      dlogits);
+  const xent_ctx *c = mpt_node_ctx(node);
+  return mpt_op_softmax_xent_backward(mpt_tape_stream(tape), c->probs, c->labels, c->n, c->k,
+                                      mpt_node_grad_output(node), dlogits);
 }
 
 mpt_status mpt_nn_cross_entropy(mpt_tape *tape, mpt_var *logits, const mpt_tensor *labels,
@@ -293,31 +300,29 @@ mpt_status mpt_nn_cross_entropy(mpt_tape *tape, mpt_var *logits, const mpt_tenso
   *loss = NULL;
   MPT_RETURN_IF(check_f32("cross_entropy", "logits", logits));
   char ls[128], ys[128];
-  if (logits->value.ndim != 2 || logits->value.shape[0] < 1 || logits->value.shape[1] < 1)
+  if (mpt_var_value(logits)->ndim != 2 || mpt_var_value(logits)->shape[0] < 1 || mpt_var_value(logits)->shape[1] < 1)
     return MPT_FAIL(MPT_ESHAPE, "cross_entropy: logits %s (want [N, K], N, K >= 1)",
                     SHAPE(logits, ls));
-  const int64_t n = logits->value.shape[0], k = logits->value.shape[1];
+  const int64_t n = mpt_var_value(logits)->shape[0], k = mpt_var_value(logits)->shape[1];
   if (labels->dtype != MPT_I32 || labels->ndim != 1 || labels->shape[0] != n || !labels->data)
     return MPT_FAIL(MPT_ESHAPE, "cross_entropy: labels %s %s for logits %s (want int32 [%lld])",
                     mpt_dtype_name(labels->dtype),
                     mpt_shape_str(labels->ndim, labels->shape, ys, sizeof ys), SHAPE(logits, ls),
                     (long long)n);
-  if (labels->device.type != logits->value.device.type)
+  if (labels->device.type != mpt_var_value(logits)->device.type)
     return MPT_FAIL(MPT_EINVAL, "cross_entropy: labels and logits are on different devices");
   mpt_stream *s = mpt_tape_stream(tape);
   void *probs = NULL;
   mpt_var *o = NULL;
-  MPT_RETURN_IF(mpt__tape_alloc(tape, (size_t)(n * k) * sizeof(float), &probs));
-  MPT_RETURN_IF(mpt__tape_new_var(tape, 0, SCALAR_SHAPE, MPT_F32, &o));
-  MPT_RETURN_IF(mpt_op_softmax_xent(s, logits->value.data, labels->data, n, k, probs,
-                                    o->value.data));
-  if (mpt__tape_needs_grad(tape, &logits, 1)) {
-    mpt__node *node = NULL;
-    MPT_RETURN_IF(mpt__tape_record(tape, "cross_entropy", xent_backward, &logits, 1, o, &node));
-    node->saved[0] = probs;
-    node->ctx.p[0] = labels->data;
-    node->ctx.i[1] = n;
-    node->ctx.i[2] = k;
+  MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)(n * k) * sizeof(float), &probs));
+  MPT_RETURN_IF(mpt_tape_new_var(tape, 0, SCALAR_SHAPE, MPT_F32, &o));
+  MPT_RETURN_IF(mpt_op_softmax_xent(s, mpt_var_value(logits)->data, labels->data, n, k, probs,
+                                    mpt_var_value(o)->data));
+  if (mpt_tape_needs_grad(tape, &logits, 1)) {
+    mpt_node *node = NULL;
+    MPT_RETURN_IF(mpt_tape_record(tape, "cross_entropy", xent_backward, &logits, 1, o, &node));
+    *(xent_ctx *)mpt_node_ctx(node) =
+        (xent_ctx){.probs = probs, .labels = labels->data, .n = n, .k = k};
   }
   *loss = o;
   return MPT_OK;

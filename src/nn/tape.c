@@ -25,6 +25,8 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "mpitrain/autograd.h"
+#include "mpitrain/ops.h"
 #include "nn/tape.h"
 
 #define ARENA_ALIGN ((size_t)64)
@@ -32,6 +34,22 @@
 #define POOL_BLOCK 256
 /* Deadline for host waits on the tape's stream (mpt_var_item, arena consolidation). */
 #define TAPE_SYNC_TIMEOUT_MS 600000.0
+
+struct mpt_var {
+  mpt_tensor value;
+  mpt_tensor grad;   /* data NULL until backward first needs it */
+  int requires_grad;
+  int param_index;   /* -1 unless this is a parameter's var */
+};
+
+struct mpt_node {
+  _Alignas(64) unsigned char ctx[MPT_NODE_CTX_BYTES]; /* the op's context (mpt_node_ctx) */
+  mpt_backward_fn backward;
+  const char *name; /* op name for error messages ("linear") */
+  mpt_var *inputs[MPT_NODE_MAX_INPUTS];
+  int ninputs;
+  mpt_var *output;
+};
 
 typedef struct var_slot {
   mpt_var var;            /* first member: a mpt_var * is a var_slot * */
@@ -61,7 +79,7 @@ struct mpt_tape {
   size_t allocations; /* device chunks + host blocks allocated since init */
 
   pool vars;  /* var_slot */
-  pool nodes; /* mpt__node */
+  pool nodes; /* mpt_node */
 
   int nparams;           /* size of the arrays below (the model's parameter count) */
   mpt_var **param_vars;  /* [nparams] this pass's parameter vars, NULL until asked */
@@ -69,6 +87,7 @@ struct mpt_tape {
   int *remaining;        /* [nparams] uses not yet released by backward */
 
   int grad_enabled;
+  int model_hooks;   /* call the model's wrapper hooks (default 1) */
   int backward_done; /* backward ran in this pass: the var gradients are spent */
   mpt_grad_ready_fn hook;
   void *hook_user;
@@ -84,7 +103,9 @@ static mpt_status pool_take(mpt_tape *tape, pool *p, void **item) {
     void **blocks = realloc(p->blocks, (size_t)(p->nblocks + 1) * sizeof *blocks);
     if (!blocks) return MPT_FAIL(MPT_ENOMEM, "tape: out of host memory for the pool");
     p->blocks = blocks;
-    p->blocks[p->nblocks] = malloc(POOL_BLOCK * p->item_size);
+    /* 64-byte aligned: a node's context is (mpt_node_ctx). */
+    const size_t nbytes = (POOL_BLOCK * p->item_size + 63) & ~(size_t)63;
+    p->blocks[p->nblocks] = aligned_alloc(64, nbytes);
     if (!p->blocks[p->nblocks])
       return MPT_FAIL(MPT_ENOMEM, "tape: out of host memory for the pool");
     p->nblocks++;
@@ -102,9 +123,9 @@ static void pool_free(pool *p) {
   memset(p, 0, sizeof *p);
 }
 
-static mpt__node *node_at(const mpt_tape *tape, int64_t i) {
-  return (mpt__node *)((char *)tape->nodes.blocks[i / POOL_BLOCK] +
-                       (size_t)(i % POOL_BLOCK) * sizeof(mpt__node));
+static mpt_node *node_at(const mpt_tape *tape, int64_t i) {
+  return (mpt_node *)((char *)tape->nodes.blocks[i / POOL_BLOCK] +
+                       (size_t)(i % POOL_BLOCK) * sizeof(mpt_node));
 }
 
 /* 1 if `var` is a live var of this pass on this tape. */
@@ -144,7 +165,7 @@ static mpt_status arena_add_chunk(mpt_tape *tape, size_t nbytes) {
   return MPT_OK;
 }
 
-mpt_status mpt__tape_alloc(mpt_tape *tape, size_t nbytes, void **ptr) {
+mpt_status mpt_tape_alloc(mpt_tape *tape, size_t nbytes, void **ptr) {
   if (!tape || !ptr) return MPT_FAIL(MPT_EINVAL, "tape_alloc: NULL tape or output");
   *ptr = NULL;
   /* Round up to the alignment; even an empty request gets its own (non-NULL) slot. */
@@ -203,8 +224,9 @@ mpt_status mpt_tape_init(mpt_tape **tape, mpt_model *model, mpt_stream *stream) 
   t->stream = stream;
   t->device = device;
   t->vars.item_size = sizeof(var_slot);
-  t->nodes.item_size = sizeof(mpt__node);
+  t->nodes.item_size = sizeof(mpt_node);
   t->grad_enabled = 1;
+  t->model_hooks = 1;
   *tape = t;
   return MPT_OK;
 }
@@ -243,13 +265,21 @@ void mpt_tape_set_grad_enabled(mpt_tape *tape, int enabled) {
   if (tape) tape->grad_enabled = enabled != 0;
 }
 
+int mpt_tape_grad_enabled(const mpt_tape *tape) { return tape ? tape->grad_enabled : 0; }
+
+void mpt_tape_set_model_hooks(mpt_tape *tape, int enabled) {
+  if (tape) tape->model_hooks = enabled != 0;
+}
+
+int mpt_tape_model_hooks(const mpt_tape *tape) { return tape ? tape->model_hooks : 0; }
+
 void mpt_tape_set_grad_hook(mpt_tape *tape, mpt_grad_ready_fn fn, void *user) {
   if (!tape) return;
   tape->hook = fn;
   tape->hook_user = fn ? user : NULL;
 }
 
-uint64_t mpt__tape_next_seed(mpt_tape *tape) {
+uint64_t mpt_tape_next_seed(mpt_tape *tape) {
   /* splitmix64 finaliser of (seed, counter): distinct, well-mixed seeds per dropout op. */
   uint64_t z = tape->seed + (++tape->seed_counter) * 0x9e3779b97f4a7c15ULL;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -266,7 +296,7 @@ static mpt_status new_slot(mpt_tape *tape, var_slot **slot) {
   return MPT_OK;
 }
 
-mpt_status mpt__tape_new_var(mpt_tape *tape, int ndim, const int64_t *shape, mpt_dtype dtype,
+mpt_status mpt_tape_new_var(mpt_tape *tape, int ndim, const int64_t *shape, mpt_dtype dtype,
                              mpt_var **var) {
   if (!tape || !var || (ndim > 0 && !shape))
     return MPT_FAIL(MPT_EINVAL, "tape_new_var: NULL tape, output or shape");
@@ -282,7 +312,7 @@ mpt_status mpt__tape_new_var(mpt_tape *tape, int ndim, const int64_t *shape, mpt
                       mpt_shape_str(ndim, shape, buf, sizeof buf));
   void *data = NULL;
   var_slot *slot = NULL;
-  MPT_RETURN_IF(mpt__tape_alloc(tape, (size_t)count * mpt_dtype_size(dtype), &data));
+  MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)count * mpt_dtype_size(dtype), &data));
   MPT_RETURN_IF(new_slot(tape, &slot));
   slot->var.value = mpt_tensor_view(data, tape->device, dtype, ndim, shape);
   slot->var.grad = mpt_tensor_view(NULL, tape->device, MPT_F32, ndim, shape);
@@ -290,7 +320,7 @@ mpt_status mpt__tape_new_var(mpt_tape *tape, int ndim, const int64_t *shape, mpt
   return MPT_OK;
 }
 
-mpt_status mpt__tape_view_var(mpt_tape *tape, mpt_var *of, int ndim, const int64_t *shape,
+mpt_status mpt_tape_view_var(mpt_tape *tape, mpt_var *of, int ndim, const int64_t *shape,
                               mpt_var **var) {
   if (!tape || !of || !var || (ndim > 0 && !shape))
     return MPT_FAIL(MPT_EINVAL, "tape_view_var: NULL tape, base, output or shape");
@@ -387,7 +417,7 @@ int mpt_tape_param_uses(const mpt_tape *tape, int index) {
 const mpt_tensor *mpt_var_value(const mpt_var *var) { return var ? &var->value : NULL; }
 const mpt_tensor *mpt_var_grad(const mpt_var *var) { return var ? &var->grad : NULL; }
 
-mpt_status mpt__var_grad(mpt_tape *tape, mpt_var *var, float **grad) {
+mpt_status mpt_var_grad_acc(mpt_tape *tape, mpt_var *var, float **grad) {
   if (!tape || !var || !grad) return MPT_FAIL(MPT_EINVAL, "var_grad: NULL argument");
   *grad = NULL;
   if (!var->requires_grad) return MPT_OK;
@@ -395,7 +425,7 @@ mpt_status mpt__var_grad(mpt_tape *tape, mpt_var *var, float **grad) {
     var_slot *slot = (var_slot *)var;
     if (slot->of) { /* a view: share the base's gradient */
       float *base = NULL;
-      MPT_RETURN_IF(mpt__var_grad(tape, &slot->of->var, &base));
+      MPT_RETURN_IF(mpt_var_grad_acc(tape, &slot->of->var, &base));
       if (!base)
         return MPT_FAIL(MPT_ESTATE, "var_grad: a view that needs a gradient of a base that "
                         "does not");
@@ -405,7 +435,7 @@ mpt_status mpt__var_grad(mpt_tape *tape, mpt_var *var, float **grad) {
         return MPT_FAIL(MPT_EINVAL, "var_grad: a %s value cannot have a gradient",
                         mpt_dtype_name(var->value.dtype));
       void *data = NULL;
-      MPT_RETURN_IF(mpt__tape_alloc(tape, (size_t)var->value.count * sizeof(float), &data));
+      MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)var->value.count * sizeof(float), &data));
       MPT_RETURN_IF(mpt_op_fill(tape->stream, data, var->value.count, 0.0f));
       var->grad.data = data;
     }
@@ -430,21 +460,21 @@ mpt_status mpt_var_item(mpt_tape *tape, const mpt_var *var, float *value) {
 
 /* ---- recording and backward ---- */
 
-int mpt__tape_needs_grad(const mpt_tape *tape, mpt_var *const *inputs, int ninputs) {
+int mpt_tape_needs_grad(const mpt_tape *tape, mpt_var *const *inputs, int ninputs) {
   if (!tape || !tape->grad_enabled || !inputs) return 0;
   for (int i = 0; i < ninputs; i++)
     if (inputs[i] && inputs[i]->requires_grad) return 1;
   return 0;
 }
 
-mpt_status mpt__tape_record(mpt_tape *tape, const char *name, mpt__backward_fn backward,
+mpt_status mpt_tape_record(mpt_tape *tape, const char *name, mpt_backward_fn backward,
                             mpt_var *const *inputs, int ninputs, mpt_var *output,
-                            mpt__node **node) {
+                            mpt_node **node) {
   if (node) *node = NULL;
-  if (!tape || !backward || !output || ninputs < 0 || ninputs > MPT__NODE_MAX_INPUTS ||
+  if (!tape || !backward || !output || ninputs < 0 || ninputs > MPT_NODE_MAX_INPUTS ||
       (ninputs > 0 && !inputs))
     return MPT_FAIL(MPT_EINVAL, "tape_record '%s': bad arguments (%d inputs, max %d)",
-                    name ? name : "?", ninputs, MPT__NODE_MAX_INPUTS);
+                    name ? name : "?", ninputs, MPT_NODE_MAX_INPUTS);
   if (!tape->grad_enabled)
     return MPT_FAIL(MPT_ESTATE, "tape_record '%s': gradients are disabled on this tape",
                     name ? name : "?");
@@ -455,7 +485,7 @@ mpt_status mpt__tape_record(mpt_tape *tape, const char *name, mpt__backward_fn b
       return MPT_FAIL(MPT_EINVAL, "tape_record '%s': input %d is parameter %d's var from "
                       "another tape or pass", name ? name : "?", i, in->param_index);
   }
-  mpt__node *n = NULL;
+  mpt_node *n = NULL;
   MPT_RETURN_IF(pool_take(tape, &tape->nodes, (void **)&n));
   n->backward = backward;
   n->name = name ? name : "?";
@@ -469,6 +499,9 @@ mpt_status mpt__tape_record(mpt_tape *tape, const char *name, mpt__backward_fn b
   if (node) *node = n;
   return MPT_OK;
 }
+
+static mpt_status run_backward(mpt_tape *tape, mpt_var *loss, float scale,
+                               const mpt_model_hooks *hooks);
 
 mpt_status mpt_tape_backward(mpt_tape *tape, mpt_var *loss, float scale) {
   if (!tape || !loss) return MPT_FAIL(MPT_EINVAL, "tape_backward: NULL tape or loss");
@@ -490,16 +523,26 @@ mpt_status mpt_tape_backward(mpt_tape *tape, mpt_var *loss, float scale) {
     return MPT_FAIL(MPT_ESTATE, "tape_backward: the loss was not recorded on this tape (no "
                     "input needed a gradient, or gradients were disabled)");
   tape->backward_done = 1;
+  const mpt_model_hooks *hooks = tape->model_hooks ? mpt_model_get_hooks(tape->model) : NULL;
+  if (hooks && hooks->before_backward) MPT_RETURN_IF(hooks->before_backward(hooks->user, tape));
+  mpt_status st = run_backward(tape, loss, scale, hooks);
+  if (hooks && hooks->after_backward) st = hooks->after_backward(hooks->user, tape, st);
+  mpt__model_backward_done(tape->model, st);
+  return st;
+}
 
+/* The walk itself (mpt_tape_backward has checked its arguments and run before_backward). */
+static mpt_status run_backward(mpt_tape *tape, mpt_var *loss, float scale,
+                               const mpt_model_hooks *hooks) {
   float *dloss = NULL;
-  MPT_RETURN_IF(mpt__var_grad(tape, loss, &dloss));
+  MPT_RETURN_IF(mpt_var_grad_acc(tape, loss, &dloss));
   MPT_RETURN_IF(mpt_op_fill(tape->stream, dloss, 1, scale));
   for (int i = 0; i < tape->nparams; i++) tape->remaining[i] = tape->uses[i];
 
   /* Every node, the ones after the loss too: they got no gradient, but their parameter uses
    * must be released for the hook to fire. */
   for (int64_t i = tape->nodes.used - 1; i >= 0; i--) {
-    mpt__node *node = node_at(tape, i);
+    mpt_node *node = node_at(tape, i);
     if (node->output->grad.data) {
       mpt_status st = node->backward(tape, node);
       if (st != MPT_OK) {
@@ -513,9 +556,25 @@ mpt_status mpt_tape_backward(mpt_tape *tape, mpt_var *loss, float scale) {
     for (int k = 0; k < node->ninputs; k++) {
       const mpt_var *in = node->inputs[k];
       if (!in || in->param_index < 0) continue;
-      if (--tape->remaining[in->param_index] == 0 && tape->hook)
-        tape->hook(tape->hook_user, in->param_index);
+      if (--tape->remaining[in->param_index] != 0) continue;
+      if (tape->hook) tape->hook(tape->hook_user, in->param_index);
+      if (hooks && hooks->grad_ready) hooks->grad_ready(hooks->user, in->param_index);
     }
   }
   return MPT_OK;
 }
+
+/* ---- the public op API's accessors (include/mpitrain/autograd.h) ---- */
+
+int mpt_var_requires_grad(const mpt_var *var) { return var ? var->requires_grad : 0; }
+int mpt_var_param_index(const mpt_var *var) { return var ? var->param_index : -1; }
+int mpt_node_num_inputs(const mpt_node *node) { return node ? node->ninputs : 0; }
+mpt_var *mpt_node_input(const mpt_node *node, int index) {
+  return node && index >= 0 && index < node->ninputs ? node->inputs[index] : NULL;
+}
+mpt_var *mpt_node_output(const mpt_node *node) { return node ? node->output : NULL; }
+const float *mpt_node_grad_output(const mpt_node *node) {
+  return node ? node->output->grad.data : NULL;
+}
+const char *mpt_node_name(const mpt_node *node) { return node ? node->name : NULL; }
+void *mpt_node_ctx(mpt_node *node) { return node ? node->ctx : NULL; }

@@ -228,3 +228,17 @@ mpt_status mpt_optimizer_set_step_count(mpt_optimizer *opt, int64_t step_count) 
   opt->step_count = step_count;
   return MPT_OK;
 }
+
+mpt_status mpt_optimizer_step_model(mpt_optimizer *opt, mpt_model *model, mpt_stream *stream,
+                                    float lr) {
+  if (!opt || !model) return MPT_FAIL(MPT_EINVAL, "optimizer step: NULL optimizer or model");
+  if (mpt_model_param_count(model) != opt->count)
+    return MPT_FAIL(MPT_EINVAL, "optimizer step: the optimizer holds %lld parameters, the model "
+                    "%lld", (long long)opt->count, (long long)mpt_model_param_count(model));
+  /* Refuse before touching anything (consume_grads names what is missing); count the
+   * gradients as used only once the step succeeded. */
+  if (mpt_model_grads_state(model) != MPT_GRADS_READY) return mpt_model_consume_grads(model);
+  MPT_RETURN_IF(mpt_optimizer_step(opt, stream, mpt_model_params(model), mpt_model_grads(model),
+                                   lr));
+  return mpt_model_consume_grads(model);
+}
