@@ -345,6 +345,7 @@ setup_cuda() {
   }
   find_lib cublas cublas_v2.h || return 1
   find_lib nccl nccl.h || return 1
+  find_lib cudnn cudnn.h || echo "no cuDNN: convolutions on CUDA through im2col + cuBLAS" 
 }
 
 # The CUDA tests, first of all (they need only the library): the ops against the CPU, the
