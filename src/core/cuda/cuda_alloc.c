@@ -26,8 +26,11 @@
 
 #define EMPTY_TIMEOUT_MS 20000.0
 
+/* Never freed: a fence may still point at a removed source, which then counts as done (its
+ * owner is gone, and with it every copy it could issue). */
 typedef struct host_source {
   mpt__cuda_host_source src;
+  int gone;
   struct host_source *next;
 } host_source;
 
@@ -35,8 +38,8 @@ typedef struct fence {
   int nev, cap;
   cudaEvent_t *ev; /* [cap], created on demand, reused */
   int nsrc, src_cap;
-  mpt__cuda_host_source *src; /* [src_cap] */
-  uint64_t *ticket;           /* [src_cap] */
+  host_source **src; /* [src_cap] */
+  uint64_t *ticket;  /* [src_cap] */
   struct fence *next_free;
 } fence;
 
@@ -44,7 +47,7 @@ typedef struct dev_alloc {
   int index;
   pthread_mutex_t mutex;
   mpt_stream *live; /* live streams of this device (next_live) */
-  host_source *sources;
+  host_source *sources; /* every one ever added (removed ones are marked gone) */
   fence *fence_free;
   mpt__alloc_cache *cache;
 } dev_alloc;
@@ -98,7 +101,7 @@ static mpt_status op_fence_record(void *ctx, void **out) {
   }
   int nev = 1, nsrc = 0;
   for (mpt_stream *s = d->live; s; s = s->next_live) nev++;
-  for (host_source *h = d->sources; h; h = h->next) nsrc++;
+  for (host_source *h = d->sources; h; h = h->next) nsrc += !h->gone;
   const int old_cap = f->cap;
   if (!grow((void **)&f->ev, &f->cap, nev, sizeof *f->ev) ||
       !grow((void **)&f->src, &f->src_cap, nsrc, sizeof *f->src) ||
@@ -123,7 +126,8 @@ static mpt_status op_fence_record(void *ctx, void **out) {
     goto give_back;
   }
   for (host_source *h = d->sources; h; h = h->next) {
-    f->src[f->nsrc] = h->src;
+    if (h->gone) continue;
+    f->src[f->nsrc] = h;
     f->ticket[f->nsrc++] = h->src.ticket(h->src.ctx);
   }
   *out = f;
@@ -134,6 +138,15 @@ give_back:
 done:
   pthread_mutex_unlock(&d->mutex);
   return st;
+}
+
+/* 1 when the source finished the work queued at the ticket (or is gone). Takes d->mutex, so a
+ * source is never asked after its removal returned. */
+static int source_done(dev_alloc *d, host_source *h, uint64_t ticket) {
+  pthread_mutex_lock(&d->mutex);
+  const int done = h->gone || h->src.done(h->src.ctx, ticket);
+  pthread_mutex_unlock(&d->mutex);
+  return done;
 }
 
 static int op_fence_query(void *ctx, void *fp) {
@@ -152,7 +165,7 @@ static int op_fence_query(void *ctx, void *fp) {
     return -1;
   }
   for (int k = 0; k < f->nsrc; k++)
-    if (!f->src[k].done(f->src[k].ctx, f->ticket[k])) return 0;
+    if (!source_done(d, f->src[k], f->ticket[k])) return 0;
   return 1;
 }
 
@@ -168,7 +181,7 @@ static mpt_status op_fence_wait(void *ctx, void *fp, double timeout_ms) {
   }
   for (int k = 0; k < f->nsrc; k++) {
     long sleep_ns = 20000;
-    while (!f->src[k].done(f->src[k].ctx, f->ticket[k])) {
+    while (!source_done(d, f->src[k], f->ticket[k])) {
       if (mpt_time_ms() - start > timeout_ms)
         return MPT_FAIL(MPT_ETIMEOUT, "allocator fence on cuda:%d: a host worker's queued copies "
                         "did not finish within %.0f ms", d->index, timeout_ms);
@@ -268,12 +281,9 @@ void mpt__cuda_alloc_remove_host_source(int index, void *ctx) {
   dev_alloc *d = dev_get(index);
   if (!d) return;
   pthread_mutex_lock(&d->mutex);
-  host_source **pp = &d->sources;
-  while (*pp && (*pp)->src.ctx != ctx) pp = &(*pp)->next;
-  host_source *h = *pp;
-  if (h) *pp = h->next;
+  for (host_source *h = d->sources; h; h = h->next)
+    if (h->src.ctx == ctx) h->gone = 1;
   pthread_mutex_unlock(&d->mutex);
-  free(h);
 }
 
 mpt_status mpt__cuda_alloc_get_stats(int index, mpt__cuda_alloc_stats *stats) {
