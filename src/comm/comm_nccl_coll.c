@@ -161,6 +161,7 @@ typedef struct host_stage {
   cudaStream_t cs;
   double deadline_ms;
   size_t n, total, in_off;
+  int send_dev, recv_dev; /* the send / receive buffer is device memory (mixed calls) */
 } host_stage;
 
 /* Locked: grows the device scratch and the pinned bounce buffer to `total` bytes. Nothing is in
@@ -190,12 +191,21 @@ static mpt_status host_enqueue(void *ctx) {
   MPT_RETURN_IF(host_buffers_locked(s, h->total));
   char *d = s->scratch, *b = s->bounce;
   if (c->kind != MPT__COLL_BROADCAST || s->comm->rank == c->arg) {
-    memcpy(b + h->in_off, c->sendbuf, h->n);
-    CUDA_OR_FAIL(cudaMemcpyAsync(d + h->in_off, b + h->in_off, h->n, cudaMemcpyHostToDevice,
-                                 h->cs), "copy in");
+    if (h->send_dev) {
+      CUDA_OR_FAIL(cudaMemcpyAsync(d + h->in_off, c->sendbuf, h->n, cudaMemcpyDeviceToDevice,
+                                   h->cs), "copy in");
+    } else {
+      memcpy(b + h->in_off, c->sendbuf, h->n);
+      CUDA_OR_FAIL(cudaMemcpyAsync(d + h->in_off, b + h->in_off, h->n, cudaMemcpyHostToDevice,
+                                   h->cs), "copy in");
+    }
   }
   MPT_RETURN_IF(call_locked(s, c, d + h->in_off, d, h->cs, h->deadline_ms));
-  CUDA_OR_FAIL(cudaMemcpyAsync(b, d, h->total, cudaMemcpyDeviceToHost, h->cs), "copy out");
+  if (h->recv_dev)
+    CUDA_OR_FAIL(cudaMemcpyAsync(c->recvbuf, d, h->total, cudaMemcpyDeviceToDevice, h->cs),
+                 "copy out");
+  else
+    CUDA_OR_FAIL(cudaMemcpyAsync(b, d, h->total, cudaMemcpyDeviceToHost, h->cs), "copy out");
   mpt__nccl_tracked *t;
   MPT_RETURN_IF(track_locked(s, c, h->cs, &t));
   CUDA_OR_FAIL(cudaEventRecord(s->host_done, h->cs), "recording the completion event");
@@ -237,7 +247,7 @@ static mpt_status host_expire(void *ctx) {
 
 static void host_copy_out(void *ctx) {
   host_stage *h = ctx;
-  memcpy(h->c->recvbuf, h->s->bounce, h->total);
+  if (!h->recv_dev) memcpy(h->c->recvbuf, h->s->bounce, h->total);
 }
 
 /* `c` on host buffers, staged through the device scratch and the pinned bounce buffer; returns
@@ -245,12 +255,12 @@ static void host_copy_out(void *ctx) {
  * s->host_mutex (one host collective at a time) and s->mutex only for the enqueue and the
  * checks, never across the wait (host_stage.c). */
 static mpt_status host_collective(mpt__nccl_state *s, const mpt__coll *c, cudaStream_t cs,
-                                  double deadline_ms) {
+                                  double deadline_ms, int send_dev, int recv_dev) {
   mpt_comm *comm = s->comm;
   const size_t n = (size_t)c->count * mpt_dtype_size(c->dtype);
   const int gather = c->kind == MPT__COLL_ALLGATHER;
   host_stage h = {s, c, cs, deadline_ms, n, gather ? n * (size_t)comm->world_size : n,
-                  gather ? n * (size_t)comm->rank : 0};
+                  gather ? n * (size_t)comm->rank : 0, send_dev, recv_dev};
   const mpt__host_stage_ops ops = {&h, host_enqueue, host_query, host_check, host_expire,
                                    host_copy_out};
   pthread_mutex_lock(&s->host_mutex);
@@ -271,9 +281,10 @@ mpt_status mpt__nccl_enqueue(mpt_comm *comm, mpt_stream *stream, const mpt__coll
   if (comm->config.check_collectives) MPT_RETURN_IF(check_signature(s, c, deadline_ms));
   if (c->count == 0 && c->kind != MPT__COLL_BARRIER) return MPT_OK; /* checked mode only */
 
-  const int host = c->kind != MPT__COLL_BARRIER &&
-                   (!on_device(c->sendbuf) || !on_device(c->recvbuf));
-  if (host) return host_collective(s, c, cs, deadline_ms);
+  if (c->kind != MPT__COLL_BARRIER) {
+    const int send_dev = on_device(c->sendbuf), recv_dev = on_device(c->recvbuf);
+    if (!send_dev || !recv_dev) return host_collective(s, c, cs, deadline_ms, send_dev, recv_dev);
+  }
   mpt_status st;
   pthread_mutex_lock(&s->mutex);
   if (s->aborted) {

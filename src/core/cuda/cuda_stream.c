@@ -394,10 +394,20 @@ static pthread_mutex_t snap_mutex = PTHREAD_MUTEX_INITIALIZER;
 static snapshot *snap_free;                          /* released snapshots, any device */
 static cudaStream_t snap_helper[MAX_HELPER_DEVICES]; /* per device, created on first use */
 
+static mpt_status capture_on(mpt_event *ev, int dev, uint64_t *token);
+
 mpt_status mpt__cuda_event_capture(mpt_event *ev, uint64_t *token) {
   *token = 0;
   const int dev = ev->h.device.index;
   if (dev < 0 || dev >= MAX_HELPER_DEVICES) return MPT_OK; /* falls back to synchronize */
+  int saved = -1; /* the caller's current device is left as it was */
+  (void)cudaGetDevice(&saved);
+  const mpt_status st = capture_on(ev, dev, token);
+  if (saved >= 0 && saved != dev) (void)cudaSetDevice(saved);
+  return st;
+}
+
+static mpt_status capture_on(mpt_event *ev, int dev, uint64_t *token) {
   MPT_RETURN_IF(mpt__cuda_use(dev));
   pthread_mutex_lock(&snap_mutex);
   snapshot *sn = NULL, **pp = &snap_free;
