@@ -22,7 +22,7 @@
  * the deadline, for the event's record captured when the wait was ENQUEUED (not a later
  * re-record: a host a step ahead would otherwise make the stream wait for the next step).
  * Conversely a CPU worker's wait on a CUDA event captures its current record: a snapshot event
- * recorded on a per-device helper stream after a cudaStreamWaitEvent on it (which binds to the
+ * recorded on a helper stream of its own after a cudaStreamWaitEvent on it (which binds to the
  * record current at the call, as any CUDA stream wait does). Thread-safe: the sticky status lives in a locked cell shared with the events. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -381,25 +381,25 @@ mpt_status mpt__cuda_event_elapsed_ms(mpt_event *start, mpt_event *end, double *
 
 /* ---- captured records (a CPU worker's wait on a CUDA event, core/backend.h) ---- */
 
-/* A snapshot of one record of an event: completes when that record does. */
+/* A snapshot of one record of an event: completes when that record does. Each snapshot has its
+ * own helper stream (one shared stream would chain unrelated captures, in order, into one
+ * another); a snapshot and its stream are reused only after its wait completed. */
 typedef struct snapshot {
   cudaEvent_t ev;
+  cudaStream_t helper;
   int dev;
   mpt__cuda_cell *cell; /* the recording stream's status cell at capture (may be NULL) */
   struct snapshot *next;
 } snapshot;
 
-enum { MAX_HELPER_DEVICES = 64 };
 static pthread_mutex_t snap_mutex = PTHREAD_MUTEX_INITIALIZER;
-static snapshot *snap_free;                          /* released snapshots, any device */
-static cudaStream_t snap_helper[MAX_HELPER_DEVICES]; /* per device, created on first use */
+static snapshot *snap_free; /* released snapshots, any device */
 
 static mpt_status capture_on(mpt_event *ev, int dev, uint64_t *token);
 
 mpt_status mpt__cuda_event_capture(mpt_event *ev, uint64_t *token) {
   *token = 0;
   const int dev = ev->h.device.index;
-  if (dev < 0 || dev >= MAX_HELPER_DEVICES) return MPT_OK; /* falls back to synchronize */
   int saved = -1; /* the caller's current device is left as it was */
   (void)cudaGetDevice(&saved);
   const mpt_status st = capture_on(ev, dev, token);
@@ -416,23 +416,21 @@ static mpt_status capture_on(mpt_event *ev, int dev, uint64_t *token) {
     sn = *pp;
     *pp = sn->next;
   }
-  cudaError_t e = cudaSuccess;
-  if (!snap_helper[dev]) e = cudaStreamCreateWithFlags(&snap_helper[dev], cudaStreamNonBlocking);
-  const cudaStream_t helper = snap_helper[dev];
   pthread_mutex_unlock(&snap_mutex);
-  if (e != cudaSuccess)
-    return mpt__cuda_fail(e, "cudaStreamCreateWithFlags (snapshot helper)", __FILE__, __LINE__,
-                          dev);
+  cudaError_t e = cudaSuccess;
   if (!sn) {
     if (!(sn = calloc(1, sizeof *sn)))
       return MPT_FAIL(MPT_ENOMEM, "cannot allocate an event snapshot on cuda:%d", dev);
     sn->dev = dev;
     e = cudaEventCreateWithFlags(&sn->ev, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&sn->helper, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
+      if (sn->ev) (void)cudaEventDestroy(sn->ev);
       free(sn);
-      return mpt__cuda_fail(e, "cudaEventCreateWithFlags (snapshot)", __FILE__, __LINE__, dev);
+      return mpt__cuda_fail(e, "creating an event snapshot", __FILE__, __LINE__, dev);
     }
   }
+  const cudaStream_t helper = sn->helper;
   pthread_mutex_lock(&ev->mutex); /* the record and its stream's cell, together */
   sn->cell = ev->cell;
   if (sn->cell) cell_ref(sn->cell);
@@ -443,6 +441,7 @@ static mpt_status capture_on(mpt_event *ev, int dev, uint64_t *token) {
     cell_unref(sn->cell);
     sn->cell = NULL;
     (void)cudaEventDestroy(sn->ev);
+    (void)cudaStreamDestroy(sn->helper);
     free(sn);
     return mpt__cuda_fail(e, "capturing an event's record", __FILE__, __LINE__, dev);
   }
