@@ -23,7 +23,8 @@
  * re-record: a host a step ahead would otherwise make the stream wait for the next step).
  * Conversely a CPU worker's wait on a CUDA event captures its current record: a snapshot event
  * recorded on a helper stream of its own after a cudaStreamWaitEvent on it (which binds to the
- * record current at the call, as any CUDA stream wait does). Thread-safe: the sticky status lives in a locked cell shared with the events. */
+ * record current at the call, as any CUDA stream wait does). Thread-safe: the sticky status
+ * lives in a locked cell shared with the events. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
