@@ -4,7 +4,11 @@
 #
 #   ./setup.sh          install + build (the mpitrain program lands in the top folder)
 #   ./setup.sh check    install + build + run the whole test suite (make check), then print
-#                       each Check summary line and a final "N passed, N failed" line
+#                       each Check summary line and a final "N passed, N failed" line. The test
+#                       suite's build has the MPT_TEST_* fault-injection hooks compiled in
+#                       (configure --enable-fault-injection); a plain ./setup.sh builds without
+#                       them. Switching between the two reconfigures, and only the few files that
+#                       include config.h are rebuilt.
 #
 # Environment: CONFIGURE_FLAGS (extra ./configure flags), JOBS (parallel build jobs).
 set -euo pipefail
@@ -29,7 +33,15 @@ fi
 
 jobs=${JOBS:-$(nproc)}
 [ -x configure ] && [ configure -nt configure.ac ] || autoreconf -fi
-[ -f Makefile ] && [ config.status -nt configure ] || ./configure ${CONFIGURE_FLAGS:-}
+# Fault injection: on for `check` (or when CONFIGURE_FLAGS asks for it), off otherwise.
+fault_flag=--disable-fault-injection
+case " ${CONFIGURE_FLAGS:-} " in *" --enable-fault-injection "*) fault_flag=--enable-fault-injection ;; esac
+[ "${1:-}" = check ] && fault_flag=--enable-fault-injection
+fault_built=--disable-fault-injection
+grep -q '^#define MPT_FAULT_INJECTION 1' config.h 2> /dev/null && fault_built=--enable-fault-injection
+if ! { [ -f Makefile ] && [ config.status -nt configure ] && [ "$fault_flag" = "$fault_built" ]; }; then
+  ./configure ${CONFIGURE_FLAGS:-} "$fault_flag"
+fi
 make -j"$jobs"
 
 if [ "${1:-}" = check ]; then

@@ -46,8 +46,9 @@ static mpt_status resnet_forward(mpt_model *model, mpt_tape *tape, void *ctx, mp
   return mpt_linear_forward(tape, &r->out, u, y);
 }
 
-/* Test accuracy over all ranks: each rank its shard, the sampler's padding rows not counted. */
-static double evaluate(mpt_model *model, mpt_tape *tape, const mpt_dataset *test) {
+/* Test accuracy over all ranks: each rank its shard; mpt_eval_batch runs in evaluation mode
+ * and counts the real rows only (not the sampler's padding), so any world size gives the same. */
+static double evaluate(mpt_tape *tape, const mpt_dataset *test) {
   mpt_sampler_config sc = mpt_sampler_config_default();
   sc.num_replicas = mpt_comm_world_size(comm);
   sc.rank = mpt_comm_rank(comm);
@@ -56,29 +57,16 @@ static double evaluate(mpt_model *model, mpt_tape *tape, const mpt_dataset *test
   mpt_loader *loader;
   TRY(mpt_sampler_init(&sampler, test->count, &sc));
   TRY(mpt_loader_init(&loader, test, sampler, NULL));
-  mpt_model_set_training(model, 0);
-  mpt_tape_set_grad_enabled(tape, 0);
-  float counts[2] = {0, 0}; /* correct, samples */
+  mpt_eval_sums sums = {0, 0, 0};
   mpt_batch b;
   int more;
-  while ((more = mpt_loader_next(loader, &b)) == MPT_OK) {
-    mpt_var *x, *logits;
-    int64_t correct = 0;
-    mpt_tape_reset(tape, 0);
-    TRY(mpt_tape_input(tape, &b.images, &x));
-    TRY(mpt_model_forward(model, tape, x, &logits));
-    TRY(mpt_op_count_correct(NULL, mpt_var_value(logits)->data, b.labels.data, b.num_real,
-                             MPT_FASHION_MNIST_CLASSES, &correct));
-    counts[0] += (float)correct;
-    counts[1] += (float)b.num_real;
-  }
+  while ((more = mpt_loader_next(loader, &b)) == MPT_OK)
+    TRY(mpt_eval_batch(tape, &b.images, &b.labels, b.num_real, &sums));
   if (more < 0) TRY((mpt_status)more);
-  mpt_model_set_training(model, 1);
-  mpt_tape_set_grad_enabled(tape, 1);
-  TRY(mpt_comm_allreduce_sync(comm, counts, counts, 2, MPT_F32, MPT_REDUCE_SUM));
+  TRY(mpt_comm_allreduce_sync(comm, &sums.loss_sum, &sums.loss_sum, 3, MPT_F32, MPT_REDUCE_SUM));
   mpt_loader_free(loader);
   mpt_sampler_free(sampler);
-  return counts[0] / counts[1];
+  return mpt_eval_sums_accuracy(&sums);
 }
 
 int main(int argc, char **argv) {
@@ -140,7 +128,7 @@ int main(int argc, char **argv) {
       TRY(mpt_optimizer_step_model(opt, model, NULL, oc.lr));         /* 7 */
     }
     if (more < 0) TRY((mpt_status)more);
-    accuracy = evaluate(model, tape, &test);
+    accuracy = evaluate(tape, &test);
     if (rank == 0) printf("epoch %d  test accuracy %.4f  (%d ranks)\n", epoch + 1, accuracy, world);
   }
 

@@ -1,4 +1,4 @@
-/* Collective tests of device binding (src/comm/devmap.c; FAULTS.md F11, F12) and of the NCCL
+/* Collective tests of device binding (src/comm/devmap.c; docs/faults.md F11, F12) and of the NCCL
  * bootstrap's CPU part (src/comm/comm_nccl.c; F13), run under mpirun with 2 and 3 ranks on one
  * host (tests/test_comm_devices_np2.sh, _np3.sh) with fake device counts, so no GPU is needed:
  *

@@ -145,13 +145,19 @@ END_TEST
 
 /* Blocking mode, deadline 1 s: rank 0's all-reduce gets no peer in time. The waiter (not the
  * worker, which sits in MPI_Allreduce) returns MPT_ETIMEOUT with the polling mode's words, not
- * before the deadline; the comm is unusable; the collective is still described as running. The
- * peers then come (without agreement, which rank 0 no longer joins): their all-reduce completes
- * with the exact sum, rank 0's worker leaves MPI and stops, and the comm is freed normally (the
- * final mpt_comm_finalize would refuse if it had been abandoned). Two waiters: the synchronous
- * wrapper, and mpt_comm_wait_event on an event recorded after an asynchronous all-reduce. */
+ * before the deadline and well before the test's own guards; the comm is unusable; the
+ * collective is still described as running. The peers then come (without agreement, which rank
+ * 0 no longer joins): their all-reduce completes with the exact sum, rank 0's worker leaves MPI
+ * and stops, and the comm is freed normally (the final mpt_comm_finalize would refuse if it had
+ * been abandoned). Every way to wait on comm work keeps the deadline (docs/comm.md), so the
+ * waiters are: the synchronous wrapper; mpt_comm_wait_event on an event recorded after an
+ * asynchronous all-reduce; mpt_event_synchronize on that event with no deadline (-1) and with a
+ * deadline of its own longer than the comm's (60 s); mpt_stream_synchronize with no deadline on
+ * the comm's stream, and on a worker stream of the caller's that carries the all-reduce. */
+enum { WAIT_SYNC, WAIT_COMM_EVENT, WAIT_EVENT, WAIT_EVENT_LONG, WAIT_STREAM, WAIT_OWN_STREAM,
+       WAITERS };
 START_TEST(test_progress_blocking_waiters_keep_the_deadline_and_name_the_collective) {
-  for (int waiter = 0; waiter < 2; waiter++) {
+  for (int waiter = 0; waiter < WAITERS; waiter++) {
     mpt_comm *c = new_comm(1000, 1, 0);
     ck_assert_int_eq(mpt_comm_blocking(c), 1);
     float x[4];
@@ -160,21 +166,32 @@ START_TEST(test_progress_blocking_waiters_keep_the_deadline_and_name_the_collect
     if (rank == 0) {
       mpt_event *ev;
       ck_assert_int_eq(mpt_event_init(&ev, mpt_device_cpu()), MPT_OK);
+      mpt_stream *own = NULL, *stream = mpt_comm_stream(c);
+      if (waiter == WAIT_OWN_STREAM) {
+        ck_assert_int_eq(mpt_stream_init(&own, mpt_device_cpu(), MPT_STREAM_WORKER), MPT_OK);
+        stream = own;
+      }
       double t0 = mpt_time_ms();
       mpt_status st;
-      if (waiter == 0) {
+      if (waiter == WAIT_SYNC) {
         st = mpt_comm_allreduce_sync(c, x, x, 4, MPT_F32, MPT_REDUCE_SUM);
       } else {
-        ck_assert_int_eq(mpt_comm_allreduce(c, NULL, x, x, 4, MPT_F32, MPT_REDUCE_SUM), MPT_OK);
-        ck_assert_int_eq(mpt_event_record(ev, mpt_comm_stream(c)), MPT_OK);
-        st = mpt_comm_wait_event(c, ev);
+        ck_assert_int_eq(mpt_comm_allreduce(c, stream, x, x, 4, MPT_F32, MPT_REDUCE_SUM), MPT_OK);
+        ck_assert_int_eq(mpt_event_record(ev, stream), MPT_OK);
+        if (waiter == WAIT_COMM_EVENT) st = mpt_comm_wait_event(c, ev);
+        else if (waiter == WAIT_EVENT) st = mpt_event_synchronize(ev, -1.0);
+        else if (waiter == WAIT_EVENT_LONG) st = mpt_event_synchronize(ev, 60000.0);
+        else st = mpt_stream_synchronize(stream, -1.0);
       }
       double waited = mpt_time_ms() - t0;
-      ck_assert_int_eq(st, MPT_ETIMEOUT);
+      ck_assert_msg(st == MPT_ETIMEOUT, "waiter %d: %s: %s", waiter, mpt_status_name(st),
+                    mpt_last_error());
       ck_assert_msg(strstr(mpt_last_error(), "all-reduce #0 (count 4 float32 sum) did not "
                                              "complete within 1 s on rank 0") != NULL,
                     "waiter %d: detail: %s", waiter, mpt_last_error());
       ck_assert_msg(waited >= 999.0, "returned after %.1f ms, before the 1 s deadline", waited);
+      ck_assert_msg(waited < 5000.0, "waiter %d returned after %.1f ms, not by the 1 s deadline",
+                    waiter, waited);
       ck_assert_int_eq(mpt_comm_error(c), MPT_ETIMEOUT);
       ck_assert_int_eq(mpt_comm_barrier(c, NULL), MPT_ETIMEOUT);
       ck_assert_ptr_nonnull(strstr(mpt_last_error(), "unusable"));
@@ -183,11 +200,12 @@ START_TEST(test_progress_blocking_waiters_keep_the_deadline_and_name_the_collect
       ck_assert(s >= 0.9);
       ck_assert_int_eq(mpt_comm_barrier_sync(g_comm), MPT_OK); /* release the peers */
       await_inflight(c, 0, buf, sizeof buf);                    /* the worker left MPI */
-      if (waiter == 1) { /* the worker stopped at the failure: the event completes with it */
+      if (waiter != WAIT_SYNC) { /* the worker stopped at the failure: the event completes */
         ck_assert_int_eq(mpt_event_synchronize(ev, 60000), MPT_ETIMEOUT);
         ck_assert_ptr_nonnull(strstr(mpt_last_error(), "unusable"));
       }
       mpt_event_free(ev);
+      mpt_stream_free(own);
     } else {
       ck_assert_int_eq(mpt_comm_barrier_sync(g_comm), MPT_OK);
       ck_assert_int_eq(mpt_comm_allreduce(c, NULL, x, x, 4, MPT_F32, MPT_REDUCE_SUM), MPT_OK);

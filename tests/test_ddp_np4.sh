@@ -1,6 +1,6 @@
 #!/bin/sh
 # The DDP engine tests with 4 ranks on 2 cores (oversubscribed): F03 with the counts of
-# FAULTS.md (2, 2, 1, 1 batches), the other fault cases and the equivalence with W = 4.
+# docs/faults.md (2, 2, 1, 1 batches), the other fault cases and the equivalence with W = 4.
 unset MPT_CHECK_COLLECTIVES
 here=$(dirname "$0")
 status=0

@@ -1,4 +1,4 @@
-/* Tests of the pure parts of device binding (src/comm/devmap.c; FAULTS.md F11, F12) with fake
+/* Tests of the pure parts of device binding (src/comm/devmap.c; docs/faults.md F11, F12) with fake
  * device lists: the pick by local rank (never a modulo), and the check of gathered (host,
  * device) claims (missing devices, two ranks on one device of one host), with the values of the
  * fault cases: 4 local ranks and 2 visible devices make local ranks 2 and 3 fail naming the

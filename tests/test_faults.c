@@ -1,7 +1,7 @@
-/* The DDP cases of /work/shared/cases/FAULTS.md as tests of the engine (src/ddp/ddp.c), run
+/* The DDP cases of docs/faults.md as tests of the engine (src/ddp/ddp.c), run
  * under mpirun with 2 and 3 ranks (tests/test_ddp_np2.sh, tests/test_ddp_np3.sh). Each case
  * uses the values given there, generalised to W ranks where the formula is plain (W = 2 gives
- * exactly the FAULTS.md numbers):
+ * exactly the docs/faults.md numbers):
  *
  * - F03 uneven batches: rank r has 2 batches if r < ceil(W/2), else 1 (W = 2: 2,1; W = 4:
  *   2,2,1,1): mpt_ddp_check_batches fails with MPT_EMISMATCH on every rank naming each short
@@ -239,7 +239,7 @@ START_TEST(test_f04_find_unused_parameters_counts_them_as_zero) {
              "want %.9g", step, i, bb[i], want_bb[i]);
       EXPECT(ab[i] == 2.0f, "step %d: dA.bias[%d] = %.9g, want 2", step, i, ab[i]);
     }
-    if (g_world == 2) /* the FAULTS.md values, exactly: (g0 + 0) / 2 */
+    if (g_world == 2) /* the docs/faults.md values, exactly: (g0 + 0) / 2 */
       EXPECT(bw[0] == 2 && bw[1] == 3 && bw[2] == 2 && bw[3] == 3 && bb[0] == 1 && bb[1] == 1,
              "dB = [%g %g %g %g] [%g %g], want [2 3 2 3] [1 1]", bw[0], bw[1], bw[2], bw[3],
              bb[0], bb[1]);

@@ -25,6 +25,8 @@
 # Prints "N passed, N failed".
 set -u
 dir=$(cd "$(dirname "$0")" && pwd)
+. "$dir/fault_injection.sh"
+require_fault_injection # mid-step and mid-checkpoint are MPT_TEST_* hooks
 prog=$(pwd)/mpitrain
 [ -x "$prog" ] || { echo "$0: $prog not found (run from the build directory)"; exit 1; }
 command -v "${MPIRUN:-mpirun}" >/dev/null 2>&1 || { echo "$0: no mpirun; skipping"; exit 77; }

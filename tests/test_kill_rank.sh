@@ -1,8 +1,10 @@
 #!/bin/sh
-# FAULTS.md F10: rank 1 is killed (SIGKILL) at step 2 of a 2-rank DDP run. The whole job must
+# docs/faults.md F10: rank 1 is killed (SIGKILL) at step 2 of a 2-rank DDP run. The whole job must
 # end within 30 s, non-zero, with a message naming rank 1 — never a hang.
 set -u
 dir=$(dirname "$0")
+. "$dir/fault_injection.sh"
+require_fault_injection
 start=$(date +%s)
 out=$(MPT_TEST_KILL_RANK=1 MPT_TEST_KILL_STEP=2 MPT_MPIRUN_ARGS="-x MPT_TEST_KILL_RANK -x MPT_TEST_KILL_STEP" \
       "$dir/mpirun.sh" 2 60 ./mpitrain train --synthetic --train-limit 2048 --test-limit 256 \

@@ -1,5 +1,5 @@
 /* Tests of the launcher decision (src/comm/launch.c) on fake environments: no MPI is started
- * for these cases (FAULTS.md F12, F14, F15).
+ * for these cases (docs/faults.md F12, F14, F15).
  *
  * `test_launch --init` instead creates a real comm with the process's environment and prints
  * "launcher: <name>, world <n>" (exit 0) or the error (exit 1); tests/test_launch_singleton.sh

@@ -1,5 +1,5 @@
 /* Tests for src/data/sampler.c: PyTorch DistributedSampler semantics with exact expected
- * lists (FAULTS.md F01, F02), padding flags, drop_last, W = 1, W > N, and the shuffle checked
+ * lists (docs/faults.md F01, F02), padding flags, drop_last, W = 1, W > N, and the shuffle checked
  * against the single-replica order and for uniformity over all permutations of 5. */
 #include <check.h>
 #include <stdlib.h>

@@ -4,7 +4,7 @@
 #   - train_single_node.sbatch (srun --mpi=pmix), train_multi_node_srun.sbatch and
 #     train_multi_node_mpirun.sbatch (mpirun inside the allocation) at small scale (2 tasks, 4
 #     steps) exit 0, print one preamble line per rank naming its launcher and local rank (under
-#     mpirun every rank inherited SLURM_LOCALID=0 from the batch step: FAULTS.md F12), write
+#     mpirun every rank inherited SLURM_LOCALID=0 from the batch step: docs/faults.md F12), write
 #     metrics.json, and save parameters byte-identical to `tests/mpirun.sh 2 ... mpitrain` run
 #     directly with the same seed;
 #   - bench_sweep.sbatch as a 2-task job array over bucket caps writes one JSON per cap into one

@@ -6,8 +6,10 @@
 #include <check.h>
 #include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/backend.h"
+#include "core/keeper.h"
 #include "mpitrain/core.h"
 
 #define OK(expr) ck_assert_msg((expr) == MPT_OK, "%s failed: %s", #expr, mpt_last_error())
@@ -238,6 +240,82 @@ START_TEST(test_captured_wait_binds_to_the_record_at_capture) {
 }
 END_TEST
 
+/* A keeper (src/core/keeper.h) whose work is due at `due_ms` (mpt_time_ms clock). */
+typedef struct due {
+  double due_ms;
+  int asked;
+} due;
+
+static mpt_status keep_due(void *arg, double *left_ms) {
+  due *d = arg;
+  d->asked++;
+  double now = mpt_time_ms();
+  if (now < d->due_ms) {
+    *left_ms = d->due_ms - now;
+    return MPT_OK;
+  }
+  return mpt_error_set(MPT_ETIMEOUT, "kept work past its deadline (asked %d times)", d->asked);
+}
+
+/* Work that never completes (a closed gate) launched with a keeper due in 200 ms: every wait on
+ * its stream or behind it ends with the keeper's error soon after, even with no deadline of its
+ * own (-1): an event wait, a stream wait, and another worker stream's wait on its event (that
+ * stream then fails with the keeper's error). The waiters do not fail the stream: once the gate
+ * opens, the work completes and later waits succeed. Without the keeper each wait below would
+ * block for ever (the test's timeout would fail it). */
+START_TEST(test_kept_work_bounds_every_wait_without_a_deadline) {
+  mpt_stream *s, *other;
+  mpt_event *ev, *ev_other;
+  gate g;
+  gate_init(&g);
+  OK(mpt_stream_init(&s, mpt_device_cpu(), MPT_STREAM_WORKER));
+  OK(mpt_stream_init(&other, mpt_device_cpu(), MPT_STREAM_WORKER));
+  OK(mpt_event_init(&ev, mpt_device_cpu()));
+  OK(mpt_event_init(&ev_other, mpt_device_cpu()));
+  double t0 = mpt_time_ms();
+  due d = {t0 + 200.0, 0};
+  OK(mpt__stream_launch_host_kept(s, gate_wait, &g, keep_due, &d));
+  OK(mpt_event_record(ev, s));
+
+  ck_assert_int_eq(mpt_event_synchronize(ev, -1), MPT_ETIMEOUT);
+  double waited = mpt_time_ms() - t0;
+  ck_assert_msg(strstr(mpt_last_error(), "kept work past its deadline"), "%s", mpt_last_error());
+  ck_assert_msg(waited >= 199.0 && waited < 5000.0, "event wait ended after %.1f ms", waited);
+  ck_assert_int_eq(mpt_event_query(ev), 0);
+
+  t0 = mpt_time_ms();
+  ck_assert_int_eq(mpt_stream_synchronize(s, -1), MPT_ETIMEOUT);
+  ck_assert_msg(strstr(mpt_last_error(), "kept work past its deadline"), "%s", mpt_last_error());
+  ck_assert_msg(mpt_time_ms() - t0 < 5000.0, "stream wait did not end by the keeper");
+  ck_assert_int_eq(mpt_event_synchronize(ev, 60000), MPT_ETIMEOUT); /* long deadline: same */
+
+  OK(mpt_stream_wait_event(other, ev, -1));
+  OK(mpt_event_record(ev_other, other));
+  ck_assert_int_eq(mpt_event_synchronize(ev_other, 10000), MPT_ETIMEOUT);
+  ck_assert_msg(strstr(mpt_last_error(), "kept work past its deadline"), "%s", mpt_last_error());
+  ck_assert_int_eq(mpt_stream_error(other), MPT_ETIMEOUT);
+
+  ck_assert_int_eq(mpt_stream_error(s), MPT_OK);
+  gate_open(&g); /* until the work has returned, waits still get the keeper's error */
+  for (int i = 0; i < 20000 && !mpt_event_query(ev); i++) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  OK(mpt_event_synchronize(ev, -1));
+  OK(mpt_stream_synchronize(s, -1));
+  ck_assert_int_eq(g.passed, 1);
+  /* with the work done, its keeper is out of the picture */
+  OK(mpt_stream_launch_host(s, gate_wait, &g));
+  OK(mpt_stream_synchronize(s, -1));
+  ck_assert_int_eq(mpt__stream_launch_host_kept(s, NULL, &g, keep_due, &d), MPT_EINVAL);
+  ck_assert_int_eq(mpt__stream_launch_host_kept(s, gate_wait, &g, NULL, &d), MPT_EINVAL);
+  mpt_event_free(ev_other);
+  mpt_event_free(ev);
+  mpt_stream_free(other);
+  mpt_stream_free(s);
+}
+END_TEST
+
 int main(void) {
   Suite *suite = suite_create("stream");
   TCase *tc = tcase_create("cpu");
@@ -249,6 +327,7 @@ int main(void) {
   tcase_add_test(tc, test_worker_wait_past_its_deadline_fails_the_stream);
   tcase_add_test(tc, test_failing_host_function_makes_the_stream_sticky_failed);
   tcase_add_test(tc, test_captured_wait_binds_to_the_record_at_capture);
+  tcase_add_test(tc, test_kept_work_bounds_every_wait_without_a_deadline);
   suite_add_tcase(suite, tc);
   SRunner *sr = srunner_create(suite);
   srunner_run_all(sr, CK_NORMAL);

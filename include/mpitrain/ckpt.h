@@ -50,10 +50,11 @@
  * the new complete one, whatever happens to the process (or the node) during the write. A stale
  * temporary file from a killed writer is harmless: readers and mpt_ckpt_find_latest ignore it.
  *
- * Fault injection (for the kill tests): when the environment variable MPT_TEST_CKPT_KILL is
- * "mid-write" the writer sends itself SIGKILL after writing half of the data to the temporary
- * file; "before-rename" does so after the temporary file is complete and fsynced, just before
- * the rename. Unset in normal use; nothing else in the library reads it.
+ * Fault injection (for the kill tests; only in a library configured with
+ * --enable-fault-injection, which `./setup.sh check` uses: other builds ignore the variable):
+ * when the environment variable MPT_TEST_CKPT_KILL is "mid-write" the writer sends itself
+ * SIGKILL after writing half of the data to the temporary file; "before-rename" does so after
+ * the temporary file is complete and fsynced, just before the rename.
  *
  * Devices and streams: the model's and optimizer's memory is read and written with
  * mpt_op_memcpy through host staging, on a temporary inline stream of their device that is

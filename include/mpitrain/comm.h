@@ -1,105 +1,60 @@
 /* mpitrain comm: the process group. Bootstrap (rank, world size, local rank, how the job was
  * launched) and asynchronous collectives (all-reduce, broadcast, all-gather, barrier) on
- * streams.
+ * streams. This header is the contract; the design behind it (progress modes, who keeps the
+ * deadlines, what a timeout leaves behind, agreement, device backends) is docs/comm.md.
  *
- * Processes. mpirun or srun starts one process per rank; mpt_comm_init initialises MPI (asking
- * for MPI_THREAD_MULTIPLE, because the comm worker thread calls MPI while the caller's thread
- * may too), duplicates MPI_COMM_WORLD into the comm's own communicator, and takes the local rank
- * from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED). The launcher's variables
- * (OMPI_COMM_WORLD_SIZE / _RANK / _LOCAL_RANK under mpirun, SLURM_NTASKS / SLURM_PROCID /
- * SLURM_LOCALID under srun) are cross-checked; MPI's answer wins, and a launcher that says N > 1
- * tasks while MPI sees a world of 1 is an error (FAULTS.md F14).
+ * Processes. mpirun or srun starts one process per rank; mpt_comm_init initialises MPI with
+ * MPI_THREAD_MULTIPLE (the comm's worker thread calls MPI while the caller's thread may too),
+ * works on its own duplicate of MPI_COMM_WORLD, and takes the local rank from
+ * MPI_Comm_split_type(MPI_COMM_TYPE_SHARED). The launcher's variables (OMPI_COMM_WORLD_* under
+ * mpirun, SLURM_* under srun) are cross-checked; MPI's answer wins, and a launcher that says
+ * N > 1 tasks while MPI sees a world of 1 is an error (docs/faults.md F14).
  *
- * Collectives are asynchronous: each call checks its arguments, takes the next sequence number
- * and enqueues the operation on a stream (the comm's own worker stream when `stream` is NULL),
- * then returns. Completion is observed the usual way: record an event on the stream and wait on
- * it (or mpt_stream_synchronize). Every collective has a deadline (config.timeout_ms, counted
- * from when it starts running). A failure makes the comm unusable (later calls return the same
- * status), except for a checked-mode mismatch (which every rank skips alike): the program
- * should print the error and call mpt_comm_abort. The library itself never calls MPI_Abort.
+ * Collectives are asynchronous: each call checks its arguments, takes the next sequence number,
+ * enqueues the operation on a stream (the comm's own worker stream when `stream` is NULL) and
+ * returns. Completion: record an event on the stream and wait for it, or synchronize the stream.
  *
- * Progress (config.blocking). The stream's worker thread runs each collective in one of two
- * modes, the same on every rank:
- *   - blocking (default): the blocking MPI call (MPI_Allreduce, MPI_Bcast, MPI_Allgather,
- *     MPI_Barrier) on the worker, a thread dedicated to communication as in Horovod's
- *     background thread. This is the fast path: Open MPI's blocking collectives progress inside
- *     the call, its non-blocking ones only inside MPI_Test. A blocking MPI call cannot be
- *     interrupted, so the worker cannot keep the deadline; whoever waits does. The *_sync
- *     wrappers, mpt_comm_wait_event and mpt_comm_free do so themselves: when the oldest
- *     collective in flight has run for timeout_ms they return MPT_ETIMEOUT with "all-reduce #17
- *     (count 4096 float32 sum) did not complete within 300 s on rank 1" and mark the comm
- *     unusable. A caller waiting with mpt_event_synchronize(event, its deadline) gets a plain
- *     event timeout instead and should name the collective with mpt_comm_describe_inflight (or
- *     wait with mpt_comm_wait_event); a wait without a deadline (-1) on comm work can hang
- *     forever in blocking mode. After such a timeout the
- *     worker thread may sit inside MPI forever: mpt_comm_free then abandons it
- *     (mpt_stream_abandon) and leaks the comm instead of hanging, and MPI can no longer be
- *     finalized cleanly (mpt_comm_finalize refuses with MPT_ESTATE). A program must end the
- *     job with mpt_comm_abort after a timeout in blocking mode (the trainer does).
- *   - polling (blocking = 0): the non-blocking call (MPI_Iallreduce, ...) polled with MPI_Test
- *     until it completes or its deadline passes; the worker keeps the deadline itself, so the
- *     stream fails with MPT_ETIMEOUT and the same detail, and every wait on it returns that.
- *     Slower (Open MPI 4.1, 2 ranks on one host, 1-64 MiB: 0.3-0.5 of raw MPI_Allreduce's
- *     bandwidth, against 0.9-1.0 in blocking mode), but a timed-out collective leaves the
- *     worker free, so mpt_comm_free does not leak and MPI can still be finalized.
- * In both modes a failure makes the stream sticky-failed (core.h) once its collective returns.
+ * Deadlines. Every collective has one: config.timeout_ms, counted from when it starts running.
+ * Every wait on comm work keeps it, whatever deadline the wait itself was given (none
+ * included): mpt_event_synchronize and mpt_stream_synchronize (core.h) on a stream that carries
+ * the comm's collectives, mpt_comm_wait_event, the *_sync wrappers and mpt_comm_free. Past it
+ * the wait returns MPT_ETIMEOUT naming the collective ("all-reduce #17 (count 4096 float32 sum)
+ * did not complete within 300 s on rank 1") and the comm becomes unusable.
  *
- * Ordering: every rank must issue the same collectives in the same order on a comm. Use one
- * stream per comm at a time, or order several streams with events: sequence numbers are taken
- * when a collective is enqueued, MPI matches them in the order they start running.
+ * Progress (config.blocking, the same on every rank). Blocking (default, fast): the worker makes
+ * the blocking MPI call, which cannot be interrupted; after a timeout it may stay inside MPI for
+ * ever, so mpt_comm_free abandons it and leaks the comm, mpt_comm_finalize refuses (MPT_ESTATE),
+ * and the program must end the job with mpt_comm_abort. Polling: the non-blocking call polled
+ * with MPI_Test; the worker keeps the deadline itself and is free again after a timeout
+ * (slower: about 0.3-0.5 of the blocking mode's bandwidth here).
  *
- * Agreement (on by default, config.confirm_collectives): after each collective the ranks
- * all-reduce one small record (an error flag and a hash of the collective's signature), so that
- * no rank reports success for a collective that failed or disagreed on another rank. This
- * matters with Open MPI 4.1: an all-reduce with mismatched counts completes "successfully" with
- * a partial result on the rank with the larger count while the others get MPI_ERR_TRUNCATE.
- * Checked mode (config.check_collectives, or MPT_CHECK_COLLECTIVES=1) also all-gathers
- * (kind, count, dtype, op or root, sequence number) before each collective and fails with
- * MPT_EMISMATCH naming the ranks and both signatures ("rank 0 all-reduces 8 float32 (sum) as
- * collective #3, rank 1 all-reduces 4 float32 (sum) as collective #3") on every rank, before any
- * data moves (FAULTS.md F09). Its exchange has the collective's deadline too.
+ * Failures. Any failure makes the comm unusable (later calls return the same status) and the
+ * stream that ran the collective sticky-failed (core.h), except a checked-mode mismatch, which
+ * every rank skips alike. The program should print the error and call mpt_comm_abort; the library
+ * never calls MPI_Abort.
  *
- * Backends are tables of functions (src/comm/comm_impl.h): MPI (host memory, or CUDA memory
- * staged through pinned host buffers) and NCCL (CUDA memory, one GPU per rank; built when
- * configure found NCCL, else MPT_ENOTSUP). See "Devices" below.
+ * Ordering: every rank must issue the same collectives in the same order on a comm. Sequence
+ * numbers are taken at enqueue; MPI matches collectives in the order they start running, so use
+ * one stream per comm at a time or order several streams with events.
  *
- * Devices (config.device). The buffers of a comm's collectives live on one device:
- *   - MPI backend, cpu (default): host memory, as above.
- *   - MPI backend, cuda:N: device memory of cuda:N. Each collective runs on the comm's CPU
- *     worker stream as: copy the device buffer into a pinned host buffer (cudaMemcpyAsync on a
- *     private stream of cuda:N, waited for with the collective's deadline), the MPI collective
- *     on the host copy, copy back. Several ranks may share one GPU (tests on one GPU). Stream
- *     ordering: a producer on a CUDA stream records an event there and makes the comm stream
- *     wait for it (mpt_stream_wait_event: the worker polls the CUDA event with the deadline);
- *     a consumer on a CUDA stream waits on an event recorded on the comm stream (the CUDA
- *     backend's host-function wait). The DDP engine does exactly this. Only CPU worker streams
- *     may carry such collectives (a CUDA stream passed as `stream` gives MPT_EINVAL).
- *     Pinned buffers are cached per comm (no allocation once the sizes repeat).
- *   - NCCL backend, cuda:N (required): ncclAllReduce / ncclBroadcast / ncclAllGather on the
- *     comm's own stream (a non-blocking CUDA stream of cuda:N) or a CUDA stream of cuda:N given
- *     by the caller. Bootstrap: rank 0 calls ncclGetUniqueId, the 128 bytes are broadcast over
- *     the comm's MPI communicator, a barrier, then ncclCommInitRankConfig with a non-blocking
- *     config polled with ncclCommGetAsyncError until ready or timeout_ms (then ncclCommAbort and
- *     MPT_ETIMEOUT; FAULTS.md F13). A watchdog thread polls ncclCommGetAsyncError and the age of
- *     the collectives in flight: an asynchronous NCCL error, or a collective not complete
- *     timeout_ms after it was enqueued, aborts the NCCL communicator (its kernels stop), marks
- *     the comm unusable and the comm's own stream failed with MPT_ECOMM / MPT_ETIMEOUT naming
- *     the collective and the rank. mpt_comm_wait_event and the *_sync wrappers poll the same
- *     checks. Barrier = an all-reduce of one float. Checked mode exchanges the signatures over
- *     MPI on the caller's thread before enqueueing (a mismatch is returned at once, nothing is
- *     enqueued, the comm stays usable); the agreement after each collective (confirm) is an MPI
- *     matter and does not apply. Every rank must use a different GPU (NCCL does not support two
- *     ranks on one device): bind first with mpt_comm_bind_device on an MPI comm.
- *   - Both device backends also take small HOST buffers (control messages, such as the DDP
- *     engine's model and batch checks): MPI staging copies them like device buffers; NCCL
- *     stages them through a device scratch buffer and the call then BLOCKS until the result is
- *     in the host buffer (with the comm's deadline and failure checks). Bulk data belongs on
- *     the device.
+ * Agreement (config.confirm_collectives, default on): after each collective the ranks all-reduce
+ * an error flag and a hash of its signature, so that no rank reports success for a collective
+ * that failed or disagreed on another (Open MPI 4.1 can complete mismatched all-reduces
+ * "successfully" on one rank). Checked mode (config.check_collectives, or
+ * MPT_CHECK_COLLECTIVES=1) compares (kind, count, dtype, op or root, sequence number) across
+ * ranks before each collective and fails with MPT_EMISMATCH naming the ranks and both
+ * signatures, before any data moves (docs/faults.md F09).
  *
- * Buffers: a buffer must stay valid and untouched (recvbuf) or
- * unmodified (sendbuf) until the collective has completed on its stream. After a timeout the
- * collective may still be pending inside MPI (MPI cannot cancel a collective) and may still
- * write into recvbuf if the peers arrive late: do not reuse or free the buffers; abort. */
+ * Devices (config.device), where the buffers live: MPI backend on cpu (host memory, default) or
+ * cuda:N (device memory staged through pinned host buffers on the comm's CPU worker stream; a
+ * CUDA stream passed as `stream` gives MPT_EINVAL); NCCL backend on cuda:N, this rank's own GPU
+ * (built when configure found NCCL, else MPT_ENOTSUP), with a watchdog that aborts the NCCL
+ * communicator on an asynchronous error or a timeout (docs/faults.md F13). Both device backends
+ * also take small host buffers (control messages); with NCCL such a call blocks until done.
+ *
+ * Buffers must stay valid and untouched (recvbuf) or unmodified (sendbuf) until the collective
+ * has completed on its stream. After a timeout the collective may still be pending inside MPI
+ * and may still write into recvbuf: do not reuse or free the buffers; abort. */
 #ifndef MPITRAIN_COMM_H
 #define MPITRAIN_COMM_H
 
@@ -157,11 +112,11 @@ typedef struct mpt_comm_config {
    * Turning it off saves one small all-reduce per collective (benchmarks of latency). In
    * blocking mode it is one more blocking MPI_Allreduce of 3 int64 per collective. */
   int confirm_collectives;
-  /* Progress mode (see "Progress" above): 1 (default) blocking MPI calls on the worker, the
-   * deadline kept by the waiter, and a timeout means the job must abort; 0 non-blocking calls
-   * polled by the worker with MPI_Test, the deadline kept by the worker. If any rank asks for
-   * polling, every rank polls (agreed at init: MPI does not match blocking collectives with
-   * non-blocking ones). */
+  /* Progress mode ("Progress" above, docs/comm.md): 1 (default) blocking MPI calls on the
+   * worker, the deadline kept by the waiters, and a timeout means the job must abort; 0
+   * non-blocking calls polled by the worker with MPI_Test, the deadline kept by the worker. If
+   * any rank asks for polling, every rank polls (agreed at init: MPI does not match blocking
+   * collectives with non-blocking ones). */
   int blocking;
   /* Largest element count handed to one MPI call: MPI counts are int, so larger collectives are
    * split into chunks of at most this many elements. Default and maximum INT_MAX / 2; smaller
@@ -259,8 +214,10 @@ MPT_API mpt_status mpt_comm_describe_inflight(const mpt_comm *comm, char *buf, s
  * ("all-reduce #17 (count 4096 float32 sum) did not complete within 300 s on rank 1"), and the
  * comm is marked unusable (then abort). Otherwise the event's own status (that of its stream).
  * In polling mode the workers keep the deadlines and this wait only backs them up, after
- * max(1 s, timeout_ms / 10) more. Use it instead of mpt_event_synchronize(event, -1) on comm
- * work. Errors: MPT_EINVAL (NULL comm or event), MPT_ETIMEOUT, the stream's error.
+ * max(1 s, timeout_ms / 10) more. mpt_event_synchronize(event, -1) on the same event keeps the
+ * same deadline (docs/comm.md); this wait adds the idle rule above and, with NCCL, polls its
+ * asynchronous errors. Errors: MPT_EINVAL (NULL comm or event), MPT_ETIMEOUT, the stream's
+ * error.
  * Thread rules: any thread; several may wait at once. */
 MPT_API mpt_status mpt_comm_wait_event(mpt_comm *comm, mpt_event *event);
 
@@ -316,7 +273,7 @@ MPT_API mpt_status mpt_comm_allgather_sync(mpt_comm *comm, const void *sendbuf, 
                                            int64_t count, mpt_dtype dtype);
 MPT_API mpt_status mpt_comm_barrier_sync(mpt_comm *comm);
 
-/* ---- device binding (src/comm/devmap.c; FAULTS.md F11, F12) -------------------------------
+/* ---- device binding (src/comm/devmap.c; docs/faults.md F11, F12) -------------------------------
  * One GPU per rank: a rank uses the device whose index is its local rank (the rank among the
  * processes of its host, from MPI_COMM_TYPE_SHARED, never a launcher variable such as a stale
  * SLURM_LOCALID) among the devices visible to it. A local rank at or beyond the number of

@@ -196,7 +196,8 @@ typedef mpt_status (*mpt_host_fn)(void *arg);
  * streams `arg` must stay valid until the work has run (record an event after it and wait).
  * Errors: MPT_ENOMEM; the stream's sticky error if it already failed. */
 MPT_API mpt_status mpt_stream_launch_host(mpt_stream *stream, mpt_host_fn fn, void *arg);
-/* Blocks until everything enqueued so far has run, at most `timeout_ms` (negative: no deadline).
+/* Blocks until everything enqueued so far has run, at most `timeout_ms` (negative: no deadline;
+ * a comm's collectives on the stream still end the wait by their own deadline, comm.h).
  * Returns the stream's sticky error, or MPT_ETIMEOUT. */
 MPT_API mpt_status mpt_stream_synchronize(mpt_stream *stream, double timeout_ms);
 /* The stream's sticky error (MPT_OK if none). */
@@ -212,8 +213,10 @@ MPT_API mpt_status mpt_event_record(mpt_event *event, mpt_stream *stream);
  * (at most timeout_ms); on a worker stream the worker blocks (at most timeout_ms from when it
  * reaches the wait; on expiry the stream fails with MPT_ETIMEOUT). */
 MPT_API mpt_status mpt_stream_wait_event(mpt_stream *stream, mpt_event *event, double timeout_ms);
-/* Blocks the host until the event completes, at most `timeout_ms` (negative: no deadline).
- * Returns the status of the recording stream at completion, or MPT_ETIMEOUT. */
+/* Blocks the host until the event completes, at most `timeout_ms` (negative: no deadline; an
+ * event behind a comm's collective still ends the wait by the collective's deadline, comm.h).
+ * Returns the status of the recording stream at completion, or MPT_ETIMEOUT (or the comm's
+ * timeout naming the collective). */
 MPT_API mpt_status mpt_event_synchronize(mpt_event *event, double timeout_ms);
 /* 1 if complete, 0 if not. */
 MPT_API int mpt_event_query(mpt_event *event);

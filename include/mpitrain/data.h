@@ -4,7 +4,9 @@
  * Pipeline: mpt_dataset (all samples in host memory, normalised float32 [N, C, H, W] plus int32
  * labels [N]) -> mpt_sampler (which sample indices this rank sees in an epoch, PyTorch
  * DistributedSampler semantics) -> mpt_loader (copies the sampled rows into batch buffers on a
- * background thread while the caller trains on the previous batch).
+ * background thread while the caller trains on the previous batch). A user's own data enters
+ * the same pipeline as an mpt_data_source (callbacks: count, sample shape and dtype, "read
+ * sample i"), which is also what the loader reads an mpt_dataset through.
  *
  * Padding and evaluation: without drop_last the sampler pads the index list so that every rank
  * gets the same number of samples (so no rank runs out of batches before the others, F03). The
@@ -12,7 +14,7 @@
  * samples are real: mpt_sampler_num_real(), and per batch mpt_batch.num_real (rows
  * [0, num_real) are real, rows [num_real, count) are repeats). An evaluation that sums metrics
  * over only the real rows counts every sample of the dataset exactly once across the ranks
- * (FAULTS.md F01).
+ * (docs/faults.md F01).
  *
  * Thread rules: a dataset is read-only after it is loaded and may be shared by any number of
  * threads and loaders. A sampler is not thread-safe; while a loader uses it, change its epoch
@@ -139,7 +141,7 @@ MPT_API int64_t mpt_dataset_sample_count(const mpt_dataset *ds);
  * - rank r takes positions r, r + W, r + 2W, ... of the padded list.
  * Position p is padding iff p >= N; for a rank these are the last positions of its list.
  * W = 1, rank 0 is the plain sequential (shuffle 0) or random (shuffle 1) sampler.
- * Example (FAULTS.md F01), N = 10, W = 4, no shuffle: r0 {0,4,8} r1 {1,5,9} r2 {2,6,0}
+ * Example (docs/faults.md F01), N = 10, W = 4, no shuffle: r0 {0,4,8} r1 {1,5,9} r2 {2,6,0}
  * r3 {3,7,1} (r2 and r3 have 2 real samples); with drop_last {0,4} {1,5} {2,6} {3,7}. */
 typedef struct mpt_sampler mpt_sampler;
 
@@ -209,8 +211,10 @@ MPT_API mpt_loader_config mpt_loader_config_default(void);
 /* One batch: views into the loader's buffers, valid until the next mpt_loader_next,
  * mpt_loader_start_epoch, mpt_loader_reset or mpt_loader_free on the same loader. */
 typedef struct mpt_batch {
-  mpt_tensor images;             /* F32 [count, C, H, W], CPU (a view) */
-  mpt_tensor labels;             /* I32 [count], CPU (a view) */
+  mpt_tensor images;             /* F32 [count, C, H, W], CPU (a view); from a data source:
+                                    [count, input_shape...] of its input_dtype */
+  mpt_tensor labels;             /* I32 [count], CPU (a view); from a data source with
+                                    label_count L > 1: [count, L] */
   const int64_t *sample_indices; /* [count] the dataset index of each row */
   int64_t count;                 /* rows in this batch (batch_size, or fewer for the last) */
   int64_t num_real;              /* rows [0, num_real) are real; the rest is sampler padding */
@@ -235,7 +239,9 @@ MPT_API void mpt_loader_free(mpt_loader *loader);
 /* Hands out the next batch of the epoch. Returns MPT_OK (0) with *batch set, MPT_LOADER_END (1)
  * when the epoch has no more batches (again on every later call until a new epoch starts), or
  * a negative status: MPT_ETIMEOUT the prefetch thread did not deliver within timeout_ms, or the
- * error the prefetch thread hit (sticky). */
+ * error hit while filling this batch (a read of a data source's callback that failed, with
+ * the batch and sample named), which is sticky: later calls, start_epoch and reset return it
+ * too. Batches before the failing one are handed out normally, with or without prefetch. */
 MPT_API int mpt_loader_next(mpt_loader *loader, mpt_batch *batch);
 /* Starts epoch `epoch` (>= 0): waits for the prefetch thread to go idle, calls
  * mpt_sampler_set_epoch, and restarts from the first batch. Errors: MPT_EINVAL epoch < 0,
@@ -245,6 +251,80 @@ MPT_API mpt_status mpt_loader_start_epoch(mpt_loader *loader, int64_t epoch);
 MPT_API mpt_status mpt_loader_reset(mpt_loader *loader);
 /* Batches per epoch: ceil(num_samples / batch_size), or floor with drop_last. */
 MPT_API int64_t mpt_loader_num_batches(const mpt_loader *loader);
+
+
+/* ------------------------------------------------------------------------------------------ */
+/* A user's dataset, given as callbacks                                                       */
+
+/* A data source is what the loader reads from: N samples, each an input of a fixed shape and
+ * dtype declared up front plus `label_count` int32 labels, read one at a time by a callback.
+ * A user's own data (files of another format, data made on the fly, a memory map) goes through
+ * the same DistributedSampler and prefetching loader as the built-in datasets, which are one
+ * implementation of it (mpt_data_source_init_dataset; mpt_loader_init wraps its dataset so).
+ * The equivalent in PyTorch is a map-style torch.utils.data.Dataset (__len__, __getitem__).
+ *
+ * The callback reads sample `index` (0 <= index < count): it writes the input, row-major,
+ * input_nbytes bytes (mpt_data_source_input_nbytes), to `input`, and label_count labels to
+ * `label`. It returns MPT_OK, or a negative status after recording a detail with
+ * mpt_error_set (a positive return is treated as MPT_EIO). The loader then stops at the batch
+ * that holds the sample and hands back that status with a message naming the batch, the
+ * sample and the callback's detail (never a hang, see mpt_loader_next). The loader calls it
+ * from its prefetch thread (or, without prefetch, from the thread calling mpt_loader_next),
+ * one call at a time per loader; a source shared by several loaders gets concurrent calls. */
+typedef mpt_status (*mpt_data_read_fn)(void *user, int64_t index, void *input, int32_t *label);
+
+#define MPT_DATA_MAX_DIMS 4 /* dimensions of one sample's input (a batch adds one in front) */
+
+typedef struct mpt_data_source_desc {
+  int64_t count;                           /* N, >= 0 */
+  mpt_dtype input_dtype;                   /* MPT_F32, MPT_I32 or MPT_U8 */
+  int input_ndim;                          /* 1 .. MPT_DATA_MAX_DIMS */
+  int64_t input_shape[MPT_DATA_MAX_DIMS];  /* e.g. {C, H, W} for images, {T} for tokens */
+  int64_t label_count;                     /* int32 labels per sample, >= 1 */
+  int num_classes;                         /* > 0: each label must be in [0, num_classes) (checked
+                                              after every read); 0: not checked */
+  mpt_data_read_fn read;                   /* required */
+  void (*free_user)(void *user);           /* optional: called on `user` by mpt_data_source_free
+                                              (also when init fails) */
+  void *user;                              /* passed to the callbacks */
+} mpt_data_source_desc;
+
+typedef struct mpt_data_source mpt_data_source;
+
+/* A zeroed description with label_count 1 and input_dtype MPT_F32: set count, input_ndim,
+ * input_shape, read (and user, free_user, num_classes) yourself. */
+MPT_API mpt_data_source_desc mpt_data_source_desc_default(void);
+
+/* Creates a source from a description (copied). Errors: MPT_EINVAL naming the field (NULL
+ * read, count < 0, input_ndim outside [1, MPT_DATA_MAX_DIMS], an extent < 1, label_count < 1,
+ * num_classes < 0, an unsupported dtype, a sample over 2^31 bytes); MPT_ENOMEM. On error
+ * *source is NULL and free_user(user) has been called (the source took ownership of user). */
+MPT_API mpt_status mpt_data_source_init(mpt_data_source **source,
+                                        const mpt_data_source_desc *desc);
+/* The in-memory dataset `ds` (borrowed: it must outlive the source) as a source: input F32
+ * [C, H, W], one label, labels not re-checked (a loaded dataset was checked when loaded).
+ * Errors: MPT_EINVAL (NULL arguments, a dataset with no images tensor and count > 0). */
+MPT_API mpt_status mpt_data_source_init_dataset(mpt_data_source **source, const mpt_dataset *ds);
+/* Calls free_user(user) once and frees the source. Loaders reading it must be freed first.
+ * NULL is a no-op. */
+MPT_API void mpt_data_source_free(mpt_data_source *source);
+/* The description the source was made with (never NULL for a valid source). */
+MPT_API const mpt_data_source_desc *mpt_data_source_get_desc(const mpt_data_source *source);
+/* Bytes of one sample's input: product of input_shape times the dtype's size. */
+MPT_API int64_t mpt_data_source_input_nbytes(const mpt_data_source *source);
+/* Reads sample `index` through the callback and checks its labels, as the loader does.
+ * Errors: MPT_EINVAL (index outside [0, N), NULL buffers); the callback's status with a
+ * message naming the sample; MPT_EFORMAT a label outside [0, num_classes) (names sample,
+ * position and value). */
+MPT_API mpt_status mpt_data_source_read(const mpt_data_source *source, int64_t index,
+                                        void *input, int32_t *label);
+
+/* A loader over a data source (borrowed: it must outlive the loader), as mpt_loader_init over
+ * a dataset. Its batches: images [count, input_shape...] of input_dtype (the inputs, whatever
+ * they are), labels I32 [count] when label_count is 1, else [count, label_count]. Errors: as
+ * mpt_loader_init (MPT_ESHAPE: the sampler covers another number of samples than the source). */
+MPT_API mpt_status mpt_loader_init_source(mpt_loader **loader, const mpt_data_source *source,
+                                          mpt_sampler *sampler, const mpt_loader_config *config);
 
 #ifdef __cplusplus
 }

@@ -83,10 +83,13 @@ MPT_API mpt_status mpt_ddp_buffer_mode_parse(const char *text, mpt_ddp_buffer_mo
 
 /* Wraps a finalised model for training over `comm`; `compute` is the stream backward runs on
  * (NULL: the CPU, inline). Collective: every rank calls it. Verifies the model signature across
- * ranks (MPT_EMISMATCH naming the first rank and parameter that differ) and broadcasts rank 0's
- * parameters and buffers. Errors: MPT_EINVAL bad config, MPT_EMISMATCH, comm errors. */
+ * ranks (MPT_EMISMATCH naming the first rank and parameter that differ), broadcasts rank 0's
+ * parameters and buffers, and installs DDP's hooks on the model (see the top of this file).
+ * Finish the model (and load its weights) first. Errors: MPT_EINVAL bad config, MPT_EMISMATCH,
+ * MPT_ESTATE (the model is already wrapped), comm errors. */
 MPT_API mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm,
                                 mpt_stream *compute, const mpt_ddp_config *config);
+/* Removes the hooks (the model trains alone again) and frees the engine. NULL is a no-op. */
 MPT_API void mpt_ddp_free(mpt_ddp *ddp);
 
 /* The bucket plan. */

@@ -316,6 +316,45 @@ MPT_API mpt_status mpt_nn_sum(mpt_tape *tape, mpt_var *x, mpt_var **y);
 MPT_API mpt_status mpt_nn_mean(mpt_tape *tape, mpt_var *x, mpt_var **y);
 
 /* ------------------------------------------------------------------------------------------ */
+/* Evaluation mode and evaluation over a sampler's batches                                    */
+
+/* Evaluation mode as one switch, as PyTorch's model.eval() under torch.no_grad(): eval != 0
+ * puts the tape's model in evaluation mode (dropout is the identity, BatchNorm uses and keeps
+ * its running statistics) and disables gradients on the tape (ops compute values and record
+ * nothing, so a backward from such a value is an error and no parameter is ever reported
+ * ready); eval == 0 restores training mode with gradients. It is exactly
+ * mpt_model_set_training(model, !eval) and mpt_tape_set_grad_enabled(tape, !eval). NULL is a
+ * no-op. */
+MPT_API void mpt_tape_set_eval(mpt_tape *tape, int eval);
+
+/* Sums of a classification metric over the rows evaluated so far. Three floats in this order,
+ * so a distributed evaluation adds them over the ranks as one array:
+ *   mpt_comm_allreduce_sync(comm, &s.loss_sum, &s.loss_sum, 3, MPT_F32, MPT_REDUCE_SUM)
+ * (the same sums as the trainer's; exact for counts up to 2^24). Start from all zeros. */
+typedef struct mpt_eval_sums {
+  float loss_sum; /* sum over the counted rows of their cross-entropy (batch mean x rows) */
+  float correct;  /* counted rows whose largest logit is at the label */
+  float count;    /* rows counted */
+} mpt_eval_sums;
+
+/* Evaluates the first `num_real` rows of a batch and adds them to *sums: resets the tape (seed
+ * 0), runs the model's forward on rows [0, num_real) of `inputs` ([count, ...] on the model's
+ * device) in evaluation mode (mpt_tape_set_eval), takes the mean cross-entropy against `labels`
+ * (I32 [count] on the model's device) and counts the correct rows. Pass mpt_batch.num_real:
+ * the rows after it are the DistributedSampler's padding (repeats that make every rank's share
+ * equal), and skipping them is what makes the sums over W ranks equal to one process's over the
+ * whole dataset (FAULTS.md F01). num_real == 0 adds nothing and runs nothing. Afterwards the
+ * model's training flag and the tape's grad flag are back as they were. Synchronises the tape's stream (it reads the
+ * loss and the count). Errors: MPT_EINVAL (NULL arguments, num_real outside [0, count], inputs
+ * or labels not on the model's device, labels not I32 [count]); errors of the forward and ops. */
+MPT_API mpt_status mpt_eval_batch(mpt_tape *tape, const mpt_tensor *inputs,
+                                  const mpt_tensor *labels, int64_t num_real,
+                                  mpt_eval_sums *sums);
+/* loss_sum / count and correct / count; NaN when count is 0. */
+MPT_API double mpt_eval_sums_loss(const mpt_eval_sums *sums);
+MPT_API double mpt_eval_sums_accuracy(const mpt_eval_sums *sums);
+
+/* ------------------------------------------------------------------------------------------ */
 /* Layers with parameters: registration helpers used by models                                */
 
 typedef struct mpt_linear {

@@ -137,6 +137,52 @@ MPT_API int64_t mpt_optimizer_step_count(const mpt_optimizer *opt);
 MPT_API mpt_status mpt_optimizer_set_step_count(mpt_optimizer *opt, int64_t step_count);
 
 /* ------------------------------------------------------------------------------------------ */
+/* Parameter groups                                                                           */
+
+/* Per-group hyper-parameters over slices of the flat buffer, as PyTorch's param_groups: the
+ * usual use is to decay weight matrices and kernels but not biases and normalisation
+ * parameters (llm.c's AdamW decays only the 2-D tensors; so does nanoGPT's configure_optimizers).
+ * A group is the slice [offset, offset + count) of the optimizer's flat buffer (a parameter of
+ * an mpt_model is such a slice: mpt_param_info's offset and count), with its own weight decay
+ * and a factor on the learning rate. Elements in no group use the config's weight_decay and
+ * the step's lr, so an optimizer without groups behaves exactly as before. Groups are
+ * configuration, not state: a checkpoint holds the state buffers and step count only, and a
+ * resumed run sets the same groups again (mpt_optimizer_set_groups before or after restoring
+ * the state: the state layout does not depend on groups). */
+typedef struct mpt_param_group {
+  int64_t offset;     /* first element of the slice, >= 0 */
+  int64_t count;      /* elements, >= 0; offset + count <= the optimizer's count */
+  float weight_decay; /* >= 0, finite: replaces the config's weight_decay in this slice */
+  float lr_scale;     /* >= 0, finite: this slice steps with lr * lr_scale (also in AdamW's
+                         decoupled decay, param *= 1 - lr * lr_scale * weight_decay) */
+} mpt_param_group;
+
+/* Sets the optimizer's groups (copied; ngroups 0 removes them all). Groups must not overlap;
+ * they need not be sorted nor cover the whole buffer. A step then runs the kernel once per
+ * maximal run of elements with the same settings, in offset order, on the same stream.
+ * Errors: MPT_EINVAL naming the group (NULL opt, NULL groups with ngroups > 0, ngroups < 0, a
+ * slice outside [0, count), two overlapping groups, a bad weight_decay or lr_scale); the
+ * previous groups stay then. MPT_ENOMEM. */
+MPT_API mpt_status mpt_optimizer_set_groups(mpt_optimizer *opt, const mpt_param_group *groups,
+                                            int ngroups);
+/* Number of groups set, and group i as given (NULL when out of range). */
+MPT_API int mpt_optimizer_num_groups(const mpt_optimizer *opt);
+MPT_API const mpt_param_group *mpt_optimizer_group(const mpt_optimizer *opt, int i);
+
+/* The usual split of a model's parameters: those with ndim >= 2 (Linear weights [out, in],
+ * Conv2d kernels [O, C, kh, kw]) decay with `weight_decay`, those with ndim < 2 (biases,
+ * BatchNorm/LayerNorm weight and bias) do not; lr_scale 1 everywhere. Consecutive parameters
+ * with the same decision are merged into one group, so the groups cover the flat buffer
+ * [0, mpt_model_param_count) exactly, in order. *ngroups receives the number of groups the
+ * split needs; `groups` (may be NULL to ask only that) receives them when max_groups is
+ * enough. Pass the result to mpt_optimizer_set_groups. Errors: MPT_EINVAL (NULL model or
+ * ngroups, weight_decay negative or not finite, groups non-NULL and max_groups smaller than
+ * the number needed: the message says how many). */
+MPT_API mpt_status mpt_param_groups_split_decay(const mpt_model *model, float weight_decay,
+                                                mpt_param_group *groups, int max_groups,
+                                                int *ngroups);
+
+/* ------------------------------------------------------------------------------------------ */
 /* Learning-rate schedules                                                                    */
 
 typedef enum {

@@ -18,6 +18,7 @@
 
 #include "ckpt/ckpt_impl.h"
 #include "core/error.h"
+#include "core/fault.h"
 
 mpt_ckpt_meta mpt_ckpt_meta_default(void) {
   mpt_ckpt_meta m;
@@ -104,9 +105,10 @@ static mpt_status w_floats(writer *w, mpt__copier *c, const float *src, int64_t 
   return MPT_OK;
 }
 
-/* Fault injection for the kill tests (ckpt.h): SIGKILL to self at the named point. */
+/* Fault injection for the kill tests (ckpt.h): SIGKILL to self at the named point. Built with
+ * --enable-fault-injection only (src/core/fault.h). */
 static void test_kill_point(FILE *f, const char *point) {
-  const char *v = getenv("MPT_TEST_CKPT_KILL");
+  const char *v = mpt__test_env("MPT_TEST_CKPT_KILL");
   if (!v || strcmp(v, point) != 0) return;
   if (f) fflush(f);
   fprintf(stderr, "mpitrain: killing itself during a checkpoint write (MPT_TEST_CKPT_KILL=%s)\n",

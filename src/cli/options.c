@@ -23,7 +23,7 @@ enum {
   OPT_FIRST_BUCKET_CAP, OPT_NO_OVERLAP, OPT_FIND_UNUSED, OPT_ACCUMULATE, OPT_BUFFERS,
   OPT_TIMEOUT, OPT_CHECK_COLL, OPT_MODE, OPT_DEVICES, OPT_CKPT_DIR, OPT_CKPT_EVERY, OPT_KEEP,
   OPT_RESUME, OPT_STOP_AT, OPT_SKIP_NONFINITE, OPT_CHECK_REPLICAS, OPT_CONV_ALGO, OPT_HELP,
-  OPT_VERSION,
+  OPT_VERSION, OPT_NO_DECAY_BIAS_NORM,
 };
 
 static const struct option long_options[] = {
@@ -35,6 +35,7 @@ static const struct option long_options[] = {
     {"momentum", required_argument, NULL, OPT_MOMENTUM},
     {"weight-decay", required_argument, NULL, OPT_WD},
     {"nesterov", no_argument, NULL, OPT_NESTEROV},
+    {"no-decay-bias-norm", no_argument, NULL, OPT_NO_DECAY_BIAS_NORM},
     {"schedule", required_argument, NULL, OPT_SCHEDULE},
     {"warmup-steps", required_argument, NULL, OPT_WARMUP},
     {"step-size", required_argument, NULL, OPT_STEP_SIZE},
@@ -102,6 +103,7 @@ const char *mpt_cli_usage(void) {
          "  --momentum F               SGD momentum (default 0.9)\n"
          "  --nesterov                 Nesterov momentum\n"
          "  --weight-decay F           L2 weight decay (default 0.0005)\n"
+         "  --no-decay-bias-norm       no weight decay on biases and norm parameters (1-D)\n"
          "  --schedule constant|step|cosine   learning-rate schedule (default cosine)\n"
          "  --warmup-steps N           linear warm-up steps (default 0)\n"
          "  --step-size N, --gamma F   step schedule (default 1 epoch, 0.1)\n"
@@ -297,6 +299,9 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
         break;
       case OPT_NESTEROV:
         o->optim.nesterov = 1;
+        break;
+      case OPT_NO_DECAY_BIAS_NORM:
+        o->no_decay_bias_norm = 1;
         break;
       case OPT_SCHEDULE:
         if (mpt_lr_kind_parse(a, &o->schedule.kind) != MPT_OK)

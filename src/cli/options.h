@@ -22,6 +22,7 @@ typedef struct mpt_cli_options {
   int64_t train_limit;    /* first N training samples; 0 = all */
   int64_t test_limit;     /* first N test samples; 0 = all */
   mpt_optimizer_config optim;
+  int no_decay_bias_norm; /* weight decay on >= 2-D weights only (mpt_param_groups_split_decay) */
   mpt_lr_schedule schedule;
   uint64_t seed;
   char data_dir[4096];    /* "" = Debian's package folder */

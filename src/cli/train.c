@@ -138,34 +138,25 @@ static mpt_status forward_batch(trainer *t, const mpt_batch *b, int64_t rows, mp
   return mpt_nn_cross_entropy(t->tape, *logits, labels, loss);
 }
 
+/* The test set in evaluation mode; mpt_eval_batch counts only the real rows of each batch. */
 static mpt_status evaluate(trainer *t, double *loss_out, double *acc_out) {
-  mpt_model_set_training(t->model, 0);
-  mpt_tape_set_grad_enabled(t->tape, 0);
   MPT_RETURN_IF(mpt_loader_start_epoch(t->test_loader, 0));
-  float sums[3] = {0, 0, 0}; /* loss * rows, correct, rows */
+  mpt_eval_sums sums = {0, 0, 0};
   mpt_batch b;
   int r;
   while ((r = mpt_loader_next(t->test_loader, &b)) == MPT_OK) {
     if (b.num_real == 0) continue;
-    mpt_var *logits, *loss;
-    mpt_tensor labels;
-    mpt_tape_reset(t->tape, 0);
-    MPT_RETURN_IF(forward_batch(t, &b, b.num_real, &logits, &loss, &labels));
-    float l;
-    int64_t correct = 0;
-    MPT_RETURN_IF(mpt_var_item(t->tape, loss, &l));
-    MPT_RETURN_IF(mpt_op_count_correct(t->stream, mpt_var_value(logits)->data, labels.data,
-                                       b.num_real, mpt_var_value(logits)->shape[1], &correct));
-    sums[0] += l * (float)b.num_real;
-    sums[1] += (float)correct;
-    sums[2] += (float)b.num_real;
+    void *xd, *yd;
+    MPT_RETURN_IF(stage_batch(t, &b, b.num_real, &xd, &yd));
+    int64_t shape[4] = {b.num_real, b.images.shape[1], b.images.shape[2], b.images.shape[3]};
+    mpt_tensor x = mpt_tensor_view(xd, t->device, MPT_F32, 4, shape);
+    mpt_tensor y = mpt_tensor_view(yd, t->device, MPT_I32, 1, shape);
+    MPT_RETURN_IF(mpt_eval_batch(t->tape, &x, &y, b.num_real, &sums));
   }
   if (r < 0) return (mpt_status)r;
-  mpt_model_set_training(t->model, 1);
-  mpt_tape_set_grad_enabled(t->tape, 1);
-  MPT_RETURN_IF(sum_over_ranks(t, sums, 3));
-  *loss_out = sums[2] > 0 ? sums[0] / sums[2] : NAN;
-  *acc_out = sums[2] > 0 ? sums[1] / sums[2] : NAN;
+  MPT_RETURN_IF(sum_over_ranks(t, &sums.loss_sum, 3));
+  *loss_out = sums.count > 0 ? sums.loss_sum / sums.count : NAN;
+  *acc_out = sums.count > 0 ? sums.correct / sums.count : NAN;
   return MPT_OK;
 }
 
@@ -575,6 +566,13 @@ static mpt_status train_run(trainer *t) {
   }
   MPT_RETURN_IF(mpt_optimizer_init(&t->opt, &o->optim, t->device,
                                    mpt_model_param_count(t->model)));
+  if (o->no_decay_bias_norm) { /* decay the >= 2-D weights only (llm.c, nanoGPT) */
+    mpt_param_group groups[64];
+    int ngroups = 0;
+    MPT_RETURN_IF(mpt_param_groups_split_decay(t->model, o->optim.weight_decay, groups, 64,
+                                               &ngroups));
+    MPT_RETURN_IF(mpt_optimizer_set_groups(t->opt, groups, ngroups));
+  }
   MPT_RETURN_IF(make_loaders(t));
   int64_t batches = mpt_loader_num_batches(t->train_loader);
   if (t->ddp) MPT_RETURN_IF(mpt_ddp_check_batches(t->ddp, batches));

@@ -13,6 +13,7 @@
 #include <zlib.h>
 
 #include "cli/train_impl.h"
+#include "cli/fault.h"
 #include "mpitrain/ckpt.h"
 #include "mpitrain/ops.h"
 
@@ -35,7 +36,8 @@ mpt_status trainer_params_on_host(trainer *t, float **host) {
 /* Fault injection for the tests: MPT_TEST_NAN_RANK=r and MPT_TEST_NAN_STEP=s put a NaN into
  * rank r's first micro-batch of global step s. */
 void trainer_maybe_poison(trainer *t, mpt_batch *b, int k) {
-  const char *r = getenv("MPT_TEST_NAN_RANK"), *s = getenv("MPT_TEST_NAN_STEP");
+  const char *r = trainer_test_env("MPT_TEST_NAN_RANK");
+  const char *s = trainer_test_env("MPT_TEST_NAN_STEP");
   if (k == 0 && r && s && atoi(r) == t->rank && atoll(s) == t->global_step)
     ((float *)b->images.data)[0] = NAN;
 }
@@ -43,7 +45,8 @@ void trainer_maybe_poison(trainer *t, mpt_batch *b, int k) {
 /* Fault injection for the tests: MPT_TEST_PERTURB_RANK=r and MPT_TEST_PERTURB_STEP=s change one
  * parameter of rank r after global step s, so that its replica diverges. */
 void trainer_maybe_perturb(trainer *t) {
-  const char *r = getenv("MPT_TEST_PERTURB_RANK"), *s = getenv("MPT_TEST_PERTURB_STEP");
+  const char *r = trainer_test_env("MPT_TEST_PERTURB_RANK");
+  const char *s = trainer_test_env("MPT_TEST_PERTURB_STEP");
   if (!(r && s && atoi(r) == t->rank && atoll(s) == t->global_step)) return;
   float v;
   float *p = mpt_model_params(t->model);
@@ -83,10 +86,11 @@ mpt_status trainer_check_replicas(trainer *t) {
   return st;
 }
 
-/* Fault injection for the tests of the failure model (FAULTS.md F10): MPT_TEST_KILL_RANK=r and
+/* Fault injection for the tests of the failure model (docs/faults.md F10): MPT_TEST_KILL_RANK=r and
  * MPT_TEST_KILL_STEP=s make rank r kill itself with SIGKILL before global step s. */
 void trainer_maybe_kill_self(trainer *t) {
-  const char *r = getenv("MPT_TEST_KILL_RANK"), *s = getenv("MPT_TEST_KILL_STEP");
+  const char *r = trainer_test_env("MPT_TEST_KILL_RANK");
+  const char *s = trainer_test_env("MPT_TEST_KILL_STEP");
   if (r && s && atoi(r) == t->rank && atoll(s) == t->global_step) {
     fprintf(stderr, "mpitrain: rank %d: killing itself at step %" PRId64 " (MPT_TEST_KILL_*)\n",
             t->rank, t->global_step);
@@ -98,7 +102,7 @@ void trainer_maybe_kill_self(trainer *t) {
  * For the tests, MPT_TEST_EPOCH_SKEW_RANK=r makes rank r report one epoch ahead. */
 mpt_status trainer_check_epoch(trainer *t, int64_t epoch) {
   if (t->world == 1) return MPT_OK;
-  const char *skew = getenv("MPT_TEST_EPOCH_SKEW_RANK");
+  const char *skew = trainer_test_env("MPT_TEST_EPOCH_SKEW_RANK");
   if (skew && atoi(skew) == t->rank) epoch++;
   int32_t mine = (int32_t)epoch, *all = malloc(sizeof(int32_t) * (size_t)t->world);
   if (!all) return MPT_FAIL(MPT_ENOMEM, "cannot allocate the epoch check");

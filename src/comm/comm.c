@@ -420,18 +420,20 @@ mpt_status mpt_comm_barrier(mpt_comm *comm, mpt_stream *stream) {
 /* ---- synchronous wrappers ---------------------------------------------------------------- */
 
 /* Enqueues `coll` on the comm's own stream (prep status `st`), records the sync event and
- * waits: polling mode without a host deadline (the collective and everything ahead of it end
- * by their own), blocking mode with the waiter's deadline (comm_wait.c). */
+ * waits with the waiter's deadline (comm_wait.c; in polling mode it backs up the worker's own
+ * deadline, as mpt_comm_wait_event does). */
 static mpt_status sync_run(mpt_comm *comm, mpt_status st, mpt__coll *coll) {
   if (st != MPT_OK) return st;
   pthread_mutex_lock(&comm->sync_mutex);
   st = dispatch(comm, NULL, coll);
   if (st == MPT_OK) st = mpt_event_record(comm->sync_event, comm->stream);
   if (st == MPT_OK) {
-    if (comm->config.blocking)
-      st = mpt__comm_wait_deadline(comm, comm->sync_event, coll, 0);
-    else
-      st = mpt_event_synchronize(comm->sync_event, -1.0);
+    double grace_ms = 0;
+    if (!comm->config.blocking) {
+      grace_ms = comm->config.timeout_ms / 10;
+      if (grace_ms < 1000) grace_ms = 1000;
+    }
+    st = mpt__comm_wait_deadline(comm, comm->sync_event, coll, grace_ms);
   }
   pthread_mutex_unlock(&comm->sync_mutex);
   return st;

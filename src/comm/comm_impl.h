@@ -16,6 +16,7 @@
 #include <stdatomic.h>
 
 #include "core/error.h"
+#include "core/keeper.h"
 #include "mpitrain/comm.h"
 
 typedef enum {
@@ -160,6 +161,14 @@ typedef struct mpt__host_stage_ops {
  * other waiters are never locked out by this wait. Returns MPT_OK or the first failure. */
 mpt_status mpt__host_stage_run(pthread_mutex_t *lock, const mpt__host_stage_ops *ops,
                                double deadline_ms);
+
+/* The keeper (core/keeper.h) of a collective's host function on a CPU worker stream; keeper_arg
+ * is the comm. Whichever collective of the comm is oldest in flight must finish within
+ * timeout_ms (+ the polling mode's grace, see mpt_comm_wait_event) of its start: until then
+ * *left_ms is the time left, after it MPT_ETIMEOUT naming the collective (the words of
+ * mpt__comm_wait_deadline) and the comm is marked failed; a comm that failed already gives its
+ * failure. So every wait on the stream or its events is bounded, deadline or not (docs/comm.md). */
+mpt_status mpt__comm_keeper(void *comm, double *left_ms);
 
 /* Records "<what>: <MPI error string> (on rank R)" as MPT_ECOMM. */
 mpt_status mpt__mpi_error(const char *file, int line, int mpi_rc, int rank, const char *fmt, ...)

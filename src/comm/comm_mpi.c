@@ -475,7 +475,8 @@ static mpt_status enqueue(mpt_comm *comm, mpt_stream *stream, const mpt__coll *c
   if (!r) return MPT_FAIL(MPT_ENOMEM, "cannot allocate a collective record");
   r->comm = comm;
   r->coll = *coll;
-  mpt_status st = mpt_stream_launch_host(stream, op_run, r);
+  /* Kept: in blocking mode nothing else can end a wait on a collective that never returns. */
+  mpt_status st = mpt__stream_launch_host_kept(stream, op_run, r, mpt__comm_keeper, comm);
   if (st != MPT_OK) rec_release(s, r);
   return st;
 }

@@ -2,7 +2,7 @@
  * watchdog and the waiters, the bootstrap and the lifetime. The collectives and the waits are in
  * comm_nccl_coll.c. Built when configure found NCCL (src/comm/local.mk).
  *
- * Bootstrap (FAULTS.md F13): rank 0's ncclGetUniqueId, broadcast over the comm's MPI
+ * Bootstrap (docs/faults.md F13): rank 0's ncclGetUniqueId, broadcast over the comm's MPI
  * communicator, an MPI all-reduce of "did my side prepare" that doubles as the barrier, then
  * ncclCommInitRankConfig with config.blocking = 0 polled with ncclCommGetAsyncError until it is
  * ready or the comm's timeout passes (then ncclCommAbort and MPT_ETIMEOUT, never a hang).

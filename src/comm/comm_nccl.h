@@ -9,7 +9,7 @@
 /* sizeof(ncclUniqueId) (NCCL_UNIQUE_ID_BYTES); comm_nccl.c checks that they agree. */
 #define MPT__NCCL_ID_NBYTES 128
 
-/* The bootstrap of an NCCL communicator before ncclCommInitRank (FAULTS.md F13), collective
+/* The bootstrap of an NCCL communicator before ncclCommInitRank (docs/faults.md F13), collective
  * over comm->mpi_comm: rank 0 calls ncclGetUniqueId (which needs no GPU), MPI_Ibcast of the
  * 128 bytes to every rank, then an all-reduce (MAX) of `local_failure` that doubles as the
  * barrier: every rank learns whether some rank could not prepare its side (non-zero: that

@@ -141,16 +141,41 @@ mpt_status mpt_comm_describe_inflight(const mpt_comm *comm, char *buf, size_t nb
 
 /* ---- the waiter's deadline ----------------------------------------------------------------- */
 
+/* Polling mode: the workers keep the deadlines; the waiters only back them up, late enough that
+ * the workers' own (more specific) error normally completes the event first. */
+static double waiter_grace_ms(const mpt_comm *comm) {
+  if (comm->config.blocking) return 0;
+  double grace_ms = comm->config.timeout_ms / 10;
+  return grace_ms < 1000 ? 1000 : grace_ms;
+}
+
 mpt_status mpt_comm_wait_event(mpt_comm *comm, mpt_event *event) {
   if (!comm || !event) return MPT_FAIL(MPT_EINVAL, "wait_event: NULL comm or event");
-  /* Polling mode: the workers keep the deadlines; this one only backs them up, late enough
-   * that their own (more specific) error normally completes the event first. */
-  double grace_ms = 0;
-  if (!comm->config.blocking) {
-    grace_ms = comm->config.timeout_ms / 10;
-    if (grace_ms < 1000) grace_ms = 1000;
+  return mpt__comm_wait_deadline(comm, event, NULL, waiter_grace_ms(comm));
+}
+
+/* Runs on a waiter's thread with the stream's (and maybe an event's) lock held: takes only
+ * comm->mutex, never a stream's or an event's lock. */
+mpt_status mpt__comm_keeper(void *arg, double *left_ms) {
+  mpt_comm *comm = arg;
+  if (atomic_load(&comm->failed) != MPT_OK) return mpt__comm_check_usable(comm);
+  const double timeout_ms = comm->config.timeout_ms + waiter_grace_ms(comm);
+  mpt__inflight oldest;
+  pthread_mutex_lock(&comm->mutex);
+  int n = inflight_oldest_locked(comm, &oldest);
+  pthread_mutex_unlock(&comm->mutex);
+  double now = mpt_time_ms();
+  if (n == 0) { /* between two MPI calls of the collective, or before its first: look again */
+    *left_ms = timeout_ms < 100 ? timeout_ms : 100;
+    return MPT_OK;
   }
-  return mpt__comm_wait_deadline(comm, event, NULL, grace_ms);
+  if (oldest.start_ms + timeout_ms > now) {
+    *left_ms = oldest.start_ms + timeout_ms - now;
+    return MPT_OK;
+  }
+  mpt_status st = mpt__coll_timeout_error(comm, &oldest.coll, oldest.stage);
+  mpt__comm_set_failed(comm, st);
+  return st;
 }
 
 mpt_status mpt__comm_wait_deadline(mpt_comm *comm, mpt_event *event, const mpt__coll *c,

@@ -1,4 +1,4 @@
-/* Device binding (comm.h "device binding"; FAULTS.md F11, F12): which device a rank uses, and
+/* Device binding (comm.h "device binding"; docs/faults.md F11, F12): which device a rank uses, and
  * the check, across ranks, that no two ranks of one host use one device.
  *
  * The rule is one device per rank, by local rank (the rank among the processes of the host, as

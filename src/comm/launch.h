@@ -2,7 +2,7 @@
  * MPI's own view of the world. Everything here is pure (no getenv after the snapshot, no MPI
  * calls), so tests feed fake environments (tests/test_launch.c).
  *
- * The rules (FAULTS.md F12, F14):
+ * The rules (docs/faults.md F12, F14):
  * - OMPI_COMM_WORLD_SIZE present: Open MPI's mpirun started us. SLURM_* variables then belong to
  *   the surrounding allocation (mpirun inside sbatch) and are ignored: SLURM_NTASKS is the
  *   allocation's task count, and SLURM_LOCALID / SLURM_PROCID were inherited from the batch

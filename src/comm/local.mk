@@ -1,6 +1,6 @@
 # src/comm: the process group and collectives (include/mpitrain/comm.h). Backends: MPI (always),
 # MPI with device buffers staged through pinned memory (CUDA builds), NCCL (NCCL builds); the
-# registry in comm.c picks one. devmap.c binds ranks to devices (FAULTS.md F11, F12).
+# registry in comm.c picks one. devmap.c binds ranks to devices (docs/faults.md F11, F12).
 mpitraininclude_HEADERS += include/mpitrain/comm.h
 libmpitrain_all_la_SOURCES += \
 	src/comm/comm_impl.h src/comm/launch.h \

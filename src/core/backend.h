@@ -5,6 +5,7 @@
 #ifndef MPT_CORE_BACKEND_H
 #define MPT_CORE_BACKEND_H
 
+#include "core/keeper.h"
 #include "mpitrain/core.h"
 #include "mpitrain/ops.h"
 
@@ -24,6 +25,10 @@ typedef struct mpt__device_backend {
    * struct (core.h mpt_stream_abandon). */
   void (*stream_abandon)(mpt_stream *stream);
   mpt_status (*stream_launch_host)(mpt_stream *stream, mpt_host_fn fn, void *arg);
+  /* Optional (NULL: stream_launch_host, the keeper unused): a host function whose deadline the
+   * waiters keep (core/keeper.h). */
+  mpt_status (*stream_launch_host_kept)(mpt_stream *stream, mpt_host_fn fn, void *arg,
+                                        mpt__keeper_fn keeper, void *keeper_arg);
   mpt_status (*stream_synchronize)(mpt_stream *stream, double timeout_ms);
   mpt_status (*stream_error)(const mpt_stream *stream);
   mpt_status (*stream_wait_event)(mpt_stream *stream, mpt_event *event, double timeout_ms);

@@ -125,6 +125,15 @@ mpt_status mpt_stream_launch_host(mpt_stream *stream, mpt_host_fn fn, void *arg)
   return mpt__backend_of_stream(stream)->stream_launch_host(stream, fn, arg);
 }
 
+mpt_status mpt__stream_launch_host_kept(mpt_stream *stream, mpt_host_fn fn, void *arg,
+                                        mpt__keeper_fn keeper, void *keeper_arg) {
+  if (!fn || !keeper) return MPT_FAIL(MPT_EINVAL, "NULL host function or keeper");
+  if (!stream) return fn(arg);
+  const mpt__device_backend *b = mpt__backend_of_stream(stream);
+  if (!b->stream_launch_host_kept) return b->stream_launch_host(stream, fn, arg);
+  return b->stream_launch_host_kept(stream, fn, arg, keeper, keeper_arg);
+}
+
 mpt_status mpt_stream_synchronize(mpt_stream *stream, double timeout_ms) {
   if (!stream) return MPT_OK;
   return mpt__backend_of_stream(stream)->stream_synchronize(stream, timeout_ms);

@@ -1,5 +1,6 @@
-/* The batch loader: walks a sampler's list in batches, copying rows of a dataset into two
- * host buffers; a prefetch thread fills batch k + 1 while the caller uses batch k.
+/* The batch loader: walks a sampler's list in batches, reading rows of a data source (a user's
+ * callbacks, or an in-memory dataset wrapped as one) into two host buffers; a prefetch thread
+ * fills batch k + 1 while the caller uses batch k.
  *
  * Protocol (all counters under `mutex`, one condition variable `cond`, broadcast on change):
  * - batch k lives in slot k % 2;
@@ -13,9 +14,13 @@
  *   sampler while it changes.
  * Every wait of the caller on the thread has the config's deadline (CLOCK_MONOTONIC). The
  * thread's own idle wait has none: it is woken by work or by `stop`. Buffers are allocated once
- * at init; nothing is allocated per batch. */
+ * at init; nothing is allocated per batch.
+ * A failed fill of batch k (a source callback's error) is sticky in `error`, and `produced`
+ * stays at k: batches before k are still handed out, batch k and every later call get the
+ * error, with or without the thread. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -24,18 +29,20 @@
 #include "mpitrain/data.h"
 
 struct loader_slot {
-  float *images;    /* [B, C, H, W] */
-  int32_t *labels;  /* [B] */
+  unsigned char *images; /* [B, input_shape...] of the source's input dtype */
+  int32_t *labels;       /* [B, label_count] */
   int64_t *indices; /* [B] dataset index of each row */
   int64_t rows;     /* rows filled */
   int64_t num_real; /* leading rows that are not sampler padding */
 };
 
 struct mpt_loader {
-  const mpt_dataset *ds; /* borrowed */
+  const mpt_data_source *src; /* borrowed, or owned_src (mpt_loader_init over a dataset) */
+  mpt_data_source *owned_src;
   mpt_sampler *sampler;  /* borrowed; its epoch changes only under `paused` */
   mpt_loader_config cfg;
-  int64_t sample_count; /* floats per sample, C * H * W */
+  int64_t input_nbytes; /* bytes of one sample's input */
+  int64_t label_count;  /* int32 labels per sample */
   int64_t num_batches;
   struct loader_slot slot[2];
 
@@ -77,16 +84,20 @@ static mpt_status loader_fill(mpt_loader *l, int64_t k) {
   int64_t rows = mpt_sampler_num_samples(l->sampler) - start;
   if (rows > b) rows = b;
   MPT_RETURN_IF(mpt_sampler_fill(l->sampler, start, rows, s->indices));
-  const float *x = l->ds->images.data;
-  const int32_t *y = l->ds->labels.data;
-  const size_t row_nbytes = (size_t)l->sample_count * sizeof(float);
+  const int64_t n = mpt_data_source_get_desc(l->src)->count;
   for (int64_t i = 0; i < rows; i++) {
     int64_t j = s->indices[i];
-    if (j < 0 || j >= l->ds->count)
+    if (j < 0 || j >= n)
       return MPT_FAIL(MPT_ESTATE, "loader: sampler gave index %lld for a dataset of %lld",
-                      (long long)j, (long long)l->ds->count);
-    memcpy(s->images + i * l->sample_count, x + j * l->sample_count, row_nbytes);
-    s->labels[i] = y[j];
+                      (long long)j, (long long)n);
+    mpt_status st = mpt_data_source_read(l->src, j, s->images + i * l->input_nbytes,
+                                         s->labels + i * l->label_count);
+    if (st != MPT_OK) {
+      char detail[512];
+      snprintf(detail, sizeof detail, "%s", mpt_last_error());
+      return MPT_FAIL(st, "loader: batch %lld of epoch %lld (row %lld): %s", (long long)k,
+                      (long long)mpt_sampler_epoch(l->sampler), (long long)i, detail);
+    }
   }
   int64_t real = mpt_sampler_num_real(l->sampler) - start;
   s->rows = rows;
@@ -142,32 +153,51 @@ mpt_status mpt_loader_init(mpt_loader **loader, const mpt_dataset *ds, mpt_sampl
   if (!loader) return MPT_FAIL(MPT_EINVAL, "mpt_loader_init: loader is NULL");
   *loader = NULL;
   if (!ds || !sampler) return MPT_FAIL(MPT_EINVAL, "mpt_loader_init: dataset or sampler is NULL");
+  mpt_data_source *src = NULL;
+  MPT_RETURN_IF(mpt_data_source_init_dataset(&src, ds));
+  mpt_status st = mpt_loader_init_source(loader, src, sampler, config);
+  if (st != MPT_OK) {
+    mpt_data_source_free(src);
+    return st;
+  }
+  (*loader)->owned_src = src;
+  return MPT_OK;
+}
+
+mpt_status mpt_loader_init_source(mpt_loader **loader, const mpt_data_source *src,
+                                  mpt_sampler *sampler, const mpt_loader_config *config) {
+  if (!loader) return MPT_FAIL(MPT_EINVAL, "mpt_loader_init: loader is NULL");
+  *loader = NULL;
+  if (!src || !sampler)
+    return MPT_FAIL(MPT_EINVAL, "mpt_loader_init: data source or sampler is NULL");
+  const mpt_data_source_desc *d = mpt_data_source_get_desc(src);
   mpt_loader_config cfg = config ? *config : mpt_loader_config_default();
   if (cfg.batch_size < 1 || !(cfg.timeout_ms > 0))
     return MPT_FAIL(MPT_EINVAL, "loader: batch_size %lld (must be >= 1), timeout_ms %g (must be > 0)",
                     (long long)cfg.batch_size, cfg.timeout_ms);
-  if (mpt_sampler_dataset_count(sampler) != ds->count)
+  if (mpt_sampler_dataset_count(sampler) != d->count)
     return MPT_FAIL(MPT_ESHAPE, "loader: the sampler covers %lld samples but the dataset has %lld",
-                    (long long)mpt_sampler_dataset_count(sampler), (long long)ds->count);
+                    (long long)mpt_sampler_dataset_count(sampler), (long long)d->count);
   mpt_status st;
   mpt_loader *l = calloc(1, sizeof *l);
   if (!l) return MPT_FAIL(MPT_ENOMEM, "loader: out of memory");
-  l->ds = ds;
+  l->src = src;
   l->sampler = sampler;
   l->cfg = cfg;
-  l->sample_count = mpt_dataset_sample_count(ds);
+  l->input_nbytes = mpt_data_source_input_nbytes(src);
+  l->label_count = d->label_count;
   int64_t n = mpt_sampler_num_samples(sampler), b = cfg.batch_size;
   l->num_batches = cfg.drop_last ? n / b : (n + b - 1) / b;
   l->error = MPT_OK;
 
   for (int i = 0; i < 2; i++) {
     struct loader_slot *s = &l->slot[i];
-    s->images = malloc((size_t)(b * l->sample_count) * sizeof(float));
-    s->labels = malloc((size_t)b * sizeof(int32_t));
+    s->images = malloc((size_t)(b * l->input_nbytes));
+    s->labels = malloc((size_t)(b * l->label_count) * sizeof(int32_t));
     s->indices = malloc((size_t)b * sizeof(int64_t));
     if (!s->images || !s->labels || !s->indices) {
-      st = MPT_FAIL(MPT_ENOMEM, "loader: cannot allocate two batches of %lld x %lld floats",
-                    (long long)b, (long long)l->sample_count);
+      st = MPT_FAIL(MPT_ENOMEM, "loader: cannot allocate two batches of %lld x %lld bytes",
+                    (long long)b, (long long)l->input_nbytes);
       goto fail_buffers;
     }
   }
@@ -234,6 +264,7 @@ void mpt_loader_free(mpt_loader *loader) {
     free(l->slot[i].labels);
     free(l->slot[i].indices);
   }
+  mpt_data_source_free(l->owned_src);
   free(l);
 }
 
@@ -245,7 +276,8 @@ int mpt_loader_next(mpt_loader *loader, mpt_batch *batch) {
   memset(batch, 0, sizeof *batch);
   int ret = MPT_OK;
   pthread_mutex_lock(&l->mutex);
-  if (l->error != MPT_OK) {
+  /* A failed batch k leaves produced at k: earlier batches still go out, k gets the error. */
+  if (l->error != MPT_OK && l->produced <= l->handed && l->handed < l->num_batches) {
     ret = loader_sticky(l);
     goto out;
   }
@@ -275,18 +307,25 @@ int mpt_loader_next(mpt_loader *loader, mpt_batch *batch) {
       ret = loader_sticky(l);
       goto out;
     }
-  } else {
+  } else if (l->produced <= k) {
     ret = loader_fill(l, k);
-    if (ret != MPT_OK) goto out;
+    if (ret != MPT_OK) {
+      l->error = ret;
+      snprintf(l->error_msg, sizeof l->error_msg, "%s", mpt_last_error());
+      goto out;
+    }
     l->produced = k + 1;
   }
   l->handed = k + 1;
   const struct loader_slot *s = &l->slot[k % 2];
-  const mpt_dataset *ds = l->ds;
-  int64_t ishape[4] = {s->rows, ds->channels, ds->height, ds->width};
-  int64_t lshape[1] = {s->rows};
-  batch->images = mpt_tensor_view(s->images, mpt_device_cpu(), MPT_F32, 4, ishape);
-  batch->labels = mpt_tensor_view(s->labels, mpt_device_cpu(), MPT_I32, 1, lshape);
+  const mpt_data_source_desc *d = mpt_data_source_get_desc(l->src);
+  int64_t ishape[MPT_DATA_MAX_DIMS + 1] = {s->rows};
+  for (int i = 0; i < d->input_ndim; i++) ishape[i + 1] = d->input_shape[i];
+  int64_t lshape[2] = {s->rows, l->label_count};
+  batch->images = mpt_tensor_view(s->images, mpt_device_cpu(), d->input_dtype,
+                                  d->input_ndim + 1, ishape);
+  batch->labels = mpt_tensor_view(s->labels, mpt_device_cpu(), MPT_I32,
+                                  l->label_count > 1 ? 2 : 1, lshape);
   batch->sample_indices = s->indices;
   batch->count = s->rows;
   batch->num_real = s->num_real;

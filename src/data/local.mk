@@ -1,11 +1,11 @@
 # src/data: IDX reader, datasets, distributed sampler, batch loader (include/mpitrain/data.h)
 mpitraininclude_HEADERS += include/mpitrain/data.h
 libmpitrain_all_la_SOURCES += \
-	src/data/idx.c src/data/dataset.c src/data/sampler.c src/data/loader.c
+	src/data/idx.c src/data/dataset.c src/data/sampler.c src/data/loader.c src/data/source.c
 
 if HAVE_CHECK
-check_PROGRAMS += tests/test_idx tests/test_sampler tests/test_loader
-TESTS += tests/test_idx tests/test_sampler tests/test_loader
+check_PROGRAMS += tests/test_idx tests/test_sampler tests/test_loader tests/test_source
+TESTS += tests/test_idx tests/test_sampler tests/test_loader tests/test_source
 tests_test_idx_SOURCES = tests/test_idx.c
 tests_test_idx_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_idx_LDADD = libmpitrain_all.la $(CHECK_LIBS)
@@ -15,4 +15,7 @@ tests_test_sampler_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 tests_test_loader_SOURCES = tests/test_loader.c
 tests_test_loader_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_loader_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+tests_test_source_SOURCES = tests/test_source.c
+tests_test_source_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_source_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 endif

@@ -2,7 +2,10 @@
 mpitraininclude_HEADERS += include/mpitrain/nn.h include/mpitrain/autograd.h
 libmpitrain_all_la_SOURCES += \
 	src/nn/tape.h src/nn/tape.c src/nn/model.c src/nn/ops_basic.c \
-	src/nn/conv.c src/nn/pool.c src/nn/dropout.c src/nn/batchnorm.c src/nn/models.c
+	src/nn/conv.c src/nn/pool.c src/nn/dropout.c src/nn/batchnorm.c src/nn/models.c \
+	src/nn/eval.c
+
+EXTRA_DIST += tests/test_eval_mpi.sh
 
 if HAVE_CHECK
 check_PROGRAMS += tests/test_tape tests/test_layers tests/test_models tests/test_hooks
@@ -19,4 +22,10 @@ tests_test_hooks_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 tests_test_models_SOURCES = tests/test_models.c
 tests_test_models_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_models_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+# tests/test_eval is an MPI program, run by tests/test_eval_mpi.sh under tests/mpirun.sh
+check_PROGRAMS += tests/test_eval
+TESTS += tests/test_eval_mpi.sh
+tests_test_eval_SOURCES = tests/test_eval.c
+tests_test_eval_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_eval_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 endif

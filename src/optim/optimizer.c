@@ -6,7 +6,11 @@
  * config was validated at init and never changes; step_count counts the steps whose kernel
  * returned MPT_OK. The arithmetic is in the device kernels (mpt_op_sgd_step,
  * mpt_op_adamw_step); this file keeps the state and the step count, and runs on the caller's
- * thread, enqueuing on the stream it is given. */
+ * thread, enqueuing on the stream it is given.
+ * Groups (mpt_optimizer_set_groups) are kept as given and as `segs`: a partition of [0, count)
+ * into runs sorted by offset, adjacent runs with equal settings merged, elements outside every
+ * group carrying the config's weight_decay and lr_scale 1. The kernels are elementwise, so a
+ * step over the runs equals one step over the buffer with per-element settings. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +29,10 @@ struct mpt_optimizer {
   int nbuffers;
   float *buffers[MPT_OPTIM_MAX_STATE]; /* each [count] on device; see the state names */
   int64_t step_count;
+  int ngroups;
+  mpt_param_group *groups; /* [ngroups] as given */
+  int nsegs;               /* 0 without groups */
+  mpt_param_group *segs;   /* [nsegs] the partition of [0, count) the step walks */
 };
 
 mpt_optimizer_config mpt_optimizer_config_default(void) {
@@ -164,7 +172,23 @@ fail:
 void mpt_optimizer_free(mpt_optimizer *opt) {
   if (!opt) return;
   for (int i = 0; i < MPT_OPTIM_MAX_STATE; ++i) mpt_device_free(opt->device, opt->buffers[i]);
+  free(opt->groups);
+  free(opt->segs);
   free(opt);
+}
+
+/* The step's kernel over elements [off, off + n) with learning rate lr and weight decay wd. */
+static mpt_status step_slice(mpt_optimizer *opt, mpt_stream *stream, float *param,
+                             const float *grad, int64_t off, int64_t n, float lr, float wd) {
+  const mpt_optimizer_config *c = &opt->cfg;
+  if (n == 0) return MPT_OK;
+  if (c->kind == MPT_OPTIM_SGD)
+    return mpt_op_sgd_step(stream, param + off, grad + off,
+                           opt->nbuffers ? opt->buffers[0] + off : NULL, n, lr, c->momentum,
+                           c->dampening, wd, c->nesterov ? 1 : 0, opt->step_count == 0);
+  return mpt_op_adamw_step(stream, param + off, grad + off, opt->buffers[0] + off,
+                           opt->buffers[1] + off, n, lr, c->beta1, c->beta2, c->eps, wd,
+                           opt->step_count + 1);
 }
 
 mpt_status mpt_optimizer_step(mpt_optimizer *opt, mpt_stream *stream, float *param,
@@ -186,16 +210,15 @@ mpt_status mpt_optimizer_step(mpt_optimizer *opt, mpt_stream *stream, float *par
                     mpt_device_str(opt->device, a, sizeof a), mpt_device_str(sd, b, sizeof b));
   }
 
-  const mpt_optimizer_config *c = &opt->cfg;
-  if (opt->count == 0) {
-    st = MPT_OK;
-  } else if (c->kind == MPT_OPTIM_SGD) {
-    st = mpt_op_sgd_step(stream, param, grad, opt->nbuffers ? opt->buffers[0] : NULL, opt->count,
-                         lr, c->momentum, c->dampening, c->weight_decay, c->nesterov ? 1 : 0,
-                         opt->step_count == 0);
+  if (opt->nsegs == 0) {
+    st = step_slice(opt, stream, param, grad, 0, opt->count, lr, opt->cfg.weight_decay);
   } else {
-    st = mpt_op_adamw_step(stream, param, grad, opt->buffers[0], opt->buffers[1], opt->count, lr,
-                           c->beta1, c->beta2, c->eps, c->weight_decay, opt->step_count + 1);
+    st = MPT_OK;
+    for (int i = 0; i < opt->nsegs && st == MPT_OK; ++i) {
+      const mpt_param_group *g = &opt->segs[i];
+      st = step_slice(opt, stream, param, grad, g->offset, g->count, lr * g->lr_scale,
+                      g->weight_decay);
+    }
   }
   if (st == MPT_OK) opt->step_count++;
   return st;
@@ -227,6 +250,100 @@ mpt_status mpt_optimizer_set_step_count(mpt_optimizer *opt, int64_t step_count) 
     return MPT_FAIL(MPT_EINVAL, "optimizer step count %lld < 0", (long long)step_count);
   opt->step_count = step_count;
   return MPT_OK;
+}
+
+/* ---- Parameter groups ---- */
+
+static int by_offset(const void *a, const void *b) {
+  const mpt_param_group *x = a, *y = b;
+  return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* Appends the run [off, off + n) with settings (wd, scale), merged into the previous run when
+ * they are adjacent with equal settings. */
+static void push_seg(mpt_param_group *segs, int *nsegs, int64_t off, int64_t n, float wd,
+                     float scale) {
+  if (n == 0) return;
+  mpt_param_group *last = *nsegs ? &segs[*nsegs - 1] : NULL;
+  if (last && last->offset + last->count == off && last->weight_decay == wd &&
+      last->lr_scale == scale) {
+    last->count += n;
+    return;
+  }
+  segs[(*nsegs)++] = (mpt_param_group){off, n, wd, scale};
+}
+
+mpt_status mpt_optimizer_set_groups(mpt_optimizer *opt, const mpt_param_group *groups,
+                                    int ngroups) {
+  mpt_status st = MPT_OK;
+  mpt_param_group *copy = NULL, *sorted = NULL, *segs = NULL;
+  int nsegs = 0;
+  if (!opt) return MPT_FAIL(MPT_EINVAL, "NULL optimizer");
+  if (ngroups < 0 || (ngroups > 0 && !groups))
+    return MPT_FAIL(MPT_EINVAL, "optimizer groups: %d groups at %p", ngroups,
+                    (const void *)groups);
+  for (int i = 0; i < ngroups; ++i) {
+    const mpt_param_group *g = &groups[i];
+    if (g->offset < 0 || g->count < 0 || g->offset > opt->count - g->count)
+      return MPT_FAIL(MPT_EINVAL,
+                      "optimizer group %d: slice [%lld, %lld + %lld) is outside the %lld "
+                      "parameters", i, (long long)g->offset, (long long)g->offset,
+                      (long long)g->count, (long long)opt->count);
+    if (!(isfinite(g->weight_decay) && g->weight_decay >= 0.0f))
+      return MPT_FAIL(MPT_EINVAL, "optimizer group %d: weight_decay must be >= 0 and finite "
+                      "(got %g)", i, (double)g->weight_decay);
+    if (!(isfinite(g->lr_scale) && g->lr_scale >= 0.0f))
+      return MPT_FAIL(MPT_EINVAL, "optimizer group %d: lr_scale must be >= 0 and finite (got "
+                      "%g)", i, (double)g->lr_scale);
+  }
+  if (ngroups > 0) {
+    copy = malloc((size_t)ngroups * sizeof *copy);
+    sorted = malloc((size_t)ngroups * sizeof *sorted);
+    segs = malloc((size_t)(2 * ngroups + 1) * sizeof *segs);
+    if (!copy || !sorted || !segs) {
+      st = MPT_FAIL(MPT_ENOMEM, "optimizer groups: %d groups", ngroups);
+      goto fail;
+    }
+    memcpy(copy, groups, (size_t)ngroups * sizeof *copy);
+    memcpy(sorted, groups, (size_t)ngroups * sizeof *sorted);
+    qsort(sorted, (size_t)ngroups, sizeof *sorted, by_offset);
+    int64_t at = 0; /* end of the previous group */
+    for (int i = 0; i < ngroups; ++i) {
+      const mpt_param_group *g = &sorted[i];
+      if (g->count == 0) continue;
+      if (g->offset < at) {
+        st = MPT_FAIL(MPT_EINVAL, "optimizer groups overlap: the slice at offset %lld (%lld "
+                      "elements) starts before the end of another at %lld", (long long)g->offset,
+                      (long long)g->count, (long long)at);
+        goto fail;
+      }
+      push_seg(segs, &nsegs, at, g->offset - at, opt->cfg.weight_decay, 1.0f);
+      push_seg(segs, &nsegs, g->offset, g->count, g->weight_decay, g->lr_scale);
+      at = g->offset + g->count;
+    }
+    push_seg(segs, &nsegs, at, opt->count - at, opt->cfg.weight_decay, 1.0f);
+  }
+  free(sorted);
+  free(opt->groups);
+  free(opt->segs);
+  opt->groups = copy;
+  opt->ngroups = ngroups;
+  opt->segs = nsegs ? segs : NULL;
+  opt->nsegs = nsegs;
+  if (!nsegs) free(segs);
+  return MPT_OK;
+fail:
+  free(copy);
+  free(sorted);
+  free(segs);
+  return st;
+}
+
+int mpt_optimizer_num_groups(const mpt_optimizer *opt) { return opt ? opt->ngroups : 0; }
+
+const mpt_param_group *mpt_optimizer_group(const mpt_optimizer *opt, int i) {
+  if (!opt || i < 0 || i >= opt->ngroups) return NULL;
+  return &opt->groups[i];
 }
 
 mpt_status mpt_optimizer_step_model(mpt_optimizer *opt, mpt_model *model, mpt_stream *stream,

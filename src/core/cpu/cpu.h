@@ -14,6 +14,8 @@ mpt_status mpt__cpu_stream_init(mpt_stream **stream, mpt_device device, mpt_stre
 void mpt__cpu_stream_free(mpt_stream *stream);
 void mpt__cpu_stream_abandon(mpt_stream *stream);
 mpt_status mpt__cpu_stream_launch_host(mpt_stream *stream, mpt_host_fn fn, void *arg);
+mpt_status mpt__cpu_stream_launch_host_kept(mpt_stream *stream, mpt_host_fn fn, void *arg,
+                                            mpt__keeper_fn keeper, void *keeper_arg);
 mpt_status mpt__cpu_stream_synchronize(mpt_stream *stream, double timeout_ms);
 mpt_status mpt__cpu_stream_error(const mpt_stream *stream);
 mpt_status mpt__cpu_stream_wait_event(mpt_stream *stream, mpt_event *event, double timeout_ms);

@@ -32,6 +32,7 @@ const mpt__device_backend mpt__cpu_backend = {
     .stream_free = mpt__cpu_stream_free,
     .stream_abandon = mpt__cpu_stream_abandon,
     .stream_launch_host = mpt__cpu_stream_launch_host,
+    .stream_launch_host_kept = mpt__cpu_stream_launch_host_kept,
     .stream_synchronize = mpt__cpu_stream_synchronize,
     .stream_error = mpt__cpu_stream_error,
     .stream_wait_event = mpt__cpu_stream_wait_event,

@@ -19,8 +19,19 @@
  * backend polls its event with the deadline and reports its stream's status). Such a wait is for
  * the event's record current when the wait was ENQUEUED (mpt__event_capture), not a later
  * re-record, as a CUDA stream's wait on a CPU event is.
- * A CPU event cannot be recorded on another backend's stream (MPT_EINVAL). */
+ * A CPU event cannot be recorded on another backend's stream (MPT_EINVAL).
+ *
+ * Kept work (core/keeper.h): a host function launched with a keeper publishes it in
+ * s->run_keeper while it runs. Every wait on the stream, or on an event whose latest record is
+ * pending on it (ev->stream), asks that keeper how long it may still wait and returns the
+ * keeper's error once the work is past its deadline, even a wait without a deadline of its own.
+ * An event wait on a worker stream with no kept work running looks again every KEEPER_POLL_MS,
+ * since kept work may start behind the current item without signalling the event. Lock order:
+ * event, then stream, then whatever the keeper takes; nothing holds a stream's lock while taking
+ * an event's. ev->stream is only read while the event is pending, when the stream is alive (a
+ * freed stream drained its queue first; an abandoned one is leaked). */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +43,9 @@
 
 enum { WORK_HOST, WORK_RECORD, WORK_WAIT, WORK_WAIT_FOREIGN };
 
+/* How often an event wait on a worker stream without kept work running looks for some. */
+#define KEEPER_POLL_MS 50.0
+
 typedef struct work_item {
   int kind;
   mpt_host_fn fn;
@@ -39,6 +53,8 @@ typedef struct work_item {
   mpt_event *event;
   uint64_t generation;
   double timeout_ms;
+  mpt__keeper_fn keeper; /* WORK_HOST: NULL, or the keeper of its deadline (core/keeper.h) */
+  void *keeper_arg;
   struct work_item *next;
 } work_item;
 
@@ -54,6 +70,8 @@ struct mpt_stream {
   int abandoned; /* mpt_stream_abandon: the worker exits after its current item, running nothing */
   mpt_status error;
   char detail[1024];
+  mpt__keeper_fn run_keeper; /* the keeper of the host function now running, or NULL */
+  void *run_keeper_arg;
 };
 
 struct mpt_event {
@@ -61,6 +79,7 @@ struct mpt_event {
   pthread_mutex_t mutex;
   pthread_cond_t cond;
   uint64_t recorded, completed;
+  mpt_stream *stream; /* the worker stream of the latest record (NULL: inline); see above */
   mpt_status status;
   double time_ms;
   char detail[1024];
@@ -91,23 +110,59 @@ static void event_complete(mpt_event *ev, uint64_t generation, mpt_status status
   pthread_mutex_unlock(&ev->mutex);
 }
 
+/* Waits on cond for at most wait_ms (INFINITY: no limit). */
+static void cond_wait_ms(pthread_cond_t *cond, pthread_mutex_t *mutex, double wait_ms) {
+  if (isinf(wait_ms)) {
+    pthread_cond_wait(cond, mutex);
+  } else {
+    struct timespec dl = deadline_after(wait_ms);
+    pthread_cond_timedwait(cond, mutex, &dl);
+  }
+}
+
+/* With s->mutex held: how long a waiter on s may still wait for the kept work now running
+ * (INFINITY when none runs), or the keeper's error (its detail set on this thread). */
+static mpt_status keeper_ask(mpt_stream *s, double *left_ms) {
+  *left_ms = INFINITY;
+  if (!s->run_keeper) return MPT_OK;
+  double left = 0;
+  mpt_status st = s->run_keeper(s->run_keeper_arg, &left);
+  if (st == MPT_OK) *left_ms = left > 1 ? left : 1;
+  return st;
+}
+
 /* Waits until ev reaches `generation`. Returns the event's status, or MPT_ETIMEOUT with
- * *expired set when this wait itself ran out (expired may be NULL). */
+ * *expired set when this wait itself ran out (expired may be NULL), or the error of the keeper
+ * of the work the event is pending behind (detail copied, *expired untouched). */
 static mpt_status event_wait_generation(mpt_event *ev, uint64_t generation, double timeout_ms,
                                         char *detail, size_t detail_nbytes, int *expired) {
   mpt_status st = MPT_OK;
-  struct timespec dl = deadline_after(timeout_ms < 0 ? 0 : timeout_ms);
+  const double end_ms = timeout_ms < 0 ? INFINITY : mpt_time_ms() + timeout_ms;
   pthread_mutex_lock(&ev->mutex);
   while (ev->completed < generation) {
-    int rc = timeout_ms < 0 ? pthread_cond_wait(&ev->cond, &ev->mutex)
-                            : pthread_cond_timedwait(&ev->cond, &ev->mutex, &dl);
-    if (rc == ETIMEDOUT && ev->completed < generation) {
+    double wait_ms = end_ms - mpt_time_ms();
+    if (wait_ms <= 0) {
       pthread_mutex_unlock(&ev->mutex);
       if (expired) *expired = 1;
       if (detail)
         snprintf(detail, detail_nbytes, "event not completed within %.0f ms", timeout_ms);
       return MPT_ETIMEOUT;
     }
+    if (ev->stream && ev->completed < ev->recorded) { /* pending on a worker stream */
+      mpt_stream *s = ev->stream;
+      double left_ms;
+      pthread_mutex_lock(&s->mutex);
+      mpt_status kst = keeper_ask(s, &left_ms);
+      pthread_mutex_unlock(&s->mutex);
+      if (kst != MPT_OK) {
+        pthread_mutex_unlock(&ev->mutex);
+        if (detail) snprintf(detail, detail_nbytes, "%s", mpt_last_error());
+        return kst;
+      }
+      if (isinf(left_ms)) left_ms = KEEPER_POLL_MS; /* no kept work yet: look again soon */
+      if (left_ms < wait_ms) wait_ms = left_ms;
+    }
+    cond_wait_ms(&ev->cond, &ev->mutex, wait_ms);
   }
   st = ev->status;
   if (st != MPT_OK && detail) snprintf(detail, detail_nbytes, "%s", ev->detail);
@@ -126,6 +181,11 @@ static void *stream_worker(void *arg) {
     s->head = w->next;
     if (!s->head) s->tail = NULL;
     mpt_status failed = s->error;
+    if (w->kind == WORK_HOST && failed == MPT_OK && w->keeper) {
+      s->run_keeper = w->keeper;
+      s->run_keeper_arg = w->keeper_arg;
+      pthread_cond_broadcast(&s->cond); /* a stream wait without a deadline now has one */
+    }
     pthread_mutex_unlock(&s->mutex);
 
     mpt_status st = MPT_OK;
@@ -161,7 +221,11 @@ static void *stream_worker(void *arg) {
     }
 
     pthread_mutex_lock(&s->mutex);
-    if (s->abandoned) break; /* the owner gave up on us: touch nothing else (the item leaks) */
+    /* Abandoned: the owner gave up on us, touch nothing else (the item leaks). A keeper stays
+     * published, so waits on the dropped work end with its error instead of hanging. */
+    if (s->abandoned) break;
+    s->run_keeper = NULL;
+    s->run_keeper_arg = NULL;
     if (st != MPT_OK && s->error == MPT_OK) {
       s->error = st;
       snprintf(s->detail, sizeof s->detail, "%s", detail);
@@ -230,7 +294,8 @@ void mpt__cpu_stream_abandon(mpt_stream *s) {
 
 /* Appends an item to a worker stream's queue (caller does not hold the lock). */
 static mpt_status stream_push(mpt_stream *s, int kind, mpt_host_fn fn, void *arg, mpt_event *ev,
-                              uint64_t generation, double timeout_ms) {
+                              uint64_t generation, double timeout_ms, mpt__keeper_fn keeper,
+                              void *keeper_arg) {
   pthread_mutex_lock(&s->mutex);
   work_item *w = s->free_list;
   if (w)
@@ -239,7 +304,7 @@ static mpt_status stream_push(mpt_stream *s, int kind, mpt_host_fn fn, void *arg
     pthread_mutex_unlock(&s->mutex);
     return MPT_FAIL(MPT_ENOMEM, "cannot queue work on a stream");
   }
-  *w = (work_item){kind, fn, arg, ev, generation, timeout_ms, NULL};
+  *w = (work_item){kind, fn, arg, ev, generation, timeout_ms, keeper, keeper_arg, NULL};
   if (s->tail)
     s->tail->next = w;
   else
@@ -263,6 +328,13 @@ static mpt_status stream_raise(mpt_stream *s) {
 }
 
 mpt_status mpt__cpu_stream_launch_host(mpt_stream *s, mpt_host_fn fn, void *arg) {
+  return mpt__cpu_stream_launch_host_kept(s, fn, arg, NULL, NULL);
+}
+
+/* An inline stream runs fn on the caller's thread: nobody can wait on it meanwhile, so the
+ * keeper has nothing to do there. */
+mpt_status mpt__cpu_stream_launch_host_kept(mpt_stream *s, mpt_host_fn fn, void *arg,
+                                            mpt__keeper_fn keeper, void *keeper_arg) {
   if (s->h.kind == MPT_STREAM_INLINE) {
     if (s->error != MPT_OK) return stream_raise(s);
     mpt_status st = fn(arg);
@@ -274,23 +346,29 @@ mpt_status mpt__cpu_stream_launch_host(mpt_stream *s, mpt_host_fn fn, void *arg)
   }
   mpt_status st = stream_raise(s);
   if (st != MPT_OK) return st;
-  return stream_push(s, WORK_HOST, fn, arg, NULL, 0, 0);
+  return stream_push(s, WORK_HOST, fn, arg, NULL, 0, 0, keeper, keeper_arg);
 }
 
+/* Kept work starting is seen without polling: the worker signals s->cond when it starts some. */
 mpt_status mpt__cpu_stream_synchronize(mpt_stream *s, double timeout_ms) {
   if (s->h.kind == MPT_STREAM_INLINE) return stream_raise(s);
-  struct timespec dl = deadline_after(timeout_ms < 0 ? 0 : timeout_ms);
+  const double end_ms = timeout_ms < 0 ? INFINITY : mpt_time_ms() + timeout_ms;
   pthread_mutex_lock(&s->mutex);
   uint64_t target = s->enqueued;
   while (s->finished < target) {
-    int rc = timeout_ms < 0 ? pthread_cond_wait(&s->cond, &s->mutex)
-                            : pthread_cond_timedwait(&s->cond, &s->mutex, &dl);
-    if (rc == ETIMEDOUT && s->finished < target) {
+    double wait_ms = end_ms - mpt_time_ms(), left_ms;
+    if (wait_ms <= 0) {
       uint64_t pending = target - s->finished;
       pthread_mutex_unlock(&s->mutex);
       return MPT_FAIL(MPT_ETIMEOUT, "stream did not drain within %.0f ms (%llu items pending)",
                       timeout_ms, (unsigned long long)pending);
     }
+    mpt_status kst = keeper_ask(s, &left_ms);
+    if (kst != MPT_OK) {
+      pthread_mutex_unlock(&s->mutex);
+      return kst;
+    }
+    cond_wait_ms(&s->cond, &s->mutex, left_ms < wait_ms ? left_ms : wait_ms);
   }
   pthread_mutex_unlock(&s->mutex);
   return stream_raise(s);
@@ -315,7 +393,7 @@ mpt_status mpt__cpu_stream_wait_event(mpt_stream *s, mpt_event *ev, double timeo
     if (st != MPT_OK) return st;
     uint64_t token = 0;
     MPT_RETURN_IF(mpt__event_capture(ev, &token));
-    st = stream_push(s, WORK_WAIT_FOREIGN, NULL, NULL, ev, token, timeout_ms);
+    st = stream_push(s, WORK_WAIT_FOREIGN, NULL, NULL, ev, token, timeout_ms, NULL, NULL);
     if (st != MPT_OK) (void)mpt__event_wait_captured(ev, token, 0);
     return st;
   }
@@ -331,7 +409,7 @@ mpt_status mpt__cpu_stream_wait_event(mpt_stream *s, mpt_event *ev, double timeo
     if (st != MPT_OK) mpt_error_set(st, "%s", detail);
     return st;
   }
-  return stream_push(s, WORK_WAIT, NULL, NULL, ev, generation, timeout_ms);
+  return stream_push(s, WORK_WAIT, NULL, NULL, ev, generation, timeout_ms, NULL, NULL);
 }
 
 mpt_status mpt__cpu_event_init(mpt_event **event, mpt_device device) {
@@ -359,12 +437,13 @@ mpt_status mpt__cpu_event_record(mpt_event *ev, mpt_stream *s) {
                     (int)s->h.device.type);
   pthread_mutex_lock(&ev->mutex);
   uint64_t generation = ++ev->recorded;
+  ev->stream = s->h.kind == MPT_STREAM_INLINE ? NULL : s;
   pthread_mutex_unlock(&ev->mutex);
   if (s->h.kind == MPT_STREAM_INLINE) {
     event_complete(ev, generation, s->error, s->detail);
     return MPT_OK;
   }
-  return stream_push(s, WORK_RECORD, NULL, NULL, ev, generation, 0);
+  return stream_push(s, WORK_RECORD, NULL, NULL, ev, generation, 0, NULL, NULL);
 }
 
 mpt_status mpt__cpu_event_capture(mpt_event *ev, uint64_t *token) {

@@ -17,7 +17,7 @@ NVCC_CPPFLAGS = -I$(top_srcdir)/include -I$(top_srcdir)/src $(CUDA_CFLAGS)
 
 .cu.lo:
 	$(AM_V_NVCC)$(LIBTOOL) $(AM_V_lt) --tag=CC --mode=compile $(NVCC) $(NVCCFLAGS) \
-	  $(NVCC_CPPFLAGS) -Xcompiler=-fPIC -prefer-non-pic -c -o $@ $<
+	  $(NVCC_CPPFLAGS) -Xcompiler=-fPIC -Xcompiler=-fvisibility=hidden -prefer-non-pic -c -o $@ $<
 
 # The caching allocator's logic is plain C (tested on the CPU with a fake backend): every build.
 libmpitrain_all_la_SOURCES += src/core/cuda/alloc_cache.h src/core/cuda/alloc_cache.c
