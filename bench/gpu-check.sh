@@ -399,7 +399,7 @@ run_check() {
 
   t0=$(now)
   if ! check_glibc; then stage glibc FAIL "$t0" "glibc too old"; fail glibc "see above"; exit 1; fi
-  stage glibc ok "$t0" "${SYSTEM_MPI:+older than the carried packages need: the image's Open MPI}"
+  stage glibc ok "$t0" "${SYSTEM_MPI:+older than the carried packages need: the Open MPI of the image}"
 
   t0=$(now)
   echo "===== prefix: unpacking $CARRY/debs"
