@@ -5,8 +5,9 @@
 #    epoch on 6000 samples: test accuracy at least 0.70 and bit-identical replicas;
 #  - dp_vs_ddp: DataParallel and DDP side by side, 2 ranks / 2 devices: the same parameters at
 #    the end (1e-4);
-#  - the library installed with `make install DESTDIR=...` and custom_op built out of tree
-#    with `pkg-config --cflags --libs mpitrain` only, then run.
+#  - the library installed with `make install DESTDIR=...` (no mpt__ symbol in `nm -D
+#    --defined-only` of it) and custom_op built out of tree with `pkg-config --cflags --libs
+#    mpitrain` only, then run.
 # Skips (77) without Debian's Fashion-MNIST package or mpirun; each mpirun has a time limit.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -32,6 +33,11 @@ if ! make -C "$top" install DESTDIR="$tmp/root" >"$tmp/install.log" 2>&1; then
   tail -20 "$tmp/install.log"
   fail "make install DESTDIR=..."
 else
+  # The installed library exports the public API only (tests/test_exports.sh checks the
+  # build tree's both ways).
+  lib=$(find "$tmp/root" -name 'libmpitrain.so*' -type f | head -n1)
+  internal=$(nm -D --defined-only "$lib" | awk '$3 ~ /^mpt__/ {print $3}' | head -n5)
+  [ -z "$internal" ] || fail "the installed $lib exports internal symbols: $internal"
   pc=$(find "$tmp/root" -name mpitrain.pc | head -n1)
   if [ -z "$pc" ]; then
     fail "make install put no mpitrain.pc"
