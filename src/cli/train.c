@@ -162,6 +162,37 @@ static mpt_status evaluate(trainer *t, double *loss_out, double *acc_out) {
   return MPT_OK;
 }
 
+/* On a GPU the host runs ahead of the device: the phases are timed by events on the compute
+ * stream (trainer.phase_ev), read once the step's synchronisation has completed them. */
+static mpt_status phase_events_init(trainer *t) {
+  t->phase_nev = 3 * t->o->accumulate + 2;
+  t->phase_ev = calloc((size_t)t->phase_nev, sizeof *t->phase_ev);
+  if (!t->phase_ev) return MPT_FAIL(MPT_ENOMEM, "cannot allocate the phase timers");
+  for (int i = 0; i < t->phase_nev; i++) MPT_RETURN_IF(mpt_event_init(&t->phase_ev[i], t->device));
+  return MPT_OK;
+}
+
+static mpt_status phase_mark(trainer *t, int i) {
+  return t->phase_ev && !t->dp ? mpt_event_record(t->phase_ev[i], t->stream) : MPT_OK;
+}
+
+/* After the step's synchronisation: device times of forward, backward (with the wait for the
+ * last gradient bucket, which report_breakdown takes out again) and optimizer. */
+static mpt_status phase_times(trainer *t, int K, double *fwd, double *bwd, double *opt) {
+  if (!t->phase_ev || t->dp) return MPT_OK;
+  double f = 0, b = 0, ms = 0;
+  for (int k = 0; k < K; k++) {
+    MPT_RETURN_IF(mpt_event_elapsed_ms(t->phase_ev[3 * k], t->phase_ev[3 * k + 1], &ms));
+    f += ms;
+    MPT_RETURN_IF(mpt_event_elapsed_ms(t->phase_ev[3 * k + 1], t->phase_ev[3 * k + 2], &ms));
+    b += ms;
+  }
+  MPT_RETURN_IF(mpt_event_elapsed_ms(t->phase_ev[3 * K], t->phase_ev[3 * K + 1], opt));
+  *fwd = f;
+  *bwd = b;
+  return MPT_OK;
+}
+
 /* The micro-batches of the epoch's step `step` (--accumulate K, or the batches left for the
  * last step) and the rows they hold together on this rank (the same on every rank: the sampler
  * gives each rank as many positions). */
@@ -235,6 +266,7 @@ static mpt_status train_step(trainer *t, int64_t step, float *sums, int *ran_out
       continue;
     }
     trainer_maybe_poison(t, &b, k);
+    MPT_RETURN_IF(phase_mark(t, 3 * k));
     mpt_tape_reset(t->tape, seed);
     mpt_var *logits, *loss;
     mpt_tensor labels;
@@ -258,11 +290,13 @@ static mpt_status train_step(trainer *t, int64_t step, float *sums, int *ran_out
     sums[1] += (float)correct;
     sums[2] += (float)b.count;
     double f1 = mpt_time_ms();
+    MPT_RETURN_IF(phase_mark(t, 3 * k + 1));
     if (t->trace) mpt_trace_add(t->trace, "forward", 0, f0, f1 - f0, t->global_step);
     if (t->ddp) mpt_ddp_set_sync(t->ddp, k == K - 1); /* no_sync but for the last */
     /* With DDP, backward returns with the gradients averaged over the ranks. */
     MPT_RETURN_IF(mpt_tape_backward(t->tape, loss, share));
     double b1 = mpt_time_ms();
+    MPT_RETURN_IF(phase_mark(t, 3 * k + 2));
     if (t->trace) mpt_trace_add(t->trace, "backward", 0, f1, b1 - f1, t->global_step);
     fwd += f1 - f0;
     bwd += b1 - f1;
@@ -273,6 +307,7 @@ static mpt_status train_step(trainer *t, int64_t step, float *sums, int *ran_out
     t->sum_dp_allreduce += mpt_time_ms() - c0;
   }
   double o0 = mpt_time_ms();
+  MPT_RETURN_IF(phase_mark(t, 3 * K));
   int skip = 0;
   if (o->skip_nonfinite) {
     /* The gradients are averaged over ranks and bit-identical everywhere, and NaN/Inf survive
@@ -293,15 +328,17 @@ static mpt_status train_step(trainer *t, int64_t step, float *sums, int *ran_out
     float lr = mpt_lr_at(&t->schedule, o->optim.lr, t->global_step);
     MPT_RETURN_IF(mpt_optimizer_step_model(t->opt, t->model, t->stream, lr));
   }
+  MPT_RETURN_IF(phase_mark(t, 3 * K + 1));
   MPT_RETURN_IF(mpt_stream_synchronize(t->stream, o->timeout_s * 1e3));
   if (t->grad_comm && mpt_comm_error(t->grad_comm) != MPT_OK)
     return MPT_FAIL(mpt_comm_error(t->grad_comm),
                     "the gradient all-reduce failed on rank %d (see the error above)", t->rank);
-  double o1 = mpt_time_ms();
+  double o1 = mpt_time_ms(), opt = o1 - o0;
+  MPT_RETURN_IF(phase_times(t, K, &fwd, &bwd, &opt));
   if (t->trace) mpt_trace_add(t->trace, "optimizer", 0, o0, o1 - o0, t->global_step);
   t->sum_forward += fwd;
   t->sum_backward += bwd;
-  t->sum_optimizer += o1 - o0;
+  t->sum_optimizer += opt;
   t->sum_total += o1 - t0;
   t->timed_steps++;
   t->global_step++;
@@ -426,8 +463,12 @@ static mpt_status report_breakdown(trainer *t, mpt_step_breakdown *bd) {
   mpt_ddp_stats ds = t->ddp ? mpt_ddp_get_stats(t->ddp) : (mpt_ddp_stats){0};
   /* DP: the all-reduce of the reduced gradients follows backward, so all of it is exposed. */
   double exposed = t->dp ? t->sum_dp_allreduce : ds.sum_exposed_comm_ms;
+  /* On a GPU the backward events include the compute stream's wait for the last bucket: that
+   * part is the exposed communication, reported on its own. */
+  const double backward =
+      t->sum_backward - (t->phase_ev && !t->dp && t->ddp ? ds.sum_exposed_comm_ms : 0);
   double allreduce = t->dp ? t->sum_dp_allreduce : ds.sum_allreduce_ms;
-  float v[6] = {(float)(t->sum_forward / n), (float)(t->sum_backward / n),
+  float v[6] = {(float)(t->sum_forward / n), (float)(backward / n),
                 (float)(exposed / n), (float)(t->sum_optimizer / n),
                 (float)(t->sum_total / n), (float)(allreduce / n)};
   if (t->world > 1)
@@ -513,6 +554,7 @@ static mpt_status train_run(trainer *t) {
   openblas_set_num_threads(threads);
   MPT_RETURN_IF(mpt_nn_set_conv_algo(o->conv_algo));
   MPT_RETURN_IF(mpt_stream_init(&t->stream, t->device, MPT_STREAM_INLINE));
+  if (t->device.type != MPT_DEVICE_CPU) MPT_RETURN_IF(phase_events_init(t));
   if (o->conv_algo == MPT_CONV_ALGO_LIBRARY && !mpt_op_conv2d_available(t->stream))
     return MPT_FAIL(MPT_ENOTSUP, "--conv-algo onednn: this build has no oneDNN convolutions "
                     "for the %s device (configure --with-onednn; apt-get install libdnnl-dev)",
@@ -662,6 +704,8 @@ static void trainer_free(trainer *t) {
   mpt_dataset_free(&t->test);
   mpt_trace_free(t->trace);
   mpt_event_free(t->stop_event);
+  for (int i = 0; t->phase_ev && i < t->phase_nev; i++) mpt_event_free(t->phase_ev[i]);
+  free(t->phase_ev);
   mpt_stream_free(t->stream);
   free(t->epochs);
 }

@@ -41,6 +41,11 @@ typedef struct trainer {
   /* sums of per-step times (ms) for the breakdown */
   double sum_forward, sum_backward, sum_optimizer, sum_total, sum_dp_allreduce;
   int64_t timed_steps;
+  /* on a GPU (not DP): the phases timed by events on the compute stream, read after the step's
+   * synchronisation (host times would be enqueue times): [3k] forward start, [3k+1] forward
+   * end, [3k+2] backward end of micro-batch k; [3K] optimizer start, [3K+1] its end */
+  mpt_event **phase_ev;
+  int phase_nev;
   int progress;
   /* preemption (SIGTERM): the local flag is all-reduced (max) on the comm stream during each
    * step, so every rank stops after the same step */
