@@ -104,6 +104,7 @@ def run(rank, args, result_queue):
     b = args.batch_size
     total = args.warmup + args.steps
     t0 = None
+    loss_sum = 0.0
     for step in range(total):
         if step == args.warmup:
             if world > 1:
@@ -119,6 +120,10 @@ def run(rank, args, result_queue):
         loss = F.cross_entropy(model(xb), yb)
         loss.backward()
         opt.step()
+        if args.sync_every_step:
+            # Like the mpitrain trainer, which reads each step's loss back to the host (and so
+            # waits for the device every step).
+            loss_sum += loss.item()
     if world > 1:
         dist.barrier()
     sync(device)
@@ -139,6 +144,10 @@ def main():
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--sync-every-step", action="store_true",
+                   help="read the loss to the host every step, as the mpitrain trainer does "
+                        "(with --warmup 0 the figure is then like the trainer's, which counts "
+                        "every step of its epoch)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--weight-decay", type=float, default=0.0)

@@ -3,11 +3,14 @@
 EXTRA_DIST += tests/test_ddp_np2.sh tests/test_ddp_np3.sh tests/test_ddp_np4.sh tests/mpi_check.h
 
 if HAVE_CHECK
-check_PROGRAMS += tests/test_ddp tests/test_faults
-TESTS += tests/test_ddp_np2.sh tests/test_ddp_np3.sh tests/test_ddp_np4.sh
+check_PROGRAMS += tests/test_ddp tests/test_faults tests/test_ddp_stats
+TESTS += tests/test_ddp_stats tests/test_ddp_np2.sh tests/test_ddp_np3.sh tests/test_ddp_np4.sh
 tests_test_ddp_SOURCES = tests/test_ddp.c
 tests_test_ddp_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_ddp_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+tests_test_ddp_stats_SOURCES = tests/test_ddp_stats.c
+tests_test_ddp_stats_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_ddp_stats_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 tests_test_faults_SOURCES = tests/test_faults.c
 tests_test_faults_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_faults_LDADD = libmpitrain_all.la $(CHECK_LIBS)

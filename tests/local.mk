@@ -1,5 +1,17 @@
 # tests of the program (the unit tests are listed in each layer's local.mk)
 TESTS += tests/test_cli.sh tests/test_kill_rank.sh tests/test_preempt.sh tests/test_resume.sh tests/test_ckpt_np2.sh tests/test_nonfinite.sh tests/test_usage.sh tests/test_readme.sh
 EXTRA_DIST += tests/test_cli.sh tests/test_kill_rank.sh tests/test_preempt.sh tests/test_resume.sh tests/test_ckpt_np2.sh tests/test_nonfinite.sh tests/test_usage.sh tests/test_readme.sh
+# issue 15: --accumulate equals one step on the combined batch (remainder and short micro-batches)
+TESTS += tests/test_accumulate.sh
+EXTRA_DIST += tests/test_accumulate.sh
+# issue 15: ranks must load the same data (mpirun MPMD with -wdir)
+TESTS += tests/test_data_agree.sh
+EXTRA_DIST += tests/test_data_agree.sh
+# issue 15: --timeout covers MPI initialisation (a process of the job that never starts MPI)
+TESTS += tests/test_init_timeout.sh
+EXTRA_DIST += tests/test_init_timeout.sh
+# issue 15: a timeout names the rank that held the collective up (SIGSTOP of 1 of 3 ranks)
+TESTS += tests/test_stall_culprit.sh
+EXTRA_DIST += tests/test_stall_culprit.sh
 TESTS += tests/test_cli_groups.sh
 EXTRA_DIST += tests/test_cli_groups.sh

@@ -62,6 +62,17 @@ if [ $? -ne 0 ] && printf '%s' "$out" | grep -q "different options: rank 1 has '
 else
   fail=$((fail + 1)); echo "FAIL: different options across ranks:"; printf '%s\n' "$out" | tail -n 3
 fi
+# The whole command line is compared, not its first 4 KiB: after a 4 KiB --data path (unused
+# with --synthetic), ranks with different --lr and --seed must not train.
+long=$(printf './%.0s' $(seq 2040))data
+out=$(MPT_MPIRUN_ARGS="" "$(dirname "$0")/mpirun.sh" 1 60 "$prog" train --data "$long" --synthetic \
+      --train-limit 64 --test-limit 16 --epochs 1 --lr 0.1 --seed 1 : -np 1 "$prog" train --data "$long" \
+      --synthetic --train-limit 64 --test-limit 16 --epochs 1 --lr 0.2 --seed 2 2>&1)
+if [ $? -ne 0 ] && printf '%s' "$out" | grep -q "different options: rank 1 has '0.2' where rank 0 has '0.1' (after '--lr')"; then
+  pass=$((pass + 1))
+else
+  fail=$((fail + 1)); echo "FAIL: different options after the first 4 KiB of the command line:"; printf '%s\n' "$out" | tail -n 3
+fi
 # F02: ranks that disagree on the epoch fail at once, naming the rank (MPT_TEST_EPOCH_SKEW_RANK
 # makes rank 1 report one epoch ahead; a build without --enable-fault-injection has no such hook).
 . "$(dirname "$0")/fault_injection.sh"

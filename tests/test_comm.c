@@ -10,6 +10,7 @@
  * expected values come from naive loops over the ranks. Every rank runs every test in the same
  * order: the tests themselves are collective. */
 #include <check.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,6 +153,52 @@ START_TEST(test_comm_allreduce_min_max_avg_are_exact) {
     free(mn);
     free(mx);
     free(avg);
+  }
+}
+END_TEST
+
+/* A NaN on any rank is NaN in MIN, MAX, SUM and AVG on every rank, whatever the world size
+ * and the algorithm (MPI_MIN / MPI_MAX drop it depending on the order: at 3 ranks a NaN of rank
+ * 1 vanished). Rank r holds NaN at the elements i with i % (W + 1) == r, so every rank is the
+ * only NaN of some element in the same collective; elements with i % (W + 1) == W have none and
+ * must be exact. Also -0 and +0: min is -0, max +0, the same bits on every rank. Run at 2, 3
+ * and 4 ranks (test_comm_np4.sh runs this case alone). */
+START_TEST(test_comm_allreduce_propagates_nan_in_every_reduction) {
+  static const int64_t ns[] = {1, 7, 1023, 100003};
+  const mpt_reduce_op ops[4] = {MPT_REDUCE_MIN, MPT_REDUCE_MAX, MPT_REDUCE_SUM, MPT_REDUCE_AVG};
+  for (int s = 0; s < 4; s++) {
+    int64_t n = ns[s];
+    float *x = xmalloc(sizeof(float) * n), *y[4];
+    for (int k = 0; k < 4; k++) y[k] = xmalloc(sizeof(float) * n);
+    for (int64_t i = 0; i < n; i++)
+      x[i] = i % (world + 1) == rank ? NAN : (float)((7 * rank + i) % 11 - 5);
+    if (n == 7 && world > 1) x[6] = rank == 1 ? -0.0f : 0.0f; /* no NaN here: -0 and +0 */
+    for (int k = 0; k < 4; k++)
+      ck_assert_int_eq(mpt_comm_allreduce(comm, NULL, x, y[k], n, MPT_F32, ops[k]), MPT_OK);
+    ck_assert_int_eq(sync_stream(mpt_comm_stream(comm)), MPT_OK);
+    for (int64_t i = 0; i < n; i++) {
+      int has_nan = i % (world + 1) < world && !(n == 7 && world > 1 && i == 6);
+      float wmin = 1e9f, wmax = -1e9f, sum = 0;
+      for (int r = 0; r < world; r++) {
+        float v = (float)((7 * r + i) % 11 - 5);
+        if (n == 7 && world > 1 && i == 6) v = r == 1 ? -0.0f : 0.0f;
+        wmin = v < wmin || (v == wmin && signbit(v)) ? v : wmin;
+        wmax = v > wmax || (v == wmax && !signbit(v)) ? v : wmax;
+        sum += v;
+      }
+      const float want[4] = {wmin, wmax, sum, sum / (float)world};
+      for (int k = 0; k < 4; k++) {
+        float got = y[k][i];
+        int good = has_nan ? isnan(got) : got == want[k] && signbit(got) == signbit(want[k]);
+        if (!good)
+          ck_abort_msg("%d ranks, n %lld, element %lld (NaN on rank %lld): %s gives %g on rank "
+                       "%d, want %g", world, (long long)n, (long long)i,
+                       has_nan ? (long long)(i % (world + 1)) : -1LL,
+                       mpt_reduce_op_name(ops[k]), got, rank, has_nan ? NAN : want[k]);
+      }
+    }
+    free(x);
+    for (int k = 0; k < 4; k++) free(y[k]);
   }
 }
 END_TEST
@@ -428,6 +475,13 @@ START_TEST(test_comm_missing_peer_times_out_with_detail) {
     ck_assert_ptr_nonnull(strstr(mpt_last_error(),
                                  "all-reduce #0 (count 4 float32 sum) did not complete within 1 s "
                                  "on rank 0"));
+    /* ... naming the ranks that never arrived (shared-memory progress records) */
+    ck_assert_ptr_nonnull(strstr(mpt_last_error(),
+                                 "holding it up: rank 1 (never started it; process running; no "
+                                 "collective started yet)"));
+    if (world == 3)
+      ck_assert_ptr_nonnull(strstr(mpt_last_error(), "; rank 2 (never started it;"));
+    ck_assert_ptr_nonnull(strstr(mpt_last_error(), "waiting in it: rank 0"));
     ck_assert_int_eq(mpt_comm_error(c), MPT_ETIMEOUT);
   }
   mpt_comm_free(c);
@@ -456,6 +510,9 @@ static int run_pass(int blocking) {
   tcase_add_test(tc, test_comm_allreduce_sum_is_exact);
   tcase_add_test(tc, test_comm_allreduce_min_max_avg_are_exact);
   tcase_add_test(tc, test_comm_count_zero_returns_at_once);
+  TCase *nan = tcase_create("nan");
+  tcase_add_test(nan, test_comm_allreduce_propagates_nan_in_every_reduction);
+  suite_add_tcase(s, nan);
   tcase_add_test(tc, test_comm_bad_arguments_are_rejected_without_a_sequence_number);
   tcase_add_test(tc, test_comm_broadcast_from_last_rank);
   tcase_add_test(tc, test_comm_allgather_is_in_rank_order);

@@ -346,6 +346,18 @@ START_TEST(test_ddp_on_cuda_averages_the_ranks_gradients) {
   }
   EXPECT(diff / scale < 1e-5, "DDP gradients differ from the mean by %g (relative)",
          diff / scale);
+  /* Issue 17 item 4: the pass's statistics come from CUDA events read after it completed (the
+   * copy above synchronised it): one pass, every figure finite and in range (reading host
+   * stamps before the comm thread wrote them gave about -1e9 ms and 0% hidden). */
+  const mpt_ddp_stats st = mpt_ddp_get_stats(ddp);
+  EXPECT(st.steps == 1, "%lld passes counted", (long long)st.steps);
+  EXPECT(isfinite(st.allreduce_ms) && st.allreduce_ms >= 0 && st.allreduce_ms < TIMEOUT_MS,
+         "all-reduce %g ms", st.allreduce_ms);
+  EXPECT(st.hidden_ms >= 0 && st.hidden_ms <= st.allreduce_ms + 1e-6, "hidden %g of %g ms",
+         st.hidden_ms, st.allreduce_ms);
+  EXPECT(st.exposed_comm_ms >= 0 && st.exposed_comm_ms < TIMEOUT_MS, "exposed %g ms",
+         st.exposed_comm_ms);
+  EXPECT(st.backward_ms > 0 && st.backward_ms < TIMEOUT_MS, "backward %g ms", st.backward_ms);
   free(mine);
   free(got);
   free(all);

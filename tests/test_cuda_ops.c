@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
+#include "core/cuda/cuda_internal.h"
 #include "mpitrain/core.h"
 #include "mpitrain/ops.h"
 
@@ -290,6 +292,64 @@ START_TEST(test_im2col_and_col2im_match_cpu_exactly) {
 }
 END_TEST
 
+/* Issue 17 item 13: the library convolutions on CUDA (cuDNN: forward, backward data, backward
+ * weights with the bias, the algorithm chosen once per shape and cached) against the im2col +
+ * GEMM path (the fallback, itself checked against the CPU above), on shapes with padding,
+ * strides, 1x1 and 5x5 kernels. Float rounding only: relative 1e-4. A second call of the same
+ * shape reuses the cached plan and gives bit-identical results. */
+START_TEST(test_library_convolutions_match_im2col) {
+#ifdef MPT_HAVE_CUDNN
+  ck_assert_int_eq(mpt_op_conv2d_available(S), 1);
+#endif
+  if (!mpt_op_conv2d_available(S)) return; /* built without cuDNN: nothing to compare */
+  const int64_t cases[][8] = {/* n, C, H, W, O, k, stride, pad */
+                              {3, 3, 7, 6, 5, 3, 1, 1}, {2, 2, 9, 8, 4, 3, 2, 1},
+                              {4, 1, 28, 28, 6, 5, 1, 2}, {2, 4, 5, 5, 3, 1, 1, 0}};
+  for (int t = 0; t < 4; t++) {
+    const int64_t n = cases[t][0], o = cases[t][4];
+    mpt_conv_geom g = {.channels = cases[t][1], .height = cases[t][2], .width = cases[t][3],
+                       .kernel_h = cases[t][5], .kernel_w = cases[t][5],
+                       .stride = cases[t][6], .pad = cases[t][7]};
+    OK(mpt_conv_geom_resolve(&g));
+    const int64_t nx = n * g.channels * g.height * g.width;
+    const int64_t nw = o * g.channels * g.kernel_h * g.kernel_w, ny = n * o * g.out_h * g.out_w;
+    float *x = hrand(nx, 100 + t, -1, 1), *w = hrand(nw, 110 + t, -1, 1);
+    float *b = hrand(o, 120 + t, -1, 1), *dy = hrand(ny, 130 + t, -1, 1);
+    float *dx0 = hrand(nx, 140 + t, -1, 1), *dw0 = hrand(nw, 150 + t, -1, 1);
+    float *db0 = hrand(o, 160 + t, -1, 1);
+    float *dX = upf(x, nx), *dW = upf(w, nw), *dB = upf(b, o), *dDY = upf(dy, ny);
+    float *y1 = upf(dy, ny), *y2 = upf(dy, ny), *y3 = upf(dy, ny);
+    float *dx1 = upf(dx0, nx), *dx2 = upf(dx0, nx), *dw1 = upf(dw0, nw), *dw2 = upf(dw0, nw);
+    float *db1 = upf(db0, o), *db2 = upf(db0, o);
+    OK(mpt__cuda_conv2d_forward_im2col(S, &g, n, o, dX, dW, dB, y1));
+    OK(mpt_op_conv2d_forward(S, &g, n, o, dX, dW, dB, y2));
+    OK(mpt_op_conv2d_forward(S, &g, n, o, dX, dW, dB, y3)); /* the cached plan */
+    OK(mpt__cuda_conv2d_backward_data_im2col(S, &g, n, o, dW, dDY, dx1));
+    OK(mpt_op_conv2d_backward_data(S, &g, n, o, dW, dDY, dx2));
+    OK(mpt__cuda_conv2d_backward_weights_im2col(S, &g, n, o, dX, dDY, dw1, db1));
+    OK(mpt_op_conv2d_backward_weights(S, &g, n, o, dX, dDY, dw2, db2));
+    float *hy1 = halloc((size_t)ny * 4), *hy3 = halloc((size_t)ny * 4);
+    float *hx1 = halloc((size_t)nx * 4), *hw1 = halloc((size_t)nw * 4), *hb1 = halloc((size_t)o * 4);
+    down(hy1, y1, (size_t)ny * 4);
+    down(hy3, y3, (size_t)ny * 4);
+    down(hx1, dx1, (size_t)nx * 4);
+    down(hw1, dw1, (size_t)nw * 4);
+    down(hb1, db1, (size_t)o * 4);
+    expect_dev("cudnn forward", y2, hy1, ny, 1e-4, 1e-4);
+    expect_dev("cudnn forward (cached plan)", y2, hy3, ny, 0, 0);
+    expect_dev("cudnn backward data", dx2, hx1, nx, 1e-4, 1e-4);
+    expect_dev("cudnn backward weights", dw2, hw1, nw, 1e-4, 1e-4);
+    expect_dev("cudnn backward bias", db2, hb1, o, 1e-4, 1e-4);
+    /* and the im2col path moved them (the comparison says something) */
+    ck_assert_msg(fabs(hx1[0] - dx0[0]) + fabs(hw1[0] - dw0[0]) > 1e-6, "nothing accumulated");
+    dfree(dX), dfree(dW), dfree(dB), dfree(dDY), dfree(y1), dfree(y2), dfree(y3);
+    dfree(dx1), dfree(dx2), dfree(dw1), dfree(dw2), dfree(db1), dfree(db2);
+    free(x), free(w), free(b), free(dy), free(dx0), free(dw0), free(db0);
+    free(hy1), free(hy3), free(hx1), free(hw1), free(hb1);
+  }
+}
+END_TEST
+
 START_TEST(test_maxpool_forward_backward_match_cpu_exactly) {
   const int64_t geoms[][5] = {/* H, W, k, stride, planes */
                               {8, 8, 2, 2, 6}, {9, 7, 3, 2, 4}, {6, 6, 3, 1, 3}, {5, 9, 2, 3, 2}};
@@ -539,6 +599,7 @@ int main(void) {
   tcase_add_test(tc, test_sum_matches_cpu_in_double);
   tcase_add_test(tc, test_bias_add_and_backward_match_cpu);
   tcase_add_test(tc, test_im2col_and_col2im_match_cpu_exactly);
+  tcase_add_test(tc, test_library_convolutions_match_im2col);
   tcase_add_test(tc, test_maxpool_forward_backward_match_cpu_exactly);
   tcase_add_test(tc, test_batchnorm_matches_cpu);
   tcase_add_test(tc, test_softmax_xent_matches_cpu);

@@ -218,6 +218,46 @@ START_TEST(test_cuda_stream_waits_on_a_cpu_event) {
 }
 END_TEST
 
+/* Issue 17 item 10: cross-backend waits bind to the record current when they are ENQUEUED.
+ * A CUDA stream's wait on a CPU event, then the host re-records the event behind a closed gate
+ * (a step ahead): the wait ends with the first record. And a CPU worker's wait on a CUDA event
+ * re-recorded behind a blocked CUDA stream ends with the first record too. */
+START_TEST(test_cross_backend_waits_bind_to_the_record_at_enqueue) {
+  mpt_stream *cpu, *inl, *other;
+  mpt_event *cev, *gev;
+  OK(mpt_stream_init(&cpu, mpt_device_cpu(), MPT_STREAM_WORKER));
+  OK(mpt_stream_init(&inl, mpt_device_cpu(), MPT_STREAM_INLINE));
+  OK(mpt_stream_init(&other, GPU, MPT_STREAM_WORKER));
+  OK(mpt_event_init(&cev, mpt_device_cpu()));
+  OK(mpt_event_init(&gev, GPU));
+  /* CUDA waits on CPU */
+  OK(mpt_event_record(cev, inl)); /* complete */
+  OK(mpt_stream_wait_event(S, cev, TIMEOUT_MS));
+  gate_set(&G, 0);
+  OK(mpt_stream_launch_host(cpu, gate_wait, &G));
+  OK(mpt_event_record(cev, cpu)); /* the next step's record, pending */
+  OK(mpt_stream_synchronize(S, 5000)); /* bound to the first record: no wait for the gate */
+  /* CPU waits on CUDA */
+  OK(mpt_event_record(gev, other)); /* complete soon */
+  OK(mpt_stream_synchronize(other, TIMEOUT_MS));
+  mpt_stream *cpu2;
+  OK(mpt_stream_init(&cpu2, mpt_device_cpu(), MPT_STREAM_WORKER));
+  OK(mpt_stream_wait_event(cpu2, gev, TIMEOUT_MS));
+  OK(mpt_stream_wait_event(other, cev, TIMEOUT_MS)); /* blocks `other` behind the gate */
+  OK(mpt_event_record(gev, other));                 /* the next record, pending */
+  OK(mpt_stream_synchronize(cpu2, 5000));
+  gate_set(&G, 1);
+  OK(mpt_stream_synchronize(other, TIMEOUT_MS));
+  OK(mpt_stream_synchronize(cpu, TIMEOUT_MS));
+  mpt_stream_free(cpu2);
+  mpt_event_free(gev);
+  mpt_event_free(cev);
+  mpt_stream_free(other);
+  mpt_stream_free(inl);
+  mpt_stream_free(cpu);
+}
+END_TEST
+
 /* ---- the caching allocator ---- */
 
 START_TEST(test_allocator_reuses_blocks_after_warm_up) {
@@ -228,11 +268,16 @@ START_TEST(test_allocator_reuses_blocks_after_warm_up) {
     for (int i = 0; i < 5; i++) OK(mpt_device_alloc(GPU, sizes[i], &p[i]));
     OK(mpt_op_fill(S, p[3], (int64_t)(sizes[3] / sizeof(float)), 1.0f)); /* in use on S */
     for (int i = 0; i < 5; i++) mpt_device_free(GPU, p[i]);
-    if (step == 0) OK(mpt__cuda_alloc_get_stats(0, &a));
+    /* Warm-up: blocks freed in one step may still be fenced (work in flight on S) at the next;
+     * the allocator then takes fresh blocks rather than wait, so the pool settles within a few
+     * steps. */
+    if (step == 3) OK(mpt__cuda_alloc_get_stats(0, &a));
+    OK(mpt_stream_synchronize(S, TIMEOUT_MS)); /* the step's end (a loss read back) */
   }
   OK(mpt__cuda_alloc_get_stats(0, &b));
   ck_assert_int_eq(b.malloc_count, a.malloc_count); /* no cudaMalloc after warm-up */
-  ck_assert_int_ge(b.cache_hits, a.cache_hits + 19 * 5);
+  ck_assert_int_ge(b.cache_hits, a.cache_hits + 16 * 5);
+  ck_assert_int_eq(b.fence_waits, a.fence_waits); /* memory to spare: never waited */
   ck_assert_uint_eq(b.in_use_nbytes, a.in_use_nbytes);
   ck_assert_uint_ge(b.reserved_nbytes, sizes[3]);
   void *q = NULL;
@@ -259,6 +304,7 @@ int main(void) {
   tcase_add_test(tc, test_host_functions_run_in_order_and_failures_stick);
   tcase_add_test(tc, test_events_order_streams_and_waits_have_deadlines);
   tcase_add_test(tc, test_cuda_stream_waits_on_a_cpu_event);
+  tcase_add_test(tc, test_cross_backend_waits_bind_to_the_record_at_enqueue);
   tcase_add_test(tc, test_allocator_reuses_blocks_after_warm_up);
   suite_add_tcase(suite, tc);
   SRunner *sr = srunner_create(suite);

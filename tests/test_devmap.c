@@ -4,6 +4,7 @@
  * fault cases: 4 local ranks and 2 visible devices make local ranks 2 and 3 fail naming the
  * local rank and "2 visible". No MPI: the collective parts are in tests/test_devmap_mpi.c. */
 #include <check.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -195,6 +196,142 @@ START_TEST(test_comm_config_defaults_to_the_host) {
 }
 END_TEST
 
+/* ---- binding by physical identity (UUID / PCI bus id) with fake device lists ------------ */
+
+/* A fake UUID: byte 0 = 0xA0 + gpu, the rest a pattern (never all zero). */
+static void fake_uid(uint8_t *u, int gpu) {
+  for (int i = 0; i < MPT_DEVICE_UID_NBYTES; i++) u[i] = (uint8_t)(0x11 * i);
+  u[0] = (uint8_t)(0xA0 + gpu);
+}
+
+/* Claim of rank r (local rank lr of `local` on `host`) seeing the physical GPUs gpus[0..n). */
+static void claim_with_gpus(mpt_device_claim *c, int r, int lr, int local, const char *host,
+                            const int *gpus, int n) {
+  uint8_t ids[MPT_DEVICE_LIST_MAX][MPT_DEVICE_UID_NBYTES];
+  for (int k = 0; k < n; k++) fake_uid(ids[k], gpus[k]);
+  mpt_device_claim_fill(c, r, lr, local, MPT_DEVICE_CUDA, -1, n, host);
+  mpt_device_claim_set_ids(c, (const uint8_t(*)[MPT_DEVICE_UID_NBYTES])ids, n);
+}
+
+static int gpu_of(const mpt_device_claim *c) { return c->index < 0 ? -1 : c->uid[0] - 0xA0; }
+
+/* Shared set-up: every local rank sees the same 4 GPUs (CUDA_VISIBLE_DEVICES unset or the same
+ * everywhere): local rank r uses device r, as the ordinal rule did. */
+START_TEST(test_assign_shared_list_is_the_local_rank) {
+  const int gpus[4] = {0, 1, 2, 3};
+  mpt_device_claim c[4];
+  for (int r = 0; r < 4; r++) claim_with_gpus(&c[r], r, r, 4, "node0", gpus, 4);
+  ck_assert_int_eq(mpt_device_assign(c, 4), MPT_OK);
+  for (int r = 0; r < 4; r++) {
+    ck_assert_int_eq(c[r].index, r);
+    ck_assert_int_eq(gpu_of(&c[r]), r);
+  }
+  ck_assert_int_eq(mpt_device_claims_check(c, 4), MPT_OK);
+}
+END_TEST
+
+/* Per-rank set-up (srun --gpus-per-task=1, --gpu-bind): each rank sees only its own GPU, as
+ * "cuda:0". Ordinals made local rank 1 fail with "1 visible device" and called the ranks
+ * duplicates; by identity each rank uses its one device. Given in scrambled rank order. */
+START_TEST(test_assign_per_rank_lists_use_the_one_visible_device) {
+  mpt_device_claim c[4];
+  const int order[4] = {2, 0, 3, 1};
+  for (int i = 0; i < 4; i++) {
+    const int r = order[i], gpu = 3 - r;
+    claim_with_gpus(&c[i], r, r, 4, "node0", &gpu, 1);
+  }
+  ck_assert_int_eq(mpt_device_assign(c, 4), MPT_OK);
+  for (int i = 0; i < 4; i++) {
+    ck_assert_int_eq(c[i].index, 0);
+    ck_assert_int_eq(gpu_of(&c[i]), 3 - (int)c[i].rank);
+  }
+  ck_assert_msg(mpt_device_claims_check(c, 4) == MPT_OK, "%s", mpt_last_error());
+}
+END_TEST
+
+/* Lists in different orders (CUDA_VISIBLE_DEVICES=0,1 on rank 0, 1,0 on rank 1): ordinals put
+ * both ranks on GPU 0 unseen; by identity rank 1 takes GPU 1. */
+START_TEST(test_assign_lists_in_different_orders_never_share_a_gpu) {
+  const int a[2] = {0, 1}, b[2] = {1, 0};
+  mpt_device_claim c[2];
+  claim_with_gpus(&c[0], 0, 0, 2, "node0", a, 2);
+  claim_with_gpus(&c[1], 1, 1, 2, "node0", b, 2);
+  ck_assert_int_eq(mpt_device_assign(c, 2), MPT_OK);
+  ck_assert_int_eq(gpu_of(&c[0]), 0);
+  ck_assert_int_eq(gpu_of(&c[1]), 1);
+  ck_assert_int_eq(c[1].index, 0);
+  ck_assert_int_eq(mpt_device_claims_check(c, 2), MPT_OK);
+  /* The ordinal rule's choice (rank 1 on its index 1, i.e. GPU 0) is caught by identity. */
+  c[1].index = 1;
+  fake_uid(c[1].uid, 0);
+  ck_assert_int_eq(mpt_device_claims_check(c, 2), MPT_EMISMATCH);
+  HAS(mpt_last_error(), "ranks 0 and 1 both use GPU-a0112233-4455-6677-8899-aabbccddeeff");
+}
+END_TEST
+
+/* A true physical duplicate: two ranks of one host whose only visible device is one GPU. */
+START_TEST(test_assign_true_duplicate_is_refused_naming_both_ranks) {
+  const int g = 5;
+  mpt_device_claim c[3];
+  claim_with_gpus(&c[0], 0, 0, 2, "node0", &g, 1);
+  claim_with_gpus(&c[1], 1, 1, 2, "node0", &g, 1);
+  claim_with_gpus(&c[2], 2, 0, 1, "node1", &g, 1); /* the same bytes on another host: fine */
+  ck_assert_int_eq(mpt_device_assign(c, 3), MPT_OK);
+  ck_assert_int_eq(gpu_of(&c[0]), 5);
+  ck_assert_int_eq(c[1].index, -1);
+  ck_assert_int_eq(gpu_of(&c[2]), 5);
+  ck_assert_int_eq(mpt_device_claims_check(c, 3), MPT_EINVAL);
+  const char *e = mpt_last_error();
+  HAS(e, "local rank 1 (rank 1) on host node0");
+  HAS(e, "GPU-a5112233");
+  HAS(e, "used by rank 0");
+  LACKS(e, "node1");
+}
+END_TEST
+
+/* F12 with identities: 4 local ranks sharing 2 GPUs: local ranks 2 and 3 fail, named with the
+ * count; never a modulo. */
+START_TEST(test_assign_more_local_ranks_than_gpus_fails_naming_the_count) {
+  const int gpus[2] = {0, 1};
+  mpt_device_claim c[4];
+  for (int r = 0; r < 4; r++) claim_with_gpus(&c[r], r, r, 4, "node0", gpus, 2);
+  ck_assert_int_eq(mpt_device_assign(c, 4), MPT_OK);
+  ck_assert_int_eq(c[2].index, -1);
+  ck_assert_int_eq(c[3].index, -1);
+  ck_assert_int_eq(mpt_device_claims_check(c, 4), MPT_EINVAL);
+  HAS(mpt_last_error(), "local rank 2 (rank 2)");
+  HAS(mpt_last_error(), "local rank 3 (rank 3)");
+  HAS(mpt_last_error(), "2 visible cuda devices for 4 local ranks");
+}
+END_TEST
+
+/* Without identities (fake counts, no driver) the ordinal rule stands. */
+START_TEST(test_assign_without_ids_keeps_the_ordinal_pick) {
+  const int dev[4] = {-1, -1, -1, -1};
+  mpt_device_claim *c = claims_make(4, 4, dev, 3);
+  ck_assert_int_eq(mpt_device_assign(c, 4), MPT_OK);
+  ck_assert_int_eq(c[0].index, 0);
+  ck_assert_int_eq(c[2].index, 2);
+  ck_assert_int_eq(c[3].index, -1);
+  ck_assert_int_eq(mpt_device_assign(NULL, 1), MPT_EINVAL);
+  free(c);
+}
+END_TEST
+
+/* PCI bus ids stand in for a missing UUID, and are printed as such. */
+START_TEST(test_pci_identity_is_named_as_a_bus_id) {
+  mpt_device_claim c[2];
+  uint8_t id[1][MPT_DEVICE_UID_NBYTES] = {{'p', 'c', 'i', 0, 0, 0, 0, 0x65, 0x00}};
+  for (int r = 0; r < 2; r++) {
+    mpt_device_claim_fill(&c[r], r, r, 2, MPT_DEVICE_CUDA, -1, 1, "node0");
+    mpt_device_claim_set_ids(&c[r], (const uint8_t(*)[MPT_DEVICE_UID_NBYTES])id, 1);
+  }
+  ck_assert_int_eq(mpt_device_assign(c, 2), MPT_OK);
+  ck_assert_int_eq(mpt_device_claims_check(c, 2), MPT_EINVAL);
+  HAS(mpt_last_error(), "PCI 0000:65:00 is used by rank 0");
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("devmap");
   TCase *tc = tcase_create("devmap");
@@ -210,6 +347,13 @@ int main(void) {
   tcase_add_test(tc, test_missing_devices_are_reported_before_duplicates);
   tcase_add_test(tc, test_ranks_must_agree_on_the_device_type);
   tcase_add_test(tc, test_comm_config_defaults_to_the_host);
+  tcase_add_test(tc, test_assign_shared_list_is_the_local_rank);
+  tcase_add_test(tc, test_assign_per_rank_lists_use_the_one_visible_device);
+  tcase_add_test(tc, test_assign_lists_in_different_orders_never_share_a_gpu);
+  tcase_add_test(tc, test_assign_true_duplicate_is_refused_naming_both_ranks);
+  tcase_add_test(tc, test_assign_more_local_ranks_than_gpus_fails_naming_the_count);
+  tcase_add_test(tc, test_assign_without_ids_keeps_the_ordinal_pick);
+  tcase_add_test(tc, test_pci_identity_is_named_as_a_bus_id);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -18,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 
 #include "mpitrain/dp.h"
 #include "mpitrain/nn.h"
@@ -450,6 +452,66 @@ START_TEST(test_a_failing_replica_names_its_device) {
 }
 END_TEST
 
+/* Current virtual size of this process (VmSize), in bytes; 0 if unknown. */
+static unsigned long long vm_size_bytes(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  unsigned long long kib = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "VmSize: %llu kB", &kib) == 1) break;
+  if (f) fclose(f);
+  return kib * 1024;
+}
+
+/* A replica whose first GEMM cannot get OpenBLAS's per-thread buffer (an address-space limit
+ * 64 MiB above what the process maps, below the buffer's 128 MiB) fails the step at once with
+ * MPT_ENOMEM naming OpenBLAS, instead of spinning in OpenBLAS's allocation loop until the
+ * step's deadline (20 s here; Check's 4 s timeout ends the test first on the old code). The
+ * GEMMs are 32 x 512 x 784, above OpenBLAS's small-matrix path. Runs in Check's child process
+ * (the limit is restored anyway). */
+START_TEST(test_replica_without_blas_memory_fails_the_step_at_once) {
+  mpt_device devices[2];
+  cpu_devices(devices, 2);
+  mpt_mlp_config c = mpt_mlp_config_default();
+  c.input_size = 784;
+  c.num_hidden = 1;
+  c.hidden[0] = 512;
+  c.num_classes = CLASSES;
+  mpt_model *m = NULL;
+  OK(mpt_model_init_mlp(&m, mpt_device_cpu(), &c, 5));
+  mpt_dp_config pc = mpt_dp_config_default();
+  pc.timeout_ms = 20000;
+  mpt_dp *dp = NULL;
+  OK(mpt_dp_init(&dp, m, devices, 2, NULL, &pc));
+  const int64_t n = 64, xs[4] = {n, 1, 28, 28}, ys[1] = {n};
+  float *x = calloc((size_t)(n * 784), sizeof *x);
+  int32_t *y = calloc((size_t)n, sizeof *y);
+  ck_assert(x && y);
+  mpt_tensor xt = mpt_tensor_view(x, mpt_device_cpu(), MPT_F32, 4, xs);
+  mpt_tensor yt = mpt_tensor_view(y, mpt_device_cpu(), MPT_I32, 1, ys);
+  struct rlimit old, tight;
+  ck_assert_int_eq(getrlimit(RLIMIT_AS, &old), 0);
+  unsigned long long vm = vm_size_bytes();
+  ck_assert(vm > 0);
+  tight = old;
+  tight.rlim_cur = (rlim_t)(vm + (64ull << 20));
+  ck_assert_int_eq(setrlimit(RLIMIT_AS, &tight), 0);
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  mpt_status st = mpt_dp_step(dp, &xt, &yt, 1.0f, 0, NULL, NULL);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  setrlimit(RLIMIT_AS, &old);
+  double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+  ck_assert_msg(st == MPT_ENOMEM, "status %s: %s", mpt_status_name(st), mpt_last_error());
+  ck_assert_msg(strstr(mpt_last_error(), "OpenBLAS") != NULL, "detail: %s", mpt_last_error());
+  ck_assert_msg(s < 2.0, "the step took %.1f s to fail", s);
+  free(x);
+  free(y);
+  mpt_dp_free(dp);
+  mpt_model_free(m);
+}
+END_TEST
+
 START_TEST(test_step_rejects_bad_inputs) {
   mpt_device devices[2];
   cpu_devices(devices, 2);
@@ -567,6 +629,7 @@ static Suite *dp_suite(void) {
   tcase_add_test(err, test_split_is_even_and_never_empty);
   tcase_add_test(err, test_a_failing_replica_names_its_device);
   tcase_add_test(err, test_step_rejects_bad_inputs);
+  tcase_add_test(err, test_replica_without_blas_memory_fails_the_step_at_once);
   tcase_add_test(err, test_init_rejects_bad_lists_and_config);
   tcase_add_test(err, test_device_lists_parse);
   tcase_add_test(err, test_device_lists_reject_duplicates_and_missing_devices);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/backend.h"
 #include "core/keeper.h"
 #include "mpitrain/core.h"
 
@@ -206,6 +207,39 @@ START_TEST(test_failing_host_function_makes_the_stream_sticky_failed) {
 }
 END_TEST
 
+/* A wait enqueued for another backend's event binds to the record current when it was
+ * ENQUEUED (core/backend.h mpt__event_capture): after a re-record that cannot complete yet (the
+ * host a step ahead), the captured wait still ends as soon as the earlier record did, while a
+ * wait bound at run time (mpt_event_synchronize) waits for the new record until its deadline. */
+START_TEST(test_captured_wait_binds_to_the_record_at_capture) {
+  mpt_stream *inl, *w;
+  mpt_event *ev;
+  OK(mpt_stream_init(&inl, mpt_device_cpu(), MPT_STREAM_INLINE));
+  OK(mpt_stream_init(&w, mpt_device_cpu(), MPT_STREAM_WORKER));
+  OK(mpt_event_init(&ev, mpt_device_cpu()));
+  OK(mpt_event_record(ev, inl)); /* record 1: complete */
+  uint64_t token = 0;
+  OK(mpt__event_capture(ev, &token));
+  gate g;
+  gate_init(&g);
+  OK(mpt_stream_launch_host(w, gate_wait, &g));
+  OK(mpt_event_record(ev, w)); /* record 2: behind the closed gate */
+  const double t0 = mpt_time_ms();
+  OK(mpt__event_wait_captured(ev, token, 5000));
+  ck_assert_msg(mpt_time_ms() - t0 < 1000, "the captured wait took %g ms",
+                mpt_time_ms() - t0);
+  ck_assert_int_eq(mpt_event_synchronize(ev, 50), MPT_ETIMEOUT); /* bound at run time */
+  uint64_t later = 0;
+  OK(mpt__event_capture(ev, &later));
+  ck_assert_int_eq(mpt__event_wait_captured(ev, later, 50), MPT_ETIMEOUT);
+  gate_open(&g);
+  OK(mpt__event_wait_captured(ev, later, 5000));
+  mpt_event_free(ev);
+  mpt_stream_free(w);
+  mpt_stream_free(inl);
+}
+END_TEST
+
 /* A keeper (src/core/keeper.h) whose work is due at `due_ms` (mpt_time_ms clock). */
 typedef struct due {
   double due_ms;
@@ -292,6 +326,7 @@ int main(void) {
   tcase_add_test(tc, test_stream_wait_event_orders_work_across_streams);
   tcase_add_test(tc, test_worker_wait_past_its_deadline_fails_the_stream);
   tcase_add_test(tc, test_failing_host_function_makes_the_stream_sticky_failed);
+  tcase_add_test(tc, test_captured_wait_binds_to_the_record_at_capture);
   tcase_add_test(tc, test_kept_work_bounds_every_wait_without_a_deadline);
   suite_add_tcase(suite, tc);
   SRunner *sr = srunner_create(suite);

@@ -19,7 +19,12 @@
  * included): mpt_event_synchronize and mpt_stream_synchronize (core.h) on a stream that carries
  * the comm's collectives, mpt_comm_wait_event, the *_sync wrappers and mpt_comm_free. Past it
  * the wait returns MPT_ETIMEOUT naming the collective ("all-reduce #17 (count 4096 float32 sum)
- * did not complete within 300 s on rank 1") and the comm becomes unusable.
+ * did not complete within 300 s on rank 1") and the comm becomes unusable. The message goes on
+ * to name the ranks of the waiter's host that hold the collective up and those waiting in it
+ * ("; on host h (shared-memory progress records): holding it up: rank 2 (never started it;
+ * process running; last collective started #16, completed #16); waiting in it: ranks 0, 1"),
+ * from records every rank publishes in an MPI-3 shared-memory window that the others read
+ * without its help (src/comm/comm_progress.c; MPI backends, not NCCL).
  *
  * Progress (config.blocking, the same on every rank). Blocking (default, fast): the worker makes
  * the blocking MPI call, which cannot be interrupted; after a timeout it may stay inside MPI for
@@ -69,7 +74,10 @@ extern "C" {
 typedef struct mpt_comm mpt_comm;
 
 /* Reductions of all-reduce. AVG is SUM followed by a division by the world size on every rank
- * (float32 only), the convention of Horovod's Average and torch.distributed ReduceOp.AVG. */
+ * (float32 only), the convention of Horovod's Average and torch.distributed ReduceOp.AVG.
+ * A float32 NaN on any rank gives NaN in every reduction, MIN and MAX included, whatever the
+ * number of ranks (the MPI backend's own MIN / MAX; MPI_MIN / MPI_MAX may drop it), and MIN / MAX
+ * of -0 and +0 are -0 / +0, so every rank gets the same bits. */
 typedef enum {
   MPT_REDUCE_SUM = 0,
   MPT_REDUCE_AVG = 1,
@@ -150,6 +158,14 @@ MPT_API mpt_comm_config mpt_comm_config_default(void);
  * On error *comm is NULL and MPI stays initialised (call mpt_comm_finalize or mpt_comm_abort).
  * Thread rules: call from one thread; not concurrently with other MPI use. */
 MPT_API mpt_status mpt_comm_init(mpt_comm **comm, const mpt_comm_config *config);
+
+/* What an mpt_comm_init running in this process waits for right now, as a phrase naming the MPI
+ * call and who it waits for ("MPI_Init_thread, which returns once every process of the job has
+ * started and initialised MPI"), or "" when none runs. MPI_Init_thread itself has no deadline
+ * (it blocks until every process arrives, and nothing can interrupt it), so a program that must
+ * not hang watches the bootstrap from another thread with its own deadline, and names this on
+ * expiry (mpitrain does, with --timeout). A static string; any thread. */
+MPT_API const char *mpt_comm_bootstrap_stage(void);
 
 /* Drains the comm's own stream (each queued collective ends by its deadline), frees it, and
  * frees the communicator. Streams the caller passed to collectives must have been synchronized
@@ -279,7 +295,18 @@ MPT_API mpt_status mpt_comm_barrier_sync(mpt_comm *comm);
  * SLURM_LOCALID) among the devices visible to it. A local rank at or beyond the number of
  * visible devices is an error, never a silent modulo (which would put two ranks on one GPU).
  * Before NCCL init, every rank's (host, device) pair is gathered and two ranks of one host on
- * one device are named. The convention of torchrun's LOCAL_RANK and Horovod's local_rank. */
+ * one device are named. The convention of torchrun's LOCAL_RANK and Horovod's local_rank.
+ *
+ * Physical identity. CUDA ordinals are relative to each process's CUDA_VISIBLE_DEVICES, which
+ * launchers often set per rank (srun --gpus-per-task=1, --gpu-bind): then every rank sees one
+ * device, "cuda:0", and ordinals say nothing about which GPU it is. So when the devices' UUIDs
+ * (or PCI bus ids) are known, every rank gathers the list of its visible devices' identities
+ * and the ranks of a host are assigned in local-rank order, each to the first device of its own
+ * list that no lower local rank of the host took (mpt_device_assign): with one shared list in
+ * one order that is device <local rank>, as before; with per-rank lists each rank gets its own;
+ * with one visible device a rank uses it; lists in different orders cannot put two ranks on one
+ * GPU. Only ranks left without a free device fail: two ranks whose only device is the same
+ * physical GPU (a true duplicate), or more local ranks than devices. */
 
 /* Pure: *index = local_rank when local_rank < visible_count.
  * Errors: MPT_EINVAL naming the local rank and the count ("local rank 2 (of 4 on this host) has
@@ -289,6 +316,10 @@ MPT_API mpt_status mpt_device_pick(int local_rank, int local_size, int visible_c
                                    int *index);
 
 /* One rank's claim on a device, as gathered across ranks (a plain, fixed-size record). */
+enum {
+  MPT_DEVICE_UID_NBYTES = 16, /* a CUDA device UUID; a PCI bus id when the UUID is unknown */
+  MPT_DEVICE_LIST_MAX = 16,   /* visible devices whose identity a claim carries */
+};
 typedef struct mpt_device_claim {
   int32_t rank;
   int32_t local_rank;
@@ -298,6 +329,12 @@ typedef struct mpt_device_claim {
   int32_t type;          /* mpt_device_type */
   uint64_t host_hash;    /* 64-bit FNV-1a of the full host name */
   char host[64];         /* host name, truncated, NUL-terminated */
+  int32_t nids;          /* identities in visible_ids (0: unknown, bind by ordinal) */
+  int32_t reserved;      /* 0 */
+  /* Physical identity of each visible device, in the rank's own visible order, and of the
+   * device claimed (all zero: unknown; duplicates are then found by index). */
+  uint8_t visible_ids[MPT_DEVICE_LIST_MAX][MPT_DEVICE_UID_NBYTES];
+  uint8_t uid[MPT_DEVICE_UID_NBYTES];
 } mpt_device_claim;
 
 /* Pure: fills a claim (host name hashed in full, stored truncated). */
@@ -305,13 +342,31 @@ MPT_API void mpt_device_claim_fill(mpt_device_claim *claim, int rank, int local_
                                    int local_size, mpt_device_type type, int index,
                                    int visible_count, const char *host);
 
+/* Pure: records the physical identities of the rank's visible devices (ids[k]: visible device
+ * k, MPT_DEVICE_UID_NBYTES bytes each; at most MPT_DEVICE_LIST_MAX are kept), and sets
+ * visible_count to n. */
+MPT_API void mpt_device_claim_set_ids(mpt_device_claim *claim,
+                                      const uint8_t (*ids)[MPT_DEVICE_UID_NBYTES], int n);
+
+/* Pure: assigns devices to the claims of n ranks (the gathered claims, any order). Claims with
+ * identities (nids > 0) are assigned per host in local-rank order: each takes the first device
+ * of its own visible list that no lower local rank of its host took (index = its position in
+ * the rank's list, uid = its identity), or none (index -1). Claims without identities keep
+ * index = local rank when below visible_count, else -1 (mpt_device_pick). Every rank that
+ * assigns the same claims gets the same result. Errors: MPT_EINVAL for NULL claims with n > 0
+ * or n < 0. */
+MPT_API mpt_status mpt_device_assign(mpt_device_claim *claims, int n);
+
 /* Pure: checks the claims of n ranks, in this order, and reports every offender of the first
  * kind found, lowest ranks first, so that every rank that checks the same claims reports the
  * same words:
  *   - MPT_EINVAL: ranks without a device ("no cuda device for local rank 2 (rank 2) and local
  *     rank 3 (rank 3) on host node7: 2 visible cuda devices for 4 local ranks; ...");
+ *     A rank whose only candidates were taken by lower local ranks is named with the rank
+ *     that holds its device ("its only device GPU-... is used by rank 0").
  *   - MPT_EMISMATCH: two ranks on one host with the same device ("ranks 0 and 2 both use
- *     cuda:0 on host node7 ..."; the host is the same when hash and truncated name agree).
+ *     cuda:0 on host node7 ..."; the host is the same when hash and truncated name agree; the
+ *     device is the same when both uids are known and equal, else when the indices are).
  * Errors also: MPT_EINVAL for NULL claims with n > 0 or n < 0. MPT_OK otherwise. */
 MPT_API mpt_status mpt_device_claims_check(const mpt_device_claim *claims, int n);
 
@@ -323,9 +378,11 @@ MPT_API mpt_status mpt_device_claims_check(const mpt_device_claim *claims, int n
  * all-gather (MPT_ECOMM, MPT_ETIMEOUT); MPT_EINVAL for a NULL comm or a comm on a device. */
 MPT_API mpt_status mpt_comm_check_devices(mpt_comm *comm, mpt_device device);
 
-/* Collective (same comm rules): binds this rank to a device of `type`. CUDA: picks
- * cuda:<local rank> among `visible_count` devices (negative: mpt_device_count(type), the real
- * count; other values are for tests and for callers that restrict the devices), gathers and
+/* Collective (same comm rules): binds this rank to a device of `type`. CUDA: with
+ * visible_count negative, the real devices: their identities (UUID, else PCI bus id) are
+ * gathered and assigned by mpt_device_assign (see "Physical identity"). Other values are for
+ * tests and for callers that restrict the devices: picks cuda:<local rank> among
+ * `visible_count` devices by ordinal. Then gathers and
  * checks every rank's claim (a rank whose pick failed takes part with no device, so that every
  * rank fails together, with the same words, instead of waiting for it), and, when the count
  * was the real one, makes the device current on the calling thread (mpt_device_set_current:

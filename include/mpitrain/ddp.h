@@ -133,7 +133,10 @@ typedef struct mpt_ddp_stats {
   double sum_backward_ms, sum_exposed_comm_ms, sum_allreduce_ms, sum_hidden_ms;
 } mpt_ddp_stats;
 
-MPT_API mpt_ddp_stats mpt_ddp_get_stats(const mpt_ddp *ddp);
+/* The stats, with the last pass counted: on a device the pass's timings (CUDA events) are read
+ * only once they exist, so this may wait for the last pass to finish (deadline:
+ * config.timeout_ms; a pass whose timings never come is dropped with a warning). */
+MPT_API mpt_ddp_stats mpt_ddp_get_stats(mpt_ddp *ddp);
 MPT_API void mpt_ddp_reset_stats(mpt_ddp *ddp);
 
 /* Trace recording (Chrome trace event format): when enabled, the engine records each

@@ -5,3 +5,5 @@ mpitrain_SOURCES = src/cli/main.c src/cli/options.c src/cli/options.h src/cli/tr
 	src/cli/fault.c src/cli/fault.h \
 	src/cli/version.c src/cli/version.h src/cli/log_setup.c src/cli/train_auto.c
 mpitrain_LDADD = libmpitrain_all.la
+# issue 15: the ranks' data agreement check
+mpitrain_SOURCES += src/cli/train_data.c src/cli/train_watchdog.c

@@ -1,11 +1,13 @@
 /* `mpitrain train`: one process, or DDP over the ranks of mpirun / srun.
  *
- * Per step: K micro-batches (K = --accumulate, each of --batch-size samples on this rank);
- * before each forward the DDP engine synchronises buffers; the loss of each micro-batch is
- * scaled by 1/K; the last micro-batch's backward all-reduces the buckets (no_sync on the
- * others); then the optimizer steps with the scheduled learning rate. Metrics are sums over
- * ranks (loss * samples, correct answers, samples), so evaluation gives the same accuracy for
- * any world size: the DistributedSampler's padding rows are not counted.
+ * Per step: K micro-batches (K = --accumulate, each of --batch-size samples on this rank; the
+ * last step of an epoch takes the batches left, fewer than K when the epoch's batch count is
+ * not a multiple of K); before each forward the DDP engine synchronises buffers; the loss of
+ * each micro-batch is scaled by its share of the step's samples (rows / group rows), so a step
+ * equals one step on the combined batch; the last micro-batch's backward all-reduces the
+ * buckets (no_sync on the others); then the optimizer steps with the scheduled learning rate.
+ * Metrics are sums over ranks (loss * samples, correct answers, samples), so evaluation gives
+ * the same accuracy for any world size: the DistributedSampler's padding rows are not counted.
  *
  * Failure: any error is printed with the rank and its detail; with more than one rank the job
  * is then aborted (MPI_Abort) so no rank waits for one that has stopped. */
@@ -164,22 +166,79 @@ static mpt_status evaluate(trainer *t, double *loss_out, double *acc_out) {
   return MPT_OK;
 }
 
-/* One optimizer step over K micro-batches. Returns MPT_LOADER_END-like 1 when the epoch ran
- * out of batches before the step could start. */
-static mpt_status train_step(trainer *t, float *sums, int *ran_out) {
+/* On a GPU the host runs ahead of the device: the phases are timed by events on the compute
+ * stream (trainer.phase_ev), read once the step's synchronisation has completed them. */
+static mpt_status phase_events_init(trainer *t) {
+  t->phase_nev = 3 * t->o->accumulate + 2;
+  t->phase_ev = calloc((size_t)t->phase_nev, sizeof *t->phase_ev);
+  if (!t->phase_ev) return MPT_FAIL(MPT_ENOMEM, "cannot allocate the phase timers");
+  for (int i = 0; i < t->phase_nev; i++) MPT_RETURN_IF(mpt_event_init(&t->phase_ev[i], t->device));
+  return MPT_OK;
+}
+
+static mpt_status phase_mark(trainer *t, int i) {
+  return t->phase_ev && !t->dp ? mpt_event_record(t->phase_ev[i], t->stream) : MPT_OK;
+}
+
+/* After the step's synchronisation: device times of forward, backward (with the wait for the
+ * last gradient bucket, which report_breakdown takes out again) and optimizer. */
+static mpt_status phase_times(trainer *t, int K, double *fwd, double *bwd, double *opt) {
+  if (!t->phase_ev || t->dp) return MPT_OK;
+  double f = 0, b = 0, ms = 0;
+  for (int k = 0; k < K; k++) {
+    MPT_RETURN_IF(mpt_event_elapsed_ms(t->phase_ev[3 * k], t->phase_ev[3 * k + 1], &ms));
+    f += ms;
+    MPT_RETURN_IF(mpt_event_elapsed_ms(t->phase_ev[3 * k + 1], t->phase_ev[3 * k + 2], &ms));
+    b += ms;
+  }
+  MPT_RETURN_IF(mpt_event_elapsed_ms(t->phase_ev[3 * K], t->phase_ev[3 * K + 1], opt));
+  *fwd = f;
+  *bwd = b;
+  return MPT_OK;
+}
+
+/* The micro-batches of the epoch's step `step` (--accumulate K, or the batches left for the
+ * last step) and the rows they hold together on this rank (the same on every rank: the sampler
+ * gives each rank as many positions). */
+static void step_group(trainer *t, int64_t step, int *kg, int64_t *rows) {
   const mpt_cli_options *o = t->o;
-  int K = o->accumulate;
+  const int64_t nb = mpt_loader_num_batches(t->train_loader), first = step * o->accumulate;
+  const int64_t n = o->drop_last ? nb * o->batch_size : mpt_sampler_num_samples(t->train_sampler);
+  int64_t k = nb - first < o->accumulate ? nb - first : o->accumulate;
+  if (k < 0) k = 0;
+  int64_t end = (first + k) * o->batch_size;
+  *kg = (int)k;
+  *rows = (end < n ? end : n) - first * o->batch_size;
+}
+
+/* One optimizer step over the micro-batches of the epoch's step `step` (step_group). Sets
+ * *ran_out when the epoch ran out of batches before the step could start. */
+static mpt_status train_step(trainer *t, int64_t step, float *sums, int *ran_out) {
+  const mpt_cli_options *o = t->o;
+  int K;
+  int64_t group_rows;
+  step_group(t, step, &K, &group_rows);
   double t0 = mpt_time_ms(), fwd = 0, bwd = 0;
   *ran_out = 0;
+  if (K < 1 || group_rows < 1) {
+    *ran_out = 1;
+    return MPT_OK;
+  }
   MPT_RETURN_IF(mpt_model_zero_grad(t->model, t->stream));
   for (int k = 0; k < K; k++) {
     mpt_batch b;
     int r = mpt_loader_next(t->train_loader, &b);
     if (r < 0) return (mpt_status)r;
     if (r != MPT_OK) {
-      *ran_out = 1;
-      return MPT_OK;
+      if (k == 0) {
+        *ran_out = 1;
+        return MPT_OK;
+      }
+      return MPT_FAIL(MPT_ESTATE, "step %" PRId64 ": the epoch ran out of batches after %d of "
+                      "the step's %d micro-batches on rank %d", t->global_step, k, K, t->rank);
     }
+    /* this micro-batch's share of the step's mean loss (a short last batch weighs less) */
+    const float share = (float)((double)b.count / (double)group_rows);
     double f0 = mpt_time_ms();
     /* DDP synchronises buffers before each training forward it sees; DataParallel's
      * replicas run theirs, so the buffers are synchronised here for them. */
@@ -193,7 +252,7 @@ static mpt_status train_step(trainer *t, float *sums, int *ran_out) {
       int64_t shape[4] = {b.count, b.images.shape[1], b.images.shape[2], b.images.shape[3]};
       mpt_tensor x = mpt_tensor_view(b.images.data, mpt_device_cpu(), MPT_F32, 4, shape);
       mpt_tensor y = mpt_tensor_view(b.labels.data, mpt_device_cpu(), MPT_I32, 1, shape);
-      MPT_RETURN_IF(mpt_dp_step(t->dp, &x, &y, 1.0f / (float)K, seed, &l, &correct));
+      MPT_RETURN_IF(mpt_dp_step(t->dp, &x, &y, share, seed, &l, &correct));
       if (!isfinite(l) && !o->skip_nonfinite)
         return MPT_FAIL(MPT_ENONFINITE,
                         "non-finite loss %g at step %" PRId64 " on rank %d (--skip-nonfinite "
@@ -211,6 +270,7 @@ static mpt_status train_step(trainer *t, float *sums, int *ran_out) {
       continue;
     }
     trainer_maybe_poison(t, &b, k);
+    MPT_RETURN_IF(phase_mark(t, 3 * k));
     mpt_tape_reset(t->tape, seed);
     mpt_var *logits, *loss;
     mpt_tensor labels;
@@ -234,11 +294,13 @@ static mpt_status train_step(trainer *t, float *sums, int *ran_out) {
     sums[1] += (float)correct;
     sums[2] += (float)b.count;
     double f1 = mpt_time_ms();
+    MPT_RETURN_IF(phase_mark(t, 3 * k + 1));
     if (t->trace) mpt_trace_add(t->trace, "forward", 0, f0, f1 - f0, t->global_step);
     if (t->ddp) mpt_ddp_set_sync(t->ddp, k == K - 1); /* no_sync but for the last */
     /* With DDP, backward returns with the gradients averaged over the ranks. */
-    MPT_RETURN_IF(mpt_tape_backward(t->tape, loss, 1.0f / (float)K));
+    MPT_RETURN_IF(mpt_tape_backward(t->tape, loss, share));
     double b1 = mpt_time_ms();
+    MPT_RETURN_IF(phase_mark(t, 3 * k + 2));
     if (t->trace) mpt_trace_add(t->trace, "backward", 0, f1, b1 - f1, t->global_step);
     fwd += f1 - f0;
     bwd += b1 - f1;
@@ -249,6 +311,7 @@ static mpt_status train_step(trainer *t, float *sums, int *ran_out) {
     t->sum_dp_allreduce += mpt_time_ms() - c0;
   }
   double o0 = mpt_time_ms();
+  MPT_RETURN_IF(phase_mark(t, 3 * K));
   int skip = 0;
   if (o->skip_nonfinite) {
     /* The gradients are averaged over ranks and bit-identical everywhere, and NaN/Inf survive
@@ -271,15 +334,17 @@ static mpt_status train_step(trainer *t, float *sums, int *ran_out) {
     float lr = mpt_lr_at(&t->schedule, o->optim.lr, t->global_step);
     MPT_RETURN_IF(mpt_optimizer_step_model(t->opt, t->model, t->stream, lr));
   }
+  MPT_RETURN_IF(phase_mark(t, 3 * K + 1));
   MPT_RETURN_IF(mpt_stream_synchronize(t->stream, o->timeout_s * 1e3));
   if (t->grad_comm && mpt_comm_error(t->grad_comm) != MPT_OK)
     return MPT_FAIL(mpt_comm_error(t->grad_comm),
                     "the gradient all-reduce failed on rank %d (see the error above)", t->rank);
-  double o1 = mpt_time_ms();
+  double o1 = mpt_time_ms(), opt = o1 - o0;
+  MPT_RETURN_IF(phase_times(t, K, &fwd, &bwd, &opt));
   if (t->trace) mpt_trace_add(t->trace, "optimizer", 0, o0, o1 - o0, t->global_step);
   t->sum_forward += fwd;
   t->sum_backward += bwd;
-  t->sum_optimizer += o1 - o0;
+  t->sum_optimizer += opt;
   t->sum_total += o1 - t0;
   t->timed_steps++;
   t->global_step++;
@@ -323,7 +388,7 @@ static mpt_status run_epoch(trainer *t, int64_t epoch, mpt_epoch_metrics *m) {
     int ran_out;
     trainer_maybe_kill_self(t);
     MPT_RETURN_IF(stop_vote_start(t));
-    MPT_RETURN_IF(train_step(t, sums, &ran_out));
+    MPT_RETURN_IF(train_step(t, step, sums, &ran_out));
     MPT_RETURN_IF(stop_vote_finish(t));
     if (ran_out) break;
     trainer_maybe_perturb(t);
@@ -413,8 +478,12 @@ static mpt_status report_breakdown(trainer *t, mpt_step_breakdown *bd) {
   mpt_ddp_stats ds = t->ddp ? mpt_ddp_get_stats(t->ddp) : (mpt_ddp_stats){0};
   /* DP: the all-reduce of the reduced gradients follows backward, so all of it is exposed. */
   double exposed = t->dp ? t->sum_dp_allreduce : ds.sum_exposed_comm_ms;
+  /* On a GPU the backward events include the compute stream's wait for the last bucket: that
+   * part is the exposed communication, reported on its own. */
+  const double backward =
+      t->sum_backward - (t->phase_ev && !t->dp && t->ddp ? ds.sum_exposed_comm_ms : 0);
   double allreduce = t->dp ? t->sum_dp_allreduce : ds.sum_allreduce_ms;
-  float v[6] = {(float)(t->sum_forward / n), (float)(t->sum_backward / n),
+  float v[6] = {(float)(t->sum_forward / n), (float)(backward / n),
                 (float)(exposed / n), (float)(t->sum_optimizer / n),
                 (float)(t->sum_total / n), (float)(allreduce / n)};
   if (t->world > 1)
@@ -511,6 +580,7 @@ static mpt_status train_run(trainer *t) {
   openblas_set_num_threads(threads);
   MPT_RETURN_IF(mpt_nn_set_conv_algo(o->conv_algo));
   MPT_RETURN_IF(mpt_stream_init(&t->stream, t->device, MPT_STREAM_INLINE));
+  if (t->device.type != MPT_DEVICE_CPU) MPT_RETURN_IF(phase_events_init(t));
   if (o->conv_algo == MPT_CONV_ALGO_LIBRARY && !mpt_op_conv2d_available(t->stream))
     return MPT_FAIL(MPT_ENOTSUP, "--conv-algo onednn: this build has no oneDNN convolutions "
                     "for the %s device (configure --with-onednn; apt-get install libdnnl-dev)",
@@ -518,6 +588,7 @@ static mpt_status train_run(trainer *t) {
   MPT_RETURN_IF(mpt_event_init(&t->stop_event, mpt_device_cpu()));
   MPT_RETURN_IF(trainer_check_model_fits(t, ndev));
   MPT_RETURN_IF(load_data(t));
+  MPT_RETURN_IF(trainer_check_same_data(t));
   MPT_RETURN_IF(make_model(t));
   MPT_RETURN_IF(mpt_tape_init(&t->tape, t->model, t->stream));
   if (t->world > 1) {
@@ -560,13 +631,15 @@ static mpt_status train_run(trainer *t) {
   MPT_RETURN_IF(make_loaders(t));
   int64_t batches = mpt_loader_num_batches(t->train_loader);
   if (t->ddp) MPT_RETURN_IF(mpt_ddp_check_batches(t->ddp, batches));
-  t->steps_per_epoch = batches / o->accumulate;
+  /* the last step of an epoch takes the batches left (fewer than --accumulate) */
+  t->steps_per_epoch = (batches + o->accumulate - 1) / o->accumulate;
   if (o->max_steps > 0 && o->max_steps < t->steps_per_epoch) t->steps_per_epoch = o->max_steps;
   if (t->steps_per_epoch < 1)
     return MPT_FAIL(MPT_EINVAL,
-                    "an epoch has %" PRId64 " batches of %" PRId64 " on this rank, fewer than "
-                    "--accumulate %d: nothing to train",
-                    batches, o->batch_size, o->accumulate);
+                    "an epoch has no batch of %" PRId64 " on this rank (%" PRId64 " samples%s): "
+                    "nothing to train",
+                    o->batch_size, mpt_sampler_num_samples(t->train_sampler),
+                    o->drop_last ? ", --drop-last" : "");
   t->schedule = o->schedule;
   if (t->schedule.step_size <= 0) t->schedule.step_size = t->steps_per_epoch;
   if (t->schedule.kind == MPT_LR_COSINE)
@@ -667,6 +740,8 @@ static void trainer_free(trainer *t) {
   mpt_dataset_free(&t->test);
   mpt_trace_free(t->trace);
   mpt_event_free(t->stop_event);
+  for (int i = 0; t->phase_ev && i < t->phase_nev; i++) mpt_event_free(t->phase_ev[i]);
+  free(t->phase_ev);
   mpt_stream_free(t->stream);
   free(t->epochs);
 }
@@ -678,7 +753,12 @@ int mpt_cli_train(const mpt_cli_options *o) {
   mpt_comm_config cc = mpt_comm_config_default();
   cc.timeout_ms = o->timeout_s * 1e3;
   cc.check_collectives = o->check_collectives;
-  mpt_status st = mpt_comm_init(&t.comm, &cc);
+  /* --timeout covers MPI_Init_thread too, with a floor: a short collective deadline must not
+   * kill a healthy start-up (a singleton's MPI_Init alone takes about 0.5 s here) */
+  trainer_watchdog *wd = NULL;
+  mpt_status st = trainer_watchdog_start(o->timeout_s > 10 ? o->timeout_s : 10, &wd);
+  if (st == MPT_OK) st = mpt_comm_init(&t.comm, &cc);
+  trainer_watchdog_stop(wd);
   if (st != MPT_OK) {
     fprintf(stderr, "mpitrain: error: %s: %s\n", mpt_status_message(st), mpt_last_error());
     mpt_comm_abort(NULL, 1);

@@ -207,41 +207,88 @@ mpt_status trainer_save_params(trainer *t, const char *path) {
   return MPT_OK;
 }
 
+/* 64-bit FNV-1a of `n` bytes, continuing from `h`. */
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ULL;
+  return h;
+}
+#define FNV_OFFSET 0xcbf29ce484222325ULL
+
+/* Argument i of the options (argv[1..]) as two int32 of its hash (NUL included); a missing
+ * argument hashes as a value no argument has (an argument always ends with its NUL). */
+static void arg_hash(const mpt_cli_options *o, int i, int32_t out[2]) {
+  uint64_t h = i + 1 < o->argc ? fnv1a(FNV_OFFSET, o->argv[i + 1], strlen(o->argv[i + 1]) + 1)
+                               : FNV_OFFSET;
+  out[0] = (int32_t)(uint32_t)h;
+  out[1] = (int32_t)(uint32_t)(h >> 32);
+}
+
 /* Every rank must run with the same options: a rank started with other options would issue
  * other collectives (a hang until the deadline) or train another model (a silent wrong answer).
- * The command lines are compared; the first option that differs from rank 0's is named. */
+ * The whole command lines are compared, whatever their length: a 64-bit hash of every argument
+ * (all-gathered with the count); when they differ, the hashes of each argument find the first
+ * that differs from rank 0's, and it is named (with the argument before it), cut at WORD bytes. */
 mpt_status trainer_check_same_options(trainer *t) {
   if (t->world == 1) return MPT_OK;
-  enum { LINE = 4096 };
-  char *mine = calloc(1, LINE), *all = calloc((size_t)t->world, LINE);
+  enum { WORD = 256 };
+  const mpt_cli_options *o = t->o;
+  const size_t W = (size_t)t->world;
   mpt_status st = MPT_OK;
-  if (!mine || !all) {
-    st = MPT_FAIL(MPT_ENOMEM, "cannot allocate the option check");
+  int32_t *all = NULL, *hashes = NULL;
+  char *words = NULL, *mine = NULL;
+  uint64_t h = FNV_OFFSET;
+  for (int i = 1; i < o->argc; i++) h = fnv1a(h, o->argv[i], strlen(o->argv[i]) + 1);
+  int32_t head[3] = {o->argc - 1, (int32_t)(uint32_t)h, (int32_t)(uint32_t)(h >> 32)};
+  if (!(all = malloc(sizeof(int32_t) * 3 * W))) goto nomem;
+  MPT_CHECK(mpt_comm_allgather_sync(t->comm, head, all, 3, MPT_I32), done);
+  int same = 1, nmax = 0;
+  for (size_t r = 0; r < W; r++) {
+    same = same && memcmp(all + 3 * r, all, sizeof head) == 0;
+    if (all[3 * r] > nmax) nmax = all[3 * r];
+  }
+  if (same) goto done;
+  /* Collective from here on: every rank saw the same table and takes this branch. */
+  const size_t per = 2 * (size_t)nmax;
+  if (!(hashes = malloc(sizeof(int32_t) * (per ? per : 1) * (W + 1)))) goto nomem;
+  int32_t *my_hashes = hashes + per * W;
+  for (int i = 0; i < nmax; i++) arg_hash(o, i, my_hashes + 2 * i);
+  MPT_CHECK(mpt_comm_allgather_sync(t->comm, my_hashes, hashes, (int64_t)per, MPT_I32), done);
+  int bad = -1, at = 0;
+  for (size_t r = 1; r < W && bad < 0; r++)
+    for (int i = 0; i < nmax; i++)
+      if (memcmp(hashes + per * r + 2 * i, hashes + 2 * i, 2 * sizeof(int32_t)) != 0) {
+        bad = (int)r;
+        at = i;
+        break;
+      }
+  if (bad < 0) { /* only hash collisions of whole lines could get here */
+    st = MPT_FAIL(MPT_EMISMATCH, "ranks were started with different options (every rank must run "
+                                 "the same command line)");
     goto done;
   }
-  size_t used = 0;
-  for (int i = 1; i < t->o->argc && used < LINE - 1; i++)
-    used += (size_t)snprintf(mine + used, LINE - used, "%s%c", t->o->argv[i], '\0') ;
-  MPT_CHECK(mpt_comm_allgather_sync(t->comm, mine, all, LINE, MPT_U8), done);
-  for (int r = 1; r < t->world; r++) {
-    const char *a = all, *b = all + (size_t)r * LINE;
-    if (memcmp(a, b, LINE) == 0) continue;
-    /* walk both NUL-separated lists to the first differing word */
-    const char *prev = NULL;
-    while (*a && *b && strcmp(a, b) == 0) {
-      prev = a;
-      a += strlen(a) + 1;
-      b += strlen(b) + 1;
-    }
-    st = MPT_FAIL(MPT_EMISMATCH,
-                  "ranks were started with different options: rank %d has '%s' where rank 0 "
-                  "has '%s'%s%s%s (every rank must run the same command line)",
-                  r, *b ? b : "(end of options)", *a ? a : "(end of options)",
-                  prev ? " (after '" : "", prev ? prev : "", prev ? "')" : "");
-    goto done;
+  /* Everybody's argument `at` and the one before it, cut at WORD - 1 bytes. */
+  if (!(words = calloc(2 * WORD, W + 1))) goto nomem;
+  mine = words + 2 * WORD * W;
+  for (int j = 0; j < 2; j++) {
+    int i = at - 1 + j;
+    if (i >= 0 && i + 1 < o->argc) snprintf(mine + j * WORD, WORD, "%s", o->argv[i + 1]);
   }
+  MPT_CHECK(mpt_comm_allgather_sync(t->comm, mine, words, 2 * WORD, MPT_U8), done);
+  const char *a = words + WORD, *b = words + 2 * WORD * (size_t)bad + WORD;
+  const char *prev = at > 0 ? words : NULL;
+  st = MPT_FAIL(MPT_EMISMATCH,
+                "ranks were started with different options: rank %d has '%s' where rank 0 "
+                "has '%s'%s%s%s (argument %d; every rank must run the same command line)",
+                bad, at < all[3 * bad] ? b : "(end of options)",
+                at < all[0] ? a : "(end of options)", prev ? " (after '" : "", prev ? prev : "",
+                prev ? "')" : "", at + 1);
+  goto done;
+nomem:
+  st = MPT_FAIL(MPT_ENOMEM, "cannot allocate the option check");
 done:
-  free(mine);
   free(all);
+  free(hashes);
+  free(words);
   return st;
 }

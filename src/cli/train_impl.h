@@ -41,6 +41,11 @@ typedef struct trainer {
   /* sums of per-step times (ms) for the breakdown */
   double sum_forward, sum_backward, sum_optimizer, sum_total, sum_dp_allreduce;
   int64_t timed_steps;
+  /* on a GPU (not DP): the phases timed by events on the compute stream, read after the step's
+   * synchronisation (host times would be enqueue times): [3k] forward start, [3k+1] forward
+   * end, [3k+2] backward end of micro-batch k; [3K] optimizer start, [3K+1] its end */
+  mpt_event **phase_ev;
+  int phase_nev;
   int progress;
   /* preemption (SIGTERM): the local flag is all-reduced (max) on the comm stream during each
    * step, so every rank stops after the same step */
@@ -80,6 +85,22 @@ mpt_status trainer_check_checkpoint_dir(const mpt_cli_options *o);
 mpt_status trainer_check_model_fits(trainer *t, int ndev);
 mpt_status trainer_save_params(trainer *t, const char *path);
 mpt_status trainer_check_same_options(trainer *t);
+
+/* train_watchdog.c */
+typedef struct trainer_watchdog trainer_watchdog;
+/* Starts a thread that, unless trainer_watchdog_stop comes first, prints what the comm bootstrap
+ * waits for (mpt_comm_bootstrap_stage) after timeout_s and ends the process with status 1: the
+ * deadline of MPI_Init_thread, which has none. Errors: MPT_ENOMEM. */
+mpt_status trainer_watchdog_start(double timeout_s, trainer_watchdog **w);
+/* Stops and joins it; NULL is a no-op. */
+void trainer_watchdog_stop(trainer_watchdog *w);
+
+/* train_data.c */
+/* Collective, after loading the data: every rank must have loaded the same training and test
+ * sets (sample counts, image size, classes, CRC-32 of images and labels as loaded). Errors:
+ * MPT_EMISMATCH on every rank, naming what differs, the first rank that differs from rank 0 and
+ * the file each of the two read; MPT_ENOMEM. */
+mpt_status trainer_check_same_data(trainer *t);
 
 /* train_ckpt.c */
 /* Stops (MPT_ENONFINITE, naming `when` and the learning rate) a model no longer fit to train or

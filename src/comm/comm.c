@@ -160,6 +160,7 @@ mpt_status mpt_comm_init(mpt_comm **out, const mpt_comm_config *config) {
   pthread_mutex_init(&c->sync_mutex, NULL);
   atomic_init(&c->failed, MPT_OK);
   atomic_init(&c->next_seq, 0);
+  c->progress_index = -1;
   c->backend = backend;
 
   MPT_CHECK(mpt__comm_bootstrap(c, &cfg), fail_boot);
@@ -263,6 +264,7 @@ mpt_status mpt_comm_finalize(void) {
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   if (!mpt__comm_mpi_owned() || !initialized || finalized) return MPT_OK;
+  mpt__progress_finalize();
   int rc = MPI_Finalize();
   if (rc != MPI_SUCCESS) return MPT_MPI_FAIL(rc, mpt_log_rank(), "MPI_Finalize");
   return MPT_OK;

@@ -5,7 +5,9 @@
  * must be equal on every rank, and the launcher decision (launch.c; F12, F14).
  *
  * Runs on the caller's thread. Process-wide state: whether this layer called MPI_Init_thread
- * (so that mpt_comm_finalize knows whether to call MPI_Finalize); MPI itself is process-wide. */
+ * (so that mpt_comm_finalize knows whether to call MPI_Finalize), and the stage the running
+ * bootstrap waits in (mpt_comm_bootstrap_stage, read by watchdogs on other threads); MPI itself
+ * is process-wide. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,8 +18,14 @@
 #include "comm/launch.h"
 
 static atomic_int mpi_owned;
+static _Atomic(const char *) boot_stage; /* see mpt_comm_bootstrap_stage; NULL: none */
 
 int mpt__comm_mpi_owned(void) { return atomic_load(&mpi_owned); }
+
+const char *mpt_comm_bootstrap_stage(void) {
+  const char *s = atomic_load(&boot_stage);
+  return s ? s : "";
+}
 
 /* MPT_CHECK_COLLECTIVES: set and not "0" (or "no"/"false"/"off") turns checked mode on. */
 static int env_check_collectives(void) {
@@ -52,7 +60,15 @@ static mpt_status agree_settings(mpt_comm *c, double deadline_ms) {
   return MPT_OK;
 }
 
+static mpt_status bootstrap(mpt_comm *c, const mpt_comm_config *config);
+
 mpt_status mpt__comm_bootstrap(mpt_comm *c, const mpt_comm_config *config) {
+  mpt_status st = bootstrap(c, config);
+  atomic_store(&boot_stage, NULL);
+  return st;
+}
+
+static mpt_status bootstrap(mpt_comm *c, const mpt_comm_config *config) {
   mpt_status st = MPT_OK;
   mpt__launch_env env;
   mpt__launch_env_capture(&env); /* before MPI_Init: MPI may write to the environment */
@@ -67,6 +83,8 @@ mpt_status mpt__comm_bootstrap(mpt_comm *c, const mpt_comm_config *config) {
   if (finalized)
     return MPT_FAIL(MPT_ESTATE, "MPI was already finalized: a comm cannot be created any more");
   if (!initialized) {
+    atomic_store(&boot_stage, "MPI_Init_thread, which returns once every process of the job has "
+                              "started and initialised MPI");
     int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
     if (rc != MPI_SUCCESS) return MPT_MPI_FAIL(rc, -1, "MPI_Init_thread(MPI_THREAD_MULTIPLE)");
     atomic_store(&mpi_owned, 1);
@@ -85,6 +103,8 @@ mpt_status mpt__comm_bootstrap(mpt_comm *c, const mpt_comm_config *config) {
   /* The duplicate, with a deadline: it completes only when every rank has reached this point,
    * and after it the blocking MPI_Comm_split_type cannot wait for an absent rank. */
   double deadline_ms = mpt_time_ms() + c->config.timeout_ms;
+  atomic_store(&boot_stage, "MPI_Comm_idup of MPI_COMM_WORLD, which completes once every rank "
+                            "has reached mpt_comm_init");
   MPI_Request req;
   int done = 0;
   MPT_MPI_CHECK(MPI_Comm_idup(MPI_COMM_WORLD, &c->mpi_comm, &req), c->rank, fail);
@@ -103,20 +123,24 @@ mpt_status mpt__comm_bootstrap(mpt_comm *c, const mpt_comm_config *config) {
   }
   MPT_MPI_CHECK(MPI_Comm_set_errhandler(c->mpi_comm, MPI_ERRORS_RETURN), c->rank, fail_comm);
 
+  atomic_store(&boot_stage, "MPI_Comm_split_type (the ranks of each host)");
   MPI_Comm node = MPI_COMM_NULL;
   MPT_MPI_CHECK(MPI_Comm_split_type(c->mpi_comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL,
                                     &node),
                 c->rank, fail_comm);
   int rc_rank = MPI_Comm_rank(node, &c->local_rank);
   int rc_size = MPI_Comm_size(node, &c->local_size);
+  if (gethostname(c->hostname, sizeof c->hostname) != 0)
+    snprintf(c->hostname, sizeof c->hostname, "unknown-host");
+  c->hostname[sizeof c->hostname - 1] = '\0';
+  atomic_store(&boot_stage, "MPI_Win_allocate_shared of the progress records (the ranks of "
+                            "each host)");
+  if (rc_rank == MPI_SUCCESS && rc_size == MPI_SUCCESS) mpt__progress_init(c, node);
   MPI_Comm_free(&node);
   MPT_MPI_CHECK(rc_rank, c->rank, fail_comm);
   MPT_MPI_CHECK(rc_size, c->rank, fail_comm);
 
-  if (gethostname(c->hostname, sizeof c->hostname) != 0)
-    snprintf(c->hostname, sizeof c->hostname, "unknown-host");
-  c->hostname[sizeof c->hostname - 1] = '\0';
-
+  atomic_store(&boot_stage, "the exchange of the comm settings between the ranks");
   MPT_CHECK(agree_settings(c, deadline_ms), fail_comm);
 
   mpt__mpi_view view = {c->world_size, c->rank, c->local_rank, c->local_size};

@@ -98,6 +98,7 @@ struct mpt_comm {
 
   pthread_mutex_t sync_mutex; /* serialises the synchronous wrappers (one event) */
   mpt_event *sync_event;
+  int progress_index; /* its column in the progress records (comm_progress.c), -1: none */
 };
 
 /* Marks the comm unusable with `status` and a copy of the calling thread's last error (first
@@ -135,6 +136,33 @@ mpt_status mpt__inflight_check(mpt_comm *comm);
 mpt_status mpt__comm_wait_deadline(mpt_comm *comm, mpt_event *event, const mpt__coll *c,
                                    double grace_ms);
 
+/* ---- collectives on host buffers staged through a device (host_stage.c) ------------------
+ * The steps of one staged collective, filled by a device backend (NCCL) and by tests with a
+ * stub. enqueue, check and expire run with the backend's lock held; query and copy_out without
+ * it. */
+typedef struct mpt__host_stage_ops {
+  void *ctx;
+  /* Copies the send buffer in, enqueues the collective and the copy out into a pinned bounce
+   * buffer, records an event after them. Never waits for the device. */
+  mpt_status (*enqueue)(void *ctx);
+  /* 1: the event completed; 0: not yet; -1: failed (*err set, detail recorded). Never blocks. */
+  int (*query)(void *ctx, mpt_status *err);
+  /* The backend's failure checks (asynchronous errors, a collective past its deadline). */
+  mpt_status (*check)(void *ctx);
+  /* The deadline passed: records MPT_ETIMEOUT naming the collective, fails the backend (abort)
+   * and returns the status. */
+  mpt_status (*expire)(void *ctx);
+  /* After completion: the bounce buffer into the caller's host buffer. */
+  void (*copy_out)(void *ctx);
+} mpt__host_stage_ops;
+
+/* enqueue under `lock`; then polls query WITHOUT the lock (taking it only around check) until
+ * the event completes, a check fails or mpt_time_ms() passes deadline_ms (expire); then
+ * copy_out. So a peer that never arrives costs the deadline, not a hang, and the watchdog and
+ * other waiters are never locked out by this wait. Returns MPT_OK or the first failure. */
+mpt_status mpt__host_stage_run(pthread_mutex_t *lock, const mpt__host_stage_ops *ops,
+                               double deadline_ms);
+
 /* The keeper (core/keeper.h) of a collective's host function on a CPU worker stream; keeper_arg
  * is the comm. Whichever collective of the comm is oldest in flight must finish within
  * timeout_ms (+ the polling mode's grace, see mpt_comm_wait_event) of its start: until then
@@ -142,6 +170,23 @@ mpt_status mpt__comm_wait_deadline(mpt_comm *comm, mpt_event *event, const mpt__
  * mpt__comm_wait_deadline) and the comm is marked failed; a comm that failed already gives its
  * failure. So every wait on the stream or its events is bounded, deadline or not (docs/comm.md). */
 mpt_status mpt__comm_keeper(void *comm, double *left_ms);
+
+/* ---- progress records (comm_progress.c): who held up a collective that timed out ---------- */
+
+/* Bootstrap, after the node communicator exists: the first call makes the process's shared-
+ * memory window over `node` (collective over the ranks of this host); every call gives `c` its
+ * column (c->progress_index, -1 when there is none). Never fails: without a window the reports
+ * say why. */
+void mpt__progress_init(mpt_comm *c, MPI_Comm node);
+/* Publishes that this rank started / completed collective `seq` of `c`. Any thread. */
+void mpt__progress_started(const mpt_comm *c, uint64_t seq);
+void mpt__progress_completed(const mpt_comm *c, uint64_t seq);
+/* Appends to buf "; on host H (shared-memory progress records): holding it up: rank 1 (never
+ * started it; process 123 is stopped (SIGSTOP or job control); last collective started #41,
+ * completed #41); waiting in it: ranks 0, 2; ..." for collective `seq` of `c`. Any thread. */
+void mpt__progress_describe(const mpt_comm *c, uint64_t seq, char *buf, size_t nbytes);
+/* Frees the window (collective over the host's ranks, like MPI_Finalize): mpt_comm_finalize. */
+void mpt__progress_finalize(void);
 
 /* Records "<what>: <MPI error string> (on rank R)" as MPT_ECOMM. */
 mpt_status mpt__mpi_error(const char *file, int line, int mpi_rc, int rank, const char *fmt, ...)

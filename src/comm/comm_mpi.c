@@ -37,6 +37,7 @@
  * Any failure other than a checked-mode mismatch marks the comm unusable: after a timeout a
  * collective may still be pending inside MPI, and after a disagreement the ranks' matching of
  * collectives is no longer trustworthy. */
+#include <math.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -65,7 +66,41 @@ typedef struct mpi_state {
   pthread_mutex_t mutex;
   op_rec *free_list;
   op_rec *all;
+  MPI_Op fmin, fmax; /* float32 MIN / MAX that propagate NaN (see float_min) */
 } mpi_state;
+
+/* ---- float32 MIN and MAX that propagate NaN ------------------------------------------------
+ * MPI_MIN and MPI_MAX are plain comparisons in Open MPI (a < b ? a : b), so a NaN survives or
+ * vanishes depending on which operand it is, that is on the reduction order, which depends on
+ * the number of ranks and the algorithm (at 3 ranks a NaN of rank 1 vanished on every rank).
+ * These ops return NaN as soon as either operand is NaN, like SUM, and break ties between -0
+ * and +0 by sign (min -0, max +0), so that the result is the same bits whatever the order: any
+ * NaN becomes the canonical quiet NaN. */
+static void float_min(void *in, void *inout, int *len, MPI_Datatype *type) {
+  (void)type;
+  const float *a = in;
+  float *b = inout;
+  for (int i = 0; i < *len; i++) {
+    float x = a[i], y = b[i];
+    if (x != x || y != y)
+      b[i] = NAN;
+    else if (x < y || (x == y && signbit(x)))
+      b[i] = x;
+  }
+}
+
+static void float_max(void *in, void *inout, int *len, MPI_Datatype *type) {
+  (void)type;
+  const float *a = in;
+  float *b = inout;
+  for (int i = 0; i < *len; i++) {
+    float x = a[i], y = b[i];
+    if (x != x || y != y)
+      b[i] = NAN;
+    else if (x > y || (x == y && !signbit(x)))
+      b[i] = x;
+  }
+}
 
 /* ---- helpers shared with the bootstrap --------------------------------------------------- */
 
@@ -340,7 +375,11 @@ static mpt_status run_data(mpt_comm *comm, op_rec *r, double deadline_ms) {
     return MPT_OK;
   }
 
-  MPI_Op op = c->arg == MPT_REDUCE_MIN ? MPI_MIN : c->arg == MPT_REDUCE_MAX ? MPI_MAX : MPI_SUM;
+  const mpi_state *ms = comm->backend_state;
+  const int f32 = c->dtype == MPT_F32;
+  MPI_Op op = c->arg == MPT_REDUCE_MIN   ? (f32 ? ms->fmin : MPI_MIN)
+              : c->arg == MPT_REDUCE_MAX ? (f32 ? ms->fmax : MPI_MAX)
+                                         : MPI_SUM;
   for (int64_t off = 0; off < c->count; off += chunk) {
     int n = (int)(c->count - off < chunk ? c->count - off : chunk);
     char *recv = (char *)c->recvbuf + (size_t)off * es;
@@ -484,6 +523,14 @@ static mpt_status enqueue(mpt_comm *comm, mpt_stream *stream, const mpt__coll *c
 static mpt_status mpi_init(mpt_comm *comm) {
   mpi_state *s = calloc(1, sizeof *s);
   if (!s) return MPT_FAIL(MPT_ENOMEM, "cannot allocate the MPI backend state");
+  s->fmin = s->fmax = MPI_OP_NULL;
+  int rc = MPI_Op_create(float_min, 1, &s->fmin);
+  if (rc == MPI_SUCCESS) rc = MPI_Op_create(float_max, 1, &s->fmax);
+  if (rc != MPI_SUCCESS) {
+    if (s->fmin != MPI_OP_NULL) MPI_Op_free(&s->fmin);
+    free(s);
+    return MPT_MPI_FAIL(rc, comm->rank, "MPI_Op_create (float32 min / max)");
+  }
   pthread_mutex_init(&s->mutex, NULL);
   comm->backend_state = s;
   return MPT_OK;
@@ -500,6 +547,12 @@ static void mpi_free(mpt_comm *comm) {
       free(r);
     }
     r = next;
+  }
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) {
+    MPI_Op_free(&s->fmin);
+    MPI_Op_free(&s->fmax);
   }
   pthread_mutex_destroy(&s->mutex);
   free(s);

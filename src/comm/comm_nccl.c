@@ -108,7 +108,10 @@ mpt_status mpt__nccl_fail_locked(mpt__nccl_state *s, mpt_status st) {
   mpt__comm_set_failed(s->comm, st);
   mpt__cuda_stream_set_error(s->comm->stream, st, mpt_last_error());
   (void)cudaSetDevice(s->dev);
-  (void)ncclCommAbort(s->nc);
+  const ncclResult_t r = ncclCommAbort(s->nc);
+  if (r != ncclSuccess && r != ncclInProgress) /* st's detail stays the error on this thread */
+    MPT_LOG_WARNING("ncclCommAbort on rank %d (cuda:%d) returned %s", s->comm->rank, s->dev,
+                    ncclGetErrorString(r));
   return st;
 }
 
@@ -121,7 +124,10 @@ static mpt__nccl_tracked *oldest_pending_locked(mpt__nccl_state *s, cudaError_t 
     mpt__nccl_tracked *t = &s->ring[(s->next + k) % MPT__NCCL_RING_SLOTS];
     if (!t->live) continue;
     cudaError_t e = cudaEventQuery(t->done);
-    if (e == cudaErrorNotReady) return t;
+    if (e == cudaErrorNotReady) {
+      mpt__cuda_clear_not_ready();
+      return t;
+    }
     t->live = 0;
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
@@ -244,6 +250,12 @@ static mpt_status prepare_local(mpt__nccl_state *s) {
                       s->comm->rank, s->dev, cudaGetErrorString(e));
     }
   }
+  cudaError_t e = cudaEventCreateWithFlags(&s->host_done, cudaEventDisableTiming);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return MPT_FAIL(MPT_EDEVICE, "cudaEventCreateWithFlags failed on rank %d (cuda:%d): %s",
+                    s->comm->rank, s->dev, cudaGetErrorString(e));
+  }
   return mpt_device_alloc(dev, sizeof(float), (void **)&s->one);
 }
 
@@ -253,10 +265,13 @@ static void state_free(mpt__nccl_state *s) {
   for (int k = 0; k < MPT__NCCL_RING_SLOTS; k++)
     if (s->ring[k].done) (void)cudaEventDestroy(s->ring[k].done);
   mpt_device_free(s->comm->config.device, s->one);
+  if (s->host_done) (void)cudaEventDestroy(s->host_done);
   mpt_device_free(s->comm->config.device, s->scratch);
+  mpt__cuda_host_free(s->bounce);
   pthread_cond_destroy(&s->stop_cond);
   pthread_mutex_destroy(&s->stop_mutex);
   pthread_mutex_destroy(&s->mutex);
+  pthread_mutex_destroy(&s->host_mutex);
   free(s);
 }
 
@@ -267,6 +282,7 @@ static mpt_status nccl_init(mpt_comm *comm) {
   s->comm = comm;
   s->dev = comm->config.device.index;
   pthread_mutex_init(&s->mutex, NULL);
+  pthread_mutex_init(&s->host_mutex, NULL);
   pthread_mutex_init(&s->stop_mutex, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -342,10 +358,17 @@ static void nccl_free(mpt_comm *comm) {
     int expired = 0;
     ncclResult_t r = ncclCommFinalize(s->nc);
     r = mpt__nccl_settle(s->nc, r, mpt_time_ms() + comm->config.timeout_ms, &expired);
-    if (r == ncclSuccess && !expired)
-      (void)ncclCommDestroy(s->nc);
-    else
-      (void)ncclCommAbort(s->nc);
+    const char *how = r == ncclSuccess && !expired ? "ncclCommDestroy" : "ncclCommAbort";
+    if (r != ncclSuccess || expired)
+      MPT_LOG_WARNING("ncclCommFinalize on rank %d (cuda:%d) %s: aborting the communicator",
+                      comm->rank, s->dev, expired ? "did not complete within the timeout"
+                                                  : ncclGetErrorString(r));
+    r = r == ncclSuccess && !expired ? ncclCommDestroy(s->nc) : ncclCommAbort(s->nc);
+    /* Non-blocking communicators may answer ncclInProgress: the handle is released by NCCL
+     * either way (nothing can be polled on it any more). Anything else is reported. */
+    if (r != ncclSuccess && r != ncclInProgress)
+      MPT_LOG_WARNING("%s on rank %d (cuda:%d) failed: %s", how, comm->rank, s->dev,
+                      ncclGetErrorString(r));
     s->aborted = 1;
   }
   pthread_mutex_unlock(&s->mutex);

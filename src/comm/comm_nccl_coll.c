@@ -9,12 +9,16 @@
  * Host buffers. NCCL moves device memory only, but setup code hands small host buffers to every
  * comm (the DDP engine's model and batch checks all-gather a few ints): when a send or receive
  * buffer is not device memory (cudaPointerGetAttributes), the collective is staged through a
- * device scratch buffer of the comm (copy in, the NCCL call on the scratch, copy out, all on the
- * stream) and the call BLOCKS until the result is in the host buffer, waiting with the comm's
- * deadline and its failure checks. Meant for control messages of a few bytes; bulk data should
- * live on the device.
+ * device scratch buffer of the comm through a pinned bounce buffer (host copy into the bounce,
+ * copy in, the NCCL call on the scratch, copy out into the bounce, all on the stream, none of
+ * them waiting for the device) and the call BLOCKS until the result is in the host buffer,
+ * waiting WITHOUT the lock, with the comm's deadline and its failure checks (host_stage.c): a
+ * pageable copy out would block under the lock until the collective ends, so neither the
+ * deadline nor the watchdog could act. Meant for control messages of a few bytes; bulk data
+ * should live on the device.
  *
- * Threads: the caller's; every NCCL call and the scratch under s->mutex. */
+ * Threads: the caller's; every NCCL call under s->mutex; one host collective at a time under
+ * s->host_mutex (taken before s->mutex), which owns the scratch and the bounce buffer. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,38 +154,119 @@ static mpt_status track_locked(mpt__nccl_state *s, const mpt__coll *c, cudaStrea
     }                                                                                       \
   } while (0)
 
-/* Locked: `c` on host buffers, staged through the device scratch; returns once the result is in
- * the host buffer (or on failure). */
-static mpt_status host_collective_locked(mpt__nccl_state *s, const mpt__coll *c,
-                                         cudaStream_t cs, double deadline_ms) {
+/* One collective on host buffers (host_stage.c runs the steps). */
+typedef struct host_stage {
+  mpt__nccl_state *s;
+  const mpt__coll *c;
+  cudaStream_t cs;
+  double deadline_ms;
+  size_t n, total, in_off;
+  int send_dev, recv_dev; /* the send / receive buffer is device memory (mixed calls) */
+} host_stage;
+
+/* Locked: grows the device scratch and the pinned bounce buffer to `total` bytes. Nothing is in
+ * flight on either: every use waited (the host path is serialised by s->host_mutex). */
+static mpt_status host_buffers_locked(mpt__nccl_state *s, size_t total) {
+  if (total <= s->scratch_nbytes && total <= s->bounce_nbytes) return MPT_OK;
+  mpt_device_free(s->comm->config.device, s->scratch);
+  mpt__cuda_host_free(s->bounce);
+  s->scratch = s->bounce = NULL;
+  s->scratch_nbytes = s->bounce_nbytes = 0;
+  MPT_RETURN_IF(mpt_device_alloc(s->comm->config.device, total, &s->scratch));
+  s->scratch_nbytes = total;
+  MPT_RETURN_IF(mpt__cuda_host_alloc(total, &s->bounce));
+  s->bounce_nbytes = total;
+  return MPT_OK;
+}
+
+/* Locked: host send buffer -> pinned bounce -> device scratch, the collective on the scratch,
+ * scratch -> bounce, then the ring's event and s->host_done. Every copy is pinned-to-device,
+ * so nothing here waits for the device. */
+static mpt_status host_enqueue(void *ctx) {
+  host_stage *h = ctx;
+  mpt__nccl_state *s = h->s;
+  const mpt__coll *c = h->c;
+  if (s->aborted) return mpt__comm_check_usable(s->comm);
+  (void)cudaSetDevice(s->dev);
+  MPT_RETURN_IF(host_buffers_locked(s, h->total));
+  char *d = s->scratch, *b = s->bounce;
+  if (c->kind != MPT__COLL_BROADCAST || s->comm->rank == c->arg) {
+    if (h->send_dev) {
+      CUDA_OR_FAIL(cudaMemcpyAsync(d + h->in_off, c->sendbuf, h->n, cudaMemcpyDeviceToDevice,
+                                   h->cs), "copy in");
+    } else {
+      memcpy(b + h->in_off, c->sendbuf, h->n);
+      CUDA_OR_FAIL(cudaMemcpyAsync(d + h->in_off, b + h->in_off, h->n, cudaMemcpyHostToDevice,
+                                   h->cs), "copy in");
+    }
+  }
+  MPT_RETURN_IF(call_locked(s, c, d + h->in_off, d, h->cs, h->deadline_ms));
+  if (h->recv_dev)
+    CUDA_OR_FAIL(cudaMemcpyAsync(c->recvbuf, d, h->total, cudaMemcpyDeviceToDevice, h->cs),
+                 "copy out");
+  else
+    CUDA_OR_FAIL(cudaMemcpyAsync(b, d, h->total, cudaMemcpyDeviceToHost, h->cs), "copy out");
+  mpt__nccl_tracked *t;
+  MPT_RETURN_IF(track_locked(s, c, h->cs, &t));
+  CUDA_OR_FAIL(cudaEventRecord(s->host_done, h->cs), "recording the completion event");
+  return MPT_OK;
+}
+
+static int host_query(void *ctx, mpt_status *err) {
+  host_stage *h = ctx;
+  mpt__nccl_state *s = h->s;
+  const cudaError_t e = cudaEventQuery(s->host_done);
+  if (e == cudaSuccess) return 1;
+  if (e == cudaErrorNotReady) {
+    mpt__cuda_clear_not_ready(); /* before the next launch check */
+    return 0;
+  }
+  (void)cudaGetLastError();
+  char what[160];
+  *err = MPT_FAIL(MPT_EDEVICE, "%s on host buffers failed on rank %d (cuda:%d): %s",
+                  mpt__coll_describe(h->c, what, sizeof what), s->comm->rank, s->dev,
+                  cudaGetErrorString(e));
+  return -1;
+}
+
+static mpt_status host_check(void *ctx) {
+  host_stage *h = ctx;
+  return mpt__nccl_check_locked(h->s, h->s->comm->config.timeout_ms);
+}
+
+static mpt_status host_expire(void *ctx) {
+  host_stage *h = ctx;
+  mpt__nccl_state *s = h->s;
+  char what[160];
+  return mpt__nccl_fail_locked(s, MPT_FAIL(MPT_ETIMEOUT, "%s on host buffers did not complete "
+                               "within %g s on rank %d (NCCL on cuda:%d): a rank did not reach "
+                               "it, or died; the NCCL communicator was aborted",
+                               mpt__coll_describe(h->c, what, sizeof what),
+                               s->comm->config.timeout_ms / 1000.0, s->comm->rank, s->dev));
+}
+
+static void host_copy_out(void *ctx) {
+  host_stage *h = ctx;
+  if (!h->recv_dev) memcpy(h->c->recvbuf, h->s->bounce, h->total);
+}
+
+/* `c` on host buffers, staged through the device scratch and the pinned bounce buffer; returns
+ * once the result is in the host buffer, at the deadline, or on failure. Not locked: takes
+ * s->host_mutex (one host collective at a time) and s->mutex only for the enqueue and the
+ * checks, never across the wait (host_stage.c). */
+static mpt_status host_collective(mpt__nccl_state *s, const mpt__coll *c, cudaStream_t cs,
+                                  double deadline_ms, int send_dev, int recv_dev) {
   mpt_comm *comm = s->comm;
   const size_t n = (size_t)c->count * mpt_dtype_size(c->dtype);
   const int gather = c->kind == MPT__COLL_ALLGATHER;
-  const size_t total = gather ? n * (size_t)comm->world_size : n;
-  const size_t in_off = gather ? n * (size_t)comm->rank : 0;
-  if (total > s->scratch_nbytes) { /* nothing is in flight on it: every use waited */
-    mpt_device_free(comm->config.device, s->scratch);
-    s->scratch = NULL;
-    s->scratch_nbytes = 0;
-    MPT_RETURN_IF(mpt_device_alloc(comm->config.device, total, &s->scratch));
-    s->scratch_nbytes = total;
-  }
-  char *d = s->scratch;
-  if (c->kind != MPT__COLL_BROADCAST || comm->rank == c->arg)
-    CUDA_OR_FAIL(cudaMemcpyAsync(d + in_off, c->sendbuf, n, cudaMemcpyDefault, cs), "copy in");
-  MPT_RETURN_IF(call_locked(s, c, d + in_off, d, cs, deadline_ms));
-  CUDA_OR_FAIL(cudaMemcpyAsync(c->recvbuf, d, total, cudaMemcpyDefault, cs), "copy out");
-  mpt__nccl_tracked *t;
-  MPT_RETURN_IF(track_locked(s, c, cs, &t));
-  int polls = 0;
-  long sleep_ns = 2000;
-  for (;;) { /* the deadline and the failure checks, as a waiter */
-    cudaError_t e = cudaEventQuery(t->done);
-    if (e == cudaSuccess) return MPT_OK;
-    if (e != cudaErrorNotReady) CUDA_OR_FAIL(e, "the wait");
-    MPT_RETURN_IF(mpt__nccl_check_locked(s, comm->config.timeout_ms));
-    mpt__nccl_backoff(&polls, &sleep_ns);
-  }
+  host_stage h = {s, c, cs, deadline_ms, n, gather ? n * (size_t)comm->world_size : n,
+                  gather ? n * (size_t)comm->rank : 0, send_dev, recv_dev};
+  const mpt__host_stage_ops ops = {&h, host_enqueue, host_query, host_check, host_expire,
+                                   host_copy_out};
+  pthread_mutex_lock(&s->host_mutex);
+  const mpt_status st = mpt__host_stage_run(&s->mutex, &ops, deadline_ms);
+  pthread_mutex_unlock(&s->host_mutex);
+  return st;
 }
 
 mpt_status mpt__nccl_enqueue(mpt_comm *comm, mpt_stream *stream, const mpt__coll *c) {
@@ -196,21 +281,19 @@ mpt_status mpt__nccl_enqueue(mpt_comm *comm, mpt_stream *stream, const mpt__coll
   if (comm->config.check_collectives) MPT_RETURN_IF(check_signature(s, c, deadline_ms));
   if (c->count == 0 && c->kind != MPT__COLL_BARRIER) return MPT_OK; /* checked mode only */
 
+  if (c->kind != MPT__COLL_BARRIER) {
+    const int send_dev = on_device(c->sendbuf), recv_dev = on_device(c->recvbuf);
+    if (!send_dev || !recv_dev) return host_collective(s, c, cs, deadline_ms, send_dev, recv_dev);
+  }
   mpt_status st;
   pthread_mutex_lock(&s->mutex);
   if (s->aborted) {
     st = mpt__comm_check_usable(comm);
   } else {
     (void)cudaSetDevice(s->dev);
-    const int host = c->kind != MPT__COLL_BARRIER &&
-                     (!on_device(c->sendbuf) || !on_device(c->recvbuf));
-    if (host) {
-      st = host_collective_locked(s, c, cs, deadline_ms);
-    } else {
-      mpt__nccl_tracked *t;
-      st = call_locked(s, c, c->sendbuf, c->recvbuf, cs, deadline_ms);
-      if (st == MPT_OK) st = track_locked(s, c, cs, &t);
-    }
+    mpt__nccl_tracked *t;
+    st = call_locked(s, c, c->sendbuf, c->recvbuf, cs, deadline_ms);
+    if (st == MPT_OK) st = track_locked(s, c, cs, &t);
   }
   pthread_mutex_unlock(&s->mutex);
   return st;

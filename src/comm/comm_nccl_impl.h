@@ -2,9 +2,10 @@
  * failure checks, the watchdog, bootstrap and lifetime) and comm_nccl_coll.c (the collectives
  * and the waits). Includes nccl.h: private to those two files.
  *
- * Locking: s->mutex guards every NCCL call on s->nc, the ring, s->aborted and the host-staging
- * scratch; the functions named *_locked expect it held. Lock order: s->mutex, then the comm's
- * own mutex (mpt__comm_set_failed), then a stream's. */
+ * Locking: s->mutex guards every NCCL call on s->nc, the ring and s->aborted; the functions
+ * named *_locked expect it held. s->host_mutex guards the host-staging scratch and bounce
+ * buffers. Lock order: s->host_mutex, s->mutex, then the comm's own mutex
+ * (mpt__comm_set_failed), then a stream's. */
 #ifndef MPT_COMM_NCCL_IMPL_H
 #define MPT_COMM_NCCL_IMPL_H
 
@@ -33,8 +34,12 @@ typedef struct mpt__nccl_state {
   mpt__nccl_tracked ring[MPT__NCCL_RING_SLOTS];
   int next;      /* slot of the next collective (the oldest tracked one when the ring is full) */
   float *one;    /* device scratch of one float: a barrier is an all-reduce of it */
+  pthread_mutex_t host_mutex; /* one collective on host buffers at a time (before s->mutex) */
   void *scratch; /* device staging of collectives on host buffers (grown on demand) */
   size_t scratch_nbytes;
+  void *bounce; /* pinned host staging of the same (grown with scratch) */
+  size_t bounce_nbytes;
+  cudaEvent_t host_done; /* recorded after a host collective's copy out */
   pthread_t watchdog;
   int watchdog_started;
   pthread_mutex_t stop_mutex;

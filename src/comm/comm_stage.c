@@ -27,6 +27,13 @@
  * buffer (a timed-out collective cannot be cancelled) and they are leaked on purpose.
  * Barriers and empty collectives (checked mode) go to the MPI backend unchanged.
  *
+ * The allocator's contract (cuda_alloc.c): a block freed while work queued on a stream may
+ * still use it is reused only after a fence. The copies of a staged collective are issued by
+ * the worker LATER, so no CUDA stream shows them when the caller frees a buffer right after
+ * enqueueing; the state is therefore registered with the device's allocator as a host source:
+ * each record gets a sequence number at enqueue and is busy until its stage_out finished, and
+ * a fence's ticket (the last number enqueued) is done once no record up to it is busy.
+ *
  * Threads: enqueue on the caller's thread; stage_in / stage_out on the stream's worker thread;
  * the free lists under one mutex. */
 #include <pthread.h>
@@ -47,6 +54,8 @@ typedef struct stage_buf {
 typedef struct stage_op {
   mpt_comm *comm;
   stage_buf *buf;
+  uint64_t seq; /* enqueue order (the allocator's tickets) */
+  int busy;     /* from enqueue until stage_out finished */
   const void *in_src; /* device; NULL: no copy in */
   size_t in_off, in_nbytes;
   void *out_dst; /* device; NULL: no copy out */
@@ -60,6 +69,8 @@ typedef struct stage_state {
   pthread_mutex_t mutex;
   stage_buf *buf_free, *buf_all;
   stage_op *op_free, *op_all;
+  uint64_t enqueued; /* records enqueued so far */
+  int registered;    /* a host source of the device's allocator */
 } stage_state;
 
 /* ---- free lists ---- */
@@ -115,9 +126,29 @@ static void op_release(stage_state *s, stage_op *o) {
     s->buf_free = o->buf;
     o->buf = NULL;
   }
+  o->busy = 0;
   o->next_free = s->op_free;
   s->op_free = o;
   pthread_mutex_unlock(&s->mutex);
+}
+
+/* ---- the allocator's host source ---- */
+
+static uint64_t source_ticket(void *ctx) {
+  stage_state *s = ctx;
+  pthread_mutex_lock(&s->mutex);
+  const uint64_t t = s->enqueued;
+  pthread_mutex_unlock(&s->mutex);
+  return t;
+}
+
+static int source_done(void *ctx, uint64_t ticket) {
+  stage_state *s = ctx;
+  int done = 1;
+  pthread_mutex_lock(&s->mutex);
+  for (stage_op *o = s->op_all; o && done; o = o->next_all) done = !(o->busy && o->seq <= ticket);
+  pthread_mutex_unlock(&s->mutex);
+  return done;
 }
 
 /* ---- the host functions (worker thread) ---- */
@@ -175,6 +206,10 @@ static mpt_status staged_enqueue(mpt_comm *comm, mpt_stream *stream, const mpt__
   const size_t world = (size_t)comm->world_size;
   stage_op *o = op_get(s);
   if (!o) return MPT_FAIL(MPT_ENOMEM, "cannot allocate a staging record");
+  pthread_mutex_lock(&s->mutex);
+  o->seq = ++s->enqueued;
+  o->busy = 1;
+  pthread_mutex_unlock(&s->mutex);
   o->comm = comm;
   o->in_src = NULL;
   o->out_dst = NULL;
@@ -225,6 +260,7 @@ static mpt_status staged_enqueue(mpt_comm *comm, mpt_stream *stream, const mpt__
 static void stage_state_free(mpt_comm *comm) {
   stage_state *s = comm->stage_state;
   if (!s) return;
+  if (s->registered) mpt__cuda_alloc_remove_host_source(comm->config.device.index, s);
   mpt_stream_free(s->copy);
   /* After a failure MPI may still write into a pinned buffer (a timed-out collective cannot be
    * cancelled): then the buffers are leaked on purpose. */
@@ -254,6 +290,9 @@ static mpt_status staged_init(mpt_comm *comm) {
   pthread_mutex_init(&s->mutex, NULL);
   comm->stage_state = s;
   mpt_status st = mpt_stream_init(&s->copy, dev, MPT_STREAM_WORKER);
+  const mpt__cuda_host_source src = {s, source_ticket, source_done};
+  if (st == MPT_OK) st = mpt__cuda_alloc_add_host_source(dev.index, &src);
+  s->registered = st == MPT_OK;
   if (st == MPT_OK) st = mpt__comm_mpi_backend.init(comm);
   if (st != MPT_OK) stage_state_free(comm);
   return st;

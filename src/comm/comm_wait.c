@@ -58,10 +58,11 @@ const char *mpt__coll_describe(const mpt__coll *c, char *buf, size_t nbytes) {
 }
 
 mpt_status mpt__coll_timeout_error(mpt_comm *comm, const mpt__coll *c, const char *stage) {
-  char what[160];
-  return MPT_FAIL(MPT_ETIMEOUT, "%s%s did not complete within %g s on rank %d", stage,
+  char what[160], who[2048];
+  mpt__progress_describe(comm, c->seq, who, sizeof who); /* which ranks held it up */
+  return MPT_FAIL(MPT_ETIMEOUT, "%s%s did not complete within %g s on rank %d%s", stage,
                   mpt__coll_describe(c, what, sizeof what), comm->config.timeout_ms / 1000.0,
-                  comm->rank);
+                  comm->rank, who);
 }
 
 /* ---- the in-flight list -------------------------------------------------------------------- */
@@ -87,6 +88,7 @@ mpt_status mpt__inflight_begin(mpt_comm *comm, mpt__inflight *f, const mpt__coll
   }
   comm->started++;
   pthread_mutex_unlock(&comm->mutex);
+  mpt__progress_started(comm, c->seq);
   return MPT_OK;
 }
 
@@ -105,6 +107,7 @@ void mpt__inflight_end(mpt_comm *comm, mpt__inflight *f) {
   if (f->next) f->next->prev = f->prev;
   f->prev = f->next = NULL;
   pthread_mutex_unlock(&comm->mutex);
+  mpt__progress_completed(comm, f->coll.seq);
 }
 
 mpt_status mpt__inflight_check(mpt_comm *comm) { return mpt__comm_check_usable(comm); }

@@ -15,7 +15,15 @@
  * every rank, so every rank fails together with the same words instead of some ranks waiting
  * for a partner that already gave up.
  *
+ * Physical identity (comm.h "device binding"): with real CUDA devices each claim carries the
+ * UUIDs (or PCI bus ids) of the rank's visible devices, and mpt_device_assign gives each local
+ * rank of a host, in order, the first device of its own list not taken by a lower one; the
+ * duplicate check compares identities, so per-rank CUDA_VISIBLE_DEVICES (every rank seeing one
+ * "cuda:0") binds, and two ranks on one physical GPU are caught whatever their ordinals.
+ *
  * Runs on the caller's thread. No state. */
+#include "config.h"
+
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -23,6 +31,9 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
+#ifdef MPT_HAVE_CUDA
+#include "core/cuda/cuda.h"
+#endif
 
 /* The most offenders a message lists by name (the rest are counted). */
 enum { MAX_NAMED = 4 };
@@ -74,6 +85,38 @@ void mpt_device_claim_fill(mpt_device_claim *claim, int rank, int local_rank, in
   snprintf(claim->host, sizeof claim->host, "%s", host);
 }
 
+void mpt_device_claim_set_ids(mpt_device_claim *claim,
+                              const uint8_t (*ids)[MPT_DEVICE_UID_NBYTES], int n) {
+  if (!claim || n < 0 || (n > 0 && !ids)) return;
+  claim->visible_count = n;
+  claim->nids = n < MPT_DEVICE_LIST_MAX ? n : MPT_DEVICE_LIST_MAX;
+  memset(claim->visible_ids, 0, sizeof claim->visible_ids);
+  for (int k = 0; k < claim->nids; k++)
+    memcpy(claim->visible_ids[k], ids[k], MPT_DEVICE_UID_NBYTES);
+}
+
+static int uid_known(const uint8_t *u) {
+  for (int i = 0; i < MPT_DEVICE_UID_NBYTES; i++)
+    if (u[i]) return 1;
+  return 0;
+}
+
+/* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (nvidia-smi's spelling), or "PCI 0000:65:00". */
+static const char *uid_str(const uint8_t *u, char *buf, size_t nbytes) {
+  if (memcmp(u, "pci", 3) == 0) {
+    const unsigned dom = (unsigned)u[3] | (unsigned)u[4] << 8 | (unsigned)u[5] << 16 |
+                         (unsigned)u[6] << 24;
+    snprintf(buf, nbytes, "PCI %04x:%02x:%02x", dom, u[7], u[8]);
+    return buf;
+  }
+  size_t used = 0;
+  used += (size_t)snprintf(buf, nbytes, "GPU-");
+  for (int i = 0; i < MPT_DEVICE_UID_NBYTES && used < nbytes; i++)
+    used += (size_t)snprintf(buf + used, nbytes - used, "%s%02x",
+                             i == 4 || i == 6 || i == 8 || i == 10 ? "-" : "", u[i]);
+  return buf;
+}
+
 static int same_host(const mpt_device_claim *a, const mpt_device_claim *b) {
   return a->host_hash == b->host_hash &&
          strncmp(a->host, b->host, sizeof a->host) == 0;
@@ -99,6 +142,59 @@ static const char *host_of(const mpt_device_claim *c, char *buf, size_t nbytes) 
   return buf;
 }
 
+/* Local ranks first, then ranks: the order in which the ranks of a host choose. */
+static int before(const mpt_device_claim *a, const mpt_device_claim *b) {
+  return a->local_rank != b->local_rank ? a->local_rank < b->local_rank : a->rank < b->rank;
+}
+
+mpt_status mpt_device_assign(mpt_device_claim *claims, int n) {
+  if (n < 0 || (n > 0 && !claims))
+    return MPT_FAIL(MPT_EINVAL, "device assign: %d claims at %p", n, (void *)claims);
+  unsigned char *decided = calloc((size_t)n + 1, 1);
+  if (!decided) return MPT_FAIL(MPT_ENOMEM, "cannot allocate the device assignment");
+  for (int i = 0; i < n; i++) {
+    claims[i].index = -1;
+    memset(claims[i].uid, 0, sizeof claims[i].uid);
+  }
+  /* Each claim in turn, by (local rank, rank): the claims decided before it are final. */
+  for (int round = 0; round < n; round++) {
+    int next = -1;
+    for (int i = 0; i < n; i++)
+      if (!decided[i] && (next < 0 || before(&claims[i], &claims[next]))) next = i;
+    mpt_device_claim *c = &claims[next];
+    decided[next] = 1;
+    if (c->nids <= 0) { /* no identities: by ordinal, as mpt_device_pick */
+      if (c->local_rank >= 0 && c->local_rank < c->visible_count) c->index = c->local_rank;
+      continue;
+    }
+    for (int k = 0; k < c->nids && c->index < 0; k++) {
+      int taken = 0;
+      for (int j = 0; j < n && !taken; j++)
+        taken = j != next && decided[j] && claims[j].index >= 0 && same_host(&claims[j], c) &&
+                memcmp(claims[j].uid, c->visible_ids[k], MPT_DEVICE_UID_NBYTES) == 0;
+      if (!taken) {
+        c->index = k;
+        memcpy(c->uid, c->visible_ids[k], MPT_DEVICE_UID_NBYTES);
+      }
+    }
+  }
+  free(decided);
+  return MPT_OK;
+}
+
+/* The lowest rank of c's host that holds one of c's visible devices (-1: none). */
+static int holder_of(const mpt_device_claim *claims, int n, const mpt_device_claim *c,
+                     char *dev, size_t nbytes) {
+  for (int k = 0; k < c->nids; k++)
+    for (int j = 0; j < n; j++)
+      if (&claims[j] != c && claims[j].index >= 0 && same_host(&claims[j], c) &&
+          memcmp(claims[j].uid, c->visible_ids[k], MPT_DEVICE_UID_NBYTES) == 0) {
+        uid_str(c->visible_ids[k], dev, nbytes);
+        return (int)claims[j].rank;
+      }
+  return -1;
+}
+
 static mpt_status check_missing(const mpt_device_claim *claims, int n) {
   char msg[1024], host[72];
   size_t used = 0;
@@ -107,7 +203,13 @@ static mpt_status check_missing(const mpt_device_claim *claims, int n) {
     const mpt_device_claim *c = &claims[i];
     if (c->index >= 0) continue;
     if (found == 0) append(msg, sizeof msg, &used, "no %s device for ", type_name(c->type));
-    if (found < MAX_NAMED)
+    char dev[64];
+    const int holder = c->nids == 1 ? holder_of(claims, n, c, dev, sizeof dev) : -1;
+    if (found < MAX_NAMED && holder >= 0)
+      append(msg, sizeof msg, &used, "%slocal rank %d (rank %d) on host %s: its only visible "
+             "device %s is used by rank %d (the same physical GPU)", found ? "; " : "",
+             (int)c->local_rank, (int)c->rank, host_of(c, host, sizeof host), dev, holder);
+    else if (found < MAX_NAMED)
       append(msg, sizeof msg, &used,
              "%slocal rank %d (rank %d) on host %s: %d visible %s device%s for %d local ranks",
              found ? "; " : "", (int)c->local_rank, (int)c->rank, host_of(c, host, sizeof host),
@@ -130,13 +232,19 @@ static mpt_status check_duplicates(const mpt_device_claim *claims, int n) {
   for (int i = 0; i < n; i++) {
     for (int j = i + 1; j < n; j++) {
       const mpt_device_claim *a = &claims[i], *b = &claims[j];
-      if (a->index < 0 || a->index != b->index || a->type != b->type || !same_host(a, b))
+      if (a->index < 0 || b->index < 0 || a->type != b->type || !same_host(a, b)) continue;
+      const int by_uid = uid_known(a->uid) && uid_known(b->uid);
+      if (by_uid ? memcmp(a->uid, b->uid, MPT_DEVICE_UID_NBYTES) != 0 : a->index != b->index)
         continue;
+      char dev[64];
+      if (by_uid)
+        uid_str(a->uid, dev, sizeof dev);
+      else
+        snprintf(dev, sizeof dev, "%s:%d", type_name(a->type), (int)a->index);
       if (found < MAX_NAMED)
-        append(msg, sizeof msg, &used, "%sranks %d and %d both use %s:%d on host %s (local ranks "
-               "%d and %d)", found ? "; " : "", (int)a->rank, (int)b->rank, type_name(a->type),
-               (int)a->index, host_of(a, host, sizeof host), (int)a->local_rank,
-               (int)b->local_rank);
+        append(msg, sizeof msg, &used, "%sranks %d and %d both use %s on host %s (local ranks "
+               "%d and %d)", found ? "; " : "", (int)a->rank, (int)b->rank, dev,
+               host_of(a, host, sizeof host), (int)a->local_rank, (int)b->local_rank);
       found++;
     }
   }
@@ -163,26 +271,52 @@ mpt_status mpt_device_claims_check(const mpt_device_claim *claims, int n) {
 
 /* ---- collective ------------------------------------------------------------------------- */
 
-/* Gathers every rank's claim (index may be -1) and checks them. */
-static mpt_status gather_and_check(mpt_comm *comm, mpt_device_type type, int index,
-                                   int visible_count) {
-  if (!comm) return MPT_FAIL(MPT_EINVAL, "device check: NULL comm");
+/* Gathers every rank's claim (`mine`; its index may be -1), assigns devices by identity when
+ * `assign` (mine->index then becomes this rank's), and checks them on every rank. */
+static mpt_status gather_and_check(mpt_comm *comm, mpt_device_claim *mine, int assign) {
   if (comm->config.device.type != MPT_DEVICE_CPU || comm->backend != &mpt__comm_mpi_backend)
     return MPT_FAIL(MPT_EINVAL, "device check: needs a comm on host memory (the MPI backend "
                     "with device cpu), created before the device comm");
-  mpt_device_claim mine;
-  mpt_device_claim_fill(&mine, comm->rank, comm->local_rank, comm->local_size, type, index,
-                        visible_count, comm->hostname);
   mpt_device_claim *all = calloc((size_t)comm->world_size, sizeof *all);
   if (!all) return MPT_FAIL(MPT_ENOMEM, "cannot allocate %d device claims", comm->world_size);
-  mpt_status st = mpt_comm_allgather_sync(comm, &mine, all, (int64_t)sizeof mine, MPT_U8);
-  if (st == MPT_OK) st = mpt_device_claims_check(all, comm->world_size);
+  mpt_status st = mpt_comm_allgather_sync(comm, mine, all, (int64_t)sizeof *mine, MPT_U8);
+  if (st == MPT_OK && assign) st = mpt_device_assign(all, comm->world_size);
+  if (st == MPT_OK) {
+    *mine = all[comm->rank];
+    st = mpt_device_claims_check(all, comm->world_size);
+  }
   free(all);
   return st;
 }
 
+/* The identities of the real CUDA devices visible to this process (0: none known). */
+static int real_ids(uint8_t (*ids)[MPT_DEVICE_UID_NBYTES], int max) {
+  int n = 0;
+#ifdef MPT_HAVE_CUDA
+  const int count = mpt_device_count(MPT_DEVICE_CUDA);
+  for (int k = 0; k < count && k < max; k++, n++)
+    if (mpt__cuda_device_uid(k, ids[k]) != MPT_OK) return 0; /* by ordinal, then */
+#else
+  (void)ids;
+  (void)max;
+#endif
+  return n;
+}
+
 mpt_status mpt_comm_check_devices(mpt_comm *comm, mpt_device device) {
-  return gather_and_check(comm, device.type, device.index, -1);
+  if (!comm) return MPT_FAIL(MPT_EINVAL, "device check: NULL comm");
+  mpt_device_claim mine;
+  mpt_device_claim_fill(&mine, comm->rank, comm->local_rank, comm->local_size, device.type,
+                        device.index, -1, comm->hostname);
+#ifdef MPT_HAVE_CUDA
+  /* A real device is compared by identity (per-rank CUDA_VISIBLE_DEVICES make ordinals
+   * meaningless across ranks); a fake one (tests) by index. */
+  if (device.type == MPT_DEVICE_CUDA && device.index >= 0 &&
+      device.index < mpt_device_count(MPT_DEVICE_CUDA) &&
+      mpt__cuda_device_uid(device.index, mine.uid) != MPT_OK)
+    memset(mine.uid, 0, sizeof mine.uid);
+#endif
+  return gather_and_check(comm, &mine, 0);
 }
 
 mpt_status mpt_comm_bind_device(mpt_comm *comm, mpt_device_type type, int visible_count,
@@ -194,12 +328,20 @@ mpt_status mpt_comm_bind_device(mpt_comm *comm, mpt_device_type type, int visibl
     return MPT_FAIL(MPT_EINVAL, "bind_device: unknown device type %d", (int)type);
   const int real = visible_count < 0;
   const int visible = real ? mpt_device_count(type) : visible_count;
-  int index = -1;
-  /* A failed pick is not returned yet: this rank still takes part in the gather (with no
-   * device), so that every rank learns of it and fails with the same words. */
-  (void)mpt_device_pick(comm->local_rank, comm->local_size, visible, &index);
-  MPT_RETURN_IF(gather_and_check(comm, type, index, visible));
-  mpt_device d = {type, index};
+  mpt_device_claim mine;
+  mpt_device_claim_fill(&mine, comm->rank, comm->local_rank, comm->local_size, type, -1,
+                        visible, comm->hostname);
+  if (real) {
+    uint8_t ids[MPT_DEVICE_LIST_MAX][MPT_DEVICE_UID_NBYTES];
+    const int nids = real_ids(ids, MPT_DEVICE_LIST_MAX);
+    if (nids > 0) mpt_device_claim_set_ids(&mine, (const uint8_t(*)[MPT_DEVICE_UID_NBYTES])ids,
+                                           nids);
+    mine.visible_count = visible;
+  }
+  /* A rank left without a device still takes part in the gather, so that every rank learns of
+   * it and fails with the same words. */
+  MPT_RETURN_IF(gather_and_check(comm, &mine, 1));
+  mpt_device d = {type, (int)mine.index};
   if (real) MPT_RETURN_IF(mpt_device_set_current(d));
   *device = d;
   return MPT_OK;

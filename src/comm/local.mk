@@ -5,7 +5,8 @@ mpitraininclude_HEADERS += include/mpitrain/comm.h
 libmpitrain_all_la_SOURCES += \
 	src/comm/comm_impl.h src/comm/launch.h \
 	src/comm/comm.c src/comm/comm_boot.c src/comm/comm_mpi.c src/comm/comm_wait.c \
-	src/comm/launch.c src/comm/devmap.c
+	src/comm/comm_progress.c \
+	src/comm/launch.c src/comm/devmap.c src/comm/host_stage.c
 if HAVE_CUDA
 libmpitrain_all_la_SOURCES += src/comm/comm_stage.c
 endif
@@ -33,11 +34,14 @@ tests_test_comm_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 tests_test_comm_progress_SOURCES = tests/test_comm_progress.c
 tests_test_comm_progress_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_comm_progress_LDADD = libmpitrain_all.la $(CHECK_LIBS)
-check_PROGRAMS += tests/test_devmap tests/test_comm_devices
-TESTS += tests/test_devmap tests/test_comm_devices_np2.sh tests/test_comm_devices_np3.sh
+check_PROGRAMS += tests/test_devmap tests/test_comm_devices tests/test_host_stage
+TESTS += tests/test_devmap tests/test_host_stage tests/test_comm_devices_np2.sh tests/test_comm_devices_np3.sh
 tests_test_devmap_SOURCES = tests/test_devmap.c
 tests_test_devmap_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_devmap_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+tests_test_host_stage_SOURCES = tests/test_host_stage.c
+tests_test_host_stage_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_host_stage_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 tests_test_comm_devices_SOURCES = tests/test_comm_devices.c
 tests_test_comm_devices_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_comm_devices_LDADD = libmpitrain_all.la $(CHECK_LIBS)
@@ -52,4 +56,9 @@ endif
 tests_test_launch_SOURCES = tests/test_launch.c
 tests_test_launch_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_launch_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+endif
+# issue 15: NaN in MIN / MAX at 4 ranks (the Check case "nan" of tests/test_comm.c)
+EXTRA_DIST += tests/test_comm_np4.sh
+if HAVE_CHECK
+TESTS += tests/test_comm_np4.sh
 endif

@@ -38,6 +38,12 @@ typedef struct mpt__device_backend {
   mpt_status (*event_synchronize)(mpt_event *event, double timeout_ms);
   int (*event_query)(mpt_event *event);
   mpt_status (*event_elapsed_ms)(mpt_event *start, mpt_event *end, double *ms);
+  /* Optional (NULL: a later wait binds to the event's latest record when it runs): a token for
+   * the event's CURRENT record, and a wait for that record only, even if the event was
+   * re-recorded since. The token must be waited for exactly once (a wait with timeout 0 only
+   * releases it). For waits across backends, captured when the wait is enqueued. */
+  mpt_status (*event_capture)(mpt_event *event, uint64_t *token);
+  mpt_status (*event_wait_captured)(mpt_event *event, uint64_t token, double timeout_ms);
 
   /* Ops: same meaning and argument order as the public mpt_op_* in ops.h. */
   mpt_status (*memcpy)(mpt_stream *s, mpt_device dst_device, void *dst, mpt_device src_device,
@@ -108,6 +114,14 @@ typedef struct mpt__device_backend {
 const mpt__device_backend *mpt__backend_get(mpt_device_type type);
 /* The backend a stream belongs to (NULL stream: the CPU backend). */
 const mpt__device_backend *mpt__backend_of_stream(const mpt_stream *stream);
+
+/* A wait enqueued on one backend's stream for another backend's event (device.c): capture the
+ * event's current record when the wait is ENQUEUED, then wait for that record when the wait
+ * runs, so that a host running a step ahead (and re-recording the event) does not make the
+ * stream wait for the next step's record, which may depend on this stream (a deadlock until
+ * the timeout). Backends without the slots: token 0, and the wait is mpt_event_synchronize. */
+mpt_status mpt__event_capture(mpt_event *event, uint64_t *token);
+mpt_status mpt__event_wait_captured(mpt_event *event, uint64_t token, double timeout_ms);
 
 /* Every stream struct starts with this header so the dispatcher can find its backend. */
 typedef struct mpt__stream_header {

@@ -171,6 +171,18 @@ mpt_status mpt_event_synchronize(mpt_event *event, double timeout_ms) {
   return backend_of_event(event)->event_synchronize(event, timeout_ms);
 }
 
+mpt_status mpt__event_capture(mpt_event *event, uint64_t *token) {
+  *token = 0;
+  const mpt__device_backend *b = backend_of_event(event);
+  return b->event_capture ? b->event_capture(event, token) : MPT_OK;
+}
+
+mpt_status mpt__event_wait_captured(mpt_event *event, uint64_t token, double timeout_ms) {
+  const mpt__device_backend *b = backend_of_event(event);
+  if (!b->event_wait_captured) return mpt_event_synchronize(event, timeout_ms);
+  return b->event_wait_captured(event, token, timeout_ms);
+}
+
 int mpt_event_query(mpt_event *event) {
   return event ? backend_of_event(event)->event_query(event) : 1;
 }

@@ -6,6 +6,15 @@
  * functions around each (they write only bucket_start_ms/bucket_end_ms[b] of their bucket,
  * which the training thread reads after waiting on the bucket's completion event).
  *
+ * Statistics (ddp_stats.c). With a CPU compute stream finalize's wait blocks the host, so the
+ * host stamps are complete when it returns and the pass is counted there. With a device compute
+ * stream finalize only ENQUEUES the wait: nothing is read then. If the comm stream is a device
+ * stream too (NCCL), each bucket is timed by two CUDA events on the comm stream (no host
+ * functions in its way) and the pass by events on the compute stream; otherwise (a CPU comm
+ * worker feeding a GPU) by the host stamps. Either way the pass is left pending and counted
+ * once its events have completed: at the next pass, or when the stats are read
+ * (mpt_ddp_get_stats), each waiting with the deadline.
+ *
  * Invariants within a synchronised pass: buckets are launched in index order (next_bucket only
  * grows); a bucket is launched once, when all its parameters are ready; at finalize every
  * bucket has been launched or the pass fails before launching the rest (so a failing rank
@@ -18,8 +27,12 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "ddp/ddp_stats.h"
 #include "mpitrain/comm.h"
 #include "mpitrain/ddp.h"
+
+/* How a pass is timed (see the header comment). */
+enum { TIMING_NOW, TIMING_LATE, TIMING_EVENTS };
 
 typedef struct bucket_arg {
   struct mpt_ddp *ddp;
@@ -41,6 +54,7 @@ struct mpt_ddp {
   bucket_arg *args;             /* [nbuckets] */
   mpt_event **ready_events;     /* [nbuckets] recorded on compute before the launch */
   mpt_event *done_event;        /* recorded on the comm stream after the last bucket */
+  mpt_event *order_event;       /* on the compute stream, before a broadcast of the model */
   double *bucket_start_ms, *bucket_end_ms; /* [nbuckets], written on the comm thread */
   int next_bucket;
   int sync, prepared;
@@ -50,6 +64,13 @@ struct mpt_ddp {
   float *params, *grads;
   mpt_status hook_error;
   double prepare_ms;
+  double backward_end_ms;        /* host clock, at finalize's entry */
+  double done_ms;                /* host clock, after finalize's wait was enqueued / done */
+  int timing;                    /* TIMING_* */
+  int stats_pending;             /* a pass whose timings are not all known yet */
+  int pass_backward;             /* the pending pass had a backward (not allreduce_grads) */
+  mpt_event **start_events, **end_events; /* [nbuckets] TIMING_EVENTS: on the comm stream */
+  mpt_event *pass_start, *backward_end, *pass_done; /* TIMING_EVENTS: on the compute stream */
   mpt_ddp_stats stats;
   mpt_trace *trace;
 };
@@ -204,6 +225,36 @@ done:
 
 /* ---- lifetime ---- */
 
+/* The comm stream waits for the work enqueued so far on the compute stream (the model's
+ * initialisation, the last step's BatchNorm updates and optimizer): a broadcast or all-reduce
+ * of the model on the comm stream must not read or overwrite it before that work is done. */
+static mpt_status order_after_compute(mpt_ddp *d) {
+  if (!d->compute || !d->order_event) return MPT_OK;
+  MPT_RETURN_IF(mpt_event_record(d->order_event, d->compute));
+  return mpt_stream_wait_event(d->comm_stream, d->order_event, d->cfg.timeout_ms);
+}
+
+/* Chooses how passes are timed and creates the events of TIMING_EVENTS. */
+static mpt_status timing_init(mpt_ddp *d) {
+  const int dev_compute = d->compute && mpt_stream_device(d->compute).type != MPT_DEVICE_CPU;
+  const int dev_comm = mpt_stream_device(d->comm_stream).type != MPT_DEVICE_CPU;
+  d->timing = !dev_compute ? TIMING_NOW : dev_comm ? TIMING_EVENTS : TIMING_LATE;
+  if (d->timing != TIMING_EVENTS) return MPT_OK;
+  const size_t nb = (size_t)(d->nbuckets ? d->nbuckets : 1);
+  d->start_events = calloc(nb, sizeof *d->start_events);
+  d->end_events = calloc(nb, sizeof *d->end_events);
+  if (!d->start_events || !d->end_events)
+    return MPT_FAIL(MPT_ENOMEM, "cannot allocate the DDP engine's timing events");
+  const mpt_device cd = mpt_stream_device(d->comm_stream), pd = mpt_stream_device(d->compute);
+  for (int b = 0; b < d->nbuckets; b++) {
+    MPT_RETURN_IF(mpt_event_init(&d->start_events[b], cd));
+    MPT_RETURN_IF(mpt_event_init(&d->end_events[b], cd));
+  }
+  MPT_RETURN_IF(mpt_event_init(&d->pass_start, pd));
+  MPT_RETURN_IF(mpt_event_init(&d->backward_end, pd));
+  return mpt_event_init(&d->pass_done, pd);
+}
+
 static mpt_status hook_before_forward(void *user, mpt_tape *tape);
 static mpt_status hook_before_backward(void *user, mpt_tape *tape);
 static void grad_ready_hook(void *user, int param_index);
@@ -249,9 +300,12 @@ mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm, mpt_str
     MPT_CHECK(mpt_event_init(&d->ready_events[b], dev), fail);
   }
   MPT_CHECK(mpt_event_init(&d->done_event, mpt_stream_device(d->comm_stream)), fail);
+  MPT_CHECK(timing_init(d), fail);
+  if (d->compute) MPT_CHECK(mpt_event_init(&d->order_event, mpt_stream_device(d->compute)), fail);
   MPT_CHECK(verify_models(d), fail);
   /* Start bit-identical: rank 0's parameters and buffers everywhere. */
   if (mpt_comm_world_size(comm) > 1) {
+    MPT_CHECK(order_after_compute(d), fail);
     MPT_CHECK(mpt_comm_broadcast_sync(comm, mpt_model_params(model),
                                       mpt_model_param_count(model), MPT_F32, 0),
               fail);
@@ -283,6 +337,14 @@ void mpt_ddp_free(mpt_ddp *d) {
   if (d->prepared && d->comm_stream) mpt_stream_synchronize(d->comm_stream, d->cfg.timeout_ms);
   for (int b = 0; d->ready_events && b < d->nbuckets; b++) mpt_event_free(d->ready_events[b]);
   mpt_event_free(d->done_event);
+  mpt_event_free(d->order_event);
+  for (int b = 0; d->start_events && b < d->nbuckets; b++) mpt_event_free(d->start_events[b]);
+  for (int b = 0; d->end_events && b < d->nbuckets; b++) mpt_event_free(d->end_events[b]);
+  free(d->start_events);
+  free(d->end_events);
+  mpt_event_free(d->pass_start);
+  mpt_event_free(d->backward_end);
+  mpt_event_free(d->pass_done);
   free(d->ready_events);
   free(d->args);
   free(d->param_ready);
@@ -315,6 +377,7 @@ mpt_status mpt_ddp_sync_buffers(mpt_ddp *d) {
   int64_t count = mpt_model_buffer_count(d->model);
   if (count == 0 || mpt_comm_world_size(d->comm) == 1) return MPT_OK;
   float *buf = mpt_model_buffers(d->model);
+  if (d->cfg.buffers != MPT_DDP_BUFFERS_NONE) MPT_RETURN_IF(order_after_compute(d));
   switch (d->cfg.buffers) {
     case MPT_DDP_BUFFERS_BROADCAST:
       return mpt_comm_broadcast_sync(d->comm, buf, count, MPT_F32, 0);
@@ -384,9 +447,13 @@ static mpt_status launch_bucket(mpt_ddp *d, int b) {
     MPT_RETURN_IF(mpt_event_record(d->ready_events[b], d->compute));
     MPT_RETURN_IF(mpt_stream_wait_event(d->comm_stream, d->ready_events[b], d->cfg.timeout_ms));
   }
-  MPT_RETURN_IF(mpt_stream_launch_host(d->comm_stream, stamp_start, &d->args[b]));
+  if (d->timing == TIMING_EVENTS)
+    MPT_RETURN_IF(mpt_event_record(d->start_events[b], d->comm_stream));
+  else
+    MPT_RETURN_IF(mpt_stream_launch_host(d->comm_stream, stamp_start, &d->args[b]));
   MPT_RETURN_IF(mpt_comm_allreduce(d->comm, d->comm_stream, slice, slice, bk->count, MPT_F32,
                                    MPT_REDUCE_AVG));
+  if (d->timing == TIMING_EVENTS) return mpt_event_record(d->end_events[b], d->comm_stream);
   return mpt_stream_launch_host(d->comm_stream, stamp_end, &d->args[b]);
 }
 
@@ -410,8 +477,56 @@ static void grad_ready_hook(void *user, int param_index) {
   if (d->prepared && param_index >= 0 && param_index < d->nparams) mark_ready(d, param_index);
 }
 
-static mpt_status prepare_backward(mpt_ddp *d, mpt_tape *tape) {
+/* Counts the pending pass, once its timings exist (waits for them, with the deadline): bucket
+ * times from the events or host stamps, relative to the pass's start. */
+static mpt_status collect_stats(mpt_ddp *d) {
+  if (!d->stats_pending) return MPT_OK;
+  d->stats_pending = 0;
+  double *s = d->bucket_start_ms, *e = d->bucket_end_ms, bwd = 0, done = 0;
+  if (d->timing == TIMING_EVENTS) {
+    MPT_RETURN_IF(mpt_event_synchronize(d->pass_done, d->cfg.timeout_ms));
+    for (int b = 0; b < d->nbuckets; b++) {
+      MPT_RETURN_IF(mpt_event_elapsed_ms(d->pass_start, d->start_events[b], &s[b]));
+      MPT_RETURN_IF(mpt_event_elapsed_ms(d->pass_start, d->end_events[b], &e[b]));
+      if (d->trace)
+        mpt_trace_add(d->trace, "allreduce", 1, d->prepare_ms + s[b], e[b] - s[b], b);
+    }
+    if (d->pass_backward)
+      MPT_RETURN_IF(mpt_event_elapsed_ms(d->pass_start, d->backward_end, &bwd));
+    MPT_RETURN_IF(mpt_event_elapsed_ms(d->pass_start, d->pass_done, &done));
+  } else { /* the host stamps, written on the comm worker before done_event completes */
+    MPT_RETURN_IF(mpt_event_synchronize(d->done_event, d->cfg.timeout_ms));
+    if (d->pass_backward) bwd = d->backward_end_ms - d->prepare_ms;
+    done = d->timing == TIMING_NOW ? d->done_ms - d->prepare_ms : bwd; /* LATE: last bucket */
+    for (int b = 0; b < d->nbuckets; b++) {
+      s[b] -= d->prepare_ms;
+      e[b] -= d->prepare_ms;
+      if (d->timing == TIMING_LATE && e[b] > done) done = e[b];
+    }
+  }
+  return mpt__ddp_stats_add(&d->stats, d->nbuckets, s, e, bwd, done);
+}
+
+/* The start of a pass: the pending one counted, the clocks started. */
+static mpt_status pass_begin(mpt_ddp *d) {
+  MPT_RETURN_IF(collect_stats(d));
   d->prepare_ms = mpt_time_ms();
+  if (d->timing == TIMING_EVENTS) return mpt_event_record(d->pass_start, d->compute);
+  return MPT_OK;
+}
+
+/* After the compute stream's wait for the last bucket: counts the pass now (the host waited:
+ * every stamp is written) or leaves it pending until its timings exist. */
+static mpt_status pass_end(mpt_ddp *d, int backward) {
+  d->pass_backward = backward;
+  if (d->timing == TIMING_EVENTS) MPT_RETURN_IF(mpt_event_record(d->pass_done, d->compute));
+  d->done_ms = mpt_time_ms();
+  d->stats_pending = 1;
+  return d->timing == TIMING_NOW ? collect_stats(d) : MPT_OK;
+}
+
+static mpt_status prepare_backward(mpt_ddp *d, mpt_tape *tape) {
+  MPT_RETURN_IF(pass_begin(d));
   if (!d->sync) {
     d->prepared = 0;
     return MPT_OK;
@@ -477,7 +592,9 @@ static mpt_status finalize(mpt_ddp *d) {
    * mpt_ddp_set_sync said since: its buckets may be in flight already. */
   if (!d->prepared) return MPT_OK;
   d->prepared = 0;
-  double backward_end = mpt_time_ms();
+  d->backward_end_ms = mpt_time_ms();
+  if (d->timing == TIMING_EVENTS)
+    MPT_RETURN_IF(mpt_event_record(d->backward_end, d->compute));
   if (d->hook_error != MPT_OK) return drain_launched(d, d->hook_error);
   for (int p = 0; p < d->nparams; p++)
     if (!d->param_ready[p]) {
@@ -489,35 +606,14 @@ static mpt_status finalize(mpt_ddp *d) {
   MPT_RETURN_IF(mpt_event_record(d->done_event, d->comm_stream));
   /* The compute stream waits for the last bucket (on the CPU this blocks the caller). */
   MPT_RETURN_IF(wait_done(d));
-  double done = mpt_time_ms();
-
-  double allreduce = 0, hidden = 0;
-  for (int b = 0; b < d->nbuckets; b++) {
-    double s = d->bucket_start_ms[b], e = d->bucket_end_ms[b];
-    allreduce += e - s;
-    double lo = s > d->prepare_ms ? s : d->prepare_ms;
-    double hi = e < backward_end ? e : backward_end;
-    if (hi > lo) hidden += hi - lo;
-  }
-  mpt_ddp_stats *x = &d->stats;
-  x->backward_ms = backward_end - d->prepare_ms;
-  x->exposed_comm_ms = done - backward_end;
-  x->allreduce_ms = allreduce;
-  x->hidden_ms = hidden;
-  x->steps++;
-  x->sum_backward_ms += x->backward_ms;
-  x->sum_exposed_comm_ms += x->exposed_comm_ms;
-  x->sum_allreduce_ms += allreduce;
-  x->sum_hidden_ms += hidden;
-  return MPT_OK;
+  return pass_end(d, 1);
 }
 
 mpt_status mpt_ddp_allreduce_grads(mpt_ddp *d) {
   if (!d) return MPT_FAIL(MPT_EINVAL, "NULL DDP engine");
   if (d->prepared)
     return MPT_FAIL(MPT_ESTATE, "mpt_ddp_allreduce_grads between prepare_backward and finalize");
-  double start = mpt_time_ms();
-  d->prepare_ms = start;
+  MPT_RETURN_IF(pass_begin(d));
   d->next_bucket = 0;
   d->hook_error = MPT_OK;
   for (int b = 0; b < d->nbuckets; b++) {
@@ -528,22 +624,19 @@ mpt_status mpt_ddp_allreduce_grads(mpt_ddp *d) {
   if (d->hook_error != MPT_OK) return drain_launched(d, d->hook_error);
   MPT_RETURN_IF(mpt_event_record(d->done_event, d->comm_stream));
   MPT_RETURN_IF(wait_done(d));
-  double allreduce = 0;
-  for (int b = 0; b < d->nbuckets; b++) allreduce += d->bucket_end_ms[b] - d->bucket_start_ms[b];
-  mpt_ddp_stats *x = &d->stats;
-  x->backward_ms = 0;
-  x->exposed_comm_ms = mpt_time_ms() - start;
-  x->allreduce_ms = allreduce;
-  x->hidden_ms = 0;
-  x->steps++;
-  x->sum_exposed_comm_ms += x->exposed_comm_ms;
-  x->sum_allreduce_ms += allreduce;
-  return MPT_OK;
+  return pass_end(d, 0);
 }
 
-mpt_ddp_stats mpt_ddp_get_stats(const mpt_ddp *d) { return d->stats; }
+mpt_ddp_stats mpt_ddp_get_stats(mpt_ddp *d) {
+  if (collect_stats(d) != MPT_OK) /* the pass's timings never came: not counted */
+    MPT_LOG_WARNING("DDP statistics of the last pass dropped: %s", mpt_last_error());
+  return d->stats;
+}
 
-void mpt_ddp_reset_stats(mpt_ddp *d) { memset(&d->stats, 0, sizeof d->stats); }
+void mpt_ddp_reset_stats(mpt_ddp *d) {
+  d->stats_pending = 0; /* a pending pass belongs to before the reset */
+  memset(&d->stats, 0, sizeof d->stats);
+}
 
 /* ---- the hooks on the model (installed by mpt_ddp_init) ---- */
 

@@ -21,6 +21,8 @@
  * after replica 0 finished, so the sum is the same for any thread timing. Replica 0 is the
  * model: its BatchNorm updates are the model's. Once a wait has timed out the mpt_dp is marked
  * broken (a replica may still be running) and refuses further steps. */
+#include "config.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -29,6 +31,9 @@
 #include <time.h>
 
 #include "core/error.h"
+#ifdef MPT_HAVE_CUDA
+#include "core/cuda/cuda.h"
+#endif
 #include "dp/dp_impl.h"
 #include "mpitrain/ops.h"
 
@@ -303,6 +308,18 @@ mpt_status mpt_dp_init(mpt_dp **dp, mpt_model *model, const mpt_device *devices,
   d->stream = stream ? stream : d->own_stream;
   MPT_CHECK(mpt_event_init(&d->start, devices[0]), fail);
   for (int k = 0; k < ndevices; k++) MPT_CHECK(replica_setup(d, k, devices[k]), fail);
+#ifdef MPT_HAVE_CUDA
+  /* Copies between the GPUs of the group (parameters out, outputs and gradients back) go
+   * directly over NVLink / PCIe with peer access; without it the driver stages them through
+   * host memory. */
+  for (int i = 0; i < ndevices; i++)
+    for (int j = 0; j < ndevices; j++)
+      if (i != j && devices[i].type == MPT_DEVICE_CUDA && devices[j].type == MPT_DEVICE_CUDA &&
+          devices[i].index != devices[j].index &&
+          !mpt__cuda_enable_peer_access(devices[i].index, devices[j].index))
+        MPT_LOG_DBG("dp: no peer access from cuda:%d to cuda:%d (copies go through the host)",
+                    devices[i].index, devices[j].index);
+#endif
   *dp = d;
   return MPT_OK;
 fail:
@@ -526,6 +543,12 @@ static mpt_status dp_run(mpt_dp *d, const mpt_tensor *images, const mpt_tensor *
       gather_ms += mpt_time_ms() - w1;
       if (d->trace) mpt_trace_add(d->trace, "dp gather", 0, w1, mpt_time_ms() - w1, k);
     }
+    /* dp->stream orders after every replica's work, replica 0's included: without gathered
+     * outputs nothing else makes it wait for replica 0, and the reduction (which adds into the
+     * model's gradients, written by replica 0's backward) and the caller's optimizer would race
+     * replica 0's backward on a device. */
+    if (st == MPT_OK && err == MPT_OK && !d->cfg.gather_outputs)
+      st = mpt_stream_wait_event(d->stream, r->done, d->cfg.timeout_ms);
     if (st == MPT_OK && err == MPT_OK && backward && k > 0) {
       double r0 = mpt_time_ms();
       st = reduce_one(d, r);

@@ -16,3 +16,14 @@ tests_test_dp_hybrid_SOURCES = tests/test_dp_hybrid.c
 tests_test_dp_hybrid_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_dp_hybrid_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 endif
+if HAVE_CUDA
+if HAVE_CHECK
+# DP on CUDA against one CPU process (exit 77 = SKIP without a GPU; run first by
+# bench/gpu-check.sh).
+check_PROGRAMS += tests/test_dp_cuda
+TESTS += tests/test_dp_cuda
+tests_test_dp_cuda_SOURCES = tests/test_dp_cuda.c
+tests_test_dp_cuda_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_dp_cuda_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+endif
+endif

@@ -25,6 +25,8 @@ mpt_status mpt__cpu_event_record(mpt_event *event, mpt_stream *stream);
 mpt_status mpt__cpu_event_synchronize(mpt_event *event, double timeout_ms);
 int mpt__cpu_event_query(mpt_event *event);
 mpt_status mpt__cpu_event_elapsed_ms(mpt_event *start, mpt_event *end, double *ms);
+mpt_status mpt__cpu_event_capture(mpt_event *event, uint64_t *token);
+mpt_status mpt__cpu_event_wait_captured(mpt_event *event, uint64_t token, double timeout_ms);
 
 mpt_status mpt__cpu_memcpy(mpt_stream *s, mpt_device dst_device, void *dst, mpt_device src_device, const void *src, size_t nbytes);
 mpt_status mpt__cpu_gemm(mpt_stream *s, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);

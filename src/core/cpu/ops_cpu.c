@@ -3,13 +3,20 @@
  * of include/mpitrain/ops.h; the wrappers in ops.c have already checked the arguments (non-NULL
  * pointers, non-negative extents, at least one element of work).
  *
- * Runs on the calling thread; the stream argument is ignored. Hot loops are plain, contiguous,
+ * Runs on the calling thread; the stream argument is ignored. Each thread's first GEMM first
+ * secures OpenBLAS's per-thread buffer (see blas_thread_prepare). Hot loops are plain, contiguous,
  * over restrict pointers and shaped by MPT_VEC_FOR (vec.h) so that GCC vectorises them at -O2;
  * reductions keep several partial sums. Forward ops overwrite, backward ops accumulate. */
 #include <cblas.h>
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 
 #include "core/cpu/cpu.h"
 #include "core/cpu/vec.h"
@@ -24,6 +31,56 @@ mpt_status mpt__cpu_memcpy(mpt_stream *s, mpt_device dst_device, void *dst,
                     dst_device.type == MPT_DEVICE_CPU ? "cpu" : "cuda");
   if (dst != src) memmove(dst, src, nbytes);
   return MPT_OK;
+}
+
+/* ---- OpenBLAS's per-thread buffer ---------------------------------------------------------
+ * OpenBLAS maps a work buffer for each thread on that thread's first GEMM above its small-matrix
+ * path (Debian 12, OpenBLAS 0.3.21: 128 MiB by mmap, then 128 MiB + 4 KiB by malloc as the
+ * fallback; measured here, a new thread's first 256^3 SGEMM grows VmSize by 129 MiB) and, when
+ * that fails, retries in a loop for ever: a DataParallel replica thread under an address-space
+ * limit (ulimit -v) then spins, and its step waited for --timeout. So each thread's first GEMM
+ * here checks first that the buffer can be mapped (an mmap of that size, released at once),
+ * failing with MPT_ENOMEM if not, and then makes OpenBLAS take its buffer with a 256^3 SGEMM on
+ * static scratch memory, all under one process-wide lock so that two threads' checks cannot
+ * both count the same free memory. Later GEMMs of the thread reuse the buffer (OpenBLAS keeps it
+ * for the thread's life) and cannot enter that loop. One lock and one thread-local flag: state
+ * that mirrors OpenBLAS's own per-thread state. A smaller buffer (other architectures) is
+ * covered, since the check asks for the largest. Residual race: memory taken by another thread
+ * between the check and OpenBLAS's own mmap (not one of ours: they wait on the lock). */
+#define OPENBLAS_BUFFER_NBYTES ((size_t)128 << 20 | 4096)
+enum { WARMUP_N = 256 };
+
+static pthread_mutex_t blas_first_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Thread_local int blas_thread_ready;
+
+static mpt_status blas_thread_prepare(void) {
+  /* under the lock; static, not malloc: a thread's first malloc reserves a 64 MiB arena */
+  static float scratch[3 * WARMUP_N * WARMUP_N];
+  mpt_status st = MPT_OK;
+  pthread_mutex_lock(&blas_first_lock);
+  void *probe = mmap(NULL, OPENBLAS_BUFFER_NBYTES, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (probe == MAP_FAILED) {
+    int err = errno;
+    struct rlimit rl;
+    char limit[64] = "unlimited";
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+      snprintf(limit, sizeof limit, "%llu MiB", (unsigned long long)(rl.rlim_cur >> 20));
+    st = MPT_FAIL(MPT_ENOMEM, "gemm: this thread's first GEMM needs the %zu MiB work buffer that "
+                  "OpenBLAS maps for each thread, and it cannot be mapped (%s; address-space "
+                  "limit, ulimit -v: %s): OpenBLAS would retry for ever. Free memory, raise the "
+                  "limit, or use fewer threads or DataParallel devices",
+                  OPENBLAS_BUFFER_NBYTES >> 20, strerror(err), limit);
+    goto done;
+  }
+  munmap(probe, OPENBLAS_BUFFER_NBYTES);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, WARMUP_N, WARMUP_N, WARMUP_N, 1.0f,
+              scratch, WARMUP_N, scratch + WARMUP_N * WARMUP_N, WARMUP_N, 0.0f,
+              scratch + 2 * WARMUP_N * WARMUP_N, WARMUP_N);
+  blas_thread_ready = 1;
+done:
+  pthread_mutex_unlock(&blas_first_lock);
+  return st;
 }
 
 mpt_status mpt__cpu_gemm(mpt_stream *s, int trans_a, int trans_b, int64_t m, int64_t n,
@@ -47,6 +104,7 @@ mpt_status mpt__cpu_gemm(mpt_stream *s, int trans_a, int trans_b, int64_t m, int
     }
     return MPT_OK;
   }
+  if (!blas_thread_ready) MPT_RETURN_IF(blas_thread_prepare());
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha, a, (int)lda,
               b, (int)ldb, beta, c, (int)ldc);

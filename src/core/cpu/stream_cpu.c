@@ -17,7 +17,8 @@
  * mpt_event_synchronize(event, timeout) on the caller's thread; a worker stream queues a wait
  * that runs mpt_event_synchronize(event, timeout) on the worker when it is reached (the owning
  * backend polls its event with the deadline and reports its stream's status). Such a wait is for
- * the event's latest record when the wait runs, as a CUDA stream's wait on a CPU event is.
+ * the event's record current when the wait was ENQUEUED (mpt__event_capture), not a later
+ * re-record, as a CUDA stream's wait on a CPU event is.
  * A CPU event cannot be recorded on another backend's stream (MPT_EINVAL).
  *
  * Kept work (core/keeper.h): a host function launched with a keeper publishes it in
@@ -208,11 +209,13 @@ static void *stream_worker(void *arg) {
           st = event_wait_generation(w->event, w->generation, w->timeout_ms, detail,
                                      sizeof detail, NULL);
         break;
-      case WORK_WAIT_FOREIGN:
+      case WORK_WAIT_FOREIGN: /* the record captured at enqueue (generation = its token) */
         if (failed == MPT_OK) {
           mpt_error_clear();
-          st = mpt_event_synchronize(w->event, w->timeout_ms);
+          st = mpt__event_wait_captured(w->event, w->generation, w->timeout_ms);
           if (st != MPT_OK) snprintf(detail, sizeof detail, "%s", mpt_last_error());
+        } else {
+          (void)mpt__event_wait_captured(w->event, w->generation, 0); /* releases the token */
         }
         break;
     }
@@ -388,7 +391,11 @@ mpt_status mpt__cpu_stream_wait_event(mpt_stream *s, mpt_event *ev, double timeo
     if (s->h.kind == MPT_STREAM_INLINE) return mpt_event_synchronize(ev, timeout_ms);
     mpt_status st = stream_raise(s);
     if (st != MPT_OK) return st;
-    return stream_push(s, WORK_WAIT_FOREIGN, NULL, NULL, ev, 0, timeout_ms, NULL, NULL);
+    uint64_t token = 0;
+    MPT_RETURN_IF(mpt__event_capture(ev, &token));
+    st = stream_push(s, WORK_WAIT_FOREIGN, NULL, NULL, ev, token, timeout_ms, NULL, NULL);
+    if (st != MPT_OK) (void)mpt__event_wait_captured(ev, token, 0);
+    return st;
   }
   pthread_mutex_lock(&ev->mutex);
   uint64_t generation = ev->recorded;
@@ -437,6 +444,22 @@ mpt_status mpt__cpu_event_record(mpt_event *ev, mpt_stream *s) {
     return MPT_OK;
   }
   return stream_push(s, WORK_RECORD, NULL, NULL, ev, generation, 0, NULL, NULL);
+}
+
+mpt_status mpt__cpu_event_capture(mpt_event *ev, uint64_t *token) {
+  pthread_mutex_lock(&ev->mutex);
+  *token = ev->recorded;
+  pthread_mutex_unlock(&ev->mutex);
+  return MPT_OK;
+}
+
+mpt_status mpt__cpu_event_wait_captured(mpt_event *ev, uint64_t token, double timeout_ms) {
+  char detail[1024] = "";
+  int expired = 0;
+  const mpt_status st =
+      event_wait_generation(ev, token, timeout_ms, detail, sizeof detail, &expired);
+  if (st != MPT_OK) return mpt_error_set(st, "%s", detail);
+  return MPT_OK;
 }
 
 mpt_status mpt__cpu_event_synchronize(mpt_event *ev, double timeout_ms) {

@@ -2,68 +2,218 @@
  * and cudaFree synchronise the device and cost tens of microseconds, so blocks are kept and
  * reused: after warm-up a training step makes no cudaMalloc or cudaFree call.
  *
- * Per device: a mutex; every block ever allocated in a hash map keyed by its pointer (free
- * gets no size); size classes, four per power of two from 512 bytes (a request is rounded up to
- * its class, wasting at most 25%), each with a list of ready blocks; and a list of pending
- * blocks.
+ * The cache itself (size classes, block map, fencing of freed blocks) is alloc_cache.c; this
+ * file is its CUDA backend, one per device: cudaMalloc / cudaFree, and fences. A fence is one
+ * event recorded on every live CUDA stream of the device (the backend registers them) and on
+ * the legacy default stream, plus a ticket of every host source registered for the device:
+ * workers that issue copies into device memory LATER than the caller enqueued them (the staged
+ * MPI backend's stage_in / stage_out, comm_stage.c), whose queued copies no CUDA stream shows
+ * yet. A fence completes when every event has and every source has finished the work it had
+ * queued at the fence. Fences are queried on the allocation path, and waited for (with a
+ * deadline, without the cache's mutex) only when cudaMalloc runs out of memory and by
+ * mpt__cuda_alloc_empty_cache. (Work enqueued after the free on a freed block is a use after
+ * free.)
  *
- * Stream safety. The allocator is not told which stream uses a block, and a block freed by the
- * host may still be read or written by work queued on any stream. So a freed block goes to the
- * pending list first. When an allocation finds no ready block of its class and blocks are
- * pending, the allocator records a fence event on every live CUDA stream of the device (the
- * backend registers them) and on the legacy default stream, waits for the fences with a
- * deadline, and then moves every pending block to the ready lists: work enqueued before the
- * free has finished. (Work enqueued after the free on a freed block is a use after free.) If
- * the fences miss the deadline the blocks stay pending and a fresh block is allocated instead.
- * When cudaMalloc runs out of memory, the cached blocks are returned to the driver and the
- * allocation is tried once more.
- *
- * Invariants: a block is in exactly one state: in use (owned by the caller), pending, or ready
- * (on the list of its class); stats.in_use_nbytes sums the in-use blocks' class sizes and
- * stats.reserved_nbytes every block's. Thread-safe; the fence wait holds the device's mutex. */
+ * Locks: the cache's mutex, then the device's `mutex` (live streams, host sources, the fence
+ * pool). Thread-safe. */
+#include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
+#include "core/cuda/alloc_cache.h"
 #include "core/cuda/cuda_internal.h"
 #include "core/error.h"
 
-#define MIN_SHIFT 9                          /* smallest class: 512 bytes */
-#define NCLASSES (1 + (64 - MIN_SHIFT) * 4)
-#define MAX_NBYTES ((size_t)1 << 60)
-#define FENCE_TIMEOUT_MS 10000.0
+#define EMPTY_TIMEOUT_MS 20000.0
 
-enum { BLOCK_IN_USE, BLOCK_PENDING, BLOCK_READY };
+/* Never freed: a fence may still point at a removed source, which then counts as done (its
+ * owner is gone, and with it every copy it could issue). */
+typedef struct host_source {
+  mpt__cuda_host_source src;
+  int gone;
+  struct host_source *next;
+} host_source;
 
-typedef struct block {
-  void *ptr;
-  size_t nbytes; /* the class size */
-  int cls;
-  int state;
-  struct block *map_next;  /* hash chain */
-  struct block *list_next; /* ready list of its class, or the pending list */
-} block;
+typedef struct fence {
+  int nev, cap;
+  cudaEvent_t *ev; /* [cap], created on demand, reused */
+  int nsrc, src_cap;
+  host_source **src; /* [src_cap] */
+  uint64_t *ticket;  /* [src_cap] */
+  struct fence *next_free;
+} fence;
 
 typedef struct dev_alloc {
-  pthread_mutex_t mutex;
   int index;
-  block **map; /* map_cap chains (a power of two) */
-  size_t map_cap, map_count;
-  block *ready[NCLASSES];
-  block *pending;
-  mpt_stream *live;         /* live streams of this device (next_live) */
-  cudaEvent_t legacy_fence; /* NULL until the first reclaim */
-  mpt__cuda_alloc_stats stats;
+  pthread_mutex_t mutex;
+  mpt_stream *live; /* live streams of this device (next_live) */
+  host_source *sources; /* every one ever added (removed ones are marked gone) */
+  fence *fence_free;
+  mpt__alloc_cache *cache;
 } dev_alloc;
 
 static pthread_once_t devs_once = PTHREAD_ONCE_INIT;
 static dev_alloc *devs;
 static int ndevs;
 
+/* ---- the backend of alloc_cache.c ---- */
+
+static mpt_status op_malloc(void *ctx, size_t nbytes, void **ptr) {
+  dev_alloc *d = ctx;
+  const cudaError_t e = cudaMalloc(ptr, nbytes);
+  if (e == cudaSuccess) return MPT_OK;
+  (void)cudaGetLastError();
+  *ptr = NULL;
+  return MPT_FAIL(e == cudaErrorMemoryAllocation ? MPT_ENOMEM : MPT_EDEVICE,
+                  "cudaMalloc of %zu bytes failed on cuda:%d: %s (%s)", nbytes, d->index,
+                  cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+static void op_free(void *ctx, void *ptr) {
+  dev_alloc *d = ctx;
+  const cudaError_t e = cudaFree(ptr);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    MPT_LOG_ERR("cudaFree failed on cuda:%d: %s", d->index, cudaGetErrorString(e));
+  }
+}
+
+static int grow(void **a, int *cap, int need, size_t elem) {
+  if (need <= *cap) return 1;
+  const int n = need > 2 * *cap ? need : 2 * *cap;
+  void *p = realloc(*a, (size_t)n * elem);
+  if (!p) return 0;
+  *a = p;
+  *cap = n;
+  return 1;
+}
+
+static mpt_status op_fence_record(void *ctx, void **out) {
+  dev_alloc *d = ctx;
+  mpt_status st = MPT_OK;
+  pthread_mutex_lock(&d->mutex);
+  fence *f = d->fence_free;
+  if (f) {
+    d->fence_free = f->next_free;
+  } else if (!(f = calloc(1, sizeof *f))) {
+    st = MPT_FAIL(MPT_ENOMEM, "cuda allocator: no host memory for a fence");
+    goto done;
+  }
+  int nev = 1, nsrc = 0;
+  for (mpt_stream *s = d->live; s; s = s->next_live) nev++;
+  for (host_source *h = d->sources; h; h = h->next) nsrc += !h->gone;
+  const int old_cap = f->cap;
+  if (!grow((void **)&f->ev, &f->cap, nev, sizeof *f->ev) ||
+      !grow((void **)&f->src, &f->src_cap, nsrc, sizeof *f->src) ||
+      (f->src_cap && !(f->ticket = realloc(f->ticket, (size_t)f->src_cap * sizeof *f->ticket)))) {
+    st = MPT_FAIL(MPT_ENOMEM, "cuda allocator: no host memory for a fence");
+    goto give_back;
+  }
+  for (int k = old_cap; k < f->cap; k++) f->ev[k] = NULL;
+  f->nev = f->nsrc = 0;
+  for (int k = 0; k < nev; k++)
+    if (!f->ev[k] && cudaEventCreateWithFlags(&f->ev[k], cudaEventDisableTiming) != cudaSuccess) {
+      f->ev[k] = NULL;
+      st = mpt__cuda_fail(cudaGetLastError(), "cudaEventCreateWithFlags (allocator fence)",
+                          __FILE__, __LINE__, d->index);
+      goto give_back;
+    }
+  cudaError_t e = cudaEventRecord(f->ev[f->nev++], cudaStreamLegacy);
+  for (mpt_stream *s = d->live; s && e == cudaSuccess; s = s->next_live)
+    e = cudaEventRecord(f->ev[f->nev++], s->cs);
+  if (e != cudaSuccess) {
+    st = mpt__cuda_fail(e, "cudaEventRecord (allocator fence)", __FILE__, __LINE__, d->index);
+    goto give_back;
+  }
+  for (host_source *h = d->sources; h; h = h->next) {
+    if (h->gone) continue;
+    f->src[f->nsrc] = h;
+    f->ticket[f->nsrc++] = h->src.ticket(h->src.ctx);
+  }
+  *out = f;
+  goto done;
+give_back:
+  f->next_free = d->fence_free;
+  d->fence_free = f;
+done:
+  pthread_mutex_unlock(&d->mutex);
+  return st;
+}
+
+/* 1 when the source finished the work queued at the ticket (or is gone). Takes d->mutex, so a
+ * source is never asked after its removal returned. */
+static int source_done(dev_alloc *d, host_source *h, uint64_t ticket) {
+  pthread_mutex_lock(&d->mutex);
+  const int done = h->gone || h->src.done(h->src.ctx, ticket);
+  pthread_mutex_unlock(&d->mutex);
+  return done;
+}
+
+static int op_fence_query(void *ctx, void *fp) {
+  dev_alloc *d = ctx;
+  fence *f = fp;
+  for (int k = 0; k < f->nev; k++) {
+    const cudaError_t e = cudaEventQuery(f->ev[k]);
+    if (e == cudaSuccess) continue;
+    if (e == cudaErrorNotReady) {
+      mpt__cuda_clear_not_ready();
+      return 0;
+    }
+    (void)cudaGetLastError();
+    MPT_LOG_ERR("allocator fence on cuda:%d failed: %s; its blocks are not reused", d->index,
+                cudaGetErrorString(e));
+    return -1;
+  }
+  for (int k = 0; k < f->nsrc; k++)
+    if (!source_done(d, f->src[k], f->ticket[k])) return 0;
+  return 1;
+}
+
+static mpt_status op_fence_wait(void *ctx, void *fp, double timeout_ms) {
+  dev_alloc *d = ctx;
+  fence *f = fp;
+  const double start = mpt_time_ms();
+  MPT_RETURN_IF(mpt__cuda_use(d->index));
+  for (int k = 0; k < f->nev; k++) {
+    const double left = timeout_ms - (mpt_time_ms() - start);
+    MPT_RETURN_IF(mpt__cuda_poll_event(f->ev[k], d->index, left > 0 ? left : 0,
+                                       "allocator fence (a stream's work before a free)"));
+  }
+  for (int k = 0; k < f->nsrc; k++) {
+    long sleep_ns = 20000;
+    while (!source_done(d, f->src[k], f->ticket[k])) {
+      if (mpt_time_ms() - start > timeout_ms)
+        return MPT_FAIL(MPT_ETIMEOUT, "allocator fence on cuda:%d: a host worker's queued copies "
+                        "did not finish within %.0f ms", d->index, timeout_ms);
+      const struct timespec ts = {0, sleep_ns};
+      nanosleep(&ts, NULL);
+      if (sleep_ns < 1000000) sleep_ns *= 2;
+    }
+  }
+  return MPT_OK;
+}
+
+static void op_fence_release(void *ctx, void *fp) {
+  dev_alloc *d = ctx;
+  fence *f = fp;
+  pthread_mutex_lock(&d->mutex);
+  f->next_free = d->fence_free;
+  d->fence_free = f;
+  pthread_mutex_unlock(&d->mutex);
+}
+
+/* ---- devices ---- */
+
 static void devs_init(void) {
   const int n = mpt__cuda_count();
   if (n <= 0 || !(devs = calloc((size_t)n, sizeof *devs))) return;
   for (int i = 0; i < n; i++) {
-    pthread_mutex_init(&devs[i].mutex, NULL);
-    devs[i].index = i;
+    dev_alloc *d = &devs[i];
+    pthread_mutex_init(&d->mutex, NULL);
+    d->index = i;
+    const mpt__alloc_ops ops = {d, op_malloc, op_free, op_fence_record, op_fence_query,
+                                op_fence_wait, op_fence_release};
+    if (mpt__alloc_cache_init(&d->cache, &ops) != MPT_OK) return; /* ndevs stays 0 */
   }
   ndevs = n;
 }
@@ -73,186 +223,26 @@ static dev_alloc *dev_get(int index) {
   return index >= 0 && index < ndevs ? &devs[index] : NULL;
 }
 
-/* Rounds nbytes up to its class: 512, then 2^e + q * 2^(e-2) for q = 1..4. */
-static size_t class_of(size_t nbytes, int *cls) {
-  if (nbytes <= ((size_t)1 << MIN_SHIFT)) {
-    *cls = 0;
-    return (size_t)1 << MIN_SHIFT;
-  }
-  const int e = 63 - __builtin_clzll((unsigned long long)(nbytes - 1)); /* 2^e < nbytes */
-  const size_t step = (size_t)1 << (e - 2);
-  const size_t q = (nbytes - 1 - ((size_t)1 << e)) / step + 1; /* 1..4 */
-  *cls = 1 + (e - MIN_SHIFT) * 4 + (int)(q - 1);
-  return ((size_t)1 << e) + q * step;
-}
-
-static size_t hash_ptr(const void *p, size_t cap) {
-  return (size_t)((((uintptr_t)p >> MIN_SHIFT) * 0x9e3779b97f4a7c15ULL) >> 20) & (cap - 1);
-}
-
-static block *map_find(dev_alloc *d, const void *p) {
-  if (!d->map) return NULL;
-  for (block *b = d->map[hash_ptr(p, d->map_cap)]; b; b = b->map_next)
-    if (b->ptr == p) return b;
-  return NULL;
-}
-
-/* Inserts b, doubling the table at load 1. Errors: MPT_ENOMEM. */
-static mpt_status map_insert(dev_alloc *d, block *b) {
-  if (d->map_count + 1 > d->map_cap) {
-    const size_t cap = d->map_cap ? d->map_cap * 2 : 256;
-    block **map = calloc(cap, sizeof *map);
-    if (!map) return MPT_FAIL(MPT_ENOMEM, "cuda allocator: no host memory for its block map");
-    for (size_t i = 0; i < d->map_cap; i++)
-      for (block *x = d->map[i], *next; x; x = next) {
-        next = x->map_next;
-        const size_t h = hash_ptr(x->ptr, cap);
-        x->map_next = map[h];
-        map[h] = x;
-      }
-    free(d->map);
-    d->map = map;
-    d->map_cap = cap;
-  }
-  const size_t h = hash_ptr(b->ptr, d->map_cap);
-  b->map_next = d->map[h];
-  d->map[h] = b;
-  d->map_count++;
-  return MPT_OK;
-}
-
-static void map_remove(dev_alloc *d, block *b) {
-  block **pp = &d->map[hash_ptr(b->ptr, d->map_cap)];
-  while (*pp && *pp != b) pp = &(*pp)->map_next;
-  if (*pp) {
-    *pp = b->map_next;
-    d->map_count--;
-  }
-}
-
-/* Waits until the work enqueued so far on every stream of the device has run, then makes the
- * pending blocks ready. Called with d->mutex held and the device current. */
-static mpt_status reclaim(dev_alloc *d) {
-  const int dev = d->index;
-  for (mpt_stream *s = d->live; s; s = s->next_live)
-    MPT_CUDA_RETURN_IF(cudaEventRecord(s->fence_event, s->cs), dev);
-  if (!d->legacy_fence)
-    MPT_CUDA_RETURN_IF(cudaEventCreateWithFlags(&d->legacy_fence, cudaEventDisableTiming), dev);
-  MPT_CUDA_RETURN_IF(cudaEventRecord(d->legacy_fence, cudaStreamLegacy), dev);
-  const double start = mpt_time_ms();
-  for (mpt_stream *s = d->live; s; s = s->next_live) {
-    const double left = FENCE_TIMEOUT_MS - (mpt_time_ms() - start);
-    MPT_RETURN_IF(mpt__cuda_poll_event(s->fence_event, dev, left > 0 ? left : 0,
-                                       "allocator fence (a stream's work before a free)"));
-  }
-  MPT_RETURN_IF(mpt__cuda_poll_event(d->legacy_fence, dev, FENCE_TIMEOUT_MS,
-                                     "allocator fence (the legacy stream)"));
-  for (block *b = d->pending, *next; b; b = next) {
-    next = b->list_next;
-    b->state = BLOCK_READY;
-    b->list_next = d->ready[b->cls];
-    d->ready[b->cls] = b;
-  }
-  d->pending = NULL;
-  d->stats.fence_waits++;
-  return MPT_OK;
-}
-
-/* Returns the ready blocks (after reclaiming the pending ones, if their fences complete) to the
- * driver. Called with d->mutex held and the device current. */
-static mpt_status release_cached(dev_alloc *d) {
-  mpt_status st = d->pending ? reclaim(d) : MPT_OK;
-  for (int c = 0; c < NCLASSES; c++)
-    while (d->ready[c]) {
-      block *b = d->ready[c];
-      d->ready[c] = b->list_next;
-      const cudaError_t e = cudaFree(b->ptr);
-      if (e != cudaSuccess && st == MPT_OK)
-        st = mpt__cuda_fail(e, "cudaFree(b->ptr)", __FILE__, __LINE__, d->index);
-      d->stats.reserved_nbytes -= b->nbytes;
-      map_remove(d, b);
-      free(b);
-    }
-  return st;
-}
-
-static block *pop_ready(dev_alloc *d, int cls) {
-  block *b = d->ready[cls];
-  if (b) {
-    d->ready[cls] = b->list_next;
-    d->stats.cache_hits++;
-  }
-  return b;
-}
-
 mpt_status mpt__cuda_alloc(int index, size_t nbytes, void **ptr) {
   *ptr = NULL;
   MPT_RETURN_IF(mpt__cuda_use(index));
   dev_alloc *d = dev_get(index);
   if (!d) return MPT_FAIL(MPT_ENOMEM, "cuda allocator: no host memory for its state");
-  if (nbytes > MAX_NBYTES)
-    return MPT_FAIL(MPT_ENOMEM, "cannot allocate %zu bytes on cuda:%d", nbytes, index);
-  int cls;
-  const size_t size = class_of(nbytes, &cls);
-  mpt_status st = MPT_OK;
-  pthread_mutex_lock(&d->mutex);
-  block *b = pop_ready(d, cls);
-  if (!b && d->pending && reclaim(d) == MPT_OK) b = pop_ready(d, cls);
-  if (!b) {
-    void *p = NULL;
-    cudaError_t e = cudaMalloc(&p, size);
-    if (e == cudaErrorMemoryAllocation) { /* give the cache back and try once more */
-      (void)cudaGetLastError();
-      (void)release_cached(d);
-      e = cudaMalloc(&p, size);
-    }
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      st = MPT_FAIL(e == cudaErrorMemoryAllocation ? MPT_ENOMEM : MPT_EDEVICE,
-                    "cudaMalloc of %zu bytes (class %zu) failed on cuda:%d with %zu bytes "
-                    "reserved: %s (%s)", nbytes, size, index, d->stats.reserved_nbytes,
-                    cudaGetErrorName(e), cudaGetErrorString(e));
-      goto done;
-    }
-    if (!(b = malloc(sizeof *b))) {
-      (void)cudaFree(p);
-      st = MPT_FAIL(MPT_ENOMEM, "cuda allocator: no host memory for a block record");
-      goto done;
-    }
-    *b = (block){.ptr = p, .nbytes = size, .cls = cls};
-    if ((st = map_insert(d, b)) != MPT_OK) {
-      (void)cudaFree(p);
-      free(b);
-      goto done;
-    }
-    d->stats.malloc_count++;
-    d->stats.reserved_nbytes += size;
-  }
-  b->state = BLOCK_IN_USE;
-  b->list_next = NULL;
-  d->stats.in_use_nbytes += b->nbytes;
-  *ptr = b->ptr;
-done:
-  pthread_mutex_unlock(&d->mutex);
-  return st;
+  const mpt_status st = mpt__alloc_cache_alloc(d->cache, nbytes, ptr);
+  if (st == MPT_OK) return MPT_OK;
+  char detail[768];
+  snprintf(detail, sizeof detail, "%s", mpt_last_error());
+  mpt__alloc_stats s;
+  mpt__alloc_cache_get_stats(d->cache, &s);
+  return mpt_error_set(st, "%s (cuda:%d, %zu bytes asked, %zu bytes reserved)", detail, index,
+                       nbytes, s.reserved_nbytes);
 }
 
 void mpt__cuda_free(int index, void *ptr) {
   dev_alloc *d = dev_get(index);
   if (!ptr || !d) return;
-  pthread_mutex_lock(&d->mutex);
-  block *b = map_find(d, ptr);
-  const int ok = b && b->state == BLOCK_IN_USE;
-  if (ok) {
-    b->state = BLOCK_PENDING;
-    b->list_next = d->pending;
-    d->pending = b;
-    d->stats.in_use_nbytes -= b->nbytes;
-  }
-  pthread_mutex_unlock(&d->mutex);
-  if (!ok) /* cannot return an error: say it loudly */
-    MPT_LOG_ERR("mpt_device_free: %p was not allocated on cuda:%d or was freed twice", ptr,
-                index);
+  if (mpt__alloc_cache_release(d->cache, ptr) != MPT_OK) /* cannot return an error: say it */
+    MPT_LOG_ERR("mpt_device_free on cuda:%d: %s", index, mpt_last_error());
 }
 
 void mpt__cuda_alloc_add_stream(int index, mpt_stream *s) {
@@ -274,13 +264,36 @@ void mpt__cuda_alloc_remove_stream(int index, mpt_stream *s) {
   pthread_mutex_unlock(&d->mutex);
 }
 
+mpt_status mpt__cuda_alloc_add_host_source(int index, const mpt__cuda_host_source *src) {
+  dev_alloc *d = dev_get(index);
+  if (!d || !src) return MPT_FAIL(MPT_EINVAL, "cuda allocator: cuda:%d is not present", index);
+  host_source *h = calloc(1, sizeof *h);
+  if (!h) return MPT_FAIL(MPT_ENOMEM, "cuda allocator: no host memory for a host source");
+  h->src = *src;
+  pthread_mutex_lock(&d->mutex);
+  h->next = d->sources;
+  d->sources = h;
+  pthread_mutex_unlock(&d->mutex);
+  return MPT_OK;
+}
+
+void mpt__cuda_alloc_remove_host_source(int index, void *ctx) {
+  dev_alloc *d = dev_get(index);
+  if (!d) return;
+  pthread_mutex_lock(&d->mutex);
+  for (host_source *h = d->sources; h; h = h->next)
+    if (h->src.ctx == ctx) h->gone = 1;
+  pthread_mutex_unlock(&d->mutex);
+}
+
 mpt_status mpt__cuda_alloc_get_stats(int index, mpt__cuda_alloc_stats *stats) {
   dev_alloc *d = dev_get(index);
   if (!d || !stats)
     return MPT_FAIL(MPT_EINVAL, "cuda allocator stats: cuda:%d is not present", index);
-  pthread_mutex_lock(&d->mutex);
-  *stats = d->stats;
-  pthread_mutex_unlock(&d->mutex);
+  mpt__alloc_stats s;
+  mpt__alloc_cache_get_stats(d->cache, &s);
+  *stats = (mpt__cuda_alloc_stats){s.reserved_nbytes, s.in_use_nbytes, s.malloc_count,
+                                   s.cache_hits, s.fence_waits};
   return MPT_OK;
 }
 
@@ -288,8 +301,5 @@ mpt_status mpt__cuda_alloc_empty_cache(int index) {
   dev_alloc *d = dev_get(index);
   if (!d) return MPT_FAIL(MPT_EINVAL, "cuda allocator: cuda:%d is not present", index);
   MPT_RETURN_IF(mpt__cuda_use(index));
-  pthread_mutex_lock(&d->mutex);
-  const mpt_status st = release_cached(d);
-  pthread_mutex_unlock(&d->mutex);
-  return st;
+  return mpt__alloc_cache_empty(d->cache, EMPTY_TIMEOUT_MS);
 }

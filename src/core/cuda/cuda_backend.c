@@ -5,9 +5,12 @@
  * Without a GPU (or a driver) cudaGetDeviceCount fails (error 35 with no driver) and leaves its
  * output unwritten: the count starts at 0 and a failure means 0 devices. The count is probed
  * once per process (devices do not come and go). */
+#include "config.h"
+
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 #include "core/cuda/cuda_internal.h"
@@ -38,6 +41,21 @@ mpt_status mpt__cuda_use(int index) {
   return MPT_OK;
 }
 
+mpt_status mpt__cuda_device_uid(int index, uint8_t uid[16]) {
+  memset(uid, 0, 16);
+  MPT_RETURN_IF(mpt__cuda_use(index));
+  struct cudaDeviceProp p;
+  MPT_CUDA_RETURN_IF(cudaGetDeviceProperties(&p, index), index);
+  memcpy(uid, p.uuid.bytes, 16);
+  for (int i = 0; i < 16; i++)
+    if (uid[i]) return MPT_OK;
+  memcpy(uid, "pci", 3); /* no UUID: the PCI location is as unique on a host */
+  for (int i = 0; i < 4; i++) uid[3 + i] = (uint8_t)((unsigned)p.pciDomainID >> (8 * i));
+  uid[7] = (uint8_t)p.pciBusID;
+  uid[8] = (uint8_t)p.pciDeviceID;
+  return MPT_OK;
+}
+
 mpt_status mpt__cuda_fail(cudaError_t err, const char *stmt, const char *file, int line,
                           int device) {
   (void)cudaGetLastError(); /* clears err if it is not sticky */
@@ -55,12 +73,34 @@ mpt_status mpt__cublas_fail(cublasStatus_t err, const char *stmt, const char *fi
 
 /* Spins (yielding) for the first polls, which catches the short waits of a training step
  * without sleeping, then sleeps with a growing period up to 1 ms. */
+int mpt__cuda_enable_peer_access(int from, int to) {
+  const int n = mpt__cuda_count();
+  if (from < 0 || to < 0 || from >= n || to >= n || from == to) return 0;
+  int can = 0, saved = -1;
+  if (cudaDeviceCanAccessPeer(&can, from, to) != cudaSuccess || !can) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  (void)cudaGetDevice(&saved);
+  cudaError_t e = cudaSetDevice(from);
+  if (e == cudaSuccess) e = cudaDeviceEnablePeerAccess(to, 0);
+  if (e == cudaErrorPeerAccessAlreadyEnabled) e = cudaSuccess;
+  (void)cudaGetLastError(); /* the "already enabled" answer is sticky in the last error */
+  if (saved >= 0) (void)cudaSetDevice(saved);
+  return e == cudaSuccess;
+}
+
+void mpt__cuda_clear_not_ready(void) {
+  if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
+}
+
 mpt_status mpt__cuda_poll_event(cudaEvent_t ev, int device, double timeout_ms,
                                 const char *what) {
   const double start = mpt_time_ms();
   long sleep_ns = 2000;
   for (int polls = 0;; polls++) {
     const cudaError_t e = cudaEventQuery(ev);
+    if (polls > 0 || e == cudaErrorNotReady) mpt__cuda_clear_not_ready();
     if (e == cudaSuccess) return MPT_OK;
     if (e != cudaErrorNotReady) return mpt__cuda_fail(e, what, __FILE__, __LINE__, device);
     if (timeout_ms >= 0 && mpt_time_ms() - start > timeout_ms)
@@ -110,6 +150,8 @@ const mpt__device_backend mpt__cuda_backend = {
     .event_synchronize = mpt__cuda_event_synchronize,
     .event_query = mpt__cuda_event_query,
     .event_elapsed_ms = mpt__cuda_event_elapsed_ms,
+    .event_capture = mpt__cuda_event_capture,
+    .event_wait_captured = mpt__cuda_event_wait_captured,
     .memcpy = mpt__cuda_memcpy,
     .gemm = mpt__cuda_gemm,
     .fill = mpt__cuda_fill,
@@ -125,6 +167,11 @@ const mpt__device_backend mpt__cuda_backend = {
     .relu = mpt__cuda_relu,
     .relu_backward = mpt__cuda_relu_backward,
     .im2col = mpt__cuda_im2col,
+#ifdef MPT_HAVE_CUDNN
+    .conv2d_forward = mpt__cuda_conv2d_forward,
+    .conv2d_backward_data = mpt__cuda_conv2d_backward_data,
+    .conv2d_backward_weights = mpt__cuda_conv2d_backward_weights,
+#endif
     .col2im = mpt__cuda_col2im,
     .maxpool = mpt__cuda_maxpool,
     .maxpool_backward = mpt__cuda_maxpool_backward,

@@ -42,6 +42,7 @@ typedef struct mpt__cuda_host_work {
   mpt_host_fn fn;      /* NULL: wait on cpu_event */
   void *arg;
   mpt_event *cpu_event;
+  uint64_t token; /* cpu_event's record captured at enqueue (mpt__event_capture) */
   double timeout_ms;
   struct mpt__cuda_host_work *next; /* free list */
 } mpt__cuda_host_work;
@@ -51,13 +52,14 @@ struct mpt_stream {
   cudaStream_t cs;
   cublasHandle_t blas;     /* NULL until the first gemm */
   cudaEvent_t sync_event;  /* recorded by synchronize and by result read-backs, then polled */
-  cudaEvent_t fence_event; /* recorded by the allocator when it reclaims freed blocks */
   mpt__cuda_cell *cell;
   atomic_int failed;       /* mirror of cell->status != MPT_OK, read without the lock */
   void *scratch;           /* device: double[MPT__CUDA_MAX_PARTIALS] then 4 x uint64 */
   void *host_scratch;      /* pinned host: 4 x uint64 */
   pthread_mutex_t work_mutex; /* guards work_free */
   mpt__cuda_host_work *work_free;
+  void *dnn;                        /* cudnnHandle_t, NULL until the first convolution */
+  struct mpt__cudnn_plan *dnn_plans; /* conv_cudnn.c: per-shape descriptors and algorithms */
   struct mpt_stream *next_live; /* the allocator's per-device list of live streams */
 };
 
@@ -102,6 +104,8 @@ mpt_status mpt__cuda_event_record(mpt_event *event, mpt_stream *stream);
 mpt_status mpt__cuda_event_synchronize(mpt_event *event, double timeout_ms);
 int mpt__cuda_event_query(mpt_event *event);
 mpt_status mpt__cuda_event_elapsed_ms(mpt_event *start, mpt_event *end, double *ms);
+mpt_status mpt__cuda_event_capture(mpt_event *event, uint64_t *token);
+mpt_status mpt__cuda_event_wait_captured(mpt_event *event, uint64_t token, double timeout_ms);
 /* Called first by every op: re-raises the stream's sticky error, makes its device current. */
 mpt_status mpt__cuda_stream_enter(mpt_stream *s);
 /* Waits (with a deadline) until everything enqueued on s so far has run; for ops that hand a
@@ -125,6 +129,26 @@ mpt_status mpt__cuda_relu(mpt_stream *s, float *y, const float *x, int64_t count
 mpt_status mpt__cuda_relu_backward(mpt_stream *s, float *dx, const float *dy, const float *y, int64_t count);
 mpt_status mpt__cuda_dropout(mpt_stream *s, const float *x, float *y, float *mask, int64_t count, float p, uint64_t seed);
 mpt_status mpt__cuda_check_finite(mpt_stream *s, const float *x, int64_t count, int *nonfinite);
+/* conv_cudnn.c: the library convolution slots (cuDNN, with im2col + GEMM as the fallback), the
+ * im2col versions of the same (the fallback, and the reference of the tests), and the release
+ * of a stream's cuDNN handle and plans. */
+mpt_status mpt__cuda_conv2d_forward(mpt_stream *s, const mpt_conv_geom *g, int64_t n, int64_t o,
+                                    const float *x, const float *w, const float *b, float *y);
+mpt_status mpt__cuda_conv2d_backward_data(mpt_stream *s, const mpt_conv_geom *g, int64_t n,
+                                          int64_t o, const float *w, const float *dy, float *dx);
+mpt_status mpt__cuda_conv2d_backward_weights(mpt_stream *s, const mpt_conv_geom *g, int64_t n,
+                                             int64_t o, const float *x, const float *dy,
+                                             float *dw, float *db);
+mpt_status mpt__cuda_conv2d_forward_im2col(mpt_stream *s, const mpt_conv_geom *g, int64_t n,
+                                           int64_t o, const float *x, const float *w,
+                                           const float *b, float *y);
+mpt_status mpt__cuda_conv2d_backward_data_im2col(mpt_stream *s, const mpt_conv_geom *g,
+                                                 int64_t n, int64_t o, const float *w,
+                                                 const float *dy, float *dx);
+mpt_status mpt__cuda_conv2d_backward_weights_im2col(mpt_stream *s, const mpt_conv_geom *g,
+                                                    int64_t n, int64_t o, const float *x,
+                                                    const float *dy, float *dw, float *db);
+void mpt__cudnn_stream_free(mpt_stream *s);
 mpt_status mpt__cuda_im2col(mpt_stream *s, const mpt_conv_geom *g, const float *x, float *col);
 mpt_status mpt__cuda_col2im(mpt_stream *s, const mpt_conv_geom *g, const float *col, float *dx);
 mpt_status mpt__cuda_maxpool(mpt_stream *s, const mpt_conv_geom *g, int64_t planes, const float *x, float *y, int32_t *argmax);

@@ -19,8 +19,12 @@
  * here blocks without a bound unless the caller asks for no deadline. A device-side wait
  * (mpt_stream_wait_event on a CUDA event) cannot expire on the device: its deadline is enforced
  * by the host waits that follow it. A wait on a CPU event is a host function that blocks, with
- * the deadline, in mpt_event_synchronize (it waits for the event's latest record at the time it
- * runs). Thread-safe: the sticky status lives in a locked cell shared with the events. */
+ * the deadline, for the event's record captured when the wait was ENQUEUED (not a later
+ * re-record: a host a step ahead would otherwise make the stream wait for the next step).
+ * Conversely a CPU worker's wait on a CUDA event captures its current record: a snapshot event
+ * recorded on a helper stream of its own after a cudaStreamWaitEvent on it (which binds to the
+ * record current at the call, as any CUDA stream wait does). Thread-safe: the sticky status
+ * lives in a locked cell shared with the events. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,7 +119,7 @@ static void CUDART_CB host_trampoline(void *p) {
   if (!atomic_load(&s->failed)) {
     mpt_error_clear();
     const mpt_status st = w->fn ? w->fn(w->arg)
-                                : mpt_event_synchronize(w->cpu_event, w->timeout_ms);
+                                : mpt__event_wait_captured(w->cpu_event, w->token, w->timeout_ms);
     if (st != MPT_OK) stream_fail(s, st, mpt_last_error());
   }
   work_put(s, w);
@@ -126,7 +130,14 @@ static mpt_status launch_work(mpt_stream *s, mpt_host_fn fn, void *arg, mpt_even
   mpt__cuda_host_work *w = work_get(s);
   if (!w) return MPT_FAIL(MPT_ENOMEM, "cannot queue a host function on cuda:%d",
                           s->h.device.index);
-  *w = (mpt__cuda_host_work){s, fn, arg, cpu_event, timeout_ms, NULL};
+  *w = (mpt__cuda_host_work){s, fn, arg, cpu_event, 0, timeout_ms, NULL};
+  if (cpu_event) {
+    const mpt_status st = mpt__event_capture(cpu_event, &w->token);
+    if (st != MPT_OK) {
+      work_put(s, w);
+      return st;
+    }
+  }
   const cudaError_t e = cudaLaunchHostFunc(s->cs, host_trampoline, w);
   if (e != cudaSuccess) {
     work_put(s, w);
@@ -145,10 +156,10 @@ mpt_status mpt__cuda_stream_launch_host(mpt_stream *s, mpt_host_fn fn, void *arg
 
 /* Frees what stream_init created (any of it may be missing). The device is current. */
 static void stream_destroy(mpt_stream *s) {
+  mpt__cudnn_stream_free(s);
   if (s->blas) (void)cublasDestroy(s->blas);
   if (s->cs) (void)cudaStreamDestroy(s->cs);
   if (s->sync_event) (void)cudaEventDestroy(s->sync_event);
-  if (s->fence_event) (void)cudaEventDestroy(s->fence_event);
   mpt__cuda_free(s->h.device.index, s->scratch);
   if (s->host_scratch) (void)cudaFreeHost(s->host_scratch);
   for (mpt__cuda_host_work *w = s->work_free, *next; w; w = next) {
@@ -177,7 +188,6 @@ mpt_status mpt__cuda_stream_init(mpt_stream **stream, mpt_device device, mpt_str
   const unsigned flags = kind == MPT_STREAM_WORKER ? cudaStreamNonBlocking : cudaStreamDefault;
   MPT_CUDA_CHECK(cudaStreamCreateWithFlags(&s->cs, flags), dev, fail);
   MPT_CUDA_CHECK(cudaEventCreateWithFlags(&s->sync_event, cudaEventDisableTiming), dev, fail);
-  MPT_CUDA_CHECK(cudaEventCreateWithFlags(&s->fence_event, cudaEventDisableTiming), dev, fail);
   MPT_CHECK(mpt__cuda_alloc(dev, MPT__CUDA_SCRATCH_NBYTES, &s->scratch), fail);
   MPT_CUDA_CHECK(cudaMallocHost(&s->host_scratch, HOST_SCRATCH_NBYTES), dev, fail);
   mpt__cuda_alloc_add_stream(dev, s);
@@ -241,6 +251,7 @@ mpt_status mpt__cuda_stream_error(const mpt_stream *cs) {
   /* An asynchronous device error (a faulting kernel) shows in cudaStreamQuery. */
   if (cudaSetDevice(s->h.device.index) != cudaSuccess) return MPT_EDEVICE;
   const cudaError_t e = cudaStreamQuery(s->cs);
+  if (e == cudaErrorNotReady) mpt__cuda_clear_not_ready();
   if (e == cudaSuccess || e == cudaErrorNotReady) return MPT_OK;
   const mpt_status st = mpt__cuda_fail(e, "cudaStreamQuery(s->cs)", __FILE__, __LINE__,
                                        s->h.device.index);
@@ -342,7 +353,10 @@ mpt_status mpt__cuda_event_synchronize(mpt_event *ev, double timeout_ms) {
 int mpt__cuda_event_query(mpt_event *ev) {
   (void)cudaSetDevice(ev->h.device.index);
   const cudaError_t e = cudaEventQuery(ev->ev);
-  if (e == cudaErrorNotReady) return 0;
+  if (e == cudaErrorNotReady) {
+    mpt__cuda_clear_not_ready();
+    return 0;
+  }
   if (e != cudaSuccess) (void)cudaGetLastError();
   return 1;
 }
@@ -364,4 +378,100 @@ mpt_status mpt__cuda_event_elapsed_ms(mpt_event *start, mpt_event *end, double *
                           __LINE__, dev);
   *ms = f;
   return MPT_OK;
+}
+
+/* ---- captured records (a CPU worker's wait on a CUDA event, core/backend.h) ---- */
+
+/* A snapshot of one record of an event: completes when that record does. Each snapshot has its
+ * own helper stream (one shared stream would chain unrelated captures, in order, into one
+ * another); a snapshot and its stream are reused only after its wait completed. */
+typedef struct snapshot {
+  cudaEvent_t ev;
+  cudaStream_t helper;
+  int dev;
+  mpt__cuda_cell *cell; /* the recording stream's status cell at capture (may be NULL) */
+  struct snapshot *next;
+} snapshot;
+
+static pthread_mutex_t snap_mutex = PTHREAD_MUTEX_INITIALIZER;
+static snapshot *snap_free; /* released snapshots, any device */
+
+static mpt_status capture_on(mpt_event *ev, int dev, uint64_t *token);
+
+mpt_status mpt__cuda_event_capture(mpt_event *ev, uint64_t *token) {
+  *token = 0;
+  const int dev = ev->h.device.index;
+  int saved = -1; /* the caller's current device is left as it was */
+  (void)cudaGetDevice(&saved);
+  const mpt_status st = capture_on(ev, dev, token);
+  if (saved >= 0 && saved != dev) (void)cudaSetDevice(saved);
+  return st;
+}
+
+static mpt_status capture_on(mpt_event *ev, int dev, uint64_t *token) {
+  MPT_RETURN_IF(mpt__cuda_use(dev));
+  pthread_mutex_lock(&snap_mutex);
+  snapshot *sn = NULL, **pp = &snap_free;
+  while (*pp && (*pp)->dev != dev) pp = &(*pp)->next;
+  if (*pp) {
+    sn = *pp;
+    *pp = sn->next;
+  }
+  pthread_mutex_unlock(&snap_mutex);
+  cudaError_t e = cudaSuccess;
+  if (!sn) {
+    if (!(sn = calloc(1, sizeof *sn)))
+      return MPT_FAIL(MPT_ENOMEM, "cannot allocate an event snapshot on cuda:%d", dev);
+    sn->dev = dev;
+    e = cudaEventCreateWithFlags(&sn->ev, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&sn->helper, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+      if (sn->ev) (void)cudaEventDestroy(sn->ev);
+      free(sn);
+      return mpt__cuda_fail(e, "creating an event snapshot", __FILE__, __LINE__, dev);
+    }
+  }
+  const cudaStream_t helper = sn->helper;
+  pthread_mutex_lock(&ev->mutex); /* the record and its stream's cell, together */
+  sn->cell = ev->cell;
+  if (sn->cell) cell_ref(sn->cell);
+  e = cudaStreamWaitEvent(helper, ev->ev, 0); /* binds to the record current now */
+  pthread_mutex_unlock(&ev->mutex);
+  if (e == cudaSuccess) e = cudaEventRecord(sn->ev, helper);
+  if (e != cudaSuccess) {
+    cell_unref(sn->cell);
+    sn->cell = NULL;
+    (void)cudaEventDestroy(sn->ev);
+    (void)cudaStreamDestroy(sn->helper);
+    free(sn);
+    return mpt__cuda_fail(e, "capturing an event's record", __FILE__, __LINE__, dev);
+  }
+  *token = (uint64_t)(uintptr_t)sn;
+  return MPT_OK;
+}
+
+mpt_status mpt__cuda_event_wait_captured(mpt_event *ev, uint64_t token, double timeout_ms) {
+  snapshot *sn = (snapshot *)(uintptr_t)token;
+  if (!sn) return mpt__cuda_event_synchronize(ev, timeout_ms);
+  mpt_status st = mpt__cuda_use(sn->dev);
+  if (st == MPT_OK)
+    st = mpt__cuda_poll_event(sn->ev, sn->dev, timeout_ms, "wait for a captured event record");
+  if (st == MPT_OK && sn->cell) st = cell_raise(sn->cell);
+  char detail[1024] = "";
+  if (st != MPT_OK) snprintf(detail, sizeof detail, "%s", mpt_last_error());
+  if (st == MPT_ETIMEOUT && timeout_ms > 0) { /* still pending on the device: never reuse it */
+    cell_unref(sn->cell);
+    return mpt_error_set(st, "%s", detail);
+  }
+  if (st == MPT_ETIMEOUT) { /* a release (timeout 0) of a pending snapshot: leak it too */
+    cell_unref(sn->cell);
+    return st;
+  }
+  cell_unref(sn->cell);
+  sn->cell = NULL;
+  pthread_mutex_lock(&snap_mutex);
+  sn->next = snap_free;
+  snap_free = sn;
+  pthread_mutex_unlock(&snap_mutex);
+  return st == MPT_OK ? MPT_OK : mpt_error_set(st, "%s", detail);
 }

@@ -19,6 +19,16 @@ NVCC_CPPFLAGS = -I$(top_srcdir)/include -I$(top_srcdir)/src $(CUDA_CFLAGS)
 	$(AM_V_NVCC)$(LIBTOOL) $(AM_V_lt) --tag=CC --mode=compile $(NVCC) $(NVCCFLAGS) \
 	  $(NVCC_CPPFLAGS) -Xcompiler=-fPIC -Xcompiler=-fvisibility=hidden -prefer-non-pic -c -o $@ $<
 
+# The caching allocator's logic is plain C (tested on the CPU with a fake backend): every build.
+libmpitrain_all_la_SOURCES += src/core/cuda/alloc_cache.h src/core/cuda/alloc_cache.c
+if HAVE_CHECK
+check_PROGRAMS += tests/test_alloc_cache
+TESTS += tests/test_alloc_cache
+tests_test_alloc_cache_SOURCES = tests/test_alloc_cache.c
+tests_test_alloc_cache_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_alloc_cache_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+endif
+
 if HAVE_CUDA
 # device.c registers the backend under MPT_HAVE_CUDA (config.h); every file sees the CUDA headers.
 AM_CPPFLAGS += $(CUDA_CFLAGS)
@@ -26,7 +36,7 @@ libmpitrain_all_la_SOURCES += \
 	src/core/cuda/cuda.h src/core/cuda/cuda_internal.h src/core/cuda/cuda_check.h \
 	src/core/cuda/kernels.h src/core/cuda/kernels_common.cuh \
 	src/core/cuda/cuda_backend.c src/core/cuda/cuda_alloc.c src/core/cuda/cuda_stream.c \
-	src/core/cuda/ops_cuda.c src/core/cuda/ops_cuda_nn.c \
+	src/core/cuda/ops_cuda.c src/core/cuda/ops_cuda_nn.c src/core/cuda/conv_cudnn.c \
 	src/core/cuda/kernels_elementwise.cu src/core/cuda/kernels_conv.cu \
 	src/core/cuda/kernels_norm.cu src/core/cuda/kernels_loss.cu src/core/cuda/kernels_optim.cu
 # nvcc's host stubs use C++ function-local statics (__cxa_guard_*): link the C++ runtime.
