@@ -46,6 +46,11 @@ rc=$?
   grep -q "epoch   1/1" "$tmp/run.log.0" && ok ||
   bad "--log-file: status $rc; stderr: $(printf '%s' "$out" | head -n 2); files: $(ls "$tmp")"
 
+# ... and a failure is still named on the launcher's stderr, with the log file to read.
+out=$("$dir/mpirun.sh" 2 60 "$prog" $small --log-file "$tmp/bad.log" --checkpoint-dir /dev/null 2>&1)
+[ $? -ne 0 ] && has "$out" "rank 0/2\] error: .*--checkpoint-dir '/dev/null' exists and is not a directory.*(log: $tmp/bad.log.0)" &&
+  grep -q "is not a directory" "$tmp/bad.log.0" && ok || bad "--log-file failure note: $(printf '%s' "$out" | head -n 2)"
+
 # --quiet: warnings only (one for --bucket-cap-mb, which one rank does not use).
 out=$("$prog" $small --quiet --bucket-cap-mb 4 2>&1)
 rc=$?

@@ -2,7 +2,8 @@
  * (FILE.RANK: stdout and stderr of that rank, info lines of every rank, not only rank 0's);
  * --quiet keeps warnings and errors only; when stderr is not a terminal (mpirun and srun
  * connect it to a pipe, a batch job to a file) rank 0 prints a one-line progress every
- * --progress-interval seconds instead of the terminal progress bar. Runs on the main thread. */
+ * --progress-interval seconds instead of the terminal progress bar. Runs on the main thread.
+ * A failure is also noted on the stderr the rank was started with, naming its log file. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -25,6 +26,7 @@ mpt_status trainer_log_setup(trainer *t) {
                       strerror(errno));
     fflush(stdout);
     fflush(stderr);
+    t->terminal_fd = fcntl(2, F_DUPFD_CLOEXEC, 3);
     int bad = dup2(fd, 1) < 0 || dup2(fd, 2) < 0;
     int saved = errno;
     close(fd);
@@ -34,6 +36,12 @@ mpt_status trainer_log_setup(trainer *t) {
   }
   mpt_log_configure(t->rank, t->world, level, o->log_file[0] != '\0');
   return MPT_OK;
+}
+
+void trainer_log_failure_note(trainer *t, mpt_status st) {
+  if (!t->o->log_file[0] || t->terminal_fd <= 2) return;
+  dprintf(t->terminal_fd, "mpitrain [rank %d/%d] error: %s: %s (log: %s.%d)\n", t->rank, t->world,
+          mpt_status_message(st), mpt_last_error(), t->o->log_file, t->rank);
 }
 
 /* ETA from the steps this process has run so far (resumed steps do not count). */

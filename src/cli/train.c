@@ -776,6 +776,7 @@ int mpt_cli_train(const mpt_cli_options *o) {
   if (st == MPT_OK) st = train_run(&t);
   if (st != MPT_OK) {
     mpt_log(MPT_LOG_ERROR, "%s: %s", mpt_status_message(st), mpt_last_error());
+    trainer_log_failure_note(&t, st);
     if (t.world > 1) {
       mpt_log(MPT_LOG_ERROR, "rank %d failed: aborting the job", t.rank);
       mpt_comm_abort(t.comm, 1);

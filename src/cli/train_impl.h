@@ -60,6 +60,7 @@ typedef struct trainer {
   int step_nonfinite;     /* a micro-batch of the running step had a non-finite loss */
   /* log_setup.c: the one-line progress when stderr is not a terminal */
   double progress_last_ms, loop_start_ms;
+  int terminal_fd; /* --log-file: the stderr the rank was started with (else -1 or 0) */
   int64_t loop_start_step;
   mpt_cli_options resolved; /* train_auto.c: the options after --resume auto was resolved */
 } trainer;
@@ -122,6 +123,9 @@ mpt_status trainer_log_setup(trainer *t);
 /* Rank 0, stderr not a terminal: one progress line (steps, samples/s, ETA) at most every
  * --progress-interval seconds. `sums` are this epoch's (loss * rows, correct, rows) so far. */
 void trainer_progress_line(trainer *t, int64_t epoch, int64_t step, const float *sums);
+/* --log-file: the failure's one line also on the stderr the rank was started with (the
+ * launcher's), naming the log file, so that a failed job does not end silently there. */
+void trainer_log_failure_note(trainer *t, mpt_status st);
 
 /* train_auto.c */
 /* --resume auto: rank 0 looks into --checkpoint-dir; when it holds a checkpoint every rank
