@@ -72,8 +72,9 @@ out=$("$prog" $prog_args --progress-interval 0 2>&1)
 out=$("$prog" $prog_args 2>&1) # default 30 s: a run of a second prints none
 ! has "$out" "progress:" && ok || bad "the default interval printed progress in a short run"
 
-# Options without effect are named; the effective configuration is logged once.
-out=$("$prog" $small --devices cpu:2 --momentum 0.5 --optimizer adamw --min-lr 0.01 --schedule step 2>&1)
+# Options without effect are named (also abbreviated or with =, as getopt takes them; --device
+# is another option than --devices); the effective configuration is logged once.
+out=$("$prog" $small --devices=cpu:2 --moment 0.5 --optimizer adamw --min-lr 0.01 --schedule step --device cpu 2>&1)
 has "$out" "warning: --devices has no effect: it needs --mode dp" &&
   has "$out" "warning: --momentum has no effect" && has "$out" "warning: --min-lr has no effect" && ok ||
   bad "no-effect warnings missing: $(printf '%s' "$out" | grep warning)"

@@ -155,6 +155,21 @@ const char *mpt_cli_usage(void) {
          "  --help, --version\n";
 }
 
+const char *mpt_cli_option_name(const char *arg) {
+  if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0') return NULL;
+  const char *name = arg + 2;
+  size_t n = strcspn(name, "=");
+  const char *prefix_of = NULL;
+  int prefixes = 0;
+  for (const struct option *p = long_options; p->name; p++) {
+    if (strncmp(p->name, name, n) != 0) continue;
+    if (p->name[n] == '\0') return p->name; /* exact */
+    prefix_of = p->name;
+    prefixes++;
+  }
+  return prefixes == 1 ? prefix_of : NULL;
+}
+
 void mpt_cli_options_default(mpt_cli_options *o) {
   memset(o, 0, sizeof *o);
   snprintf(o->command, sizeof o->command, "train");

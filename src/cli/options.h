@@ -64,6 +64,9 @@ void mpt_cli_options_default(mpt_cli_options *opts);
  * MPT_CLI_EXIT_OK for --help / --version (the text to print is in msg), or MPT_CLI_EXIT_USAGE
  * with a one-line error in msg. Reentrant across calls (resets getopt). */
 int mpt_cli_parse(int argc, char **argv, mpt_cli_options *opts, char *msg, size_t msg_nbytes);
+/* The long option an argument names, as getopt_long resolves it ("--dev=cpu:2" and "--devices"
+ * both give "devices": an exact name, else a unique prefix), or NULL (not an option). */
+const char *mpt_cli_option_name(const char *arg);
 /* The usage text. */
 const char *mpt_cli_usage(void);
 

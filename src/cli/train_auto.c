@@ -167,15 +167,13 @@ mpt_status trainer_check_run_options(const mpt_cli_options *o) {
   return MPT_OK;
 }
 
-/* Whether `name` (without the dashes) was given on the command line. */
+/* Whether `name` (without the dashes) was given on the command line, also abbreviated as
+ * getopt_long allows ("--dev cpu:2"). */
 static int given(const mpt_cli_options *o, const char *name) {
-  size_t n = strlen(name);
   for (int i = 1; i < o->argc; i++) {
-    const char *a = o->argv[i];
+    const char *a = o->argv[i], *opt;
     if (strcmp(a, "--") == 0) break;
-    if (strncmp(a, "--", 2) == 0 && strncmp(a + 2, name, n) == 0 &&
-        (a[2 + n] == '\0' || a[2 + n] == '='))
-      return 1;
+    if ((opt = mpt_cli_option_name(a)) != NULL && strcmp(opt, name) == 0) return 1;
   }
   return 0;
 }
