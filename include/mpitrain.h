@@ -11,6 +11,7 @@
 #include "mpitrain/comm.h"
 #include "mpitrain/ddp.h"
 #include "mpitrain/ckpt.h"
+#include "mpitrain/gpt_file.h"
 #include "mpitrain/dp.h"
 
 #endif
