@@ -68,6 +68,18 @@ START_TEST(test_layout_of_gpt2_124m_has_its_known_parameter_count) {
   ck_assert_int_eq(l.offset[15], l.total - 768);
   for (int i = 1; i < MPT_GPT_NUM_TENSORS; i++)
     ck_assert_int_eq(l.offset[i], l.offset[i - 1] + l.count[i - 1]);
+  /* Shapes: their products are the counts; a few written out. */
+  for (int i = 0; i < MPT_GPT_NUM_TENSORS; i++) {
+    int64_t prod = 1;
+    for (int d = 0; d < l.ndim[i]; d++) prod *= l.shape[i][d];
+    ck_assert_int_eq(prod, l.count[i]);
+  }
+  ck_assert_int_eq(l.ndim[0], 2);
+  ck_assert_int_eq(l.shape[0][0], 50304);
+  ck_assert_int_eq(l.ndim[4], 3);
+  ck_assert_int_eq(l.shape[4][1], 3 * 768);
+  ck_assert_int_eq(l.shape[12][2], 4 * 768);
+  ck_assert_int_eq(l.ndim[15], 1);
   ck_assert_str_eq(mpt_gpt_tensor_name(0), "wte");
   ck_assert_str_eq(mpt_gpt_tensor_name(12), "fcprojw");
   ck_assert_str_eq(mpt_gpt_tensor_name(15), "lnfb");

@@ -49,6 +49,8 @@ typedef struct mpt_gpt_layout {
   int64_t count[MPT_GPT_NUM_TENSORS];  /* elements of tensor i */
   int64_t offset[MPT_GPT_NUM_TENSORS]; /* first element of tensor i: sum of count[0..i) */
   int64_t total;                       /* all parameters, N */
+  int ndim[MPT_GPT_NUM_TENSORS];       /* 1 to 3: the shapes of the table above, e.g. qkvw */
+  int64_t shape[MPT_GPT_NUM_TENSORS][3]; /* {L, 3C, C}, wte {Vp, C}, lnfw {C}; unused 0 */
 } mpt_gpt_layout;
 
 /* V rounded up to a multiple of 128 (50257 -> 50304, as llm.c); -1 for V < 1. */

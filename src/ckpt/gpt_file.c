@@ -57,7 +57,14 @@ mpt_status mpt_gpt_layout_compute(const mpt_gpt_config *c, mpt_gpt_layout *lay) 
       L * 3 * C * C, L * 3 * C, L * C * C, L * C,     /* qkvw qkvb attprojw attprojb */
       L * C,     L * C,     L * 4 * C * C, L * 4 * C, /* ln2w ln2b fcw fcb */
       L * C * 4 * C, L * C, C, C};                    /* fcprojw fcprojb lnfw lnfb */
+  /* The shapes, as in the header's table; their products are the counts above. */
+  const int64_t shape[MPT_GPT_NUM_TENSORS][3] = {
+      {vp, C}, {T, C}, {L, C}, {L, C}, {L, 3 * C, C}, {L, 3 * C}, {L, C, C}, {L, C},
+      {L, C}, {L, C}, {L, 4 * C, C}, {L, 4 * C}, {L, C, 4 * C}, {L, C}, {C}, {C}};
   for (int i = 0; i < MPT_GPT_NUM_TENSORS; i++) {
+    int nd = 0;
+    for (int d = 0; d < 3 && shape[i][d] > 0; d++) lay->shape[i][nd++] = shape[i][d];
+    lay->ndim[i] = nd;
     lay->count[i] = count[i];
     lay->offset[i] = lay->total;
     lay->total += count[i];
