@@ -141,6 +141,9 @@ out=$("$prog" $auto --checkpoint-dir "$tmp/ck" --resume auto 2>&1) # a finished 
 out=$("$prog" $auto --checkpoint-dir "$tmp/ck" --resume auto --lr 0.1 --epochs 3 2>&1)
 [ $? -eq 1 ] && has "$out" "2 option(s) differ from the run that wrote the checkpoint (--epochs 2 in the checkpointed run, 3 now; --lr 0.05 in the checkpointed run, 0.1 now)" && ok ||
   bad "--resume with other options: $(printf '%s' "$out" | grep -i error)"
+out=$("$prog" $auto --checkpoint-dir "$tmp/ck" --resume auto --no-decay-bias-norm 2>&1)
+[ $? -eq 1 ] && has "$out" "--no-decay-bias-norm 0 in the checkpointed run, 1 now" && ok ||
+  bad "--resume with --no-decay-bias-norm added: $(printf '%s' "$out" | grep -i error)"
 out=$("$prog" $auto --resume auto 2>&1)
 [ $? -eq 2 ] && has "$out" "--resume auto needs --checkpoint-dir" && ok || bad "--resume auto without a directory"
 
