@@ -45,6 +45,9 @@ rc=$?
   grep -q "rank 1/2" "$tmp/run.log.1" && ! grep -q "rank 0/2" "$tmp/run.log.1" &&
   grep -q "epoch   1/1" "$tmp/run.log.0" && ok ||
   bad "--log-file: status $rc; stderr: $(printf '%s' "$out" | head -n 2); files: $(ls "$tmp")"
+# a second run (a resubmitted job) appends: the first run's lines stay
+"$dir/mpirun.sh" 2 60 "$prog" $small --log-file "$tmp/run.log" >/dev/null 2>&1
+[ "$(grep -c "epoch   1/1" "$tmp/run.log.0")" -eq 2 ] && ok || bad "--log-file does not append"
 
 # ... and a failure is still named on the launcher's stderr, with the log file to read.
 out=$("$dir/mpirun.sh" 2 60 "$prog" $small --log-file "$tmp/bad.log" --checkpoint-dir /dev/null 2>&1)
