@@ -6,6 +6,7 @@
  * --version print on rank 0 only. */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/options.h"
 #include "cli/tokenize.h"
@@ -33,6 +34,8 @@ int main(int argc, char **argv) {
     else if (rank == 0)
       fprintf(stderr, "mpitrain: %s\nmpitrain: every rank stops (status 2); `mpitrain train "
               "--help` lists the options\n", msg);
+    else /* let rank 0 print first: the launcher kills the job when the first rank exits */
+      sleep(3);
     return 2;
   }
   return mpt_cli_train(&opts);
