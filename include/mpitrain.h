@@ -6,6 +6,7 @@
 #include "mpitrain/ops.h"
 #include "mpitrain/nn.h"
 #include "mpitrain/autograd.h"
+#include "mpitrain/transformer.h"
 #include "mpitrain/data.h"
 #include "mpitrain/optim.h"
 #include "mpitrain/comm.h"

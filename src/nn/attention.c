@@ -1,0 +1,116 @@
+/* Causal multi-head self-attention (include/mpitrain/transformer.h), the reference version that
+ * materialises the attention matrix [B, H, T, T].
+ *
+ * For each sequence b and head h the q, k, v of the head are strided views into qkv [B, T, 3C]
+ * (leading dimension 3C), and the output of the head is a strided view into y [B, T, C]
+ * (leading dimension C), so every product is one GEMM through mpt_op_gemm without a copy:
+ *   forward:  S = Q K^T * scale (all T x T; the entries above the diagonal are then masked),
+ *             A = rowwise softmax over t2 <= t (exactly 0 above the diagonal), Y_h = A V.
+ *   backward: dA = dY_h V^T;  dV += A^T dY_h;  dS = A * (dA - rowsum(A * dA)) (0 above the
+ *             diagonal, since A is);  dQ += scale dS K;  dK += scale dS^T Q.
+ * A is saved in the arena for backward (4 B H T^2 bytes); dA / dS use one T x T scratch
+ * allocated per backward. Row sums go in double. Runs on the host (CPU models only). */
+#include <math.h>
+
+#include "mpitrain/ops.h"
+#include "mpitrain/transformer.h"
+#include "nn/gpt_ops.h"
+
+typedef struct attn_ctx {
+  const float *att; /* [B, H, T, T] softmax, 0 above the diagonal, in the arena */
+  int64_t b, t, c, nh;
+} attn_ctx;
+_Static_assert(sizeof(attn_ctx) <= MPT_NODE_CTX_BYTES, "attn_ctx too large");
+
+/* Masked softmax of each row t of s [T, T] over columns [0, t], in place; 0 above. */
+static void causal_softmax(float *s, int64_t nt) {
+  for (int64_t t = 0; t < nt; t++) {
+    float *row = s + t * nt;
+    float mx = row[0];
+    for (int64_t j = 1; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
+    double sum = 0.0;
+    for (int64_t j = 0; j <= t; j++) {
+      row[j] = expf(row[j] - mx);
+      sum += row[j];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int64_t j = 0; j <= t; j++) row[j] *= inv;
+    for (int64_t j = t + 1; j < nt; j++) row[j] = 0.0f;
+  }
+}
+
+static mpt_status attn_backward(mpt_tape *tape, mpt_node *node) {
+  const attn_ctx *k = mpt_node_ctx(node);
+  mpt_var *qkv = mpt_node_input(node, 0);
+  float *dqkv = NULL, *ds = NULL;
+  MPT_RETURN_IF(mpt_var_grad_acc(tape, qkv, &dqkv));
+  if (!dqkv) return MPT_OK;
+  mpt_stream *s = mpt_tape_stream(tape);
+  const int64_t nt = k->t, c = k->c, c3 = 3 * c, hs = c / k->nh;
+  const float scale = (float)(1.0 / sqrt((double)hs));
+  const float *dy = mpt_node_grad_output(node), *x = mpt_var_value(qkv)->data;
+  MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)(nt * nt) * sizeof(float), (void **)&ds));
+  for (int64_t b = 0; b < k->b; b++)
+    for (int64_t h = 0; h < k->nh; h++) {
+      const float *q = x + b * nt * c3 + h * hs, *kk = q + c, *v = q + 2 * c;
+      float *dq = dqkv + b * nt * c3 + h * hs, *dk = dq + c, *dv = dq + 2 * c;
+      const float *a = k->att + (b * k->nh + h) * nt * nt, *g = dy + b * nt * c + h * hs;
+      /* dA [T, T] = dY_h [T, hs] V^T */
+      MPT_RETURN_IF(mpt_op_gemm(s, 0, 1, nt, nt, hs, 1.0f, g, c, v, c3, 0.0f, ds, nt));
+      /* dV [T, hs] += A^T dY_h */
+      MPT_RETURN_IF(mpt_op_gemm(s, 1, 0, nt, hs, nt, 1.0f, a, nt, g, c, 1.0f, dv, c3));
+      for (int64_t t = 0; t < nt; t++) { /* softmax backward, row by row */
+        const float *ar = a + t * nt;
+        float *dr = ds + t * nt;
+        double dot = 0.0;
+        for (int64_t j = 0; j <= t; j++) dot += (double)ar[j] * dr[j];
+        for (int64_t j = 0; j <= t; j++) dr[j] = ar[j] * (dr[j] - (float)dot);
+        for (int64_t j = t + 1; j < nt; j++) dr[j] = 0.0f;
+      }
+      /* dQ [T, hs] += scale dS K;  dK [T, hs] += scale dS^T Q */
+      MPT_RETURN_IF(mpt_op_gemm(s, 0, 0, nt, hs, nt, scale, ds, nt, kk, c3, 1.0f, dq, c3));
+      MPT_RETURN_IF(mpt_op_gemm(s, 1, 0, nt, hs, nt, scale, ds, nt, q, c3, 1.0f, dk, c3));
+    }
+  return MPT_OK;
+}
+
+mpt_status mpt_nn_causal_attention(mpt_tape *tape, mpt_var *qkv, int n_head, mpt_var **y) {
+  static const char op[] = "causal_attention";
+  if (!tape || !y) return MPT_FAIL(MPT_EINVAL, "%s: NULL tape or output", op);
+  *y = NULL;
+  MPT_RETURN_IF(mpt__gpt_check_var(op, "qkv", qkv));
+  if (n_head < 1) return MPT_FAIL(MPT_EINVAL, "%s: n_head %d must be >= 1", op, n_head);
+  const mpt_tensor *xt = mpt_var_value(qkv);
+  char xs[128];
+  if (xt->ndim != 3 || xt->shape[2] < 3 || xt->shape[2] % (3 * (int64_t)n_head) != 0)
+    return MPT_FAIL(MPT_ESHAPE, "%s: qkv %s with %d heads (want [B, T, 3C], C a multiple of "
+                    "the heads)", op, mpt_shape_str(xt->ndim, xt->shape, xs, sizeof xs), n_head);
+  const int64_t nb = xt->shape[0], nt = xt->shape[1], c = xt->shape[2] / 3, c3 = 3 * c;
+  const int64_t nh = n_head, hs = c / nh;
+  const int64_t shape[3] = {nb, nt, c};
+  mpt_var *o = NULL;
+  float *att = NULL;
+  mpt_stream *s = mpt_tape_stream(tape);
+  MPT_RETURN_IF(mpt_tape_new_var(tape, 3, shape, MPT_F32, &o));
+  MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)(nb * nh * nt * nt) * sizeof(float), (void **)&att));
+  const float scale = (float)(1.0 / sqrt((double)hs));
+  const float *x = xt->data;
+  float *out = mpt_var_value(o)->data;
+  for (int64_t b = 0; b < nb; b++)
+    for (int64_t h = 0; h < nh; h++) {
+      const float *q = x + b * nt * c3 + h * hs, *kk = q + c, *v = q + 2 * c;
+      float *a = att + (b * nh + h) * nt * nt;
+      /* S [T, T] = scale Q K^T, then the causal softmax; Y_h [T, hs] = A V */
+      MPT_RETURN_IF(mpt_op_gemm(s, 0, 1, nt, nt, hs, scale, q, c3, kk, c3, 0.0f, a, nt));
+      causal_softmax(a, nt);
+      MPT_RETURN_IF(mpt_op_gemm(s, 0, 0, nt, hs, nt, 1.0f, a, nt, v, c3, 0.0f,
+                                out + b * nt * c + h * hs, c));
+    }
+  if (mpt_tape_needs_grad(tape, &qkv, 1)) {
+    mpt_node *node = NULL;
+    MPT_RETURN_IF(mpt_tape_record(tape, op, attn_backward, &qkv, 1, o, &node));
+    *(attn_ctx *)mpt_node_ctx(node) = (attn_ctx){.att = att, .b = nb, .t = nt, .c = c, .nh = nh};
+  }
+  *y = o;
+  return MPT_OK;
+}
