@@ -4,6 +4,7 @@
 
 #include "mpitrain/core.h"
 #include "mpitrain/ops.h"
+#include "mpitrain/ops_gpt.h"
 #include "mpitrain/nn.h"
 #include "mpitrain/autograd.h"
 #include "mpitrain/transformer.h"

@@ -16,9 +16,10 @@
  * columns (llm.c rounds 50257 up to 50304); the padding rows of the token embedding are never
  * looked up and the padding columns of the logits are excluded from the softmax.
  *
- * Devices: the ops compute on the host when the tape's model is on the CPU; on another device
- * they return MPT_ENOTSUP (no kernels yet). Matrix products go through mpt_op_gemm (OpenBLAS
- * cblas_sgemm on the CPU). */
+ * Devices: the arithmetic is in core ops (mpitrain/ops_gpt.h) and mpt_op_gemm (OpenBLAS
+ * cblas_sgemm on the CPU, cuBLAS on CUDA), enqueued on the tape's stream, so the ops run on
+ * the model's device; MPT_ENOTSUP where that backend lacks a core op. Token and target ids are
+ * range-checked on the CPU only (ops_gpt.h); the data loaders check them when they read. */
 #ifndef MPITRAIN_TRANSFORMER_H
 #define MPITRAIN_TRANSFORMER_H
 
@@ -35,8 +36,9 @@ extern "C" {
  * wpe [maxT, C] with maxT >= T. y: [B, T, C].
  * Backward: dwte[tokens[b, t], :] += dy[b, t, :] and dwpe[t, :] += dy[b, t, :], in the order
  * b, t (deterministic: a token seen twice adds up in the same order every time).
- * Errors: MPT_EINVAL (a token outside [0, vocab_size), naming it and its position; vocab_size
- * outside [1, Vp]), MPT_ESHAPE, MPT_ENOTSUP (not on the CPU). */
+ * Errors: MPT_EINVAL (a token outside [0, vocab_size), naming it and its position, on the
+ * CPU; vocab_size outside [1, Vp]; tokens not int32 on the model's device), MPT_ESHAPE,
+ * MPT_ENOTSUP. */
 MPT_API mpt_status mpt_nn_embedding_gpt(mpt_tape *tape, const mpt_tensor *tokens,
                                         int64_t vocab_size, mpt_var *wte, mpt_var *wpe,
                                         mpt_var **y);
@@ -86,8 +88,8 @@ MPT_API mpt_status mpt_nn_causal_attention(mpt_tape *tape, mpt_var *qkv, int n_h
  *   loss = mean over the N = B*T positions of (logsumexp_{j < V} logits[n, j] - logits[n, target]),
  * a scalar in nats, summed in double. Saves logsumexp [N] only, and recomputes the
  * probabilities in backward: dlogits[n, j] += dloss / N * (p[n, j] - [j == target]) for j < V.
- * Errors: MPT_EINVAL (a target outside [0, vocab_size), naming its position; vocab_size outside
- * [1, Vp]), MPT_ESHAPE (targets' shape is not that of logits without its last dimension; no
+ * Errors: MPT_EINVAL (a target outside [0, vocab_size), naming its position, on the CPU;
+ * vocab_size outside [1, Vp]), MPT_ESHAPE (targets' shape is not that of logits without its last dimension; no
  * position), MPT_ENOTSUP. */
 MPT_API mpt_status mpt_nn_cross_entropy_vocab(mpt_tape *tape, mpt_var *logits,
                                               const mpt_tensor *targets, int64_t vocab_size,

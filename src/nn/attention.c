@@ -9,10 +9,12 @@
  *   backward: dA = dY_h V^T;  dV += A^T dY_h;  dS = A * (dA - rowsum(A * dA)) (0 above the
  *             diagonal, since A is);  dQ += scale dS K;  dK += scale dS^T Q.
  * A is saved in the arena for backward (4 B H T^2 bytes); dA / dS use one T x T scratch
- * allocated per backward. Row sums go in double. Runs on the host (CPU models only). */
+ * allocated per backward. The masked softmax and its backward are core ops (ops_gpt.h), all
+ * work goes on the tape's stream. */
 #include <math.h>
 
 #include "mpitrain/ops.h"
+#include "mpitrain/ops_gpt.h"
 #include "mpitrain/transformer.h"
 #include "nn/gpt_ops.h"
 
@@ -21,23 +23,6 @@ typedef struct attn_ctx {
   int64_t b, t, c, nh;
 } attn_ctx;
 _Static_assert(sizeof(attn_ctx) <= MPT_NODE_CTX_BYTES, "attn_ctx too large");
-
-/* Masked softmax of each row t of s [T, T] over columns [0, t], in place; 0 above. */
-static void causal_softmax(float *s, int64_t nt) {
-  for (int64_t t = 0; t < nt; t++) {
-    float *row = s + t * nt;
-    float mx = row[0];
-    for (int64_t j = 1; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
-    double sum = 0.0;
-    for (int64_t j = 0; j <= t; j++) {
-      row[j] = expf(row[j] - mx);
-      sum += row[j];
-    }
-    const float inv = (float)(1.0 / sum);
-    for (int64_t j = 0; j <= t; j++) row[j] *= inv;
-    for (int64_t j = t + 1; j < nt; j++) row[j] = 0.0f;
-  }
-}
 
 static mpt_status attn_backward(mpt_tape *tape, mpt_node *node) {
   const attn_ctx *k = mpt_node_ctx(node);
@@ -59,14 +44,8 @@ static mpt_status attn_backward(mpt_tape *tape, mpt_node *node) {
       MPT_RETURN_IF(mpt_op_gemm(s, 0, 1, nt, nt, hs, 1.0f, g, c, v, c3, 0.0f, ds, nt));
       /* dV [T, hs] += A^T dY_h */
       MPT_RETURN_IF(mpt_op_gemm(s, 1, 0, nt, hs, nt, 1.0f, a, nt, g, c, 1.0f, dv, c3));
-      for (int64_t t = 0; t < nt; t++) { /* softmax backward, row by row */
-        const float *ar = a + t * nt;
-        float *dr = ds + t * nt;
-        double dot = 0.0;
-        for (int64_t j = 0; j <= t; j++) dot += (double)ar[j] * dr[j];
-        for (int64_t j = 0; j <= t; j++) dr[j] = ar[j] * (dr[j] - (float)dot);
-        for (int64_t j = t + 1; j < nt; j++) dr[j] = 0.0f;
-      }
+      /* dS = A * (dA - rowsum(A * dA)), 0 above the diagonal */
+      MPT_RETURN_IF(mpt_op_causal_softmax_backward(s, a, ds, 1, nt));
       /* dQ [T, hs] += scale dS K;  dK [T, hs] += scale dS^T Q */
       MPT_RETURN_IF(mpt_op_gemm(s, 0, 0, nt, hs, nt, scale, ds, nt, kk, c3, 1.0f, dq, c3));
       MPT_RETURN_IF(mpt_op_gemm(s, 1, 0, nt, hs, nt, scale, ds, nt, q, c3, 1.0f, dk, c3));
@@ -102,7 +81,7 @@ mpt_status mpt_nn_causal_attention(mpt_tape *tape, mpt_var *qkv, int n_head, mpt
       float *a = att + (b * nh + h) * nt * nt;
       /* S [T, T] = scale Q K^T, then the causal softmax; Y_h [T, hs] = A V */
       MPT_RETURN_IF(mpt_op_gemm(s, 0, 1, nt, nt, hs, scale, q, c3, kk, c3, 0.0f, a, nt));
-      causal_softmax(a, nt);
+      MPT_RETURN_IF(mpt_op_causal_softmax(s, a, 1, nt));
       MPT_RETURN_IF(mpt_op_gemm(s, 0, 0, nt, hs, nt, 1.0f, a, nt, v, c3, 0.0f,
                                 out + b * nt * c + h * hs, c));
     }

@@ -1,16 +1,15 @@
 /* The GPT-2 ops of include/mpitrain/transformer.h other than attention (src/nn/attention.c):
  * token + position embedding, LayerNorm, GELU, Linear over the last dimension, and the fused
  * softmax cross-entropy over a padded vocabulary. Written through the public op API
- * (mpitrain/autograd.h) like the built-in ops.
- *
- * All of them compute on the host (the model is on the CPU; checked) on the thread that drives
- * the tape. Backward functions ACCUMULATE (+=) into their inputs' gradients, in a fixed loop
- * order, so results are bit-reproducible. Where a sum over a row feeds a division (LayerNorm
- * statistics, the loss) it is kept in double. */
+ * (mpitrain/autograd.h) like the built-in ops; the arithmetic is in the core ops
+ * (mpitrain/ops_gpt.h, mpt_op_gemm), enqueued on the tape's stream, so these ops run on every
+ * backend that has them (the CPU's are the reference: src/core/cpu/gpt_cpu.c). Backward
+ * functions ACCUMULATE (+=) into their inputs' gradients. */
 #include <math.h>
 #include <string.h>
 
 #include "mpitrain/ops.h"
+#include "mpitrain/ops_gpt.h"
 #include "mpitrain/transformer.h"
 #include "nn/gpt_ops.h"
 
@@ -22,26 +21,19 @@ mpt_status mpt__gpt_check_var(const char *op, const char *what, const mpt_var *v
   const mpt_tensor *t = mpt_var_value(v);
   if (t->dtype != MPT_F32)
     return MPT_FAIL(MPT_EINVAL, "%s: %s is %s, want float32", op, what, mpt_dtype_name(t->dtype));
-  if (t->device.type != MPT_DEVICE_CPU)
-    return MPT_FAIL(MPT_ENOTSUP, "%s: %s is not on the CPU (this op has no device kernel yet)",
-                    op, what);
   if (t->count > 0 && !t->data) return MPT_FAIL(MPT_EINVAL, "%s: %s has no data", op, what);
   return MPT_OK;
 }
 
-/* An int32 index tensor (tokens, targets) on the CPU with `count` elements, each in [0, limit). */
+/* An int32 index tensor (tokens, targets) with data on `like`'s device. Its range is checked
+ * by the core op (on the CPU; see ops_gpt.h). */
 static mpt_status check_indices(const char *op, const char *what, const mpt_tensor *t,
-                                int64_t limit) {
+                                const mpt_var *like) {
   if (t->dtype != MPT_I32)
     return MPT_FAIL(MPT_EINVAL, "%s: %s are %s, want int32", op, what, mpt_dtype_name(t->dtype));
-  if (t->device.type != MPT_DEVICE_CPU)
-    return MPT_FAIL(MPT_ENOTSUP, "%s: %s are not on the CPU", op, what);
+  if (t->device.type != mpt_var_value(like)->device.type)
+    return MPT_FAIL(MPT_EINVAL, "%s: %s are on another device than the values", op, what);
   if (t->count > 0 && !t->data) return MPT_FAIL(MPT_EINVAL, "%s: %s have no data", op, what);
-  const int32_t *idx = t->data;
-  for (int64_t i = 0; i < t->count; i++)
-    if (idx[i] < 0 || idx[i] >= limit)
-      return MPT_FAIL(MPT_EINVAL, "%s: %s[%lld] = %d is outside [0, %lld)", op, what,
-                      (long long)i, (int)idx[i], (long long)limit);
   return MPT_OK;
 }
 
@@ -49,29 +41,17 @@ static mpt_status check_indices(const char *op, const char *what, const mpt_tens
 
 typedef struct embed_ctx {
   const int32_t *tokens; /* [B, T], the caller's */
-  int64_t b, t, c;
+  int64_t b, t, c, vocab;
 } embed_ctx;
 _Static_assert(sizeof(embed_ctx) <= MPT_NODE_CTX_BYTES, "embed_ctx too large");
 
 static mpt_status embed_backward(mpt_tape *tape, mpt_node *node) {
   const embed_ctx *k = mpt_node_ctx(node);
-  const float *dy = mpt_node_grad_output(node);
   float *dwte = NULL, *dwpe = NULL;
   MPT_RETURN_IF(mpt_var_grad_acc(tape, mpt_node_input(node, 0), &dwte));
   MPT_RETURN_IF(mpt_var_grad_acc(tape, mpt_node_input(node, 1), &dwpe));
-  for (int64_t b = 0; b < k->b; b++)
-    for (int64_t t = 0; t < k->t; t++) {
-      const float *g = dy + (b * k->t + t) * k->c;
-      if (dwte) {
-        float *row = dwte + (int64_t)k->tokens[b * k->t + t] * k->c;
-        for (int64_t i = 0; i < k->c; i++) row[i] += g[i];
-      }
-      if (dwpe) {
-        float *row = dwpe + t * k->c;
-        for (int64_t i = 0; i < k->c; i++) row[i] += g[i];
-      }
-    }
-  return MPT_OK;
+  return mpt_op_embedding_gpt_backward(mpt_tape_stream(tape), k->tokens, k->b, k->t, k->c,
+                                       k->vocab, mpt_node_grad_output(node), dwte, dwpe);
 }
 
 mpt_status mpt_nn_embedding_gpt(mpt_tape *tape, const mpt_tensor *tokens, int64_t vocab_size,
@@ -92,25 +72,19 @@ mpt_status mpt_nn_embedding_gpt(mpt_tape *tape, const mpt_tensor *tokens, int64_
   if (vocab_size < 1 || vocab_size > e->shape[0])
     return MPT_FAIL(MPT_EINVAL, "%s: vocab_size %lld outside [1, %lld] (the rows of wte)", op,
                     (long long)vocab_size, (long long)e->shape[0]);
-  MPT_RETURN_IF(check_indices(op, "tokens", tokens, vocab_size));
+  MPT_RETURN_IF(check_indices(op, "tokens", tokens, wte));
   const int64_t nb = tokens->shape[0], nt = tokens->shape[1], c = e->shape[1];
   const int64_t shape[3] = {nb, nt, c};
   mpt_var *o = NULL;
   MPT_RETURN_IF(mpt_tape_new_var(tape, 3, shape, MPT_F32, &o));
-  const int32_t *tok = tokens->data;
-  float *out = VAL(o);
-  const float *we = e->data, *wp = p->data;
-  for (int64_t b = 0; b < nb; b++)
-    for (int64_t t = 0; t < nt; t++) {
-      float *row = out + (b * nt + t) * c;
-      const float *er = we + (int64_t)tok[b * nt + t] * c, *pr = wp + t * c;
-      for (int64_t i = 0; i < c; i++) row[i] = er[i] + pr[i];
-    }
+  MPT_RETURN_IF(mpt_op_embedding_gpt(mpt_tape_stream(tape), tokens->data, nb, nt, c, vocab_size,
+                                     e->data, p->data, VAL(o)));
   mpt_var *inputs[2] = {wte, wpe};
   if (mpt_tape_needs_grad(tape, inputs, 2)) {
     mpt_node *node = NULL;
     MPT_RETURN_IF(mpt_tape_record(tape, op, embed_backward, inputs, 2, o, &node));
-    *(embed_ctx *)mpt_node_ctx(node) = (embed_ctx){.tokens = tok, .b = nb, .t = nt, .c = c};
+    *(embed_ctx *)mpt_node_ctx(node) =
+        (embed_ctx){.tokens = tokens->data, .b = nb, .t = nt, .c = c, .vocab = vocab_size};
   }
   *y = o;
   return MPT_OK;
@@ -127,32 +101,12 @@ _Static_assert(sizeof(ln_ctx) <= MPT_NODE_CTX_BYTES, "ln_ctx too large");
 static mpt_status ln_backward(mpt_tape *tape, mpt_node *node) {
   const ln_ctx *k = mpt_node_ctx(node);
   mpt_var *x = mpt_node_input(node, 0), *w = mpt_node_input(node, 1), *bias = mpt_node_input(node, 2);
-  const float *dy = mpt_node_grad_output(node), *xv = VAL(x), *wv = VAL(w);
   float *dx = NULL, *dw = NULL, *db = NULL;
   MPT_RETURN_IF(mpt_var_grad_acc(tape, x, &dx));
   MPT_RETURN_IF(mpt_var_grad_acc(tape, w, &dw));
   MPT_RETURN_IF(mpt_var_grad_acc(tape, bias, &db));
-  const int64_t c = k->c;
-  for (int64_t r = 0; r < k->rows; r++) {
-    const float *xr = xv + r * c, *g = dy + r * c;
-    const float mean = k->mean[r], rstd = k->rstd[r];
-    double gmean = 0.0, gxmean = 0.0; /* mean_c(dy * w) and mean_c(dy * w * xhat) */
-    for (int64_t i = 0; i < c; i++) {
-      const float xhat = (xr[i] - mean) * rstd, gw = g[i] * wv[i];
-      gmean += gw;
-      gxmean += (double)gw * xhat;
-      if (dw) dw[i] += g[i] * xhat;
-      if (db) db[i] += g[i];
-    }
-    if (!dx) continue;
-    const float gm = (float)(gmean / (double)c), gxm = (float)(gxmean / (double)c);
-    float *dxr = dx + r * c;
-    for (int64_t i = 0; i < c; i++) {
-      const float xhat = (xr[i] - mean) * rstd;
-      dxr[i] += rstd * (g[i] * wv[i] - gm - xhat * gxm);
-    }
-  }
-  return MPT_OK;
+  return mpt_op_layernorm_backward(mpt_tape_stream(tape), mpt_node_grad_output(node), VAL(x),
+                                   k->rows, k->c, VAL(w), k->mean, k->rstd, dx, dw, db);
 }
 
 mpt_status mpt_nn_layernorm(mpt_tape *tape, mpt_var *x, mpt_var *weight, mpt_var *bias,
@@ -177,20 +131,8 @@ mpt_status mpt_nn_layernorm(mpt_tape *tape, mpt_var *x, mpt_var *weight, mpt_var
   MPT_RETURN_IF(mpt_tape_new_var(tape, xt->ndim, xt->shape, MPT_F32, &o));
   MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)rows * sizeof(float), (void **)&mean));
   MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)rows * sizeof(float), (void **)&rstd));
-  const float *wv = wt->data, *bv = bt->data;
-  for (int64_t r = 0; r < rows; r++) {
-    const float *xr = (const float *)xt->data + r * c;
-    float *yr = VAL(o) + r * c;
-    double s = 0.0;
-    for (int64_t i = 0; i < c; i++) s += xr[i];
-    const float m = (float)(s / (double)c);
-    double v = 0.0;
-    for (int64_t i = 0; i < c; i++) v += (double)(xr[i] - m) * (double)(xr[i] - m);
-    const float rs = (float)(1.0 / sqrt(v / (double)c + (double)eps));
-    for (int64_t i = 0; i < c; i++) yr[i] = (xr[i] - m) * rs * wv[i] + bv[i];
-    mean[r] = m;
-    rstd[r] = rs;
-  }
+  MPT_RETURN_IF(mpt_op_layernorm(mpt_tape_stream(tape), xt->data, rows, c, wt->data, bt->data,
+                                 eps, VAL(o), mean, rstd));
   mpt_var *inputs[3] = {x, weight, bias};
   if (mpt_tape_needs_grad(tape, inputs, 3)) {
     mpt_node *node = NULL;
@@ -203,22 +145,13 @@ mpt_status mpt_nn_layernorm(mpt_tape *tape, mpt_var *x, mpt_var *weight, mpt_var
 
 /* ---- GELU (tanh approximation) ---- */
 
-#define GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
-#define GELU_CUBE 0.044715f
-
 static mpt_status gelu_backward(mpt_tape *tape, mpt_node *node) {
   mpt_var *x = mpt_node_input(node, 0);
   float *dx = NULL;
   MPT_RETURN_IF(mpt_var_grad_acc(tape, x, &dx));
   if (!dx) return MPT_OK;
-  const float *dy = mpt_node_grad_output(node), *xv = VAL(x);
-  const int64_t n = mpt_var_value(x)->count;
-  for (int64_t i = 0; i < n; i++) {
-    const float v = xv[i], u = GELU_SCALE * (v + GELU_CUBE * v * v * v), th = tanhf(u);
-    const float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * v * v);
-    dx[i] += dy[i] * (0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du);
-  }
-  return MPT_OK;
+  return mpt_op_gelu_backward(mpt_tape_stream(tape), dx, mpt_node_grad_output(node), VAL(x),
+                              mpt_var_value(x)->count);
 }
 
 mpt_status mpt_nn_gelu(mpt_tape *tape, mpt_var *x, mpt_var **y) {
@@ -229,12 +162,7 @@ mpt_status mpt_nn_gelu(mpt_tape *tape, mpt_var *x, mpt_var **y) {
   const mpt_tensor *xt = mpt_var_value(x);
   mpt_var *o = NULL;
   MPT_RETURN_IF(mpt_tape_new_var(tape, xt->ndim, xt->shape, MPT_F32, &o));
-  const float *xv = xt->data;
-  float *out = VAL(o);
-  for (int64_t i = 0; i < xt->count; i++) {
-    const float v = xv[i];
-    out[i] = 0.5f * v * (1.0f + tanhf(GELU_SCALE * (v + GELU_CUBE * v * v * v)));
-  }
+  MPT_RETURN_IF(mpt_op_gelu(mpt_tape_stream(tape), VAL(o), xt->data, xt->count));
   if (mpt_tape_needs_grad(tape, &x, 1)) MPT_RETURN_IF(mpt_tape_record(tape, op, gelu_backward, &x, 1, o, NULL));
   *y = o;
   return MPT_OK;
@@ -320,14 +248,8 @@ static mpt_status xentv_backward(mpt_tape *tape, mpt_node *node) {
   float *dl = NULL;
   MPT_RETURN_IF(mpt_var_grad_acc(tape, logits, &dl));
   if (!dl) return MPT_OK;
-  const float scale = *mpt_node_grad_output(node) / (float)k->n;
-  for (int64_t r = 0; r < k->n; r++) {
-    const float *lr = VAL(logits) + r * k->vp, lse = k->lse[r];
-    float *dr = dl + r * k->vp;
-    for (int64_t j = 0; j < k->v; j++) dr[j] += scale * expf(lr[j] - lse);
-    dr[k->targets[r]] -= scale;
-  }
-  return MPT_OK;
+  return mpt_op_xent_vocab_backward(mpt_tape_stream(tape), VAL(logits), k->targets, k->n, k->vp,
+                                    k->v, k->lse, mpt_node_grad_output(node), dl);
 }
 
 mpt_status mpt_nn_cross_entropy_vocab(mpt_tape *tape, mpt_var *logits,
@@ -350,25 +272,15 @@ mpt_status mpt_nn_cross_entropy_vocab(mpt_tape *tape, mpt_var *logits,
   if (vocab_size < 1 || vocab_size > vp)
     return MPT_FAIL(MPT_EINVAL, "%s: vocab_size %lld outside [1, %lld] (the logits' columns)",
                     op, (long long)vocab_size, (long long)vp);
-  MPT_RETURN_IF(check_indices(op, "targets", targets, vocab_size));
+  MPT_RETURN_IF(check_indices(op, "targets", targets, logits));
   static const int64_t scalar[1] = {1};
   mpt_var *o = NULL;
   float *lse = NULL;
   MPT_RETURN_IF(mpt_tape_new_var(tape, 0, scalar, MPT_F32, &o));
   MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)n * sizeof(float), (void **)&lse));
   const int32_t *tg = targets->data;
-  double total = 0.0;
-  for (int64_t r = 0; r < n; r++) {
-    const float *lr = (const float *)lt->data + r * vp;
-    float mx = lr[0];
-    for (int64_t j = 1; j < vocab_size; j++) mx = lr[j] > mx ? lr[j] : mx;
-    double s = 0.0;
-    for (int64_t j = 0; j < vocab_size; j++) s += expf(lr[j] - mx);
-    const double l = (double)mx + log(s);
-    lse[r] = (float)l;
-    total += l - (double)lr[tg[r]];
-  }
-  *VAL(o) = (float)(total / (double)n);
+  MPT_RETURN_IF(mpt_op_xent_vocab(mpt_tape_stream(tape), lt->data, tg, n, vp, vocab_size, lse,
+                                  VAL(o)));
   if (mpt_tape_needs_grad(tape, &logits, 1)) {
     mpt_node *node = NULL;
     MPT_RETURN_IF(mpt_tape_record(tape, op, xentv_backward, &logits, 1, o, &node));

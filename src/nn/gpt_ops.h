@@ -4,8 +4,7 @@
 
 #include "mpitrain/autograd.h"
 
-/* MPT_EINVAL unless `v` is a float32 var with data on the CPU (MPT_ENOTSUP on another device:
- * these ops have no device kernels yet). `op` and `what` name it in the message. */
+/* MPT_EINVAL unless `v` is a float32 var with data. `op` and `what` name it in the message. */
 mpt_status mpt__gpt_check_var(const char *op, const char *what, const mpt_var *v);
 
 #endif
