@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "mpitrain/autograd.h"
+#include "mpitrain/ops_gpt.h"
 #include "mpitrain/transformer.h"
 
 #define OK(expr)                                                                              \
@@ -512,6 +513,36 @@ START_TEST(test_cross_entropy_vocab_rejects_padding_targets_and_shapes) {
 END_TEST
 
 /* ------------------------------------------------------------------------------------------ */
+/* The core ops underneath (ops_gpt.h): argument checks and an exact causal softmax           */
+
+START_TEST(test_core_ops_check_arguments_and_skip_empty_work) {
+  float x[12] = {0}, w[4] = {1, 1, 1, 1}, b[4] = {0}, y[12], m[3], r[3];
+  int32_t tg[3] = {0, 1, 2};
+  ck_assert_int_eq(mpt_op_layernorm(NULL, x, 3, 0, w, b, 1e-5f, y, m, r), MPT_EINVAL);
+  ck_assert_int_eq(mpt_op_layernorm(NULL, x, 3, 4, w, b, -1.0f, y, m, r), MPT_EINVAL);
+  ck_assert_int_eq(mpt_op_layernorm(NULL, x, 3, 4, NULL, b, 1e-5f, y, m, r), MPT_EINVAL);
+  ck_assert_int_eq(mpt_op_xent_vocab(NULL, x, tg, 3, 4, 5, m, r), MPT_EINVAL); /* v > vp */
+  ck_assert_int_eq(mpt_op_xent_vocab(NULL, x, tg, 0, 4, 4, m, r), MPT_EINVAL); /* no rows */
+  ck_assert_int_eq(mpt_op_xent_vocab(NULL, x, tg, 3, 4, 2, m, r), MPT_EINVAL); /* tg[2] = 2 */
+  ck_assert_ptr_nonnull(strstr(mpt_last_error(), "targets[2] = 2"));
+  ck_assert_int_eq(mpt_op_embedding_gpt(NULL, tg, -1, 3, 4, 4, w, w, y), MPT_EINVAL);
+  ck_assert_int_eq(mpt_op_gelu(NULL, NULL, x, 3), MPT_EINVAL);
+  OK(mpt_op_gelu(NULL, NULL, NULL, 0));
+  OK(mpt_op_causal_softmax(NULL, NULL, 1, 0));
+  OK(mpt_op_layernorm_backward(NULL, x, x, 3, 4, w, m, r, NULL, NULL, NULL)); /* nothing asked */
+}
+END_TEST
+
+START_TEST(test_core_causal_softmax_of_equal_scores_is_uniform_over_the_past) {
+  float s[2 * 9];
+  for (int i = 0; i < 18; i++) s[i] = i < 9 ? 0.5f : -3.0f; /* two planes of equal scores */
+  OK(mpt_op_causal_softmax(NULL, s, 2, 3));
+  static const float want[9] = {1, 0, 0, 0.5f, 0.5f, 0, 1.0f / 3, 1.0f / 3, 1.0f / 3};
+  for (int i = 0; i < 18; i++) ck_assert_float_eq_tol(s[i], want[i % 9], 1e-7f);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
 /* The tied output head, and a 2-block mini GPT                                               */
 
 /* Parameters of the tied model: wte, wpe, lnf.weight, lnf.bias; the untied one adds a second
@@ -656,6 +687,8 @@ static Suite *gpt_ops_suite(void) {
   tcase_add_test(tc, test_cross_entropy_vocab_gradients_match_finite_differences);
   tcase_add_test(tc, test_cross_entropy_vocab_of_uniform_logits_is_log_v);
   tcase_add_test(tc, test_cross_entropy_vocab_rejects_padding_targets_and_shapes);
+  tcase_add_test(tc, test_core_ops_check_arguments_and_skip_empty_work);
+  tcase_add_test(tc, test_core_causal_softmax_of_equal_scores_is_uniform_over_the_past);
   tcase_add_test(tc, test_tied_head_gets_both_gradients_and_one_ready_hook);
   tcase_add_test(tc, test_mini_gpt_gradients_match_finite_differences);
   suite_add_tcase(s, tc);
