@@ -332,6 +332,36 @@ START_TEST(test_gelu_matches_the_tanh_formula) {
 }
 END_TEST
 
+START_TEST(test_gelu_core_op_matches_double_precision_on_a_dense_grid) {
+  /* the formula and its derivative in double at 4001 points of [-10, 10]: forward within
+   * 4e-6 relative (a few float ulps) and the rounding of u below, backward within
+   * 1e-6 relative + 1e-7 (float rounding of O(1) terms; gelu' crosses 0 near x = -0.75) */
+  enum { N = 4001 };
+  static float x[N], y[N], dx[N], dy[N];
+  for (int i = 0; i < N; i++) {
+    x[i] = -10.0f + (float)i * (20.0f / (N - 1));
+    dy[i] = 1.0f;
+    dx[i] = 0.0f;
+  }
+  OK(mpt_op_gelu(NULL, y, x, N));
+  OK(mpt_op_gelu_backward(NULL, dx, dy, x, N));
+  const double k = sqrt(2.0 / M_PI);
+  for (int i = 0; i < N; i++) {
+    const double v = x[i], u = k * (v + 0.044715 * v * v * v), th = tanh(u);
+    /* 0.5 (1 + tanh u) = 1 / (1 + exp(-2u)) exactly; in the far tail 1 + tanh u cancels to 0
+     * even in double, so the forward's reference takes the second form */
+    const double want = v / (1.0 + exp(-2.0 * u));
+    const double dwant = 0.5 * (1.0 + th) + 0.5 * v * (1.0 - th * th) * k * (1.0 + 3 * 0.044715 * v * v);
+    /* plus the float rounding of u (relative 1.2e-7), which the tail's exp(2u) turns into a
+     * relative error 2|u| times as large */
+    ck_assert_msg(fabs(y[i] - want) <= (4e-6 + 2.5e-7 * fabs(u)) * fabs(want),
+                  "gelu(%g) = %.9g, want %.9g", v, y[i], want);
+    ck_assert_msg(fabs(dx[i] - dwant) <= 1e-6 * fabs(dwant) + 1e-7,
+                  "gelu'(%g) = %.9g, want %.9g", v, dx[i], dwant);
+  }
+}
+END_TEST
+
 static mpt_status linear_build(fx *f, mpt_var **y) {
   return mpt_nn_linear_nd(f->tape, pv(f, f->p[0]), pv(f, f->p[1]),
                           f->np > 2 ? pv(f, f->p[2]) : NULL, y);
@@ -679,6 +709,7 @@ static Suite *gpt_ops_suite(void) {
   tcase_add_test(tc, test_layernorm_of_constant_and_alternating_rows);
   tcase_add_test(tc, test_gelu_gradients_match_finite_differences);
   tcase_add_test(tc, test_gelu_matches_the_tanh_formula);
+  tcase_add_test(tc, test_gelu_core_op_matches_double_precision_on_a_dense_grid);
   tcase_add_loop_test(tc, test_linear_nd_gradients_match_finite_differences, 0, 2);
   tcase_add_loop_test(tc, test_attention_gradients_match_finite_differences, 0, 3);
   tcase_add_test(tc, test_attention_of_one_position_is_the_v_projection);

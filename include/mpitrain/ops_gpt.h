@@ -42,7 +42,8 @@ MPT_API mpt_status mpt_op_layernorm_backward(mpt_stream *stream, const float *dy
                                              const float *mean, const float *rstd, float *dx,
                                              float *dw, float *dbias);
 
-/* y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); y may equal x. */
+/* y = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), computed as x * sigmoid(2u) (the
+ * same function: one expf instead of a tanhf); y may equal x. */
 MPT_API mpt_status mpt_op_gelu(mpt_stream *stream, float *y, const float *x, int64_t count);
 /* dx += dy * gelu'(x). */
 MPT_API mpt_status mpt_op_gelu_backward(mpt_stream *stream, float *dx, const float *dy,

@@ -127,18 +127,27 @@ __global__ void k_layernorm_backward_params(const float *dy, const float *x, int
   }
 }
 
+/* As src/core/cpu/gpt_cpu.c: 0.5 (1 + tanh(u)) = sigmoid(2u), 1 - s = exp(-2u) s. */
+__device__ __forceinline__ float gelu_sig(float v, float *one_minus, float *du) {
+  const float u = GELU_SCALE * (v + GELU_CUBE * v * v * v), e = expf(-2.0f * u);
+  const float sg = 1.0f / (1.0f + e);
+  *one_minus = sg > 0.0f ? e * sg : 1.0f;
+  *du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * v * v);
+  return sg;
+}
+
 __global__ void k_gelu(float *y, const float *x, int64_t n) {
   MPT_CUK_FOR(i, n) {
-    const float v = x[i];
-    y[i] = 0.5f * v * (1.0f + tanhf(GELU_SCALE * (v + GELU_CUBE * v * v * v)));
+    float om, du;
+    y[i] = x[i] * gelu_sig(x[i], &om, &du);
   }
 }
 
 __global__ void k_gelu_backward(float *dx, const float *dy, const float *x, int64_t n) {
   MPT_CUK_FOR(i, n) {
-    const float v = x[i], th = tanhf(GELU_SCALE * (v + GELU_CUBE * v * v * v));
-    const float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * v * v);
-    dx[i] += dy[i] * (0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du);
+    float om, du;
+    const float v = x[i], sg = gelu_sig(v, &om, &du);
+    dx[i] += dy[i] * (sg + 2.0f * v * sg * om * du);
   }
 }
 
