@@ -13,6 +13,8 @@
  *   bias and of a +-1 row is x / sqrt(1 + eps); GELU at points computed in double by Python;
  *   attention at T = 1 is the v projection, and with equal keys it is the running mean of v
  *   (the causal mask); uniform logits give log(V) whatever the padding columns hold.
+ * - Attention at T = 150 (several blocks of any blocking) against naive loops in double, forward
+ *   and backward.
  * - Tied weights: one parameter used by the embedding and the output head gets the sum of the
  *   gradients of two untied copies, and its grad-ready hook fires once, after both uses. */
 #include <check.h>
@@ -22,7 +24,6 @@
 #include <string.h>
 
 #include "mpitrain/autograd.h"
-#include "mpitrain/ops_gpt.h"
 #include "mpitrain/transformer.h"
 
 #define OK(expr)                                                                              \
@@ -332,36 +333,6 @@ START_TEST(test_gelu_matches_the_tanh_formula) {
 }
 END_TEST
 
-START_TEST(test_gelu_core_op_matches_double_precision_on_a_dense_grid) {
-  /* the formula and its derivative in double at 4001 points of [-10, 10]: forward within
-   * 4e-6 relative (a few float ulps) and the rounding of u below, backward within
-   * 1e-6 relative + 1e-7 (float rounding of O(1) terms; gelu' crosses 0 near x = -0.75) */
-  enum { N = 4001 };
-  static float x[N], y[N], dx[N], dy[N];
-  for (int i = 0; i < N; i++) {
-    x[i] = -10.0f + (float)i * (20.0f / (N - 1));
-    dy[i] = 1.0f;
-    dx[i] = 0.0f;
-  }
-  OK(mpt_op_gelu(NULL, y, x, N));
-  OK(mpt_op_gelu_backward(NULL, dx, dy, x, N));
-  const double k = sqrt(2.0 / M_PI);
-  for (int i = 0; i < N; i++) {
-    const double v = x[i], u = k * (v + 0.044715 * v * v * v), th = tanh(u);
-    /* 0.5 (1 + tanh u) = 1 / (1 + exp(-2u)) exactly; in the far tail 1 + tanh u cancels to 0
-     * even in double, so the forward's reference takes the second form */
-    const double want = v / (1.0 + exp(-2.0 * u));
-    const double dwant = 0.5 * (1.0 + th) + 0.5 * v * (1.0 - th * th) * k * (1.0 + 3 * 0.044715 * v * v);
-    /* plus the float rounding of u (relative 1.2e-7), which the tail's exp(2u) turns into a
-     * relative error 2|u| times as large */
-    ck_assert_msg(fabs(y[i] - want) <= (4e-6 + 2.5e-7 * fabs(u)) * fabs(want),
-                  "gelu(%g) = %.9g, want %.9g", v, y[i], want);
-    ck_assert_msg(fabs(dx[i] - dwant) <= 1e-6 * fabs(dwant) + 1e-7,
-                  "gelu'(%g) = %.9g, want %.9g", v, dx[i], dwant);
-  }
-}
-END_TEST
-
 static mpt_status linear_build(fx *f, mpt_var **y) {
   return mpt_nn_linear_nd(f->tape, pv(f, f->p[0]), pv(f, f->p[1]),
                           f->np > 2 ? pv(f, f->p[2]) : NULL, y);
@@ -454,6 +425,83 @@ START_TEST(test_attention_with_equal_keys_is_the_causal_running_mean_of_v) {
 }
 END_TEST
 
+/* Naive loops in double, straight from the definition (transformer.h), for qkv [1, t, 3c] with
+ * nh heads: y [t, c] and, for the upstream gradient g [t, c], dqkv [t, 3c]. */
+static void attention_naive(const float *qkv, const float *g, int t, int c, int nh, double *y,
+                            double *dqkv) {
+  const int hs = c / nh, c3 = 3 * c;
+  const double scale = 1.0 / sqrt((double)hs);
+  double *a = calloc((size_t)t, sizeof *a), *da = calloc((size_t)t, sizeof *da);
+  ck_assert(a && da);
+  memset(dqkv, 0, sizeof(double) * (size_t)(t * c3));
+  for (int h = 0; h < nh; h++)
+    for (int i = 0; i < t; i++) {
+      const float *q = qkv + i * c3 + h * hs;
+      double mx = -INFINITY, sum = 0, dot = 0;
+      for (int j = 0; j <= i; j++) {
+        a[j] = 0;
+        for (int e = 0; e < hs; e++) a[j] += (double)q[e] * qkv[j * c3 + c + h * hs + e];
+        a[j] *= scale;
+        mx = fmax(mx, a[j]);
+      }
+      for (int j = 0; j <= i; j++) sum += (a[j] = exp(a[j] - mx));
+      for (int j = 0; j <= i; j++) a[j] /= sum;
+      for (int e = 0; e < hs; e++) {
+        double acc = 0;
+        for (int j = 0; j <= i; j++) acc += a[j] * qkv[j * c3 + 2 * c + h * hs + e];
+        y[i * c + h * hs + e] = acc;
+      }
+      for (int j = 0; j <= i; j++) { /* dA, then dv */
+        da[j] = 0;
+        for (int e = 0; e < hs; e++) {
+          da[j] += (double)g[i * c + h * hs + e] * qkv[j * c3 + 2 * c + h * hs + e];
+          dqkv[j * c3 + 2 * c + h * hs + e] += a[j] * g[i * c + h * hs + e];
+        }
+        dot += a[j] * da[j];
+      }
+      for (int j = 0; j <= i; j++) { /* dS, then dq and dk */
+        const double ds = a[j] * (da[j] - dot) * scale;
+        for (int e = 0; e < hs; e++) {
+          dqkv[i * c3 + h * hs + e] += ds * qkv[j * c3 + c + h * hs + e];
+          dqkv[j * c3 + c + h * hs + e] += ds * q[e];
+        }
+      }
+    }
+  free(a);
+  free(da);
+}
+
+START_TEST(test_attention_matches_naive_loops_at_long_sequences) {
+  /* T = 150 (several blocks of any row blocking), C = 16, H = 2 */
+  enum { LT = 150, LC = 16, LH = 2 };
+  fx f;
+  fx_begin(&f);
+  f.n_head = LH;
+  add_param(&f, "qkv", 3, 1, LT, 3 * LC, 1);
+  fx_finish(&f, 25);
+  float *x = pdata(&f, f.p[0]);
+  for (int i = 0; i < LT * 3 * LC; i++) x[i] *= 2.0f;
+  use_weighted_sum(&f, attn_build); /* the upstream gradient is r */
+  backprop(&f, attn_build);
+  mpt_var *y = NULL;
+  mpt_tape_reset(f.tape, 0);
+  OK(attn_build(&f, &y));
+  double *want = malloc(sizeof(double) * LT * LC), *dwant = malloc(sizeof(double) * LT * 3 * LC);
+  ck_assert(want && dwant);
+  attention_naive(x, f.r, LT, LC, LH, want, dwant);
+  const float *yv = mpt_var_value(y)->data, *g = gdata(&f, f.p[0]);
+  for (int i = 0; i < LT * LC; i++)
+    ck_assert_msg(fabs(yv[i] - want[i]) <= 1e-5 * (1 + fabs(want[i])), "y[%d] = %.7g, want %.7g",
+                  i, yv[i], want[i]);
+  for (int i = 0; i < LT * 3 * LC; i++)
+    ck_assert_msg(fabs(g[i] - dwant[i]) <= 1e-5 * (1 + fabs(dwant[i])),
+                  "dqkv[%d] = %.7g, want %.7g", i, g[i], dwant[i]);
+  free(want);
+  free(dwant);
+  fx_free(&f);
+}
+END_TEST
+
 START_TEST(test_attention_rejects_bad_shapes) {
   fx f;
   fx_begin(&f);
@@ -539,36 +587,6 @@ START_TEST(test_cross_entropy_vocab_rejects_padding_targets_and_shapes) {
   ck_assert_int_eq(mpt_nn_cross_entropy_vocab(f.tape, pv(&f, f.p[0]), &t, NV, &y), MPT_ESHAPE);
   ck_assert_ptr_null(y);
   fx_free(&f);
-}
-END_TEST
-
-/* ------------------------------------------------------------------------------------------ */
-/* The core ops underneath (ops_gpt.h): argument checks and an exact causal softmax           */
-
-START_TEST(test_core_ops_check_arguments_and_skip_empty_work) {
-  float x[12] = {0}, w[4] = {1, 1, 1, 1}, b[4] = {0}, y[12], m[3], r[3];
-  int32_t tg[3] = {0, 1, 2};
-  ck_assert_int_eq(mpt_op_layernorm(NULL, x, 3, 0, w, b, 1e-5f, y, m, r), MPT_EINVAL);
-  ck_assert_int_eq(mpt_op_layernorm(NULL, x, 3, 4, w, b, -1.0f, y, m, r), MPT_EINVAL);
-  ck_assert_int_eq(mpt_op_layernorm(NULL, x, 3, 4, NULL, b, 1e-5f, y, m, r), MPT_EINVAL);
-  ck_assert_int_eq(mpt_op_xent_vocab(NULL, x, tg, 3, 4, 5, m, r), MPT_EINVAL); /* v > vp */
-  ck_assert_int_eq(mpt_op_xent_vocab(NULL, x, tg, 0, 4, 4, m, r), MPT_EINVAL); /* no rows */
-  ck_assert_int_eq(mpt_op_xent_vocab(NULL, x, tg, 3, 4, 2, m, r), MPT_EINVAL); /* tg[2] = 2 */
-  ck_assert_ptr_nonnull(strstr(mpt_last_error(), "targets[2] = 2"));
-  ck_assert_int_eq(mpt_op_embedding_gpt(NULL, tg, -1, 3, 4, 4, w, w, y), MPT_EINVAL);
-  ck_assert_int_eq(mpt_op_gelu(NULL, NULL, x, 3), MPT_EINVAL);
-  OK(mpt_op_gelu(NULL, NULL, NULL, 0));
-  OK(mpt_op_causal_softmax(NULL, NULL, 1, 0));
-  OK(mpt_op_layernorm_backward(NULL, x, x, 3, 4, w, m, r, NULL, NULL, NULL)); /* nothing asked */
-}
-END_TEST
-
-START_TEST(test_core_causal_softmax_of_equal_scores_is_uniform_over_the_past) {
-  float s[2 * 9];
-  for (int i = 0; i < 18; i++) s[i] = i < 9 ? 0.5f : -3.0f; /* two planes of equal scores */
-  OK(mpt_op_causal_softmax(NULL, s, 2, 3));
-  static const float want[9] = {1, 0, 0, 0.5f, 0.5f, 0, 1.0f / 3, 1.0f / 3, 1.0f / 3};
-  for (int i = 0; i < 18; i++) ck_assert_float_eq_tol(s[i], want[i % 9], 1e-7f);
 }
 END_TEST
 
@@ -709,17 +727,15 @@ static Suite *gpt_ops_suite(void) {
   tcase_add_test(tc, test_layernorm_of_constant_and_alternating_rows);
   tcase_add_test(tc, test_gelu_gradients_match_finite_differences);
   tcase_add_test(tc, test_gelu_matches_the_tanh_formula);
-  tcase_add_test(tc, test_gelu_core_op_matches_double_precision_on_a_dense_grid);
   tcase_add_loop_test(tc, test_linear_nd_gradients_match_finite_differences, 0, 2);
   tcase_add_loop_test(tc, test_attention_gradients_match_finite_differences, 0, 3);
   tcase_add_test(tc, test_attention_of_one_position_is_the_v_projection);
   tcase_add_test(tc, test_attention_with_equal_keys_is_the_causal_running_mean_of_v);
+  tcase_add_test(tc, test_attention_matches_naive_loops_at_long_sequences);
   tcase_add_test(tc, test_attention_rejects_bad_shapes);
   tcase_add_test(tc, test_cross_entropy_vocab_gradients_match_finite_differences);
   tcase_add_test(tc, test_cross_entropy_vocab_of_uniform_logits_is_log_v);
   tcase_add_test(tc, test_cross_entropy_vocab_rejects_padding_targets_and_shapes);
-  tcase_add_test(tc, test_core_ops_check_arguments_and_skip_empty_work);
-  tcase_add_test(tc, test_core_causal_softmax_of_equal_scores_is_uniform_over_the_past);
   tcase_add_test(tc, test_tied_head_gets_both_gradients_and_one_ready_hook);
   tcase_add_test(tc, test_mini_gpt_gradients_match_finite_differences);
   suite_add_tcase(s, tc);
