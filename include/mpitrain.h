@@ -13,6 +13,7 @@
 #include "mpitrain/comm.h"
 #include "mpitrain/ddp.h"
 #include "mpitrain/ckpt.h"
+#include "mpitrain/gpt_file.h"
 #include "mpitrain/dp.h"
 
 #endif

@@ -15,3 +15,6 @@ TESTS += tests/test_stall_culprit.sh
 EXTRA_DIST += tests/test_stall_culprit.sh
 TESTS += tests/test_cli_groups.sh
 EXTRA_DIST += tests/test_cli_groups.sh
+# issue 13: mpitrain tokenize (byte-level llm.c token shards from text)
+TESTS += tests/test_tokenize.sh
+EXTRA_DIST += tests/test_tokenize.sh

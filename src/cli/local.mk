@@ -7,3 +7,5 @@ mpitrain_SOURCES = src/cli/main.c src/cli/options.c src/cli/options.h src/cli/tr
 mpitrain_LDADD = libmpitrain_all.la
 # issue 15: the ranks' data agreement check
 mpitrain_SOURCES += src/cli/train_data.c src/cli/train_watchdog.c
+# issue 13: mpitrain tokenize (text to llm.c token shards)
+mpitrain_SOURCES += src/cli/tokenize.c src/cli/tokenize.h

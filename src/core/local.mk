@@ -29,3 +29,5 @@ tests_test_trace_SOURCES = tests/test_trace.c
 tests_test_trace_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_trace_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 endif
+# issue 13: atomic whole-file writes (token shards, llm.c model files)
+libmpitrain_all_la_SOURCES += src/core/atomic_file.h src/core/atomic_file.c
