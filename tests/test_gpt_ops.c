@@ -686,6 +686,8 @@ static mpt_status gpt_build(fx *f, mpt_var **loss) {
   return mpt_nn_cross_entropy_vocab(t, x, &f->tgt, NV, loss);
 }
 
+static void count_ready(void *user, int index) { ((int *)user)[index]++; }
+
 START_TEST(test_mini_gpt_gradients_match_finite_differences) {
   fx f;
   fx_begin(&f);
@@ -710,6 +712,14 @@ START_TEST(test_mini_gpt_gradients_match_finite_differences) {
   fx_finish(&f, 24);
   /* layer 0: qkv weights 4x larger, so that its attention is far from uniform */
   for (int i = 0; i < 3 * NC * NC; i++) pdata(&f, f.p[2 + 2])[i] *= 4.0f;
+  /* one backward: every parameter's grad-ready hook fires exactly once (wte used twice) */
+  static int ready[64];
+  memset(ready, 0, sizeof ready);
+  mpt_tape_set_grad_hook(f.tape, count_ready, ready);
+  backprop(&f, gpt_build);
+  mpt_tape_set_grad_hook(f.tape, NULL, NULL);
+  ck_assert_int_eq(mpt_tape_param_uses(f.tape, f.p[0]), 2);
+  for (int i = 0; i < f.np; i++) ck_assert_int_eq(ready[f.p[i]], 1);
   /* every parameter, a few elements each (a stride that is prime to the row length) */
   for (int i = 0; i < f.np; i++) gradcheck(&f, gpt_build, f.p[i], 5, "mini gpt");
   fx_free(&f);
