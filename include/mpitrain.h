@@ -4,8 +4,10 @@
 
 #include "mpitrain/core.h"
 #include "mpitrain/ops.h"
+#include "mpitrain/ops_gpt.h"
 #include "mpitrain/nn.h"
 #include "mpitrain/autograd.h"
+#include "mpitrain/transformer.h"
 #include "mpitrain/data.h"
 #include "mpitrain/optim.h"
 #include "mpitrain/comm.h"
