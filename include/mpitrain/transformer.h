@@ -24,6 +24,7 @@
 #define MPITRAIN_TRANSFORMER_H
 
 #include "mpitrain/core.h"
+#include "mpitrain/gpt_file.h"
 #include "mpitrain/nn.h"
 
 #ifdef __cplusplus
@@ -95,6 +96,61 @@ MPT_API mpt_status mpt_nn_causal_attention(mpt_tape *tape, mpt_var *qkv, int n_h
 MPT_API mpt_status mpt_nn_cross_entropy_vocab(mpt_tape *tape, mpt_var *logits,
                                               const mpt_tensor *targets, int64_t vocab_size,
                                               mpt_var **loss);
+
+/* ------------------------------------------------------------------------------------------ */
+/* The GPT-2 model (src/nn/gpt.c)                                                             */
+
+/* The presets, by name: "gpt2" (GPT-2 124M: T 1024, V 50257, L 12, H 12, C 768, Vp 50304;
+ * 124,475,904 parameters) and "gpt-mini" (T 256, V 256 (bytes), L 6, H 6, C 384, Vp 256).
+ * The config is mpt_gpt_config of gpt_file.h (the model file's header fields).
+ * Errors: MPT_EINVAL (NULL arguments, an unknown name). */
+MPT_API mpt_status mpt_gpt_config_preset(const char *name, mpt_gpt_config *config);
+
+/* A GPT-2 language model on `device` (Radford et al., 2019, as llm.c's train_gpt2.c):
+ *   x = wte[tokens] + wpe[t];  L blocks of
+ *     x += attproj(causal_attention(qkv(ln1(x))));  x += fcproj(gelu(fc(ln2(x))));
+ *   logits = lnf(x) wte^T  [B, T, Vp]  (the output head is tied to the token embedding);
+ * LayerNorm eps 1e-5. The input var holds int32 tokens [B, T] (mpt_tape_input of an I32
+ * tensor on the model's device, valid until backward), 1 <= T <= max_seq_len, each in
+ * [0, vocab_size); the loss is mpt_nn_cross_entropy_vocab(tape, logits, targets, vocab_size).
+ * Parameters (12 L + 4), registered in the order of the llm.c model file, per tensor kind then
+ * per layer: "wte" [Vp, C], "wpe" [T, C], "h0.ln1w" .. "h{L-1}.ln1w" [C], then all ln1b,
+ * qkvw [3C, C], qkvb [3C], attprojw [C, C], attprojb [C], ln2w, ln2b [C], fcw [4C, C],
+ * fcb [4C], fcprojw [C, 4C], fcprojb [C], then "lnfw", "lnfb" [C]. So the flat parameter
+ * buffer (mpt_model_params) is exactly the file's parameter array: tensor k of the file starts
+ * at mpt_gpt_layout_compute's offset[k]. (The DDP buckets follow registration order, which is
+ * by kind rather than by layer: gradients of one bucket become ready over the whole backward.)
+ * Initialised by mpt_gpt_init_weights from `seed`. A zero padded_vocab_size is taken as
+ * mpt_gpt_padded_vocab(vocab_size). Errors: MPT_EINVAL (NULL arguments; the config, as
+ * mpt_gpt_layout_compute), MPT_ENOMEM; the forward: MPT_ESHAPE (input not int32 [B, T] with
+ * 1 <= T <= max_seq_len), errors of the ops. */
+MPT_API mpt_status mpt_model_init_gpt(mpt_model **model, mpt_device device,
+                                      const mpt_gpt_config *config, uint64_t seed);
+
+/* Re-initialises a finalised GPT model of `config` as GPT-2: mpt_model_init_params (biases 0,
+ * LayerNorm weights 1, the model's generation is bumped), then the weights wte, wpe, qkvw,
+ * attprojw, fcw, fcprojw (in that order, each in its flat order) drawn N(0, 0.02) from one
+ * mpt_rng seeded with `seed` (Box-Muller on 53-bit uniforms), the two residual projections
+ * attprojw and fcprojw with std 0.02 / sqrt(2 L). The same seed gives bit-identical models.
+ * Errors: MPT_EINVAL, MPT_ESHAPE (the model's parameter count is not the config's). */
+MPT_API mpt_status mpt_gpt_init_weights(mpt_model *model, const mpt_gpt_config *config,
+                                        uint64_t seed);
+
+/* Reads an llm.c model file (gpt_file.h) into a GPT model built for `config`: the file's
+ * header must match the config (every field; mpt_gpt_file_read's `expect`), then its
+ * parameters are read straight into the flat parameter buffer. Does not change the model's
+ * generation (load before mpt_ddp_init, or on every rank). Errors: MPT_EINVAL; MPT_ESHAPE (the
+ * model is not a finalised GPT of `config`, or the file's config differs: named); the errors
+ * of mpt_gpt_file_read (MPT_ENOENT, MPT_EIO, MPT_EFORMAT). On error the parameters may have
+ * been partly overwritten. */
+MPT_API mpt_status mpt_gpt_load(mpt_model *model, const mpt_gpt_config *config,
+                                const char *path);
+
+/* Writes the parameters of a GPT model built for `config` as an llm.c model file, atomically
+ * (mpt_gpt_file_write: temporary file, fsync, rename). Errors: MPT_EINVAL, MPT_ESHAPE (not a
+ * finalised GPT of `config`), MPT_EIO naming the step. */
+MPT_API mpt_status mpt_gpt_save(mpt_model *model, const mpt_gpt_config *config,
+                                const char *path);
 
 #ifdef __cplusplus
 }

@@ -4,7 +4,7 @@ mpitraininclude_HEADERS += include/mpitrain/nn.h include/mpitrain/autograd.h \
 libmpitrain_all_la_SOURCES += \
 	src/nn/tape.h src/nn/tape.c src/nn/model.c src/nn/ops_basic.c \
 	src/nn/conv.c src/nn/pool.c src/nn/dropout.c src/nn/batchnorm.c src/nn/models.c \
-	src/nn/eval.c src/nn/gpt_ops.h src/nn/gpt_ops.c src/nn/attention.c
+	src/nn/eval.c src/nn/gpt_ops.h src/nn/gpt_ops.c src/nn/attention.c src/nn/gpt.c
 
 EXTRA_DIST += tests/test_eval_mpi.sh
 
@@ -16,6 +16,11 @@ TESTS += tests/test_gpt_ops
 tests_test_gpt_ops_SOURCES = tests/test_gpt_ops.c
 tests_test_gpt_ops_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_gpt_ops_LDADD = libmpitrain_all.la $(CHECK_LIBS) -lm
+check_PROGRAMS += tests/test_gpt
+TESTS += tests/test_gpt
+tests_test_gpt_SOURCES = tests/test_gpt.c
+tests_test_gpt_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_gpt_LDADD = libmpitrain_all.la $(CHECK_LIBS) -lm
 check_PROGRAMS += tests/test_gpt_core
 TESTS += tests/test_gpt_core
 tests_test_gpt_core_SOURCES = tests/test_gpt_core.c

@@ -1,0 +1,283 @@
+/* The GPT-2 language model of include/mpitrain/transformer.h, built from the transformer ops
+ * through the public API only (as the models of models.c).
+ *
+ * Parameters are registered per tensor kind and per layer in the order of the llm.c model file
+ * (gpt_file.h): wte, wpe, h0.ln1w .. h{L-1}.ln1w, h0.ln1b .. h{L-1}.ln1b, ..., h{L-1}.fcprojb,
+ * lnfw, lnfb. Since the flat parameter buffer holds the parameters in registration order, it
+ * IS the file's parameter array: a model file is read into / written from mpt_model_params in
+ * one pass. Parameter index of kind k (2..13, per layer) and layer l: 2 + (k - 2) L + l; lnfw
+ * is 2 + 12 L and lnfb 3 + 12 L. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpitrain/ops.h"
+#include "mpitrain/transformer.h"
+
+enum { PER_LAYER = 12, FIRST_LAYER_KIND = 2, LNF_KIND = 14 };
+
+#define GPT_LN_EPS 1e-5f
+#define GPT_INIT_STD 0.02
+
+typedef struct gpt_ctx {
+  mpt_gpt_config cfg; /* padded_vocab_size filled in */
+} gpt_ctx;
+
+static int gpt_index(const mpt_gpt_config *c, int kind, int layer) {
+  if (kind < FIRST_LAYER_KIND) return kind;
+  if (kind >= LNF_KIND) return FIRST_LAYER_KIND + PER_LAYER * c->num_layers + (kind - LNF_KIND);
+  return FIRST_LAYER_KIND + (kind - FIRST_LAYER_KIND) * c->num_layers + layer;
+}
+
+mpt_status mpt_gpt_config_preset(const char *name, mpt_gpt_config *config) {
+  if (!name || !config) return MPT_FAIL(MPT_EINVAL, "gpt preset: NULL name or config");
+  memset(config, 0, sizeof *config);
+  if (strcmp(name, "gpt2") == 0) {
+    *config = (mpt_gpt_config){.max_seq_len = 1024, .vocab_size = 50257, .num_layers = 12,
+                               .num_heads = 12, .channels = 768, .padded_vocab_size = 50304};
+  } else if (strcmp(name, "gpt-mini") == 0) {
+    *config = (mpt_gpt_config){.max_seq_len = 256, .vocab_size = 256, .num_layers = 6,
+                               .num_heads = 6, .channels = 384, .padded_vocab_size = 256};
+  } else {
+    return MPT_FAIL(MPT_EINVAL, "gpt preset: unknown name '%s' (gpt2 or gpt-mini)", name);
+  }
+  return MPT_OK;
+}
+
+/* The config with a zero padded vocabulary filled in, and its layout (validates it). */
+static mpt_status gpt_config_resolve(const mpt_gpt_config *in, mpt_gpt_config *out,
+                                     mpt_gpt_layout *layout) {
+  *out = *in;
+  MPT_RETURN_IF(mpt_gpt_layout_compute(out, layout));
+  if (out->padded_vocab_size == 0)
+    out->padded_vocab_size = (int)mpt_gpt_padded_vocab(out->vocab_size);
+  return MPT_OK;
+}
+
+static mpt_status gpt_forward(mpt_model *model, mpt_tape *tape, void *vctx, mpt_var *input,
+                              mpt_var **output) {
+  const gpt_ctx *ctx = vctx;
+  const mpt_gpt_config *c = &ctx->cfg;
+  const mpt_tensor *tok = mpt_var_value(input);
+  char xs[64];
+  (void)model;
+  if (tok->dtype != MPT_I32 || tok->ndim != 2 || tok->shape[1] < 1 ||
+      tok->shape[1] > c->max_seq_len)
+    return MPT_FAIL(MPT_ESHAPE, "gpt: input %s %s, want int32 tokens [B, T] with 1 <= T <= %d",
+                    mpt_dtype_name(tok->dtype), mpt_shape_str(tok->ndim, tok->shape, xs, sizeof xs),
+                    c->max_seq_len);
+  mpt_var *p[2 + PER_LAYER + 2] = {0};
+  mpt_var *x = NULL, *h = NULL, *a = NULL;
+  MPT_RETURN_IF(mpt_tape_param(tape, 0, &p[0]));
+  MPT_RETURN_IF(mpt_tape_param(tape, 1, &p[1]));
+  MPT_RETURN_IF(mpt_nn_embedding_gpt(tape, tok, c->vocab_size, p[0], p[1], &x));
+  for (int l = 0; l < c->num_layers; l++) {
+    mpt_var **q = p + FIRST_LAYER_KIND;
+    for (int k = 0; k < PER_LAYER; k++)
+      MPT_RETURN_IF(mpt_tape_param(tape, gpt_index(c, FIRST_LAYER_KIND + k, l), &q[k]));
+    MPT_RETURN_IF(mpt_nn_layernorm(tape, x, q[0], q[1], GPT_LN_EPS, &h));
+    MPT_RETURN_IF(mpt_nn_linear_nd(tape, h, q[2], q[3], &h));
+    MPT_RETURN_IF(mpt_nn_causal_attention(tape, h, c->num_heads, &a));
+    MPT_RETURN_IF(mpt_nn_linear_nd(tape, a, q[4], q[5], &a));
+    MPT_RETURN_IF(mpt_nn_add(tape, x, a, &x));
+    MPT_RETURN_IF(mpt_nn_layernorm(tape, x, q[6], q[7], GPT_LN_EPS, &h));
+    MPT_RETURN_IF(mpt_nn_linear_nd(tape, h, q[8], q[9], &h));
+    MPT_RETURN_IF(mpt_nn_gelu(tape, h, &h));
+    MPT_RETURN_IF(mpt_nn_linear_nd(tape, h, q[10], q[11], &h));
+    MPT_RETURN_IF(mpt_nn_add(tape, x, h, &x));
+  }
+  MPT_RETURN_IF(mpt_tape_param(tape, gpt_index(c, LNF_KIND, 0), &p[LNF_KIND]));
+  MPT_RETURN_IF(mpt_tape_param(tape, gpt_index(c, LNF_KIND + 1, 0), &p[LNF_KIND + 1]));
+  MPT_RETURN_IF(mpt_nn_layernorm(tape, x, p[LNF_KIND], p[LNF_KIND + 1], GPT_LN_EPS, &x));
+  return mpt_nn_linear_nd(tape, x, p[0], NULL, output); /* the head, tied to wte */
+}
+
+/* Registers the 12 L + 4 parameters in the file's order. */
+static mpt_status gpt_register(mpt_model *m, const mpt_gpt_config *c, const mpt_gpt_layout *lay) {
+  for (int k = 0; k < MPT_GPT_NUM_TENSORS; k++) {
+    const char *kname = mpt_gpt_tensor_name(k);
+    int per_layer = k >= FIRST_LAYER_KIND && k < LNF_KIND;
+    /* LayerNorm weights (ln1w, ln2w, lnfw) start at 1, all else at 0 (weights drawn later) */
+    mpt_init_kind init = (k == 2 || k == 8 || k == 14) ? MPT_INIT_ONES : MPT_INIT_ZEROS;
+    int ndim = per_layer ? lay->ndim[k] - 1 : lay->ndim[k];
+    const int64_t *shape = per_layer ? lay->shape[k] + 1 : lay->shape[k];
+    for (int l = 0; l < (per_layer ? c->num_layers : 1); l++) {
+      char name[48];
+      int index = -1;
+      if (per_layer)
+        snprintf(name, sizeof name, "h%d.%s", l, kname);
+      else
+        snprintf(name, sizeof name, "%s", kname);
+      MPT_RETURN_IF(mpt_model_add_param(m, name, ndim, shape, init, 1, &index));
+      if (index != gpt_index(c, k, l))
+        return MPT_FAIL(MPT_ESTATE, "gpt: %s registered as parameter %d, expected %d", name,
+                        index, gpt_index(c, k, l));
+    }
+  }
+  return MPT_OK;
+}
+
+/* A standard normal from two 53-bit uniforms in (0, 1) (Box-Muller); the second value of each
+ * pair is kept in *spare for the next call. */
+static double normal_draw(mpt_rng *rng, double *spare, int *has_spare) {
+  if (*has_spare) {
+    *has_spare = 0;
+    return *spare;
+  }
+  double u1 = ((double)(mpt_rng_next(rng) >> 11) + 0.5) * 0x1.0p-53;
+  double u2 = ((double)(mpt_rng_next(rng) >> 11) + 0.5) * 0x1.0p-53;
+  double r = sqrt(-2.0 * log(u1)), th = 6.283185307179586 * u2;
+  *spare = r * sin(th);
+  *has_spare = 1;
+  return r * cos(th);
+}
+
+/* A synchronous copy between the host and a device (a stream of its own, synchronised). */
+static mpt_status sync_copy(mpt_device dst_dev, void *dst, mpt_device src_dev, const void *src,
+                            size_t nbytes) {
+  mpt_device dev = dst_dev.type != MPT_DEVICE_CPU ? dst_dev : src_dev;
+  mpt_stream *stream = NULL;
+  MPT_RETURN_IF(mpt_stream_init(&stream, dev, MPT_STREAM_INLINE));
+  mpt_status st = mpt_op_memcpy(stream, dst_dev, dst, src_dev, src, nbytes);
+  mpt_status sync = mpt_stream_synchronize(stream, 60000.0);
+  mpt_stream_free(stream);
+  return st != MPT_OK ? st : sync;
+}
+
+mpt_status mpt_gpt_init_weights(mpt_model *model, const mpt_gpt_config *config, uint64_t seed) {
+  mpt_status st = MPT_OK;
+  mpt_gpt_config c;
+  mpt_gpt_layout lay;
+  float *host = NULL;
+  if (!model || !config) return MPT_FAIL(MPT_EINVAL, "gpt init: NULL model or config");
+  MPT_RETURN_IF(gpt_config_resolve(config, &c, &lay));
+  if (mpt_model_param_count(model) != lay.total || !mpt_model_params(model))
+    return MPT_FAIL(MPT_ESHAPE, "gpt init: the model has %lld parameters (finalised: %s), the "
+                    "config %lld", (long long)mpt_model_param_count(model),
+                    mpt_model_params(model) ? "yes" : "no", (long long)lay.total);
+  /* biases 0, LayerNorm weights 1 (as registered); bumps the model's generation */
+  MPT_RETURN_IF(mpt_model_init_params(model, seed));
+  mpt_device dev = mpt_model_device(model);
+  int on_cpu = dev.type == MPT_DEVICE_CPU;
+  static const int weights[] = {0, 1, 4, 6, 10, 12}; /* wte wpe qkvw attprojw fcw fcprojw */
+  int64_t largest = 0;
+  for (size_t i = 0; i < sizeof weights / sizeof weights[0]; i++)
+    if (lay.count[weights[i]] > largest) largest = lay.count[weights[i]];
+  if (!on_cpu) {
+    host = malloc((size_t)largest * sizeof *host);
+    if (!host) return MPT_FAIL(MPT_ENOMEM, "gpt init: %lld floats of staging", (long long)largest);
+  }
+  mpt_rng rng;
+  mpt_rng_seed(&rng, seed);
+  double spare = 0;
+  int has_spare = 0;
+  const double proj_std = GPT_INIT_STD / sqrt(2.0 * c.num_layers);
+  for (size_t i = 0; i < sizeof weights / sizeof weights[0]; i++) {
+    int k = weights[i];
+    double std = (k == 6 || k == 12) ? proj_std : GPT_INIT_STD;
+    float *dst = mpt_model_params(model) + lay.offset[k];
+    float *w = on_cpu ? dst : host;
+    for (int64_t j = 0; j < lay.count[k]; j++)
+      w[j] = (float)(std * normal_draw(&rng, &spare, &has_spare));
+    if (!on_cpu)
+      MPT_CHECK(sync_copy(dev, dst, mpt_device_cpu(), host,
+                              (size_t)lay.count[k] * sizeof *host), done);
+  }
+done:
+  free(host);
+  return st;
+}
+
+mpt_status mpt_model_init_gpt(mpt_model **model, mpt_device device, const mpt_gpt_config *config,
+                              uint64_t seed) {
+  mpt_status st = MPT_OK;
+  mpt_model *m = NULL;
+  mpt_gpt_layout lay;
+  if (!model || !config) return MPT_FAIL(MPT_EINVAL, "gpt: NULL model or config");
+  *model = NULL;
+  gpt_ctx *ctx = calloc(1, sizeof *ctx);
+  if (!ctx) return MPT_FAIL(MPT_ENOMEM, "gpt: forward context");
+  st = gpt_config_resolve(config, &ctx->cfg, &lay);
+  if (st == MPT_OK) st = mpt_model_init(&m, device);
+  if (st != MPT_OK) {
+    free(ctx);
+    return st;
+  }
+  mpt_model_set_forward(m, gpt_forward, ctx, free);
+  MPT_CHECK(gpt_register(m, &ctx->cfg, &lay), fail);
+  MPT_CHECK(mpt_model_finalize(m), fail);
+  MPT_CHECK(mpt_gpt_init_weights(m, &ctx->cfg, seed), fail);
+  *model = m;
+  return MPT_OK;
+fail:
+  mpt_model_free(m);
+  return st;
+}
+
+/* The model must have the layout of `config`: 12 L + 4 parameters of its shapes. */
+static mpt_status gpt_model_check(mpt_model *model, const mpt_gpt_config *config,
+                                  mpt_gpt_config *c, mpt_gpt_layout *lay, const char *what) {
+  if (!model || !config) return MPT_FAIL(MPT_EINVAL, "%s: NULL model or config", what);
+  MPT_RETURN_IF(gpt_config_resolve(config, c, lay));
+  if (mpt_model_num_params(model) != PER_LAYER * c->num_layers + 4 ||
+      mpt_model_param_count(model) != lay->total || !mpt_model_params(model))
+    return MPT_FAIL(MPT_ESHAPE, "%s: the model (%d parameters, %lld floats) is not a finalised "
+                    "GPT of this config (%d parameters, %lld floats)", what,
+                    mpt_model_num_params(model), (long long)mpt_model_param_count(model),
+                    PER_LAYER * c->num_layers + 4, (long long)lay->total);
+  for (int k = 0; k < MPT_GPT_NUM_TENSORS; k++) {
+    const mpt_param_info *pi = mpt_model_param_info(model, gpt_index(c, k, 0));
+    if (pi->offset != lay->offset[k])
+      return MPT_FAIL(MPT_ESHAPE, "%s: parameter %s at offset %lld, the file has %s at %lld",
+                      what, pi->name, (long long)pi->offset, mpt_gpt_tensor_name(k),
+                      (long long)lay->offset[k]);
+  }
+  return MPT_OK;
+}
+
+/* Load and save go through a host array: the flat buffer itself on the CPU, else a staged
+ * copy. */
+mpt_status mpt_gpt_load(mpt_model *model, const mpt_gpt_config *config, const char *path) {
+  mpt_status st = MPT_OK;
+  mpt_gpt_config c, got;
+  mpt_gpt_layout lay;
+  float *host = NULL;
+  MPT_RETURN_IF(gpt_model_check(model, config, &c, &lay, "gpt load"));
+  if (!path) return MPT_FAIL(MPT_EINVAL, "gpt load: NULL path");
+  mpt_device dev = mpt_model_device(model);
+  if (dev.type == MPT_DEVICE_CPU) {
+    host = mpt_model_params(model);
+  } else if (!(host = malloc((size_t)lay.total * sizeof *host))) {
+    return MPT_FAIL(MPT_ENOMEM, "gpt load: %lld floats of staging", (long long)lay.total);
+  }
+  MPT_CHECK(mpt_gpt_file_read(path, &c, &got, host, lay.total), done);
+  if (dev.type != MPT_DEVICE_CPU)
+    MPT_CHECK(sync_copy(dev, mpt_model_params(model), mpt_device_cpu(), host,
+                            (size_t)lay.total * sizeof *host), done);
+done:
+  if (dev.type != MPT_DEVICE_CPU) free(host);
+  return st;
+}
+
+mpt_status mpt_gpt_save(mpt_model *model, const mpt_gpt_config *config, const char *path) {
+  mpt_status st = MPT_OK;
+  mpt_gpt_config c;
+  mpt_gpt_layout lay;
+  float *host = NULL;
+  MPT_RETURN_IF(gpt_model_check(model, config, &c, &lay, "gpt save"));
+  if (!path) return MPT_FAIL(MPT_EINVAL, "gpt save: NULL path");
+  mpt_device dev = mpt_model_device(model);
+  if (dev.type == MPT_DEVICE_CPU) {
+    host = mpt_model_params(model);
+  } else {
+    if (!(host = malloc((size_t)lay.total * sizeof *host)))
+      return MPT_FAIL(MPT_ENOMEM, "gpt save: %lld floats of staging", (long long)lay.total);
+    MPT_CHECK(sync_copy(mpt_device_cpu(), host, dev, mpt_model_params(model),
+                            (size_t)lay.total * sizeof *host), done);
+  }
+  MPT_CHECK(mpt_gpt_file_write(path, &c, host), done);
+done:
+  if (dev.type != MPT_DEVICE_CPU) free(host);
+  return st;
+}

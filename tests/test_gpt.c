@@ -1,0 +1,359 @@
+/* Tests of the GPT-2 model (include/mpitrain/transformer.h; src/nn/gpt.c).
+ *
+ * Oracles:
+ * - Layout: every parameter's name, shape and flat offset equal what mpt_gpt_layout_compute
+ *   (the model file's layout) says, so the flat parameter buffer is the file's parameter array;
+ *   the gpt2 preset has 124,475,904 parameters (the figure llm.c prints for GPT-2 124M).
+ * - Initialisation: the sample mean and standard deviation of each weight kind against
+ *   N(0, 0.02) (and 0.02 / sqrt(2 L) for the residual projections) within 5 standard errors;
+ *   LayerNorm weights exactly 1, biases exactly 0; one seed gives bit-identical models,
+ *   another seed different ones.
+ * - Gradients: central finite differences of the loss (in double, on the float forward) against
+ *   the tape's backward for a sample of elements of EVERY parameter of a tiny GPT (L 2, H 2,
+ *   C 16, T 8, V 23 -> Vp 128, B 2), whose parameters are redrawn U(-0.5, 0.5) so that the
+ *   gradients are O(1e-3..1) (at the GPT-2 initialisation most are below the FD tolerance).
+ *   The tied wte is used twice, its hook fires once, and its rows of tokens the batch never
+ *   holds still get the head's gradient.
+ * - Files: save -> load into a model of another seed gives bit-identical parameters and the
+ *   same loss bit for bit; a file of another config is refused, naming the field. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mpitrain/transformer.h"
+
+#define OK(expr)                                                                              \
+  do {                                                                                        \
+    mpt_status st_ = (expr);                                                                  \
+    ck_assert_msg(st_ == MPT_OK, "%s -> %s: %s", #expr, mpt_status_name(st_), mpt_last_error()); \
+  } while (0)
+
+enum { TB = 2, TT = 8 };
+
+static mpt_gpt_config tiny_config(void) {
+  mpt_gpt_config c = {.max_seq_len = TT, .vocab_size = 23, .num_layers = 2, .num_heads = 2,
+                      .channels = 16, .padded_vocab_size = 0};
+  return c;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Layout                                                                                     */
+
+static void check_layout(const mpt_gpt_config *config) {
+  mpt_model *m = NULL;
+  mpt_gpt_layout lay;
+  OK(mpt_model_init_gpt(&m, mpt_device_cpu(), config, 1));
+  OK(mpt_gpt_layout_compute(config, &lay));
+  const int L = config->num_layers;
+  ck_assert_int_eq(mpt_model_num_params(m), 12 * L + 4);
+  ck_assert_int_eq(mpt_model_param_count(m), lay.total);
+  int index = 0;
+  for (int k = 0; k < MPT_GPT_NUM_TENSORS; k++) {
+    int per_layer = k >= 2 && k < 14;
+    int64_t offset = lay.offset[k];
+    for (int l = 0; l < (per_layer ? L : 1); l++, index++) {
+      const mpt_param_info *pi = mpt_model_param_info(m, index);
+      char want[48];
+      if (per_layer)
+        snprintf(want, sizeof want, "h%d.%s", l, mpt_gpt_tensor_name(k));
+      else
+        snprintf(want, sizeof want, "%s", mpt_gpt_tensor_name(k));
+      ck_assert_str_eq(pi->name, want);
+      ck_assert_int_eq(pi->offset, offset);
+      ck_assert_int_eq(pi->ndim, per_layer ? lay.ndim[k] - 1 : lay.ndim[k]);
+      for (int d = 0; d < pi->ndim; d++)
+        ck_assert_int_eq(pi->shape[d], lay.shape[k][d + per_layer]);
+      offset += pi->count;
+    }
+    ck_assert_int_eq(offset, lay.offset[k] + lay.count[k]);
+  }
+  mpt_model_free(m);
+}
+
+START_TEST(test_layout_is_the_model_file_layout) {
+  mpt_gpt_config c = tiny_config();
+  check_layout(&c);
+  ck_assert_int_eq(mpt_gpt_padded_vocab(c.vocab_size), 128);
+  OK(mpt_gpt_config_preset("gpt-mini", &c));
+  ck_assert_int_eq(c.num_layers, 6);
+  ck_assert_int_eq(c.channels, 384);
+  ck_assert_int_eq(c.padded_vocab_size, 256);
+  check_layout(&c);
+  OK(mpt_gpt_config_preset("gpt2", &c));
+  ck_assert_int_eq(c.padded_vocab_size, 50304);
+  mpt_model *m = NULL;
+  OK(mpt_model_init_gpt(&m, mpt_device_cpu(), &c, 1));
+  ck_assert_int_eq(mpt_model_param_count(m), 124475904);
+  ck_assert_int_eq(mpt_model_num_params(m), 12 * 12 + 4);
+  mpt_model_free(m);
+  ck_assert_int_eq(mpt_gpt_config_preset("gpt3", &c), MPT_EINVAL);
+  c = tiny_config();
+  c.num_heads = 3; /* 16 channels are not 3 heads */
+  ck_assert_int_eq(mpt_model_init_gpt(&m, mpt_device_cpu(), &c, 1), MPT_EINVAL);
+  ck_assert_ptr_null(m);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* Initialisation                                                                             */
+
+START_TEST(test_init_is_gpt2s) {
+  mpt_gpt_config c = {.max_seq_len = 64, .vocab_size = 200, .num_layers = 3, .num_heads = 4,
+                      .channels = 64};
+  mpt_gpt_layout lay;
+  mpt_model *a = NULL, *b = NULL, *d = NULL;
+  OK(mpt_gpt_layout_compute(&c, &lay));
+  OK(mpt_model_init_gpt(&a, mpt_device_cpu(), &c, 5));
+  OK(mpt_model_init_gpt(&b, mpt_device_cpu(), &c, 5));
+  OK(mpt_model_init_gpt(&d, mpt_device_cpu(), &c, 6));
+  const size_t nbytes = (size_t)lay.total * sizeof(float);
+  ck_assert_mem_eq(mpt_model_params(a), mpt_model_params(b), nbytes);
+  ck_assert(memcmp(mpt_model_params(a), mpt_model_params(d), nbytes) != 0);
+  const float *p = mpt_model_params(a);
+  for (int k = 0; k < MPT_GPT_NUM_TENSORS; k++) {
+    const float *x = p + lay.offset[k];
+    const int64_t n = lay.count[k];
+    int weight = k == 0 || k == 1 || k == 4 || k == 6 || k == 10 || k == 12;
+    if (!weight) {
+      float want = (k == 2 || k == 8 || k == 14) ? 1.0f : 0.0f; /* LayerNorm weights */
+      for (int64_t i = 0; i < n; i++)
+        ck_assert_msg(x[i] == want, "%s[%lld] = %g, want %g", mpt_gpt_tensor_name(k),
+                      (long long)i, (double)x[i], (double)want);
+      continue;
+    }
+    double sigma = (k == 6 || k == 12) ? 0.02 / sqrt(2.0 * c.num_layers) : 0.02;
+    double sum = 0, sq = 0;
+    for (int64_t i = 0; i < n; i++) {
+      sum += x[i];
+      sq += (double)x[i] * x[i];
+    }
+    double mean = sum / n, sd = sqrt(sq / n - mean * mean);
+    /* standard errors of the sample mean and std of n normal draws: sigma / sqrt(n) and
+     * sigma / sqrt(2 n); 5 of them. The residual scale 1/sqrt(6) = 0.41 is far outside. */
+    ck_assert_msg(fabs(mean) < 5 * sigma / sqrt((double)n), "%s: mean %g",
+                  mpt_gpt_tensor_name(k), mean);
+    ck_assert_msg(fabs(sd - sigma) < 5 * sigma / sqrt(2.0 * n), "%s: std %g, want %g (n %lld)",
+                  mpt_gpt_tensor_name(k), sd, sigma, (long long)n);
+  }
+  mpt_model_free(a);
+  mpt_model_free(b);
+  mpt_model_free(d);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* Forward, loss, gradients                                                                   */
+
+typedef struct fx {
+  mpt_gpt_config cfg;
+  mpt_model *model;
+  mpt_tape *tape;
+  int32_t tokens[TB * TT], targets[TB * TT];
+  mpt_tensor tok, tgt;
+} fx;
+
+static void fx_init(fx *f, uint64_t seed) {
+  memset(f, 0, sizeof *f);
+  f->cfg = tiny_config();
+  OK(mpt_model_init_gpt(&f->model, mpt_device_cpu(), &f->cfg, seed));
+  OK(mpt_tape_init(&f->tape, f->model, NULL));
+  const int64_t shape[2] = {TB, TT};
+  for (int i = 0; i < TB * TT; i++) {
+    f->tokens[i] = (int32_t)((i * 7 + 3) % 19); /* tokens 19..22 never occur */
+    f->targets[i] = (int32_t)((i * 5 + 1) % 23);
+  }
+  f->tok = mpt_tensor_view(f->tokens, mpt_device_cpu(), MPT_I32, 2, shape);
+  f->tgt = mpt_tensor_view(f->targets, mpt_device_cpu(), MPT_I32, 2, shape);
+}
+
+static void fx_free(fx *f) {
+  mpt_tape_free(f->tape);
+  mpt_model_free(f->model);
+}
+
+/* The loss of the batch; with `grad`, zero_grad + backward too. */
+static double loss_of(fx *f, int grad) {
+  mpt_var *in = NULL, *logits = NULL, *loss = NULL;
+  float value = 0;
+  if (grad) OK(mpt_model_zero_grad(f->model, NULL));
+  mpt_tape_reset(f->tape, 7);
+  mpt_tape_set_grad_enabled(f->tape, grad);
+  OK(mpt_tape_input(f->tape, &f->tok, &in));
+  OK(mpt_model_forward(f->model, f->tape, in, &logits));
+  const mpt_tensor *lt = mpt_var_value(logits);
+  ck_assert_int_eq(lt->ndim, 3);
+  ck_assert_int_eq(lt->shape[0], TB);
+  ck_assert_int_eq(lt->shape[1], TT);
+  ck_assert_int_eq(lt->shape[2], 128);
+  OK(mpt_nn_cross_entropy_vocab(f->tape, logits, &f->tgt, f->cfg.vocab_size, &loss));
+  OK(mpt_var_item(f->tape, loss, &value));
+  if (grad) OK(mpt_tape_backward(f->tape, loss, 1.0f));
+  mpt_tape_set_grad_enabled(f->tape, 1);
+  return value;
+}
+
+/* As tests/test_gpt_ops.c: eps 1e-2 turns the float forward's rounding (~1e-7 |L|, |L| ~ 3)
+ * into ~1e-5 and the truncation error is O(eps^2); gradients here are O(1e-3..1). */
+#define FD_EPS 1e-2
+#define FD_RTOL 2e-3
+#define FD_ATOL 1e-4
+
+static void ready_count(void *user, int index) { ((int *)user)[index]++; }
+
+START_TEST(test_tiny_gpt_gradients_match_finite_differences) {
+  fx f;
+  fx_init(&f, 3);
+  const int np = mpt_model_num_params(f.model);
+  mpt_rng rng;
+  mpt_rng_seed(&rng, 11);
+  mpt_rng_fill_uniform(&rng, mpt_model_params(f.model), mpt_model_param_count(f.model), -0.5f,
+                       0.5f);
+  static int ready[64];
+  memset(ready, 0, sizeof ready);
+  mpt_tape_set_grad_hook(f.tape, ready_count, ready);
+  const double loss = loss_of(&f, 1);
+  mpt_tape_set_grad_hook(f.tape, NULL, NULL);
+  ck_assert(isfinite(loss));
+  ck_assert_int_eq(mpt_tape_param_uses(f.tape, 0), 2); /* embedding and head */
+  for (int i = 0; i < np; i++) ck_assert_int_eq(ready[i], 1);
+  float *grads = malloc((size_t)mpt_model_param_count(f.model) * sizeof *grads);
+  ck_assert_ptr_nonnull(grads);
+  memcpy(grads, mpt_model_grads(f.model),
+         (size_t)mpt_model_param_count(f.model) * sizeof *grads);
+  float *p = mpt_model_params(f.model);
+  const int C = f.cfg.channels;
+  int checked = 0;
+  for (int i = 0; i < np; i++) {
+    const mpt_param_info *pi = mpt_model_param_info(f.model, i);
+    /* 4 elements per parameter, spread over it; for wte, rows of a token seen (3: embedding
+     * and head) and of one never seen (20: the head only) */
+    int64_t picks[4];
+    for (int s = 0; s < 4; s++) picks[s] = (pi->count * s) / 4 + (s * 5 + i) % (pi->count / 4);
+    if (i == 0) {
+      picks[0] = 3 * C + 1;
+      picks[1] = 3 * C + 9;
+      picks[2] = 20 * C + 2;
+      picks[3] = 127 * C + 5; /* a padding row: no gradient at all */
+    }
+    for (int s = 0; s < 4; s++) {
+      const int64_t j = pi->offset + picks[s];
+      const float saved = p[j];
+      p[j] = (float)(saved + FD_EPS);
+      const double up = (double)p[j] - saved, lp = loss_of(&f, 0);
+      p[j] = (float)(saved - FD_EPS);
+      const double down = (double)saved - p[j], lm = loss_of(&f, 0);
+      p[j] = saved;
+      const double numeric = (lp - lm) / (up + down), analytic = grads[j];
+      const double tol = FD_RTOL * fmax(fabs(numeric), fabs(analytic)) + FD_ATOL;
+      ck_assert_msg(fabs(numeric - analytic) <= tol, "d/d%s[%lld]: analytic %.6g numeric %.6g",
+                    pi->name, (long long)picks[s], analytic, numeric);
+      checked++;
+    }
+  }
+  ck_assert_int_eq(checked, 4 * np);
+  /* the tied wte: a seen token's row has both gradients, an unseen one the head's only,
+   * a padding row none */
+  ck_assert(fabs(grads[3 * C + 1]) > 1e-3 && fabs(grads[20 * C + 2]) > 1e-3);
+  for (int c = 0; c < C; c++) ck_assert(grads[127 * C + c] == 0.0f);
+  free(grads);
+  fx_free(&f);
+}
+END_TEST
+
+START_TEST(test_forward_rejects_bad_inputs) {
+  fx f;
+  fx_init(&f, 3);
+  mpt_var *in = NULL, *out = NULL;
+  float x[TB * TT] = {0};
+  const int64_t shape[2] = {TB, TT}, long_shape[2] = {1, TT + 1};
+  mpt_tensor ft = mpt_tensor_view(x, mpt_device_cpu(), MPT_F32, 2, shape);
+  int32_t many[TT + 1] = {0};
+  mpt_tensor lt = mpt_tensor_view(many, mpt_device_cpu(), MPT_I32, 2, long_shape);
+  mpt_tape_reset(f.tape, 1);
+  OK(mpt_tape_input(f.tape, &ft, &in));
+  ck_assert_int_eq(mpt_model_forward(f.model, f.tape, in, &out), MPT_ESHAPE);
+  OK(mpt_tape_input(f.tape, &lt, &in));
+  ck_assert_int_eq(mpt_model_forward(f.model, f.tape, in, &out), MPT_ESHAPE);
+  ck_assert_ptr_nonnull(strstr(mpt_last_error(), "T <= 8"));
+  f.tokens[5] = 23; /* outside the vocabulary */
+  OK(mpt_tape_input(f.tape, &f.tok, &in));
+  ck_assert_int_eq(mpt_model_forward(f.model, f.tape, in, &out), MPT_EINVAL);
+  fx_free(&f);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* Model files                                                                                */
+
+START_TEST(test_save_load_round_trip) {
+  char dir[] = "/tmp/test_gpt_XXXXXX", path[256];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/model.bin", dir);
+  fx a, b;
+  fx_init(&a, 3);
+  fx_init(&b, 4);
+  const int64_t n = mpt_model_param_count(a.model);
+  const size_t nbytes = (size_t)n * sizeof(float);
+  ck_assert(memcmp(mpt_model_params(a.model), mpt_model_params(b.model), nbytes) != 0);
+  const double loss_a = loss_of(&a, 0);
+  OK(mpt_gpt_save(a.model, &a.cfg, path));
+  /* the file is the flat buffer after the 1024-byte header */
+  FILE *fp = fopen(path, "rb");
+  ck_assert_ptr_nonnull(fp);
+  int32_t header[256];
+  ck_assert_int_eq(fread(header, 4, 256, fp), 256);
+  ck_assert_int_eq(header[0], MPT_GPT_FILE_MAGIC);
+  ck_assert_int_eq(header[7], 128);
+  float *raw = malloc(nbytes + 1);
+  ck_assert_ptr_nonnull(raw);
+  ck_assert_int_eq(fread(raw, 1, nbytes + 1, fp), nbytes);
+  fclose(fp);
+  ck_assert_mem_eq(raw, mpt_model_params(a.model), nbytes);
+  free(raw);
+  OK(mpt_gpt_load(b.model, &b.cfg, path));
+  ck_assert_mem_eq(mpt_model_params(b.model), mpt_model_params(a.model), nbytes);
+  const double loss_b = loss_of(&b, 0);
+  ck_assert(loss_a == loss_b);
+  /* a model of another config refuses the file, naming the field */
+  mpt_gpt_config other = a.cfg;
+  other.num_heads = 4;
+  mpt_model *m = NULL;
+  OK(mpt_model_init_gpt(&m, mpt_device_cpu(), &other, 1));
+  ck_assert_int_eq(mpt_gpt_load(m, &other, path), MPT_ESHAPE);
+  ck_assert_msg(strstr(mpt_last_error(), "head") != NULL, "%s", mpt_last_error());
+  /* and a config that does not describe the model is refused before the file is read */
+  other = a.cfg;
+  other.channels = 32;
+  ck_assert_int_eq(mpt_gpt_load(m, &other, path), MPT_ESHAPE);
+  ck_assert_int_eq(mpt_gpt_save(m, &other, path), MPT_ESHAPE);
+  mpt_model_free(m);
+  unlink(path);
+  rmdir(dir);
+  fx_free(&a);
+  fx_free(&b);
+}
+END_TEST
+
+static Suite *gpt_suite(void) {
+  Suite *s = suite_create("gpt");
+  TCase *tc = tcase_create("gpt");
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, test_layout_is_the_model_file_layout);
+  tcase_add_test(tc, test_init_is_gpt2s);
+  tcase_add_test(tc, test_tiny_gpt_gradients_match_finite_differences);
+  tcase_add_test(tc, test_forward_rejects_bad_inputs);
+  tcase_add_test(tc, test_save_load_round_trip);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(gpt_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
