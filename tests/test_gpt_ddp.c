@@ -1,0 +1,232 @@
+/* DDP equivalence for the GPT model (src/nn/gpt.c), run under mpirun with 2 and 3 ranks
+ * (tests/test_gpt_ddp_np2.sh, tests/test_gpt_ddp_np3.sh):
+ *
+ * W ranks with B sequences each train like ONE process on the W*B sequences. Every rank also
+ * runs a plain tiny GPT (L 2, H 2, C 16, T 8, V 23 -> Vp 128; no DDP) on the whole combined
+ * batch, and at each of 10 AdamW steps (betas 0.9 / 0.95, weight decay 0.1 on the >= 2-D
+ * weights only, through mpt_param_groups_split_decay), from the same parameters, DDP's averaged
+ * gradients equal the one process's (relative 1e-5) over the whole flat buffer and over the
+ * tied wte alone (embedding + head: DDP must reduce it once, after both uses). Overlap on and
+ * off, a 0.01 MiB bucket cap (several buckets) and the default 25 MiB. After each step the
+ * plain model takes the replica's parameters (as tests/test_ddp.c), the replicas must be
+ * bit-identical across ranks at the end, and training must have moved the parameters.
+ *
+ * MPI rules as tests/test_ddp.c: no fork, soft checks, the ranks agree at the end of a test. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpitrain/comm.h"
+#include "mpitrain/ddp.h"
+#include "mpitrain/optim.h"
+#include "mpitrain/transformer.h"
+
+static mpt_comm *g_comm;
+static int g_rank, g_world;
+
+#define MPI_CHECK_COMM g_comm
+#include "mpi_check.h"
+
+enum { STEPS = 10, PER_RANK = 2, TT = 8, VOCAB = 23, MAX_GROUPS = 64 };
+
+/* Tolerance: from the same parameters the two runs differ only in float32 summation order
+ * (GEMMs over B*T rows per rank then an average of W means, against GEMMs over W*B*T rows), a
+ * few ulps of each gradient; a real fault (a sum instead of a mean, a bucket not reduced, the
+ * tied wte reduced before its second use, a stale gradient) changes gradients by 1e-2 and
+ * more. */
+#define EQUIV_TOL 1e-5
+
+static mpt_gpt_config tiny_config(void) {
+  mpt_gpt_config c = {.max_seq_len = TT, .vocab_size = VOCAB, .num_layers = 2, .num_heads = 2,
+                      .channels = 16, .padded_vocab_size = 0};
+  return c;
+}
+
+static mpt_model *gpt_make(uint64_t seed) {
+  mpt_gpt_config c = tiny_config();
+  mpt_model *m = NULL;
+  OK(mpt_model_init_gpt(&m, mpt_device_cpu(), &c, seed));
+  return m;
+}
+
+static mpt_optimizer *adamw_make(mpt_model *m) {
+  mpt_optimizer_config c = mpt_optimizer_config_default();
+  c.kind = MPT_OPTIM_ADAMW;
+  c.lr = 1e-2f;
+  c.beta1 = 0.9f;
+  c.beta2 = 0.95f;
+  c.weight_decay = 0.0f; /* the groups set it */
+  mpt_optimizer *opt = NULL;
+  OK(mpt_optimizer_init(&opt, &c, mpt_device_cpu(), mpt_model_param_count(m)));
+  mpt_param_group groups[MAX_GROUPS];
+  int ng = 0;
+  OK(mpt_param_groups_split_decay(m, 0.1f, groups, MAX_GROUPS, &ng));
+  OK(mpt_optimizer_set_groups(opt, groups, ng));
+  return opt;
+}
+
+/* max |a - b| / max(max |b|, 1e-3) */
+static double rel_diff(const float *a, const float *b, int64_t n) {
+  double diff = 0, scale = 1e-3;
+  for (int64_t i = 0; i < n; i++) {
+    double d = fabs((double)a[i] - (double)b[i]);
+    if (d > diff) diff = d;
+    if (fabs((double)b[i]) > scale) scale = fabs((double)b[i]);
+  }
+  return diff / scale;
+}
+
+static int same_on_all_ranks(const float *x, int64_t n) {
+  float *lo = malloc((size_t)n * sizeof *lo), *hi = malloc((size_t)n * sizeof *hi);
+  ck_assert(lo && hi);
+  OK(mpt_comm_allreduce_sync(g_comm, x, lo, n, MPT_F32, MPT_REDUCE_MIN));
+  OK(mpt_comm_allreduce_sync(g_comm, x, hi, n, MPT_F32, MPT_REDUCE_MAX));
+  int same = memcmp(lo, hi, (size_t)n * sizeof *lo) == 0;
+  free(lo);
+  free(hi);
+  return same;
+}
+
+/* Forward + loss of sequences [first, first + n) of the step's windows (T + 1 tokens each:
+ * inputs, then the targets shifted by one), copied into tok / tgt (which outlive backward). */
+static mpt_var *forward_loss(mpt_model *m, mpt_tape *tape, const int32_t *windows,
+                             int64_t first, int64_t n, int32_t *tok, int32_t *tgt,
+                             mpt_tensor *tt, mpt_tensor *gt) {
+  const int64_t shape[2] = {n, TT};
+  for (int64_t s = 0; s < n; s++)
+    for (int t = 0; t < TT; t++) {
+      tok[s * TT + t] = windows[(first + s) * (TT + 1) + t];
+      tgt[s * TT + t] = windows[(first + s) * (TT + 1) + t + 1];
+    }
+  *tt = mpt_tensor_view(tok, mpt_device_cpu(), MPT_I32, 2, shape);
+  *gt = mpt_tensor_view(tgt, mpt_device_cpu(), MPT_I32, 2, shape);
+  mpt_var *in = NULL, *logits = NULL, *loss = NULL;
+  mpt_tape_reset(tape, 1);
+  OK(mpt_tape_input(tape, tt, &in));
+  OK(mpt_model_forward(m, tape, in, &logits));
+  OK(mpt_nn_cross_entropy_vocab(tape, logits, gt, VOCAB, &loss));
+  return loss;
+}
+
+typedef struct gpt_case {
+  int overlap;
+  double cap_mb;
+} gpt_case;
+
+static const gpt_case CASES[] = {{1, 0.01}, {0, 0.01}, {1, 25}};
+
+START_TEST(test_gpt_ddp_matches_one_process_on_combined_batch) {
+  const gpt_case *c = &CASES[_i];
+  const int64_t total = (int64_t)g_world * PER_RANK;
+  expect_begin();
+  mpt_model *ref = gpt_make(1234);
+  mpt_model *dm = gpt_make(1234 + (uint64_t)g_rank * 77); /* DDP makes it rank 0's */
+  mpt_tape *rt = NULL, *dt = NULL;
+  OK(mpt_tape_init(&rt, ref, NULL));
+  OK(mpt_tape_init(&dt, dm, NULL));
+  mpt_ddp_config dc = mpt_ddp_config_default();
+  dc.overlap = c->overlap;
+  dc.bucket_cap_mb = c->cap_mb;
+  dc.first_bucket_cap_mb = c->cap_mb < 1 ? c->cap_mb : 1;
+  dc.timeout_ms = 30000;
+  mpt_ddp *ddp = NULL;
+  OK(mpt_ddp_init(&ddp, dm, g_comm, NULL, &dc));
+  const int64_t count = mpt_model_param_count(ref);
+  const int64_t wte_count = mpt_model_param_info(ref, 0)->count;
+  EXPECT(memcmp(mpt_model_params(dm), mpt_model_params(ref), (size_t)count * sizeof(float)) == 0,
+         "after mpt_ddp_init the replica is not rank 0's model");
+  if (c->cap_mb < 0.1)
+    EXPECT(mpt_ddp_num_buckets(ddp) > 1, "cap %g MiB: %d bucket(s), want several", c->cap_mb,
+           mpt_ddp_num_buckets(ddp));
+  float *init = malloc((size_t)count * sizeof *init);
+  int32_t *windows = malloc((size_t)(total * (TT + 1)) * sizeof *windows);
+  int32_t *rtok = malloc((size_t)(total * TT) * sizeof *rtok);
+  int32_t *rtgt = malloc((size_t)(total * TT) * sizeof *rtgt);
+  int32_t dtok[PER_RANK * TT], dtgt[PER_RANK * TT];
+  ck_assert(init && windows && rtok && rtgt);
+  memcpy(init, mpt_model_params(ref), (size_t)count * sizeof *init);
+  mpt_optimizer *ropt = adamw_make(ref), *dopt = adamw_make(dm);
+  double err = 0, wte_err = 0;
+  mpt_tensor a, b;
+  for (int step = 0; step < STEPS; step++) {
+    mpt_rng rng;
+    mpt_rng_seed(&rng, 1000 + (uint64_t)step);
+    for (int64_t i = 0; i < total * (TT + 1); i++)
+      windows[i] = (int32_t)mpt_rng_below(&rng, VOCAB);
+    OK(mpt_model_zero_grad(ref, NULL));
+    mpt_var *loss = forward_loss(ref, rt, windows, 0, total, rtok, rtgt, &a, &b);
+    OK(mpt_tape_backward(rt, loss, 1.0f));
+    OK(mpt_optimizer_step_model(ropt, ref, NULL, 1e-2f));
+    /* DDP: rank r holds sequences [r B, (r + 1) B); the user's loop, no DDP call */
+    OK(mpt_model_zero_grad(dm, NULL));
+    loss = forward_loss(dm, dt, windows, (int64_t)g_rank * PER_RANK, PER_RANK, dtok, dtgt, &a,
+                        &b);
+    OK(mpt_tape_backward(dt, loss, 1.0f));
+    EXPECT(mpt_tape_param_uses(dt, 0) == 2, "wte used %d times, want 2 (embedding and head)",
+           mpt_tape_param_uses(dt, 0));
+    double e = rel_diff(mpt_model_grads(dm), mpt_model_grads(ref), count);
+    double ew = rel_diff(mpt_model_grads(dm), mpt_model_grads(ref), wte_count);
+    if (e > err) err = e;
+    if (ew > wte_err) wte_err = ew;
+    OK(mpt_optimizer_step_model(dopt, dm, NULL, 1e-2f));
+    memcpy(mpt_model_params(ref), mpt_model_params(dm), (size_t)count * sizeof(float));
+  }
+  const double moved = rel_diff(mpt_model_params(ref), init, count);
+  EXPECT(err <= EQUIV_TOL && wte_err <= EQUIV_TOL,
+         "overlap %d, cap %g MiB: DDP and one-process gradients differ by %.3g (wte %.3g) > %g",
+         c->overlap, c->cap_mb, err, wte_err, EQUIV_TOL);
+  EXPECT(moved > 1000 * EQUIV_TOL, "training moved the parameters by only %.3g", moved);
+  EXPECT(same_on_all_ranks(mpt_model_params(dm), count),
+         "the replicas are not bit-identical across ranks after training");
+  if (g_rank == 0)
+    fprintf(stderr, "gpt ddp W=%d overlap %d cap %g MiB (%d buckets): rel diff %.2e (wte "
+            "%.2e), moved %.2e\n", g_world, c->overlap, c->cap_mb, mpt_ddp_num_buckets(ddp),
+            err, wte_err, moved);
+  free(init);
+  free(windows);
+  free(rtok);
+  free(rtgt);
+  mpt_optimizer_free(ropt);
+  mpt_optimizer_free(dopt);
+  mpt_ddp_free(ddp);
+  mpt_tape_free(rt);
+  mpt_tape_free(dt);
+  mpt_model_free(ref);
+  mpt_model_free(dm);
+  expect_agree();
+}
+END_TEST
+
+static Suite *gpt_ddp_suite(void) {
+  Suite *s = suite_create("gpt_ddp");
+  TCase *tc = tcase_create("equivalence");
+  tcase_set_timeout(tc, 120);
+  tcase_add_loop_test(tc, test_gpt_ddp_matches_one_process_on_combined_batch, 0,
+                      (int)(sizeof CASES / sizeof CASES[0]));
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  mpt_comm_config cc = mpt_comm_config_default();
+  cc.timeout_ms = 30000;
+  mpt_status st = mpt_comm_init(&g_comm, &cc);
+  if (st != MPT_OK) {
+    fprintf(stderr, "test_gpt_ddp: mpt_comm_init: %s: %s\n", mpt_status_name(st),
+            mpt_last_error());
+    mpt_comm_finalize();
+    return EXIT_FAILURE;
+  }
+  g_rank = mpt_comm_rank(g_comm);
+  g_world = mpt_comm_world_size(g_comm);
+  SRunner *sr = srunner_create(gpt_ddp_suite());
+  srunner_set_fork_status(sr, CK_NOFORK);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  mpt_comm_free(g_comm);
+  mpt_comm_finalize();
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
