@@ -14,6 +14,9 @@
  *   gradients are O(1e-3..1) (at the GPT-2 initialisation most are below the FD tolerance).
  *   The tied wte is used twice, its hook fires once, and its rows of tokens the batch never
  *   holds still get the head's gradient.
+ * - Clipping (mpt_clip_grad_norm): gradients 3 and -4 have the global norm 5 exactly; under
+ *   max_norm nothing changes, over it both are scaled by max_norm / (5 + 1e-6), bit for bit as
+ *   PyTorch's formula in float; a NaN gradient gives a NaN norm and no scaling.
  * - Files: save -> load into a model of another seed gives bit-identical parameters and the
  *   same loss bit for bit; a file of another config is refused, naming the field. */
 #include <check.h>
@@ -23,6 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "mpitrain/optim.h"
 #include "mpitrain/transformer.h"
 
 #define OK(expr)                                                                              \
@@ -337,6 +341,48 @@ START_TEST(test_save_load_round_trip) {
 }
 END_TEST
 
+/* ------------------------------------------------------------------------------------------ */
+/* Gradient clipping by the global norm                                                       */
+
+START_TEST(test_clip_grad_norm_scales_by_the_global_norm) {
+  fx f;
+  fx_init(&f, 3);
+  const int64_t n = mpt_model_param_count(f.model);
+  float *g = mpt_model_grads(f.model);
+  float norm = -1;
+  /* 3 in the first parameter (wte), 4 in the last (lnfb): the global norm is 5, exactly */
+  memset(g, 0, (size_t)n * sizeof *g);
+  g[0] = 3.0f;
+  g[n - 1] = -4.0f;
+  OK(mpt_clip_grad_norm(f.model, NULL, 10.0f, &norm));
+  ck_assert(norm == 5.0f);
+  ck_assert(g[0] == 3.0f && g[n - 1] == -4.0f); /* under max_norm: untouched */
+  OK(mpt_clip_grad_norm(f.model, NULL, 1.0f, &norm));
+  ck_assert(norm == 5.0f);
+  const float coef = (float)(1.0 / (5.0 + 1e-6));
+  ck_assert(g[0] == 3.0f * coef && g[n - 1] == -4.0f * coef);
+  OK(mpt_clip_grad_norm(f.model, NULL, 1.0f, &norm));
+  ck_assert_double_eq_tol(norm, 1.0, 1e-6);
+  /* the norm of a real gradient equals the sum of squares of all its parameters' views */
+  loss_of(&f, 1);
+  double sq = 0;
+  for (int i = 0; i < mpt_model_num_params(f.model); i++) {
+    mpt_tensor t = mpt_model_grad(f.model, i);
+    for (int64_t j = 0; j < t.count; j++) sq += (double)((float *)t.data)[j] * ((float *)t.data)[j];
+  }
+  OK(mpt_clip_grad_norm(f.model, NULL, 1e30f, &norm));
+  ck_assert_double_eq_tol(norm, sqrt(sq), 1e-6 * sqrt(sq));
+  g[7] = NAN;
+  float before = g[8];
+  OK(mpt_clip_grad_norm(f.model, NULL, 1e-3f, &norm));
+  ck_assert(isnan(norm) && g[8] == before);
+  ck_assert_int_eq(mpt_clip_grad_norm(f.model, NULL, 0.0f, &norm), MPT_EINVAL);
+  ck_assert_int_eq(mpt_clip_grad_norm(f.model, NULL, NAN, &norm), MPT_EINVAL);
+  ck_assert_int_eq(mpt_clip_grad_norm(NULL, NULL, 1.0f, &norm), MPT_EINVAL);
+  fx_free(&f);
+}
+END_TEST
+
 static Suite *gpt_suite(void) {
   Suite *s = suite_create("gpt");
   TCase *tc = tcase_create("gpt");
@@ -346,6 +392,7 @@ static Suite *gpt_suite(void) {
   tcase_add_test(tc, test_tiny_gpt_gradients_match_finite_differences);
   tcase_add_test(tc, test_forward_rejects_bad_inputs);
   tcase_add_test(tc, test_save_load_round_trip);
+  tcase_add_test(tc, test_clip_grad_norm_scales_by_the_global_norm);
   suite_add_tcase(s, tc);
   return s;
 }

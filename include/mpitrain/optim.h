@@ -240,6 +240,22 @@ MPT_API mpt_status mpt_lr_kind_parse(const char *text, mpt_lr_kind *kind);
 /* "constant" / "step" / "cosine"; "unknown" outside the enum. Never NULL. */
 MPT_API const char *mpt_lr_kind_name(mpt_lr_kind kind);
 
+/* ------------------------------------------------------------------------------------------ */
+/* Gradient clipping                                                                          */
+
+/* Clips the model's gradients by their global L2 norm, as torch.nn.utils.clip_grad_norm_
+ * (norm_type 2) over all parameters: total = ||flat gradient buffer||_2; when
+ * max_norm / (total + 1e-6) < 1 every gradient is multiplied by that factor. *total_norm (may
+ * be NULL) receives total, before clipping. Under DDP call it after backward, on the averaged
+ * gradients: every rank then computes the same norm and applies the same scale, as llm.c and
+ * PyTorch DDP do. A non-finite norm is returned and nothing is scaled (the caller skips the
+ * step). CPU: the sum of squares in double, on the calling thread (stream may be NULL). Other
+ * devices: `stream` (a stream of the model's device) carries a GEMM dot product and the scale,
+ * and is synchronised to read the norm. Errors: MPT_EINVAL (NULL model, max_norm not > 0 (NaN
+ * included), no stream off the CPU), MPT_ESTATE (not finalised), device errors. */
+MPT_API mpt_status mpt_clip_grad_norm(mpt_model *model, mpt_stream *stream, float max_norm,
+                                      float *total_norm);
+
 #ifdef __cplusplus
 }
 #endif

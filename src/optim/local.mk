@@ -1,7 +1,8 @@
 # src/optim: optimizers (SGD, AdamW) over flat buffers and LR schedules; public header
 # include/mpitrain/optim.h
 mpitraininclude_HEADERS += include/mpitrain/optim.h
-libmpitrain_all_la_SOURCES += src/optim/optimizer.c src/optim/schedule.c src/optim/groups.c
+libmpitrain_all_la_SOURCES += src/optim/optimizer.c src/optim/schedule.c src/optim/groups.c \
+	src/optim/clip.c
 
 if HAVE_CHECK
 check_PROGRAMS += tests/test_optim tests/test_optim_groups
