@@ -9,3 +9,11 @@ tests_test_gpt_ddp_SOURCES = tests/test_gpt_ddp.c
 tests_test_gpt_ddp_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_gpt_ddp_LDADD = libmpitrain_all.la $(CHECK_LIBS) -lm
 endif
+
+# The PyTorch oracle (skipped without Debian's python3-torch): a helper program writes the
+# model file and mpitrain's results, tests/gpt_torch.py compares.
+EXTRA_DIST += tests/test_gpt_torch.sh tests/gpt_torch.py
+check_PROGRAMS += tests/gpt_torch_helper
+TESTS += tests/test_gpt_torch.sh
+tests_gpt_torch_helper_SOURCES = tests/gpt_torch_helper.c
+tests_gpt_torch_helper_LDADD = libmpitrain_all.la -lm
