@@ -118,8 +118,11 @@ MPT_API mpt_status mpt_gpt_config_preset(const char *name, mpt_gpt_config *confi
  * qkvw [3C, C], qkvb [3C], attprojw [C, C], attprojb [C], ln2w, ln2b [C], fcw [4C, C],
  * fcb [4C], fcprojw [C, 4C], fcprojb [C], then "lnfw", "lnfb" [C]. So the flat parameter
  * buffer (mpt_model_params) is exactly the file's parameter array: tensor k of the file starts
- * at mpt_gpt_layout_compute's offset[k]. (The DDP buckets follow registration order, which is
- * by kind rather than by layer: gradients of one bucket become ready over the whole backward.)
+ * at mpt_gpt_layout_compute's offset[k]. Cost of this order under DDP: buckets follow reverse
+ * registration order and launch in index order, but the order is by kind rather than by layer,
+ * so the first bucket (lnfb, lnfw, every layer's fcprojb, ...) is complete only when layer 0's
+ * backward reaches it: measured on gpt-mini (B 2, T 256, 1 MiB caps), the first bucket is ready
+ * at 92 % of backward, against 4 % for a layer-major order, so little all-reduce can overlap.
  * Initialised by mpt_gpt_init_weights from `seed`. A zero padded_vocab_size is taken as
  * mpt_gpt_padded_vocab(vocab_size). Errors: MPT_EINVAL (NULL arguments; the config, as
  * mpt_gpt_layout_compute), MPT_ENOMEM; the forward: MPT_ESHAPE (input not int32 [B, T] with
