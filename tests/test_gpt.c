@@ -17,6 +17,8 @@
  * - Clipping (mpt_clip_grad_norm): gradients 3 and -4 have the global norm 5 exactly; under
  *   max_norm nothing changes, over it both are scaled by max_norm / (5 + 1e-6), bit for bit as
  *   PyTorch's formula in float; a NaN gradient gives a NaN norm and no scaling.
+ * - Checkpoints: 2 steps (clipping + AdamW with decay groups), mpt_ckpt_save, mpt_ckpt_load
+ *   into a model of another seed, 2 more steps: bit-identical to 4 steps straight.
  * - Files: save -> load into a model of another seed gives bit-identical parameters and the
  *   same loss bit for bit; a file of another config is refused, naming the field. */
 #include <check.h>
@@ -26,6 +28,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "mpitrain/ckpt.h"
 #include "mpitrain/optim.h"
 #include "mpitrain/transformer.h"
 
@@ -383,6 +386,74 @@ START_TEST(test_clip_grad_norm_scales_by_the_global_norm) {
 }
 END_TEST
 
+/* ------------------------------------------------------------------------------------------ */
+/* Checkpoints (ckpt.h) hold a GPT and its AdamW state: exact resume                          */
+
+static mpt_optimizer *adamw_for(mpt_model *m) {
+  mpt_optimizer_config c = mpt_optimizer_config_default();
+  c.kind = MPT_OPTIM_ADAMW;
+  c.lr = 1e-2f;
+  c.beta2 = 0.95f;
+  mpt_optimizer *opt = NULL;
+  OK(mpt_optimizer_init(&opt, &c, mpt_device_cpu(), mpt_model_param_count(m)));
+  mpt_param_group groups[64];
+  int ng = 0;
+  OK(mpt_param_groups_split_decay(m, 0.1f, groups, 64, &ng));
+  OK(mpt_optimizer_set_groups(opt, groups, ng));
+  return opt;
+}
+
+static void train_steps(fx *f, mpt_optimizer *opt, int steps) {
+  for (int s = 0; s < steps; s++) {
+    for (int i = 0; i < TB * TT; i++) f->tokens[i] = (f->tokens[i] + 5) % 23; /* a new batch */
+    loss_of(f, 1);
+    OK(mpt_clip_grad_norm(f->model, NULL, 0.5f, NULL));
+    OK(mpt_optimizer_step_model(opt, f->model, NULL, 1e-2f));
+  }
+}
+
+START_TEST(test_checkpoint_resume_is_exact) {
+  char dir[] = "/tmp/test_gpt_ckpt_XXXXXX", path[256];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/ckpt.bin", dir);
+  fx a, b;
+  fx_init(&a, 3);
+  fx_init(&b, 9); /* another seed: the checkpoint must overwrite everything */
+  mpt_optimizer *oa = adamw_for(a.model), *ob = adamw_for(b.model);
+  const size_t nbytes = (size_t)mpt_model_param_count(a.model) * sizeof(float);
+  float *straight = malloc(nbytes);
+  ck_assert_ptr_nonnull(straight);
+  /* a: 4 steps straight, from the same initial parameters the resumed run starts from */
+  float *start = malloc(nbytes);
+  ck_assert_ptr_nonnull(start);
+  memcpy(start, mpt_model_params(a.model), nbytes);
+  train_steps(&a, oa, 4);
+  memcpy(straight, mpt_model_params(a.model), nbytes);
+  /* again from the start: 2 steps, checkpoint, load into b, 2 more steps on b */
+  memcpy(mpt_model_params(a.model), start, nbytes);
+  mpt_optimizer_free(oa);
+  oa = adamw_for(a.model);
+  memcpy(a.tokens, b.tokens, sizeof a.tokens); /* the batches start over too */
+  train_steps(&a, oa, 2);
+  mpt_ckpt_meta meta = mpt_ckpt_meta_default();
+  OK(mpt_ckpt_save(path, a.model, oa, &meta));
+  OK(mpt_ckpt_load(path, b.model, ob, &meta));
+  ck_assert_mem_eq(mpt_model_params(b.model), mpt_model_params(a.model), nbytes);
+  memcpy(b.tokens, a.tokens, sizeof b.tokens);
+  train_steps(&b, ob, 2);
+  ck_assert_mem_eq(mpt_model_params(b.model), straight, nbytes);
+  ck_assert(memcmp(straight, start, nbytes) != 0);
+  free(straight);
+  free(start);
+  mpt_optimizer_free(oa);
+  mpt_optimizer_free(ob);
+  unlink(path);
+  rmdir(dir);
+  fx_free(&a);
+  fx_free(&b);
+}
+END_TEST
+
 static Suite *gpt_suite(void) {
   Suite *s = suite_create("gpt");
   TCase *tc = tcase_create("gpt");
@@ -393,6 +464,7 @@ static Suite *gpt_suite(void) {
   tcase_add_test(tc, test_forward_rejects_bad_inputs);
   tcase_add_test(tc, test_save_load_round_trip);
   tcase_add_test(tc, test_clip_grad_norm_scales_by_the_global_norm);
+  tcase_add_test(tc, test_checkpoint_resume_is_exact);
   suite_add_tcase(s, tc);
   return s;
 }
