@@ -4,9 +4,11 @@
  * W ranks with B sequences each train like ONE process on the W*B sequences. Every rank also
  * runs a plain tiny GPT (L 2, H 2, C 16, T 8, V 23 -> Vp 128; no DDP) on the whole combined
  * batch, and at each of 10 AdamW steps (betas 0.9 / 0.95, weight decay 0.1 on the >= 2-D
- * weights only, through mpt_param_groups_split_decay), from the same parameters, DDP's averaged
- * gradients equal the one process's (relative 1e-5) over the whole flat buffer and over the
- * tied wte alone (embedding + head: DDP must reduce it once, after both uses). Overlap on and
+ * weights only, through mpt_param_groups_split_decay; clipping by the global norm at 0.5,
+ * active, computed by mpt_clip_grad_norm on the averaged gradients), from the same parameters,
+ * DDP's averaged and clipped gradients equal the one process's (relative 1e-5) over the whole
+ * flat buffer and over the tied wte alone (embedding + head: DDP must reduce it once, after
+ * both uses), the global norm is the same on every rank and equals the one process's. Overlap on and
  * off, a 0.01 MiB bucket cap (several buckets) and the default 25 MiB. After each step the
  * plain model takes the replica's parameters (as tests/test_ddp.c), the replicas must be
  * bit-identical across ranks at the end, and training must have moved the parameters.
@@ -30,6 +32,7 @@ static int g_rank, g_world;
 #include "mpi_check.h"
 
 enum { STEPS = 10, PER_RANK = 2, TT = 8, VOCAB = 23, MAX_GROUPS = 64 };
+#define MAX_NORM 0.5f /* the global norms here are 0.7 to 2.5: clipping is active */
 
 /* Tolerance: from the same parameters the two runs differ only in float32 summation order
  * (GEMMs over B*T rows per rank then an average of W means, against GEMMs over W*B*T rows), a
@@ -149,6 +152,7 @@ START_TEST(test_gpt_ddp_matches_one_process_on_combined_batch) {
   memcpy(init, mpt_model_params(ref), (size_t)count * sizeof *init);
   mpt_optimizer *ropt = adamw_make(ref), *dopt = adamw_make(dm);
   double err = 0, wte_err = 0;
+  int clipped = 0;
   mpt_tensor a, b;
   for (int step = 0; step < STEPS; step++) {
     mpt_rng rng;
@@ -158,6 +162,8 @@ START_TEST(test_gpt_ddp_matches_one_process_on_combined_batch) {
     OK(mpt_model_zero_grad(ref, NULL));
     mpt_var *loss = forward_loss(ref, rt, windows, 0, total, rtok, rtgt, &a, &b);
     OK(mpt_tape_backward(rt, loss, 1.0f));
+    float rnorm = 0, dnorm = 0;
+    OK(mpt_clip_grad_norm(ref, NULL, MAX_NORM, &rnorm));
     OK(mpt_optimizer_step_model(ropt, ref, NULL, 1e-2f));
     /* DDP: rank r holds sequences [r B, (r + 1) B); the user's loop, no DDP call */
     OK(mpt_model_zero_grad(dm, NULL));
@@ -166,10 +172,17 @@ START_TEST(test_gpt_ddp_matches_one_process_on_combined_batch) {
     OK(mpt_tape_backward(dt, loss, 1.0f));
     EXPECT(mpt_tape_param_uses(dt, 0) == 2, "wte used %d times, want 2 (embedding and head)",
            mpt_tape_param_uses(dt, 0));
+    /* the reference's gradients are clipped already: compare after clipping DDP's too, on
+     * the averaged gradients (the same norm and scale on every rank) */
+    OK(mpt_clip_grad_norm(dm, NULL, MAX_NORM, &dnorm));
+    EXPECT(same_on_all_ranks(&dnorm, 1), "step %d: the ranks clipped with different norms", step);
+    if (dnorm > MAX_NORM) clipped++;
     double e = rel_diff(mpt_model_grads(dm), mpt_model_grads(ref), count);
     double ew = rel_diff(mpt_model_grads(dm), mpt_model_grads(ref), wte_count);
+    double en = fabs((double)dnorm - rnorm) / rnorm;
     if (e > err) err = e;
     if (ew > wte_err) wte_err = ew;
+    if (en > err) err = en;
     OK(mpt_optimizer_step_model(dopt, dm, NULL, 1e-2f));
     memcpy(mpt_model_params(ref), mpt_model_params(dm), (size_t)count * sizeof(float));
   }
@@ -177,13 +190,14 @@ START_TEST(test_gpt_ddp_matches_one_process_on_combined_batch) {
   EXPECT(err <= EQUIV_TOL && wte_err <= EQUIV_TOL,
          "overlap %d, cap %g MiB: DDP and one-process gradients differ by %.3g (wte %.3g) > %g",
          c->overlap, c->cap_mb, err, wte_err, EQUIV_TOL);
+  EXPECT(clipped > 0, "clipping was never active: the test would not see it");
   EXPECT(moved > 1000 * EQUIV_TOL, "training moved the parameters by only %.3g", moved);
   EXPECT(same_on_all_ranks(mpt_model_params(dm), count),
          "the replicas are not bit-identical across ranks after training");
   if (g_rank == 0)
     fprintf(stderr, "gpt ddp W=%d overlap %d cap %g MiB (%d buckets): rel diff %.2e (wte "
-            "%.2e), moved %.2e\n", g_world, c->overlap, c->cap_mb, mpt_ddp_num_buckets(ddp),
-            err, wte_err, moved);
+            "%.2e), moved %.2e, clipped in %d of %d steps\n", g_world, c->overlap, c->cap_mb,
+            mpt_ddp_num_buckets(ddp), err, wte_err, moved, clipped, STEPS);
   free(init);
   free(windows);
   free(rtok);
