@@ -145,6 +145,24 @@ START_TEST(test_init_is_gpt2s) {
     ck_assert_msg(fabs(sd - sigma) < 5 * sigma / sqrt(2.0 * n), "%s: std %g, want %g (n %lld)",
                   mpt_gpt_tensor_name(k), sd, sigma, (long long)n);
   }
+  /* re-initialising from the same seed gives the model back; a model that is not this GPT is
+   * refused */
+  float *before = malloc(nbytes);
+  ck_assert_ptr_nonnull(before);
+  memcpy(before, p, nbytes);
+  memset(mpt_model_params(a), 0, nbytes);
+  OK(mpt_gpt_init_weights(a, &c, 5));
+  ck_assert_mem_eq(mpt_model_params(a), before, nbytes);
+  free(before);
+  mpt_gpt_config other = c;
+  other.num_layers = 2;
+  ck_assert_int_eq(mpt_gpt_init_weights(a, &other, 5), MPT_ESHAPE);
+  mpt_model *mlp = NULL;
+  mpt_mlp_config mc = mpt_mlp_config_default();
+  OK(mpt_model_init_mlp(&mlp, mpt_device_cpu(), &mc, 1));
+  ck_assert_int_eq(mpt_gpt_init_weights(mlp, &c, 5), MPT_ESHAPE);
+  ck_assert_int_eq(mpt_gpt_save(mlp, &c, "/tmp/never_written.bin"), MPT_ESHAPE);
+  mpt_model_free(mlp);
   mpt_model_free(a);
   mpt_model_free(b);
   mpt_model_free(d);

@@ -135,7 +135,7 @@ MPT_API mpt_status mpt_model_init_gpt(mpt_model **model, mpt_device device,
  * attprojw, fcw, fcprojw (in that order, each in its flat order) drawn N(0, 0.02) from one
  * mpt_rng seeded with `seed` (Box-Muller on 53-bit uniforms), the two residual projections
  * attprojw and fcprojw with std 0.02 / sqrt(2 L). The same seed gives bit-identical models.
- * Errors: MPT_EINVAL, MPT_ESHAPE (the model's parameter count is not the config's). */
+ * Errors: MPT_EINVAL, MPT_ESHAPE (the model is not a finalised GPT of `config`). */
 MPT_API mpt_status mpt_gpt_init_weights(mpt_model *model, const mpt_gpt_config *config,
                                         uint64_t seed);
 

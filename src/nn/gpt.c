@@ -19,6 +19,7 @@ enum { PER_LAYER = 12, FIRST_LAYER_KIND = 2, LNF_KIND = 14 };
 
 #define GPT_LN_EPS 1e-5f
 #define GPT_INIT_STD 0.02
+#define GPT_SYNC_TIMEOUT_MS 600000.0 /* a host <-> device copy of up to 0.5 GB */
 
 typedef struct gpt_ctx {
   mpt_gpt_config cfg; /* padded_vocab_size filled in */
@@ -118,6 +119,27 @@ static mpt_status gpt_register(mpt_model *m, const mpt_gpt_config *c, const mpt_
   return MPT_OK;
 }
 
+/* The model must have the layout of `config`: 12 L + 4 parameters of its shapes. */
+static mpt_status gpt_model_check(mpt_model *model, const mpt_gpt_config *config,
+                                  mpt_gpt_config *c, mpt_gpt_layout *lay, const char *what) {
+  if (!model || !config) return MPT_FAIL(MPT_EINVAL, "%s: NULL model or config", what);
+  MPT_RETURN_IF(gpt_config_resolve(config, c, lay));
+  if (mpt_model_num_params(model) != PER_LAYER * c->num_layers + 4 ||
+      mpt_model_param_count(model) != lay->total || !mpt_model_params(model))
+    return MPT_FAIL(MPT_ESHAPE, "%s: the model (%d parameters, %lld floats) is not a finalised "
+                    "GPT of this config (%d parameters, %lld floats)", what,
+                    mpt_model_num_params(model), (long long)mpt_model_param_count(model),
+                    PER_LAYER * c->num_layers + 4, (long long)lay->total);
+  for (int k = 0; k < MPT_GPT_NUM_TENSORS; k++) {
+    const mpt_param_info *pi = mpt_model_param_info(model, gpt_index(c, k, 0));
+    if (pi->offset != lay->offset[k])
+      return MPT_FAIL(MPT_ESHAPE, "%s: parameter %s at offset %lld, the file has %s at %lld",
+                      what, pi->name, (long long)pi->offset, mpt_gpt_tensor_name(k),
+                      (long long)lay->offset[k]);
+  }
+  return MPT_OK;
+}
+
 /* A standard normal from two 53-bit uniforms in (0, 1) (Box-Muller); the second value of each
  * pair is kept in *spare for the next call. */
 static double normal_draw(mpt_rng *rng, double *spare, int *has_spare) {
@@ -140,7 +162,7 @@ static mpt_status sync_copy(mpt_device dst_dev, void *dst, mpt_device src_dev, c
   mpt_stream *stream = NULL;
   MPT_RETURN_IF(mpt_stream_init(&stream, dev, MPT_STREAM_INLINE));
   mpt_status st = mpt_op_memcpy(stream, dst_dev, dst, src_dev, src, nbytes);
-  mpt_status sync = mpt_stream_synchronize(stream, 60000.0);
+  mpt_status sync = mpt_stream_synchronize(stream, GPT_SYNC_TIMEOUT_MS);
   mpt_stream_free(stream);
   return st != MPT_OK ? st : sync;
 }
@@ -150,12 +172,7 @@ mpt_status mpt_gpt_init_weights(mpt_model *model, const mpt_gpt_config *config, 
   mpt_gpt_config c;
   mpt_gpt_layout lay;
   float *host = NULL;
-  if (!model || !config) return MPT_FAIL(MPT_EINVAL, "gpt init: NULL model or config");
-  MPT_RETURN_IF(gpt_config_resolve(config, &c, &lay));
-  if (mpt_model_param_count(model) != lay.total || !mpt_model_params(model))
-    return MPT_FAIL(MPT_ESHAPE, "gpt init: the model has %lld parameters (finalised: %s), the "
-                    "config %lld", (long long)mpt_model_param_count(model),
-                    mpt_model_params(model) ? "yes" : "no", (long long)lay.total);
+  MPT_RETURN_IF(gpt_model_check(model, config, &c, &lay, "gpt init"));
   /* biases 0, LayerNorm weights 1 (as registered); bumps the model's generation */
   MPT_RETURN_IF(mpt_model_init_params(model, seed));
   mpt_device dev = mpt_model_device(model);
@@ -181,8 +198,8 @@ mpt_status mpt_gpt_init_weights(mpt_model *model, const mpt_gpt_config *config, 
     for (int64_t j = 0; j < lay.count[k]; j++)
       w[j] = (float)(std * normal_draw(&rng, &spare, &has_spare));
     if (!on_cpu)
-      MPT_CHECK(sync_copy(dev, dst, mpt_device_cpu(), host,
-                              (size_t)lay.count[k] * sizeof *host), done);
+      MPT_CHECK(sync_copy(dev, dst, mpt_device_cpu(), host, (size_t)lay.count[k] * sizeof *host),
+                done);
   }
 done:
   free(host);
@@ -213,27 +230,6 @@ mpt_status mpt_model_init_gpt(mpt_model **model, mpt_device device, const mpt_gp
 fail:
   mpt_model_free(m);
   return st;
-}
-
-/* The model must have the layout of `config`: 12 L + 4 parameters of its shapes. */
-static mpt_status gpt_model_check(mpt_model *model, const mpt_gpt_config *config,
-                                  mpt_gpt_config *c, mpt_gpt_layout *lay, const char *what) {
-  if (!model || !config) return MPT_FAIL(MPT_EINVAL, "%s: NULL model or config", what);
-  MPT_RETURN_IF(gpt_config_resolve(config, c, lay));
-  if (mpt_model_num_params(model) != PER_LAYER * c->num_layers + 4 ||
-      mpt_model_param_count(model) != lay->total || !mpt_model_params(model))
-    return MPT_FAIL(MPT_ESHAPE, "%s: the model (%d parameters, %lld floats) is not a finalised "
-                    "GPT of this config (%d parameters, %lld floats)", what,
-                    mpt_model_num_params(model), (long long)mpt_model_param_count(model),
-                    PER_LAYER * c->num_layers + 4, (long long)lay->total);
-  for (int k = 0; k < MPT_GPT_NUM_TENSORS; k++) {
-    const mpt_param_info *pi = mpt_model_param_info(model, gpt_index(c, k, 0));
-    if (pi->offset != lay->offset[k])
-      return MPT_FAIL(MPT_ESHAPE, "%s: parameter %s at offset %lld, the file has %s at %lld",
-                      what, pi->name, (long long)pi->offset, mpt_gpt_tensor_name(k),
-                      (long long)lay->offset[k]);
-  }
-  return MPT_OK;
 }
 
 /* Load and save go through a host array: the flat buffer itself on the CPU, else a staged
