@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mpitrain/autograd.h"
 #include "mpitrain/comm.h"
 #include "mpitrain/ddp.h"
 #include "mpitrain/nn.h"
@@ -476,7 +477,11 @@ START_TEST(test_set_sync_applies_from_the_next_backward) {
     OK(mpt_tape_backward(tape, loss, 1.0f));
     mpt_ddp_set_sync(ddp, 0); /* pass 0: too late for this pass; pass 1: already off */
     uint64_t used = mpt_comm_sequence(g_comm) - s0;
-    OK(mpt_model_consume_grads(m)); /* no optimizer in this test: say so */
+    /* No optimizer in this test: say so. A step on the no_sync pass's gradients (this rank's
+     * alone) is refused. */
+    const mpt_status cst = mpt_model_consume_grads(m);
+    EXPECT(cst == (pass == 0 ? MPT_OK : MPT_ESTATE), "pass %d: consume_grads gave %s: %s", pass,
+           mpt_status_name(cst), mpt_last_error());
     uint64_t want = pass == 0 ? (uint64_t)nb : 0;
     EXPECT(used == want, "pass %d: %llu all-reduces, want %llu", pass, (unsigned long long)used,
            (unsigned long long)want);
@@ -599,6 +604,11 @@ START_TEST(test_ddp_misuse_is_named) {
   mpt_tape_set_grad_enabled(tape, 0);
   OK(mpt_model_forward(m, tape, xv, &out));
   mpt_tape_set_grad_enabled(tape, 1);
+  /* A forward whose backward never came is forgotten at the next zero_grad (a new step). */
+  OK(mpt_model_zero_grad(m, NULL));
+  mpt_var *l2 = forward_loss(m, tape, 0, &b, (int64_t)g_rank * PER_RANK, PER_RANK, &xt, &yt);
+  OK(mpt_tape_backward(tape, l2, 1.0f));
+  OK(mpt_model_consume_grads(m));
   mpt_ddp_free(ddp);
   /* The model changed after wrapping (here: re-initialised on every rank with its own seed). */
   OK(mpt_ddp_init(&ddp, m, g_comm, NULL, NULL));
@@ -632,6 +642,60 @@ START_TEST(test_ddp_misuse_is_named) {
 }
 END_TEST
 
+static mpt_status failing_backward(mpt_tape *tape, mpt_node *node) {
+  (void)tape;
+  (void)node;
+  return MPT_FAIL(MPT_EDEVICE, "failing_backward: the op failed on purpose");
+}
+
+/* y = x, whose backward fails: the last op before the loss, so it fails first in backward. */
+static mpt_status failing_op(mpt_tape *tape, mpt_var *x, mpt_var **y) {
+  const mpt_tensor *v = mpt_var_value(x);
+  MPT_RETURN_IF(mpt_tape_new_var(tape, v->ndim, v->shape, MPT_F32, y));
+  memcpy(mpt_var_value(*y)->data, v->data, (size_t)v->count * sizeof(float));
+  return mpt_tape_record(tape, "failing", failing_backward, &x, 1, *y, NULL);
+}
+
+/* After a backward failed, this rank's collectives may no longer pair with the other ranks'
+ * (here every rank fails alike, so the comm stays usable): DDP refuses every later pass,
+ * naming the first failure, until it is freed and the model wrapped again. */
+START_TEST(test_ddp_refuses_passes_after_a_failed_backward) {
+  expect_begin();
+  mpt_model *m = model_make(0, 8);
+  mpt_tape *tape = NULL;
+  OK(mpt_tape_init(&tape, m, NULL));
+  mpt_ddp *ddp = NULL;
+  OK(mpt_ddp_init(&ddp, m, g_comm, NULL, NULL));
+  batch b = batch_make(0, (int64_t)g_world * PER_RANK, 11);
+  mpt_tensor xt, yt;
+  OK(mpt_model_zero_grad(m, NULL));
+  mpt_var *loss = forward_loss(m, tape, 0, &b, (int64_t)g_rank * PER_RANK, PER_RANK, &xt, &yt);
+  mpt_var *bad = NULL;
+  OK(failing_op(tape, loss, &bad));
+  mpt_status st = mpt_tape_backward(tape, bad, 1.0f);
+  EXPECT(st == MPT_EDEVICE, "the failing backward gave %s", mpt_status_name(st));
+  OK(mpt_model_zero_grad(m, NULL));
+  mpt_tape_reset(tape, 1);
+  mpt_var *xv = NULL, *out = NULL;
+  OK(mpt_tape_input(tape, &xt, &xv));
+  st = mpt_model_forward(m, tape, xv, &out);
+  EXPECT(st == MPT_ESTATE && strstr(mpt_last_error(), "failed on purpose") &&
+             strstr(mpt_last_error(), "backward failed earlier"),
+         "the next forward: %s: %s", mpt_status_name(st), mpt_last_error());
+  mpt_ddp_free(ddp);
+  OK(mpt_ddp_init(&ddp, m, g_comm, NULL, NULL)); /* wrapped again: trains */
+  loss = forward_loss(m, tape, 0, &b, (int64_t)g_rank * PER_RANK, PER_RANK, &xt, &yt);
+  OK(mpt_tape_backward(tape, loss, 1.0f));
+  EXPECT(same_on_all_ranks(mpt_model_grads(m), mpt_model_param_count(m)),
+         "after wrapping again the gradients are not averaged");
+  batch_free(&b);
+  mpt_ddp_free(ddp);
+  mpt_tape_free(tape);
+  mpt_model_free(m);
+  expect_agree();
+}
+END_TEST
+
 START_TEST(test_ddp_init_rejects_bad_config) {
   mpt_model *m = model_make(0, 1);
   mpt_ddp *ddp = (mpt_ddp *)&ddp;
@@ -646,6 +710,16 @@ START_TEST(test_ddp_init_rejects_bad_config) {
   dc.timeout_ms = 0;
   ck_assert_int_eq(mpt_ddp_init(&ddp, m, g_comm, NULL, &dc), MPT_EINVAL);
   ck_assert_int_eq(mpt_ddp_init(&ddp, NULL, g_comm, NULL, NULL), MPT_EINVAL);
+  dc = mpt_ddp_config_default();
+  dc.buffers = (mpt_ddp_buffer_mode)7;
+  ck_assert_int_eq(mpt_ddp_init(&ddp, m, g_comm, NULL, &dc), MPT_EINVAL);
+  mpt_model *unfinished = NULL; /* refused before any collective: no other rank is needed */
+  mpt_linear l;
+  OK(mpt_model_init(&unfinished, mpt_device_cpu()));
+  OK(mpt_linear_add(unfinished, "fc", 2, 2, 1, &l));
+  ck_assert_int_eq(mpt_ddp_init(&ddp, unfinished, g_comm, NULL, NULL), MPT_ESTATE);
+  mpt_model_free(unfinished);
+  ck_assert_int_eq(mpt_ddp_check_batches(NULL, 1), MPT_EINVAL);
   mpt_ddp_buffer_mode mode = MPT_DDP_BUFFERS_NONE;
   ck_assert_int_eq(mpt_ddp_buffer_mode_parse("average", &mode), MPT_OK);
   ck_assert_int_eq(mode, MPT_DDP_BUFFERS_AVERAGE);
@@ -674,6 +748,7 @@ static Suite *ddp_suite(void) {
   TCase *loop = tcase_create("user_loop");
   tcase_add_loop_test(loop, test_ddp_step_with_a_call_left_out_is_an_error, 1, 8);
   tcase_add_test(loop, test_ddp_misuse_is_named);
+  tcase_add_test(loop, test_ddp_refuses_passes_after_a_failed_backward);
   suite_add_tcase(s, loop);
   return s;
 }

@@ -9,7 +9,9 @@
  *   order is MPT_ESTATE naming what is missing;
  * - a user op (scale by a learned scalar, y = s * x) recorded through autograd.h gets the
  *   gradients its backward accumulates, checked against exact values, and its parameter's
- *   grad-ready hook fires once, after its backward. */
+ *   grad-ready hook fires once, after its backward;
+ * - a view of a parameter carries its gradient and counts as a use; a backward after a step is
+ *   refused; recording refuses stale or foreign vars; sizes that overflow are errors. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -248,12 +250,119 @@ START_TEST(test_gradient_state_follows_the_step_and_names_what_is_missing) {
 }
 END_TEST
 
+/* A view of a parameter counts as a use: d/dw sum(view(w) * w) = 2w, and w's hook fires once,
+ * after both uses (a view that dropped its gradient gave w, silently). */
+START_TEST(test_view_of_a_parameter_carries_its_gradient_and_use) {
+  mpt_model *m = NULL;
+  const int64_t shape[2] = {2, 2}, flat[1] = {4};
+  int index;
+  OK(mpt_model_init(&m, mpt_device_cpu()));
+  OK(mpt_model_add_param(m, "w", 2, shape, MPT_INIT_ONES, 0, &index));
+  OK(mpt_model_finalize(m));
+  OK(mpt_model_init_params(m, 1));
+  float *w = mpt_model_params(m);
+  for (int i = 0; i < 4; i++) w[i] = (float)(i + 1);
+  mpt_tape *t = NULL;
+  OK(mpt_tape_init(&t, m, NULL));
+  recorder r = {.fail_before_forward = MPT_OK, .fail_after_backward = MPT_OK};
+  mpt_tape_set_grad_hook(t, rec_grad_ready, &r);
+  mpt_var *wv = NULL, *v = NULL, *w2 = NULL, *y = NULL, *loss = NULL;
+  OK(mpt_tape_param(t, 0, &wv));
+  OK(mpt_tape_view_var(t, wv, 1, flat, &v));
+  ck_assert_int_eq(mpt_var_requires_grad(v), 1);
+  OK(mpt_tape_view_var(t, wv, 1, flat, &w2));
+  OK(mpt_nn_mul(t, v, w2, &y));
+  OK(mpt_nn_sum(t, y, &loss));
+  OK(mpt_tape_backward(t, loss, 1.0f));
+  for (int i = 0; i < 4; i++) ck_assert_float_eq(mpt_model_grads(m)[i], 2.0f * (float)(i + 1));
+  ck_assert_str_eq(r.log, "g0");
+  mpt_tape_free(t);
+  mpt_model_free(m);
+}
+END_TEST
+
+/* A backward after an optimizer step without zero_grad (two tapes: forward on both, backward
+ * on one, step, backward on the other) is refused: it would make applied gradients "ready". */
+START_TEST(test_backward_after_a_step_is_refused) {
+  mpt_model *m = scale_model();
+  mpt_tape *a = NULL, *b = NULL;
+  mpt_optimizer *opt = NULL;
+  mpt_optimizer_config c = mpt_optimizer_config_default();
+  OK(mpt_optimizer_init(&opt, &c, mpt_device_cpu(), 1));
+  OK(mpt_tape_init(&a, m, NULL));
+  OK(mpt_tape_init(&b, m, NULL));
+  float x[3] = {1, 2, 4};
+  mpt_status st;
+  mpt_var *la = pass(m, a, x, &st);
+  OK(st);
+  mpt_var *lb = pass(m, b, x, &st);
+  OK(st);
+  OK(mpt_tape_backward(b, lb, 1.0f));
+  OK(mpt_optimizer_step_model(opt, m, NULL, 0.1f));
+  ck_assert_int_eq(mpt_tape_backward(a, la, 1.0f), MPT_ESTATE);
+  ck_assert_ptr_nonnull(strstr(mpt_last_error(), "already applied"));
+  ck_assert_int_eq(mpt_optimizer_step_model(opt, m, NULL, 0.1f), MPT_ESTATE);
+  mpt_optimizer_free(opt);
+  mpt_tape_free(a);
+  mpt_tape_free(b);
+  mpt_model_free(m);
+}
+END_TEST
+
+static mpt_status noop_backward(mpt_tape *tape, mpt_node *node) {
+  (void)tape;
+  (void)node;
+  return MPT_OK;
+}
+
+/* Recording is refused for a var kept from before mpt_tape_reset, and for an output that is
+ * not a fresh var of the op (an input, a parameter, the output of another node); sizes that
+ * overflow are errors, not tiny buffers. */
+START_TEST(test_record_refuses_stale_and_foreign_vars_and_overflow) {
+  mpt_model *m = scale_model();
+  mpt_tape *t = NULL;
+  OK(mpt_tape_init(&t, m, NULL));
+  const int64_t shape[1] = {3};
+  float x[3] = {1, 2, 3};
+  mpt_tensor xt = mpt_tensor_view(x, mpt_device_cpu(), MPT_F32, 1, shape);
+  mpt_var *s = NULL, *in = NULL, *old = NULL, *out = NULL;
+  OK(mpt_tape_param(t, 0, &s));
+  OK(mpt_tape_input(t, &xt, &in));
+  OK(user_scale(t, s, in, &old));
+  mpt_tape_reset(t, 0);
+  OK(mpt_tape_param(t, 0, &s));
+  OK(mpt_tape_new_var(t, 1, shape, MPT_F32, &out));
+  mpt_var *inputs[2] = {s, old}; /* old: a var of the last pass */
+  ck_assert_int_eq(mpt_tape_record(t, "t", noop_backward, inputs, 2, out, NULL), MPT_EINVAL);
+  ck_assert_ptr_nonnull(strstr(mpt_last_error(), "mpt_tape_reset"));
+  OK(mpt_tape_input(t, &xt, &in));
+  ck_assert_int_eq(mpt_tape_record(t, "t", noop_backward, &s, 1, in, NULL), MPT_EINVAL);
+  ck_assert_int_eq(mpt_tape_record(t, "t", noop_backward, &in, 1, s, NULL), MPT_EINVAL);
+  OK(mpt_tape_record(t, "t", noop_backward, &s, 1, out, NULL));
+  ck_assert_int_eq(mpt_tape_record(t, "t", noop_backward, &s, 1, out, NULL), MPT_EINVAL);
+  ck_assert_int_eq(mpt_tape_record(t, "t", noop_backward, &s, 1, NULL, NULL), MPT_EINVAL);
+  ck_assert_ptr_nonnull(strstr(mpt_last_error(), "NULL output"));
+  const int64_t huge[1] = {((int64_t)1 << 62) + 16}, two[2] = {(int64_t)1 << 40, (int64_t)1 << 40};
+  mpt_var *v = NULL;
+  ck_assert_int_ne(mpt_tape_new_var(t, 1, huge, MPT_F32, &v), MPT_OK);
+  ck_assert_ptr_null(v);
+  mpt_tensor tt;
+  ck_assert_int_eq(mpt_tensor_init(&tt, mpt_device_cpu(), MPT_F32, 1, huge), MPT_EINVAL);
+  ck_assert_int_eq(mpt_tensor_init(&tt, mpt_device_cpu(), MPT_F32, 2, two), MPT_EINVAL);
+  mpt_tape_free(t);
+  mpt_model_free(m);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("hooks");
   TCase *tc = tcase_create("hooks");
   tcase_add_test(tc, test_user_op_gradients_are_exact_and_accumulate);
   tcase_add_test(tc, test_hooks_run_in_order_and_only_for_training_forwards);
   tcase_add_test(tc, test_gradient_state_follows_the_step_and_names_what_is_missing);
+  tcase_add_test(tc, test_view_of_a_parameter_carries_its_gradient_and_use);
+  tcase_add_test(tc, test_backward_after_a_step_is_refused);
+  tcase_add_test(tc, test_record_refuses_stale_and_foreign_vars_and_overflow);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

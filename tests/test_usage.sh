@@ -45,6 +45,9 @@ rc=$?
   grep -q "rank 1/2" "$tmp/run.log.1" && ! grep -q "rank 0/2" "$tmp/run.log.1" &&
   grep -q "epoch   1/1" "$tmp/run.log.0" && ok ||
   bad "--log-file: status $rc; stderr: $(printf '%s' "$out" | head -n 2); files: $(ls "$tmp")"
+# a second run (a resubmitted job) appends: the first run's lines stay
+"$dir/mpirun.sh" 2 60 "$prog" $small --log-file "$tmp/run.log" >/dev/null 2>&1
+[ "$(grep -c "epoch   1/1" "$tmp/run.log.0")" -eq 2 ] && ok || bad "--log-file does not append"
 
 # ... and a failure is still named on the launcher's stderr, with the log file to read.
 out=$("$dir/mpirun.sh" 2 60 "$prog" $small --log-file "$tmp/bad.log" --checkpoint-dir /dev/null 2>&1)
@@ -141,6 +144,9 @@ out=$("$prog" $auto --checkpoint-dir "$tmp/ck" --resume auto 2>&1) # a finished 
 out=$("$prog" $auto --checkpoint-dir "$tmp/ck" --resume auto --lr 0.1 --epochs 3 2>&1)
 [ $? -eq 1 ] && has "$out" "2 option(s) differ from the run that wrote the checkpoint (--epochs 2 in the checkpointed run, 3 now; --lr 0.05 in the checkpointed run, 0.1 now)" && ok ||
   bad "--resume with other options: $(printf '%s' "$out" | grep -i error)"
+out=$("$prog" $auto --checkpoint-dir "$tmp/ck" --resume auto --no-decay-bias-norm 2>&1)
+[ $? -eq 1 ] && has "$out" "--no-decay-bias-norm 0 in the checkpointed run, 1 now" && ok ||
+  bad "--resume with --no-decay-bias-norm added: $(printf '%s' "$out" | grep -i error)"
 out=$("$prog" $auto --resume auto 2>&1)
 [ $? -eq 2 ] && has "$out" "--resume auto needs --checkpoint-dir" && ok || bad "--resume auto without a directory"
 

@@ -64,7 +64,10 @@ typedef mpt_status (*mpt_backward_fn)(mpt_tape *tape, mpt_node *node);
 MPT_API mpt_status mpt_tape_new_var(mpt_tape *tape, int ndim, const int64_t *shape,
                                     mpt_dtype dtype, mpt_var **var);
 /* A var that views `of`'s value with another shape of the same element count (reshape,
- * flatten): no copy, and it SHARES `of`'s gradient storage, so a view needs no node.
+ * flatten): no copy, and it SHARES `of`'s gradient storage. When `of` needs a gradient the
+ * view is recorded as a node (named "view", with nothing to do in backward), so the view needs
+ * a gradient too and a viewed parameter's grad-ready hook fires only after every use of the
+ * view.
  * Errors: MPT_ESHAPE (counts differ), MPT_EINVAL. */
 MPT_API mpt_status mpt_tape_view_var(mpt_tape *tape, mpt_var *of, int ndim,
                                      const int64_t *shape, mpt_var **var);

@@ -17,7 +17,11 @@
  * the first, a backward without a training forward through mpt_model_forward, a model changed
  * after wrapping (parameters re-initialised, forward replaced); and, from the model's gradient
  * state (nn.h): an optimizer step without a finished backward, a forward after a step without
- * zero_grad, zero_grad over synchronised gradients no step used. A forward in evaluation mode
+ * zero_grad, zero_grad over synchronised gradients no step used, an optimizer step on
+ * gradients that were not averaged (no_sync left on). After a backward failed on a rank, its
+ * DDP refuses every later pass (MPT_ESTATE naming the failure): that rank's collectives would
+ * no longer pair with the other ranks'. A forward whose backward never came is forgotten at
+ * the next zero_grad. A forward in evaluation mode
  * or with gradients disabled is not seen by DDP (no collective). One DDP wrapper per model.
  *
  * Buckets. Parameters are taken in reverse registration order (the order backward finalises
@@ -115,7 +119,8 @@ MPT_API mpt_status mpt_ddp_buffer_mode_parse(const char *text, mpt_ddp_buffer_mo
  * MPT_ESTATE (the model is already wrapped), comm errors. */
 MPT_API mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm,
                                 mpt_stream *compute, const mpt_ddp_config *config);
-/* Removes the hooks (the model trains alone again) and frees the engine. NULL is a no-op. */
+/* Removes the hooks (the model trains alone again) and frees the engine. Free it before the
+ * model (it reads the model's hooks). NULL is a no-op. */
 MPT_API void mpt_ddp_free(mpt_ddp *ddp);
 
 /* The bucket plan. */

@@ -131,7 +131,8 @@ MPT_API mpt_status mpt_model_replicate(const mpt_model *src, mpt_device device,
  *   a training forward with gradients    -> MPT_GRADS_PENDING (refused in state APPLIED:
  *     (mpt_model_forward, grads enabled)    the last step's gradients were not zeroed)
  *   mpt_tape_backward succeeded          -> MPT_GRADS_READY (several micro-batches may add up:
- *                                           forward/backward again from READY)
+ *                                           forward/backward again from READY; a backward is
+ *                                           refused in state APPLIED)
  *   mpt_model_consume_grads              -> MPT_GRADS_APPLIED (refused unless READY);
  *     (mpt_optimizer_step_model calls it)
  * A failed backward leaves the state PENDING. Evaluation (a forward with gradients disabled or
@@ -149,7 +150,7 @@ MPT_API mpt_grads_state mpt_model_grads_state(const mpt_model *model);
 /* Declares that a step has used the gradients (applied them, or skipped them on purpose).
  * Errors: MPT_ESTATE naming the missing call when the state is not MPT_GRADS_READY (no
  * backward since zero_grad, a forward whose backward did not finish, a second step on the same
- * gradients). */
+ * gradients), or a wrapper's refusal (DDP: gradients not averaged over the ranks). */
 MPT_API mpt_status mpt_model_consume_grads(mpt_model *model);
 /* Counts changes a wrapper must know about: it goes up when the parameters are initialised
  * (mpt_model_init_params) or the forward function is replaced (mpt_model_set_forward). DDP
@@ -167,7 +168,9 @@ MPT_API uint64_t mpt_model_generation(const mpt_model *model);
  *                    that error): the hook returns the status backward returns (DDP: waits
  *                    for the all-reduces, checks unused parameters);
  *   before_zero_grad: in mpt_model_zero_grad, before zeroing (DDP: refuses to zero averaged
- *                    gradients that no optimizer step used).
+ *                    gradients that no optimizer step used);
+ *   before_consume:  in mpt_model_consume_grads (every optimizer step), once the state is
+ *                    READY (DDP: refuses gradients that were not averaged over the ranks).
  * A hook's error is the error of the call that ran it. Any pointer may be NULL. */
 typedef struct mpt_model_hooks {
   void *user;
@@ -176,6 +179,7 @@ typedef struct mpt_model_hooks {
   void (*grad_ready)(void *user, int param_index);
   mpt_status (*after_backward)(void *user, mpt_tape *tape, mpt_status status);
   mpt_status (*before_zero_grad)(void *user);
+  mpt_status (*before_consume)(void *user);
 } mpt_model_hooks;
 
 /* Installs `hooks` (copied), or removes them with NULL. One wrapper at a time: MPT_ESTATE when

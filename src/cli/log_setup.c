@@ -20,7 +20,8 @@ mpt_status trainer_log_setup(trainer *t) {
     char path[4200];
     if (snprintf(path, sizeof path, "%s.%d", o->log_file, t->rank) >= (int)sizeof path)
       return MPT_FAIL(MPT_EINVAL, "--log-file '%s': path too long", o->log_file);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    /* Appended: a resubmitted job (--resume auto) keeps the interrupted attempt's lines. */
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0666);
     if (fd < 0)
       return MPT_FAIL(MPT_EIO, "--log-file: cannot open '%s' on rank %d: %s", path, t->rank,
                       strerror(errno));

@@ -152,7 +152,7 @@ const char *mpt_cli_usage(void) {
          "  --progress, --no-progress  progress bar (default: when stderr is a terminal)\n"
          "  --progress-interval SEC    stderr not a terminal: a progress line on rank 0 every\n"
          "                             SEC seconds (default 30; 0 = none)\n"
-         "  --log-file FILE            each rank writes its output to FILE.RANK\n"
+         "  --log-file FILE            each rank appends its output to FILE.RANK\n"
          "  --quiet                    warnings and errors only\n"
          "  --device cpu|cuda          (default: cuda when every rank sees a GPU, else cpu)\n"
          "  --conv-algo auto|im2col|onednn   convolutions: oneDNN (when built with it) or\n"

@@ -69,7 +69,7 @@ static size_t format_run_options(const mpt_cli_options *o, char *buf, size_t n) 
                    "\nbatch-size %" PRId64 "\naccumulate %d\nmax-steps %" PRId64
                    "\ntrain-limit %" PRId64 "\nsynthetic %d\nshuffle %d\ndrop-last %d\n"
                    "optimizer %s\nlr %s\nmomentum %s\nnesterov %d\nweight-decay %s\n"
-                   "schedule %s\nwarmup-steps %" PRId64 "\nstep-size %" PRId64 "\ngamma %s\n"
+                   "no-decay-bias-norm %d\nschedule %s\nwarmup-steps %" PRId64 "\nstep-size %" PRId64 "\ngamma %s\n"
                    "min-lr %s\nseed %" PRIu64 "\n",
                    o->model, strcmp(o->model, "mlp") == 0 ? hidden : "-",
                    strcmp(o->model, "cnn") == 0 ? o->cnn.batchnorm : 0, float_text(o->mlp.dropout, f[0]),
@@ -77,7 +77,7 @@ static size_t format_run_options(const mpt_cli_options *o, char *buf, size_t n) 
                    o->synthetic, o->shuffle, o->drop_last, mpt_optimizer_kind_name(o->optim.kind),
                    float_text(o->optim.lr, f[1]), float_text(o->optim.momentum, f[2]),
                    o->optim.nesterov, float_text(o->optim.weight_decay, f[3]),
-                   mpt_lr_kind_name(o->schedule.kind), (int64_t)o->schedule.warmup_steps,
+                   o->no_decay_bias_norm, mpt_lr_kind_name(o->schedule.kind), (int64_t)o->schedule.warmup_steps,
                    (int64_t)o->schedule.step_size, float_text(o->schedule.gamma, f[4]),
                    float_text(o->schedule.min_lr, f[5]), o->seed);
   return w < 0 ? 0 : (size_t)w;
@@ -239,13 +239,14 @@ void trainer_log_configuration(trainer *t) {
   else
     snprintf(sched, sizeof sched, "constant");
   mpt_log(MPT_LOG_INFO,
-          "configuration: model %s%s%s%s, dropout %g; %s, weight decay %g; schedule "
+          "configuration: model %s%s%s%s, dropout %g; %s, weight decay %g%s; schedule "
           "%s, warm-up %" PRId64 " steps; %" PRId64 " epoch(s) x %" PRId64 " steps, batch %"
           PRId64 " per rank x %d micro-batch(es), seed %" PRIu64 "; %s%s%s; timeout %g s, "
           "check-collectives %s; checkpoints %s",
           o->model, cnn ? "" : " hidden ", cnn ? "" : hidden,
           cnn ? (o->cnn.batchnorm ? " with BatchNorm2d" : " without BatchNorm") : "",
-          (double)o->mlp.dropout, optim, (double)o->optim.weight_decay, sched, (int64_t)s->warmup_steps, o->epochs,
+          (double)o->mlp.dropout, optim, (double)o->optim.weight_decay,
+          o->no_decay_bias_norm ? " (>= 2-D weights only)" : "", sched, (int64_t)s->warmup_steps, o->epochs,
           t->steps_per_epoch, o->batch_size, o->accumulate, o->seed,
           t->ddp ? "DDP" : (t->dp ? "DP" : "one process"),
           t->ddp ? (o->ddp.overlap ? " (overlap on" : " (overlap off") : "",

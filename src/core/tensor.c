@@ -41,8 +41,14 @@ static mpt_status tensor_shape(mpt_tensor *t, mpt_dtype dtype, int ndim, const i
   for (int i = 0; i < ndim; i++) {
     if (shape[i] < 0) return MPT_FAIL(MPT_EINVAL, "negative extent %lld", (long long)shape[i]);
     t->shape[i] = shape[i];
-    t->count *= shape[i];
+    if (__builtin_mul_overflow(t->count, shape[i], &t->count))
+      return MPT_FAIL(MPT_EINVAL, "tensor of %d dimensions: the element count overflows 64 bits",
+                      ndim);
   }
+  int64_t nbytes;
+  if (__builtin_mul_overflow(t->count, (int64_t)mpt_dtype_size(dtype), &nbytes))
+    return MPT_FAIL(MPT_EINVAL, "tensor of %lld %s elements: the size overflows 64 bits",
+                    (long long)t->count, mpt_dtype_name(dtype));
   for (int i = ndim; i < MPT_MAX_DIMS; i++) t->shape[i] = 1;
   return MPT_OK;
 }

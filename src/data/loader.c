@@ -190,11 +190,22 @@ mpt_status mpt_loader_init_source(mpt_loader **loader, const mpt_data_source *sr
   l->num_batches = cfg.drop_last ? n / b : (n + b - 1) / b;
   l->error = MPT_OK;
 
+  /* A batch never holds more rows than this rank's samples: size the buffers for that. */
+  const int64_t rows = b < n ? b : (n > 0 ? n : 1);
+  int64_t image_bytes, label_count;
+  if (__builtin_mul_overflow(rows, l->input_nbytes, &image_bytes) ||
+      __builtin_mul_overflow(rows, (int64_t)l->label_count, &label_count) ||
+      label_count > INT64_MAX / (int64_t)sizeof(int32_t)) {
+    st = MPT_FAIL(MPT_ENOMEM, "loader: a batch of %lld x %lld bytes does not fit in 64 bits",
+                  (long long)rows, (long long)l->input_nbytes);
+    free(l);
+    return st;
+  }
   for (int i = 0; i < 2; i++) {
     struct loader_slot *s = &l->slot[i];
-    s->images = malloc((size_t)(b * l->input_nbytes));
-    s->labels = malloc((size_t)(b * l->label_count) * sizeof(int32_t));
-    s->indices = malloc((size_t)b * sizeof(int64_t));
+    s->images = malloc((size_t)image_bytes);
+    s->labels = malloc((size_t)label_count * sizeof(int32_t));
+    s->indices = malloc((size_t)rows * sizeof(int64_t));
     if (!s->images || !s->labels || !s->indices) {
       st = MPT_FAIL(MPT_ENOMEM, "loader: cannot allocate two batches of %lld x %lld bytes",
                     (long long)b, (long long)l->input_nbytes);

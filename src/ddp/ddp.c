@@ -28,6 +28,7 @@
 
 #include "core/error.h"
 #include "ddp/ddp_stats.h"
+#include "ddp/grad_comm.h"
 #include "mpitrain/comm.h"
 #include "mpitrain/ddp.h"
 
@@ -59,7 +60,10 @@ struct mpt_ddp {
   int next_bucket;
   int sync, prepared;
   int forward_open;     /* a training forward ran; its backward has not started */
-  int synced;           /* the last backward ended with averaged gradients */
+  int synced;           /* the gradient buffer holds averaged gradients (a synchronised
+                           backward, or mpt_ddp_allreduce_grads) not yet zeroed */
+  mpt_status failed;    /* an earlier backward failed on this rank: refuse further passes */
+  char failed_detail[512];
   uint64_t generation;  /* the model's at init (mpt_model_generation) */
   float *params, *grads;
   mpt_status hook_error;
@@ -86,27 +90,6 @@ mpt_ddp_config mpt_ddp_config_default(void) {
   c.timeout_ms = 300000.0;
   c.grad_comm = MPT_DDP_GRAD_FP32;
   return c;
-}
-
-mpt_status mpt_ddp_grad_comm_parse(const char *text, mpt_ddp_grad_comm *mode) {
-  if (!text || !mode) return MPT_FAIL(MPT_EINVAL, "NULL argument");
-  if (strcmp(text, "fp32") == 0)
-    *mode = MPT_DDP_GRAD_FP32;
-  else if (strcmp(text, "bf16") == 0)
-    *mode = MPT_DDP_GRAD_BF16;
-  else
-    return MPT_FAIL(MPT_EINVAL, "unknown gradient communication '%s' (fp32 or bf16)", text);
-  return MPT_OK;
-}
-
-const char *mpt_ddp_grad_comm_name(mpt_ddp_grad_comm mode) {
-  switch (mode) {
-    case MPT_DDP_GRAD_FP32:
-      return "fp32";
-    case MPT_DDP_GRAD_BF16:
-      return "bf16";
-  }
-  return "unknown";
 }
 
 mpt_status mpt_ddp_buffer_mode_parse(const char *text, mpt_ddp_buffer_mode *mode) {
@@ -283,6 +266,7 @@ static mpt_status hook_before_backward(void *user, mpt_tape *tape);
 static void grad_ready_hook(void *user, int param_index);
 static mpt_status hook_after_backward(void *user, mpt_tape *tape, mpt_status status);
 static mpt_status hook_before_zero_grad(void *user);
+static mpt_status hook_before_consume(void *user);
 
 mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm, mpt_stream *compute,
                         const mpt_ddp_config *config) {
@@ -300,6 +284,16 @@ mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm, mpt_str
        mpt_stream_device(mpt_comm_stream(comm)).type != MPT_DEVICE_CPU))
     return MPT_FAIL(MPT_ENOTSUP, "bf16 gradient communication needs the gradients in host memory "
                     "and the mpi comm backend on cpu (this model or comm is on a device)");
+  if (cfg.buffers != MPT_DDP_BUFFERS_BROADCAST && cfg.buffers != MPT_DDP_BUFFERS_AVERAGE &&
+      cfg.buffers != MPT_DDP_BUFFERS_NONE)
+    return MPT_FAIL(MPT_EINVAL, "buffer mode %d is not broadcast, average or none",
+                    (int)cfg.buffers);
+  /* Refused before any collective, so a rank that wraps twice fails alone and at once. */
+  if (mpt_model_num_params(model) > 0 && !mpt_model_params(model))
+    return MPT_FAIL(MPT_ESTATE, "mpt_ddp_init: the model is not finalised (mpt_model_finalize)");
+  if (mpt_model_get_hooks(model))
+    return MPT_FAIL(MPT_ESTATE, "mpt_ddp_init: the model is already wrapped (one DDP wrapper "
+                    "per model; free the first one)");
   mpt_ddp *d = calloc(1, sizeof *d);
   if (!d) return MPT_FAIL(MPT_ENOMEM, "cannot allocate the DDP engine");
   d->model = model;
@@ -359,7 +353,8 @@ mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm, mpt_str
                                  .before_backward = hook_before_backward,
                                  .grad_ready = grad_ready_hook,
                                  .after_backward = hook_after_backward,
-                                 .before_zero_grad = hook_before_zero_grad};
+                                 .before_zero_grad = hook_before_zero_grad,
+                                 .before_consume = hook_before_consume};
   MPT_CHECK(mpt_model_set_hooks(model, &hooks), fail);
   *ddp = d;
   return MPT_OK;
@@ -429,6 +424,7 @@ mpt_status mpt_ddp_sync_buffers(mpt_ddp *d) {
 }
 
 mpt_status mpt_ddp_check_batches(mpt_ddp *d, int64_t local_batches) {
+  if (!d) return MPT_FAIL(MPT_EINVAL, "mpt_ddp_check_batches: NULL DDP engine");
   int world = mpt_comm_world_size(d->comm);
   if (local_batches < 0 || local_batches > INT32_MAX)
     return MPT_FAIL(MPT_EINVAL, "batch count %" PRId64 " out of range", local_batches);
@@ -491,10 +487,8 @@ static mpt_status bucket_to_bf16(void *arg) {
 static mpt_status bucket_from_bf16(void *arg) {
   bucket_arg *a = arg;
   const mpt_ddp_bucket_info *bk = &a->ddp->buckets[a->bucket];
-  const float w = (float)mpt_comm_world_size(a->ddp->comm);
-  const uint16_t *src = a->ddp->wire + bk->offset;
-  float *g = a->ddp->grads + bk->offset;
-  for (int64_t i = 0; i < bk->count; i++) g[i] = mpt_bf16_to_f32(src[i]) / w;
+  mpt__ddp_bf16_widen_avg(a->ddp->wire + bk->offset, a->ddp->grads + bk->offset, bk->count,
+                          mpt_comm_world_size(a->ddp->comm));
   return MPT_OK;
 }
 
@@ -684,7 +678,7 @@ static mpt_status finalize(mpt_ddp *d) {
 mpt_status mpt_ddp_allreduce_grads(mpt_ddp *d) {
   if (!d) return MPT_FAIL(MPT_EINVAL, "NULL DDP engine");
   if (d->prepared)
-    return MPT_FAIL(MPT_ESTATE, "mpt_ddp_allreduce_grads between prepare_backward and finalize");
+    return MPT_FAIL(MPT_ESTATE, "mpt_ddp_allreduce_grads during a backward pass");
   MPT_RETURN_IF(pass_begin(d));
   d->next_bucket = 0;
   d->hook_error = MPT_OK;
@@ -696,7 +690,9 @@ mpt_status mpt_ddp_allreduce_grads(mpt_ddp *d) {
   if (d->hook_error != MPT_OK) return drain_launched(d, d->hook_error);
   MPT_RETURN_IF(mpt_event_record(d->done_event, d->comm_stream));
   MPT_RETURN_IF(wait_done(d));
-  return pass_end(d, 0);
+  MPT_RETURN_IF(pass_end(d, 0));
+  d->synced = 1;
+  return MPT_OK;
 }
 
 mpt_ddp_stats mpt_ddp_get_stats(mpt_ddp *d) {
@@ -712,10 +708,21 @@ void mpt_ddp_reset_stats(mpt_ddp *d) {
 
 /* ---- the hooks on the model (installed by mpt_ddp_init) ---- */
 
+/* After a backward failed on this rank, its collectives no longer match the other ranks': a
+ * further pass would pair this rank's all-reduces with the others' of another step. */
+static mpt_status refuse_if_failed(const mpt_ddp *d) {
+  if (d->failed == MPT_OK) return MPT_OK;
+  return MPT_FAIL(MPT_ESTATE, "DDP: a backward failed earlier on rank %d (%s: %s); this rank's "
+                  "collectives no longer line up with the other ranks': end the job "
+                  "(mpt_comm_abort), or free the DDP and wrap the model again on every rank",
+                  mpt_comm_rank(d->comm), mpt_status_name(d->failed), d->failed_detail);
+}
+
 /* Before a training forward: refuse misuse, then synchronise the buffers (collective). */
 static mpt_status hook_before_forward(void *user, mpt_tape *tape) {
   mpt_ddp *d = user;
   (void)tape;
+  MPT_RETURN_IF(refuse_if_failed(d));
   if (d->forward_open)
     return MPT_FAIL(MPT_ESTATE, "DDP: a second training forward before the backward of the "
                     "first (each forward needs its backward; for several micro-batches per step "
@@ -733,6 +740,7 @@ static mpt_status hook_before_forward(void *user, mpt_tape *tape) {
 
 static mpt_status hook_before_backward(void *user, mpt_tape *tape) {
   mpt_ddp *d = user;
+  MPT_RETURN_IF(refuse_if_failed(d));
   if (!d->forward_open)
     return MPT_FAIL(MPT_ESTATE, "DDP: backward without a training forward through "
                     "mpt_model_forward (or a second backward for one forward): the pass was "
@@ -747,15 +755,20 @@ static mpt_status hook_after_backward(void *user, mpt_tape *tape, mpt_status sta
   mpt_ddp *d = user;
   (void)tape;
   d->synced = 0;
-  if (status != MPT_OK) {
-    if (!d->prepared) return status;
+  if (status == MPT_OK) {
+    const int syncing = d->prepared;
+    status = finalize(d);
+    if (status == MPT_OK) {
+      d->synced = syncing;
+      return MPT_OK;
+    }
+  } else if (d->prepared) {
     d->prepared = 0;
-    return drain_launched(d, status);
+    status = drain_launched(d, status);
   }
-  const int syncing = d->prepared;
-  MPT_RETURN_IF(finalize(d));
-  d->synced = syncing;
-  return MPT_OK;
+  d->failed = status;
+  snprintf(d->failed_detail, sizeof d->failed_detail, "%s", mpt_last_error());
+  return status;
 }
 
 static mpt_status hook_before_zero_grad(void *user) {
@@ -765,5 +778,17 @@ static mpt_status hook_before_zero_grad(void *user) {
                     "used (call mpt_optimizer_step_model after backward; to skip a step on "
                     "purpose, say so with mpt_model_consume_grads)");
   d->synced = 0;
+  d->forward_open = 0; /* a new step: a forward whose backward never came is forgotten */
   return MPT_OK;
+}
+
+/* Before an optimizer step (or a deliberate skip) uses the gradients: they must be averaged. */
+static mpt_status hook_before_consume(void *user) {
+  mpt_ddp *d = user;
+  if (d->synced) return MPT_OK;
+  return MPT_FAIL(MPT_ESTATE, "DDP: an optimizer step on gradients that were not averaged over "
+                  "the ranks on rank %d (the last backward ran under no_sync, i.e. "
+                  "mpt_ddp_set_sync(ddp, 0); or DataParallel's gradients were not all-reduced "
+                  "with mpt_ddp_allreduce_grads): the replicas would diverge",
+                  mpt_comm_rank(d->comm));
 }

@@ -345,6 +345,8 @@ mpt_status mpt_model_consume_grads(mpt_model *model) {
   if (!model) return MPT_FAIL(MPT_EINVAL, "model_consume_grads: NULL model");
   switch (model->grads_state) {
     case MPT_GRADS_READY:
+      if (model->has_hooks && model->hooks.before_consume)
+        MPT_RETURN_IF(model->hooks.before_consume(model->hooks.user));
       model->grads_state = MPT_GRADS_APPLIED;
       return MPT_OK;
     case MPT_GRADS_ZERO:

@@ -142,13 +142,6 @@ mpt_status mpt_nn_relu(mpt_tape *tape, mpt_var *x, mpt_var **y) {
   return MPT_OK;
 }
 
-/* The view shares the input's gradient storage (mpt_var_grad_acc): nothing to add here. */
-static mpt_status flatten_backward(mpt_tape *tape, mpt_node *node) {
-  (void)tape;
-  (void)node;
-  return MPT_OK;
-}
-
 mpt_status mpt_nn_flatten(mpt_tape *tape, mpt_var *x, mpt_var **y) {
   if (!tape || !y) return MPT_FAIL(MPT_EINVAL, "flatten: NULL tape or output");
   *y = NULL;
@@ -161,9 +154,7 @@ mpt_status mpt_nn_flatten(mpt_tape *tape, mpt_var *x, mpt_var **y) {
   for (int d = 1; d < mpt_var_value(x)->ndim; d++) inner *= mpt_var_value(x)->shape[d];
   const int64_t shape[2] = {mpt_var_value(x)->shape[0], inner};
   mpt_var *o = NULL;
-  MPT_RETURN_IF(mpt_tape_view_var(tape, x, 2, shape, &o));
-  if (mpt_tape_needs_grad(tape, &x, 1))
-    MPT_RETURN_IF(mpt_tape_record(tape, "flatten", flatten_backward, &x, 1, o, NULL));
+  MPT_RETURN_IF(mpt_tape_view_var(tape, x, 2, shape, &o)); /* a node when x needs a grad */
   *y = o;
   return MPT_OK;
 }

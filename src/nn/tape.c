@@ -35,11 +35,15 @@
 /* Deadline for host waits on the tape's stream (mpt_var_item, arena consolidation). */
 #define TAPE_SYNC_TIMEOUT_MS 600000.0
 
+/* What made a var: only the vars an op made (new, or a view) may be a node's output. */
+enum { VAR_NEW, VAR_VIEW, VAR_INPUT, VAR_PARAM };
+
 struct mpt_var {
   mpt_tensor value;
   mpt_tensor grad;   /* data NULL until backward first needs it */
   int requires_grad;
   int param_index;   /* -1 unless this is a parameter's var */
+  int kind;          /* VAR_* */
 };
 
 struct mpt_node {
@@ -280,6 +284,7 @@ void mpt_tape_set_grad_hook(mpt_tape *tape, mpt_grad_ready_fn fn, void *user) {
 }
 
 uint64_t mpt_tape_next_seed(mpt_tape *tape) {
+  if (!tape) return 0;
   /* splitmix64 finaliser of (seed, counter): distinct, well-mixed seeds per dropout op. */
   uint64_t z = tape->seed + (++tape->seed_counter) * 0x9e3779b97f4a7c15ULL;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -312,11 +317,23 @@ mpt_status mpt_tape_new_var(mpt_tape *tape, int ndim, const int64_t *shape, mpt_
                       mpt_shape_str(ndim, shape, buf, sizeof buf));
   void *data = NULL;
   var_slot *slot = NULL;
-  MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)count * mpt_dtype_size(dtype), &data));
+  size_t nbytes;
+  if (__builtin_mul_overflow((size_t)count, mpt_dtype_size(dtype), &nbytes))
+    return MPT_FAIL(MPT_ENOMEM, "tape_new_var: %s of %s needs more bytes than size_t holds",
+                    mpt_shape_str(ndim, shape, buf, sizeof buf), mpt_dtype_name(dtype));
+  MPT_RETURN_IF(mpt_tape_alloc(tape, nbytes, &data));
   MPT_RETURN_IF(new_slot(tape, &slot));
   slot->var.value = mpt_tensor_view(data, tape->device, dtype, ndim, shape);
   slot->var.grad = mpt_tensor_view(NULL, tape->device, MPT_F32, ndim, shape);
+  slot->var.kind = VAR_NEW;
   *var = &slot->var;
+  return MPT_OK;
+}
+
+/* The view shares its base's gradient storage (mpt_var_grad_acc): nothing to add here. */
+static mpt_status view_backward(mpt_tape *tape, mpt_node *node) {
+  (void)tape;
+  (void)node;
   return MPT_OK;
 }
 
@@ -340,7 +357,13 @@ mpt_status mpt_tape_view_var(mpt_tape *tape, mpt_var *of, int ndim, const int64_
                                     shape);
   slot->var.grad = mpt_tensor_view(NULL, of->value.device, MPT_F32, ndim, shape);
   slot->of = (var_slot *)of;
+  slot->var.kind = VAR_VIEW;
   *var = &slot->var;
+  /* A view of a value that needs a gradient is a node (whose backward has nothing to do: the
+   * gradient storage is shared): the view then needs a gradient too, and a parameter viewed
+   * counts one use that is released only after every consumer of the view has run. */
+  if (mpt_tape_needs_grad(tape, &of, 1))
+    return mpt_tape_record(tape, "view", view_backward, &of, 1, *var, NULL);
   return MPT_OK;
 }
 
@@ -357,6 +380,7 @@ mpt_status mpt_tape_input(mpt_tape *tape, const mpt_tensor *value, mpt_var **var
   MPT_RETURN_IF(new_slot(tape, &slot));
   slot->var.value = *value;
   slot->var.value.owns_data = 0; /* borrowed */
+  slot->var.kind = VAR_INPUT;
   slot->var.grad = mpt_tensor_view(NULL, value->device, MPT_F32, value->ndim, value->shape);
   *var = &slot->var;
   return MPT_OK;
@@ -404,6 +428,7 @@ mpt_status mpt_tape_param(mpt_tape *tape, int index, mpt_var **var) {
   slot->var.grad = mpt_model_grad(tape->model, index);
   slot->var.requires_grad = 1;
   slot->var.param_index = index;
+  slot->var.kind = VAR_PARAM;
   tape->param_vars[index] = &slot->var;
   *var = &slot->var;
   return MPT_OK;
@@ -471,15 +496,28 @@ mpt_status mpt_tape_record(mpt_tape *tape, const char *name, mpt_backward_fn bac
                             mpt_var *const *inputs, int ninputs, mpt_var *output,
                             mpt_node **node) {
   if (node) *node = NULL;
-  if (!tape || !backward || !output || ninputs < 0 || ninputs > MPT_NODE_MAX_INPUTS ||
-      (ninputs > 0 && !inputs))
-    return MPT_FAIL(MPT_EINVAL, "tape_record '%s': bad arguments (%d inputs, max %d)",
-                    name ? name : "?", ninputs, MPT_NODE_MAX_INPUTS);
+  if (!tape || !backward || !output)
+    return MPT_FAIL(MPT_EINVAL, "tape_record '%s': NULL %s", name ? name : "?",
+                    !tape ? "tape" : !backward ? "backward function" : "output");
+  if (ninputs < 0 || ninputs > MPT_NODE_MAX_INPUTS || (ninputs > 0 && !inputs))
+    return MPT_FAIL(MPT_EINVAL, "tape_record '%s': %d inputs (0..%d, and a NULL array only for "
+                    "0)", name ? name : "?", ninputs, MPT_NODE_MAX_INPUTS);
   if (!tape->grad_enabled)
     return MPT_FAIL(MPT_ESTATE, "tape_record '%s': gradients are disabled on this tape",
                     name ? name : "?");
+  const char *op = name ? name : "?";
+  if (!var_is_live(tape, output) || (output->kind != VAR_NEW && output->kind != VAR_VIEW) ||
+      output->requires_grad)
+    return MPT_FAIL(MPT_EINVAL, "tape_record '%s': the output must be a var the op made in this "
+                    "pass with mpt_tape_new_var (or a view), not yet recorded: not an input, a "
+                    "parameter, a var from before mpt_tape_reset or another node's output", op);
   for (int i = 0; i < ninputs; i++) {
     const mpt_var *in = inputs[i];
+    if (in && !var_is_live(tape, in))
+      return MPT_FAIL(MPT_EINVAL, "tape_record '%s': input %d is not a var of this tape's "
+                      "current pass (kept from before mpt_tape_reset, or of another tape)", op, i);
+    if (in == output)
+      return MPT_FAIL(MPT_EINVAL, "tape_record '%s': input %d is the output itself", op, i);
     if (in && in->param_index >= 0 &&
         (in->param_index >= tape->nparams || tape->param_vars[in->param_index] != in))
       return MPT_FAIL(MPT_EINVAL, "tape_record '%s': input %d is parameter %d's var from "
@@ -522,6 +560,9 @@ mpt_status mpt_tape_backward(mpt_tape *tape, mpt_var *loss, float scale) {
   if (!loss->requires_grad || loss_node < 0)
     return MPT_FAIL(MPT_ESTATE, "tape_backward: the loss was not recorded on this tape (no "
                     "input needed a gradient, or gradients were disabled)");
+  if (mpt_model_grads_state(tape->model) == MPT_GRADS_APPLIED)
+    return MPT_FAIL(MPT_ESTATE, "tape_backward: the model's gradients were already applied by an "
+                    "optimizer step (call mpt_model_zero_grad before the next forward)");
   tape->backward_done = 1;
   const mpt_model_hooks *hooks = tape->model_hooks ? mpt_model_get_hooks(tape->model) : NULL;
   if (hooks && hooks->before_backward) MPT_RETURN_IF(hooks->before_backward(hooks->user, tape));
