@@ -277,6 +277,38 @@ START_TEST(test_bf16_rounding_is_nearest_even_and_keeps_nan) {
     float f = mpt_bf16_to_f32((uint16_t)h);
     if (!isnan(f)) ck_assert_uint_eq(mpt_bf16_from_f32(f), h);
   }
+  /* The vectorised array forms give the scalar rounding's bits (a NaN sum: a NaN, whichever
+   * operand's payload): every bf16 value (NaNs and infinities included) against a spread of
+   * others, float32 bit patterns of every kind, a length that is not a multiple of 32. */
+  enum { M = 0x10000 + 7 };
+  uint16_t *a = malloc(sizeof(uint16_t) * M), *b = malloc(sizeof(uint16_t) * M);
+  float *f = malloc(sizeof(float) * M);
+  ck_assert(a && b && f);
+  for (uint32_t k = 0; k < 3; k++) {
+    for (uint32_t i = 0; i < M; i++) {
+      a[i] = (uint16_t)i;
+      b[i] = (uint16_t)(i * 40503u + k * 7919u);
+      f[i] = bits_f32(i * 2654435761u + k); /* any float32 bits, NaN payloads included */
+    }
+    uint16_t *sum = malloc(sizeof(uint16_t) * M), *rnd = malloc(sizeof(uint16_t) * M);
+    ck_assert(sum && rnd);
+    memcpy(sum, b, sizeof(uint16_t) * M);
+    mpt_bf16_add_array(a, sum, M);
+    mpt_bf16_round_array(f, rnd, M);
+    for (uint32_t i = 0; i < M; i++) {
+      uint16_t want = mpt_bf16_from_f32(mpt_bf16_to_f32(a[i]) + mpt_bf16_to_f32(b[i]));
+      const int nan = isnan(mpt_bf16_to_f32(want)); /* any NaN: the payload may follow either */
+      if (nan ? !isnan(mpt_bf16_to_f32(sum[i])) : sum[i] != want)
+        ck_abort_msg("add %#x + %#x: %#x, want %#x", a[i], b[i], sum[i], want);
+      if (rnd[i] != mpt_bf16_from_f32(f[i]))
+        ck_abort_msg("round element %u: %#x, want %#x", i, rnd[i], mpt_bf16_from_f32(f[i]));
+    }
+    free(sum);
+    free(rnd);
+  }
+  free(a);
+  free(b);
+  free(f);
 }
 END_TEST
 

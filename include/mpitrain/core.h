@@ -250,6 +250,9 @@ MPT_API uint16_t mpt_bf16_from_f32(float x);
 MPT_API float mpt_bf16_to_f32(uint16_t h);
 MPT_API void mpt_bf16_round_array(const float *src, uint16_t *dst, int64_t n);
 MPT_API void mpt_bf16_widen_array(const uint16_t *src, float *dst, int64_t n);
+/* b[i] = bfloat16(float32(a[i]) + float32(b[i])), rounded as mpt_bf16_from_f32, for i < n: one
+ * step of a bfloat16 sum (the comm layer's MPI reduction). a and b must not overlap. */
+MPT_API void mpt_bf16_add_array(const uint16_t *a, uint16_t *b, int64_t n);
 
 #define MPT_MAX_DIMS 6
 

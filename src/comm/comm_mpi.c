@@ -107,13 +107,11 @@ static void float_max(void *in, void *inout, int *len, MPI_Datatype *type) {
 
 /* bfloat16 SUM on 2-byte elements (comm.h "bfloat16"): each pairwise step widens both operands
  * (exact), adds in float32 and rounds to nearest even (one rounding of relative error <= 2^-8
- * per step; NaN stays NaN). Commutative bit for bit, so MPI may order the operands freely. */
+ * per step; NaN stays NaN). Commutative bit for bit (but for which NaN payload survives), so MPI
+ * may order the operands freely. The loop is core's vectorised mpt_bf16_add_array. */
 static void bf16_add(void *in, void *inout, int *len, MPI_Datatype *type) {
   (void)type;
-  const uint16_t *a = in;
-  uint16_t *b = inout;
-  for (int i = 0; i < *len; i++)
-    b[i] = mpt_bf16_from_f32(mpt_bf16_to_f32(a[i]) + mpt_bf16_to_f32(b[i]));
+  mpt_bf16_add_array(in, inout, *len);
 }
 
 /* ---- helpers shared with the bootstrap --------------------------------------------------- */
