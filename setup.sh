@@ -18,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 packages=(build-essential autoconf automake libtool pkg-config openmpi-bin libopenmpi-dev
-          libopenblas-dev libdnnl-dev zlib1g-dev check dataset-fashion-mnist
+          libopenblas-dev libdnnl-dev zlib1g-dev check dataset-fashion-mnist fortunes
           slurmctld slurmd slurm-client munge iproute2 clang libclang-rt-14-dev groff-base)
 case ${1:-} in ''|check|bench) ;; *) echo "usage: ./setup.sh [check|bench]" >&2; exit 2 ;; esac
 # The benchmarks' extra packages: only for ./setup.sh bench (the tests never need them).

@@ -75,6 +75,8 @@ int main(int argc, char **argv) {
   const double min_accuracy = argc > 3 ? atof(argv[3]) : 0.0;
   TRY(mpt_comm_init(&comm, NULL));
   const int rank = mpt_comm_rank(comm), world = mpt_comm_world_size(comm);
+  /* BLAS threads: this host's cores shared by its ranks (else they fight over the cores). */
+  TRY(mpt_cpu_set_threads(mpt_cpu_threads_per_rank(mpt_comm_local_size(comm), 1)));
 
   mpt_dataset train, test;
   mpt_dataset_config dc = mpt_dataset_config_default();

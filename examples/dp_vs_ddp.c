@@ -65,6 +65,9 @@ static result train(const mpt_dataset *ds, int steps, int world, int ndev, float
   mpt_loader *loader;
   TRY(mpt_sampler_init(&sampler, ds->count, &sc));
   TRY(mpt_loader_init(&loader, ds, sampler, &lc));
+  /* BLAS threads: the cores shared by this host's ranks (DDP) or by the DP devices. */
+  TRY(mpt_cpu_set_threads(ndev ? mpt_cpu_threads_per_rank(1, ndev)
+                               : mpt_cpu_threads_per_rank(mpt_comm_local_size(comm), 1)));
   mpt_ddp *ddp = NULL;
   mpt_dp *dp = NULL;
   mpt_tape *tape = NULL;
@@ -77,7 +80,7 @@ static result train(const mpt_dataset *ds, int steps, int world, int ndev, float
   const double t0 = mpt_time_ms();
   for (int step = 0; step < steps; step++) {
     mpt_batch b;
-    if (mpt_loader_next(loader, &b) != MPT_OK) TRY(MPT_ESTATE); /* STEPS too large */
+    if (mpt_loader_next(loader, &b) != MPT_OK) TRY(mpt_error_set(MPT_EIO, "no batch %d", step));
     float loss;
     int64_t correct = 0;
     TRY(mpt_model_zero_grad(model, NULL));
@@ -123,11 +126,21 @@ int main(int argc, char **argv) {
   const int steps = argc > 1 ? atoi(argv[1]) : 100;
   TRY(mpt_comm_init(&comm, NULL));
   const int rank = mpt_comm_rank(comm), world = mpt_comm_world_size(comm);
-  if (world > MPT_DP_MAX_DEVICES || steps < 2) TRY(mpt_error_set(MPT_EINVAL, "bad arguments"));
+  if (world > MPT_DP_MAX_DEVICES || steps < 2) {
+    fprintf(stderr, "dp_vs_ddp: STEPS must be >= 2 (got %d), ranks at most %d (got %d)\n",
+            steps, MPT_DP_MAX_DEVICES, world);
+    mpt_comm_abort(comm, 2);
+  }
   mpt_dataset ds;
   mpt_dataset_config dc = mpt_dataset_config_default();
   dc.limit = (int64_t)steps * world * PER_DEVICE;
   TRY(mpt_dataset_load_fashion_mnist(NULL, "train", &dc, &ds));
+  if (ds.count < dc.limit) { /* one epoch at most */
+    fprintf(stderr, "dp_vs_ddp: STEPS %d needs %lld samples, the training set has %lld: at most "
+            "%lld steps with %d ranks\n", steps, (long long)dc.limit, (long long)ds.count,
+            (long long)(ds.count / (world * PER_DEVICE)), world);
+    mpt_comm_abort(comm, 2);
+  }
 
   mpt_cnn_config cc = mpt_cnn_config_default();
   mpt_model *shape;

@@ -1,5 +1,5 @@
 /* Writes the seed corpus of the fuzz targets: `make_seeds DIR` fills DIR/fuzz_idx,
- * DIR/fuzz_ckpt and DIR/fuzz_cli (they must exist) with small valid and nearly-valid inputs.
+ * DIR/fuzz_ckpt, DIR/fuzz_cli and DIR/fuzz_llmc (they must exist) with small valid and nearly-valid inputs.
  * The committed corpus (fuzz/corpus/) was made with it (fuzz/build.sh builds it); libFuzzer
  * starts from these files, so it begins with inputs that pass the header checks.
  * Checkpoints are written with mpt_ckpt_save for fuzz_common.h's model, so they load in
@@ -219,14 +219,44 @@ static int cli_seeds(void) {
   return bad;
 }
 
+/* fuzz_llmc: token shards (valid, a token >= 256, truncated, empty) and tiny model files
+ * (valid, truncated), written by the library's own writers into the seed folder. */
+static int llmc_seeds(void) {
+  char path[1024];
+  uint16_t tok[50];
+  for (int i = 0; i < 50; i++) tok[i] = (uint16_t)(i * 37 % 256);
+  int bad = 0;
+  snprintf(path, sizeof path, "%s/fuzz_llmc/shard_50", dir);
+  bad |= mpt_token_shard_write(path, tok, 50) != MPT_OK;
+  tok[7] = 300;
+  snprintf(path, sizeof path, "%s/fuzz_llmc/shard_token_300", dir);
+  bad |= mpt_token_shard_write(path, tok, 50) != MPT_OK;
+  snprintf(path, sizeof path, "%s/fuzz_llmc/shard_truncated", dir);
+  bad |= mpt_token_shard_write(path, tok, 50) != MPT_OK || truncate(path, 1024 + 99) != 0;
+  snprintf(path, sizeof path, "%s/fuzz_llmc/shard_empty", dir);
+  bad |= mpt_token_shard_write(path, NULL, 0) != MPT_OK;
+  mpt_gpt_config c = {4, 10, 1, 1, 2, 0};
+  mpt_gpt_layout lay;
+  bad |= mpt_gpt_layout_compute(&c, &lay) != MPT_OK;
+  float p[400];
+  for (int i = 0; i < 400; i++) p[i] = (float)i * 0.25f - 3.0f;
+  snprintf(path, sizeof path, "%s/fuzz_llmc/model_tiny", dir);
+  bad |= lay.total > 400 || mpt_gpt_file_write(path, &c, p) != MPT_OK;
+  snprintf(path, sizeof path, "%s/fuzz_llmc/model_truncated", dir);
+  bad |= mpt_gpt_file_write(path, &c, p) != MPT_OK || truncate(path, 1024 + 4 * lay.total - 4) != 0;
+  if (bad) fprintf(stderr, "make_seeds: fuzz_llmc seeds: %s\n", mpt_last_error());
+  return bad;
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
-    fprintf(stderr, "usage: make_seeds DIR (with DIR/fuzz_idx, fuzz_ckpt, fuzz_cli)\n");
+    fprintf(stderr, "usage: make_seeds DIR (with DIR/fuzz_idx, fuzz_ckpt, fuzz_cli, fuzz_llmc)\n");
     return 2;
   }
   dir = argv[1];
   int bad = idx_seeds();
   bad |= ckpt_seeds();
   bad |= cli_seeds();
+  bad |= llmc_seeds();
   return bad ? 1 : 0;
 }

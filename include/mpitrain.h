@@ -4,13 +4,16 @@
 
 #include "mpitrain/core.h"
 #include "mpitrain/ops.h"
+#include "mpitrain/ops_gpt.h"
 #include "mpitrain/nn.h"
 #include "mpitrain/autograd.h"
+#include "mpitrain/transformer.h"
 #include "mpitrain/data.h"
 #include "mpitrain/optim.h"
 #include "mpitrain/comm.h"
 #include "mpitrain/ddp.h"
 #include "mpitrain/ckpt.h"
+#include "mpitrain/gpt_file.h"
 #include "mpitrain/dp.h"
 
 #endif

@@ -326,6 +326,134 @@ MPT_API mpt_status mpt_data_source_read(const mpt_data_source *source, int64_t i
 MPT_API mpt_status mpt_loader_init_source(mpt_loader **loader, const mpt_data_source *source,
                                           mpt_sampler *sampler, const mpt_loader_config *config);
 
+/* ------------------------------------------------------------------------------------------ */
+/* Token shards (the llm.c format)                                                            */
+
+/* Format (karpathy/llm.c, dev/data/data_common.py write_datafile): a header of 256
+ * little-endian int32 (1024 bytes): [0] magic 20240520, [1] version 1, [2] the token count N
+ * (0 <= N <= 2^31 - 1), the other slots 0 (not checked when reading); then N little-endian
+ * uint16 token ids. The file is exactly 1024 + 2 N bytes. Offsets are 64-bit: a shard of up to
+ * 2^31 - 1 tokens (4 GiB) is read in chunks. */
+#define MPT_SHARD_MAGIC 20240520
+#define MPT_SHARD_VERSION 1
+#define MPT_SHARD_HEADER_NBYTES 1024
+#define MPT_SHARD_MAX_TOKENS 2147483647LL
+
+typedef struct mpt_token_shard {
+  int64_t count;    /* N */
+  uint16_t *tokens; /* [N], owned (free with mpt_token_shard_free); NULL when N is 0 */
+} mpt_token_shard;
+
+/* Reads and checks a shard's header against the file: *count = N. Reads 1024 bytes only.
+ * Errors (the detail names the file): MPT_ENOENT missing; MPT_EIO cannot open or read, not a
+ * regular file; MPT_EFORMAT shorter than the header, wrong magic (names it, and the model
+ * file's magic 20240326 as such), wrong version, a negative count, a size other than
+ * 1024 + 2 N (names both sizes: a truncated shard or bytes after the data). */
+MPT_API mpt_status mpt_token_shard_read_header(const char *path, int64_t *count);
+/* Reads a whole shard into memory (in chunks of 1 MiB) and checks every token id against
+ * `vocab_size` (1 .. 65536). Errors: those of mpt_token_shard_read_header; MPT_EFORMAT a token
+ * id >= vocab_size (names the file, the token's index, its byte offset and value); MPT_EIO a
+ * read that fails or comes short (the file shrank); MPT_EINVAL bad arguments; MPT_ENOMEM.
+ * On error *shard is zeroed. */
+MPT_API mpt_status mpt_token_shard_read(const char *path, int vocab_size, mpt_token_shard *shard);
+/* Frees the tokens and zeroes the struct. NULL or a zeroed struct is a no-op. */
+MPT_API void mpt_token_shard_free(mpt_token_shard *shard);
+/* Writes `count` tokens (0 .. MPT_SHARD_MAX_TOKENS) as a shard, atomically: a temporary file
+ * "<path>.tmp.<pid>" that is fsynced and then renamed over `path` (and the directory fsynced),
+ * so `path` is never a partial shard. Errors: MPT_EINVAL (count out of range, NULL tokens with
+ * count > 0, empty path); MPT_EIO naming the step that failed. */
+MPT_API mpt_status mpt_token_shard_write(const char *path, const uint16_t *tokens, int64_t count);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Language-model data: windows over token shards, for DDP                                    */
+
+/* The shards matching a glob (sorted by name, as glob(3) returns them) read as a sequence of
+ * windows of B T + 1 tokens, as in llm.c's data loader: window w of a shard starts at token
+ * w B T and holds the inputs x = tokens[0 .. B T) and the next-token targets
+ * y = tokens[1 .. B T + 1), each seen as [B, T] (consecutive windows share one token). A
+ * shard of N tokens has floor((N - 1) / (B T)) windows (none if N <= B T); windows never
+ * cross shard boundaries; windows are numbered over the shards in order. Each rank draws the
+ * windows through an mpt_sampler over the window indices (DistributedSampler semantics:
+ * shuffled per epoch from (seed, epoch) alone, identically on every rank, rank r taking
+ * positions r, r + W, ...; one epoch is one pass over the windows), so each step every rank
+ * reads its own window. Shards are opened once (headers and sizes checked) and windows are
+ * read with pread(2) at 64-bit offsets when asked for; each window's token ids are checked
+ * against the vocabulary as it is read. Thread-safe for reads (pread on shared descriptors). */
+typedef struct mpt_token_data mpt_token_data;
+
+typedef struct mpt_token_data_config {
+  int64_t batch_size; /* B, rows per window, >= 1 (default 4) */
+  int64_t seq_len;    /* T, >= 1 (default 64) */
+  int vocab_size;     /* token ids must be below this, 1 .. 65536 (default 50257) */
+} mpt_token_data_config;
+
+MPT_API mpt_token_data_config mpt_token_data_config_default(void);
+
+/* Opens every shard matching `pattern` (a glob(3) pattern, or one file name) and checks its
+ * header and size (mpt_token_shard_read_header). B T must be at most 2^28.
+ * Errors: MPT_EINVAL bad config or NULL arguments; MPT_ENOENT nothing matches the pattern
+ * (names it); the errors of mpt_token_shard_read_header (naming the shard); MPT_EFORMAT the
+ * shards together hold no window (names the pattern, the total tokens and B T + 1);
+ * MPT_ENOMEM. On error *data is NULL. */
+MPT_API mpt_status mpt_token_data_init(mpt_token_data **data, const char *pattern,
+                                       const mpt_token_data_config *config);
+/* Closes the shards. NULL is a no-op. */
+MPT_API void mpt_token_data_free(mpt_token_data *data);
+/* The number of windows over all shards. */
+MPT_API int64_t mpt_token_data_num_windows(const mpt_token_data *data);
+/* The number of shards, the total token count, and shard i's path and token count (NULL / -1
+ * for i out of range). */
+MPT_API int mpt_token_data_num_shards(const mpt_token_data *data);
+MPT_API int64_t mpt_token_data_num_tokens(const mpt_token_data *data);
+MPT_API const char *mpt_token_data_shard_path(const mpt_token_data *data, int i);
+MPT_API int64_t mpt_token_data_shard_tokens(const mpt_token_data *data, int i);
+MPT_API mpt_token_data_config mpt_token_data_config_get(const mpt_token_data *data);
+/* Reads window `window` into inputs[B T] and targets[B T] (int32, row-major [B, T]).
+ * Errors: MPT_EINVAL window outside [0, num_windows) or NULL buffers; MPT_EIO the read failed
+ * or came short (names the shard and the byte offset); MPT_EFORMAT a token id >= vocab_size
+ * (names the shard, the token's index in the shard, its byte offset and its value). */
+MPT_API mpt_status mpt_token_data_read_window(const mpt_token_data *data, int64_t window,
+                                              int32_t *inputs, int32_t *targets);
+/* The windows as a data source (for mpt_loader_init_source): sample i is window i, its input
+ * I32 [B, T] (the inputs) and its B T labels the targets (num_classes = vocab_size). `data`
+ * is borrowed and must outlive the source. Errors: MPT_EINVAL, MPT_ENOMEM. */
+MPT_API mpt_status mpt_token_data_source(mpt_token_data *data, mpt_data_source **source);
+
+/* A per-rank loader of windows: an mpt_sampler over the windows + an mpt_loader (batch size 1,
+ * one window per step) over mpt_token_data_source, handing out inputs and targets as I32
+ * [B, T] tensors. */
+typedef struct mpt_token_loader mpt_token_loader;
+
+typedef struct mpt_token_batch {
+  mpt_tensor inputs;  /* I32 [B, T], CPU (a view, valid until the next call on the loader) */
+  mpt_tensor targets; /* I32 [B, T], CPU (a view) */
+  int64_t window;     /* the window's index in the data */
+  int is_padding;     /* 1: a sampler repeat (the last step of an epoch when W does not divide
+                         the window count); evaluation should skip it */
+  int64_t index;      /* step within the epoch, from 0 */
+  int64_t epoch;
+} mpt_token_batch;
+
+/* Creates the loader over `data` (borrowed) with a sampler from `sampler_config` (NULL: the
+ * defaults, i.e. one rank, shuffled, seed 0) and loader settings from `loader_config` (NULL:
+ * the defaults; batch_size and drop_last are ignored: one window per step). Starts at epoch 0.
+ * Errors: those of mpt_sampler_init, mpt_data_source_init and mpt_loader_init_source. */
+MPT_API mpt_status mpt_token_loader_init(mpt_token_loader **loader, mpt_token_data *data,
+                                         const mpt_sampler_config *sampler_config,
+                                         const mpt_loader_config *loader_config);
+/* NULL is a no-op. */
+MPT_API void mpt_token_loader_free(mpt_token_loader *loader);
+/* The next window of the epoch: MPT_OK with *batch set, MPT_LOADER_END at the end of the
+ * epoch, or a negative status (as mpt_loader_next; a bad token names shard and offset). */
+MPT_API int mpt_token_loader_next(mpt_token_loader *loader, mpt_token_batch *batch);
+/* Starts epoch `epoch` (>= 0) on this rank: the same call with the same value on every rank.
+ * Errors: as mpt_loader_start_epoch. */
+MPT_API mpt_status mpt_token_loader_start_epoch(mpt_token_loader *loader, int64_t epoch);
+/* Steps (windows) per epoch on each rank: ceil(windows / W), or floor with drop_last. */
+MPT_API int64_t mpt_token_loader_num_steps(const mpt_token_loader *loader);
+/* The loader's sampler (read-only use: its epoch changes only through the loader). */
+MPT_API const mpt_sampler *mpt_token_loader_sampler(const mpt_token_loader *loader);
+
 #ifdef __cplusplus
 }
 #endif

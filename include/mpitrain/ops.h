@@ -195,6 +195,21 @@ MPT_API mpt_status mpt_op_adamw_step(mpt_stream *stream, float *param, const flo
 MPT_API mpt_status mpt_op_check_finite(mpt_stream *stream, const float *x, int64_t count,
                                        int *nonfinite);
 
+/* ---- CPU threads ----
+ * How many threads the CPU ops of this process use: OpenBLAS's GEMMs, and the library
+ * convolutions (oneDNN), which follow OpenBLAS's count at each call. Process-wide. With several
+ * ranks (or DataParallel devices) on one host, give each its share of the cores, or they fight
+ * over them: mpt_cpu_set_threads(mpt_cpu_threads_per_rank(mpt_comm_local_size(comm), 1)).
+ * Without a call: OpenBLAS's default (OPENBLAS_NUM_THREADS, else all cores). Errors:
+ * MPT_EINVAL (n < 1). */
+MPT_API mpt_status mpt_cpu_set_threads(int n);
+MPT_API int mpt_cpu_threads(void);
+/* The cores of this host divided by local_ranks x devices (each taken as at least 1), at
+ * least 1. */
+MPT_API int mpt_cpu_threads_per_rank(int local_ranks, int devices);
+/* The BLAS kernel in use ("Haswell", "SkylakeX"...). */
+MPT_API const char *mpt_cpu_blas_name(void);
+
 #ifdef __cplusplus
 }
 #endif

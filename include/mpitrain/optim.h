@@ -2,7 +2,7 @@
  * parameter buffer, and learning-rate schedules.
  *
  * The model keeps all its parameters in ONE contiguous float32 buffer and all gradients in
- * another of the same length (every parameter tensor is a view, DESIGN.md "Flat buffers"), so an
+ * another of the same length (every parameter tensor is a view, nn.h "Model"), so an
  * optimizer works on `param[count]` and `grad[count]` and keeps its state (momentum buffer, or
  * AdamW's first and second moments) as flat buffers of the same length on the same device. The
  * arithmetic runs in the device kernels mpt_op_sgd_step / mpt_op_adamw_step (mpitrain/ops.h),

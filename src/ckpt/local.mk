@@ -11,3 +11,13 @@ tests_test_ckpt_SOURCES = tests/test_ckpt.c
 tests_test_ckpt_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_ckpt_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 endif
+# issue 13: llm.c GPT model files (include/mpitrain/gpt_file.h)
+mpitraininclude_HEADERS += include/mpitrain/gpt_file.h
+libmpitrain_all_la_SOURCES += src/ckpt/gpt_file.c
+if HAVE_CHECK
+check_PROGRAMS += tests/test_gpt_file
+TESTS += tests/test_gpt_file
+tests_test_gpt_file_SOURCES = tests/test_gpt_file.c
+tests_test_gpt_file_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_gpt_file_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+endif

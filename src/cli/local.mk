@@ -4,6 +4,10 @@ mpitrain_SOURCES = src/cli/main.c src/cli/options.c src/cli/options.h src/cli/tr
 	src/cli/train.h src/cli/train_impl.h src/cli/train_checks.c src/cli/train_ckpt.c src/cli/metrics.c src/cli/metrics.h \
 	src/cli/fault.c src/cli/fault.h \
 	src/cli/version.c src/cli/version.h src/cli/log_setup.c src/cli/train_auto.c
-mpitrain_LDADD = libmpitrain_all.la
+# The public API only (the shared library's exported symbols); the libraries themselves for
+# --version's versions.
+mpitrain_LDADD = libmpitrain.la $(libmpitrain_all_la_LIBADD)
 # issue 15: the ranks' data agreement check
 mpitrain_SOURCES += src/cli/train_data.c src/cli/train_watchdog.c
+# issue 13: mpitrain tokenize (text to llm.c token shards)
+mpitrain_SOURCES += src/cli/tokenize.c src/cli/tokenize.h

@@ -6,14 +6,18 @@
  * --version print on rank 0 only. */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/options.h"
+#include "cli/tokenize.h"
 #include "cli/train.h"
 #include "cli/version.h"
 
 int main(int argc, char **argv) {
   static mpt_cli_options opts;
   static char msg[8192];
+  if (argc > 1 && strcmp(argv[1], "tokenize") == 0) /* issue 13: text to token shards */
+    return mpt_cli_tokenize(argc - 1, argv + 1);
   int r = mpt_cli_parse(argc, argv, &opts, msg, sizeof msg);
   if (r == MPT_CLI_EXIT_OK) {
     if (mpt_cli_launcher_rank() > 0) return 0; /* --help under mpirun -np N: once, not N times */
@@ -30,6 +34,8 @@ int main(int argc, char **argv) {
     else if (rank == 0)
       fprintf(stderr, "mpitrain: %s\nmpitrain: every rank stops (status 2); `mpitrain train "
               "--help` lists the options\n", msg);
+    else /* let rank 0 print first: the launcher kills the job when the first rank exits */
+      sleep(3);
     return 2;
   }
   return mpt_cli_train(&opts);

@@ -13,7 +13,6 @@
  * is then aborted (MPI_Abort) so no rank waits for one that has stopped. */
 #include "cli/train.h"
 
-#include <cblas.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -570,14 +569,9 @@ static mpt_status train_run(trainer *t) {
     return MPT_FAIL(MPT_ENOTSUP, "--mode dp with --device cuda is not wired into the trainer "
                                  "yet (use DDP: one rank per GPU)");
   if (use_cuda) MPT_RETURN_IF(mpt_comm_bind_device(t->comm, MPT_DEVICE_CUDA, -1, &t->device));
-  int threads = o->threads;
-  if (threads == 0) { /* the cores of this host, shared by its ranks and their DP devices */
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int local = mpt_comm_local_size(t->comm);
-    threads = (int)(cores / ((local > 0 ? local : 1) * ndev));
-    if (threads < 1) threads = 1;
-  }
-  openblas_set_num_threads(threads);
+  int threads = o->threads; /* default: the cores of this host, shared by its ranks and devices */
+  if (threads == 0) threads = mpt_cpu_threads_per_rank(mpt_comm_local_size(t->comm), ndev);
+  MPT_RETURN_IF(mpt_cpu_set_threads(threads));
   MPT_RETURN_IF(mpt_nn_set_conv_algo(o->conv_algo));
   MPT_RETURN_IF(mpt_stream_init(&t->stream, t->device, MPT_STREAM_INLINE));
   if (t->device.type != MPT_DEVICE_CPU) MPT_RETURN_IF(phase_events_init(t));
@@ -673,7 +667,7 @@ static mpt_status train_run(trainer *t) {
           o->model, mpt_model_param_count(t->model), t->train.count, t->test.count,
           o->batch_size, t->world, o->accumulate, t->steps_per_epoch,
           mpt_optimizer_kind_name(o->optim.kind), (double)o->optim.lr, threads,
-          openblas_get_corename(),
+          mpt_cpu_blas_name(),
           strcmp(o->model, "cnn") != 0 ? "none in this model"
           : o->conv_algo != MPT_CONV_ALGO_IM2COL && mpt_op_conv2d_available(t->stream)
               ? "oneDNN" : "im2col + GEMM");

@@ -25,7 +25,7 @@
 #include <zlib.h>
 
 #include "cli/train_impl.h"
-#include "core/error.h"
+
 
 enum {
   F_TRAIN_COUNT, F_TEST_COUNT, F_SHAPE, F_CLASSES, /* counts, C * H * W, classes */

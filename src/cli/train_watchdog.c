@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "cli/train_impl.h"
-#include "core/error.h"
+
 
 struct trainer_watchdog {
   pthread_t thread;

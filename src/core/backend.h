@@ -8,6 +8,7 @@
 #include "core/keeper.h"
 #include "mpitrain/core.h"
 #include "mpitrain/ops.h"
+#include "mpitrain/ops_gpt.h"
 
 typedef struct mpt__device_backend {
   const char *name;
@@ -108,6 +109,31 @@ typedef struct mpt__device_backend {
                            int64_t count, float lr, float beta1, float beta2, float eps,
                            float weight_decay, int64_t step);
   mpt_status (*check_finite)(mpt_stream *s, const float *x, int64_t count, int *nonfinite);
+
+  /* Optional: the transformer ops of include/mpitrain/ops_gpt.h, same meaning and order. */
+  mpt_status (*embedding_gpt)(mpt_stream *s, const int32_t *tokens, int64_t b, int64_t t,
+                              int64_t c, int64_t vocab, const float *wte, const float *wpe,
+                              float *y);
+  mpt_status (*embedding_gpt_backward)(mpt_stream *s, const int32_t *tokens, int64_t b,
+                                       int64_t t, int64_t c, int64_t vocab, const float *dy,
+                                       float *dwte, float *dwpe);
+  mpt_status (*layernorm)(mpt_stream *s, const float *x, int64_t rows, int64_t c,
+                          const float *w, const float *bias, float eps, float *y, float *mean,
+                          float *rstd);
+  mpt_status (*layernorm_backward)(mpt_stream *s, const float *dy, const float *x, int64_t rows,
+                                   int64_t c, const float *w, const float *mean,
+                                   const float *rstd, float *dx, float *dw, float *dbias);
+  mpt_status (*gelu)(mpt_stream *s, float *y, const float *x, int64_t count);
+  mpt_status (*gelu_backward)(mpt_stream *s, float *dx, const float *dy, const float *x,
+                              int64_t count);
+  mpt_status (*causal_softmax)(mpt_stream *s, float *a, int64_t planes, int64_t t);
+  mpt_status (*causal_softmax_backward)(mpt_stream *s, const float *a, float *d, int64_t planes,
+                                        int64_t t);
+  mpt_status (*xent_vocab)(mpt_stream *s, const float *logits, const int32_t *targets,
+                           int64_t n, int64_t vp, int64_t v, float *lse, float *loss);
+  mpt_status (*xent_vocab_backward)(mpt_stream *s, const float *logits, const int32_t *targets,
+                                    int64_t n, int64_t vp, int64_t v, const float *lse,
+                                    const float *dloss, float *dlogits);
 } mpt__device_backend;
 
 /* The registry: the backend for a device type, or NULL when it was not built. */

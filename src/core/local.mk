@@ -1,11 +1,12 @@
 # src/core: status, logging, devices, streams and events, tensors, RNG, ops (include/mpitrain/core.h, ops.h)
-mpitraininclude_HEADERS += include/mpitrain/core.h include/mpitrain/ops.h
+mpitraininclude_HEADERS += include/mpitrain/core.h include/mpitrain/ops.h include/mpitrain/ops_gpt.h
 libmpitrain_all_la_SOURCES += \
 	src/core/error.h src/core/backend.h src/core/fault.h src/core/fault.c src/core/keeper.h \
 	src/core/status.c src/core/log.c src/core/rng.c src/core/device.c src/core/tensor.c \
 	src/core/ops.c src/core/trace.c src/core/bf16.c \
 	src/core/cpu/cpu.h src/core/cpu/vec.h src/core/cpu/cpu_backend.c src/core/cpu/stream_cpu.c \
-	src/core/cpu/ops_cpu.c src/core/cpu/conv_cpu.c src/core/cpu/norm_cpu.c src/core/cpu/optim_cpu.c
+	src/core/cpu/ops_cpu.c src/core/cpu/cpu_threads.c src/core/cpu/conv_cpu.c \
+	src/core/cpu/norm_cpu.c src/core/cpu/optim_cpu.c src/core/ops_gpt.c src/core/cpu/gpt_cpu.c
 if HAVE_ONEDNN
 libmpitrain_all_la_SOURCES += src/core/cpu/conv_dnnl.c
 endif
@@ -28,3 +29,5 @@ tests_test_trace_SOURCES = tests/test_trace.c
 tests_test_trace_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_trace_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 endif
+# issue 13: atomic whole-file writes (token shards, llm.c model files)
+libmpitrain_all_la_SOURCES += src/core/atomic_file.h src/core/atomic_file.c

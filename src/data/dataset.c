@@ -15,7 +15,7 @@
 #define DEBIAN_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
 #define INSTALL_HINT \
   "install Debian's dataset-fashion-mnist package (apt-get install dataset-fashion-mnist) or " \
-  "pass --data DIR"
+  "give the folder that holds the files (mpitrain: --data DIR)"
 
 static const char *const fashion_files[4] = {
     "train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",

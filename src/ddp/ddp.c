@@ -449,7 +449,8 @@ mpt_status mpt_ddp_check_batches(mpt_ddp *d, int64_t local_batches) {
     if (short_ranks)
       st = MPT_FAIL(MPT_EMISMATCH,
                     "uneven inputs: ranks %s would run out before the others (%d batches); "
-                    "use the DistributedSampler (equal shards) or --drop-last",
+                    "use the DistributedSampler (equal shards), or drop_last (mpitrain: "
+                    "--drop-last)",
                     ranks, most);
   }
   free(all);
@@ -625,8 +626,9 @@ static mpt_status unused_error(mpt_ddp *d) {
   }
   return MPT_FAIL(MPT_EUNUSED,
                   "%d parameter%s received no gradient in this backward pass: %s. The forward "
-                  "did not use them; pass --find-unused-parameters to treat them as zero "
-                  "gradients, or remove them from the model",
+                  "did not use them; set mpt_ddp_config.find_unused_parameters (mpitrain: "
+                  "--find-unused-parameters) to treat them as zero gradients, or remove them "
+                  "from the model",
                   n, n == 1 ? "" : "s", names);
 }
 

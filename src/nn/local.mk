@@ -1,15 +1,26 @@
 # src/nn: the autodiff tape, layers and models; see the layer's public header include/mpitrain/nn.h
-mpitraininclude_HEADERS += include/mpitrain/nn.h include/mpitrain/autograd.h
+mpitraininclude_HEADERS += include/mpitrain/nn.h include/mpitrain/autograd.h \
+	include/mpitrain/transformer.h
 libmpitrain_all_la_SOURCES += \
 	src/nn/tape.h src/nn/tape.c src/nn/model.c src/nn/ops_basic.c \
 	src/nn/conv.c src/nn/pool.c src/nn/dropout.c src/nn/batchnorm.c src/nn/models.c \
-	src/nn/eval.c
+	src/nn/eval.c src/nn/gpt_ops.h src/nn/gpt_ops.c src/nn/attention.c
 
 EXTRA_DIST += tests/test_eval_mpi.sh
 
 if HAVE_CHECK
 check_PROGRAMS += tests/test_tape tests/test_layers tests/test_models tests/test_hooks
 TESTS += tests/test_tape tests/test_layers tests/test_models tests/test_hooks
+check_PROGRAMS += tests/test_gpt_ops
+TESTS += tests/test_gpt_ops
+tests_test_gpt_ops_SOURCES = tests/test_gpt_ops.c
+tests_test_gpt_ops_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_gpt_ops_LDADD = libmpitrain_all.la $(CHECK_LIBS) -lm
+check_PROGRAMS += tests/test_gpt_core
+TESTS += tests/test_gpt_core
+tests_test_gpt_core_SOURCES = tests/test_gpt_core.c
+tests_test_gpt_core_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_gpt_core_LDADD = libmpitrain_all.la $(CHECK_LIBS) -lm
 tests_test_tape_SOURCES = tests/test_tape.c
 tests_test_tape_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_tape_LDADD = libmpitrain_all.la $(CHECK_LIBS)

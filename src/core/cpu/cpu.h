@@ -60,5 +60,16 @@ mpt_status mpt__cpu_dropout(mpt_stream *s, const float *x, float *y, float *mask
 mpt_status mpt__cpu_sgd_step(mpt_stream *s, float *param, const float *grad, float *momentum_buf, int64_t count, float lr, float momentum, float dampening, float weight_decay, int nesterov, int first);
 mpt_status mpt__cpu_adamw_step(mpt_stream *s, float *param, const float *grad, float *m, float *v, int64_t count, float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step);
 mpt_status mpt__cpu_check_finite(mpt_stream *s, const float *x, int64_t count, int *nonfinite);
+/* gpt_cpu.c: the transformer ops (include/mpitrain/ops_gpt.h). */
+mpt_status mpt__cpu_embedding_gpt(mpt_stream *s, const int32_t *tokens, int64_t b, int64_t t, int64_t c, int64_t vocab, const float *wte, const float *wpe, float *y);
+mpt_status mpt__cpu_embedding_gpt_backward(mpt_stream *s, const int32_t *tokens, int64_t b, int64_t t, int64_t c, int64_t vocab, const float *dy, float *dwte, float *dwpe);
+mpt_status mpt__cpu_layernorm(mpt_stream *s, const float *x, int64_t rows, int64_t c, const float *w, const float *bias, float eps, float *y, float *mean, float *rstd);
+mpt_status mpt__cpu_layernorm_backward(mpt_stream *s, const float *dy, const float *x, int64_t rows, int64_t c, const float *w, const float *mean, const float *rstd, float *dx, float *dw, float *dbias);
+mpt_status mpt__cpu_gelu(mpt_stream *s, float *y, const float *x, int64_t count);
+mpt_status mpt__cpu_gelu_backward(mpt_stream *s, float *dx, const float *dy, const float *x, int64_t count);
+mpt_status mpt__cpu_causal_softmax(mpt_stream *s, float *a, int64_t planes, int64_t t);
+mpt_status mpt__cpu_causal_softmax_backward(mpt_stream *s, const float *a, float *d, int64_t planes, int64_t t);
+mpt_status mpt__cpu_xent_vocab(mpt_stream *s, const float *logits, const int32_t *targets, int64_t n, int64_t vp, int64_t v, float *lse, float *loss);
+mpt_status mpt__cpu_xent_vocab_backward(mpt_stream *s, const float *logits, const int32_t *targets, int64_t n, int64_t vp, int64_t v, const float *lse, const float *dloss, float *dlogits);
 
 #endif

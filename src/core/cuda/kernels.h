@@ -93,6 +93,35 @@ cudaError_t mpt__cuk_adamw_step(cudaStream_t s, float *param, const float *grad,
                                 float *v, int64_t n, float decay, float step_size,
                                 float bc2_sqrt, float beta1, float beta2, float eps);
 
+/* kernels_gpt.cu: the transformer ops (include/mpitrain/ops_gpt.h). partials:
+ * double[MPT__CUDA_MAX_PARTIALS] scratch. */
+cudaError_t mpt__cuk_embedding_gpt(cudaStream_t s, const int32_t *tokens, int64_t b, int64_t t,
+                                   int64_t c, int64_t vocab, const float *wte, const float *wpe,
+                                   float *y);
+cudaError_t mpt__cuk_embedding_gpt_backward(cudaStream_t s, const int32_t *tokens, int64_t b,
+                                            int64_t t, int64_t c, int64_t vocab,
+                                            const float *dy, float *dwte, float *dwpe);
+cudaError_t mpt__cuk_layernorm(cudaStream_t s, const float *x, int64_t rows, int64_t c,
+                               const float *w, const float *bias, float eps, float *y,
+                               float *mean, float *rstd);
+cudaError_t mpt__cuk_layernorm_backward(cudaStream_t s, const float *dy, const float *x,
+                                        int64_t rows, int64_t c, const float *w,
+                                        const float *mean, const float *rstd, float *dx,
+                                        float *dw, float *dbias);
+cudaError_t mpt__cuk_gelu(cudaStream_t s, float *y, const float *x, int64_t n);
+cudaError_t mpt__cuk_gelu_backward(cudaStream_t s, float *dx, const float *dy, const float *x,
+                                   int64_t n);
+cudaError_t mpt__cuk_causal_softmax(cudaStream_t s, float *a, int64_t planes, int64_t t);
+cudaError_t mpt__cuk_causal_softmax_backward(cudaStream_t s, const float *a, float *d,
+                                             int64_t planes, int64_t t);
+cudaError_t mpt__cuk_xent_vocab(cudaStream_t s, const float *logits, const int32_t *targets,
+                                int64_t n, int64_t vp, int64_t v, float *lse, double *partials,
+                                float *loss);
+cudaError_t mpt__cuk_xent_vocab_backward(cudaStream_t s, const float *logits,
+                                         const int32_t *targets, int64_t n, int64_t vp,
+                                         int64_t v, const float *lse, const float *dloss,
+                                         float *dlogits);
+
 #ifdef __cplusplus
 }
 #endif

@@ -37,6 +37,7 @@ libmpitrain_all_la_SOURCES += \
 	src/core/cuda/kernels.h src/core/cuda/kernels_common.cuh \
 	src/core/cuda/cuda_backend.c src/core/cuda/cuda_alloc.c src/core/cuda/cuda_stream.c \
 	src/core/cuda/ops_cuda.c src/core/cuda/ops_cuda_nn.c src/core/cuda/conv_cudnn.c \
+	src/core/cuda/ops_cuda_gpt.c src/core/cuda/kernels_gpt.cu \
 	src/core/cuda/kernels_elementwise.cu src/core/cuda/kernels_conv.cu \
 	src/core/cuda/kernels_norm.cu src/core/cuda/kernels_loss.cu src/core/cuda/kernels_optim.cu
 # nvcc's host stubs use C++ function-local statics (__cxa_guard_*): link the C++ runtime.
@@ -44,10 +45,10 @@ libmpitrain_all_la_LIBADD += $(CUDA_LIBS) -lstdc++
 
 NVCC_KERNEL_DEPS = $(top_srcdir)/src/core/cuda/kernels_common.cuh \
 	$(top_srcdir)/src/core/cuda/kernels.h $(top_srcdir)/include/mpitrain/ops.h \
-	$(top_srcdir)/include/mpitrain/core.h
+	$(top_srcdir)/include/mpitrain/core.h $(top_srcdir)/include/mpitrain/ops_gpt.h
 src/core/cuda/kernels_elementwise.lo src/core/cuda/kernels_conv.lo: $(NVCC_KERNEL_DEPS)
 src/core/cuda/kernels_norm.lo src/core/cuda/kernels_loss.lo: $(NVCC_KERNEL_DEPS)
-src/core/cuda/kernels_optim.lo: $(NVCC_KERNEL_DEPS)
+src/core/cuda/kernels_optim.lo src/core/cuda/kernels_gpt.lo: $(NVCC_KERNEL_DEPS)
 
 if HAVE_CHECK
 check_PROGRAMS += tests/test_cuda_ops tests/test_cuda_stream
@@ -58,5 +59,10 @@ tests_test_cuda_ops_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 tests_test_cuda_stream_SOURCES = tests/test_cuda_stream.c
 tests_test_cuda_stream_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_cuda_stream_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+check_PROGRAMS += tests/test_cuda_gpt_ops
+TESTS += tests/test_cuda_gpt_ops
+tests_test_cuda_gpt_ops_SOURCES = tests/test_cuda_gpt_ops.c
+tests_test_cuda_gpt_ops_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_cuda_gpt_ops_LDADD = libmpitrain_all.la $(CHECK_LIBS) -lm
 endif
 endif

@@ -1,0 +1,78 @@
+/* mpitrain core ops of the transformer layers (include/mpitrain/transformer.h builds its ops on
+ * the tape from these and mpt_op_gemm). The conventions of ops.h hold: float32 row-major
+ * arrays on the stream's device (a NULL stream is the CPU, now), element counts, forward ops
+ * overwrite their outputs, backward ops ACCUMULATE (+=) into their gradient outputs, arguments
+ * are checked (MPT_EINVAL) and empty work returns MPT_OK at once; a backend without the op gives
+ * MPT_ENOTSUP. Index arrays (tokens, targets) are int32 on the same device; the CPU checks their
+ * range (MPT_EINVAL naming the position), CUDA does not read them back (an index out of range
+ * is never used to address memory: its output is NaN there).
+ *
+ * Every result is deterministic: sums over rows go in a fixed order (no atomics), on every
+ * backend. Formulas: GPT-2 as llm.c (Karpathy, train_gpt2.c) writes it; see transformer.h. */
+#ifndef MPITRAIN_OPS_GPT_H
+#define MPITRAIN_OPS_GPT_H
+
+#include "mpitrain/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* y[r, :] = wte[tokens[r], :] + wpe[r % t, :] for the rows r of a [b, t] token array; wte
+ * [>= vocab, c], wpe [>= t, c], y [b*t, c]. The CPU refuses a token outside [0, vocab). */
+MPT_API mpt_status mpt_op_embedding_gpt(mpt_stream *stream, const int32_t *tokens, int64_t b,
+                                        int64_t t, int64_t c, int64_t vocab, const float *wte,
+                                        const float *wpe, float *y);
+/* dwte[tokens[r], :] += dy[r, :] and dwpe[r % t, :] += dy[r, :], rows in increasing order for
+ * each channel; dwte or dwpe may be NULL (not needed). */
+MPT_API mpt_status mpt_op_embedding_gpt_backward(mpt_stream *stream, const int32_t *tokens,
+                                                 int64_t b, int64_t t, int64_t c, int64_t vocab,
+                                                 const float *dy, float *dwte, float *dwpe);
+
+/* Layer normalisation of the rows of x [rows, c] (biased variance, eps >= 0):
+ * y = (x - mean) * rstd * w + bias; mean [rows] and rstd [rows] = 1/sqrt(var + eps) are written
+ * for backward. Row statistics are summed in double. */
+MPT_API mpt_status mpt_op_layernorm(mpt_stream *stream, const float *x, int64_t rows, int64_t c,
+                                    const float *w, const float *bias, float eps, float *y,
+                                    float *mean, float *rstd);
+/* dx += rstd (g - mean_c(g) - xhat mean_c(g xhat)), g = dy w; dw += sum_rows dy xhat;
+ * dbias += sum_rows dy. dx, dw, dbias may each be NULL. */
+MPT_API mpt_status mpt_op_layernorm_backward(mpt_stream *stream, const float *dy, const float *x,
+                                             int64_t rows, int64_t c, const float *w,
+                                             const float *mean, const float *rstd, float *dx,
+                                             float *dw, float *dbias);
+
+/* y = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), computed as x * sigmoid(2u) (the
+ * same function: one expf instead of a tanhf); y may equal x. */
+MPT_API mpt_status mpt_op_gelu(mpt_stream *stream, float *y, const float *x, int64_t count);
+/* dx += dy * gelu'(x). */
+MPT_API mpt_status mpt_op_gelu_backward(mpt_stream *stream, float *dx, const float *dy,
+                                        const float *x, int64_t count);
+
+/* In place on `planes` matrices [t, t]: row i becomes the softmax of its entries [0, i] (max
+ * subtracted, sum in double) and 0 after column i (the causal mask). */
+MPT_API mpt_status mpt_op_causal_softmax(mpt_stream *stream, float *s, int64_t planes,
+                                         int64_t t);
+/* In place: d (dL/d(softmax), [planes, t, t]) becomes dL/d(scores) = a * (d - rowsum(a * d))
+ * for columns [0, i] of row i, 0 after; a is the forward's output. */
+MPT_API mpt_status mpt_op_causal_softmax_backward(mpt_stream *stream, const float *a, float *d,
+                                                  int64_t planes, int64_t t);
+
+/* Cross-entropy of logits [n, vp] against targets [n] in [0, v), v <= vp, over the columns
+ * [0, v) only: lse[r] = logsumexp_{j < v} logits[r, j] (written for backward), *loss (one float
+ * on the device) = mean_r (lse[r] - logits[r, targets[r]]), summed in double. */
+MPT_API mpt_status mpt_op_xent_vocab(mpt_stream *stream, const float *logits,
+                                     const int32_t *targets, int64_t n, int64_t vp, int64_t v,
+                                     float *lse, float *loss);
+/* dlogits[r, j] += (*dloss / n) (exp(logits[r, j] - lse[r]) - [j == targets[r]]) for j < v;
+ * columns [v, vp) are untouched. dloss is one float on the device. */
+MPT_API mpt_status mpt_op_xent_vocab_backward(mpt_stream *stream, const float *logits,
+                                              const int32_t *targets, int64_t n, int64_t vp,
+                                              int64_t v, const float *lse, const float *dloss,
+                                              float *dlogits);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MPITRAIN_OPS_GPT_H */

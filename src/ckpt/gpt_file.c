@@ -1,0 +1,273 @@
+/* llm.c model files (include/mpitrain/gpt_file.h): the parameter layout, the validated reader
+ * and the atomic writer.
+ *
+ * Invariants: the header is never trusted: magic, version and every field are checked, then
+ * the file size (fstat) must equal 1024 + 4 N before a parameter is read, so a truncated file
+ * or one with a wrong header is refused before the caller's buffer is touched. Sizes are
+ * int64_t and offsets off_t (64-bit): files over 2 GiB work. Values are little-endian fp32,
+ * read and written in chunks of GPT_CHUNK_FLOATS (byte-swapped on a big-endian host).
+ * Runs on the calling thread. */
+#include <errno.h>
+#include <stdio.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "mpitrain/data.h"
+#include "mpitrain/gpt_file.h"
+
+#define GPT_CHUNK_FLOATS (256 * 1024) /* 1 MiB */
+
+static const char *const tensor_names[MPT_GPT_NUM_TENSORS] = {
+    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+
+const char *mpt_gpt_tensor_name(int i) {
+  return i >= 0 && i < MPT_GPT_NUM_TENSORS ? tensor_names[i] : "?";
+}
+
+int64_t mpt_gpt_padded_vocab(int64_t v) { return v < 1 ? -1 : (v + 127) / 128 * 128; }
+
+mpt_status mpt_gpt_layout_compute(const mpt_gpt_config *c, mpt_gpt_layout *lay) {
+  if (!c || !lay) return MPT_FAIL(MPT_EINVAL, "mpt_gpt_layout_compute: NULL argument");
+  memset(lay, 0, sizeof *lay);
+  const struct { const char *name; int v, max; } f[] = {
+      {"max sequence length", c->max_seq_len, MPT_GPT_MAX_SEQ_LEN},
+      {"vocabulary size", c->vocab_size, MPT_GPT_MAX_VOCAB},
+      {"layers", c->num_layers, MPT_GPT_MAX_LAYERS},
+      {"heads", c->num_heads, MPT_GPT_MAX_CHANNELS},
+      {"channels", c->channels, MPT_GPT_MAX_CHANNELS}};
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+    if (f[i].v < 1 || f[i].v > f[i].max)
+      return MPT_FAIL(MPT_EINVAL, "GPT config: %s %d outside 1..%d", f[i].name, f[i].v, f[i].max);
+  int64_t vp = c->padded_vocab_size ? c->padded_vocab_size : mpt_gpt_padded_vocab(c->vocab_size);
+  if (vp < c->vocab_size || vp > MPT_GPT_MAX_VOCAB)
+    return MPT_FAIL(MPT_EINVAL, "GPT config: padded vocabulary %lld outside %d..%d",
+                    (long long)vp, c->vocab_size, MPT_GPT_MAX_VOCAB);
+  if (c->channels % c->num_heads != 0)
+    return MPT_FAIL(MPT_EINVAL, "GPT config: channels %d not a multiple of heads %d",
+                    c->channels, c->num_heads);
+  int64_t C = c->channels, L = c->num_layers, T = c->max_seq_len;
+  const int64_t count[MPT_GPT_NUM_TENSORS] = {
+      vp * C,    T * C,     L * C,     L * C,          /* wte wpe ln1w ln1b */
+      L * 3 * C * C, L * 3 * C, L * C * C, L * C,     /* qkvw qkvb attprojw attprojb */
+      L * C,     L * C,     L * 4 * C * C, L * 4 * C, /* ln2w ln2b fcw fcb */
+      L * C * 4 * C, L * C, C, C};                    /* fcprojw fcprojb lnfw lnfb */
+  /* The shapes, as in the header's table; their products are the counts above. */
+  const int64_t shape[MPT_GPT_NUM_TENSORS][3] = {
+      {vp, C}, {T, C}, {L, C}, {L, C}, {L, 3 * C, C}, {L, 3 * C}, {L, C, C}, {L, C},
+      {L, C}, {L, C}, {L, 4 * C, C}, {L, 4 * C}, {L, C, 4 * C}, {L, C}, {C}, {C}};
+  for (int i = 0; i < MPT_GPT_NUM_TENSORS; i++) {
+    int nd = 0;
+    for (int d = 0; d < 3 && shape[i][d] > 0; d++) lay->shape[i][nd++] = shape[i][d];
+    lay->ndim[i] = nd;
+    lay->count[i] = count[i];
+    lay->offset[i] = lay->total;
+    lay->total += count[i];
+  }
+  return MPT_OK;
+}
+
+static int32_t le32(const uint8_t *p) {
+  return (int32_t)((uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+                   ((uint32_t)p[3] << 24));
+}
+
+/* Host floats <-> little-endian bytes, in place. */
+static void swap_floats_if_big_endian(float *x, int64_t n) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, &x[i], 4);
+    u = __builtin_bswap32(u);
+    memcpy(&x[i], &u, 4);
+  }
+#else
+  (void)x;
+  (void)n;
+#endif
+}
+
+static mpt_status pread_full(int fd, const char *path, void *buf, int64_t nbytes,
+                             int64_t offset) {
+  uint8_t *b = buf;
+  int64_t got = 0;
+  while (got < nbytes) {
+    ssize_t n = pread(fd, b + got, (size_t)(nbytes - got), (off_t)(offset + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0)
+      return MPT_FAIL(MPT_EIO, "model file '%s': read at byte offset %lld failed: %s", path,
+                      (long long)(offset + got), strerror(errno));
+    if (n == 0)
+      return MPT_FAIL(MPT_EIO, "model file '%s': the file ended at byte offset %lld, expected "
+                      "%lld more bytes (did it shrink while being read?)", path,
+                      (long long)(offset + got), (long long)(nbytes - got));
+    got += n;
+  }
+  return MPT_OK;
+}
+
+/* Opens `path`, checks the header and the size; on success *fd is open and *lay filled. */
+static mpt_status open_checked(const char *path, int *fd_out, mpt_gpt_config *c,
+                               mpt_gpt_layout *lay) {
+  *fd_out = -1;
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    int e = errno;
+    if (e == ENOENT || e == ENOTDIR)
+      return MPT_FAIL(MPT_ENOENT, "model file '%s' does not exist", path);
+    return MPT_FAIL(MPT_EIO, "cannot open model file '%s': %s", path, strerror(e));
+  }
+  mpt_status st = MPT_OK;
+  struct stat sb;
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    st = MPT_FAIL(MPT_EIO, "model file '%s' is not a regular file", path);
+    goto fail;
+  }
+  int64_t size = (int64_t)sb.st_size;
+  if (size < MPT_GPT_FILE_HEADER_NBYTES) {
+    st = MPT_FAIL(MPT_EFORMAT, "model file '%s' is %lld bytes, shorter than its %d-byte header",
+                  path, (long long)size, MPT_GPT_FILE_HEADER_NBYTES);
+    goto fail;
+  }
+  uint8_t h[MPT_GPT_FILE_HEADER_NBYTES];
+  MPT_CHECK(pread_full(fd, path, h, sizeof h, 0), fail);
+  int32_t magic = le32(h), version = le32(h + 4);
+  if (magic != MPT_GPT_FILE_MAGIC) {
+    st = MPT_FAIL(MPT_EFORMAT, "model file '%s' has magic %d, expected %d%s", path, (int)magic,
+                  MPT_GPT_FILE_MAGIC,
+                  magic == MPT_SHARD_MAGIC ? " (this is a token shard, not a model file)" : "");
+    goto fail;
+  }
+  if (version != MPT_GPT_FILE_VERSION) {
+    st = MPT_FAIL(MPT_EFORMAT, "model file '%s' has version %d, expected %d (fp32)%s", path,
+                  (int)version, MPT_GPT_FILE_VERSION,
+                  version == 5 ? "; version 5 is llm.c's bf16 file, which is not supported" : "");
+    goto fail;
+  }
+  c->max_seq_len = le32(h + 8);
+  c->vocab_size = le32(h + 12);
+  c->num_layers = le32(h + 16);
+  c->num_heads = le32(h + 20);
+  c->channels = le32(h + 24);
+  c->padded_vocab_size = le32(h + 28);
+  if (c->padded_vocab_size < 1) {
+    st = MPT_FAIL(MPT_EFORMAT, "model file '%s': padded vocabulary %d in its header (< 1)", path,
+                  c->padded_vocab_size);
+    goto fail;
+  }
+  if (mpt_gpt_layout_compute(c, lay) != MPT_OK) {
+    char why[256]; /* the last-error text is overwritten by the MPT_FAIL below */
+    snprintf(why, sizeof why, "%s", mpt_last_error());
+    st = MPT_FAIL(MPT_EFORMAT, "model file '%s': bad header: %s", path, why);
+    goto fail;
+  }
+  int64_t want = MPT_GPT_FILE_HEADER_NBYTES + 4 * lay->total;
+  if (size != want) {
+    st = MPT_FAIL(MPT_EFORMAT, "model file '%s' is %lld bytes, but its header (T %d, V %d, L %d, "
+                  "H %d, C %d, Vp %d) describes %lld parameters (%lld bytes): %s", path,
+                  (long long)size, c->max_seq_len, c->vocab_size, c->num_layers, c->num_heads,
+                  c->channels, c->padded_vocab_size, (long long)lay->total, (long long)want,
+                  size < want ? "truncated" : "bytes after the parameters");
+    goto fail;
+  }
+  *fd_out = fd;
+  return MPT_OK;
+
+fail:
+  close(fd);
+  return st;
+}
+
+mpt_status mpt_gpt_file_read_header(const char *path, mpt_gpt_config *config) {
+  if (!path || !config) return MPT_FAIL(MPT_EINVAL, "mpt_gpt_file_read_header: NULL argument");
+  memset(config, 0, sizeof *config);
+  int fd;
+  mpt_gpt_layout lay;
+  mpt_gpt_config c;
+  MPT_RETURN_IF(open_checked(path, &fd, &c, &lay));
+  close(fd);
+  *config = c;
+  return MPT_OK;
+}
+
+mpt_status mpt_gpt_file_read(const char *path, const mpt_gpt_config *expect,
+                             mpt_gpt_config *config, float *params, int64_t capacity) {
+  if (!path || !params) return MPT_FAIL(MPT_EINVAL, "mpt_gpt_file_read: NULL argument");
+  int fd;
+  mpt_gpt_layout lay;
+  mpt_gpt_config c;
+  MPT_RETURN_IF(open_checked(path, &fd, &c, &lay));
+  mpt_status st = MPT_OK;
+  if (expect) {
+    const struct { const char *name; int file, want; } f[] = {
+        {"max sequence length", c.max_seq_len, expect->max_seq_len},
+        {"vocabulary size", c.vocab_size, expect->vocab_size},
+        {"layers", c.num_layers, expect->num_layers},
+        {"heads", c.num_heads, expect->num_heads},
+        {"channels", c.channels, expect->channels},
+        {"padded vocabulary", c.padded_vocab_size, expect->padded_vocab_size}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+      if (f[i].want != 0 && f[i].file != f[i].want) {
+        st = MPT_FAIL(MPT_ESHAPE, "model file '%s' has %s %d, the model expects %d", path,
+                      f[i].name, f[i].file, f[i].want);
+        goto out;
+      }
+  }
+  if (lay.total > capacity) {
+    st = MPT_FAIL(MPT_ESHAPE, "model file '%s' holds %lld parameters, the buffer %lld", path,
+                  (long long)lay.total, (long long)capacity);
+    goto out;
+  }
+  for (int64_t i = 0; i < lay.total; i += GPT_CHUNK_FLOATS) {
+    int64_t m = lay.total - i < GPT_CHUNK_FLOATS ? lay.total - i : GPT_CHUNK_FLOATS;
+    MPT_CHECK(pread_full(fd, path, params + i, 4 * m, MPT_GPT_FILE_HEADER_NBYTES + 4 * i), out);
+    swap_floats_if_big_endian(params + i, m);
+  }
+  if (config) *config = c;
+out:
+  close(fd);
+  return st;
+}
+
+mpt_status mpt_gpt_file_write(const char *path, const mpt_gpt_config *config,
+                              const float *params) {
+  if (!path || !config || !params)
+    return MPT_FAIL(MPT_EINVAL, "mpt_gpt_file_write: NULL argument");
+  mpt_gpt_layout lay;
+  MPT_RETURN_IF(mpt_gpt_layout_compute(config, &lay));
+  mpt_gpt_config c = *config;
+  if (!c.padded_vocab_size) c.padded_vocab_size = (int)mpt_gpt_padded_vocab(c.vocab_size);
+  const int32_t fields[8] = {MPT_GPT_FILE_MAGIC, MPT_GPT_FILE_VERSION, c.max_seq_len,
+                             c.vocab_size, c.num_layers, c.num_heads, c.channels,
+                             c.padded_vocab_size};
+  uint8_t h[MPT_GPT_FILE_HEADER_NBYTES];
+  memset(h, 0, sizeof h);
+  for (int i = 0; i < 8; i++)
+    for (int k = 0; k < 4; k++) h[4 * i + k] = (uint8_t)((uint32_t)fields[i] >> (8 * k));
+  float *chunk = NULL;
+  mpt__afile af;
+  mpt_status st;
+  MPT_CHECK(mpt__afile_open(&af, path, "model file"), out);
+  MPT_CHECK(mpt__afile_write(&af, h, sizeof h), out);
+  chunk = malloc(sizeof(float) * GPT_CHUNK_FLOATS);
+  if (!chunk) {
+    st = MPT_FAIL(MPT_ENOMEM, "model file write %s: out of host memory", path);
+    goto out;
+  }
+  for (int64_t i = 0; i < lay.total; i += GPT_CHUNK_FLOATS) {
+    int64_t m = lay.total - i < GPT_CHUNK_FLOATS ? lay.total - i : GPT_CHUNK_FLOATS;
+    memcpy(chunk, params + i, (size_t)m * sizeof(float));
+    swap_floats_if_big_endian(chunk, m);
+    MPT_CHECK(mpt__afile_write(&af, chunk, (size_t)m * sizeof(float)), out);
+  }
+  MPT_CHECK(mpt__afile_commit(&af), out);
+out:
+  mpt__afile_abort(&af);
+  free(chunk);
+  return st;
+}

@@ -1,0 +1,234 @@
+/* `mpitrain tokenize --bytes [--val-fraction F] [--shard-tokens N] -o DIR FILE...`: plain text
+ * to llm.c token shards (include/mpitrain/data.h), byte-level: every byte is one token
+ * (vocabulary 256), so the shards train a byte-level language model (nats per byte).
+ *
+ * Split: of each file's n bytes, the first n - floor(F n) go to the training stream and the
+ * last floor(F n) to the validation stream, so validation text comes from every file (not only
+ * from the last ones). The streams are cut into shards of at most --shard-tokens tokens,
+ * written atomically as DIR/train_000000.bin, DIR/train_000001.bin, ... and
+ * DIR/val_000000.bin, ... (no val shard when it would be empty). DIR is created if missing;
+ * a DIR that already holds train_*.bin or val_*.bin is refused, so a glob over it never mixes
+ * two runs. Files are read whole, one at a time; memory is one file plus two shard buffers. */
+#include <errno.h>
+#include <getopt.h>
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli/tokenize.h"
+#include "mpitrain/data.h"
+
+#define DEFAULT_SHARD_TOKENS 100000000LL /* as llm.c's data scripts (10^8 tokens per shard) */
+
+static const char *usage_text =
+    "usage: mpitrain tokenize --bytes [options] -o DIR FILE...\n"
+    "Writes llm.c token shards (magic 20240520) from plain text.\n"
+    "  --bytes               byte-level tokens: each byte is a token (vocabulary 256); required\n"
+    "  --val-fraction F      the last floor(F * n) bytes of each file go to the validation\n"
+    "                        shards, F in [0, 1) (default 0.1)\n"
+    "  --shard-tokens N      at most N tokens per shard (default 100000000)\n"
+    "  -o, --output DIR      folder for train_NNNNNN.bin and val_NNNNNN.bin (created if missing;\n"
+    "                        must not already hold shards)\n"
+    "  -h, --help            this text\n"
+    "example (Debian's fortunes package):\n"
+    "  mpitrain tokenize --bytes --val-fraction 0.1 -o data/fortunes \\\n"
+    "      $(find /usr/share/games/fortunes -type f ! -name '*.dat' | sort)\n";
+
+typedef struct stream {
+  const char *dir, *prefix; /* DIR, "train" / "val" */
+  uint16_t *buf;
+  int64_t fill, cap;
+  int shards;
+  int64_t tokens;
+} stream;
+
+static int stream_flush(stream *s) {
+  if (s->fill == 0) return 0;
+  char path[4200];
+  snprintf(path, sizeof path, "%s/%s_%06d.bin", s->dir, s->prefix, s->shards);
+  if (mpt_token_shard_write(path, s->buf, s->fill) != MPT_OK) {
+    fprintf(stderr, "mpitrain tokenize: %s\n", mpt_last_error());
+    return 1;
+  }
+  printf("  %s  %lld tokens\n", path, (long long)s->fill);
+  s->shards++;
+  s->tokens += s->fill;
+  s->fill = 0;
+  return 0;
+}
+
+static int stream_put(stream *s, const unsigned char *bytes, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    if (s->fill == s->cap && stream_flush(s) != 0) return 1;
+    s->buf[s->fill++] = bytes[i];
+  }
+  return 0;
+}
+
+/* mkdir -p */
+static int make_dir(const char *dir) {
+  char tmp[4096];
+  if (snprintf(tmp, sizeof tmp, "%s", dir) >= (int)sizeof tmp) return ENAMETOOLONG;
+  for (char *p = tmp + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    if (mkdir(tmp, 0777) != 0 && errno != EEXIST) return errno;
+    *p = '/';
+  }
+  if (mkdir(tmp, 0777) != 0 && errno != EEXIST) return errno;
+  struct stat sb;
+  if (stat(tmp, &sb) != 0) return errno;
+  return S_ISDIR(sb.st_mode) ? 0 : ENOTDIR;
+}
+
+/* Reads a whole regular file; *n its size. Prints the error and returns NULL on failure. */
+static unsigned char *read_file(const char *path, int64_t *n) {
+  struct stat sb;
+  if (stat(path, &sb) != 0) {
+    fprintf(stderr, "mpitrain tokenize: cannot read '%s': %s\n", path, strerror(errno));
+    return NULL;
+  }
+  if (!S_ISREG(sb.st_mode)) {
+    fprintf(stderr, "mpitrain tokenize: '%s' is not a regular file%s\n", path,
+            S_ISDIR(sb.st_mode) ? " (it is a directory: give its files)" : "");
+    return NULL;
+  }
+  FILE *f = fopen(path, "rb");
+  unsigned char *buf = malloc((size_t)sb.st_size + 1);
+  if (!f || !buf) {
+    fprintf(stderr, "mpitrain tokenize: cannot read '%s': %s\n", path,
+            f ? "out of memory" : strerror(errno));
+    if (f) fclose(f);
+    free(buf);
+    return NULL;
+  }
+  size_t got = fread(buf, 1, (size_t)sb.st_size + 1, f);
+  int err = ferror(f);
+  fclose(f);
+  if (err || got != (size_t)sb.st_size) {
+    fprintf(stderr, "mpitrain tokenize: cannot read '%s': %s\n", path,
+            err ? "read error" : "its size changed while being read");
+    free(buf);
+    return NULL;
+  }
+  *n = (int64_t)got;
+  return buf;
+}
+
+static int usage_error(const char *fmt, const char *arg) {
+  fprintf(stderr, "mpitrain tokenize: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\n\n%s", usage_text);
+  return 2;
+}
+
+int mpt_cli_tokenize(int argc, char **argv) {
+  static const struct option opts[] = {{"bytes", no_argument, NULL, 'b'},
+                                       {"val-fraction", required_argument, NULL, 'v'},
+                                       {"shard-tokens", required_argument, NULL, 's'},
+                                       {"output", required_argument, NULL, 'o'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
+  int bytes = 0;
+  double frac = 0.1;
+  long long shard_tokens = DEFAULT_SHARD_TOKENS;
+  const char *dir = NULL;
+  optind = 0;
+  opterr = 0;
+  for (;;) {
+    int c = getopt_long(argc, argv, ":o:h", opts, NULL);
+    if (c == -1) break;
+    char *end = NULL;
+    switch (c) {
+      case 'b': bytes = 1; break;
+      case 'v':
+        errno = 0;
+        frac = strtod(optarg, &end);
+        if (errno || end == optarg || *end || !(frac >= 0.0 && frac < 1.0))
+          return usage_error("--val-fraction '%s' must be a number in [0, 1)", optarg);
+        break;
+      case 's':
+        errno = 0;
+        shard_tokens = strtoll(optarg, &end, 10);
+        if (errno || end == optarg || *end || shard_tokens < 1 ||
+            shard_tokens > MPT_SHARD_MAX_TOKENS)
+          return usage_error("--shard-tokens '%s' must be an integer in [1, 2147483647]", optarg);
+        break;
+      case 'o': dir = optarg; break;
+      case 'h': printf("%s", usage_text); return 0;
+      case ':': return usage_error("option '%s' needs a value", argv[optind - 1]);
+      default: return usage_error("unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  if (!bytes)
+    return usage_error("%sgive --bytes: only the byte-level tokenizer (vocabulary 256) exists",
+                       "");
+  if (!dir || !dir[0]) return usage_error("%sgive the output folder with -o DIR", "");
+  if (optind >= argc) return usage_error("%sgive at least one text FILE", "");
+
+  int e = make_dir(dir);
+  if (e != 0) {
+    fprintf(stderr, "mpitrain tokenize: cannot create the folder '%s': %s\n", dir, strerror(e));
+    return 1;
+  }
+  for (int k = 0; k < 2; k++) {
+    char pattern[4200];
+    snprintf(pattern, sizeof pattern, "%s/%s_*.bin", dir, k ? "val" : "train");
+    glob_t g;
+    int grc = glob(pattern, 0, NULL, &g);
+    size_t found = grc == 0 ? g.gl_pathc : 0;
+    if (found) {
+      fprintf(stderr, "mpitrain tokenize: '%s' already holds shards (%s, ...): remove them or "
+              "choose another -o folder\n", dir, g.gl_pathv[0]);
+      globfree(&g);
+      return 1;
+    }
+    globfree(&g);
+  }
+
+  int rc = 1;
+  int64_t total = 0;
+  stream st[2] = {{dir, "train", NULL, 0, shard_tokens, 0, 0}, {dir, "val", NULL, 0, shard_tokens, 0, 0}};
+  /* Shard buffers no larger than the input needs. */
+  for (int i = optind; i < argc; i++) {
+    struct stat sb;
+    if (stat(argv[i], &sb) == 0 && S_ISREG(sb.st_mode)) total += (int64_t)sb.st_size;
+  }
+  int64_t cap = total + 1 < shard_tokens ? total + 1 : shard_tokens;
+  for (int k = 0; k < 2; k++) {
+    st[k].cap = cap;
+    st[k].buf = malloc((size_t)cap * sizeof(uint16_t));
+    if (!st[k].buf) {
+      fprintf(stderr, "mpitrain tokenize: out of memory for %lld tokens\n", (long long)cap);
+      goto out;
+    }
+  }
+  printf("tokenize: %d file%s, %lld bytes, byte-level (vocabulary 256), validation fraction %g\n",
+         argc - optind, argc - optind == 1 ? "" : "s", (long long)total, frac);
+  for (int i = optind; i < argc; i++) {
+    int64_t n = 0;
+    unsigned char *text = read_file(argv[i], &n);
+    if (!text) goto out;
+    int64_t nval = (int64_t)(frac * (double)n);
+    if (nval > n) nval = n;
+    int bad = stream_put(&st[0], text, n - nval) || stream_put(&st[1], text + n - nval, nval);
+    free(text);
+    if (bad) goto out;
+  }
+  if (stream_flush(&st[0]) != 0 || stream_flush(&st[1]) != 0) goto out;
+  if (st[0].tokens == 0) {
+    fprintf(stderr, "mpitrain tokenize: the input holds no training text (%lld bytes)\n",
+            (long long)total);
+    goto out;
+  }
+  printf("tokenize: %lld training tokens in %d shard%s, %lld validation tokens in %d shard%s\n",
+         (long long)st[0].tokens, st[0].shards, st[0].shards == 1 ? "" : "s",
+         (long long)st[1].tokens, st[1].shards, st[1].shards == 1 ? "" : "s");
+  rc = 0;
+out:
+  free(st[0].buf);
+  free(st[1].buf);
+  return rc;
+}

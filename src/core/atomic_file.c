@@ -1,0 +1,95 @@
+/* Atomic file replacement (src/core/atomic_file.h): temporary file + fsync + rename + fsync of
+ * the directory, as the checkpoint writer does (src/ckpt/write.c). Calling thread only. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+
+mpt_status mpt__afile_open(mpt__afile *af, const char *path, const char *what) {
+  memset(af, 0, sizeof *af);
+  af->what = what ? what : "file";
+  if (!path || !path[0]) return MPT_FAIL(MPT_EINVAL, "%s write: empty path", af->what);
+  size_t n = strlen(path) + 32;
+  af->tmp = malloc(n);
+  if (!af->tmp) return MPT_FAIL(MPT_ENOMEM, "%s write %s: out of host memory", af->what, path);
+  snprintf(af->tmp, n, "%s.tmp.%ld", path, (long)getpid());
+  af->f = fopen(af->tmp, "wbe");
+  if (!af->f) {
+    mpt_status st = MPT_FAIL(MPT_EIO, "%s write: cannot create %s: %s", af->what, af->tmp,
+                             strerror(errno));
+    free(af->tmp);
+    af->tmp = NULL;
+    return st;
+  }
+  af->path = path;
+  return MPT_OK;
+}
+
+mpt_status mpt__afile_write(mpt__afile *af, const void *p, size_t n) {
+  if (n == 0) return MPT_OK;
+  if (!af->f) return MPT_FAIL(MPT_ESTATE, "%s write: the file is not open", af->what);
+  if (fwrite(p, 1, n, af->f) != n)
+    return MPT_FAIL(MPT_EIO, "%s write %s: write of %zu bytes at offset %llu failed: %s",
+                    af->what, af->tmp, n, (unsigned long long)af->nbytes, strerror(errno));
+  af->nbytes += n;
+  return MPT_OK;
+}
+
+/* fsyncs the directory holding `path`; file systems that cannot (EINVAL, ENOTSUP) are fine. */
+static mpt_status fsync_dir_of(const char *path, const char *what) {
+  char *dir = strdup(path);
+  if (!dir) return MPT_FAIL(MPT_ENOMEM, "%s write: out of host memory", what);
+  char *slash = strrchr(dir, '/');
+  if (!slash) strcpy(dir, ".");
+  else if (slash == dir) dir[1] = '\0';
+  else *slash = '\0';
+  mpt_status st = MPT_OK;
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL && errno != ENOTSUP))
+    st = MPT_FAIL(MPT_EIO, "%s %s: cannot fsync its directory %s: %s", what, path, dir,
+                  strerror(errno));
+  if (fd >= 0) close(fd);
+  free(dir);
+  return st;
+}
+
+mpt_status mpt__afile_commit(mpt__afile *af) {
+  if (!af->f) return MPT_FAIL(MPT_ESTATE, "%s write: the file is not open", af->what);
+  mpt_status st = MPT_OK;
+  if (fflush(af->f) != 0 || fsync(fileno(af->f)) != 0) {
+    st = MPT_FAIL(MPT_EIO, "%s write: cannot flush %s to disk: %s", af->what, af->tmp,
+                  strerror(errno));
+    goto fail;
+  }
+  int rc = fclose(af->f);
+  af->f = NULL;
+  if (rc != 0) {
+    st = MPT_FAIL(MPT_EIO, "%s write: cannot close %s: %s", af->what, af->tmp, strerror(errno));
+    goto fail;
+  }
+  if (rename(af->tmp, af->path) != 0) {
+    st = MPT_FAIL(MPT_EIO, "%s write: cannot rename %s to %s: %s", af->what, af->tmp, af->path,
+                  strerror(errno));
+    goto fail;
+  }
+  free(af->tmp);
+  af->tmp = NULL;
+  return fsync_dir_of(af->path, af->what);
+
+fail:
+  mpt__afile_abort(af);
+  return st;
+}
+
+void mpt__afile_abort(mpt__afile *af) {
+  if (!af) return;
+  if (af->f) fclose(af->f);
+  af->f = NULL;
+  if (af->tmp) unlink(af->tmp);
+  free(af->tmp);
+  af->tmp = NULL;
+}

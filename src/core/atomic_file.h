@@ -1,0 +1,39 @@
+/* Atomic file replacement for the writers of whole files (token shards, llm.c model files):
+ * the bytes go to "<path>.tmp.<pid>", which is flushed, fsynced and closed, then renamed over
+ * `path`, and the directory is fsynced; so `path` always holds either its old content or the
+ * complete new one, never a partial file. Internal (mpt__), used from the calling thread only.
+ *
+ *   mpt__afile af;
+ *   MPT_CHECK(mpt__afile_open(&af, path, "token shard"), out);
+ *   MPT_CHECK(mpt__afile_write(&af, bytes, n), out);   // any number of times
+ *   MPT_CHECK(mpt__afile_commit(&af), out);
+ * out:
+ *   mpt__afile_abort(&af);                             // no-op after a commit
+ */
+#ifndef MPT_CORE_ATOMIC_FILE_H
+#define MPT_CORE_ATOMIC_FILE_H
+
+#include <stdio.h>
+
+#include "mpitrain/core.h"
+
+typedef struct mpt__afile {
+  FILE *f;
+  char *tmp;          /* the temporary file's path, owned */
+  const char *path;   /* the final path, borrowed */
+  const char *what;   /* "token shard", for messages, borrowed */
+  uint64_t nbytes;    /* written so far */
+} mpt__afile;
+
+/* Creates the temporary file. On error *af is left so that mpt__afile_abort is a no-op.
+ * Errors: MPT_EINVAL empty path; MPT_EIO (names the file and errno's text); MPT_ENOMEM. */
+mpt_status mpt__afile_open(mpt__afile *af, const char *path, const char *what);
+/* Appends n bytes. Errors: MPT_EIO naming the temporary file and the offset. */
+mpt_status mpt__afile_write(mpt__afile *af, const void *p, size_t n);
+/* Flushes, fsyncs, closes and renames into place, then fsyncs the directory.
+ * Errors: MPT_EIO naming the step that failed (the temporary file is removed). */
+mpt_status mpt__afile_commit(mpt__afile *af);
+/* Closes and removes the temporary file if it is still there; frees what open allocated. */
+void mpt__afile_abort(mpt__afile *af);
+
+#endif

@@ -1,0 +1,149 @@
+/* The public wrappers of include/mpitrain/ops_gpt.h, as src/core/ops.c does for ops.h: each
+ * checks its arguments (MPT_EINVAL naming the op and the bad value), returns MPT_OK at once
+ * when there is no work, then dispatches to the stream's backend (NULL stream: the CPU); a
+ * backend without the slot gives MPT_ENOTSUP. A backend kernel therefore always sees positive
+ * extents and non-NULL pointers for everything it must touch. No state. */
+#include "core/backend.h"
+#include "core/error.h"
+
+#define REQUIRE(cond, fmt, ...)                                                       \
+  do {                                                                                \
+    if (!(cond)) return MPT_FAIL(MPT_EINVAL, "%s: " fmt, __func__, __VA_ARGS__);      \
+  } while (0)
+#define REQUIRE_PTR(p) REQUIRE((p) != NULL, "%s is NULL", #p)
+#define REQUIRE_NONNEG(v) REQUIRE((v) >= 0, "%s = %lld is negative", #v, (long long)(v))
+/* Extents whose products below stay far from overflow (2^31 each, 2^62 in all). */
+#define REQUIRE_EXTENT(v) REQUIRE((v) >= 0 && (v) <= INT32_MAX, "%s = %lld outside [0, 2^31)", \
+                                  #v, (long long)(v))
+
+#define DISPATCH(slot, ...)                                                                \
+  do {                                                                                     \
+    const mpt__device_backend *b_ = mpt__backend_of_stream(stream);                        \
+    if (!b_ || !b_->slot)                                                                  \
+      return MPT_FAIL(MPT_ENOTSUP, "%s: not available on the %s backend", __func__,        \
+                      b_ ? b_->name : "unbuilt");                                          \
+    return b_->slot(stream, __VA_ARGS__);                                                  \
+  } while (0)
+
+mpt_status mpt_op_embedding_gpt(mpt_stream *stream, const int32_t *tokens, int64_t b,
+                                int64_t t, int64_t c, int64_t vocab, const float *wte,
+                                const float *wpe, float *y) {
+  REQUIRE_EXTENT(b);
+  REQUIRE_EXTENT(t);
+  REQUIRE_EXTENT(c);
+  REQUIRE(vocab >= 1, "vocab = %lld must be >= 1", (long long)vocab);
+  if (b == 0 || t == 0 || c == 0) return MPT_OK;
+  REQUIRE_PTR(tokens);
+  REQUIRE_PTR(wte);
+  REQUIRE_PTR(wpe);
+  REQUIRE_PTR(y);
+  DISPATCH(embedding_gpt, tokens, b, t, c, vocab, wte, wpe, y);
+}
+
+mpt_status mpt_op_embedding_gpt_backward(mpt_stream *stream, const int32_t *tokens, int64_t b,
+                                         int64_t t, int64_t c, int64_t vocab, const float *dy,
+                                         float *dwte, float *dwpe) {
+  REQUIRE_EXTENT(b);
+  REQUIRE_EXTENT(t);
+  REQUIRE_EXTENT(c);
+  REQUIRE(vocab >= 1, "vocab = %lld must be >= 1", (long long)vocab);
+  if (b == 0 || t == 0 || c == 0 || (!dwte && !dwpe)) return MPT_OK;
+  REQUIRE_PTR(tokens);
+  REQUIRE_PTR(dy);
+  DISPATCH(embedding_gpt_backward, tokens, b, t, c, vocab, dy, dwte, dwpe);
+}
+
+mpt_status mpt_op_layernorm(mpt_stream *stream, const float *x, int64_t rows, int64_t c,
+                            const float *w, const float *bias, float eps, float *y, float *mean,
+                            float *rstd) {
+  REQUIRE_EXTENT(rows);
+  REQUIRE_EXTENT(c);
+  REQUIRE(eps >= 0.0f && eps < 1e30f, "eps = %g must be finite and >= 0", (double)eps);
+  if (rows == 0) return MPT_OK;
+  REQUIRE(c >= 1, "c = %lld must be >= 1", (long long)c);
+  REQUIRE_PTR(x);
+  REQUIRE_PTR(w);
+  REQUIRE_PTR(bias);
+  REQUIRE_PTR(y);
+  REQUIRE_PTR(mean);
+  REQUIRE_PTR(rstd);
+  DISPATCH(layernorm, x, rows, c, w, bias, eps, y, mean, rstd);
+}
+
+mpt_status mpt_op_layernorm_backward(mpt_stream *stream, const float *dy, const float *x,
+                                     int64_t rows, int64_t c, const float *w, const float *mean,
+                                     const float *rstd, float *dx, float *dw, float *dbias) {
+  REQUIRE_EXTENT(rows);
+  REQUIRE_EXTENT(c);
+  if (rows == 0 || c == 0 || (!dx && !dw && !dbias)) return MPT_OK;
+  REQUIRE_PTR(dy);
+  REQUIRE_PTR(x);
+  REQUIRE_PTR(w);
+  REQUIRE_PTR(mean);
+  REQUIRE_PTR(rstd);
+  DISPATCH(layernorm_backward, dy, x, rows, c, w, mean, rstd, dx, dw, dbias);
+}
+
+mpt_status mpt_op_gelu(mpt_stream *stream, float *y, const float *x, int64_t count) {
+  REQUIRE_NONNEG(count);
+  if (count == 0) return MPT_OK;
+  REQUIRE_PTR(y);
+  REQUIRE_PTR(x);
+  DISPATCH(gelu, y, x, count);
+}
+
+mpt_status mpt_op_gelu_backward(mpt_stream *stream, float *dx, const float *dy, const float *x,
+                                int64_t count) {
+  REQUIRE_NONNEG(count);
+  if (count == 0) return MPT_OK;
+  REQUIRE_PTR(dx);
+  REQUIRE_PTR(dy);
+  REQUIRE_PTR(x);
+  DISPATCH(gelu_backward, dx, dy, x, count);
+}
+
+mpt_status mpt_op_causal_softmax(mpt_stream *stream, float *s, int64_t planes, int64_t t) {
+  REQUIRE_EXTENT(planes);
+  REQUIRE_EXTENT(t);
+  if (planes == 0 || t == 0) return MPT_OK;
+  REQUIRE_PTR(s);
+  DISPATCH(causal_softmax, s, planes, t);
+}
+
+mpt_status mpt_op_causal_softmax_backward(mpt_stream *stream, const float *a, float *d,
+                                          int64_t planes, int64_t t) {
+  REQUIRE_EXTENT(planes);
+  REQUIRE_EXTENT(t);
+  if (planes == 0 || t == 0) return MPT_OK;
+  REQUIRE_PTR(a);
+  REQUIRE_PTR(d);
+  DISPATCH(causal_softmax_backward, a, d, planes, t);
+}
+
+mpt_status mpt_op_xent_vocab(mpt_stream *stream, const float *logits, const int32_t *targets,
+                             int64_t n, int64_t vp, int64_t v, float *lse, float *loss) {
+  REQUIRE_EXTENT(n);
+  REQUIRE_EXTENT(vp);
+  REQUIRE(v >= 1 && v <= vp, "v = %lld outside [1, vp = %lld]", (long long)v, (long long)vp);
+  REQUIRE(n >= 1, "n = %lld must be >= 1 (the mean of no position)", (long long)n);
+  REQUIRE_PTR(logits);
+  REQUIRE_PTR(targets);
+  REQUIRE_PTR(lse);
+  REQUIRE_PTR(loss);
+  DISPATCH(xent_vocab, logits, targets, n, vp, v, lse, loss);
+}
+
+mpt_status mpt_op_xent_vocab_backward(mpt_stream *stream, const float *logits,
+                                      const int32_t *targets, int64_t n, int64_t vp, int64_t v,
+                                      const float *lse, const float *dloss, float *dlogits) {
+  REQUIRE_EXTENT(n);
+  REQUIRE_EXTENT(vp);
+  REQUIRE(v >= 1 && v <= vp, "v = %lld outside [1, vp = %lld]", (long long)v, (long long)vp);
+  if (n == 0) return MPT_OK;
+  REQUIRE_PTR(logits);
+  REQUIRE_PTR(targets);
+  REQUIRE_PTR(lse);
+  REQUIRE_PTR(dloss);
+  REQUIRE_PTR(dlogits);
+  DISPATCH(xent_vocab_backward, logits, targets, n, vp, v, lse, dloss, dlogits);
+}

@@ -1,0 +1,327 @@
+/* Tests of the CUDA transformer ops (src/core/cuda/kernels_gpt.cu, ops_cuda_gpt.c): each op of
+ * include/mpitrain/ops_gpt.h on the GPU against the CPU backend (the reference, itself checked
+ * by finite differences and exact cases through the tape in tests/test_gpt_ops.c), forward and
+ * backward, on random inputs whose sizes are not multiples of the warp (C = 40, T = 37), and
+ * the transformer layers of transformer.h end to end: a 2-block mini GPT on a CUDA model
+ * against the same model on the CPU (loss and every gradient). Exits 77 (automake's SKIP) with
+ * "SKIP: no CUDA device" when no GPU is present.
+ *
+ * Tolerances. The embedding and its backward do the same float additions in the same order on
+ * both backends: EQUAL. Elsewhere the GPU fuses multiply-adds, its expf/tanhf are within 2 ulp
+ * and its row sums (in double) add in another order, so results agree to a few float ulps of
+ * the magnitudes involved (bounds next to each comparison), far below the O(1) change an
+ * indexing or formula error makes. Check runs without forking: a CUDA context does not survive
+ * fork(). */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpitrain/autograd.h"
+#include "mpitrain/ops.h"
+#include "mpitrain/ops_gpt.h"
+#include "mpitrain/transformer.h"
+
+#define OK(expr) ck_assert_msg((expr) == MPT_OK, "%s failed: %s", #expr, mpt_last_error())
+#define TIMEOUT_MS 60000.0
+
+enum { B = 3, T = 7, C = 40, V = 50, VP = 64, PLANES = 6, TT = 37 };
+
+static const mpt_device GPU = {MPT_DEVICE_CUDA, 0};
+static mpt_stream *S;
+
+static void setup(void) { OK(mpt_stream_init(&S, GPU, MPT_STREAM_INLINE)); }
+static void teardown(void) {
+  mpt_stream_free(S);
+  S = NULL;
+}
+
+static float *hrand(int64_t n, uint64_t seed, float lo, float hi) {
+  float *x = calloc((size_t)n, sizeof *x);
+  ck_assert_ptr_nonnull(x);
+  mpt_rng r;
+  mpt_rng_seed(&r, seed);
+  mpt_rng_fill_uniform(&r, x, n, lo, hi);
+  return x;
+}
+static float *hdup(const float *x, int64_t n) {
+  float *y = malloc((size_t)n * sizeof *y);
+  ck_assert_ptr_nonnull(y);
+  memcpy(y, x, (size_t)n * sizeof *y);
+  return y;
+}
+static void *up(const void *h, size_t nbytes) {
+  void *d = NULL;
+  OK(mpt_device_alloc(GPU, nbytes, &d));
+  OK(mpt_op_memcpy(S, GPU, d, mpt_device_cpu(), h, nbytes));
+  return d;
+}
+static float *upf(const float *h, int64_t n) { return up(h, (size_t)n * sizeof *h); }
+static void down(void *h, const void *d, size_t nbytes) {
+  OK(mpt_op_memcpy(S, mpt_device_cpu(), h, GPU, d, nbytes));
+  OK(mpt_stream_synchronize(S, TIMEOUT_MS));
+}
+static void dfree(void *d) { mpt_device_free(GPU, d); }
+
+/* Downloads n floats from d and requires |got - want| <= atol + rtol |want| (NaN meets NaN). */
+static void expect_dev(const char *what, const float *d, const float *want, int64_t n,
+                       double rtol, double atol) {
+  float *got = malloc((size_t)n * sizeof *got);
+  ck_assert_ptr_nonnull(got);
+  down(got, d, (size_t)n * sizeof *got);
+  for (int64_t i = 0; i < n; i++) {
+    if (isnan(want[i]) && isnan(got[i])) continue;
+    const double e = fabs((double)got[i] - want[i]);
+    if (!(e <= atol + rtol * fabs((double)want[i])))
+      ck_abort_msg("%s[%lld]: cuda %.9g, cpu %.9g (bound %.3g + %.3g |cpu|)", what,
+                   (long long)i, (double)got[i], (double)want[i], atol, rtol);
+  }
+  free(got);
+}
+
+static int32_t *ids(int64_t n, int64_t limit, uint64_t seed) {
+  int32_t *t = malloc((size_t)n * sizeof *t);
+  ck_assert_ptr_nonnull(t);
+  mpt_rng r;
+  mpt_rng_seed(&r, seed);
+  for (int64_t i = 0; i < n; i++) t[i] = (int32_t)mpt_rng_below(&r, (uint64_t)limit);
+  t[1] = t[0]; /* a repeated id: its rows add up */
+  return t;
+}
+
+START_TEST(test_embedding_matches_cpu_exactly) {
+  int32_t *tok = ids(B * T, V, 1);
+  float *wte = hrand(VP * C, 2, -1, 1), *wpe = hrand(T * C, 3, -1, 1), *y = hrand(B * T * C, 0, 0, 0);
+  float *dy = hrand(B * T * C, 4, -1, 1), *dwte = hrand(VP * C, 5, -1, 1), *dwpe = hrand(T * C, 6, -1, 1);
+  int32_t *d_tok = up(tok, B * T * sizeof *tok);
+  float *d_wte = upf(wte, VP * C), *d_wpe = upf(wpe, T * C), *d_y = upf(y, B * T * C);
+  float *d_dy = upf(dy, B * T * C), *d_dwte = upf(dwte, VP * C), *d_dwpe = upf(dwpe, T * C);
+  OK(mpt_op_embedding_gpt(NULL, tok, B, T, C, V, wte, wpe, y));
+  OK(mpt_op_embedding_gpt(S, d_tok, B, T, C, V, d_wte, d_wpe, d_y));
+  expect_dev("embedding", d_y, y, B * T * C, 0, 0);
+  OK(mpt_op_embedding_gpt_backward(NULL, tok, B, T, C, V, dy, dwte, dwpe));
+  OK(mpt_op_embedding_gpt_backward(S, d_tok, B, T, C, V, d_dy, d_dwte, d_dwpe));
+  expect_dev("dwte", d_dwte, dwte, VP * C, 0, 0);
+  expect_dev("dwpe", d_dwpe, dwpe, T * C, 0, 0);
+  /* a token out of range: the CPU refuses it, CUDA writes NaN for its row */
+  tok[4] = V;
+  ck_assert_int_eq(mpt_op_embedding_gpt(NULL, tok, B, T, C, V, wte, wpe, y), MPT_EINVAL);
+  OK(mpt_op_memcpy(S, GPU, d_tok, mpt_device_cpu(), tok, B * T * sizeof *tok));
+  OK(mpt_op_embedding_gpt(S, d_tok, B, T, C, V, d_wte, d_wpe, d_y));
+  down(y, d_y, B * T * C * sizeof *y);
+  ck_assert(isnan(y[4 * C]) && isnan(y[5 * C - 1]) && !isnan(y[5 * C]));
+  dfree(d_tok), dfree(d_wte), dfree(d_wpe), dfree(d_y), dfree(d_dy), dfree(d_dwte), dfree(d_dwpe);
+  free(tok), free(wte), free(wpe), free(y), free(dy), free(dwte), free(dwpe);
+}
+END_TEST
+
+START_TEST(test_layernorm_and_gelu_match_cpu) {
+  const int64_t rows = B * T, n = rows * C;
+  float *x = hrand(n, 7, -2, 3), *w = hrand(C, 8, -1, 1), *b = hrand(C, 9, -1, 1);
+  float *y = hrand(n, 0, 0, 0), *mean = hrand(rows, 0, 0, 0), *rstd = hrand(rows, 0, 0, 0);
+  float *dy = hrand(n, 10, -1, 1), *dx = hrand(n, 11, -1, 1), *dw = hrand(C, 12, -1, 1);
+  float *db = hdup(dw, C);
+  float *d_x = upf(x, n), *d_w = upf(w, C), *d_b = upf(b, C), *d_y = upf(y, n);
+  float *d_mean = upf(mean, rows), *d_rstd = upf(rstd, rows), *d_dy = upf(dy, n);
+  float *d_dx = upf(dx, n), *d_dw = upf(dw, C), *d_db = upf(db, C);
+  OK(mpt_op_layernorm(NULL, x, rows, C, w, b, 1e-5f, y, mean, rstd));
+  OK(mpt_op_layernorm(S, d_x, rows, C, d_w, d_b, 1e-5f, d_y, d_mean, d_rstd));
+  expect_dev("layernorm mean", d_mean, mean, rows, 1e-6, 1e-7);
+  expect_dev("layernorm rstd", d_rstd, rstd, rows, 1e-6, 0);
+  expect_dev("layernorm y", d_y, y, n, 1e-5, 1e-6); /* |y| <= ~5: a few ulp */
+  OK(mpt_op_layernorm_backward(NULL, dy, x, rows, C, w, mean, rstd, dx, dw, db));
+  OK(mpt_op_layernorm_backward(S, d_dy, d_x, rows, C, d_w, d_mean, d_rstd, d_dx, d_dw, d_db));
+  expect_dev("layernorm dx", d_dx, dx, n, 1e-5, 1e-5);
+  expect_dev("layernorm dw", d_dw, dw, C, 1e-5, 1e-5); /* 21 rows of O(1) terms */
+  expect_dev("layernorm db", d_db, db, C, 1e-5, 1e-5);
+  /* GELU over the same x, and its backward */
+  OK(mpt_op_gelu(NULL, y, x, n));
+  OK(mpt_op_gelu(S, d_y, d_x, n));
+  expect_dev("gelu", d_y, y, n, 1e-5, 1e-6);
+  OK(mpt_op_gelu_backward(NULL, dx, dy, x, n));
+  OK(mpt_op_gelu_backward(S, d_dx, d_dy, d_x, n));
+  expect_dev("gelu dx", d_dx, dx, n, 1e-5, 1e-5);
+  dfree(d_x), dfree(d_w), dfree(d_b), dfree(d_y), dfree(d_mean), dfree(d_rstd), dfree(d_dy);
+  dfree(d_dx), dfree(d_dw), dfree(d_db);
+  free(x), free(w), free(b), free(y), free(mean), free(rstd), free(dy), free(dx), free(dw), free(db);
+}
+END_TEST
+
+START_TEST(test_causal_softmax_matches_cpu) {
+  const int64_t n = PLANES * TT * TT;
+  float *s = hrand(n, 13, -4, 4), *d = hrand(n, 14, -1, 1);
+  float *d_s = upf(s, n), *d_d = upf(d, n);
+  OK(mpt_op_causal_softmax(NULL, s, PLANES, TT));
+  OK(mpt_op_causal_softmax(S, d_s, PLANES, TT));
+  expect_dev("causal softmax", d_s, s, n, 1e-5, 1e-7); /* the mask: exact zeros on both */
+  OK(mpt_op_causal_softmax_backward(NULL, s, d, PLANES, TT));
+  OK(mpt_op_causal_softmax_backward(S, d_s, d_d, PLANES, TT));
+  expect_dev("causal softmax backward", d_d, d, n, 1e-5, 1e-7);
+  dfree(d_s), dfree(d_d);
+  free(s), free(d);
+}
+END_TEST
+
+START_TEST(test_xent_vocab_matches_cpu_and_ignores_padding) {
+  const int64_t n = B * T;
+  int32_t *tg = ids(n, V, 15);
+  float *logits = hrand(n * VP, 16, -5, 5), *lse = hrand(n, 0, 0, 0), loss = 0, dloss = 0.5f;
+  for (int64_t r = 0; r < n; r++)
+    for (int64_t j = V; j < VP; j++) logits[r * VP + j] = 1e30f; /* padding: never read */
+  float *dl = hrand(n * VP, 17, -1, 1);
+  int32_t *d_tg = up(tg, n * sizeof *tg);
+  float *d_logits = upf(logits, n * VP), *d_lse = upf(lse, n), *d_loss = upf(&loss, 1);
+  float *d_dloss = upf(&dloss, 1), *d_dl = upf(dl, n * VP);
+  OK(mpt_op_xent_vocab(NULL, logits, tg, n, VP, V, lse, &loss));
+  OK(mpt_op_xent_vocab(S, d_logits, d_tg, n, VP, V, d_lse, d_loss));
+  expect_dev("lse", d_lse, lse, n, 1e-6, 0);
+  expect_dev("loss", d_loss, &loss, 1, 1e-6, 0);
+  OK(mpt_op_xent_vocab_backward(NULL, logits, tg, n, VP, V, lse, &dloss, dl));
+  OK(mpt_op_xent_vocab_backward(S, d_logits, d_tg, n, VP, V, d_lse, d_dloss, d_dl));
+  expect_dev("dlogits", d_dl, dl, n * VP, 1e-5, 1e-7); /* padding columns: untouched, equal */
+  dfree(d_tg), dfree(d_logits), dfree(d_lse), dfree(d_loss), dfree(d_dloss), dfree(d_dl);
+  free(tg), free(logits), free(lse), free(dl);
+}
+END_TEST
+
+/* ---- the layers end to end: a 2-block mini GPT, CUDA model against CPU model ---- */
+
+enum { NB = 2, NT = 9, NC = 48, NH = 4, NV = 37, NVP = 64, L = 2, PER = 12 };
+
+typedef struct gpt {
+  mpt_model *m;
+  mpt_tape *tape;
+  mpt_stream *s; /* NULL on the CPU */
+  mpt_tensor tok, tgt;
+} gpt;
+
+static mpt_var *P(gpt *g, int i) {
+  mpt_var *v = NULL;
+  OK(mpt_tape_param(g->tape, i, &v));
+  return v;
+}
+
+static mpt_status gpt_loss(gpt *g, mpt_var **loss) {
+  mpt_tape *t = g->tape;
+  mpt_var *x = NULL, *h = NULL, *a = NULL;
+  MPT_RETURN_IF(mpt_nn_embedding_gpt(t, &g->tok, NV, P(g, 0), P(g, 1), &x));
+  for (int l = 0; l < L; l++) {
+    const int q = 2 + PER * l;
+    MPT_RETURN_IF(mpt_nn_layernorm(t, x, P(g, q), P(g, q + 1), 1e-5f, &h));
+    MPT_RETURN_IF(mpt_nn_linear_nd(t, h, P(g, q + 2), P(g, q + 3), &h));
+    MPT_RETURN_IF(mpt_nn_causal_attention(t, h, NH, &a));
+    MPT_RETURN_IF(mpt_nn_linear_nd(t, a, P(g, q + 4), P(g, q + 5), &a));
+    MPT_RETURN_IF(mpt_nn_add(t, x, a, &x));
+    MPT_RETURN_IF(mpt_nn_layernorm(t, x, P(g, q + 6), P(g, q + 7), 1e-5f, &h));
+    MPT_RETURN_IF(mpt_nn_linear_nd(t, h, P(g, q + 8), P(g, q + 9), &h));
+    MPT_RETURN_IF(mpt_nn_gelu(t, h, &h));
+    MPT_RETURN_IF(mpt_nn_linear_nd(t, h, P(g, q + 10), P(g, q + 11), &h));
+    MPT_RETURN_IF(mpt_nn_add(t, x, h, &x));
+  }
+  const int z = 2 + PER * L;
+  MPT_RETURN_IF(mpt_nn_layernorm(t, x, P(g, z), P(g, z + 1), 1e-5f, &x));
+  MPT_RETURN_IF(mpt_nn_linear_nd(t, x, P(g, 0), NULL, &x));
+  return mpt_nn_cross_entropy_vocab(t, x, &g->tgt, NV, loss);
+}
+
+static void gpt_init(gpt *g, mpt_device dev, const int32_t *tok, const int32_t *tgt) {
+  static const int64_t dims[PER][3] = {
+      {NC, 0, 1}, {NC, 0, 1}, {3 * NC, NC, NC}, {3 * NC, 0, 1}, {NC, NC, NC}, {NC, 0, 1},
+      {NC, 0, 1}, {NC, 0, 1}, {4 * NC, NC, NC}, {4 * NC, 0, 1}, {NC, 4 * NC, 4 * NC}, {NC, 0, 1}};
+  memset(g, 0, sizeof *g);
+  OK(mpt_model_init(&g->m, dev));
+  char name[32];
+  int idx;
+  const int64_t wte[2] = {NVP, NC}, wpe[2] = {NT, NC};
+  OK(mpt_model_add_param(g->m, "wte", 2, wte, MPT_INIT_FAN_IN, 1, &idx));
+  OK(mpt_model_add_param(g->m, "wpe", 2, wpe, MPT_INIT_FAN_IN, 1, &idx));
+  for (int i = 0; i < PER * L + 2; i++) {
+    const int64_t *d = i < PER * L ? dims[i % PER] : dims[0];
+    const int64_t shape[2] = {d[0], d[1]};
+    snprintf(name, sizeof name, "p%d", i);
+    OK(mpt_model_add_param(g->m, name, d[1] ? 2 : 1, shape, MPT_INIT_FAN_IN, d[2], &idx));
+  }
+  OK(mpt_model_finalize(g->m));
+  OK(mpt_model_init_params(g->m, 42)); /* drawn on the host: the same values on both devices */
+  if (dev.type == MPT_DEVICE_CUDA) OK(mpt_stream_init(&g->s, dev, MPT_STREAM_INLINE));
+  OK(mpt_tape_init(&g->tape, g->m, g->s));
+  const int64_t shape[2] = {NB, NT};
+  void *dt = (void *)tok, *dg = (void *)tgt;
+  if (g->s) {
+    OK(mpt_device_alloc(dev, NB * NT * sizeof *tok, &dt));
+    OK(mpt_device_alloc(dev, NB * NT * sizeof *tgt, &dg));
+    OK(mpt_op_memcpy(g->s, dev, dt, mpt_device_cpu(), tok, NB * NT * sizeof *tok));
+    OK(mpt_op_memcpy(g->s, dev, dg, mpt_device_cpu(), tgt, NB * NT * sizeof *tgt));
+  }
+  g->tok = mpt_tensor_view(dt, dev, MPT_I32, 2, shape);
+  g->tgt = mpt_tensor_view(dg, dev, MPT_I32, 2, shape);
+}
+
+static float gpt_step(gpt *g) {
+  mpt_var *loss = NULL;
+  float value = 0;
+  OK(mpt_model_zero_grad(g->m, g->s));
+  mpt_tape_reset(g->tape, 1);
+  OK(gpt_loss(g, &loss));
+  OK(mpt_tape_backward(g->tape, loss, 1.0f));
+  OK(mpt_var_item(g->tape, loss, &value));
+  return value;
+}
+
+static void gpt_free(gpt *g) {
+  if (g->s) {
+    mpt_device_free(g->tok.device, g->tok.data);
+    mpt_device_free(g->tgt.device, g->tgt.data);
+  }
+  mpt_tape_free(g->tape);
+  mpt_stream_free(g->s);
+  mpt_model_free(g->m);
+}
+
+START_TEST(test_mini_gpt_on_cuda_matches_cpu) {
+  int32_t *tok = ids(NB * NT, NV, 18), *tgt = ids(NB * NT, NV, 19);
+  gpt cpu, gpu;
+  gpt_init(&cpu, mpt_device_cpu(), tok, tgt);
+  gpt_init(&gpu, GPU, tok, tgt);
+  const int64_t count = mpt_model_param_count(cpu.m);
+  float *params = malloc((size_t)count * sizeof *params), *grads = NULL;
+  ck_assert_ptr_nonnull(params);
+  down(params, mpt_model_params(gpu.m), (size_t)count * sizeof *params);
+  ck_assert_mem_eq(params, mpt_model_params(cpu.m), (size_t)count * sizeof *params);
+  const float lc = gpt_step(&cpu), lg = gpt_step(&gpu);
+  ck_assert_msg(fabsf(lc - lg) <= 1e-5f * fabsf(lc), "loss: cpu %.9g, cuda %.9g", lc, lg);
+  grads = mpt_model_grads(cpu.m);
+  /* gradients: O(1e-3..1e-1); cuBLAS runs plain FP32 (no TF32, ops_cuda.c), so each differs by float
+   * rounding through ~20 layers: 1e-4 relative of the largest gradient bounds it */
+  double gmax = 0;
+  for (int64_t i = 0; i < count; i++) gmax = fmax(gmax, fabs(grads[i]));
+  expect_dev("mini gpt grads", mpt_model_grads(gpu.m), grads, count, 1e-3, 1e-4 * gmax);
+  gpt_free(&cpu);
+  gpt_free(&gpu);
+  free(params), free(tok), free(tgt);
+}
+END_TEST
+
+int main(void) {
+  if (mpt_device_count(MPT_DEVICE_CUDA) == 0) {
+    printf("SKIP: no CUDA device\n");
+    return 77;
+  }
+  Suite *suite = suite_create("cuda_gpt_ops");
+  TCase *tc = tcase_create("cuda_gpt");
+  tcase_set_timeout(tc, 120);
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, test_embedding_matches_cpu_exactly);
+  tcase_add_test(tc, test_layernorm_and_gelu_match_cpu);
+  tcase_add_test(tc, test_causal_softmax_matches_cpu);
+  tcase_add_test(tc, test_xent_vocab_matches_cpu_and_ignores_padding);
+  tcase_add_test(tc, test_mini_gpt_on_cuda_matches_cpu);
+  suite_add_tcase(suite, tc);
+  SRunner *sr = srunner_create(suite);
+  srunner_set_fork_status(sr, CK_NOFORK);
+  srunner_run_all(sr, CK_NORMAL);
+  const int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? 0 : 1;
+}
