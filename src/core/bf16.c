@@ -48,8 +48,10 @@ static inline uint16_t round_select(float x) {
   return (uint16_t)((u & 0x7FFFFFFFu) > 0x7F800000u ? nan : rounded);
 }
 
+/* The kernels are static (their clones resolve through an ifunc, which a library's export list
+ * does not carry); the public functions call them. */
 BF16_CLONES
-void mpt_bf16_round_array(const float *src, uint16_t *dst, int64_t n) {
+static void round_kernel(const float *src, uint16_t *dst, int64_t n) {
   int64_t i = 0;
   for (; i + 32 <= n; i += 32)
     for (int j = 0; j < 32; j++) dst[i + j] = round_select(src[i + j]);
@@ -57,13 +59,19 @@ void mpt_bf16_round_array(const float *src, uint16_t *dst, int64_t n) {
 }
 
 BF16_CLONES
-void mpt_bf16_add_array(const uint16_t *a, uint16_t *b, int64_t n) {
+static void add_kernel(const uint16_t *a, uint16_t *b, int64_t n) {
   int64_t i = 0;
   for (; i + 32 <= n; i += 32)
     for (int j = 0; j < 32; j++)
       b[i + j] = round_select(widen(a[i + j]) + widen(b[i + j]));
   for (; i < n; i++) b[i] = round_select(widen(a[i]) + widen(b[i]));
 }
+
+void mpt_bf16_round_array(const float *src, uint16_t *dst, int64_t n) {
+  round_kernel(src, dst, n);
+}
+
+void mpt_bf16_add_array(const uint16_t *a, uint16_t *b, int64_t n) { add_kernel(a, b, n); }
 
 void mpt_bf16_widen_array(const uint16_t *src, float *dst, int64_t n) {
   for (int64_t i = 0; i < n; i++) dst[i] = mpt_bf16_to_f32(src[i]);
