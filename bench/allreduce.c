@@ -1,6 +1,8 @@
 /* mpt_allreduce_bench: all-reduce bandwidth through mpitrain's comm layer, printed in the format
  * of nccl-tests' all_reduce_perf, with raw MPI_Allreduce measured in the same run on the same
- * buffers so that every row carries the ratio mpitrain / raw.
+ * buffers so that every row carries the ratio mpitrain / raw. --coll reducescatter | allgather
+ * measures those collectives instead (host buffers, MPI backend) against MPI_Reduce_scatter /
+ * MPI_Allgather(v) with the same shard counts, busbw factor (n - 1) / n (bench/README.md).
  *
  *   mpirun -np 2 mpt_allreduce_bench -b 1K -e 64M -f 2 -n 20 -w 5 -c 1 --json out.json
  *
@@ -81,6 +83,7 @@ typedef struct bench {
   void *send, *recv;
   MPI_Datatype mdt;
   MPI_Op mop;
+  int *counts, *displs; /* [world]: the shards of the current size (reduce-scatter, all-gather) */
   int inject_wrong; /* MPT_BENCH_INJECT_WRONG=1: rank 0 corrupts one checked value (tests) */
 #ifdef MPT_HAVE_NCCL
   bench_raw_nccl *nccl; /* --backend nccl: the raw baseline is ncclAllReduce on the device */
@@ -153,11 +156,43 @@ static int on_device(const bench *b, int v) {
 
 /* ---- the variants ------------------------------------------------------------------------ */
 
+/* The shards of `count` elements (mpt_comm_shard), into b->counts / b->displs; returns the
+ * largest (the equal block of the out-of-place all-gather). */
+static int64_t shards(bench *b, int64_t count) {
+  int64_t off, n, most = 0;
+  for (int q = 0; q < b->world; q++) {
+    mpt_comm_shard(count, b->world, q, &off, &n);
+    b->counts[q] = (int)n;
+    b->displs[q] = (int)off;
+    if (n > most) most = n;
+  }
+  return most;
+}
+
+/* One call of the collective under test, enqueued on the comm stream (host buffers for
+ * reduce-scatter and all-gather). */
+static mpt_status mpt_call(bench *b, const void *send, void *recv, int in_place, int64_t count) {
+  const size_t es = mpt_dtype_size(b->o.dtype);
+  switch (b->o.coll) {
+    case BENCH_COLL_REDUCESCATTER: /* in place: recv holds the input, the shard lands in it */
+      return mpt_comm_reduce_scatter(b->comm, b->cs, in_place ? recv : send,
+                                     in_place ? (char *)recv + (size_t)b->displs[b->rank] * es
+                                              : recv,
+                                     count, b->o.dtype, b->o.op);
+    case BENCH_COLL_ALLGATHER:
+      if (in_place) return mpt_comm_allgather_shards(b->comm, b->cs, recv, count, b->o.dtype);
+      return mpt_comm_allgather(b->comm, b->cs, send, recv, shards(b, count), b->o.dtype);
+    case BENCH_COLL_ALLREDUCE:
+      break;
+  }
+  return mpt_comm_allreduce(b->comm, b->cs, send, recv, count, b->o.dtype, b->o.op);
+}
+
 static void run_mpt(bench *b, int in_place, int64_t count, int iters) {
   void *recv = b->drecv ? b->drecv : b->recv;
   const void *send = in_place ? recv : b->dsend ? b->dsend : b->send;
   for (int it = 0; it < iters; it++) {
-    BENCH_CHECK(mpt_comm_allreduce(b->comm, b->cs, send, recv, count, b->o.dtype, b->o.op));
+    BENCH_CHECK(mpt_call(b, send, recv, in_place, count));
     if (b->o.blocking) {
       BENCH_CHECK(mpt_event_record(b->ev, b->cs));
       BENCH_CHECK(mpt_comm_wait_event(b->comm, b->ev)); /* with the comm's deadline */
@@ -178,6 +213,19 @@ static void run_raw(bench *b, int in_place, int64_t count, int iters) {
   }
 #endif
   const void *send = in_place ? MPI_IN_PLACE : b->send;
+  if (b->o.coll != BENCH_COLL_ALLREDUCE) {
+    int blk = (int)shards(b, count);
+    for (int it = 0; it < iters; it++) {
+      if (b->o.coll == BENCH_COLL_REDUCESCATTER)
+        BENCH_MPI(MPI_Reduce_scatter(send, b->recv, b->counts, b->mdt, b->mop, MPI_COMM_WORLD));
+      else if (in_place)
+        BENCH_MPI(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, b->recv, b->counts,
+                                 b->displs, b->mdt, MPI_COMM_WORLD));
+      else
+        BENCH_MPI(MPI_Allgather(b->send, blk, b->mdt, b->recv, blk, b->mdt, MPI_COMM_WORLD));
+    }
+    return;
+  }
   for (int it = 0; it < iters; it++) {
     if (b->o.raw_nonblocking) {
       MPI_Request req;
@@ -204,43 +252,85 @@ static mpt_reduce_op raw_op(const bench *b) {
   return b->o.op == MPT_REDUCE_AVG ? MPT_REDUCE_SUM : b->o.op;
 }
 
-/* One correctness pass of variant v: fresh inputs, a poisoned output, one call. */
-static int64_t check_variant(bench *b, int v, int64_t count) {
-  size_t nbytes = (size_t)count * mpt_dtype_size(b->o.dtype);
-  int in_place = v == V_MPT_IP || v == V_RAW_IP;
+/* Wrong elements of variant v's result in b->recv (host). Reduce-scatter: this rank's shard, at
+ * its offset (mpitrain in place) or at the start (out of place, and raw MPI in place); all-gather:
+ * every rank's equal block (out of place) or shard (in place) holds that rank's inputs. */
+static int64_t count_result(bench *b, int v, int64_t count) {
+  const size_t es = mpt_dtype_size(b->o.dtype);
+  const int in_place = v == V_MPT_IP || v == V_RAW_IP;
+  mpt_reduce_op op = v >= V_RAW_OOP ? raw_op(b) : b->o.op;
+  const char *recv = b->recv;
+  int64_t wrong = 0, blk = shards(b, count);
+  switch (b->o.coll) {
+    case BENCH_COLL_REDUCESCATTER: {
+      const int64_t off = b->displs[b->rank], n = b->counts[b->rank];
+      const char *at = v == V_MPT_IP ? recv + (size_t)off * es : recv;
+      return bench_count_wrong_range(at, b->o.dtype, off, n, b->world, op);
+    }
+    case BENCH_COLL_ALLGATHER:
+      for (int q = 0; q < b->world; q++) {
+        const int64_t first = in_place ? b->displs[q] : 0, n = in_place ? b->counts[q] : blk;
+        const int64_t at = in_place ? b->displs[q] : (int64_t)q * blk;
+        wrong += bench_count_wrong_copy(recv + (size_t)at * es, b->o.dtype, first, n, q);
+      }
+      return wrong;
+    case BENCH_COLL_ALLREDUCE:
+      break;
+  }
+  return bench_count_wrong(b->recv, b->o.dtype, count, b->world, op);
+}
+
+/* Fresh inputs of variant v (and a poisoned output). */
+static void fill_inputs(bench *b, int v, int64_t count) {
+  const size_t es = mpt_dtype_size(b->o.dtype);
+  const int in_place = v == V_MPT_IP || v == V_RAW_IP;
+  if (b->o.coll == BENCH_COLL_ALLGATHER) {
+    int64_t blk = shards(b, count), off = b->displs[b->rank];
+    memset(b->recv, 0xff, (size_t)(blk * b->world) * es);
+    if (in_place)
+      bench_fill_range((char *)b->recv + (size_t)off * es, b->o.dtype, off, b->counts[b->rank],
+                       b->rank);
+    else
+      bench_fill(b->send, b->o.dtype, blk, b->rank);
+    return;
+  }
   if (in_place) {
     bench_fill(b->recv, b->o.dtype, count, b->rank);
   } else {
     bench_fill(b->send, b->o.dtype, count, b->rank);
-    memset(b->recv, 0xff, nbytes); /* NaN / -1: never an expected value */
+    memset(b->recv, 0xff, (size_t)count * es); /* NaN / -1: never an expected value */
   }
+}
+
+/* One correctness pass of variant v: fresh inputs, a poisoned output, one call. */
+static int64_t check_variant(bench *b, int v, int64_t count) {
+  fill_inputs(b, v, count);
   if (on_device(b, v)) to_device(b, count);
   run_variant(b, v, count, 1);
   if (on_device(b, v)) from_device(b, count);
   if (b->inject_wrong && v == V_MPT_OOP && b->rank == 0) { /* tests of the checker itself */
-    if (b->o.dtype == MPT_F32) ((float *)b->recv)[count - 1] += 1.0f;
-    else ((int32_t *)b->recv)[count - 1] += 1;
+    if (b->o.dtype == MPT_F32) ((float *)b->recv)[0] += 1.0f;
+    else if (b->o.dtype == MPT_BF16) ((uint16_t *)b->recv)[0] ^= 0x10;
+    else ((int32_t *)b->recv)[0] += 1;
   }
-  mpt_reduce_op op = v >= V_RAW_OOP ? raw_op(b) : b->o.op;
-  return bench_count_wrong(b->recv, b->o.dtype, count, b->world, op);
+  return count_result(b, v, count);
 }
 
 /* Times variant v (mean over iters on this rank, in microseconds). Out-of-place mpitrain also
  * checks the result of the timed calls when checking is on. */
 static double time_variant(bench *b, int v, int64_t count, int64_t *wrong) {
   int in_place = v == V_MPT_IP || v == V_RAW_IP;
-  if (in_place) bench_fill(b->recv, b->o.dtype, count, b->rank); /* keep values bounded */
+  fill_inputs(b, v, count); /* in place: keep values bounded */
   if (on_device(b, v)) to_device(b, count);
   if (b->o.warmup > 0) run_variant(b, v, count, b->o.warmup);
-  if (in_place) bench_fill(b->recv, b->o.dtype, count, b->rank);
+  if (in_place) fill_inputs(b, v, count);
   if (on_device(b, v) && in_place) to_device(b, count);
   BENCH_MPI(MPI_Barrier(MPI_COMM_WORLD));
   double t0 = mpt_time_ms();
   run_variant(b, v, count, b->o.iters);
   double us = (mpt_time_ms() - t0) * 1e3 / b->o.iters;
   if (b->o.check && v == V_MPT_OOP) from_device(b, count);
-  if (b->o.check && v == V_MPT_OOP) *wrong += bench_count_wrong(b->recv, b->o.dtype, count, b->world,
-                                                        b->o.op);
+  if (b->o.check && v == V_MPT_OOP) *wrong += count_result(b, v, count);
   return us;
 }
 
@@ -253,7 +343,7 @@ static void measure(bench *b, bench_row *r) {
   int64_t count = r->count, wrong[NVARIANT] = {0, 0, 0, 0};
   if (b->o.check)
     for (int v = 0; v < NVARIANT; v++) wrong[v] += check_variant(b, v, count);
-  bench_fill(b->send, b->o.dtype, count, b->rank);
+  fill_inputs(b, V_MPT_OOP, count);
   double t[MAX_REPEATS][NVARIANT];
   for (int rep = 0; rep < b->o.repeats; rep++) {
     float mine[NVARIANT];
@@ -278,6 +368,14 @@ static void measure(bench *b, bench_row *r) {
 }
 
 /* ---- main -------------------------------------------------------------------------------- */
+
+/* The raw side's bfloat16 sum: the same kernel as the comm layer's MPI_Op (core's vectorised
+ * mpt_bf16_add_array: widen, add in float32, round to nearest even), so the ratio measures the
+ * layer, not the arithmetic. */
+static void raw_bf16_sum(void *in, void *inout, int *len, MPI_Datatype *type) {
+  (void)type;
+  mpt_bf16_add_array(in, inout, *len);
+}
 
 /* The rank's own idea of its rank before MPI is up (for messages of usage errors). */
 static int launcher_rank(void) {
@@ -343,10 +441,15 @@ int main(int argc, char **argv) {
   b.world = mpt_comm_world_size(b.comm);
   b.cs = mpt_comm_stream(b.comm);
   b.inject_wrong = getenv("MPT_BENCH_INJECT_WRONG") && atoi(getenv("MPT_BENCH_INJECT_WRONG"));
-  b.mdt = b.o.dtype == MPT_F32 ? MPI_FLOAT : MPI_INT32_T;
+  b.mdt = b.o.dtype == MPT_F32 ? MPI_FLOAT : b.o.dtype == MPT_BF16 ? MPI_UINT16_T : MPI_INT32_T;
   b.mop = b.o.op == MPT_REDUCE_MIN ? MPI_MIN : b.o.op == MPT_REDUCE_MAX ? MPI_MAX : MPI_SUM;
+  if (b.o.dtype == MPT_BF16) BENCH_MPI(MPI_Op_create(raw_bf16_sum, 1, &b.mop));
+  b.counts = calloc(2 * (size_t)b.world, sizeof(int));
+  if (!b.counts) die("out of memory");
+  b.displs = b.counts + b.world;
   BENCH_CHECK(mpt_event_init(&b.ev, mpt_stream_device(b.cs)));
-  size_t maxbytes = (size_t)b.o.maxbytes;
+  /* + world elements: the equal blocks of the out-of-place all-gather round the size up */
+  size_t maxbytes = (size_t)b.o.maxbytes + (size_t)b.world * mpt_dtype_size(b.o.dtype);
   BENCH_CHECK(mpt_device_alloc(mpt_device_cpu(), maxbytes, &b.send));
   BENCH_CHECK(mpt_device_alloc(mpt_device_cpu(), maxbytes, &b.recv));
   memset(b.send, 0, maxbytes); /* touch the pages before timing */
@@ -359,6 +462,14 @@ int main(int argc, char **argv) {
   char devname[32];
   mpt_device_str(b.ctl != b.comm ? b.dev : mpt_device_cpu(), devname, sizeof devname);
   const char *raw_name = b.o.raw_nonblocking ? "MPI_Iallreduce" : "MPI_Allreduce";
+  const char *mpt_name = "mpt_comm_allreduce";
+  if (b.o.coll == BENCH_COLL_REDUCESCATTER) {
+    raw_name = "MPI_Reduce_scatter";
+    mpt_name = "mpt_comm_reduce_scatter";
+  } else if (b.o.coll == BENCH_COLL_ALLGATHER) {
+    raw_name = "MPI_Allgather(v)";
+    mpt_name = "mpt_comm_allgather (out-of-place) / mpt_comm_allgather_shards (in-place)";
+  }
 #ifdef MPT_HAVE_NCCL
   if (b.o.backend == MPT_COMM_BACKEND_NCCL) {
     char err[256];
@@ -375,9 +486,10 @@ int main(int argc, char **argv) {
   BENCH_CHECK(mpt_comm_allgather_sync(b.ctl, &me, all, (int64_t)sizeof me, MPT_U8));
   bench_run_info info;
   bench_run_info_fill(&info, b.comm, devname);
+  info.coll = b.o.coll;
   int confirm_on = b.o.confirm >= 0 ? b.o.confirm : mpt_comm_config_default().confirm_collectives;
-  const char *type = b.o.dtype == MPT_F32 ? "float" : "int32";
-  const char *redop = mpt_reduce_op_name(b.o.op);
+  const char *type = b.o.dtype == MPT_F32 ? "float" : b.o.dtype == MPT_BF16 ? "bfloat16" : "int32";
+  const char *redop = b.o.coll == BENCH_COLL_ALLGATHER ? "none" : mpt_reduce_op_name(b.o.op);
 
   FILE *out = b.rank == 0 ? stdout : NULL;
   if (out) {
@@ -389,9 +501,11 @@ int main(int argc, char **argv) {
             b.o.stepfactor > 1 ? "factor" : "bytes", b.o.warmup, b.o.iters, b.o.repeats,
             b.o.check, b.o.blocking);
     int mpi_confirm = confirm_on && b.o.backend == MPT_COMM_BACKEND_MPI;
-    fprintf(out, "# mpitrain: mpt_comm_allreduce (%s backend, %s buffers) on the comm stream + "
+    fprintf(out, "# collective: %s; busbw = algbw * %s\n", bench_coll_name(b.o.coll),
+            b.o.coll == BENCH_COLL_ALLREDUCE ? "2 (n - 1) / n" : "(n - 1) / n");
+    fprintf(out, "# mpitrain: %s (%s backend, %s buffers) on the comm stream + "
                  "event synchronize, confirm_collectives %d%s\n",
-            mpt_comm_backend_name(b.o.backend), devname, mpi_confirm,
+            mpt_name, mpt_comm_backend_name(b.o.backend), devname, mpi_confirm,
             mpi_confirm ? " (an extra 3 x int64 all-reduce after each collective)" : "");
     if (b.o.backend == MPT_COMM_BACKEND_NCCL)
       fprintf(out, "# raw: ncclAllReduce on its own NCCL communicator and stream, same device "
@@ -409,7 +523,7 @@ int main(int argc, char **argv) {
   bench_row *rows = calloc((size_t)cap, sizeof *rows);
   if (!rows) die("out of memory");
   bench_summary sum = {0, 0, 0, 0, INFINITY, 0, 0};
-  double factor = bench_bus_factor(b.world);
+  double factor = bench_bus_factor(b.o.coll, b.world);
   int nbus = 0;
   for (int64_t size = b.o.minbytes; size <= b.o.maxbytes;
        size = b.o.stepfactor > 1 ? size * b.o.stepfactor : size + b.o.stepbytes) {
@@ -424,6 +538,7 @@ int main(int argc, char **argv) {
     memset(r, 0, sizeof *r);
     r->count = count;
     r->bytes = count * (int64_t)es;
+    if (b.o.coll != BENCH_COLL_ALLREDUCE) r->rank_count = shards(&b, count);
     measure(&b, r);
     for (int v = 0; v < NVARIANT; v++) sum.wrong_total += r->wrong[v];
     double bus[NVARIANT];
@@ -440,7 +555,7 @@ int main(int argc, char **argv) {
       sum.nratio++;
     }
     if (out) {
-      bench_print_row(out, r, type, redop, b.world);
+      bench_print_row(out, r, type, redop, factor);
       fflush(out);
     }
   }
@@ -471,6 +586,8 @@ int main(int argc, char **argv) {
   int64_t wrong_total = sum.wrong_total;
   free(rows);
   free(all);
+  free(b.counts);
+  if (b.o.dtype == MPT_BF16) MPI_Op_free(&b.mop);
   mpt_device_free(mpt_device_cpu(), b.send);
   mpt_device_free(mpt_device_cpu(), b.recv);
   mpt_device_free(b.dev, b.dsend);

@@ -24,7 +24,16 @@ const char bench_allreduce_usage[] =
     "  -c, --check 0|1           check every size for correctness first (default 1)\n"
     "  -o, --op sum|min|max|avg  reduction (default sum; prod is not supported by the comm\n"
     "                            layer; raw MPI runs sum for avg)\n"
-    "  -d, --datatype float|int32   element type (default float; avg needs float)\n"
+    "  -d, --datatype float|int32|bfloat16   element type (default float; avg needs float or\n"
+    "                            bfloat16; bfloat16: sum or avg, --backend mpi on cpu, summed\n"
+    "                            in float32 steps; the raw side uses the same MPI_Op)\n"
+    "      --coll allreduce|reducescatter|allgather   the collective (default allreduce).\n"
+    "                            reducescatter: mpt_comm_reduce_scatter (sum or avg) against\n"
+    "                            MPI_Reduce_scatter with the same shard counts; allgather:\n"
+    "                            out-of-place mpt_comm_allgather of equal blocks against\n"
+    "                            MPI_Allgather, in-place mpt_comm_allgather_shards against\n"
+    "                            MPI_Allgatherv. Size = the whole buffer; count = per rank;\n"
+    "                            busbw = algbw * (n - 1) / n. --backend mpi on cpu only\n"
     "  -z, --blocking 0|1        synchronize after every mpitrain call (default 0)\n"
     "  -R, --repeats R           measure R times in alternation, keep the median (default 1)\n"
     "      --backend mpi|nccl    comm backend (default mpi; nccl needs a CUDA+NCCL build)\n"
@@ -60,6 +69,7 @@ int bench_allreduce_parse(int argc, char **argv, bench_opts *o, char *msg, size_
       {"confirm", required_argument, 0, 2},      {"raw", required_argument, 0, 3},
       {"json", required_argument, 0, 4},         {"help", no_argument, 0, 'h'},
       {"device", required_argument, 0, 5},       {"progress", required_argument, 0, 6},
+      {"coll", required_argument, 0, 7},
       {0, 0, 0, 0}};
   memset(o, 0, sizeof *o);
   o->minbytes = o->maxbytes = 32 << 20;
@@ -122,8 +132,10 @@ int bench_allreduce_parse(int argc, char **argv, bench_opts *o, char *msg, size_
       case 'd':
         if (strcmp(a, "float") == 0 || strcmp(a, "float32") == 0) o->dtype = MPT_F32;
         else if (strcmp(a, "int32") == 0 || strcmp(a, "int") == 0) o->dtype = MPT_I32;
+        else if (strcmp(a, "bfloat16") == 0 || strcmp(a, "bf16") == 0) o->dtype = MPT_BF16;
         else
-          return snprintf(msg, n, "-d: datatype '%s' is not supported (float or int32)", a), -1;
+          return snprintf(msg, n, "-d: datatype '%s' is not supported (float, int32 or "
+                          "bfloat16)", a), -1;
         break;
       case 1:
         if (strcmp(a, "mpi") == 0) o->backend = MPT_COMM_BACKEND_MPI;
@@ -157,6 +169,17 @@ int bench_allreduce_parse(int argc, char **argv, bench_opts *o, char *msg, size_
         else if (strcmp(a, "polling") == 0) o->progress = 0;
         else return snprintf(msg, n, "--progress: '%s' is not blocking or polling", a), -1;
         break;
+      case 7:
+        if (strcmp(a, "allreduce") == 0 || strcmp(a, "all_reduce") == 0)
+          o->coll = BENCH_COLL_ALLREDUCE;
+        else if (strcmp(a, "reducescatter") == 0 || strcmp(a, "reduce_scatter") == 0)
+          o->coll = BENCH_COLL_REDUCESCATTER;
+        else if (strcmp(a, "allgather") == 0 || strcmp(a, "all_gather") == 0)
+          o->coll = BENCH_COLL_ALLGATHER;
+        else
+          return snprintf(msg, n, "--coll: '%s' is not allreduce, reducescatter or allgather",
+                          a), -1;
+        break;
       case 'h':
         return 1;
       default:
@@ -174,8 +197,23 @@ int bench_allreduce_parse(int argc, char **argv, bench_opts *o, char *msg, size_
                     (long long)o->maxbytes), -1;
   if (step_given && !factor_given) o->stepfactor = 1;
   if (o->stepfactor == 1 && o->stepbytes == 0) o->stepbytes = o->minbytes;
-  if (o->op == MPT_REDUCE_AVG && o->dtype != MPT_F32)
-    return snprintf(msg, n, "-o avg needs -d float"), -1;
+  if (o->op == MPT_REDUCE_AVG && o->dtype != MPT_F32 && o->dtype != MPT_BF16)
+    return snprintf(msg, n, "-o avg needs -d float or bfloat16"), -1;
+  const int host_mpi = o->backend == MPT_COMM_BACKEND_MPI && strcmp(o->device, "cpu") == 0;
+  if (o->dtype == MPT_BF16 && (o->op == MPT_REDUCE_MIN || o->op == MPT_REDUCE_MAX))
+    return snprintf(msg, n, "-d bfloat16 takes -o sum or avg"), -1;
+  if (o->dtype == MPT_BF16 && !host_mpi)
+    return snprintf(msg, n, "-d bfloat16 needs --backend mpi --device cpu"), -1;
+  if (o->coll != BENCH_COLL_ALLREDUCE) {
+    if (!host_mpi)
+      return snprintf(msg, n, "--coll %s needs --backend mpi --device cpu",
+                      bench_coll_name(o->coll)), -1;
+    if (o->raw_nonblocking)
+      return snprintf(msg, n, "--raw iallreduce is for --coll allreduce"), -1;
+    if (o->coll == BENCH_COLL_REDUCESCATTER && o->op != MPT_REDUCE_SUM &&
+        o->op != MPT_REDUCE_AVG)
+      return snprintf(msg, n, "--coll reducescatter takes -o sum or avg"), -1;
+  }
   if (o->maxbytes / (int64_t)mpt_dtype_size(o->dtype) > INT_MAX / 2)
     return snprintf(msg, n, "-e %lld: at most %d elements per message (one MPI call)",
                     (long long)o->maxbytes, INT_MAX / 2), -1;

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bench/bench_util.h"
 #include "mpitrain/comm.h"
 
 enum { BENCH_MAX_REPEATS = 99 };
@@ -20,6 +21,7 @@ typedef struct bench_opts {
   int raw_nonblocking;
   mpt_reduce_op op;
   mpt_dtype dtype;
+  bench_coll coll; /* --coll (default all-reduce) */
   mpt_comm_backend backend;
   char device[32]; /* "cpu", "cuda" (cuda:<local rank>) or "cuda:N" */
   char json[4096];

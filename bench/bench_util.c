@@ -16,18 +16,36 @@
 /* A value in [0, 64) that changes from element to element (Knuth's multiplicative hash). */
 static inline int32_t pattern(int64_t i) { return (int32_t)(((uint32_t)i * 2654435761u) >> 26); }
 
-void bench_fill(void *buf, mpt_dtype dtype, int64_t count, int rank) {
-  if (dtype == MPT_F32) {
-    float *x = buf;
-    for (int64_t i = 0; i < count; i++) x[i] = (float)(pattern(i) + rank + 1);
-  } else {
-    int32_t *x = buf;
-    for (int64_t i = 0; i < count; i++) x[i] = pattern(i) + rank + 1;
+/* bfloat16 holds integers exactly up to 256: its pattern stays in [0, 32), so sums over up to 7
+ * ranks (7 * 31 + 28 = 245) and every partial sum are exact. */
+static inline int32_t pattern_of(int64_t i, mpt_dtype dtype) {
+  return dtype == MPT_BF16 ? pattern(i) & 31 : pattern(i);
+}
+
+void bench_fill_range(void *buf, mpt_dtype dtype, int64_t first, int64_t n, int rank) {
+  for (int64_t k = 0; k < n; k++) {
+    int32_t v = pattern_of(first + k, dtype) + rank + 1;
+    if (dtype == MPT_F32)
+      ((float *)buf)[k] = (float)v;
+    else if (dtype == MPT_BF16)
+      ((uint16_t *)buf)[k] = mpt_bf16_from_f32((float)v);
+    else
+      ((int32_t *)buf)[k] = v;
   }
 }
 
+void bench_fill(void *buf, mpt_dtype dtype, int64_t count, int rank) {
+  bench_fill_range(buf, dtype, 0, count, rank);
+}
+
+static double value_at(const void *buf, mpt_dtype dtype, int64_t k) {
+  if (dtype == MPT_F32) return (double)((const float *)buf)[k];
+  if (dtype == MPT_BF16) return (double)mpt_bf16_to_f32(((const uint16_t *)buf)[k]);
+  return (double)((const int32_t *)buf)[k];
+}
+
 static double expected(int64_t i, int n, mpt_reduce_op op, mpt_dtype dtype) {
-  int64_t h = pattern(i);
+  int64_t h = pattern_of(i, dtype);
   int64_t sum = (int64_t)n * h + (int64_t)n * (n + 1) / 2;
   switch (op) {
     case MPT_REDUCE_MIN:
@@ -36,6 +54,8 @@ static double expected(int64_t i, int n, mpt_reduce_op op, mpt_dtype dtype) {
       return (double)(h + n);
     case MPT_REDUCE_AVG:
       if (dtype == MPT_F32) return (double)((float)sum / (float)n);
+      if (dtype == MPT_BF16)
+        return (double)mpt_bf16_to_f32(mpt_bf16_from_f32((float)sum / (float)n));
       return (double)sum / n;
     case MPT_REDUCE_SUM:
       break;
@@ -43,15 +63,37 @@ static double expected(int64_t i, int n, mpt_reduce_op op, mpt_dtype dtype) {
   return (double)sum;
 }
 
+int64_t bench_count_wrong_range(const void *buf, mpt_dtype dtype, int64_t first, int64_t n,
+                                int world, mpt_reduce_op op) {
+  int64_t wrong = 0;
+  for (int64_t k = 0; k < n; k++)
+    wrong += value_at(buf, dtype, k) != expected(first + k, world, op, dtype);
+  return wrong;
+}
+
 int64_t bench_count_wrong(const void *buf, mpt_dtype dtype, int64_t count, int world,
                           mpt_reduce_op op) {
+  return bench_count_wrong_range(buf, dtype, 0, count, world, op);
+}
+
+int64_t bench_count_wrong_copy(const void *buf, mpt_dtype dtype, int64_t first, int64_t n,
+                               int rank) {
   int64_t wrong = 0;
-  for (int64_t i = 0; i < count; i++) {
-    double want = expected(i, world, op, dtype);
-    double got = dtype == MPT_F32 ? (double)((const float *)buf)[i] : ((const int32_t *)buf)[i];
-    wrong += got != want;
-  }
+  for (int64_t k = 0; k < n; k++)
+    wrong += value_at(buf, dtype, k) != (double)(pattern_of(first + k, dtype) + rank + 1);
   return wrong;
+}
+
+const char *bench_coll_name(bench_coll coll) {
+  switch (coll) {
+    case BENCH_COLL_ALLREDUCE:
+      return "allreduce";
+    case BENCH_COLL_REDUCESCATTER:
+      return "reducescatter";
+    case BENCH_COLL_ALLGATHER:
+      return "allgather";
+  }
+  return "unknown";
 }
 
 int bench_parse_size(const char *text, int64_t *bytes) {
@@ -140,7 +182,10 @@ void bench_run_info_fill(bench_run_info *info, const mpt_comm *comm, const char 
   strftime(info->date, sizeof info->date, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-double bench_bus_factor(int world) { return world > 1 ? 2.0 * (world - 1) / world : 0.0; }
+double bench_bus_factor(bench_coll coll, int world) {
+  if (world <= 1) return 0.0;
+  return coll == BENCH_COLL_ALLREDUCE ? 2.0 * (world - 1) / world : (double)(world - 1) / world;
+}
 
 void bench_print_preamble(FILE *f, const bench_run_info *info, const bench_rank_info *ranks,
                           int nranks) {
@@ -187,10 +232,10 @@ static void fmt_time(char *buf, size_t n, double us) {
 }
 
 void bench_print_row(FILE *f, const bench_row *r, const char *type, const char *redop,
-                     int world) {
-  double factor = bench_bus_factor(world);
+                     double factor) {
   char t[32];
-  fprintf(f, "%12lld  %12lld  %8s  %6s", (long long)r->bytes, (long long)r->count, type, redop);
+  fprintf(f, "%12lld  %12lld  %8s  %6s", (long long)r->bytes,
+          (long long)(r->rank_count ? r->rank_count : r->count), type, redop);
   for (int v = BENCH_MPT_OOP; v <= BENCH_MPT_IP; v++) {
     double alg = (double)r->bytes / (r->time_us[v] * 1e3);
     fmt_time(t, sizeof t, r->time_us[v]);
@@ -244,8 +289,9 @@ int bench_write_json(const char *path, const bench_run_info *info, const bench_r
                      const bench_summary *s) {
   FILE *f = fopen(path, "w");
   if (!f) return -1;
-  double factor = bench_bus_factor(info->world);
-  fprintf(f, "{\n  \"benchmark\": \"allreduce\",\n  \"mpitrain_version\": ");
+  double factor = bench_bus_factor(info->coll, info->world);
+  fprintf(f, "{\n  \"benchmark\": \"%s\",\n  \"mpitrain_version\": ",
+          bench_coll_name(info->coll));
   json_str(f, info->version);
   fprintf(f, ",\n  \"build\": {\"cuda\": %s, \"nccl\": %s},\n  \"backend\": ",
           info->cuda ? "true" : "false", info->nccl ? "true" : "false");
@@ -282,8 +328,9 @@ int bench_write_json(const char *path, const bench_run_info *info, const bench_r
   fprintf(f, "  ],\n  \"rows\": [\n");
   for (int64_t i = 0; i < nrows; i++) {
     const bench_row *r = &rows[i];
-    fprintf(f, "    {\"bytes\": %lld, \"count\": %lld, ", (long long)r->bytes,
-            (long long)r->count);
+    fprintf(f, "    {\"bytes\": %lld, \"count\": %lld, \"count_per_rank\": %lld, ",
+            (long long)r->bytes, (long long)r->count,
+            (long long)(r->rank_count ? r->rank_count : r->count));
     json_variant(f, "out_of_place", r, BENCH_MPT_OOP, factor);
     fprintf(f, ", ");
     json_variant(f, "in_place", r, BENCH_MPT_IP, factor);

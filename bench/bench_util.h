@@ -10,12 +10,25 @@
 
 #include "mpitrain/comm.h"
 
+/* The collective measured (--coll): all-reduce; reduce-scatter (mpt_comm_reduce_scatter, each
+ * rank one shard, the last shorter); all-gather (out-of-place: mpt_comm_allgather of equal
+ * blocks; in-place: mpt_comm_allgather_shards of the whole buffer). */
+typedef enum {
+  BENCH_COLL_ALLREDUCE = 0,
+  BENCH_COLL_REDUCESCATTER = 1,
+  BENCH_COLL_ALLGATHER = 2,
+} bench_coll;
+
+/* "allreduce", "reducescatter", "allgather". */
+const char *bench_coll_name(bench_coll coll);
+
 /* The four measured variants of one size. */
 enum { BENCH_MPT_OOP = 0, BENCH_MPT_IP = 1, BENCH_RAW_OOP = 2, BENCH_RAW_IP = 3, BENCH_NVARIANT = 4 };
 
 /* One row: times are maxima over ranks (medians over repeats), wrong counts sums over ranks. */
 typedef struct bench_row {
-  int64_t bytes, count;
+  int64_t bytes, count; /* the whole buffer */
+  int64_t rank_count;   /* elements per rank (reduce-scatter, all-gather; 0: count) */
   double time_us[BENCH_NVARIANT];
   int64_t wrong[BENCH_NVARIANT];
 } bench_row;
@@ -39,6 +52,7 @@ typedef struct bench_run_info {
   int cpus;             /* online CPUs of rank 0's host */
   char launcher[32];
   int world;
+  bench_coll coll;
   char date[32];        /* UTC, ISO 8601 */
 } bench_run_info;
 
@@ -57,13 +71,22 @@ typedef struct bench_summary {
 } bench_summary;
 
 /* Inputs whose all-reduce is exact: rank r holds h(i) + r + 1 with h(i) in [0, 64) varying from
- * element to element (so misplaced chunks show), for i < count; float32 or int32 (host memory). */
+ * element to element (so misplaced chunks show), for i < count; float32, int32 or bfloat16
+ * (h in [0, 32): exact sums up to 7 ranks) (host memory). */
 void bench_fill(void *buf, mpt_dtype dtype, int64_t count, int rank);
+/* The same values for the elements [first, first + n), written to buf[0..n). */
+void bench_fill_range(void *buf, mpt_dtype dtype, int64_t first, int64_t n, int rank);
 /* Elements of buf (host memory) that differ from the exact result of `op` over `world` ranks
  * of bench_fill's inputs (avg: the float32 sum divided by the float32 world size, as the comm
  * layer computes it). Exact while world * (64 + world) < 2^24 (float32 sums stay exact). */
 int64_t bench_count_wrong(const void *buf, mpt_dtype dtype, int64_t count, int world,
                           mpt_reduce_op op);
+/* The same for buf[0..n) holding the reduced elements [first, first + n) (a shard). */
+int64_t bench_count_wrong_range(const void *buf, mpt_dtype dtype, int64_t first, int64_t n,
+                                int world, mpt_reduce_op op);
+/* Elements of buf[0..n) that differ from rank `rank`'s inputs [first, first + n) (gathers). */
+int64_t bench_count_wrong_copy(const void *buf, mpt_dtype dtype, int64_t first, int64_t n,
+                               int rank);
 
 /* Parses "8", "64K", "32M", "1G" (powers of 1024, as nccl-tests). 0 ok, -1 bad text. */
 int bench_parse_size(const char *text, int64_t *bytes);
@@ -72,14 +95,17 @@ void bench_rank_info_fill(bench_rank_info *r, const mpt_comm *comm, const char *
 /* `comm`: the comm under test; `device`: "cpu" or "cuda". */
 void bench_run_info_fill(bench_run_info *info, const mpt_comm *comm, const char *device);
 
-/* busbw factor of all-reduce: 2 (n - 1) / n (0 for one rank). */
-double bench_bus_factor(int world);
+/* busbw factor (nccl-tests' PERFORMANCE.md): all-reduce 2 (n - 1) / n, reduce-scatter and
+ * all-gather (n - 1) / n, applied to algbw = (bytes of the whole buffer) / time; 0 for one
+ * rank. */
+double bench_bus_factor(bench_coll coll, int world);
 
 void bench_print_preamble(FILE *f, const bench_run_info *info, const bench_rank_info *ranks,
                           int nranks);
 void bench_print_header(FILE *f, const char *raw_name);
+/* factor: bench_bus_factor of the run. */
 void bench_print_row(FILE *f, const bench_row *r, const char *type, const char *redop,
-                     int world);
+                     double factor);
 
 /* Writes the whole run as JSON. 0 ok, -1 on an I/O error. */
 int bench_write_json(const char *path, const bench_run_info *info, const bench_rank_info *ranks,

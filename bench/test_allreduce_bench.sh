@@ -4,7 +4,10 @@
 # supports comes out right over 2 and 3 ranks (its own check compares each element with the
 # exact result: the run exits 0 only with 0 wrong values), the table has one row per size, the
 # JSON mirrors it, a corrupted value is caught (exit 1, "WRONG"), and bad usage exits 2 with a
-# message naming the problem. No timing is checked. Prints "N passed, N failed".
+# message naming the problem. No timing is checked. Also --coll reducescatter and allgather and
+# -d bfloat16 (issue 14): exact at 2, 3 and 4 ranks (shards not divisible by the world size),
+# the bus-bandwidth factor in the JSON ((n - 1) / n for both, 2 (n - 1) / n for all-reduce), the
+# per-rank count column, and a corrupted value caught. Prints "N passed, N failed".
 set -u
 here=$(dirname "$0")
 prog=${MPT_ALLREDUCE_BENCH:-./mpt_allreduce_bench}
@@ -70,9 +73,51 @@ got=$?
 if [ "$got" -eq 1 ] && printf '%s\n' "$out" | grep -q "Out of bounds values : 10 WRONG"; then ok
 else bad "injected wrong values: status $got"; printf '%s\n' "$out" | tail -n 4; fi
 
+# Reduce-scatter, all-gather and bfloat16: exact at 2, 3 and 4 ranks.
+for np in 2 3 4; do
+  run $np 0 "Out of bounds values : 0 OK" $sizes --coll reducescatter
+  run $np 0 "Out of bounds values : 0 OK" $sizes --coll allgather
+  run $np 0 "Out of bounds values : 0 OK" $sizes -d bfloat16
+done
+run 3 0 "Out of bounds values : 0 OK" $sizes --coll reducescatter -o avg -d bfloat16 --confirm 0
+run 3 0 "Out of bounds values : 0 OK" $sizes --coll reducescatter -d int32 --progress polling
+run 2 0 "Out of bounds values : 0 OK" $sizes --coll allgather -d bfloat16 -z 1
+for coll in reducescatter allgather; do
+  out=$(MPT_BENCH_INJECT_WRONG=1 MPT_MPIRUN_ARGS="-x MPT_BENCH_INJECT_WRONG" "$mpirun_sh" 2 60 "$prog" $sizes --coll $coll 2>&1)
+  got=$?
+  if [ "$got" -eq 1 ] && printf '%s\n' "$out" | grep -q "Out of bounds values : 10 WRONG"; then ok
+  else bad "injected wrong values, --coll $coll: status $got"; printf '%s\n' "$out" | tail -n 4; fi
+done
+# busbw / algbw per collective at 3 ranks, and the per-rank count (ceil(count / 3)).
+for coll in allreduce reducescatter allgather; do
+  "$mpirun_sh" 3 60 "$prog" $sizes --coll $coll --json "$tmp/$coll.json" >/dev/null 2>&1 ||
+    bad "--coll $coll --json at 3 ranks failed"
+  if "$PY" - "$tmp/$coll.json" "$coll" <<'PYEOF'
+import json, sys
+j = json.load(open(sys.argv[1]))
+coll = sys.argv[2]
+assert j["benchmark"] == coll, j["benchmark"]
+want = 2 * 2 / 3 if coll == "allreduce" else 2 / 3
+for r in j["rows"]:
+    for k in ("out_of_place", "in_place", "raw_out_of_place", "raw_in_place"):
+        v = r[k]
+        assert abs(v["busbw_gbps"] - v["algbw_gbps"] * want) <= 1e-4 * v["algbw_gbps"] + 1e-9, (k, v)
+    per = r["count"] if coll == "allreduce" else -(-r["count"] // 3)
+    assert r["count_per_rank"] == per, r
+PYEOF
+  then ok; else bad "--coll $coll: bus factor or per-rank count in the JSON"; fi
+done
+
 # Bad usage: exit 2 with a message.
+run 1 2 "not allreduce, reducescatter or allgather" --coll alltoall
+run 1 2 "reducescatter takes -o sum or avg" --coll reducescatter -o max
+run 1 2 "bfloat16 takes -o sum or avg" -d bfloat16 -o min
+run 1 2 "iallreduce is for --coll allreduce" --coll allgather --raw iallreduce
 run 1 2 "no prod reduction" -o prod
 run 1 2 "datatype 'double' is not supported" -d double
+if grep -q "define MPT_HAVE_NCCL 1" config.h 2>/dev/null; then
+  run 1 2 "needs --backend mpi --device cpu" --coll allgather --backend nccl
+fi
 run 1 2 "avg needs -d float" -o avg -d int32
 run 1 2 "larger than -e" -b 2M -e 1M
 run 1 2 "is not a size" -b 12Q

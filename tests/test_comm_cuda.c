@@ -266,6 +266,77 @@ START_TEST(test_nccl_collectives_on_the_comm_and_a_caller_stream) {
 }
 END_TEST
 
+/* NCCL: reduce-scatter (out of place and in place) and all-gather of shards on sizes not
+ * divisible by the world size, and a bfloat16 all-reduce of small integers (exact), against
+ * loops on the host. The staged MPI backend refuses the sharded collectives (MPT_ENOTSUP). */
+START_TEST(test_nccl_sharded_and_bf16_collectives) {
+  expect_begin();
+  mpt_comm *st = comm_make(MPT_COMM_BACKEND_MPI);
+  float *x = dalloc(sizeof(float) * N), *y = dalloc(sizeof(float) * N);
+  EXPECT(mpt_comm_reduce_scatter(st, NULL, x, y, 8, MPT_F32, MPT_REDUCE_SUM) == MPT_ENOTSUP,
+         "the staged MPI backend accepted a reduce-scatter");
+  mpt_comm_free(st);
+  if (g_nccl_ok) {
+    mpt_comm *c = comm_make(MPT_COMM_BACKEND_NCCL);
+    mpt_event *ev = NULL;
+    OK(mpt_event_init(&ev, mpt_stream_device(mpt_comm_stream(c))));
+    float h[N], r[N];
+    const int sizes[] = {1, 7, N - 1};
+    for (int k = 0; k < 3; k++) {
+      const int n = sizes[k];
+      int64_t off, mine;
+      mpt_comm_shard(n, g_world, g_rank, &off, &mine);
+      for (int in_place = 0; in_place < 2; in_place++) {
+        for (int i = 0; i < n; i++) h[i] = val(g_rank, i);
+        up(x, h, sizeof(float) * (size_t)n);
+        float *dst = in_place ? x + off : y;
+        OK(mpt_comm_reduce_scatter(c, NULL, x, dst, n, MPT_F32, MPT_REDUCE_SUM));
+        OK(mpt_event_record(ev, mpt_comm_stream(c)));
+        OK(mpt_comm_wait_event(c, ev));
+        if (mine > 0) down(r, dst, sizeof(float) * (size_t)mine);
+        for (int64_t i = 0; i < mine; i++) {
+          float want = 0;
+          for (int q = 0; q < g_world; q++) want += val(q, (int)(off + i));
+          EXPECT(r[i] == want, "reduce-scatter n %d in place %d: [%lld] = %g, not %g", n,
+                 in_place, (long long)i, (double)r[i], (double)want);
+        }
+      }
+      for (int i = 0; i < n; i++) h[i] = i >= off && i < off + mine ? val(g_rank, i) : -1.0f;
+      up(x, h, sizeof(float) * (size_t)n);
+      OK(mpt_comm_allgather_shards(c, NULL, x, n, MPT_F32));
+      OK(mpt_event_record(ev, mpt_comm_stream(c)));
+      OK(mpt_comm_wait_event(c, ev));
+      down(r, x, sizeof(float) * (size_t)n);
+      for (int q = 0; q < g_world; q++) {
+        int64_t qo, qn;
+        mpt_comm_shard(n, g_world, q, &qo, &qn);
+        for (int64_t i = qo; i < qo + qn; i++)
+          EXPECT(r[i] == val(q, (int)i), "all-gather of shards n %d: [%lld] = %g, not %g", n,
+                 (long long)i, (double)r[i], (double)val(q, (int)i));
+      }
+    }
+    uint16_t hb[N];
+    for (int i = 0; i < N; i++) hb[i] = mpt_bf16_from_f32(val(g_rank, i));
+    up(x, hb, sizeof hb);
+    OK(mpt_comm_allreduce(c, NULL, x, x, N, MPT_BF16, MPT_REDUCE_SUM));
+    OK(mpt_event_record(ev, mpt_comm_stream(c)));
+    OK(mpt_comm_wait_event(c, ev));
+    down(hb, x, sizeof hb);
+    for (int i = 0; i < N; i++) {
+      float want = 0;
+      for (int q = 0; q < g_world; q++) want += val(q, i);
+      EXPECT(mpt_bf16_to_f32(hb[i]) == want, "bf16 all-reduce [%d] = %g, not %g", i,
+             (double)mpt_bf16_to_f32(hb[i]), (double)want);
+    }
+    mpt_event_free(ev);
+    mpt_comm_free(c);
+  }
+  mpt_device_free(g_dev, x);
+  mpt_device_free(g_dev, y);
+  expect_agree();
+}
+END_TEST
+
 START_TEST(test_nccl_orders_with_a_cuda_compute_stream) {
   expect_begin();
   if (!g_nccl_ok) return;
@@ -418,6 +489,7 @@ int main(void) {
   tcase_add_test(tc, test_staged_mpi_orders_with_a_cuda_compute_stream);
   tcase_add_test(tc, test_nccl_collectives_on_the_comm_and_a_caller_stream);
   tcase_add_test(tc, test_nccl_orders_with_a_cuda_compute_stream);
+  tcase_add_test(tc, test_nccl_sharded_and_bf16_collectives);
   tcase_add_test(tc, test_ddp_on_cuda_averages_the_ranks_gradients);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

@@ -1,5 +1,6 @@
 /* mpitrain comm: the process group. Bootstrap (rank, world size, local rank, how the job was
- * launched) and asynchronous collectives (all-reduce, broadcast, all-gather, barrier) on
+ * launched) and asynchronous collectives (all-reduce, broadcast, all-gather, reduce-scatter,
+ * all-gather of shards, barrier) on
  * streams. This header is the contract; the design behind it (progress modes, who keeps the
  * deadlines, what a timeout leaves behind, agreement, device backends) is docs/comm.md.
  *
@@ -241,7 +242,8 @@ MPT_API mpt_status mpt_comm_wait_event(mpt_comm *comm, mpt_event *event);
  * Common rules: stream NULL = mpt_comm_stream(comm). count is in elements (>= 0); count 0
  * returns MPT_OK at once without a sequence number (in checked mode it still takes part in the
  * signature check, so a rank with 0 against a rank with 8 is caught). dtype: MPT_F32, MPT_I32,
- * MPT_U8. Returns after enqueueing; errors of the collective itself arrive on the stream:
+ * MPT_U8, MPT_BF16 (see "bfloat16" below). Returns after enqueueing; errors of the collective
+ * itself arrive on the stream:
  * MPT_ECOMM (an MPI error: the detail names the MPI call, its error string, the collective and
  * its sequence number, and the rank), MPT_ETIMEOUT, MPT_EMISMATCH (checked mode or agreement).
  * Immediate errors: MPT_EINVAL (NULL comm, negative count, NULL buffer with count > 0, bad dtype,
@@ -268,6 +270,55 @@ MPT_API mpt_status mpt_comm_broadcast(mpt_comm *comm, mpt_stream *stream, void *
 MPT_API mpt_status mpt_comm_allgather(mpt_comm *comm, mpt_stream *stream, const void *sendbuf,
                                       void *recvbuf, int64_t count, mpt_dtype dtype);
 
+/* ---- sharded collectives (ZeRO-1: each rank owns one contiguous shard of a flat buffer) ----
+ * Shards of `count` elements over W ranks: S = ceil(count / W); rank r owns the elements
+ * [r * S, min((r + 1) * S, count)), so every shard but the trailing ones has S elements, the
+ * last non-empty shard may be shorter, and when count < W * S - S some last ranks own none
+ * (count 5 over 4 ranks: 2, 2, 1, 0). The layout of PyTorch's ZeroRedundancyOptimizer over a
+ * flat buffer and of llm.c's ZeRO-1 (which pads instead). */
+
+/* Pure: this rank's shard, *offset (elements; count when the shard is empty) and *shard_count
+ * (>= 0). world_size > 0, 0 <= rank < world_size, count >= 0; otherwise both are 0. */
+MPT_API void mpt_comm_shard(int64_t count, int world_size, int rank, int64_t *offset,
+                            int64_t *shard_count);
+
+/* Reduce-scatter: recvbuf[i] = op over ranks of sendbuf[offset + i], for i < shard_count, where
+ * (offset, shard_count) = mpt_comm_shard(count, W, rank): sendbuf holds `count` elements on
+ * every rank, recvbuf this rank's shard_count. op: SUM or AVG (AVG as in all-reduce: the sum
+ * divided by W), dtype float32, int32 (SUM) or bfloat16 (see "bfloat16" below). In place when
+ * recvbuf == sendbuf + offset (elements); the other elements of sendbuf are then undefined
+ * afterwards. Any other overlap is MPT_EINVAL.
+ * Algorithm: MPI_Reduce_scatter with per-rank counts (blocking mode) or MPI_Ireduce_scatter
+ * (polling mode); a shard above max_chunk_count elements is reduced in chunks with one
+ * MPI_Reduce per rank and chunk. Backends: MPI on host memory; NCCL on device buffers (a grouped
+ * ncclReduce per rank, so uneven shards need no padding); MPI with device buffers: MPT_ENOTSUP.
+ * The checked mode and the agreement compare (kind, count, dtype, op, sequence number). */
+MPT_API mpt_status mpt_comm_reduce_scatter(mpt_comm *comm, mpt_stream *stream,
+                                           const void *sendbuf, void *recvbuf, int64_t count,
+                                           mpt_dtype dtype, mpt_reduce_op op);
+
+/* All-gather of shards, in place: on entry each rank's shard of buf (mpt_comm_shard(count, W,
+ * rank)) holds its data; on completion every rank's buf holds every shard, count elements in
+ * all (no padding: the last shard shorter). What ZeRO-1 does with the parameters after each
+ * rank stepped its shard. Algorithm: MPI_Allgatherv in place (MPI_Iallgatherv polling); chunked
+ * by shard above max_chunk_count. Backends as mpt_comm_reduce_scatter (NCCL: a grouped
+ * ncclBroadcast per rank). */
+MPT_API mpt_status mpt_comm_allgather_shards(mpt_comm *comm, mpt_stream *stream, void *buf,
+                                             int64_t count, mpt_dtype dtype);
+
+/* bfloat16 (MPT_BF16). All-reduce and reduce-scatter take bfloat16 buffers with SUM or AVG
+ * (MIN and MAX: MPT_EINVAL): each pairwise step of the reduction widens both operands to
+ * float32, adds them in float32 and rounds the sum to bfloat16 (nearest even, NaN stays NaN;
+ * MPI: a user-defined MPI_Op on 2-byte elements; NCCL: ncclBfloat16). AVG divides the bfloat16
+ * sum by W in float32 and rounds again. Error bound, per element, for inputs x_r that are
+ * already bfloat16 with sum s = sum_r x_r: each of the W - 1 additions has relative error at most
+ * u = 2^-8, in whatever tree the algorithm uses (depth <= W - 1), so
+ *     |result - s| <= gamma(W - 1) * sum_r |x_r|,   gamma(k) = k u / (1 - k u).
+ * Rounding float32 inputs g_r to bfloat16 first (mpt_bf16_round_array) adds u |g_r| each, so
+ * against the exact float32 sum of the g_r the bound is gamma(W) * sum_r |g_r|. When every
+ * partial sum is representable in bfloat16 (small integers, powers of two) the result is exact.
+ * Broadcast and all-gather move bfloat16 as 2-byte elements. */
+
 /* Completes on each rank once every rank has reached it. */
 MPT_API mpt_status mpt_comm_barrier(mpt_comm *comm, mpt_stream *stream);
 
@@ -287,6 +338,11 @@ MPT_API mpt_status mpt_comm_broadcast_sync(mpt_comm *comm, void *buf, int64_t co
                                            mpt_dtype dtype, int root);
 MPT_API mpt_status mpt_comm_allgather_sync(mpt_comm *comm, const void *sendbuf, void *recvbuf,
                                            int64_t count, mpt_dtype dtype);
+MPT_API mpt_status mpt_comm_reduce_scatter_sync(mpt_comm *comm, const void *sendbuf,
+                                                void *recvbuf, int64_t count, mpt_dtype dtype,
+                                                mpt_reduce_op op);
+MPT_API mpt_status mpt_comm_allgather_shards_sync(mpt_comm *comm, void *buf, int64_t count,
+                                                  mpt_dtype dtype);
 MPT_API mpt_status mpt_comm_barrier_sync(mpt_comm *comm);
 
 /* ---- device binding (src/comm/devmap.c; docs/faults.md F11, F12) -------------------------------

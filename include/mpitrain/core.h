@@ -230,11 +230,29 @@ typedef enum {
   MPT_F32 = 0,
   MPT_I32 = 1,
   MPT_U8 = 2,
+  /* bfloat16: the top 16 bits of a float32 (1 sign, 8 exponent, 7 stored mantissa bits), held
+   * as uint16_t. Used for communication (comm.h) and its conversions below. */
+  MPT_BF16 = 3,
 } mpt_dtype;
 
 /* Size of one element in bytes (MPT_F32: 4). 0 for an unknown dtype. */
 MPT_API size_t mpt_dtype_size(mpt_dtype dtype);
 MPT_API const char *mpt_dtype_name(mpt_dtype dtype);
+
+/* bfloat16 conversions (host memory). Rounding float32 to bfloat16 is round to nearest, ties to
+ * even, on the 16 dropped bits: the relative error of a finite, normal result is at most
+ * u = 2^-8 (half an ulp of an 8-bit significand). Infinities stay infinities, a finite value
+ * beyond the largest bfloat16 rounds to an infinity of its sign (as the IEEE rule says), and a
+ * NaN stays a NaN (quiet, sign kept; never turned into an infinity by the rounding carry).
+ * Widening bfloat16 to float32 is exact. The array forms convert `n` elements; src and dst
+ * must not overlap. Pure; any thread. */
+MPT_API uint16_t mpt_bf16_from_f32(float x);
+MPT_API float mpt_bf16_to_f32(uint16_t h);
+MPT_API void mpt_bf16_round_array(const float *src, uint16_t *dst, int64_t n);
+MPT_API void mpt_bf16_widen_array(const uint16_t *src, float *dst, int64_t n);
+/* b[i] = bfloat16(float32(a[i]) + float32(b[i])), rounded as mpt_bf16_from_f32, for i < n: one
+ * step of a bfloat16 sum (the comm layer's MPI reduction). a and b must not overlap. */
+MPT_API void mpt_bf16_add_array(const uint16_t *a, uint16_t *b, int64_t n);
 
 #define MPT_MAX_DIMS 6
 

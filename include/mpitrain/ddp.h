@@ -39,7 +39,8 @@
  * waits on it, and the bucket's all-reduce (average) is enqueued on the comm stream; backward
  * goes on computing. The end of backward launches what is left (everything, with overlap off)
  * and makes the compute stream wait for the last bucket. Gradients are divided by the world size
- * exactly once: by the all-reduce's average op (sum, then scale by 1/W), nowhere else.
+ * exactly once: by the all-reduce's average op (sum, then scale by 1/W), nowhere else (with
+ * bf16 gradient communication, by the widening after the bfloat16 sum: grad_comm below).
  *
  * Unused parameters. By default a parameter that got no gradient in a backward pass is an error
  * of mpt_tape_backward naming it (MPT_EUNUSED). With find_unused_parameters, parameters the
@@ -72,6 +73,30 @@ typedef enum {
   MPT_DDP_BUFFERS_NONE = 2,      /* left alone */
 } mpt_ddp_buffer_mode;
 
+/* What goes on the wire for each gradient bucket (config.grad_comm). */
+typedef enum {
+  MPT_DDP_GRAD_FP32 = 0, /* the float32 gradients, all-reduced with avg (default) */
+  /* bfloat16 compression, as PyTorch's bf16_compress_hook and llm.c's bf16 gradients: each
+   * bucket is rounded to bfloat16 (nearest even; NaN stays NaN) into the bucket's own conversion
+   * buffer, all-reduced with sum in bfloat16 (each pairwise step adds in float32 and rounds:
+   * comm.h "bfloat16"), then widened back into the float32 gradient buffer and divided by W in
+   * float32 (the one division by the world size). Half the bytes on the wire. Error bound per
+   * element, against the float32 average g = (1/W) sum_r g_r (exact arithmetic):
+   *     |g_bf16 - g| <= gamma(W) * (1/W) sum_r |g_r| + 2^-24 |g_bf16|,
+   *     gamma(W) = W u / (1 - W u), u = 2^-8
+   * (W roundings of relative error <= u: the input's, then W - 1 additions; the last term is the
+   * float32 division). When every g_r and every partial sum is exact in bfloat16 (e.g. small
+   * integers) the result equals the float32 path's bit for bit. Ranks get identical results.
+   * Gradients in host memory only (a CPU model and a comm whose stream is a CPU worker: the MPI
+   * backend on cpu); others: MPT_ENOTSUP at mpt_ddp_init. */
+  MPT_DDP_GRAD_BF16 = 1,
+} mpt_ddp_grad_comm;
+
+/* Parses "fp32" | "bf16". Errors: MPT_EINVAL naming the accepted values. */
+MPT_API mpt_status mpt_ddp_grad_comm_parse(const char *text, mpt_ddp_grad_comm *mode);
+/* "fp32", "bf16"; "unknown" otherwise. */
+MPT_API const char *mpt_ddp_grad_comm_name(mpt_ddp_grad_comm mode);
+
 typedef struct mpt_ddp_config {
   double bucket_cap_mb;       /* 25 (MiB, 2^20 bytes) */
   double first_bucket_cap_mb; /* 1 */
@@ -79,6 +104,7 @@ typedef struct mpt_ddp_config {
   int find_unused_parameters; /* 0 */
   mpt_ddp_buffer_mode buffers;
   double timeout_ms;          /* deadline of every wait, > 0 (300000) */
+  mpt_ddp_grad_comm grad_comm; /* MPT_DDP_GRAD_FP32 */
 } mpt_ddp_config;
 
 MPT_API mpt_ddp_config mpt_ddp_config_default(void);

@@ -24,6 +24,7 @@ enum {
   OPT_TIMEOUT, OPT_CHECK_COLL, OPT_MODE, OPT_DEVICES, OPT_CKPT_DIR, OPT_CKPT_EVERY, OPT_KEEP,
   OPT_RESUME, OPT_STOP_AT, OPT_SKIP_NONFINITE, OPT_CHECK_REPLICAS, OPT_CONV_ALGO, OPT_HELP,
   OPT_VERSION, OPT_NO_DECAY_BIAS_NORM, OPT_LOG_FILE, OPT_QUIET, OPT_PROGRESS_INTERVAL,
+  OPT_GRAD_COMM,
 };
 
 static const struct option long_options[] = {
@@ -66,6 +67,7 @@ static const struct option long_options[] = {
     {"find-unused-parameters", no_argument, NULL, OPT_FIND_UNUSED},
     {"accumulate", required_argument, NULL, OPT_ACCUMULATE},
     {"buffers", required_argument, NULL, OPT_BUFFERS},
+    {"grad-comm", required_argument, NULL, OPT_GRAD_COMM},
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
     {"check-collectives", no_argument, NULL, OPT_CHECK_COLL},
     {"mode", required_argument, NULL, OPT_MODE},
@@ -120,6 +122,9 @@ const char *mpt_cli_usage(void) {
          "  --no-overlap               all-reduce after backward instead of during it\n"
          "  --find-unused-parameters   treat parameters the forward skipped as zero gradient\n"
          "  --buffers broadcast|average|none   BatchNorm statistics across ranks\n"
+         "  --grad-comm fp32|bf16      gradients on the wire: bf16 rounds each bucket to\n"
+         "                             bfloat16, sums in fp32 steps, half the bytes (default\n"
+         "                             fp32; error bound in ddp.h; CPU models)\n"
          "  --timeout SEC              deadline of every collective and of start-up, MPI\n"
          "                             initialisation included (at least 10 s) (default 300)\n"
          "  --check-collectives        compare (op, count, dtype) across ranks first\n"
@@ -429,6 +434,10 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
       case OPT_BUFFERS:
         if (mpt_ddp_buffer_mode_parse(a, &o->ddp.buffers) != MPT_OK)
           r = fail(msg, n, "--buffers: '%s' is not broadcast, average or none", a);
+        break;
+      case OPT_GRAD_COMM:
+        if (mpt_ddp_grad_comm_parse(a, &o->ddp.grad_comm) != MPT_OK)
+          r = fail(msg, n, "--grad-comm: '%s' is not fp32 or bf16", a);
         break;
       case OPT_TIMEOUT:
         if (!(r = parse_f64(name, a, 0.001, 1e6, &f64, msg, n))) o->timeout_s = f64;

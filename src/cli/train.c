@@ -672,9 +672,10 @@ static mpt_status train_run(trainer *t) {
           : o->conv_algo != MPT_CONV_ALGO_IM2COL && mpt_op_conv2d_available(t->stream)
               ? "oneDNN" : "im2col + GEMM");
   if (t->ddp)
-    mpt_log(MPT_LOG_INFO, "DDP: %d bucket(s) (first cap %g MiB, cap %g MiB), overlap %s",
+    mpt_log(MPT_LOG_INFO, "DDP: %d bucket(s) (first cap %g MiB, cap %g MiB), overlap %s, "
+            "gradients %s on the wire",
             mpt_ddp_num_buckets(t->ddp), o->ddp.first_bucket_cap_mb, o->ddp.bucket_cap_mb,
-            o->ddp.overlap ? "on" : "off");
+            o->ddp.overlap ? "on" : "off", mpt_ddp_grad_comm_name(o->ddp.grad_comm));
   trainer_log_configuration(t);
 
   t->epochs = calloc((size_t)o->epochs, sizeof *t->epochs);

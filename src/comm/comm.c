@@ -309,9 +309,9 @@ static int overlap(const void *a, size_t na, const void *b, size_t nb) {
 static mpt_status check_common(mpt_comm *comm, int64_t count, mpt_dtype dtype, const char *what) {
   if (!comm) return MPT_FAIL(MPT_EINVAL, "%s: NULL comm", what);
   if (count < 0) return MPT_FAIL(MPT_EINVAL, "%s: negative count %lld", what, (long long)count);
-  if (dtype != MPT_F32 && dtype != MPT_I32 && dtype != MPT_U8)
-    return MPT_FAIL(MPT_EINVAL, "%s: unsupported dtype %d (float32, int32 or uint8)", what,
-                    (int)dtype);
+  if (dtype != MPT_F32 && dtype != MPT_I32 && dtype != MPT_U8 && dtype != MPT_BF16)
+    return MPT_FAIL(MPT_EINVAL, "%s: unsupported dtype %d (float32, int32, uint8 or bfloat16)",
+                    what, (int)dtype);
   if ((uint64_t)count > SIZE_MAX / 8 / (uint64_t)(comm->world_size > 0 ? comm->world_size : 1))
     return MPT_FAIL(MPT_EINVAL, "%s: count %lld is too large", what, (long long)count);
   return mpt__comm_check_usable(comm);
@@ -333,8 +333,84 @@ static mpt_status dispatch(mpt_comm *comm, mpt_stream *stream, mpt__coll *coll) 
       return comm->backend->allgather(comm, stream, coll);
     case MPT__COLL_BARRIER:
       return comm->backend->barrier(comm, stream, coll);
+    case MPT__COLL_REDUCE_SCATTER:
+      return comm->backend->reduce_scatter(comm, stream, coll);
+    case MPT__COLL_ALLGATHER_SHARDS:
+      return comm->backend->allgather_shards(comm, stream, coll);
   }
   return MPT_FAIL(MPT_EINVAL, "unknown collective kind %d", (int)coll->kind);
+}
+
+/* The reductions a dtype allows: avg needs float32 or bfloat16; bfloat16 only sum and avg;
+ * uint8 has no arithmetic here except through all-reduce (as before). */
+static mpt_status reduce_dtype_check(mpt_dtype dtype, mpt_reduce_op op, const char *what) {
+  if (op == MPT_REDUCE_AVG && dtype != MPT_F32 && dtype != MPT_BF16)
+    return MPT_FAIL(MPT_EINVAL, "%s: avg needs float32 or bfloat16, not %s", what,
+                    mpt_dtype_name(dtype));
+  if (dtype == MPT_BF16 && op != MPT_REDUCE_SUM && op != MPT_REDUCE_AVG)
+    return MPT_FAIL(MPT_EINVAL, "%s: bfloat16 takes sum or avg, not %s", what,
+                    mpt_reduce_op_name(op));
+  return MPT_OK;
+}
+
+/* A sharded collective on a backend without it. */
+static mpt_status sharded_supported(mpt_comm *comm, mpt__coll_kind kind, const char *what) {
+  const mpt__comm_backend *b = comm->backend;
+  if ((kind == MPT__COLL_REDUCE_SCATTER ? b->reduce_scatter : b->allgather_shards) == NULL) {
+    char dev[32];
+    return MPT_FAIL(MPT_ENOTSUP, "%s is not available on the %s comm backend with buffers on %s",
+                    what, b->name, mpt_device_str(comm->config.device, dev, sizeof dev));
+  }
+  return MPT_OK;
+}
+
+void mpt_comm_shard(int64_t count, int world_size, int rank, int64_t *offset,
+                    int64_t *shard_count) {
+  *offset = *shard_count = 0;
+  if (world_size <= 0 || rank < 0 || rank >= world_size || count < 0) return;
+  int64_t s = count / world_size + (count % world_size != 0);
+  int64_t lo = s * rank < count ? s * rank : count;
+  int64_t hi = lo + s < count ? lo + s : count;
+  *offset = lo;
+  *shard_count = hi - lo;
+}
+
+static mpt_status reduce_scatter_prep(mpt_comm *comm, const void *sendbuf, void *recvbuf,
+                                      int64_t count, mpt_dtype dtype, mpt_reduce_op op,
+                                      mpt__coll *coll) {
+  const char *what = "reduce-scatter";
+  MPT_RETURN_IF(check_common(comm, count, dtype, what));
+  if (op != MPT_REDUCE_SUM && op != MPT_REDUCE_AVG)
+    return MPT_FAIL(MPT_EINVAL, "%s: the reduction must be sum or avg, not %s (%d)", what,
+                    mpt_reduce_op_name(op), (int)op);
+  if (dtype == MPT_U8)
+    return MPT_FAIL(MPT_EINVAL, "%s: uint8 cannot be summed", what);
+  MPT_RETURN_IF(reduce_dtype_check(dtype, op, what));
+  MPT_RETURN_IF(sharded_supported(comm, MPT__COLL_REDUCE_SCATTER, what));
+  int64_t off, mine;
+  mpt_comm_shard(count, comm->world_size, comm->rank, &off, &mine);
+  if (count > 0 && (!sendbuf || (mine > 0 && !recvbuf)))
+    return MPT_FAIL(MPT_EINVAL, "%s: NULL buffer with count %lld", what, (long long)count);
+  size_t es = mpt_dtype_size(dtype);
+  const char *in_place = (const char *)sendbuf + (size_t)off * es;
+  if (mine > 0 && (const char *)recvbuf != in_place &&
+      overlap(sendbuf, (size_t)count * es, recvbuf, (size_t)mine * es))
+    return MPT_FAIL(MPT_EINVAL, "%s: the receive buffer overlaps the send buffer without being "
+                    "this rank's shard (sendbuf + %lld elements for in place)", what,
+                    (long long)off);
+  *coll = (mpt__coll){MPT__COLL_REDUCE_SCATTER, 0, sendbuf, recvbuf, count, dtype, (int)op};
+  return MPT_OK;
+}
+
+static mpt_status allgather_shards_prep(mpt_comm *comm, void *buf, int64_t count,
+                                        mpt_dtype dtype, mpt__coll *coll) {
+  const char *what = "all-gather of shards";
+  MPT_RETURN_IF(check_common(comm, count, dtype, what));
+  MPT_RETURN_IF(sharded_supported(comm, MPT__COLL_ALLGATHER_SHARDS, what));
+  if (count > 0 && !buf)
+    return MPT_FAIL(MPT_EINVAL, "%s: NULL buffer with count %lld", what, (long long)count);
+  *coll = (mpt__coll){MPT__COLL_ALLGATHER_SHARDS, 0, buf, buf, count, dtype, 0};
+  return MPT_OK;
 }
 
 /* Argument checks of each collective; on success *coll describes it (sequence number not yet
@@ -346,8 +422,7 @@ static mpt_status allreduce_prep(mpt_comm *comm, const void *sendbuf, void *recv
   if (op != MPT_REDUCE_SUM && op != MPT_REDUCE_AVG && op != MPT_REDUCE_MIN &&
       op != MPT_REDUCE_MAX)
     return MPT_FAIL(MPT_EINVAL, "all-reduce: unknown reduction %d", (int)op);
-  if (op == MPT_REDUCE_AVG && dtype != MPT_F32)
-    return MPT_FAIL(MPT_EINVAL, "all-reduce: avg needs float32, not %s", mpt_dtype_name(dtype));
+  MPT_RETURN_IF(reduce_dtype_check(dtype, op, "all-reduce"));
   if (count > 0 && (!sendbuf || !recvbuf))
     return MPT_FAIL(MPT_EINVAL, "all-reduce: NULL buffer with count %lld", (long long)count);
   size_t nbytes = (size_t)count * mpt_dtype_size(dtype);
@@ -413,6 +488,21 @@ mpt_status mpt_comm_allgather(mpt_comm *comm, mpt_stream *stream, const void *se
   return dispatch(comm, stream, &coll);
 }
 
+mpt_status mpt_comm_reduce_scatter(mpt_comm *comm, mpt_stream *stream, const void *sendbuf,
+                                   void *recvbuf, int64_t count, mpt_dtype dtype,
+                                   mpt_reduce_op op) {
+  mpt__coll coll;
+  MPT_RETURN_IF(reduce_scatter_prep(comm, sendbuf, recvbuf, count, dtype, op, &coll));
+  return dispatch(comm, stream, &coll);
+}
+
+mpt_status mpt_comm_allgather_shards(mpt_comm *comm, mpt_stream *stream, void *buf,
+                                     int64_t count, mpt_dtype dtype) {
+  mpt__coll coll;
+  MPT_RETURN_IF(allgather_shards_prep(comm, buf, count, dtype, &coll));
+  return dispatch(comm, stream, &coll);
+}
+
 mpt_status mpt_comm_barrier(mpt_comm *comm, mpt_stream *stream) {
   mpt__coll coll;
   MPT_RETURN_IF(barrier_prep(comm, &coll));
@@ -457,6 +547,19 @@ mpt_status mpt_comm_allgather_sync(mpt_comm *comm, const void *sendbuf, void *re
                                    int64_t count, mpt_dtype dtype) {
   mpt__coll coll;
   return sync_run(comm, allgather_prep(comm, sendbuf, recvbuf, count, dtype, &coll), &coll);
+}
+
+mpt_status mpt_comm_reduce_scatter_sync(mpt_comm *comm, const void *sendbuf, void *recvbuf,
+                                        int64_t count, mpt_dtype dtype, mpt_reduce_op op) {
+  mpt__coll coll;
+  return sync_run(comm, reduce_scatter_prep(comm, sendbuf, recvbuf, count, dtype, op, &coll),
+                  &coll);
+}
+
+mpt_status mpt_comm_allgather_shards_sync(mpt_comm *comm, void *buf, int64_t count,
+                                          mpt_dtype dtype) {
+  mpt__coll coll;
+  return sync_run(comm, allgather_shards_prep(comm, buf, count, dtype, &coll), &coll);
 }
 
 mpt_status mpt_comm_barrier_sync(mpt_comm *comm) {

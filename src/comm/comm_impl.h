@@ -24,10 +24,12 @@ typedef enum {
   MPT__COLL_BROADCAST = 2,
   MPT__COLL_ALLGATHER = 3,
   MPT__COLL_BARRIER = 4,
+  MPT__COLL_REDUCE_SCATTER = 5,   /* count: the whole buffer; recvbuf: this rank's shard */
+  MPT__COLL_ALLGATHER_SHARDS = 6, /* in place on recvbuf (= sendbuf), count: the whole buffer */
 } mpt__coll_kind;
 
-/* One collective as the wrappers describe it to a backend. `arg` is the reduction (all-reduce)
- * or the root (broadcast), 0 otherwise. */
+/* One collective as the wrappers describe it to a backend. `arg` is the reduction (all-reduce,
+ * reduce-scatter) or the root (broadcast), 0 otherwise. */
 typedef struct mpt__coll {
   mpt__coll_kind kind;
   uint64_t seq;
@@ -60,6 +62,9 @@ typedef struct mpt__comm_backend {
   mpt_status (*broadcast)(mpt_comm *comm, mpt_stream *stream, const mpt__coll *coll);
   mpt_status (*allgather)(mpt_comm *comm, mpt_stream *stream, const mpt__coll *coll);
   mpt_status (*barrier)(mpt_comm *comm, mpt_stream *stream, const mpt__coll *coll);
+  /* Optional (NULL: MPT_ENOTSUP from the wrapper): the sharded collectives (comm.h). */
+  mpt_status (*reduce_scatter)(mpt_comm *comm, mpt_stream *stream, const mpt__coll *coll);
+  mpt_status (*allgather_shards)(mpt_comm *comm, mpt_stream *stream, const mpt__coll *coll);
   /* Non-zero: the comm's own stream and sync event are created on config.device (NCCL: a
    * non-blocking CUDA stream); zero: on the CPU (a worker thread). */
   int stream_on_device;
@@ -109,7 +114,7 @@ mpt_status mpt__comm_check_usable(mpt_comm *comm);
 
 /* ---- in-flight collectives and deadlines (comm_wait.c) ----------------------------------- */
 
-/* "all-reduce", "broadcast", "all-gather", "barrier". */
+/* "all-reduce", "broadcast", "all-gather", "barrier", "reduce-scatter", "all-gather of shards". */
 const char *mpt__coll_kind_name(int kind);
 /* "all-reduce #17 (count 4096 float32 sum)" into buf; returns buf. */
 const char *mpt__coll_describe(const mpt__coll *c, char *buf, size_t nbytes);
@@ -210,7 +215,8 @@ mpt_status mpt__mpi_error(const char *file, int line, int mpi_rc, int rank, cons
  * short sleeps. */
 int mpt__mpi_wait_until(MPI_Request *req, double deadline_ms, int *done);
 
-/* MPI_FLOAT / MPI_INT32_T / MPI_UINT8_T; MPI_DATATYPE_NULL for anything else. */
+/* MPI_FLOAT / MPI_INT32_T / MPI_UINT8_T / MPI_UINT16_T (bfloat16); MPI_DATATYPE_NULL for
+ * anything else. */
 MPI_Datatype mpt__mpi_dtype(mpt_dtype dtype);
 
 /* Bootstrap (comm_boot.c): initialises MPI if needed and fills rank, sizes, hostname, launcher,

@@ -2,8 +2,8 @@
  * worker thread for the comm's own stream) that makes the MPI calls, in one of two progress
  * modes (comm.h "Progress"):
  *   - blocking (default): the blocking calls MPI_Allreduce, MPI_Bcast, MPI_Allgather,
- *     MPI_Barrier, as Horovod's background thread does. Open MPI's blocking collectives
- *     (coll/tuned) progress inside the call and are faster than its non-blocking ones (libnbc,
+ *     MPI_Reduce_scatter, MPI_Allgatherv, MPI_Reduce, MPI_Barrier, as Horovod's background
+ *     thread does. Open MPI's blocking collectives (coll/tuned) progress inside the call and are faster than its non-blocking ones (libnbc,
  *     which only advances inside MPI_Test). The worker cannot keep a deadline here: it is kept
  *     by whoever waits (comm_wait.c), using the in-flight list this file maintains.
  *   - polling: the non-blocking calls (MPI_Iallreduce, ...) polled with MPI_Test until they
@@ -54,6 +54,8 @@ typedef struct op_rec {
   mpt__coll coll;
   mpt__inflight inflight;  /* its entry in the comm's in-flight list while it runs */
   int64_t *sigs;           /* [world_size, SIG_LEN]: checked mode, allocated on first use */
+  int *counts, *displs;    /* [world_size]: the shards (sharded collectives), on first use */
+  int64_t empty[1];        /* the receive buffer of an empty shard (MPI wants a pointer) */
   int64_t sig_mine[SIG_LEN];
   int abandoned;           /* timed out: MPI may still write into it, so it is never freed */
   int64_t confirm_in[3];   /* agreement: {fail code, hash, -hash} */
@@ -67,6 +69,7 @@ typedef struct mpi_state {
   op_rec *free_list;
   op_rec *all;
   MPI_Op fmin, fmax; /* float32 MIN / MAX that propagate NaN (see float_min) */
+  MPI_Op bf16_sum;   /* bfloat16 SUM: widen, add in float32, round back (see bf16_add) */
 } mpi_state;
 
 /* ---- float32 MIN and MAX that propagate NaN ------------------------------------------------
@@ -100,6 +103,15 @@ static void float_max(void *in, void *inout, int *len, MPI_Datatype *type) {
     else if (x > y || (x == y && !signbit(x)))
       b[i] = x;
   }
+}
+
+/* bfloat16 SUM on 2-byte elements (comm.h "bfloat16"): each pairwise step widens both operands
+ * (exact), adds in float32 and rounds to nearest even (one rounding of relative error <= 2^-8
+ * per step; NaN stays NaN). Commutative bit for bit (but for which NaN payload survives), so MPI
+ * may order the operands freely. The loop is core's vectorised mpt_bf16_add_array. */
+static void bf16_add(void *in, void *inout, int *len, MPI_Datatype *type) {
+  (void)type;
+  mpt_bf16_add_array(in, inout, *len);
 }
 
 /* ---- helpers shared with the bootstrap --------------------------------------------------- */
@@ -153,6 +165,8 @@ MPI_Datatype mpt__mpi_dtype(mpt_dtype dtype) {
       return MPI_INT32_T;
     case MPT_U8:
       return MPI_UINT8_T;
+    case MPT_BF16:
+      return MPI_UINT16_T;
   }
   return MPI_DATATYPE_NULL;
 }
@@ -176,6 +190,13 @@ static void describe_sig(const int64_t *s, char *buf, size_t nbytes) {
       break;
     case MPT__COLL_BARRIER:
       snprintf(buf, nbytes, "enters a barrier as collective #%llu", seq);
+      break;
+    case MPT__COLL_REDUCE_SCATTER:
+      snprintf(buf, nbytes, "reduce-scatters %lld %s (%s) as collective #%llu", n, dt,
+               mpt_reduce_op_name((mpt_reduce_op)s[3]), seq);
+      break;
+    case MPT__COLL_ALLGATHER_SHARDS:
+      snprintf(buf, nbytes, "all-gathers shards of %lld %s as collective #%llu", n, dt, seq);
       break;
     default:
       snprintf(buf, nbytes, "issues an unknown collective (kind %lld) as #%llu", (long long)s[0],
@@ -205,7 +226,15 @@ static int64_t sig_hash(const int64_t *s) {
 
 /* ---- one MPI call in either progress mode ------------------------------------------------- */
 
-typedef enum { CALL_ALLREDUCE, CALL_BCAST, CALL_ALLGATHER, CALL_BARRIER } call_kind;
+typedef enum {
+  CALL_ALLREDUCE,
+  CALL_BCAST,
+  CALL_ALLGATHER,
+  CALL_BARRIER,
+  CALL_REDUCE_SCATTER, /* counts: per-rank receive counts */
+  CALL_ALLGATHERV,     /* in place; counts, displs */
+  CALL_REDUCE,         /* to root; recv ignored off the root */
+} call_kind;
 
 /* The arguments of one MPI collective call (MPI_Allreduce or MPI_Iallreduce, etc.). */
 typedef struct mpi_call {
@@ -218,6 +247,7 @@ typedef struct mpi_call {
   MPI_Datatype recv_type;
   MPI_Op op;
   int root;
+  const int *counts, *displs; /* reduce-scatter, all-gatherv */
 } mpi_call;
 
 static const char *call_name(call_kind kind, int blocking) {
@@ -230,6 +260,12 @@ static const char *call_name(call_kind kind, int blocking) {
       return blocking ? "MPI_Allgather" : "MPI_Iallgather";
     case CALL_BARRIER:
       return blocking ? "MPI_Barrier" : "MPI_Ibarrier";
+    case CALL_REDUCE_SCATTER:
+      return blocking ? "MPI_Reduce_scatter" : "MPI_Ireduce_scatter";
+    case CALL_ALLGATHERV:
+      return blocking ? "MPI_Allgatherv" : "MPI_Iallgatherv";
+    case CALL_REDUCE:
+      return blocking ? "MPI_Reduce" : "MPI_Ireduce";
   }
   return "MPI call";
 }
@@ -256,6 +292,16 @@ static mpt_status run_call(mpt_comm *comm, op_rec *r, const mpi_call *k, const c
       case CALL_ALLGATHER:
         rc = MPI_Allgather(k->send, k->count, k->type, k->recv, k->recv_count, k->recv_type, mc);
         break;
+      case CALL_REDUCE_SCATTER:
+        rc = MPI_Reduce_scatter(k->send, k->recv, k->counts, k->type, k->op, mc);
+        break;
+      case CALL_ALLGATHERV:
+        rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, k->recv, k->counts, k->displs,
+                            k->type, mc);
+        break;
+      case CALL_REDUCE:
+        rc = MPI_Reduce(k->send, k->recv, k->count, k->type, k->op, k->root, mc);
+        break;
       default:
         rc = MPI_Barrier(mc);
     }
@@ -277,6 +323,16 @@ static mpt_status run_call(mpt_comm *comm, op_rec *r, const mpi_call *k, const c
     case CALL_ALLGATHER:
       rc = MPI_Iallgather(k->send, k->count, k->type, k->recv, k->recv_count, k->recv_type, mc,
                           &req);
+      break;
+    case CALL_REDUCE_SCATTER:
+      rc = MPI_Ireduce_scatter(k->send, k->recv, k->counts, k->type, k->op, mc, &req);
+      break;
+    case CALL_ALLGATHERV:
+      rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, k->recv, k->counts, k->displs,
+                           k->type, mc, &req);
+      break;
+    case CALL_REDUCE:
+      rc = MPI_Ireduce(k->send, k->recv, k->count, k->type, k->op, k->root, mc, &req);
       break;
     default:
       rc = MPI_Ibarrier(mc, &req);
@@ -302,7 +358,7 @@ static mpt_status check_signatures(mpt_comm *comm, op_rec *r, double deadline_ms
     return MPT_FAIL(MPT_ENOMEM, "cannot allocate the signature table of checked mode");
   make_sig(c, r->sig_mine);
   mpi_call k = {CALL_ALLGATHER, r->sig_mine, r->sigs, SIG_LEN, MPI_INT64_T, SIG_LEN,
-                MPI_INT64_T, MPI_OP_NULL, 0};
+                MPI_INT64_T, MPI_OP_NULL, 0, NULL, NULL};
   MPT_RETURN_IF(run_call(comm, r, &k, STAGE_CHECK, deadline_ms));
 
   /* Every rank sees the same table, so every rank reaches the same verdict and message. */
@@ -326,6 +382,83 @@ static mpt_status check_signatures(mpt_comm *comm, op_rec *r, double deadline_ms
   return MPT_FAIL(MPT_EMISMATCH, "collectives disagree across ranks (checked mode): %s", msg);
 }
 
+/* The MPI reduction of collective c. */
+static MPI_Op reduce_op(const mpt_comm *comm, const mpt__coll *c) {
+  const mpi_state *ms = comm->backend_state;
+  if (c->dtype == MPT_BF16) return ms->bf16_sum; /* sum and avg (the prep refused the rest) */
+  const int f32 = c->dtype == MPT_F32;
+  return c->arg == MPT_REDUCE_MIN   ? (f32 ? ms->fmin : MPI_MIN)
+         : c->arg == MPT_REDUCE_MAX ? (f32 ? ms->fmax : MPI_MAX)
+                                    : MPI_SUM;
+}
+
+/* Reduce-scatter and all-gather of shards. One MPI_Reduce_scatter / MPI_Allgatherv with the
+ * per-rank shard counts when the whole buffer fits max_chunk_count (so counts and displacements
+ * fit an int); otherwise, chunk by chunk of each shard, an MPI_Reduce / MPI_Bcast rooted at the
+ * shard's owner (every rank walks the same (chunk, rank) order). */
+static mpt_status run_sharded(mpt_comm *comm, op_rec *r, double deadline_ms) {
+  const mpt__coll *c = &r->coll;
+  const int world = comm->world_size, me = comm->rank;
+  const MPI_Datatype dt = mpt__mpi_dtype(c->dtype);
+  const size_t es = mpt_dtype_size(c->dtype);
+  const int64_t chunk = comm->config.max_chunk_count;
+  const int gather = c->kind == MPT__COLL_ALLGATHER_SHARDS;
+  const MPI_Op op = gather ? MPI_OP_NULL : reduce_op(comm, c);
+  int64_t my_off, my_n, s_off, s_n;
+  mpt_comm_shard(c->count, world, me, &my_off, &my_n);
+  char *recv = c->recvbuf;
+  const char *send = c->sendbuf;
+  const int in_place = !gather && recv == (const char *)send + (size_t)my_off * es;
+
+  if (c->count <= chunk) {
+    if (!r->counts && !(r->counts = malloc(sizeof(int) * 2 * (size_t)world)))
+      return MPT_FAIL(MPT_ENOMEM, "cannot allocate the shard counts");
+    r->displs = r->counts + world;
+    for (int q = 0; q < world; q++) {
+      mpt_comm_shard(c->count, world, q, &s_off, &s_n);
+      r->counts[q] = (int)s_n;
+      r->displs[q] = (int)s_off;
+    }
+    mpi_call k = {gather ? CALL_ALLGATHERV : CALL_REDUCE_SCATTER, NULL, NULL, 0, dt, 0,
+                  MPI_DATATYPE_NULL, op, 0, r->counts, r->displs};
+    /* In place, MPI takes the input from recvbuf and leaves this rank's block at its start:
+     * hand it the whole buffer, then move the block to the shard. */
+    char *base = in_place ? recv - (size_t)my_off * es : recv;
+    k.send = in_place ? MPI_IN_PLACE : send;
+    k.recv = base;
+    if (!gather && !in_place && my_n == 0) k.recv = r->empty; /* nothing lands; not NULL */
+    MPT_RETURN_IF(run_call(comm, r, &k, STAGE_DATA, deadline_ms));
+    if (in_place && my_off > 0 && my_n > 0) memmove(recv, base, (size_t)my_n * es);
+    return MPT_OK;
+  }
+
+  int64_t longest;
+  mpt_comm_shard(c->count, world, 0, &s_off, &longest);
+  for (int64_t off = 0; off < longest; off += chunk) {
+    for (int q = 0; q < world; q++) {
+      mpt_comm_shard(c->count, world, q, &s_off, &s_n);
+      if (s_n <= off) continue;
+      int n = (int)(s_n - off < chunk ? s_n - off : chunk);
+      char *at = (char *)(gather ? recv : (char *)send) + (size_t)(s_off + off) * es;
+      mpi_call k;
+      if (gather) {
+        k = (mpi_call){CALL_BCAST, NULL, at, n, dt, 0, MPI_DATATYPE_NULL, MPI_OP_NULL, q,
+                       NULL, NULL};
+      } else {
+        const void *src = at;
+        void *dst = NULL;
+        if (q == me) {
+          dst = recv + (size_t)off * es;
+          if (in_place) src = MPI_IN_PLACE;
+        }
+        k = (mpi_call){CALL_REDUCE, src, dst, n, dt, 0, MPI_DATATYPE_NULL, op, q, NULL, NULL};
+      }
+      MPT_RETURN_IF(run_call(comm, r, &k, STAGE_DATA, deadline_ms));
+    }
+  }
+  return MPT_OK;
+}
+
 /* Runs the data movement of one collective, chunked. */
 static mpt_status run_data(mpt_comm *comm, op_rec *r, double deadline_ms) {
   const mpt__coll *c = &r->coll;
@@ -337,7 +470,7 @@ static mpt_status run_data(mpt_comm *comm, op_rec *r, double deadline_ms) {
 
   if (c->kind == MPT__COLL_BARRIER) {
     mpi_call k = {CALL_BARRIER, NULL, NULL, 0, MPI_DATATYPE_NULL, 0, MPI_DATATYPE_NULL,
-                  MPI_OP_NULL, 0};
+                  MPI_OP_NULL, 0, NULL, NULL};
     return run_call(comm, r, &k, STAGE_DATA, deadline_ms);
   }
 
@@ -346,7 +479,7 @@ static mpt_status run_data(mpt_comm *comm, op_rec *r, double deadline_ms) {
     int in_place = c->sendbuf == recv + (size_t)comm->rank * (size_t)c->count * es;
     if (c->count <= chunk) {
       mpi_call k = {CALL_ALLGATHER, in_place ? MPI_IN_PLACE : c->sendbuf, recv, (int)c->count,
-                    dt, (int)c->count, dt, MPI_OP_NULL, 0};
+                    dt, (int)c->count, dt, MPI_OP_NULL, 0, NULL, NULL};
       return run_call(comm, r, &k, STAGE_DATA, deadline_ms);
     }
     /* Chunk j of every rank's block: a receive type of n elements whose extent is one whole
@@ -365,7 +498,7 @@ static mpt_status run_data(mpt_comm *comm, op_rec *r, double deadline_ms) {
                             mpt__coll_describe(c, what, sizeof what));
       const char *send = (const char *)c->sendbuf + (size_t)off * es;
       mpi_call k = {CALL_ALLGATHER, in_place ? MPI_IN_PLACE : send, recv + (size_t)off * es, n,
-                    dt, 1, block, MPI_OP_NULL, 0};
+                    dt, 1, block, MPI_OP_NULL, 0, NULL, NULL};
       mpt_status st = run_call(comm, r, &k, STAGE_DATA, deadline_ms);
       /* A non-blocking call keeps the type alive while it needs it; a stuck blocking call
        * never returns here, and one that returned is done with it. */
@@ -375,21 +508,21 @@ static mpt_status run_data(mpt_comm *comm, op_rec *r, double deadline_ms) {
     return MPT_OK;
   }
 
-  const mpi_state *ms = comm->backend_state;
-  const int f32 = c->dtype == MPT_F32;
-  MPI_Op op = c->arg == MPT_REDUCE_MIN   ? (f32 ? ms->fmin : MPI_MIN)
-              : c->arg == MPT_REDUCE_MAX ? (f32 ? ms->fmax : MPI_MAX)
-                                         : MPI_SUM;
+  if (c->kind == MPT__COLL_REDUCE_SCATTER || c->kind == MPT__COLL_ALLGATHER_SHARDS)
+    return run_sharded(comm, r, deadline_ms);
+
+  const MPI_Op op = reduce_op(comm, c);
   for (int64_t off = 0; off < c->count; off += chunk) {
     int n = (int)(c->count - off < chunk ? c->count - off : chunk);
     char *recv = (char *)c->recvbuf + (size_t)off * es;
     mpi_call k;
     if (c->kind == MPT__COLL_BROADCAST) {
-      k = (mpi_call){CALL_BCAST, NULL, recv, n, dt, 0, MPI_DATATYPE_NULL, MPI_OP_NULL, c->arg};
+      k = (mpi_call){CALL_BCAST, NULL, recv, n, dt, 0, MPI_DATATYPE_NULL, MPI_OP_NULL,
+                     c->arg, NULL, NULL};
     } else {
       const void *send =
           c->sendbuf == c->recvbuf ? MPI_IN_PLACE : (const char *)c->sendbuf + (size_t)off * es;
-      k = (mpi_call){CALL_ALLREDUCE, send, recv, n, dt, 0, MPI_DATATYPE_NULL, op, 0};
+      k = (mpi_call){CALL_ALLREDUCE, send, recv, n, dt, 0, MPI_DATATYPE_NULL, op, 0, NULL, NULL};
     }
     MPT_RETURN_IF(run_call(comm, r, &k, STAGE_DATA, deadline_ms));
   }
@@ -411,7 +544,7 @@ static mpt_status confirm(mpt_comm *comm, op_rec *r, mpt_status local, double de
   *disagree = 0;
   char what[160];
   mpi_call k = {CALL_ALLREDUCE, r->confirm_in, r->confirm_out, 3, MPI_INT64_T, 0,
-                MPI_DATATYPE_NULL, MPI_MAX, 0};
+                MPI_DATATYPE_NULL, MPI_MAX, 0, NULL, NULL};
   MPT_RETURN_IF(run_call(comm, r, &k, STAGE_AGREE, deadline_ms));
   *disagree = r->confirm_out[1] != -r->confirm_out[2];
   long long failed_rank = r->confirm_out[0] > 0 ? comm->world_size - r->confirm_out[0] : -1;
@@ -462,10 +595,19 @@ static mpt_status execute_listed(mpt_comm *comm, op_rec *r, double deadline_ms) 
   }
   if (st != MPT_OK) goto broken;
 
-  if (c->kind == MPT__COLL_ALLREDUCE && c->arg == MPT_REDUCE_AVG) {
-    float *x = c->recvbuf;
-    float w = (float)comm->world_size;
-    for (int64_t i = 0; i < c->count; i++) x[i] /= w;
+  if ((c->kind == MPT__COLL_ALLREDUCE || c->kind == MPT__COLL_REDUCE_SCATTER) &&
+      c->arg == MPT_REDUCE_AVG) {
+    int64_t n = c->count, off;
+    if (c->kind == MPT__COLL_REDUCE_SCATTER)
+      mpt_comm_shard(c->count, comm->world_size, comm->rank, &off, &n);
+    const float w = (float)comm->world_size;
+    if (c->dtype == MPT_BF16) {
+      uint16_t *x = c->recvbuf;
+      for (int64_t i = 0; i < n; i++) x[i] = mpt_bf16_from_f32(mpt_bf16_to_f32(x[i]) / w);
+    } else {
+      float *x = c->recvbuf;
+      for (int64_t i = 0; i < n; i++) x[i] /= w;
+    }
   }
   return MPT_OK;
 
@@ -523,13 +665,15 @@ static mpt_status enqueue(mpt_comm *comm, mpt_stream *stream, const mpt__coll *c
 static mpt_status mpi_init(mpt_comm *comm) {
   mpi_state *s = calloc(1, sizeof *s);
   if (!s) return MPT_FAIL(MPT_ENOMEM, "cannot allocate the MPI backend state");
-  s->fmin = s->fmax = MPI_OP_NULL;
+  s->fmin = s->fmax = s->bf16_sum = MPI_OP_NULL;
   int rc = MPI_Op_create(float_min, 1, &s->fmin);
   if (rc == MPI_SUCCESS) rc = MPI_Op_create(float_max, 1, &s->fmax);
+  if (rc == MPI_SUCCESS) rc = MPI_Op_create(bf16_add, 1, &s->bf16_sum);
   if (rc != MPI_SUCCESS) {
     if (s->fmin != MPI_OP_NULL) MPI_Op_free(&s->fmin);
+    if (s->fmax != MPI_OP_NULL) MPI_Op_free(&s->fmax);
     free(s);
-    return MPT_MPI_FAIL(rc, comm->rank, "MPI_Op_create (float32 min / max)");
+    return MPT_MPI_FAIL(rc, comm->rank, "MPI_Op_create (float32 min / max, bfloat16 sum)");
   }
   pthread_mutex_init(&s->mutex, NULL);
   comm->backend_state = s;
@@ -543,6 +687,7 @@ static void mpi_free(mpt_comm *comm) {
   while (r) {
     op_rec *next = r->next_all;
     if (!r->abandoned) {
+      free(r->counts);
       free(r->sigs);
       free(r);
     }
@@ -553,6 +698,7 @@ static void mpi_free(mpt_comm *comm) {
   if (!finalized) {
     MPI_Op_free(&s->fmin);
     MPI_Op_free(&s->fmax);
+    MPI_Op_free(&s->bf16_sum);
   }
   pthread_mutex_destroy(&s->mutex);
   free(s);
@@ -567,4 +713,6 @@ const mpt__comm_backend mpt__comm_mpi_backend = {
     .broadcast = enqueue,
     .allgather = enqueue,
     .barrier = enqueue,
+    .reduce_scatter = enqueue,
+    .allgather_shards = enqueue,
 };

@@ -384,6 +384,8 @@ const mpt__comm_backend mpt__comm_nccl_backend = {
     .broadcast = mpt__nccl_enqueue,
     .allgather = mpt__nccl_enqueue,
     .barrier = mpt__nccl_enqueue,
+    .reduce_scatter = mpt__nccl_enqueue,
+    .allgather_shards = mpt__nccl_enqueue,
     .stream_on_device = 1,
     .wait_event = mpt__nccl_wait_event,
 };

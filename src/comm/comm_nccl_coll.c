@@ -30,7 +30,10 @@ enum { SIG_LEN = 5 };
 
 
 static ncclDataType_t nccl_dtype(mpt_dtype d) {
-  return d == MPT_F32 ? ncclFloat32 : d == MPT_I32 ? ncclInt32 : ncclUint8;
+  return d == MPT_F32    ? ncclFloat32
+         : d == MPT_I32  ? ncclInt32
+         : d == MPT_BF16 ? ncclBfloat16
+                         : ncclUint8;
 }
 
 static ncclRedOp_t nccl_op(int op) {
@@ -92,6 +95,30 @@ static int on_device(const void *p) {
   return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
+/* The sharded collectives (comm.h) as one NCCL group of one rooted call per shard: ncclReduce
+ * into the owner's shard (reduce-scatter; in place when recv is the owner's shard of send) or
+ * ncclBroadcast of the owner's shard (all-gather of shards), so shards of unequal length need no
+ * padding (ncclReduceScatter / ncclAllGather take equal blocks). Device buffers only. */
+static ncclResult_t sharded_locked(mpt__nccl_state *s, const mpt__coll *c, const void *send,
+                                   void *recv, cudaStream_t cs) {
+  const int world = s->comm->world_size, me = s->comm->rank;
+  const size_t es = mpt_dtype_size(c->dtype);
+  ncclResult_t r = ncclGroupStart();
+  for (int q = 0; q < world && r == ncclSuccess; q++) {
+    int64_t off, n;
+    mpt_comm_shard(c->count, world, q, &off, &n);
+    if (n == 0) continue;
+    char *at = (char *)send + (size_t)off * es;
+    if (c->kind == MPT__COLL_ALLGATHER_SHARDS)
+      r = ncclBroadcast(at, at, (size_t)n, nccl_dtype(c->dtype), q, s->nc, cs);
+    else
+      r = ncclReduce(at, q == me ? recv : NULL, (size_t)n, nccl_dtype(c->dtype), nccl_op(c->arg),
+                     q, s->nc, cs);
+  }
+  ncclResult_t e = ncclGroupEnd();
+  return r != ncclSuccess ? r : e;
+}
+
 /* Locked: the NCCL call of `c` on the given buffers, polled until enqueued. On failure the
  * communicator is aborted (the comm failed) and the detail recorded. */
 static mpt_status call_locked(mpt__nccl_state *s, const mpt__coll *c, const void *send,
@@ -108,6 +135,10 @@ static mpt_status call_locked(mpt__nccl_state *s, const mpt__coll *c, const void
       break;
     case MPT__COLL_ALLGATHER:
       r = ncclAllGather(send, recv, n, nccl_dtype(c->dtype), s->nc, cs);
+      break;
+    case MPT__COLL_REDUCE_SCATTER:
+    case MPT__COLL_ALLGATHER_SHARDS:
+      r = sharded_locked(s, c, send, recv, cs);
       break;
     default:
       r = ncclAllReduce(s->one, s->one, 1, ncclFloat32, ncclSum, s->nc, cs);
@@ -281,7 +312,13 @@ mpt_status mpt__nccl_enqueue(mpt_comm *comm, mpt_stream *stream, const mpt__coll
   if (comm->config.check_collectives) MPT_RETURN_IF(check_signature(s, c, deadline_ms));
   if (c->count == 0 && c->kind != MPT__COLL_BARRIER) return MPT_OK; /* checked mode only */
 
-  if (c->kind != MPT__COLL_BARRIER) {
+  if (c->kind == MPT__COLL_REDUCE_SCATTER || c->kind == MPT__COLL_ALLGATHER_SHARDS) {
+    int64_t off, mine;
+    mpt_comm_shard(c->count, comm->world_size, comm->rank, &off, &mine);
+    if (!on_device(c->sendbuf) || (mine > 0 && !on_device(c->recvbuf)))
+      return MPT_FAIL(MPT_ENOTSUP, "the nccl comm backend runs reduce-scatter and all-gather of "
+                      "shards on device buffers only");
+  } else if (c->kind != MPT__COLL_BARRIER) {
     const int send_dev = on_device(c->sendbuf), recv_dev = on_device(c->recvbuf);
     if (!send_dev || !recv_dev) return host_collective(s, c, cs, deadline_ms, send_dev, recv_dev);
   }

@@ -32,6 +32,10 @@ const char *mpt__coll_kind_name(int kind) {
       return "all-gather";
     case MPT__COLL_BARRIER:
       return "barrier";
+    case MPT__COLL_REDUCE_SCATTER:
+      return "reduce-scatter";
+    case MPT__COLL_ALLGATHER_SHARDS:
+      return "all-gather of shards";
   }
   return "unknown collective";
 }
@@ -50,6 +54,13 @@ const char *mpt__coll_describe(const mpt__coll *c, char *buf, size_t nbytes) {
       break;
     case MPT__COLL_ALLGATHER:
       snprintf(buf, nbytes, "all-gather #%llu (count %lld %s per rank)", seq, n, dt);
+      break;
+    case MPT__COLL_REDUCE_SCATTER:
+      snprintf(buf, nbytes, "reduce-scatter #%llu (count %lld %s %s)", seq, n, dt,
+               mpt_reduce_op_name((mpt_reduce_op)c->arg));
+      break;
+    case MPT__COLL_ALLGATHER_SHARDS:
+      snprintf(buf, nbytes, "all-gather of shards #%llu (count %lld %s in all)", seq, n, dt);
       break;
     default:
       snprintf(buf, nbytes, "%s #%llu", mpt__coll_kind_name(c->kind), seq);

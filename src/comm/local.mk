@@ -62,3 +62,12 @@ EXTRA_DIST += tests/test_comm_np4.sh
 if HAVE_CHECK
 TESTS += tests/test_comm_np4.sh
 endif
+# issue 14: reduce-scatter, all-gather of shards, bfloat16 reductions (2, 3 and 4 ranks)
+EXTRA_DIST += tests/test_comm_shard.sh
+if HAVE_CHECK
+check_PROGRAMS += tests/test_comm_shard
+TESTS += tests/test_comm_shard.sh
+tests_test_comm_shard_SOURCES = tests/test_comm_shard.c
+tests_test_comm_shard_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_comm_shard_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+endif

@@ -11,6 +11,8 @@ size_t mpt_dtype_size(mpt_dtype dtype) {
       return 4;
     case MPT_U8:
       return 1;
+    case MPT_BF16:
+      return 2;
   }
   return 0;
 }
@@ -23,6 +25,8 @@ const char *mpt_dtype_name(mpt_dtype dtype) {
       return "int32";
     case MPT_U8:
       return "uint8";
+    case MPT_BF16:
+      return "bfloat16";
   }
   return "unknown";
 }

@@ -28,6 +28,7 @@
 
 #include "core/error.h"
 #include "ddp/ddp_stats.h"
+#include "ddp/grad_comm.h"
 #include "mpitrain/comm.h"
 #include "mpitrain/ddp.h"
 
@@ -76,6 +77,7 @@ struct mpt_ddp {
   mpt_event *pass_start, *backward_end, *pass_done; /* TIMING_EVENTS: on the compute stream */
   mpt_ddp_stats stats;
   mpt_trace *trace;
+  uint16_t *wire; /* grad_comm bf16: one conversion buffer per bucket, bucket b at its offset */
 };
 
 mpt_ddp_config mpt_ddp_config_default(void) {
@@ -86,6 +88,7 @@ mpt_ddp_config mpt_ddp_config_default(void) {
   c.find_unused_parameters = 0;
   c.buffers = MPT_DDP_BUFFERS_BROADCAST;
   c.timeout_ms = 300000.0;
+  c.grad_comm = MPT_DDP_GRAD_FP32;
   return c;
 }
 
@@ -274,6 +277,13 @@ mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm, mpt_str
   if (!(cfg.bucket_cap_mb > 0) || !(cfg.first_bucket_cap_mb > 0) || !(cfg.timeout_ms > 0))
     return MPT_FAIL(MPT_EINVAL, "bucket caps and the timeout must be positive (got %g, %g, %g)",
                     cfg.bucket_cap_mb, cfg.first_bucket_cap_mb, cfg.timeout_ms);
+  if (cfg.grad_comm != MPT_DDP_GRAD_FP32 && cfg.grad_comm != MPT_DDP_GRAD_BF16)
+    return MPT_FAIL(MPT_EINVAL, "unknown gradient communication %d", (int)cfg.grad_comm);
+  if (cfg.grad_comm == MPT_DDP_GRAD_BF16 &&
+      (mpt_model_device(model).type != MPT_DEVICE_CPU ||
+       mpt_stream_device(mpt_comm_stream(comm)).type != MPT_DEVICE_CPU))
+    return MPT_FAIL(MPT_ENOTSUP, "bf16 gradient communication needs the gradients in host memory "
+                    "and the mpi comm backend on cpu (this model or comm is on a device)");
   if (cfg.buffers != MPT_DDP_BUFFERS_BROADCAST && cfg.buffers != MPT_DDP_BUFFERS_AVERAGE &&
       cfg.buffers != MPT_DDP_BUFFERS_NONE)
     return MPT_FAIL(MPT_EINVAL, "buffer mode %d is not broadcast, average or none",
@@ -306,6 +316,14 @@ mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm, mpt_str
       !d->ready_events || !d->bucket_start_ms || !d->bucket_end_ms) {
     st = MPT_FAIL(MPT_ENOMEM, "cannot allocate the DDP engine");
     goto fail;
+  }
+  if (cfg.grad_comm == MPT_DDP_GRAD_BF16) {
+    int64_t n = mpt_model_param_count(model);
+    if (!(d->wire = malloc(sizeof(uint16_t) * (size_t)(n ? n : 1)))) {
+      st = MPT_FAIL(MPT_ENOMEM, "cannot allocate the bf16 gradient buffers (%" PRId64 " elements)",
+                    n);
+      goto fail;
+    }
   }
   mpt_device dev = mpt_model_device(model);
   for (int b = 0; b < d->nbuckets; b++) {
@@ -369,6 +387,7 @@ void mpt_ddp_free(mpt_ddp *d) {
   free(d->buckets);
   free(d->bucket_start_ms);
   free(d->bucket_end_ms);
+  free(d->wire);
   free(d);
 }
 
@@ -456,6 +475,38 @@ static mpt_status stamp_end(void *arg) {
   return MPT_OK;
 }
 
+/* grad_comm bf16, on the comm worker (host memory): the bucket's gradients rounded into its
+ * conversion buffer before the collective, and the bf16 sums widened back and divided by the
+ * world size after it. */
+static mpt_status bucket_to_bf16(void *arg) {
+  bucket_arg *a = arg;
+  const mpt_ddp_bucket_info *bk = &a->ddp->buckets[a->bucket];
+  mpt_bf16_round_array(a->ddp->grads + bk->offset, a->ddp->wire + bk->offset, bk->count);
+  return MPT_OK;
+}
+
+static mpt_status bucket_from_bf16(void *arg) {
+  bucket_arg *a = arg;
+  const mpt_ddp_bucket_info *bk = &a->ddp->buckets[a->bucket];
+  mpt__ddp_bf16_widen_avg(a->ddp->wire + bk->offset, a->ddp->grads + bk->offset, bk->count,
+                          mpt_comm_world_size(a->ddp->comm));
+  return MPT_OK;
+}
+
+/* The bucket's collective on the comm stream: the float32 average in place, or (bf16) round,
+ * sum in bfloat16, widen and divide. */
+static mpt_status launch_reduction(mpt_ddp *d, int b, float *slice) {
+  const mpt_ddp_bucket_info *bk = &d->buckets[b];
+  if (d->cfg.grad_comm == MPT_DDP_GRAD_FP32)
+    return mpt_comm_allreduce(d->comm, d->comm_stream, slice, slice, bk->count, MPT_F32,
+                              MPT_REDUCE_AVG);
+  uint16_t *wire = d->wire + bk->offset;
+  MPT_RETURN_IF(mpt_stream_launch_host(d->comm_stream, bucket_to_bf16, &d->args[b]));
+  MPT_RETURN_IF(mpt_comm_allreduce(d->comm, d->comm_stream, wire, wire, bk->count, MPT_BF16,
+                                   MPT_REDUCE_SUM));
+  return mpt_stream_launch_host(d->comm_stream, bucket_from_bf16, &d->args[b]);
+}
+
 /* Compute stream -> event -> comm stream waits -> all-reduce (average) of the bucket's slice. */
 static mpt_status launch_bucket(mpt_ddp *d, int b) {
   const mpt_ddp_bucket_info *bk = &d->buckets[b];
@@ -468,8 +519,7 @@ static mpt_status launch_bucket(mpt_ddp *d, int b) {
     MPT_RETURN_IF(mpt_event_record(d->start_events[b], d->comm_stream));
   else
     MPT_RETURN_IF(mpt_stream_launch_host(d->comm_stream, stamp_start, &d->args[b]));
-  MPT_RETURN_IF(mpt_comm_allreduce(d->comm, d->comm_stream, slice, slice, bk->count, MPT_F32,
-                                   MPT_REDUCE_AVG));
+  MPT_RETURN_IF(launch_reduction(d, b, slice));
   if (d->timing == TIMING_EVENTS) return mpt_event_record(d->end_events[b], d->comm_stream);
   return mpt_stream_launch_host(d->comm_stream, stamp_end, &d->args[b]);
 }

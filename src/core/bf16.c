@@ -1,0 +1,78 @@
+/* bfloat16 <-> float32 conversions on the host (core.h). Round to nearest even on the bit
+ * pattern: add 0x7FFF plus the lowest kept bit, then drop the low 16 bits; the carry of a
+ * finite value into the exponent is the correct rounding up (to the next binade or to
+ * infinity). NaNs are handled first so that the carry can never turn one into an infinity.
+ * Pure functions, any thread. */
+#include <string.h>
+
+#include "mpitrain/core.h"
+
+uint16_t mpt_bf16_from_f32(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN */
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+float mpt_bf16_to_f32(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float x;
+  memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+/* The array loops are written for the vectorizer: a branch-free rounding (the NaN case is a
+ * select), blocks of a fixed 32 elements (GCC vectorizes those at -O2), and, on x86-64 with GCC,
+ * clones for AVX-512 and AVX2 picked at load time (target_clones), where the 16 <-> 32-bit
+ * conversions vectorize; measured here 2x faster than the scalar loop for the sum. Same results
+ * bit for bit as mpt_bf16_from_f32 (tests/test_comm_shard.c compares them). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define BF16_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define BF16_CLONES
+#endif
+
+static inline float widen(uint16_t h) {
+  const uint32_t u = (uint32_t)h << 16;
+  float x;
+  memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+static inline uint16_t round_select(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t nan = (u >> 16) | 0x0040u;
+  return (uint16_t)((u & 0x7FFFFFFFu) > 0x7F800000u ? nan : rounded);
+}
+
+/* The kernels are static (their clones resolve through an ifunc, which a library's export list
+ * does not carry); the public functions call them. */
+BF16_CLONES
+static void round_kernel(const float *src, uint16_t *dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (int j = 0; j < 32; j++) dst[i + j] = round_select(src[i + j]);
+  for (; i < n; i++) dst[i] = round_select(src[i]);
+}
+
+BF16_CLONES
+static void add_kernel(const uint16_t *a, uint16_t *b, int64_t n) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (int j = 0; j < 32; j++)
+      b[i + j] = round_select(widen(a[i + j]) + widen(b[i + j]));
+  for (; i < n; i++) b[i] = round_select(widen(a[i]) + widen(b[i]));
+}
+
+void mpt_bf16_round_array(const float *src, uint16_t *dst, int64_t n) {
+  round_kernel(src, dst, n);
+}
+
+void mpt_bf16_add_array(const uint16_t *a, uint16_t *b, int64_t n) { add_kernel(a, b, n); }
+
+void mpt_bf16_widen_array(const uint16_t *src, float *dst, int64_t n) {
+  for (int64_t i = 0; i < n; i++) dst[i] = mpt_bf16_to_f32(src[i]);
+}
