@@ -21,3 +21,6 @@ EXTRA_DIST += tests/test_grad_comm.sh
 # issue 13: mpitrain tokenize (byte-level llm.c token shards from text)
 TESTS += tests/test_tokenize.sh
 EXTRA_DIST += tests/test_tokenize.sh
+# issue 13: mpitrain train --model gpt (1 and 2 ranks, --save-model / --init-from, bad inputs)
+TESTS += tests/test_train_gpt.sh
+EXTRA_DIST += tests/test_train_gpt.sh

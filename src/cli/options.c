@@ -13,6 +13,7 @@
 
 #include "config.h"
 #include "mpitrain/dp.h"
+#include "mpitrain/transformer.h"
 
 enum {
   OPT_MODEL = 256, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_OPTIMIZER, OPT_MOMENTUM, OPT_WD,
@@ -24,7 +25,9 @@ enum {
   OPT_TIMEOUT, OPT_CHECK_COLL, OPT_MODE, OPT_DEVICES, OPT_CKPT_DIR, OPT_CKPT_EVERY, OPT_KEEP,
   OPT_RESUME, OPT_STOP_AT, OPT_SKIP_NONFINITE, OPT_CHECK_REPLICAS, OPT_CONV_ALGO, OPT_HELP,
   OPT_VERSION, OPT_NO_DECAY_BIAS_NORM, OPT_LOG_FILE, OPT_QUIET, OPT_PROGRESS_INTERVAL,
-  OPT_GRAD_COMM,
+  OPT_GRAD_COMM, OPT_N_LAYER, OPT_N_HEAD, OPT_N_EMBD, OPT_SEQ_LEN, OPT_VOCAB_SIZE, OPT_SHARDS,
+  OPT_VAL_SHARDS, OPT_INIT_FROM, OPT_SAVE_MODEL, OPT_GRAD_CLIP, OPT_VAL_EVERY, OPT_VAL_STEPS,
+  OPT_LOG_EVERY,
 };
 
 static const struct option long_options[] = {
@@ -84,6 +87,19 @@ static const struct option long_options[] = {
     {"log-file", required_argument, NULL, OPT_LOG_FILE},
     {"quiet", no_argument, NULL, OPT_QUIET},
     {"progress-interval", required_argument, NULL, OPT_PROGRESS_INTERVAL},
+    {"n-layer", required_argument, NULL, OPT_N_LAYER},
+    {"n-head", required_argument, NULL, OPT_N_HEAD},
+    {"n-embd", required_argument, NULL, OPT_N_EMBD},
+    {"seq-len", required_argument, NULL, OPT_SEQ_LEN},
+    {"vocab-size", required_argument, NULL, OPT_VOCAB_SIZE},
+    {"shards", required_argument, NULL, OPT_SHARDS},
+    {"val-shards", required_argument, NULL, OPT_VAL_SHARDS},
+    {"init-from", required_argument, NULL, OPT_INIT_FROM},
+    {"save-model", required_argument, NULL, OPT_SAVE_MODEL},
+    {"grad-clip", required_argument, NULL, OPT_GRAD_CLIP},
+    {"val-every", required_argument, NULL, OPT_VAL_EVERY},
+    {"val-steps", required_argument, NULL, OPT_VAL_STEPS},
+    {"log-every", required_argument, NULL, OPT_LOG_EVERY},
     {NULL, 0, NULL, 0},
 };
 
@@ -91,7 +107,9 @@ const char *mpt_cli_usage(void) {
   return "usage: mpitrain train [options]      (run under mpirun -np N for DDP)\n"
          "\n"
          "model and data:\n"
-         "  --model mlp|cnn            model (default mlp: 784-512-512-10)\n"
+         "  --model mlp|cnn|gpt|gpt-mini|gpt2   model (default mlp: 784-512-512-10); gpt-mini\n"
+         "                             (6 layers, 6 heads, 384, T 256, bytes) and gpt2 (124M)\n"
+         "                             are GPT-2 presets, gpt is gpt-mini's sizes unless given\n"
          "  --hidden N[,N...]          mlp hidden sizes (default 512,512)\n"
          "  --batchnorm                cnn: BatchNorm2d after each convolution\n"
          "  --dropout P                dropout probability in [0, 1) (default 0)\n"
@@ -99,6 +117,21 @@ const char *mpt_cli_usage(void) {
          "                             dataset-fashion-mnist folder)\n"
          "  --synthetic                random data of the same shape (benchmarks)\n"
          "  --train-limit N, --test-limit N   use the first N samples (0 = all)\n"
+         "language models (--model gpt*; train on token shards, see `mpitrain tokenize`):\n"
+         "  --n-layer L, --n-head H, --n-embd C, --seq-len T, --vocab-size V   sizes (--model\n"
+         "                             gpt; the vocabulary is padded to a multiple of 128)\n"
+         "  --shards GLOB              training token shards (llm.c format; required)\n"
+         "  --val-shards GLOB          validation shards: loss in nats per token\n"
+         "  --val-every N              validation every N steps (default 0: start and end)\n"
+         "  --val-steps N              at most N validation windows per rank (default 20)\n"
+         "  --log-every N              loss and tokens/s every N steps (default 10)\n"
+         "  --init-from FILE           start from an llm.c model file of the same sizes\n"
+         "  --save-model FILE          write the final model as an llm.c model file (rank 0)\n"
+         "  --grad-clip F              clip the global gradient L2 norm to F (0 = off;\n"
+         "                             default 1.0). GPT defaults: --optimizer adamw, betas\n"
+         "                             (0.9, 0.95), --lr 1e-3 (gpt2: 6e-4), --weight-decay 0.1\n"
+         "                             on >= 2-D weights only, --batch-size 8 sequences,\n"
+         "                             --epochs 1\n"
          "training:\n"
          "  --epochs N                 epochs (default 10)\n"
          "  --batch-size N             samples per step PER RANK (default 64)\n"
@@ -175,6 +208,8 @@ const char *mpt_cli_option_name(const char *arg) {
   return prefixes == 1 ? prefix_of : NULL;
 }
 
+int mpt_cli_is_gpt(const mpt_cli_options *o) { return strncmp(o->model, "gpt", 3) == 0; }
+
 void mpt_cli_options_default(mpt_cli_options *o) {
   memset(o, 0, sizeof *o);
   snprintf(o->command, sizeof o->command, "train");
@@ -200,6 +235,10 @@ void mpt_cli_options_default(mpt_cli_options *o) {
   o->mode = MPT_MODE_SINGLE_OR_DDP;
   o->keep = 3;
   o->progress_interval_s = 30;
+  mpt_gpt_config_preset("gpt-mini", &o->gpt);
+  o->grad_clip = 1.0;
+  o->val_steps = 20;
+  o->log_every = 10;
 }
 
 /* ---- value parsers: 0 ok, -1 error (message written) ---- */
@@ -271,6 +310,32 @@ static int parse_hidden(const char *s, mpt_mlp_config *mlp, char *msg, size_t n)
   return 0;
 }
 
+/* The GPT sizes: the preset of --model, then the sizes given (gpt2 and gpt-mini are fixed
+ * presets: sizes there are a usage error), then checks that the model can be built. */
+static int finish_gpt(mpt_cli_options *o, const int64_t size[5], char *msg, size_t n) {
+  int any = 0;
+  for (int k = 0; k < 5; k++) any |= size[k] != 0;
+  if (strcmp(o->model, "gpt") != 0 && any)
+    return fail(msg, n, "--model %s is a preset: --n-layer, --n-head, --n-embd, --seq-len and "
+                "--vocab-size need --model gpt", o->model);
+  if (mpt_gpt_config_preset(strcmp(o->model, "gpt2") == 0 ? "gpt2" : "gpt-mini", &o->gpt) !=
+      MPT_OK)
+    return fail(msg, n, "--model %s: no preset", o->model);
+  if (size[0]) o->gpt.num_layers = (int)size[0];
+  if (size[1]) o->gpt.num_heads = (int)size[1];
+  if (size[2]) o->gpt.channels = (int)size[2];
+  if (size[3]) o->gpt.max_seq_len = (int)size[3];
+  if (size[4]) o->gpt.vocab_size = (int)size[4];
+  if (o->gpt.channels % o->gpt.num_heads != 0)
+    return fail(msg, n, "--n-embd %d is not a multiple of --n-head %d", o->gpt.channels,
+                o->gpt.num_heads);
+  o->gpt.padded_vocab_size = (int)mpt_gpt_padded_vocab(o->gpt.vocab_size);
+  if (o->shards[0] == '\0')
+    return fail(msg, n, "--model %s needs --shards GLOB (token shards: `mpitrain tokenize`)",
+                o->model);
+  return 0;
+}
+
 int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n) {
   mpt_cli_options_default(o);
   msg[0] = '\0';
@@ -296,6 +361,11 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
   int64_t i64;
   double f64;
   int r = 0;
+  /* GPT: the sizes given (0 = the preset's) and which generic options were given, so that the
+   * GPT defaults apply only where the user said nothing */
+  int64_t gpt_size[5] = {0, 0, 0, 0, 0}; /* layers, heads, channels, seq len, vocab */
+  int given_opt = 0, given_lr = 0, given_wd = 0, given_batch = 0, given_epochs = 0;
+  int given_gpt_only = 0;
   for (;;) {
     int longindex = -1;
     int c = getopt_long(sub_argc, sub_argv, ":", long_options, &longindex);
@@ -304,21 +374,27 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
     const char *a = optarg;
     switch (c) {
       case OPT_MODEL:
-        if (strcmp(a, "mlp") != 0 && strcmp(a, "cnn") != 0)
-          r = fail(msg, n, "--model: unknown model '%s' (expected mlp or cnn)", a);
+        if (strcmp(a, "mlp") != 0 && strcmp(a, "cnn") != 0 && strcmp(a, "gpt") != 0 &&
+            strcmp(a, "gpt-mini") != 0 && strcmp(a, "gpt2") != 0)
+          r = fail(msg, n, "--model: unknown model '%s' (expected mlp, cnn, gpt, gpt-mini or "
+                   "gpt2)", a);
         else
           snprintf(o->model, sizeof o->model, "%s", a);
         break;
       case OPT_EPOCHS:
+        given_epochs = 1;
         if (!(r = parse_i64(name, a, 1, 100000, &i64, msg, n))) o->epochs = i64;
         break;
       case OPT_BATCH:
+        given_batch = 1;
         if (!(r = parse_i64(name, a, 1, 1 << 20, &i64, msg, n))) o->batch_size = i64;
         break;
       case OPT_LR:
+        given_lr = 1;
         if (!(r = parse_f64(name, a, 0, 1e3, &f64, msg, n))) o->optim.lr = (float)f64;
         break;
       case OPT_OPTIMIZER:
+        given_opt = 1;
         if (mpt_optimizer_kind_parse(a, &o->optim.kind) != MPT_OK)
           r = fail(msg, n, "--optimizer: unknown optimizer '%s' (expected sgd or adamw)", a);
         break;
@@ -326,6 +402,7 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
         if (!(r = parse_f64(name, a, 0, 1, &f64, msg, n))) o->optim.momentum = (float)f64;
         break;
       case OPT_WD:
+        given_wd = 1;
         if (!(r = parse_f64(name, a, 0, 1e3, &f64, msg, n))) o->optim.weight_decay = (float)f64;
         break;
       case OPT_NESTEROV:
@@ -497,6 +574,49 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
       case OPT_PROGRESS_INTERVAL:
         if (!(r = parse_f64(name, a, 0, 1e6, &f64, msg, n))) o->progress_interval_s = f64;
         break;
+      case OPT_N_LAYER:
+      case OPT_N_HEAD:
+      case OPT_N_EMBD:
+      case OPT_SEQ_LEN:
+      case OPT_VOCAB_SIZE: {
+        static const int64_t hi[5] = {1024, 1024, 1 << 16, 1 << 20, 65536};
+        int k = c - OPT_N_LAYER;
+        given_gpt_only = 1;
+        if (!(r = parse_i64(name, a, 1, hi[k], &i64, msg, n))) gpt_size[k] = i64;
+        break;
+      }
+      case OPT_SHARDS:
+        given_gpt_only = 1;
+        r = copy_str(name, a, o->shards, sizeof o->shards, msg, n);
+        break;
+      case OPT_VAL_SHARDS:
+        given_gpt_only = 1;
+        r = copy_str(name, a, o->val_shards, sizeof o->val_shards, msg, n);
+        break;
+      case OPT_INIT_FROM:
+        given_gpt_only = 1;
+        r = copy_str(name, a, o->init_from, sizeof o->init_from, msg, n);
+        break;
+      case OPT_SAVE_MODEL:
+        given_gpt_only = 1;
+        r = copy_str(name, a, o->save_model, sizeof o->save_model, msg, n);
+        break;
+      case OPT_GRAD_CLIP:
+        given_gpt_only = 1;
+        if (!(r = parse_f64(name, a, 0, 1e9, &f64, msg, n))) o->grad_clip = f64;
+        break;
+      case OPT_VAL_EVERY:
+        given_gpt_only = 1;
+        if (!(r = parse_i64(name, a, 0, INT64_C(1) << 40, &i64, msg, n))) o->val_every = i64;
+        break;
+      case OPT_VAL_STEPS:
+        given_gpt_only = 1;
+        if (!(r = parse_i64(name, a, 1, INT64_C(1) << 40, &i64, msg, n))) o->val_steps = i64;
+        break;
+      case OPT_LOG_EVERY:
+        given_gpt_only = 1;
+        if (!(r = parse_i64(name, a, 1, INT64_C(1) << 40, &i64, msg, n))) o->log_every = i64;
+        break;
       case OPT_HELP:
         snprintf(msg, n, "%s", mpt_cli_usage());
         return MPT_CLI_EXIT_OK;
@@ -530,6 +650,22 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
   }
   if (strcmp(o->resume, "auto") == 0 && o->checkpoint_dir[0] == '\0') {
     fail(msg, n, "--resume auto needs --checkpoint-dir (the directory to resume from)");
+    return MPT_CLI_EXIT_USAGE;
+  }
+  if (mpt_cli_is_gpt(o)) {
+    if (finish_gpt(o, gpt_size, msg, n) != 0) return MPT_CLI_EXIT_USAGE;
+    if (!given_opt) o->optim.kind = MPT_OPTIM_ADAMW;
+    if (!given_lr) o->optim.lr = strcmp(o->model, "gpt2") == 0 ? 6e-4f : 1e-3f;
+    if (!given_wd) o->optim.weight_decay = 0.1f;
+    if (!given_batch) o->batch_size = 8;
+    if (!given_epochs) o->epochs = 1;
+    o->optim.beta1 = 0.9f;
+    o->optim.beta2 = 0.95f;
+    o->no_decay_bias_norm = 1;
+  } else if (given_gpt_only) {
+    fail(msg, n, "--n-layer, --n-head, --n-embd, --seq-len, --vocab-size, --shards, --val-shards, "
+         "--init-from, --save-model, --grad-clip, --val-every, --val-steps and --log-every need "
+         "--model gpt, gpt-mini or gpt2");
     return MPT_CLI_EXIT_USAGE;
   }
   o->ddp.timeout_ms = o->timeout_s * 1e3;

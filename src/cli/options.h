@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "mpitrain/ddp.h"
+#include "mpitrain/gpt_file.h"
 #include "mpitrain/nn.h"
 #include "mpitrain/optim.h"
 
@@ -13,7 +14,7 @@ typedef enum { MPT_MODE_SINGLE_OR_DDP = 0, MPT_MODE_DP = 1 } mpt_cli_mode;
 
 typedef struct mpt_cli_options {
   char command[16]; /* "train" */
-  char model[16];   /* "mlp" | "cnn" */
+  char model[16];   /* "mlp" | "cnn" | "gpt" | "gpt-mini" | "gpt2" */
   mpt_mlp_config mlp;
   mpt_cnn_config cnn;
   int64_t epochs;
@@ -52,12 +53,24 @@ typedef struct mpt_cli_options {
   char log_file[4096];      /* --log-file: each rank writes its output to <this>.<rank> */
   int quiet;                /* --quiet: warnings and errors only */
   double progress_interval_s; /* one-line progress on rank 0 when stderr is not a terminal */
+  /* issue 13: GPT language models (src/cli/train_gpt.c) */
+  mpt_gpt_config gpt;       /* the preset's sizes, then --n-layer .. --vocab-size */
+  char shards[4096];        /* --shards GLOB: training token shards */
+  char val_shards[4096];    /* --val-shards GLOB ("" = no validation) */
+  char init_from[4096];     /* --init-from FILE: an llm.c model file to start from */
+  char save_model[4096];    /* --save-model FILE: the final model as an llm.c model file */
+  double grad_clip;         /* max global gradient L2 norm; 0 = off (GPT default 1.0) */
+  int64_t val_every;        /* validation every N steps (0 = at the start and the end only) */
+  int64_t val_steps;        /* at most this many validation windows per rank */
+  int64_t log_every;        /* a loss / tokens-per-second line every N steps */
   int argc;                 /* the command line as given (compared across ranks) */
   char **argv;
 } mpt_cli_options;
 
 enum { MPT_CLI_RUN = 0, MPT_CLI_EXIT_OK = 1, MPT_CLI_EXIT_USAGE = 2 };
 
+/* 1 for --model gpt, gpt-mini or gpt2 (trained by mpt_cli_train_gpt). */
+int mpt_cli_is_gpt(const mpt_cli_options *opts);
 /* Fills defaults. */
 void mpt_cli_options_default(mpt_cli_options *opts);
 /* Parses argv (argv[0] is the program, argv[1] the command). Returns MPT_CLI_RUN, or

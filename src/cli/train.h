@@ -12,4 +12,8 @@
  * that other ranks cannot see, it aborts the whole job (MPI_Abort) after printing the cause. */
 int mpt_cli_train(const mpt_cli_options *opts);
 
+/* --model gpt|gpt-mini|gpt2 (src/cli/train_gpt.c): a GPT-2 language model on token shards,
+ * alone or with DDP; the same exit statuses as mpt_cli_train (no preemption). */
+int mpt_cli_train_gpt(const mpt_cli_options *opts);
+
 #endif

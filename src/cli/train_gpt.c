@@ -1,0 +1,295 @@
+/* `mpitrain train --model gpt|gpt-mini|gpt2`: a GPT-2 language model trained on llm.c token
+ * shards, in one process or with DDP under mpirun, written against the public API only.
+ *
+ * Each step every rank reads its own window of B T + 1 tokens (mpt_token_loader: windows
+ * shuffled per epoch from (seed, epoch), DistributedSampler semantics) and runs the step of
+ * examples/custom_model.c: zero_grad, reset, input, forward, loss, backward (DDP averages the
+ * gradients through its hooks), then clipping by the global L2 norm of the averaged gradients
+ * (the same norm on every rank) and AdamW with decay on the >= 2-D weights only, at the
+ * warm-up + cosine learning rate. Validation runs over the first --val-steps windows of each
+ * rank's share of the validation shards (in order, not shuffled), summed over the ranks: the
+ * loss in nats per token. Runs on the CPU, on the calling thread. Checkpoints (--checkpoint-dir)
+ * are not wired here: --save-model / --init-from carry the parameters (not the optimizer). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/train.h"
+#include "cli/train_impl.h"
+#include "mpitrain.h"
+
+typedef struct gpt_trainer {
+  const mpt_cli_options *o;
+  mpt_comm *comm;
+  int rank, world;
+  mpt_gpt_config cfg;
+  mpt_token_data *train_data, *val_data;
+  mpt_token_loader *train_loader;
+  mpt_model *model;
+  mpt_ddp *ddp;
+  mpt_tape *tape;
+  mpt_optimizer *opt;
+  mpt_lr_schedule sched;
+  int64_t total_steps;
+  double fwd_s, bwd_s, opt_s; /* summed over the steps (this rank) */
+} gpt_trainer;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Sums n floats over the ranks, in place. */
+static mpt_status sum_ranks(gpt_trainer *g, float *v, int n) {
+  if (g->world == 1) return MPT_OK;
+  return mpt_comm_allreduce_sync(g->comm, v, v, n, MPT_F32, MPT_REDUCE_SUM);
+}
+
+/* Mean validation loss (nats per token) over at most val_steps windows per rank, skipping the
+ * sampler's padding; every rank runs the same number of forwards. */
+static mpt_status validate(gpt_trainer *g, double *loss_out) {
+  const mpt_cli_options *o = g->o;
+  mpt_sampler_config sc = mpt_sampler_config_default();
+  sc.num_replicas = g->world;
+  sc.rank = g->rank;
+  sc.shuffle = 0;
+  mpt_loader_config lc = mpt_loader_config_default();
+  lc.prefetch = 0;
+  lc.timeout_ms = o->timeout_s * 1e3;
+  mpt_token_loader *loader = NULL;
+  mpt_status st = mpt_token_loader_init(&loader, g->val_data, &sc, &lc);
+  float sums[2] = {0, 0}; /* sum of window losses, windows */
+  mpt_tape_set_grad_enabled(g->tape, 0);
+  for (int64_t i = 0; st == MPT_OK && i < o->val_steps; i++) {
+    mpt_token_batch b;
+    int more = mpt_token_loader_next(loader, &b);
+    if (more == MPT_LOADER_END) break;
+    if (more < 0) {
+      st = (mpt_status)more;
+      break;
+    }
+    if (b.is_padding) continue;
+    mpt_var *x, *logits, *loss;
+    float l = 0;
+    mpt_tape_reset(g->tape, 0);
+    st = mpt_tape_input(g->tape, &b.inputs, &x);
+    if (st == MPT_OK) st = mpt_model_forward(g->model, g->tape, x, &logits);
+    if (st == MPT_OK)
+      st = mpt_nn_cross_entropy_vocab(g->tape, logits, &b.targets, g->cfg.vocab_size, &loss);
+    if (st == MPT_OK) st = mpt_var_item(g->tape, loss, &l);
+    sums[0] += l;
+    sums[1] += 1;
+  }
+  mpt_tape_set_grad_enabled(g->tape, 1);
+  mpt_token_loader_free(loader);
+  MPT_RETURN_IF(st);
+  MPT_RETURN_IF(sum_ranks(g, sums, 2));
+  *loss_out = sums[1] > 0 ? sums[0] / sums[1] : NAN;
+  return MPT_OK;
+}
+
+static mpt_status report_val(gpt_trainer *g, int64_t step, double *loss) {
+  if (!g->val_data) return MPT_OK;
+  MPT_RETURN_IF(validate(g, loss));
+  mpt_log(MPT_LOG_INFO, "step %6lld  val loss %.4f nats/token", (long long)step, *loss);
+  return MPT_OK;
+}
+
+static mpt_status setup(gpt_trainer *g) {
+  const mpt_cli_options *o = g->o;
+  if (o->device[0] && strcmp(o->device, "cpu") != 0)
+    return MPT_FAIL(MPT_ENOTSUP, "--model %s: only --device cpu is wired into the GPT trainer",
+                    o->model);
+  if (o->mode == MPT_MODE_DP || o->accumulate != 1 || o->checkpoint_dir[0] || o->resume[0])
+    return MPT_FAIL(MPT_ENOTSUP, "--model %s: --mode dp, --accumulate, --checkpoint-dir and "
+                    "--resume are not wired into the GPT trainer (use --save-model and "
+                    "--init-from)", o->model);
+  if (g->rank == 0 && o->save_model[0])
+    MPT_RETURN_IF(trainer_check_output_path("--save-model", o->save_model));
+  int threads = o->threads;
+  if (threads == 0) threads = mpt_cpu_threads_per_rank(mpt_comm_local_size(g->comm), 1);
+  MPT_RETURN_IF(mpt_cpu_set_threads(threads));
+  g->cfg = o->gpt;
+  mpt_token_data_config dc = mpt_token_data_config_default();
+  dc.batch_size = o->batch_size;
+  dc.seq_len = g->cfg.max_seq_len;
+  dc.vocab_size = g->cfg.vocab_size;
+  MPT_RETURN_IF(mpt_token_data_init(&g->train_data, o->shards, &dc));
+  if (o->val_shards[0]) MPT_RETURN_IF(mpt_token_data_init(&g->val_data, o->val_shards, &dc));
+  mpt_sampler_config sc = mpt_sampler_config_default();
+  sc.num_replicas = g->world;
+  sc.rank = g->rank;
+  sc.shuffle = o->shuffle;
+  sc.seed = o->seed;
+  sc.drop_last = o->drop_last;
+  mpt_loader_config lc = mpt_loader_config_default();
+  lc.timeout_ms = o->timeout_s * 1e3;
+  MPT_RETURN_IF(mpt_token_loader_init(&g->train_loader, g->train_data, &sc, &lc));
+
+  MPT_RETURN_IF(mpt_model_init_gpt(&g->model, mpt_device_cpu(), &g->cfg, o->seed));
+  if (o->init_from[0]) MPT_RETURN_IF(mpt_gpt_load(g->model, &g->cfg, o->init_from));
+  if (g->world > 1) MPT_RETURN_IF(mpt_ddp_init(&g->ddp, g->model, g->comm, NULL, &o->ddp));
+  MPT_RETURN_IF(mpt_tape_init(&g->tape, g->model, NULL));
+
+  const int64_t count = mpt_model_param_count(g->model);
+  MPT_RETURN_IF(mpt_optimizer_init(&g->opt, &o->optim, mpt_device_cpu(), count));
+  mpt_param_group groups[64];
+  int ngroups = 0;
+  MPT_RETURN_IF(mpt_param_groups_split_decay(g->model, o->optim.weight_decay, groups, 64,
+                                             &ngroups));
+  MPT_RETURN_IF(mpt_optimizer_set_groups(g->opt, groups, ngroups));
+
+  int64_t per_epoch = mpt_token_loader_num_steps(g->train_loader);
+  if (o->max_steps > 0 && o->max_steps < per_epoch) per_epoch = o->max_steps;
+  g->total_steps = per_epoch * o->epochs;
+  g->sched = o->schedule;
+  g->sched.total_steps = g->total_steps;
+  if (g->sched.kind == MPT_LR_STEP && g->sched.step_size == 0) g->sched.step_size = per_epoch;
+  if (g->sched.kind == MPT_LR_COSINE && g->sched.total_steps <= g->sched.warmup_steps)
+    return MPT_FAIL(MPT_EINVAL, "--warmup-steps %lld: not below the run's %lld steps",
+                    (long long)g->sched.warmup_steps, (long long)g->total_steps);
+  MPT_RETURN_IF(mpt_lr_schedule_validate(&g->sched));
+  mpt_log(MPT_LOG_INFO, "model %s: %d layers, %d heads, %d channels, T %d, vocabulary %d (padded "
+          "%d): %lld parameters; %d rank%s, B %lld per rank, %lld windows, %lld steps",
+          o->model, g->cfg.num_layers, g->cfg.num_heads, g->cfg.channels, g->cfg.max_seq_len,
+          g->cfg.vocab_size, g->cfg.padded_vocab_size, (long long)count, g->world,
+          g->world > 1 ? "s" : "", (long long)o->batch_size,
+          (long long)mpt_token_data_num_windows(g->train_data), (long long)g->total_steps);
+  return MPT_OK;
+}
+
+/* One optimizer step on batch b; *loss gets this rank's loss, *norm the clipped norm. */
+static mpt_status step(gpt_trainer *g, const mpt_token_batch *b, int64_t k, float *loss,
+                       float *norm) {
+  mpt_var *x, *logits, *l;
+  double t0 = now_s();
+  MPT_RETURN_IF(mpt_model_zero_grad(g->model, NULL));
+  mpt_tape_reset(g->tape, (uint64_t)k);
+  MPT_RETURN_IF(mpt_tape_input(g->tape, &b->inputs, &x));
+  MPT_RETURN_IF(mpt_model_forward(g->model, g->tape, x, &logits));
+  MPT_RETURN_IF(mpt_nn_cross_entropy_vocab(g->tape, logits, &b->targets, g->cfg.vocab_size, &l));
+  MPT_RETURN_IF(mpt_var_item(g->tape, l, loss));
+  double t1 = now_s();
+  MPT_RETURN_IF(mpt_tape_backward(g->tape, l, 1.0f));
+  double t2 = now_s();
+  *norm = NAN;
+  if (g->o->grad_clip > 0)
+    MPT_RETURN_IF(mpt_clip_grad_norm(g->model, NULL, (float)g->o->grad_clip, norm));
+  if (!isfinite(*loss) || (g->o->grad_clip > 0 && !isfinite(*norm)))
+    return MPT_FAIL(MPT_ENONFINITE, "step %lld: loss %g, gradient norm %g on rank %d",
+                    (long long)k, *loss, *norm, g->rank);
+  float lr = mpt_lr_at(&g->sched, g->o->optim.lr, k);
+  MPT_RETURN_IF(mpt_optimizer_step_model(g->opt, g->model, NULL, lr));
+  double t3 = now_s();
+  g->fwd_s += t1 - t0;
+  g->bwd_s += t2 - t1;
+  g->opt_s += t3 - t2;
+  return MPT_OK;
+}
+
+static mpt_status run(gpt_trainer *g) {
+  const mpt_cli_options *o = g->o;
+  MPT_RETURN_IF(setup(g));
+  double val = NAN;
+  MPT_RETURN_IF(report_val(g, 0, &val));
+  const int64_t tokens_per_step = o->batch_size * g->cfg.max_seq_len * g->world;
+  int64_t k = 0, interval_steps = 0;
+  float sums[2] = {0, 0}; /* loss sum over this interval's steps, norm of the last */
+  double t_start = now_s(), t_interval = t_start;
+  for (int64_t epoch = 0; epoch < o->epochs; epoch++) {
+    MPT_RETURN_IF(mpt_token_loader_start_epoch(g->train_loader, epoch));
+    for (int64_t i = 0; o->max_steps == 0 || i < o->max_steps; i++) {
+      mpt_token_batch b;
+      int more = mpt_token_loader_next(g->train_loader, &b);
+      if (more == MPT_LOADER_END) break;
+      if (more < 0) return (mpt_status)more;
+      float loss, norm;
+      MPT_RETURN_IF(step(g, &b, k, &loss, &norm));
+      k++;
+      interval_steps++;
+      sums[0] += loss;
+      sums[1] = norm;
+      if (k % o->log_every == 0 || k == g->total_steps) {
+        MPT_RETURN_IF(sum_ranks(g, sums, 2));
+        double now = now_s();
+        mpt_log(MPT_LOG_INFO, "step %6lld/%lld  loss %.4f  norm %.3f  lr %.3e  %.0f tokens/s",
+                (long long)k, (long long)g->total_steps,
+                sums[0] / (double)(interval_steps * g->world), sums[1] / g->world,
+                (double)mpt_lr_at(&g->sched, o->optim.lr, k - 1),
+                (double)(interval_steps * tokens_per_step) / (now - t_interval));
+        sums[0] = sums[1] = 0;
+        interval_steps = 0;
+        t_interval = now_s();
+      }
+      if (o->val_every > 0 && k % o->val_every == 0 && k != g->total_steps) {
+        double t0 = now_s();
+        MPT_RETURN_IF(report_val(g, k, &val));
+        double spent = now_s() - t0; /* validation is not training time */
+        t_interval += spent;
+        t_start += spent;
+      }
+    }
+  }
+  double elapsed = now_s() - t_start;
+  MPT_RETURN_IF(report_val(g, k, &val));
+  if (k > 0) {
+    /* FLOPs per token as llm.c counts them: 6 N + 6 L C T (attention) */
+    const double n = (double)mpt_model_param_count(g->model);
+    const double flops = 6 * n + 6.0 * g->cfg.num_layers * g->cfg.channels * g->cfg.max_seq_len;
+    mpt_log(MPT_LOG_INFO, "done: %lld steps, %.0f tokens/s overall (%.1f GFLOP/s of model "
+            "arithmetic, all ranks); per step on rank 0: forward %.1f ms, backward (all-reduce "
+            "included) %.1f ms, clip + optimizer %.1f ms", (long long)k,
+            (double)(k * tokens_per_step) / elapsed,
+            flops * (double)(k * tokens_per_step) / elapsed * 1e-9, 1e3 * g->fwd_s / (double)k,
+            1e3 * g->bwd_s / (double)k, 1e3 * g->opt_s / (double)k);
+  }
+  if (g->rank == 0 && o->save_model[0]) {
+    MPT_RETURN_IF(mpt_gpt_save(g->model, &g->cfg, o->save_model));
+    mpt_log(MPT_LOG_INFO, "model written to %s", o->save_model);
+  }
+  return MPT_OK;
+}
+
+static void gpt_trainer_free(gpt_trainer *g) {
+  mpt_optimizer_free(g->opt);
+  mpt_tape_free(g->tape);
+  mpt_ddp_free(g->ddp);
+  mpt_model_free(g->model);
+  mpt_token_loader_free(g->train_loader);
+  mpt_token_data_free(g->val_data);
+  mpt_token_data_free(g->train_data);
+}
+
+int mpt_cli_train_gpt(const mpt_cli_options *o) {
+  gpt_trainer g;
+  memset(&g, 0, sizeof g);
+  g.o = o;
+  mpt_comm_config cc = mpt_comm_config_default();
+  cc.timeout_ms = o->timeout_s * 1e3;
+  cc.check_collectives = o->check_collectives;
+  trainer_watchdog *wd = NULL; /* --timeout covers MPI initialisation too (as train.c) */
+  mpt_status st = trainer_watchdog_start(o->timeout_s > 10 ? o->timeout_s : 10, &wd);
+  if (st == MPT_OK) st = mpt_comm_init(&g.comm, &cc);
+  trainer_watchdog_stop(wd);
+  if (st != MPT_OK) {
+    fprintf(stderr, "mpitrain: error: %s: %s\n", mpt_status_message(st), mpt_last_error());
+    mpt_comm_abort(NULL, 1);
+  }
+  g.rank = mpt_comm_rank(g.comm);
+  g.world = mpt_comm_world_size(g.comm);
+  mpt_log_configure(g.rank, g.world, o->quiet ? MPT_LOG_WARN : MPT_LOG_INFO, 0);
+  st = run(&g);
+  if (st != MPT_OK) {
+    mpt_log(MPT_LOG_ERROR, "%s: %s", mpt_status_message(st), mpt_last_error());
+    if (g.world > 1) {
+      mpt_log(MPT_LOG_ERROR, "rank %d failed: aborting the job", g.rank);
+      mpt_comm_abort(g.comm, 1);
+    }
+  }
+  gpt_trainer_free(&g);
+  mpt_comm_free(g.comm);
+  mpt_comm_finalize();
+  return st == MPT_OK ? 0 : 1;
+}

@@ -1,0 +1,122 @@
+#!/bin/sh
+# `mpitrain train --model gpt` (issue 13): a tiny GPT (2 layers, 2 heads, 32 channels, T 32,
+# byte vocabulary) trained for 50 steps on a generated text, on 1 and 2 ranks. Checks: exit 0;
+# the validation loss starts at about ln(256) = 5.545 (a fresh GPT-2 initialisation predicts
+# nearly uniformly) and ends at least 1.5 nats lower; --save-model writes an llm.c model file
+# (header fields and size exact) that --init-from loads: the resumed run's first validation
+# loss is the saving run's last, to the printed digit (same validation windows, same
+# parameters); and bad inputs (no shards, a model file of another shape or truncated, a token
+# outside the vocabulary, bad sizes) give a clear error and status 1 or 2. Prints "N passed,
+# N failed".
+set -u
+prog=${MPITRAIN:-./mpitrain}
+srcdir=${srcdir:-.}
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/mpt_train_gpt.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+# A text of short sentences over 20 words (deterministic: awk's srand(7)), about 98 kB.
+awk 'BEGIN { srand(7); split("the a cat dog sat on mat ran fast slow red blue big small " \
+     "house tree and of to in", w, " ");
+     for (i = 0; i < 3000; i++) { n = 5 + int(rand() * 6); s = "";
+       for (j = 0; j < n; j++) s = s w[1 + int(rand() * 20)] " "; print s "." } }' \
+  > "$tmp/text.txt"
+"$prog" tokenize --bytes --val-fraction 0.1 -o "$tmp/shards" "$tmp/text.txt" > /dev/null ||
+  { echo "FAIL: tokenize"; exit 1; }
+tiny="--model gpt --n-layer 2 --n-head 2 --n-embd 32 --seq-len 32 --vocab-size 256"
+data="--shards $tmp/shards/train_*.bin --val-shards $tmp/shards/val_*.bin"
+run_args="$tiny $data --batch-size 4 --lr 3e-3 --warmup-steps 5 --log-every 10"
+
+# The validation losses a run printed, one per line, in order.
+vals() { sed -n 's/.*val loss \([0-9.]*\) nats.*/\1/p' "$1"; }
+first_val() { vals "$1" | head -n 1; }
+last_val() { vals "$1" | tail -n 1; }
+# awk comparisons on decimals: exit 0 when true
+cmp_lt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 < b + 0) }'; }
+
+for np in 1 2; do
+  if [ "$np" -eq 1 ]; then launch="$prog"; else launch="$srcdir/tests/mpirun.sh 2 60 $prog"; fi
+  # shellcheck disable=SC2086 # word lists on purpose
+  $launch train $run_args --max-steps 50 --val-every 25 --save-model "$tmp/m$np.bin" \
+    > "$tmp/run$np.log" 2>&1
+  rc=$?
+  v0=$(first_val "$tmp/run$np.log")
+  v1=$(last_val "$tmp/run$np.log")
+  if [ $rc -eq 0 ] && [ "$(vals "$tmp/run$np.log" | wc -l)" -eq 3 ] &&
+     grep -q "step     50/50  loss" "$tmp/run$np.log" &&
+     grep -q "tokens/s" "$tmp/run$np.log"; then
+    ok
+  else
+    bad "np $np: training run (status $rc): $(cat "$tmp/run$np.log")"
+  fi
+  # ln(256) = 5.545 at the start (within 0.1), and at least 1.5 nats lower after 50 steps
+  if cmp_lt 5.445 "${v0:-0}" && cmp_lt "${v0:-0}" 5.645 &&
+     cmp_lt "${v1:-9}" "$(awk -v a="${v0:-0}" 'BEGIN { print a - 1.5 }')"; then
+    ok
+  else
+    bad "np $np: validation loss from '$v0' to '$v1' (want ~5.545, then 1.5 lower)"
+  fi
+  # The model file: llm.c header [magic 20240326, version 3, T 32, V 256, L 2, H 2, C 32,
+  # Vp 256], then 34688 float32 parameters.
+  hdr=$(od -An -v -td4 -N 32 "$tmp/m$np.bin" 2>/dev/null | tr -s ' \n' ' ' | sed 's/^ //; s/ $//')
+  size=$(wc -c < "$tmp/m$np.bin" 2>/dev/null || echo 0)
+  if [ "$hdr" = "20240326 3 32 256 2 2 32 256" ] && [ "$size" -eq $((1024 + 4 * 34688)) ]; then
+    ok
+  else
+    bad "np $np: model file header '$hdr', $size bytes"
+  fi
+  # --init-from: the first validation loss is the saving run's last
+  # shellcheck disable=SC2086
+  $launch train $run_args --max-steps 10 --init-from "$tmp/m$np.bin" > "$tmp/resume$np.log" 2>&1
+  rc=$?
+  r0=$(first_val "$tmp/resume$np.log")
+  if [ $rc -eq 0 ] && [ -n "$r0" ] && [ "$r0" = "$v1" ]; then
+    ok
+  else
+    bad "np $np: --init-from (status $rc) starts at val loss '$r0', the saved model ended at '$v1'"
+  fi
+done
+
+# Bad inputs: status and message.
+expect() { # STATUS PATTERN DESCRIPTION -- ARGS...
+  want=$1 pattern=$2 what=$3
+  shift 4
+  out=$("$@" 2>&1)
+  got=$?
+  if [ $got -eq "$want" ] && printf '%s' "$out" | grep -q -- "$pattern"; then
+    ok
+  else
+    bad "$what: status $got (want $want), output: $out"
+  fi
+}
+# shellcheck disable=SC2086
+expect 1 "no file matches '$tmp/none/\*.bin'" "missing shards" -- \
+  "$prog" train $tiny --shards "$tmp/none/*.bin" --max-steps 1
+# shellcheck disable=SC2086
+expect 1 "model file '$tmp/m1.bin' has layers 2, the model expects 3" "model of another shape" -- \
+  "$prog" train --model gpt --n-layer 3 --n-head 2 --n-embd 32 --seq-len 32 --vocab-size 256 \
+  $data --init-from "$tmp/m1.bin" --max-steps 1
+# shellcheck disable=SC2086
+expect 1 "has layers 2, the model expects 3" "model of another shape, 2 ranks" -- \
+  "$srcdir/tests/mpirun.sh" 2 60 "$prog" train --model gpt --n-layer 3 --n-head 2 --n-embd 32 \
+  --seq-len 32 --vocab-size 256 $data --init-from "$tmp/m1.bin" --max-steps 1
+head -c 5000 "$tmp/m1.bin" > "$tmp/short.bin"
+# shellcheck disable=SC2086
+expect 1 "short.bin" "truncated model file" -- \
+  "$prog" train $run_args --init-from "$tmp/short.bin" --max-steps 1
+# shellcheck disable=SC2086
+expect 1 "is 115, outside the vocabulary of 100" "token outside the vocabulary" -- \
+  "$prog" train --model gpt --n-layer 2 --n-head 2 --n-embd 32 --seq-len 32 --vocab-size 100 \
+  $data --max-steps 1
+expect 2 "needs --shards" "no --shards" -- "$prog" train --model gpt-mini
+expect 2 "not a multiple of --n-head" "C not a multiple of H" -- \
+  "$prog" train --model gpt --n-embd 30 --n-head 4 --shards x
+expect 2 "is a preset" "sizes with a preset" -- "$prog" train --model gpt2 --n-layer 2 --shards x
+expect 2 "need --model gpt" "GPT option with the MLP" -- "$prog" train --model mlp --shards x
+expect 2 "unknown model 'gpt3'" "unknown model" -- "$prog" train --model gpt3
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
