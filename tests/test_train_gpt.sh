@@ -6,7 +6,8 @@
 # (header fields and size exact) that --init-from loads: the resumed run's first validation
 # loss is the saving run's last, to the printed digit (same validation windows, same
 # parameters); and bad inputs (no shards, a model file of another shape or truncated, a token
-# outside the vocabulary, bad sizes) give a clear error and status 1 or 2. Prints "N passed,
+# outside the vocabulary, bad sizes) give a clear error and status 1 or 2. Checkpoints on 2
+# ranks: stopping at step 10 and resuming gives the bytes of the straight run. Prints "N passed,
 # N failed".
 set -u
 prog=${MPITRAIN:-./mpitrain}
@@ -80,6 +81,32 @@ for np in 1 2; do
   fi
 done
 
+# Checkpoints, 2 ranks: 20 steps straight (a checkpoint every 10) against 10 steps, stop, and
+# --resume auto for the rest: the final models are the same bytes (parameters, AdamW state and
+# the windows of the rest of the epoch restored), as is the loss line of step 20.
+ck="$run_args --max-steps 20 --checkpoint-every 10 --val-steps 4"
+# shellcheck disable=SC2086
+"$srcdir/tests/mpirun.sh" 2 60 "$prog" train $ck --checkpoint-dir "$tmp/ckA" \
+  --save-model "$tmp/straight.bin" > "$tmp/straight.log" 2>&1
+rc1=$?
+# shellcheck disable=SC2086
+"$srcdir/tests/mpirun.sh" 2 60 "$prog" train $ck --checkpoint-dir "$tmp/ckB" --stop-at-step 10 \
+  > "$tmp/stopped.log" 2>&1
+rc2=$?
+# shellcheck disable=SC2086
+"$srcdir/tests/mpirun.sh" 2 60 "$prog" train $ck --checkpoint-dir "$tmp/ckB" --resume auto \
+  --save-model "$tmp/resumed.bin" > "$tmp/resumed.log" 2>&1
+rc3=$?
+l1=$(grep "step     20/20  loss" "$tmp/straight.log" | sed 's/lr .*//')
+l3=$(grep "step     20/20  loss" "$tmp/resumed.log" | sed 's/lr .*//')
+if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] && [ -f "$tmp/ckB/ckpt-step00000010.mpt" ] &&
+   grep -q "resumed at step 10 (epoch 0, 10 steps into it)" "$tmp/resumed.log" &&
+   cmp -s "$tmp/straight.bin" "$tmp/resumed.bin" && [ -n "$l1" ] && [ "$l1" = "$l3" ]; then
+  ok
+else
+  bad "checkpoint resume (status $rc1 $rc2 $rc3): '$l1' vs '$l3'; $(tail -n 3 "$tmp/resumed.log")"
+fi
+
 # Bad inputs: status and message.
 expect() { # STATUS PATTERN DESCRIPTION -- ARGS...
   want=$1 pattern=$2 what=$3
@@ -111,6 +138,9 @@ expect 1 "short.bin" "truncated model file" -- \
 expect 1 "is 115, outside the vocabulary of 100" "token outside the vocabulary" -- \
   "$prog" train --model gpt --n-layer 2 --n-head 2 --n-embd 32 --seq-len 32 --vocab-size 100 \
   $data --max-steps 1
+# shellcheck disable=SC2086
+expect 1 "give one" "--init-from and --resume" -- \
+  "$prog" train $run_args --init-from "$tmp/m1.bin" --resume "$tmp/ckA" --max-steps 1
 expect 2 "needs --shards" "no --shards" -- "$prog" train --model gpt-mini
 expect 2 "not a multiple of --n-head" "C not a multiple of H" -- \
   "$prog" train --model gpt --n-embd 30 --n-head 4 --shards x

@@ -8,12 +8,20 @@
  * (the same norm on every rank) and AdamW with decay on the >= 2-D weights only, at the
  * warm-up + cosine learning rate. Validation runs over the first --val-steps windows of each
  * rank's share of the validation shards (in order, not shuffled), summed over the ranks: the
- * loss in nats per token. Runs on the CPU, on the calling thread. Checkpoints (--checkpoint-dir)
- * are not wired here: --save-model / --init-from carry the parameters (not the optimizer). */
+ * loss in nats per token. Runs on the CPU, on the calling thread.
+ *
+ * Checkpoints (mpitrain/ckpt.h, as the mlp/cnn trainer): --checkpoint-dir with
+ * --checkpoint-every N steps (or at the end of each epoch), --keep, --resume FILE|DIR|auto and
+ * --stop-at-step. A checkpoint holds the parameters, the AdamW state and the position (epoch,
+ * steps taken in it); a resumed run starts the same epoch's shuffle and skips the windows
+ * already trained on, so with the same options and ranks it continues bit for bit. --save-model
+ * / --init-from carry the parameters only, in llm.c's format. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+
+#include <limits.h>
 
 #include "cli/train.h"
 #include "cli/train_impl.h"
@@ -21,6 +29,7 @@
 
 typedef struct gpt_trainer {
   const mpt_cli_options *o;
+  mpt_cli_options resolved; /* the options with --resume auto resolved */
   mpt_comm *comm;
   int rank, world;
   mpt_gpt_config cfg;
@@ -31,7 +40,9 @@ typedef struct gpt_trainer {
   mpt_tape *tape;
   mpt_optimizer *opt;
   mpt_lr_schedule sched;
-  int64_t total_steps;
+  int64_t total_steps, per_epoch;
+  int64_t k;                                 /* optimizer steps taken */
+  int64_t start_epoch, start_step_in_epoch;  /* where a resumed run continues */
   double fwd_s, bwd_s, opt_s; /* summed over the steps (this rank) */
 } gpt_trainer;
 
@@ -97,17 +108,63 @@ static mpt_status report_val(gpt_trainer *g, int64_t step, double *loss) {
   return MPT_OK;
 }
 
+/* --resume auto: the latest checkpoint of --checkpoint-dir if it has one (rank 0 looks), else
+ * a new run. */
+static mpt_status resolve_resume_auto(gpt_trainer *g) {
+  if (strcmp(g->o->resume, "auto") != 0) return MPT_OK;
+  g->resolved = *g->o;
+  int32_t found = 0;
+  if (g->rank == 0) {
+    char latest[PATH_MAX];
+    mpt_status st = mpt_ckpt_find_latest(g->o->checkpoint_dir, latest, sizeof latest);
+    if (st != MPT_OK && st != MPT_ENOENT) return st;
+    found = st == MPT_OK;
+  }
+  if (g->world > 1)
+    MPT_RETURN_IF(mpt_comm_allreduce_sync(g->comm, &found, &found, 1, MPT_I32, MPT_REDUCE_MAX));
+  if (found)
+    snprintf(g->resolved.resume, sizeof g->resolved.resume, "%s", g->o->checkpoint_dir);
+  else
+    g->resolved.resume[0] = '\0';
+  mpt_log(MPT_LOG_INFO, "--resume auto: %s %s", found ? "resuming from" : "no checkpoint in",
+          g->o->checkpoint_dir);
+  g->o = &g->resolved;
+  return MPT_OK;
+}
+
+/* A checkpoint of the position (epoch, steps taken in it) into --checkpoint-dir (rank 0
+ * writes; every rank returns its status). */
+static mpt_status save_checkpoint(gpt_trainer *g, int64_t epoch, int64_t step_in_epoch) {
+  mpt_ckpt_meta meta = mpt_ckpt_meta_default();
+  meta.epoch = epoch;
+  meta.global_step = g->k;
+  meta.step_in_epoch = step_in_epoch;
+  meta.sampler_epoch = epoch;
+  meta.seed = g->o->seed;
+  meta.world_size = g->world;
+  char path[PATH_MAX];
+  MPT_RETURN_IF(mpt_ckpt_save_collective(g->comm, g->o->checkpoint_dir, g->o->keep, g->model,
+                                         g->opt, &meta, path, sizeof path));
+  mpt_log(MPT_LOG_INFO, "checkpoint %s", path);
+  return MPT_OK;
+}
+
 static mpt_status setup(gpt_trainer *g) {
   const mpt_cli_options *o = g->o;
   if (o->device[0] && strcmp(o->device, "cpu") != 0)
     return MPT_FAIL(MPT_ENOTSUP, "--model %s: only --device cpu is wired into the GPT trainer",
                     o->model);
-  if (o->mode == MPT_MODE_DP || o->accumulate != 1 || o->checkpoint_dir[0] || o->resume[0])
-    return MPT_FAIL(MPT_ENOTSUP, "--model %s: --mode dp, --accumulate, --checkpoint-dir and "
-                    "--resume are not wired into the GPT trainer (use --save-model and "
-                    "--init-from)", o->model);
+  if (o->mode == MPT_MODE_DP || o->accumulate != 1)
+    return MPT_FAIL(MPT_ENOTSUP, "--model %s: --mode dp and --accumulate are not wired into "
+                    "the GPT trainer", o->model);
+  if (o->init_from[0] && o->resume[0])
+    return MPT_FAIL(MPT_EINVAL, "--init-from and --resume: give one (a checkpoint already "
+                    "holds the parameters)");
+  MPT_RETURN_IF(resolve_resume_auto(g));
+  o = g->o;
   if (g->rank == 0 && o->save_model[0])
     MPT_RETURN_IF(trainer_check_output_path("--save-model", o->save_model));
+  if (g->rank == 0 && o->checkpoint_dir[0]) MPT_RETURN_IF(trainer_check_checkpoint_dir(o));
   int threads = o->threads;
   if (threads == 0) threads = mpt_cpu_threads_per_rank(mpt_comm_local_size(g->comm), 1);
   MPT_RETURN_IF(mpt_cpu_set_threads(threads));
@@ -130,8 +187,6 @@ static mpt_status setup(gpt_trainer *g) {
 
   MPT_RETURN_IF(mpt_model_init_gpt(&g->model, mpt_device_cpu(), &g->cfg, o->seed));
   if (o->init_from[0]) MPT_RETURN_IF(mpt_gpt_load(g->model, &g->cfg, o->init_from));
-  if (g->world > 1) MPT_RETURN_IF(mpt_ddp_init(&g->ddp, g->model, g->comm, NULL, &o->ddp));
-  MPT_RETURN_IF(mpt_tape_init(&g->tape, g->model, NULL));
 
   const int64_t count = mpt_model_param_count(g->model);
   MPT_RETURN_IF(mpt_optimizer_init(&g->opt, &o->optim, mpt_device_cpu(), count));
@@ -140,16 +195,35 @@ static mpt_status setup(gpt_trainer *g) {
   MPT_RETURN_IF(mpt_param_groups_split_decay(g->model, o->optim.weight_decay, groups, 64,
                                              &ngroups));
   MPT_RETURN_IF(mpt_optimizer_set_groups(g->opt, groups, ngroups));
+  if (o->resume[0]) { /* every rank reads the same file, before DDP broadcasts rank 0's */
+    mpt_ckpt_meta meta;
+    MPT_RETURN_IF(mpt_ckpt_load_collective(g->comm, o->resume, g->model, g->opt, &meta));
+    if (meta.world_size != g->world)
+      mpt_log(MPT_LOG_WARN, "--resume: the checkpoint was written by %d ranks, this run has %d: "
+              "the windows of the rest of the epoch are dealt differently", meta.world_size,
+              g->world);
+    g->k = meta.global_step;
+    g->start_epoch = meta.epoch;
+    g->start_step_in_epoch = meta.step_in_epoch;
+    mpt_log(MPT_LOG_INFO, "resumed at step %lld (epoch %lld, %lld steps into it)",
+            (long long)meta.global_step, (long long)meta.epoch, (long long)meta.step_in_epoch);
+  }
+  if (g->world > 1) MPT_RETURN_IF(mpt_ddp_init(&g->ddp, g->model, g->comm, NULL, &o->ddp));
+  MPT_RETURN_IF(mpt_tape_init(&g->tape, g->model, NULL));
 
   int64_t per_epoch = mpt_token_loader_num_steps(g->train_loader);
   if (o->max_steps > 0 && o->max_steps < per_epoch) per_epoch = o->max_steps;
+  g->per_epoch = per_epoch;
   g->total_steps = per_epoch * o->epochs;
   g->sched = o->schedule;
   g->sched.total_steps = g->total_steps;
   if (g->sched.kind == MPT_LR_STEP && g->sched.step_size == 0) g->sched.step_size = per_epoch;
-  if (g->sched.kind == MPT_LR_COSINE && g->sched.total_steps <= g->sched.warmup_steps)
-    return MPT_FAIL(MPT_EINVAL, "--warmup-steps %lld: not below the run's %lld steps",
-                    (long long)g->sched.warmup_steps, (long long)g->total_steps);
+  if (g->sched.kind == MPT_LR_COSINE && g->sched.total_steps <= g->sched.warmup_steps) {
+    mpt_log(MPT_LOG_WARN, "--warmup-steps %lld is not below the run's %lld steps: the warm-up "
+            "takes %lld", (long long)g->sched.warmup_steps, (long long)g->total_steps,
+            (long long)(g->total_steps - 1));
+    g->sched.warmup_steps = g->total_steps - 1;
+  }
   MPT_RETURN_IF(mpt_lr_schedule_validate(&g->sched));
   mpt_log(MPT_LOG_INFO, "model %s: %d layers, %d heads, %d channels, T %d, vocabulary %d (padded "
           "%d): %lld parameters; %d rank%s, B %lld per rank, %lld windows, %lld steps",
@@ -192,22 +266,26 @@ static mpt_status step(gpt_trainer *g, const mpt_token_batch *b, int64_t k, floa
 static mpt_status run(gpt_trainer *g) {
   const mpt_cli_options *o = g->o;
   MPT_RETURN_IF(setup(g));
+  o = g->o; /* --resume auto resolved */
   double val = NAN;
-  MPT_RETURN_IF(report_val(g, 0, &val));
+  MPT_RETURN_IF(report_val(g, g->k, &val));
   const int64_t tokens_per_step = o->batch_size * g->cfg.max_seq_len * g->world;
-  int64_t k = 0, interval_steps = 0;
+  int64_t k = g->k, k0 = g->k, interval_steps = 0;
+  int stop = 0;
   float sums[2] = {0, 0}; /* loss sum over this interval's steps, norm of the last */
   double t_start = now_s(), t_interval = t_start;
-  for (int64_t epoch = 0; epoch < o->epochs; epoch++) {
+  for (int64_t epoch = g->start_epoch; epoch < o->epochs && !stop; epoch++) {
     MPT_RETURN_IF(mpt_token_loader_start_epoch(g->train_loader, epoch));
-    for (int64_t i = 0; o->max_steps == 0 || i < o->max_steps; i++) {
+    int64_t i = 0;
+    for (; i < g->per_epoch && !stop; i++) {
       mpt_token_batch b;
       int more = mpt_token_loader_next(g->train_loader, &b);
       if (more == MPT_LOADER_END) break;
       if (more < 0) return (mpt_status)more;
+      if (epoch == g->start_epoch && i < g->start_step_in_epoch) continue; /* resumed: done */
       float loss, norm;
       MPT_RETURN_IF(step(g, &b, k, &loss, &norm));
-      k++;
+      g->k = ++k;
       interval_steps++;
       sums[0] += loss;
       sums[1] = norm;
@@ -230,10 +308,21 @@ static mpt_status run(gpt_trainer *g) {
         t_interval += spent;
         t_start += spent;
       }
+      stop = o->stop_at_step > 0 && k >= o->stop_at_step;
+      if (o->checkpoint_dir[0] && (stop || (o->checkpoint_every > 0 &&
+                                            k % o->checkpoint_every == 0))) {
+        double t0 = now_s();
+        MPT_RETURN_IF(save_checkpoint(g, epoch, i + 1));
+        t_start += now_s() - t0;
+      }
     }
+    if (o->checkpoint_dir[0] && o->checkpoint_every == 0 && !stop) /* per epoch */
+      MPT_RETURN_IF(save_checkpoint(g, epoch + 1, 0));
   }
+  if (stop) mpt_log(MPT_LOG_INFO, "--stop-at-step %lld: stopping", (long long)o->stop_at_step);
   double elapsed = now_s() - t_start;
   MPT_RETURN_IF(report_val(g, k, &val));
+  k -= k0; /* the steps this run took */
   if (k > 0) {
     /* FLOPs per token as llm.c counts them: 6 N + 6 L C T (attention) */
     const double n = (double)mpt_model_param_count(g->model);
