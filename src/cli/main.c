@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/generate.h"
 #include "cli/options.h"
 #include "cli/tokenize.h"
 #include "cli/train.h"
@@ -18,6 +19,8 @@ int main(int argc, char **argv) {
   static char msg[8192];
   if (argc > 1 && strcmp(argv[1], "tokenize") == 0) /* issue 13: text to token shards */
     return mpt_cli_tokenize(argc - 1, argv + 1);
+  if (argc > 1 && strcmp(argv[1], "generate") == 0) /* issue 13: sample from a GPT model file */
+    return mpt_cli_generate(argc - 1, argv + 1);
   int r = mpt_cli_parse(argc, argv, &opts, msg, sizeof msg);
   if (r == MPT_CLI_EXIT_OK) {
     if (mpt_cli_launcher_rank() > 0) return 0; /* --help under mpirun -np N: once, not N times */
