@@ -81,6 +81,17 @@ for np in 1 2; do
   fi
 done
 
+# The GPT defaults reach the optimizer: AdamW, betas (0.9, 0.95), decay 0.1 on the 2-D weights
+# only (wte 256x32, wpe 32x32, 2 x (qkvw 96x32, attprojw 32x32, fcw 128x32, fcprojw 32x128) =
+# 33792; the 896 biases and LayerNorm parameters not), clipping at 1; options override them.
+grep -q "optimizer adamw: lr 0.003, betas (0.9, 0.95), weight decay 0.1 on 33792 parameters (>= 2-D), none on 896; gradient clipping at norm 1$" "$tmp/run1.log" &&
+  ok || bad "GPT optimizer defaults: $(grep optimizer "$tmp/run1.log")"
+# shellcheck disable=SC2086
+"$prog" train $run_args --max-steps 1 --optimizer sgd --weight-decay 0.01 --grad-clip 0 \
+  > "$tmp/sgd.log" 2>&1
+grep -q "optimizer sgd: lr 0.003, .*weight decay 0.01 on 33792 parameters (>= 2-D), none on 896; gradient clipping at norm 0 (off)$" "$tmp/sgd.log" &&
+  ok || bad "GPT optimizer options: $(cat "$tmp/sgd.log")"
+
 # Checkpoints, 2 ranks: 20 steps straight (a checkpoint every 10) against 10 steps, stop, and
 # --resume auto for the rest: the final models are the same bytes (parameters, AdamW state and
 # the windows of the rest of the epoch restored), as is the loss line of step 20.

@@ -195,6 +195,17 @@ static mpt_status setup(gpt_trainer *g) {
   MPT_RETURN_IF(mpt_param_groups_split_decay(g->model, o->optim.weight_decay, groups, 64,
                                              &ngroups));
   MPT_RETURN_IF(mpt_optimizer_set_groups(g->opt, groups, ngroups));
+  int64_t decayed = 0;
+  for (int i = 0; i < mpt_optimizer_num_groups(g->opt); i++) {
+    const mpt_param_group *pg = mpt_optimizer_group(g->opt, i);
+    if (pg->weight_decay > 0) decayed += pg->count;
+  }
+  const mpt_optimizer_config *oc = mpt_optimizer_get_config(g->opt);
+  mpt_log(MPT_LOG_INFO, "optimizer %s: lr %g, betas (%g, %g), weight decay %g on %lld parameters "
+          "(>= 2-D), none on %lld; gradient clipping at norm %g%s",
+          mpt_optimizer_kind_name(oc->kind), (double)oc->lr, (double)oc->beta1,
+          (double)oc->beta2, (double)oc->weight_decay, (long long)decayed,
+          (long long)(count - decayed), o->grad_clip, o->grad_clip > 0 ? "" : " (off)");
   if (o->resume[0]) { /* every rank reads the same file, before DDP broadcasts rank 0's */
     mpt_ckpt_meta meta;
     MPT_RETURN_IF(mpt_ckpt_load_collective(g->comm, o->resume, g->model, g->opt, &meta));
