@@ -18,6 +18,7 @@
  * / --init-from carry the parameters only, in llm.c's format. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -274,6 +275,35 @@ static mpt_status step(gpt_trainer *g, const mpt_token_batch *b, int64_t k, floa
   return MPT_OK;
 }
 
+/* The machine's SGEMM rate as these ranks see it: every rank at once (after a barrier) runs
+ * 512 x 512 x 512 products (cblas_sgemm through mpt_op_gemm) for about 0.25 s; the rates are
+ * summed over the ranks (GFLOP/s). Sharing the cores as training does, this is the peak the
+ * model's arithmetic rate is measured against. */
+static mpt_status measure_sgemm_peak(gpt_trainer *g, double *gflops) {
+  enum { N = 512 };
+  mpt_stream *stream = NULL;
+  float *buf = malloc(3 * (size_t)N * N * sizeof(float));
+  if (!buf) return MPT_FAIL(MPT_ENOMEM, "SGEMM peak: %d x %d matrices", N, N);
+  for (size_t i = 0; i < 3 * (size_t)N * N; i++) buf[i] = (float)(i % 7) * 0.125f;
+  mpt_status st = mpt_stream_init(&stream, mpt_device_cpu(), MPT_STREAM_INLINE);
+  float sync = 0;
+  if (st == MPT_OK) st = sum_ranks(g, &sync, 1); /* start together */
+  int64_t calls = 0;
+  double t0 = now_s(), t = t0;
+  while (st == MPT_OK && (calls < 2 || t - t0 < 0.25)) {
+    st = mpt_op_gemm(stream, 0, 0, N, N, N, 1.0f, buf, N, buf + N * N, N, 0.0f,
+                     buf + 2 * N * N, N);
+    calls++;
+    t = now_s();
+  }
+  float rate = (float)(2.0 * N * N * N * (double)calls / (t - t0) * 1e-9);
+  if (st == MPT_OK) st = sum_ranks(g, &rate, 1);
+  mpt_stream_free(stream);
+  free(buf);
+  *gflops = rate;
+  return st;
+}
+
 static mpt_status run(gpt_trainer *g) {
   const mpt_cli_options *o = g->o;
   MPT_RETURN_IF(setup(g));
@@ -344,6 +374,11 @@ static mpt_status run(gpt_trainer *g) {
             (double)(k * tokens_per_step) / elapsed,
             flops * (double)(k * tokens_per_step) / elapsed * 1e-9, 1e3 * g->fwd_s / (double)k,
             1e3 * g->bwd_s / (double)k, 1e3 * g->opt_s / (double)k);
+    double peak = 0;
+    MPT_RETURN_IF(measure_sgemm_peak(g, &peak));
+    mpt_log(MPT_LOG_INFO, "SGEMM peak measured now on these ranks: %.1f GFLOP/s; the model's "
+            "arithmetic reached %.1f %% of it", peak,
+            100 * flops * (double)(k * tokens_per_step) / elapsed * 1e-9 / peak);
   }
   if (g->rank == 0 && o->save_model[0]) {
     MPT_RETURN_IF(mpt_gpt_save(g->model, &g->cfg, o->save_model));
