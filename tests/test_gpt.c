@@ -24,7 +24,8 @@
  *   parameter named "h{l}.<name of k>" (read back from the raw bytes), so the file is in llm.c's
  *   per-kind order while the model is layer-major; save -> load into a model of another seed
  *   gives bit-identical parameters and the same loss bit for bit, and saving that model again
- *   writes the same bytes; a file of another config is refused, naming the field. */
+ *   writes the same bytes; a file cut short is refused and leaves the model untouched; a file
+ *   of another config is refused, naming the field. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -403,6 +404,17 @@ START_TEST(test_save_load_round_trip) {
   ck_assert_mem_eq(raw2, raw, nbytes);
   free(raw2);
   free(raw);
+  /* a file that fails to read (cut short) leaves the model untouched */
+  ck_assert_int_eq(truncate(again, 1024 + 4 * 100), 0);
+  mpt_model *fresh = NULL;
+  OK(mpt_model_init_gpt(&fresh, mpt_device_cpu(), &b.cfg, 4));
+  float *before = malloc(nbytes);
+  ck_assert_ptr_nonnull(before);
+  memcpy(before, mpt_model_params(fresh), nbytes);
+  ck_assert_int_eq(mpt_gpt_load(fresh, &b.cfg, again), MPT_EFORMAT);
+  ck_assert_mem_eq(mpt_model_params(fresh), before, nbytes);
+  free(before);
+  mpt_model_free(fresh);
   unlink(again);
   /* a model of another config refuses the file, naming the field */
   mpt_gpt_config other = a.cfg;
