@@ -1,4 +1,4 @@
-/* The GPT-2 model of include/mpitrain/transformer.h, built from the transformer ops
+/* The GPT-2 language model of include/mpitrain/transformer.h, built from the transformer ops
  * through the public API only (as the models of models.c).
  *
  * Parameters are registered layer-major, as PyTorch's GPT modules register theirs: wte, wpe,
