@@ -23,8 +23,9 @@
  *
  * Not a test: with MPT_GPT_DDP_OVERLAP_STEPS=N set, the program instead trains a GPT of
  * gpt-mini's shape (L 6, H 6, C 384, T 256, V 256; B 2 per rank) for N + 1 steps under DDP
- * (overlap on; caps MPT_GPT_DDP_CAP_MB, default 25, first bucket 1 MiB) and rank 0 prints the
- * share of all-reduce hidden behind backward (mpt_ddp_get_stats, the first step left out), e.g.
+ * (overlap on unless MPT_GPT_DDP_NO_OVERLAP is set; caps MPT_GPT_DDP_CAP_MB, default 25, first
+ * bucket 1 MiB) and rank 0 prints the share of all-reduce hidden behind backward
+ * (mpt_ddp_get_stats, the first step left out), e.g.
  *     MPT_GPT_DDP_OVERLAP_STEPS=5 tests/mpirun.sh 2 600 ./tests/test_gpt_ddp
  *
  * MPI rules as tests/test_ddp.c: no fork, soft checks, the ranks agree at the end of a test. */
@@ -293,6 +294,7 @@ static int overlap_figure(int steps) {
   mpt_ddp *ddp = NULL;
   mpt_ddp_config dc = mpt_ddp_config_default();
   dc.bucket_cap_mb = cap ? atof(cap) : 25.0;
+  dc.overlap = getenv("MPT_GPT_DDP_NO_OVERLAP") == NULL;
   dc.timeout_ms = 120000;
   static int32_t tok[MB * MT], tgt[MB * MT];
   const int64_t shape[2] = {MB, MT};
@@ -336,9 +338,9 @@ static int overlap_figure(int steps) {
   }
   mpt_ddp_stats s = mpt_ddp_get_stats(ddp);
   if (g_rank == 0)
-    printf("gpt-mini shape, W %d, B %d, T %d, caps %g / %g MiB, %d buckets, %lld steps: "
-           "backward %.1f ms, all-reduce %.1f ms, hidden %.1f ms (%.1f %%), exposed %.1f ms "
-           "per step\n", g_world, MB, MT, dc.bucket_cap_mb, dc.first_bucket_cap_mb,
+    printf("gpt-mini shape, W %d, B %d, T %d, overlap %d, caps %g / %g MiB, %d buckets, "
+           "%lld steps: backward %.1f ms, all-reduce %.1f ms, hidden %.1f ms (%.1f %%), "
+           "exposed %.1f ms per step\n", g_world, MB, MT, dc.overlap, dc.bucket_cap_mb, dc.first_bucket_cap_mb,
            mpt_ddp_num_buckets(ddp), (long long)s.steps, s.sum_backward_ms / s.steps,
            s.sum_allreduce_ms / s.steps, s.sum_hidden_ms / s.steps,
            100.0 * s.sum_hidden_ms / s.sum_allreduce_ms, s.sum_exposed_comm_ms / s.steps);
