@@ -340,9 +340,9 @@ static int overlap_figure(int steps) {
   if (g_rank == 0)
     printf("gpt-mini shape, W %d, B %d, T %d, overlap %d, caps %g / %g MiB, %d buckets, "
            "%lld steps: backward %.1f ms, all-reduce %.1f ms, hidden %.1f ms (%.1f %%), "
-           "exposed %.1f ms per step\n", g_world, MB, MT, dc.overlap, dc.bucket_cap_mb, dc.first_bucket_cap_mb,
-           mpt_ddp_num_buckets(ddp), (long long)s.steps, s.sum_backward_ms / s.steps,
-           s.sum_allreduce_ms / s.steps, s.sum_hidden_ms / s.steps,
+           "exposed %.1f ms per step\n", g_world, MB, MT, dc.overlap, dc.bucket_cap_mb,
+           dc.first_bucket_cap_mb, mpt_ddp_num_buckets(ddp), (long long)s.steps,
+           s.sum_backward_ms / s.steps, s.sum_allreduce_ms / s.steps, s.sum_hidden_ms / s.steps,
            100.0 * s.sum_hidden_ms / s.sum_allreduce_ms, s.sum_exposed_comm_ms / s.steps);
   mpt_optimizer_free(opt);
   mpt_ddp_free(ddp);
