@@ -9,6 +9,12 @@ gradient norms, the losses and the parameters over 10 steps of clip_grad_norm_ +
 0.9 / 0.95, eps 1e-8, weight decay 0.1 on the 2-D tensors only). Everything is float32 on the
 CPU, as mpitrain's side. Exit status 0 when all agree, 1 otherwise (each failure printed).
 
+Two orders: the model file is read in llm.c's per-kind order (file_tensors), while mpitrain's
+gradients and final parameters come as its flat buffer, in its registration order, which must
+be the order in which this module registers its parameters (wte, wpe, then each block's ln1,
+qkv, attproj, ln2, fc, fcproj weight and bias, then lnf): model_order() spells it out, it is
+checked to be model.parameters(), and the buffer is split along it.
+
 Tolerances, and why they are tight enough: both sides compute the same float32 formulas in
 different summation orders (BLAS blocking, PyTorch's reductions vs mpitrain's), which changes
 results by a few ulps, ~1e-7 relative to the magnitudes summed, growing mildly through two
@@ -103,6 +109,28 @@ class GPT(nn.Module):
                 per(lambda k: k.fcproj.weight), per(lambda k: k.fcproj.bias),
                 [self.lnf.weight], [self.lnf.bias]]
 
+    def model_order(self):
+        """mpitrain's registration order: layer-major."""
+        order = [self.wte, self.wpe]
+        for k in self.blocks:
+            for mod in (k.ln1, k.qkv, k.attproj, k.ln2, k.fc, k.fcproj):
+                order += [mod.weight, mod.bias]
+        return order + [self.lnf.weight, self.lnf.bias]
+
+
+def by_kind(model, buf):
+    """mpitrain's flat buffer `buf` (model order) as one array per file tensor kind, each the
+    concatenation over its layers (the grouping of file_tensors)."""
+    order = model.model_order()
+    assert [id(p) for p in order] == [id(p) for p in model.parameters()], \
+        "model_order() is not the module's registration order"
+    part, off = {}, 0
+    for p in order:
+        part[id(p)] = buf[off:off + p.numel()]
+        off += p.numel()
+    assert off == buf.size, f"buffer of {buf.size} floats, the model has {off}"
+    return [np.concatenate([part[id(p)] for p in parts]) for parts in model.file_tensors()]
+
 
 def flat(tensors):
     return np.concatenate([t.detach().numpy().reshape(-1) for t in tensors])
@@ -146,12 +174,10 @@ def main():
     m_loss = float(np.fromfile(d + "/loss.bin", dtype="<f4")[0])
     check("loss", np.array([m_loss]), np.array([loss.item()]), 1e-6 * abs(loss.item()))
     m_grads = np.fromfile(d + "/grads.bin", dtype="<f4")
-    off = 0
-    for name, parts in zip(NAMES, model.file_tensors()):
+    for name, parts, got in zip(NAMES, model.file_tensors(), by_kind(model, m_grads)):
         g = flat([p.grad for p in parts])
-        check("grad " + name, m_grads[off:off + g.size], g, 1e-5 * float(np.max(np.abs(g))) + 1e-9)
-        off += g.size
-    pad = m_grads[V * C:Vp * C]
+        check("grad " + name, got, g, 1e-5 * float(np.max(np.abs(g))) + 1e-9)
+    pad = m_grads[V * C:Vp * C]  # wte comes first in both orders
     if np.any(pad != 0) or np.any(model.wte.grad[V:].numpy() != 0):
         failures.append("padded wte rows have a gradient")
 
@@ -182,9 +208,8 @@ def main():
         failures.append("clipping never active: the test would not see it")
     m_params = np.fromfile(d + "/params.bin", dtype="<f4")
     off = 0
-    for name, parts in zip(NAMES, model.file_tensors()):
+    for name, parts, got in zip(NAMES, model.file_tensors(), by_kind(model, m_params)):
         p = flat(parts)
-        got = m_params[off:off + p.size]
         keep = np.ones(p.size, dtype=bool)
         if name == "qkvb":  # the key biases: see the module comment
             keep.reshape(L, 3 * C)[:, C:2 * C] = False

@@ -8,12 +8,15 @@
  *   tokens.bin     int32 [B, T + 1], B = 2: inputs are [:, :T], targets [:, 1:]
  *   logits.bin     float32 [B, T, Vp] of the first forward
  *   loss.bin       float32 [1] the first loss
- *   grads.bin      float32 [N] the first gradients (the flat buffer, the file's order)
+ *   grads.bin      float32 [N] the first gradients: the flat buffer, in the model's
+ *                  registration order (layer-major, as PyTorch's model.parameters(); not the
+ *                  file's order)
  *   norms.bin      float32 [STEPS] the global gradient norm before clipping at each step
  *   losses.bin     float32 [STEPS] the loss at each step
- *   params.bin     float32 [N] the parameters after STEPS steps of: zero_grad, forward,
- *                  loss, backward, mpt_clip_grad_norm(MAX_NORM), AdamW (lr 1e-2, betas 0.9 /
- *                  0.95, eps 1e-8, weight decay 0.1 on the >= 2-D weights only) on the same batch.
+ *   params.bin     float32 [N] the flat parameter buffer (the model's order) after STEPS
+ *                  steps of: zero_grad, forward, loss, backward, mpt_clip_grad_norm(MAX_NORM),
+ *                  AdamW (lr 1e-2, betas 0.9 / 0.95, eps 1e-8, weight decay 0.1 on the >= 2-D
+ *                  weights only) on the same batch.
  * Exit status 0, or 1 with the error on stderr. */
 #include <stdio.h>
 #include <stdlib.h>

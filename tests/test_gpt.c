@@ -1,9 +1,10 @@
 /* Tests of the GPT-2 model (include/mpitrain/transformer.h; src/nn/gpt.c).
  *
  * Oracles:
- * - Layout: every parameter's name, shape and flat offset equal what mpt_gpt_layout_compute
- *   (the model file's layout) says, so the flat parameter buffer is the file's parameter array;
- *   the gpt2 preset has 124,475,904 parameters (the figure llm.c prints for GPT-2 124M).
+ * - Layout: the parameters are registered layer-major (wte, wpe, then each layer's 12 tensors
+ *   ln1w .. fcprojb, then lnfw, lnfb), each with the name, shape and size that
+ *   mpt_gpt_layout_compute (the model file's layout) gives its kind, contiguous in the flat
+ *   buffer; the gpt2 preset has 124,475,904 parameters (the figure llm.c prints for GPT-2 124M).
  * - Initialisation: the sample mean and standard deviation of each weight kind against
  *   N(0, 0.02) (and 0.02 / sqrt(2 L) for the residual projections) within 5 standard errors;
  *   LayerNorm weights exactly 1, biases exactly 0; one seed gives bit-identical models,
@@ -19,8 +20,12 @@
  *   PyTorch's formula in float; a NaN gradient gives a NaN norm and no scaling.
  * - Checkpoints: 2 steps (clipping + AdamW with decay groups), mpt_ckpt_save, mpt_ckpt_load
  *   into a model of another seed, 2 more steps: bit-identical to 4 steps straight.
- * - Files: save -> load into a model of another seed gives bit-identical parameters and the
- *   same loss bit for bit; a file of another config is refused, naming the field. */
+ * - Files: the saved file holds, at file tensor k's offset + layer l's share, exactly the
+ *   parameter named "h{l}.<name of k>" (read back from the raw bytes), so the file is in llm.c's
+ *   per-kind order while the model is layer-major; save -> load into a model of another seed
+ *   gives bit-identical parameters and the same loss bit for bit, and saving that model again
+ *   writes the same bytes; a file cut short is refused and leaves the model untouched; a file
+ *   of another config is refused, naming the field. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -49,6 +54,22 @@ static mpt_gpt_config tiny_config(void) {
 /* ------------------------------------------------------------------------------------------ */
 /* Layout                                                                                     */
 
+/* The file tensor kind (0..15) of a parameter name ("h3.qkvw" -> 4, "lnfb" -> 15) and its
+ * layer (0 for the 4 tensors that have none); -1 for an unknown name. */
+static int kind_of(const char *name, int *layer) {
+  *layer = 0;
+  const char *base = name;
+  if (name[0] == 'h' && strchr(name, '.')) {
+    *layer = atoi(name + 1);
+    base = strchr(name, '.') + 1;
+  }
+  for (int k = 0; k < MPT_GPT_NUM_TENSORS; k++)
+    if (strcmp(base, mpt_gpt_tensor_name(k)) == 0) return k;
+  return -1;
+}
+
+static int per_layer_kind(int k) { return k >= 2 && k < 14; }
+
 static void check_layout(const mpt_gpt_config *config) {
   mpt_model *m = NULL;
   mpt_gpt_layout lay;
@@ -57,30 +78,36 @@ static void check_layout(const mpt_gpt_config *config) {
   const int L = config->num_layers;
   ck_assert_int_eq(mpt_model_num_params(m), 12 * L + 4);
   ck_assert_int_eq(mpt_model_param_count(m), lay.total);
-  int index = 0;
-  for (int k = 0; k < MPT_GPT_NUM_TENSORS; k++) {
-    int per_layer = k >= 2 && k < 14;
-    int64_t offset = lay.offset[k];
-    for (int l = 0; l < (per_layer ? L : 1); l++, index++) {
-      const mpt_param_info *pi = mpt_model_param_info(m, index);
-      char want[48];
-      if (per_layer)
-        snprintf(want, sizeof want, "h%d.%s", l, mpt_gpt_tensor_name(k));
-      else
-        snprintf(want, sizeof want, "%s", mpt_gpt_tensor_name(k));
-      ck_assert_str_eq(pi->name, want);
-      ck_assert_int_eq(pi->offset, offset);
-      ck_assert_int_eq(pi->ndim, per_layer ? lay.ndim[k] - 1 : lay.ndim[k]);
-      for (int d = 0; d < pi->ndim; d++)
-        ck_assert_int_eq(pi->shape[d], lay.shape[k][d + per_layer]);
-      offset += pi->count;
-    }
-    ck_assert_int_eq(offset, lay.offset[k] + lay.count[k]);
+  /* the expected registration order: (kind, layer) pairs, layer-major */
+  int want_kind[12 * 64 + 4], want_layer[12 * 64 + 4], n = 0;
+  ck_assert_int_le(L, 64);
+  want_kind[n] = 0, want_layer[n++] = 0;
+  want_kind[n] = 1, want_layer[n++] = 0;
+  for (int l = 0; l < L; l++)
+    for (int k = 2; k < 14; k++) want_kind[n] = k, want_layer[n++] = l;
+  want_kind[n] = 14, want_layer[n++] = 0;
+  want_kind[n] = 15, want_layer[n++] = 0;
+  int64_t offset = 0;
+  for (int index = 0; index < n; index++) {
+    const int k = want_kind[index], l = want_layer[index], per_layer = per_layer_kind(k);
+    const mpt_param_info *pi = mpt_model_param_info(m, index);
+    char want[48];
+    if (per_layer)
+      snprintf(want, sizeof want, "h%d.%s", l, mpt_gpt_tensor_name(k));
+    else
+      snprintf(want, sizeof want, "%s", mpt_gpt_tensor_name(k));
+    ck_assert_str_eq(pi->name, want);
+    ck_assert_int_eq(pi->offset, offset);
+    ck_assert_int_eq(pi->count, per_layer ? lay.count[k] / L : lay.count[k]);
+    ck_assert_int_eq(pi->ndim, per_layer ? lay.ndim[k] - 1 : lay.ndim[k]);
+    for (int d = 0; d < pi->ndim; d++) ck_assert_int_eq(pi->shape[d], lay.shape[k][d + per_layer]);
+    offset += pi->count;
   }
+  ck_assert_int_eq(offset, lay.total);
   mpt_model_free(m);
 }
 
-START_TEST(test_layout_is_the_model_file_layout) {
+START_TEST(test_layout_is_layer_major) {
   mpt_gpt_config c = tiny_config();
   check_layout(&c);
   ck_assert_int_eq(mpt_gpt_padded_vocab(c.vocab_size), 128);
@@ -120,30 +147,38 @@ START_TEST(test_init_is_gpt2s) {
   ck_assert_mem_eq(mpt_model_params(a), mpt_model_params(b), nbytes);
   ck_assert(memcmp(mpt_model_params(a), mpt_model_params(d), nbytes) != 0);
   const float *p = mpt_model_params(a);
-  for (int k = 0; k < MPT_GPT_NUM_TENSORS; k++) {
-    const float *x = p + lay.offset[k];
-    const int64_t n = lay.count[k];
+  /* per kind, over its parameters (found by name): count, sum, sum of squares; constants */
+  double cnt[MPT_GPT_NUM_TENSORS] = {0}, sum[MPT_GPT_NUM_TENSORS] = {0},
+         sq[MPT_GPT_NUM_TENSORS] = {0};
+  for (int i = 0; i < mpt_model_num_params(a); i++) {
+    const mpt_param_info *pi = mpt_model_param_info(a, i);
+    int layer = -1, k = kind_of(pi->name, &layer);
+    ck_assert_msg(k >= 0, "unknown parameter %s", pi->name);
+    const float *x = p + pi->offset;
     int weight = k == 0 || k == 1 || k == 4 || k == 6 || k == 10 || k == 12;
-    if (!weight) {
-      float want = (k == 2 || k == 8 || k == 14) ? 1.0f : 0.0f; /* LayerNorm weights */
-      for (int64_t i = 0; i < n; i++)
-        ck_assert_msg(x[i] == want, "%s[%lld] = %g, want %g", mpt_gpt_tensor_name(k),
-                      (long long)i, (double)x[i], (double)want);
-      continue;
+    for (int64_t j = 0; j < pi->count; j++) {
+      if (!weight) {
+        float want = (k == 2 || k == 8 || k == 14) ? 1.0f : 0.0f; /* LayerNorm weights */
+        ck_assert_msg(x[j] == want, "%s[%lld] = %g, want %g", pi->name, (long long)j,
+                      (double)x[j], (double)want);
+      }
+      sum[k] += x[j];
+      sq[k] += (double)x[j] * x[j];
     }
+    cnt[k] += (double)pi->count;
+  }
+  for (int k = 0; k < MPT_GPT_NUM_TENSORS; k++) {
+    ck_assert_int_eq((int64_t)cnt[k], lay.count[k]);
+    int weight = k == 0 || k == 1 || k == 4 || k == 6 || k == 10 || k == 12;
+    if (!weight) continue;
+    const double n = cnt[k];
     double sigma = (k == 6 || k == 12) ? 0.02 / sqrt(2.0 * c.num_layers) : 0.02;
-    double sum = 0, sq = 0;
-    for (int64_t i = 0; i < n; i++) {
-      sum += x[i];
-      sq += (double)x[i] * x[i];
-    }
-    double mean = sum / n, sd = sqrt(sq / n - mean * mean);
+    double mean = sum[k] / n, sd = sqrt(sq[k] / n - mean * mean);
     /* standard errors of the sample mean and std of n normal draws: sigma / sqrt(n) and
      * sigma / sqrt(2 n); 5 of them. The residual scale 1/sqrt(6) = 0.41 is far outside. */
-    ck_assert_msg(fabs(mean) < 5 * sigma / sqrt((double)n), "%s: mean %g",
-                  mpt_gpt_tensor_name(k), mean);
-    ck_assert_msg(fabs(sd - sigma) < 5 * sigma / sqrt(2.0 * n), "%s: std %g, want %g (n %lld)",
-                  mpt_gpt_tensor_name(k), sd, sigma, (long long)n);
+    ck_assert_msg(fabs(mean) < 5 * sigma / sqrt(n), "%s: mean %g", mpt_gpt_tensor_name(k), mean);
+    ck_assert_msg(fabs(sd - sigma) < 5 * sigma / sqrt(2.0 * n), "%s: std %g, want %g (n %g)",
+                  mpt_gpt_tensor_name(k), sd, sigma, n);
   }
   /* re-initialising from the same seed gives the model back; a model that is not this GPT is
    * refused */
@@ -325,7 +360,8 @@ START_TEST(test_save_load_round_trip) {
   ck_assert(memcmp(mpt_model_params(a.model), mpt_model_params(b.model), nbytes) != 0);
   const double loss_a = loss_of(&a, 0);
   OK(mpt_gpt_save(a.model, &a.cfg, path));
-  /* the file is the flat buffer after the 1024-byte header */
+  /* the file holds llm.c's per-kind order: tensor k of layer l at offset[k] + l * its share,
+   * equal to the parameter of that name */
   FILE *fp = fopen(path, "rb");
   ck_assert_ptr_nonnull(fp);
   int32_t header[256];
@@ -336,12 +372,50 @@ START_TEST(test_save_load_round_trip) {
   ck_assert_ptr_nonnull(raw);
   ck_assert_int_eq(fread(raw, 1, nbytes + 1, fp), nbytes);
   fclose(fp);
-  ck_assert_mem_eq(raw, mpt_model_params(a.model), nbytes);
-  free(raw);
+  mpt_gpt_layout lay;
+  OK(mpt_gpt_layout_compute(&a.cfg, &lay));
+  for (int i = 0; i < mpt_model_num_params(a.model); i++) {
+    const mpt_param_info *pi = mpt_model_param_info(a.model, i);
+    int layer = 0, k = kind_of(pi->name, &layer);
+    ck_assert(k >= 0);
+    const int64_t at = lay.offset[k] + (per_layer_kind(k) ? layer * pi->count : 0);
+    ck_assert_msg(memcmp(raw + at, mpt_model_params(a.model) + pi->offset,
+                         (size_t)pi->count * sizeof(float)) == 0,
+                  "%s is not at %lld of the file", pi->name, (long long)at);
+  }
+  /* not the flat buffer itself: the two orders differ (qkvw of layer 0 follows ln1b of all
+   * layers in the file, ln1b of layer 0 in the model) */
+  ck_assert(memcmp(raw, mpt_model_params(a.model), nbytes) != 0);
   OK(mpt_gpt_load(b.model, &b.cfg, path));
   ck_assert_mem_eq(mpt_model_params(b.model), mpt_model_params(a.model), nbytes);
   const double loss_b = loss_of(&b, 0);
   ck_assert(loss_a == loss_b);
+  /* saving the loaded model writes the same bytes */
+  char again[300];
+  snprintf(again, sizeof again, "%s/again.bin", dir);
+  OK(mpt_gpt_save(b.model, &b.cfg, again));
+  fp = fopen(again, "rb");
+  ck_assert_ptr_nonnull(fp);
+  float *raw2 = malloc(nbytes + 1);
+  ck_assert_ptr_nonnull(raw2);
+  ck_assert_int_eq(fread(header, 4, 256, fp), 256);
+  ck_assert_int_eq(fread(raw2, 1, nbytes + 1, fp), nbytes);
+  fclose(fp);
+  ck_assert_mem_eq(raw2, raw, nbytes);
+  free(raw2);
+  free(raw);
+  /* a file that fails to read (cut short) leaves the model untouched */
+  ck_assert_int_eq(truncate(again, 1024 + 4 * 100), 0);
+  mpt_model *fresh = NULL;
+  OK(mpt_model_init_gpt(&fresh, mpt_device_cpu(), &b.cfg, 4));
+  float *before = malloc(nbytes);
+  ck_assert_ptr_nonnull(before);
+  memcpy(before, mpt_model_params(fresh), nbytes);
+  ck_assert_int_eq(mpt_gpt_load(fresh, &b.cfg, again), MPT_EFORMAT);
+  ck_assert_mem_eq(mpt_model_params(fresh), before, nbytes);
+  free(before);
+  mpt_model_free(fresh);
+  unlink(again);
   /* a model of another config refuses the file, naming the field */
   mpt_gpt_config other = a.cfg;
   other.num_heads = 4;
@@ -476,7 +550,7 @@ static Suite *gpt_suite(void) {
   Suite *s = suite_create("gpt");
   TCase *tc = tcase_create("gpt");
   tcase_set_timeout(tc, 300);
-  tcase_add_test(tc, test_layout_is_the_model_file_layout);
+  tcase_add_test(tc, test_layout_is_layer_major);
   tcase_add_test(tc, test_init_is_gpt2s);
   tcase_add_test(tc, test_tiny_gpt_gradients_match_finite_differences);
   tcase_add_test(tc, test_forward_rejects_bad_inputs);

@@ -8,10 +8,25 @@
  * active, computed by mpt_clip_grad_norm on the averaged gradients), from the same parameters,
  * DDP's averaged and clipped gradients equal the one process's (relative 1e-5) over the whole
  * flat buffer and over the tied wte alone (embedding + head: DDP must reduce it once, after
- * both uses), the global norm is the same on every rank and equals the one process's. Overlap on and
- * off, a 0.01 MiB bucket cap (several buckets) and the default 25 MiB. After each step the
+ * both uses), the global norm is the same on every rank and equals the one process's. Overlap
+ * on and off, a 0.01 MiB bucket cap (several buckets) and the default 25 MiB. After each step the
  * plain model takes the replica's parameters (as tests/test_ddp.c), the replicas must be
  * bit-identical across ranks at the end, and training must have moved the parameters.
+ *
+ * Bucket readiness (the layer-major registration of src/nn/gpt.c): with 0.01 MiB caps (several
+ * buckets), a tape-level grad-ready hook records the order in which backward finalises the
+ * parameters; the first bucket (the first all-reduce DDP launches) must be complete within the
+ * first half of the ready events, and every bucket no later than the next one (buckets launch in
+ * index order, so a later bucket that is ready earlier waits anyway). With the llm.c file's
+ * per-kind order the first bucket held layer 0's fc and fcproj tensors and was complete only
+ * at ready event 17 of 28 (counted from 0); layer-major, at event 11.
+ *
+ * Not a test: with MPT_GPT_DDP_OVERLAP_STEPS=N set, the program instead trains a GPT of
+ * gpt-mini's shape (L 6, H 6, C 384, T 256, V 256; B 2 per rank) for N + 1 steps under DDP
+ * (overlap on unless MPT_GPT_DDP_NO_OVERLAP is set; caps MPT_GPT_DDP_CAP_MB, default 25, first
+ * bucket 1 MiB) and rank 0 prints the share of all-reduce hidden behind backward
+ * (mpt_ddp_get_stats, the first step left out), e.g.
+ *     MPT_GPT_DDP_OVERLAP_STEPS=5 tests/mpirun.sh 2 600 ./tests/test_gpt_ddp
  *
  * MPI rules as tests/test_ddp.c: no fork, soft checks, the ranks agree at the end of a test. */
 #include <check.h>
@@ -213,12 +228,136 @@ START_TEST(test_gpt_ddp_matches_one_process_on_combined_batch) {
 }
 END_TEST
 
+static void ready_record(void *user, int index) {
+  int *order = user; /* order[0]: events so far; order[1 + index]: the event's position */
+  order[1 + index] = order[0]++;
+}
+
+START_TEST(test_gpt_first_bucket_is_ready_early) {
+  expect_begin();
+  mpt_model *m = gpt_make(1234);
+  mpt_tape *tape = NULL;
+  OK(mpt_tape_init(&tape, m, NULL));
+  mpt_ddp_config dc = mpt_ddp_config_default();
+  dc.bucket_cap_mb = 0.01;
+  dc.first_bucket_cap_mb = 0.01;
+  dc.timeout_ms = 30000;
+  mpt_ddp *ddp = NULL;
+  OK(mpt_ddp_init(&ddp, m, g_comm, NULL, &dc));
+  const int np = mpt_model_num_params(m), nb = mpt_ddp_num_buckets(ddp);
+  int order[1 + 64];
+  ck_assert_int_le(np, 64);
+  for (int i = 0; i < 1 + np; i++) order[i] = i == 0 ? 0 : -1;
+  mpt_tape_set_grad_hook(tape, ready_record, order);
+  int32_t windows[PER_RANK * (TT + 1)], tok[PER_RANK * TT], tgt[PER_RANK * TT];
+  for (int i = 0; i < PER_RANK * (TT + 1); i++) windows[i] = (i * 7 + g_rank) % VOCAB;
+  mpt_tensor a, b;
+  OK(mpt_model_zero_grad(m, NULL));
+  mpt_var *loss = forward_loss(m, tape, windows, 0, PER_RANK, tok, tgt, &a, &b);
+  OK(mpt_tape_backward(tape, loss, 1.0f));
+  EXPECT(order[0] == np, "%d grad-ready events, want one per parameter (%d)", order[0], np);
+  EXPECT(nb > 2, "%d buckets at 0.01 MiB, want several", nb);
+  int prev = -1, first = -1;
+  for (int k = 0; k < nb; k++) {
+    const mpt_ddp_bucket_info *bi = mpt_ddp_bucket(ddp, k);
+    int complete = -1; /* the position of the bucket's last ready event */
+    for (int i = bi->last_param; i <= bi->first_param; i++)
+      if (order[1 + i] > complete) complete = order[1 + i];
+    if (k == 0) first = complete;
+    EXPECT(complete >= prev, "bucket %d (parameters %d..%d) is complete at event %d, before "
+           "bucket %d (event %d): buckets do not complete in launch order", k, bi->last_param,
+           bi->first_param, complete, k - 1, prev);
+    prev = complete;
+  }
+  EXPECT(first >= 0 && 2 * first < np, "the first bucket (parameters %d..%d) is complete only at "
+         "ready event %d of %d, want in the first half",
+         mpt_ddp_bucket(ddp, 0)->last_param, mpt_ddp_bucket(ddp, 0)->first_param, first, np);
+  if (g_rank == 0)
+    fprintf(stderr, "gpt ddp: %d buckets at 0.01 MiB, the first complete at ready event %d of "
+            "%d\n", nb, first, np);
+  mpt_tape_set_grad_hook(tape, NULL, NULL);
+  mpt_ddp_free(ddp);
+  mpt_tape_free(tape);
+  mpt_model_free(m);
+  expect_agree();
+}
+END_TEST
+
+/* The overlap figure of a gpt-mini-shaped model (the top of this file); 0 or 1 for the exit. */
+static int overlap_figure(int steps) {
+  mpt_gpt_config c = {.max_seq_len = 256, .vocab_size = 256, .num_layers = 6, .num_heads = 6,
+                      .channels = 384, .padded_vocab_size = 0};
+  enum { MB = 2, MT = 256 };
+  const char *cap = getenv("MPT_GPT_DDP_CAP_MB");
+  mpt_model *m = NULL;
+  mpt_tape *tape = NULL;
+  mpt_ddp *ddp = NULL;
+  mpt_ddp_config dc = mpt_ddp_config_default();
+  dc.bucket_cap_mb = cap ? atof(cap) : 25.0;
+  dc.overlap = getenv("MPT_GPT_DDP_NO_OVERLAP") == NULL;
+  dc.timeout_ms = 120000;
+  static int32_t tok[MB * MT], tgt[MB * MT];
+  const int64_t shape[2] = {MB, MT};
+  mpt_tensor tt = mpt_tensor_view(tok, mpt_device_cpu(), MPT_I32, 2, shape);
+  mpt_tensor gt = mpt_tensor_view(tgt, mpt_device_cpu(), MPT_I32, 2, shape);
+  if (mpt_model_init_gpt(&m, mpt_device_cpu(), &c, 1) != MPT_OK ||
+      mpt_tape_init(&tape, m, NULL) != MPT_OK ||
+      mpt_ddp_init(&ddp, m, g_comm, NULL, &dc) != MPT_OK) {
+    fprintf(stderr, "overlap figure: %s\n", mpt_last_error());
+    return 1;
+  }
+  /* AdamW as adamw_make, without check's assertions (this runs outside a test) */
+  mpt_optimizer *opt = NULL;
+  mpt_optimizer_config oc = mpt_optimizer_config_default();
+  oc.kind = MPT_OPTIM_ADAMW;
+  oc.beta2 = 0.95f;
+  mpt_param_group groups[MAX_GROUPS];
+  int ng = 0;
+  if (mpt_optimizer_init(&opt, &oc, mpt_device_cpu(), mpt_model_param_count(m)) != MPT_OK ||
+      mpt_param_groups_split_decay(m, 0.1f, groups, MAX_GROUPS, &ng) != MPT_OK ||
+      mpt_optimizer_set_groups(opt, groups, ng) != MPT_OK) {
+    fprintf(stderr, "overlap figure: %s\n", mpt_last_error());
+    return 1;
+  }
+  for (int step = 0; step <= steps; step++) {
+    for (int i = 0; i < MB * MT; i++) {
+      tok[i] = (i * 31 + step * 7 + g_rank * 13) % 256;
+      tgt[i] = (i * 17 + step) % 256;
+    }
+    mpt_var *in = NULL, *logits = NULL, *loss = NULL;
+    mpt_tape_reset(tape, 1);
+    if (mpt_model_zero_grad(m, NULL) != MPT_OK || mpt_tape_input(tape, &tt, &in) != MPT_OK ||
+        mpt_model_forward(m, tape, in, &logits) != MPT_OK ||
+        mpt_nn_cross_entropy_vocab(tape, logits, &gt, 256, &loss) != MPT_OK ||
+        mpt_tape_backward(tape, loss, 1.0f) != MPT_OK ||
+        mpt_optimizer_step_model(opt, m, NULL, 1e-3f) != MPT_OK) {
+      fprintf(stderr, "overlap figure: step %d: %s\n", step, mpt_last_error());
+      return 1;
+    }
+    if (step == 0) mpt_ddp_reset_stats(ddp); /* warm-up */
+  }
+  mpt_ddp_stats s = mpt_ddp_get_stats(ddp);
+  if (g_rank == 0)
+    printf("gpt-mini shape, W %d, B %d, T %d, overlap %d, caps %g / %g MiB, %d buckets, "
+           "%lld steps: backward %.1f ms, all-reduce %.1f ms, hidden %.1f ms (%.1f %%), "
+           "exposed %.1f ms per step\n", g_world, MB, MT, dc.overlap, dc.bucket_cap_mb,
+           dc.first_bucket_cap_mb, mpt_ddp_num_buckets(ddp), (long long)s.steps,
+           s.sum_backward_ms / s.steps, s.sum_allreduce_ms / s.steps, s.sum_hidden_ms / s.steps,
+           100.0 * s.sum_hidden_ms / s.sum_allreduce_ms, s.sum_exposed_comm_ms / s.steps);
+  mpt_optimizer_free(opt);
+  mpt_ddp_free(ddp);
+  mpt_tape_free(tape);
+  mpt_model_free(m);
+  return 0;
+}
+
 static Suite *gpt_ddp_suite(void) {
   Suite *s = suite_create("gpt_ddp");
   TCase *tc = tcase_create("equivalence");
   tcase_set_timeout(tc, 120);
   tcase_add_loop_test(tc, test_gpt_ddp_matches_one_process_on_combined_batch, 0,
                       (int)(sizeof CASES / sizeof CASES[0]));
+  tcase_add_test(tc, test_gpt_first_bucket_is_ready_early);
   suite_add_tcase(s, tc);
   return s;
 }
@@ -235,6 +374,13 @@ int main(void) {
   }
   g_rank = mpt_comm_rank(g_comm);
   g_world = mpt_comm_world_size(g_comm);
+  const char *figure = getenv("MPT_GPT_DDP_OVERLAP_STEPS");
+  if (figure) {
+    int failed = overlap_figure(atoi(figure) > 0 ? atoi(figure) : 1);
+    mpt_comm_free(g_comm);
+    mpt_comm_finalize();
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  }
   SRunner *sr = srunner_create(gpt_ddp_suite());
   srunner_set_fork_status(sr, CK_NOFORK);
   srunner_run_all(sr, CK_NORMAL);

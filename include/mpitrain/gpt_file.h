@@ -13,9 +13,10 @@
  *   3 ln1b [L, C]       7 attprojb [L, C]    11 fcb [L, 4C]       15 lnfb [C]
  *
  * (Linear weights are [out, in], as PyTorch's nn.Linear.) The file is exactly
- * 1024 + 4 * mpt_gpt_layout(...).total bytes. A model assembly holds its parameters in one flat
- * buffer in this same order, so a read fills it in one pass and views index it with the
- * layout's offsets. Runs on the calling thread; no state. */
+ * 1024 + 4 * mpt_gpt_layout(...).total bytes. The functions here read and write a flat buffer
+ * in this order; the GPT model (transformer.h) registers its parameters layer by layer instead
+ * (so DDP's buckets fill during backward), and mpt_gpt_load / mpt_gpt_save copy tensor by tensor
+ * with the layout's offsets. Runs on the calling thread; no state. */
 #ifndef MPITRAIN_GPT_FILE_H
 #define MPITRAIN_GPT_FILE_H
 

@@ -113,16 +113,18 @@ MPT_API mpt_status mpt_gpt_config_preset(const char *name, mpt_gpt_config *confi
  * LayerNorm eps 1e-5. The input var holds int32 tokens [B, T] (mpt_tape_input of an I32
  * tensor on the model's device, valid until backward), 1 <= T <= max_seq_len, each in
  * [0, vocab_size); the loss is mpt_nn_cross_entropy_vocab(tape, logits, targets, vocab_size).
- * Parameters (12 L + 4), registered in the order of the llm.c model file, per tensor kind then
- * per layer: "wte" [Vp, C], "wpe" [T, C], "h0.ln1w" .. "h{L-1}.ln1w" [C], then all ln1b,
- * qkvw [3C, C], qkvb [3C], attprojw [C, C], attprojb [C], ln2w, ln2b [C], fcw [4C, C],
- * fcb [4C], fcprojw [C, 4C], fcprojb [C], then "lnfw", "lnfb" [C]. So the flat parameter
- * buffer (mpt_model_params) is exactly the file's parameter array: tensor k of the file starts
- * at mpt_gpt_layout_compute's offset[k]. Cost of this order under DDP: buckets follow reverse
- * registration order and launch in index order, but the order is by kind rather than by layer,
- * so the first bucket (lnfb, lnfw, every layer's fcprojb, ...) is complete only when layer 0's
- * backward reaches it: measured on gpt-mini (B 2, T 256, 1 MiB caps), the first bucket is ready
- * at 92 % of backward, against 4 % for a layer-major order, so little all-reduce can overlap.
+ * Parameters (12 L + 4), registered layer-major, as PyTorch's GPT modules register theirs:
+ * "wte" [Vp, C], "wpe" [T, C], then for each layer l: "h{l}.ln1w", "h{l}.ln1b" [C],
+ * "h{l}.qkvw" [3C, C], "h{l}.qkvb" [3C], "h{l}.attprojw" [C, C], "h{l}.attprojb" [C],
+ * "h{l}.ln2w", "h{l}.ln2b" [C], "h{l}.fcw" [4C, C], "h{l}.fcb" [4C], "h{l}.fcprojw" [C, 4C],
+ * "h{l}.fcprojb" [C]; then "lnfw", "lnfb" [C]. Index of the k-th tensor (0..11) of layer l:
+ * 2 + 12 l + k; lnfw 2 + 12 L, lnfb 3 + 12 L. Why: DDP's buckets are contiguous slices of the
+ * flat gradient buffer in reverse registration order, launched in index order, and backward
+ * finalises the last layer first, so each bucket is complete early and its all-reduce overlaps
+ * the rest of backward (the llm.c file's per-kind order would make the first bucket wait for
+ * layer 0: measured on gpt-mini, B 2, T 256, 1 MiB caps, ready at 92 % of backward against 4 %
+ * layer-major). So the flat buffer is NOT the file's parameter array: mpt_gpt_load and
+ * mpt_gpt_save map the two tensor by tensor.
  * Initialised by mpt_gpt_init_weights from `seed`. A zero padded_vocab_size is taken as
  * mpt_gpt_padded_vocab(vocab_size). Errors: MPT_EINVAL (NULL arguments; the config, as
  * mpt_gpt_layout_compute), MPT_ENOMEM; the forward: MPT_ESHAPE (input not int32 [B, T] with
@@ -135,23 +137,30 @@ MPT_API mpt_status mpt_model_init_gpt(mpt_model **model, mpt_device device,
  * attprojw, fcw, fcprojw (in that order, each in its flat order) drawn N(0, 0.02) from one
  * mpt_rng seeded with `seed` (Box-Muller on 53-bit uniforms), the two residual projections
  * attprojw and fcprojw with std 0.02 / sqrt(2 L). The same seed gives bit-identical models.
+ * The draws are taken in the model file's order (kind by kind: wte, wpe, then qkvw of layers
+ * 0..L-1, attprojw of each layer, ...), not in the registration order, so each named tensor
+ * gets the values it had when the registration followed the file's order.
  * Errors: MPT_EINVAL, MPT_ESHAPE (the model is not a finalised GPT of `config`). */
 MPT_API mpt_status mpt_gpt_init_weights(mpt_model *model, const mpt_gpt_config *config,
                                         uint64_t seed);
 
 /* Reads an llm.c model file (gpt_file.h) into a GPT model built for `config`: the file's
- * header must match the config (every field; mpt_gpt_file_read's `expect`), then its
- * parameters are read straight into the flat parameter buffer. Does not change the model's
- * generation (load before mpt_ddp_init, or on every rank). Errors: MPT_EINVAL; MPT_ESHAPE (the
- * model is not a finalised GPT of `config`, or the file's config differs: named); the errors
- * of mpt_gpt_file_read (MPT_ENOENT, MPT_EIO, MPT_EFORMAT). On error the parameters may have
- * been partly overwritten. */
+ * header must match the config (every field; mpt_gpt_file_read's `expect`), then the whole
+ * parameter array is read into a host staging buffer (4 N bytes) and copied into the model
+ * tensor by tensor (file tensor k, layer l -> parameter "h{l}.<name k>"; one host-to-device
+ * copy per tensor on a GPU). Does not change the model's generation (load before
+ * mpt_ddp_init, or on every rank). Errors: MPT_EINVAL; MPT_ENOMEM (staging); MPT_ESHAPE (the
+ * model is not a finalised GPT of `config`: its parameters' names and sizes are checked, or the
+ * file's config differs: named); the errors of mpt_gpt_file_read (MPT_ENOENT, MPT_EIO,
+ * MPT_EFORMAT). A file that fails to read leaves the parameters untouched; a failed device copy
+ * may leave them partly overwritten. */
 MPT_API mpt_status mpt_gpt_load(mpt_model *model, const mpt_gpt_config *config,
                                 const char *path);
 
 /* Writes the parameters of a GPT model built for `config` as an llm.c model file, atomically
- * (mpt_gpt_file_write: temporary file, fsync, rename). Errors: MPT_EINVAL, MPT_ESHAPE (not a
- * finalised GPT of `config`), MPT_EIO naming the step. */
+ * (mpt_gpt_file_write: temporary file, fsync, rename): gathered tensor by tensor into the
+ * file's order in a host staging buffer (4 N bytes). Errors: MPT_EINVAL, MPT_ENOMEM, MPT_ESHAPE
+ * (not a finalised GPT of `config`), MPT_EIO naming the step. */
 MPT_API mpt_status mpt_gpt_save(mpt_model *model, const mpt_gpt_config *config,
                                 const char *path);
 

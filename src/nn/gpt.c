@@ -1,12 +1,14 @@
 /* The GPT-2 language model of include/mpitrain/transformer.h, built from the transformer ops
  * through the public API only (as the models of models.c).
  *
- * Parameters are registered per tensor kind and per layer in the order of the llm.c model file
- * (gpt_file.h): wte, wpe, h0.ln1w .. h{L-1}.ln1w, h0.ln1b .. h{L-1}.ln1b, ..., h{L-1}.fcprojb,
- * lnfw, lnfb. Since the flat parameter buffer holds the parameters in registration order, it
- * IS the file's parameter array: a model file is read into / written from mpt_model_params in
- * one pass. Parameter index of kind k (2..13, per layer) and layer l: 2 + (k - 2) L + l; lnfw
- * is 2 + 12 L and lnfb 3 + 12 L. */
+ * Parameters are registered layer-major, as PyTorch's GPT modules register theirs: wte, wpe,
+ * then for each layer l its 12 tensors h{l}.ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w,
+ * ln2b, fcw, fcb, fcprojw, fcprojb, then lnfw, lnfb. Parameter index of kind k (2..13, per
+ * layer) and layer l: 2 + 12 l + (k - 2); lnfw is 2 + 12 L and lnfb 3 + 12 L. Backward
+ * finalises the gradients of the last layer first, so DDP's buckets (contiguous slices of the
+ * flat gradient buffer in reverse registration order, launched in index order) become ready one
+ * after the other during backward. The llm.c model file orders the tensors per kind, then per
+ * layer (gpt_file.h); load and save map tensor by tensor between the two, by kind and layer. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +30,28 @@ typedef struct gpt_ctx {
 static int gpt_index(const mpt_gpt_config *c, int kind, int layer) {
   if (kind < FIRST_LAYER_KIND) return kind;
   if (kind >= LNF_KIND) return FIRST_LAYER_KIND + PER_LAYER * c->num_layers + (kind - LNF_KIND);
-  return FIRST_LAYER_KIND + (kind - FIRST_LAYER_KIND) * c->num_layers + layer;
+  return FIRST_LAYER_KIND + PER_LAYER * layer + (kind - FIRST_LAYER_KIND);
+}
+
+static int gpt_per_layer(int kind) { return kind >= FIRST_LAYER_KIND && kind < LNF_KIND; }
+
+/* The parameter name of file tensor `kind` in `layer`: "h3.qkvw", or "wte". */
+static void gpt_param_name(int kind, int layer, char *name, size_t size) {
+  if (gpt_per_layer(kind))
+    snprintf(name, size, "h%d.%s", layer, mpt_gpt_tensor_name(kind));
+  else
+    snprintf(name, size, "%s", mpt_gpt_tensor_name(kind));
+}
+
+/* Elements of one parameter of file tensor `kind` (one layer's share of a per-layer one), and
+ * where that parameter lies in the file's parameter array. */
+static int64_t gpt_part_count(const mpt_gpt_config *c, const mpt_gpt_layout *lay, int kind) {
+  return gpt_per_layer(kind) ? lay->count[kind] / c->num_layers : lay->count[kind];
+}
+
+static int64_t gpt_file_offset(const mpt_gpt_config *c, const mpt_gpt_layout *lay, int kind,
+                               int layer) {
+  return lay->offset[kind] + (gpt_per_layer(kind) ? layer : 0) * gpt_part_count(c, lay, kind);
 }
 
 mpt_status mpt_gpt_config_preset(const char *name, mpt_gpt_config *config) {
@@ -94,29 +117,33 @@ static mpt_status gpt_forward(mpt_model *model, mpt_tape *tape, void *vctx, mpt_
   return mpt_nn_linear_nd(tape, x, p[0], NULL, output); /* the head, tied to wte */
 }
 
-/* Registers the 12 L + 4 parameters in the file's order. */
-static mpt_status gpt_register(mpt_model *m, const mpt_gpt_config *c, const mpt_gpt_layout *lay) {
-  for (int k = 0; k < MPT_GPT_NUM_TENSORS; k++) {
-    const char *kname = mpt_gpt_tensor_name(k);
-    int per_layer = k >= FIRST_LAYER_KIND && k < LNF_KIND;
-    /* LayerNorm weights (ln1w, ln2w, lnfw) start at 1, all else at 0 (weights drawn later) */
-    mpt_init_kind init = (k == 2 || k == 8 || k == 14) ? MPT_INIT_ONES : MPT_INIT_ZEROS;
-    int ndim = per_layer ? lay->ndim[k] - 1 : lay->ndim[k];
-    const int64_t *shape = per_layer ? lay->shape[k] + 1 : lay->shape[k];
-    for (int l = 0; l < (per_layer ? c->num_layers : 1); l++) {
-      char name[48];
-      int index = -1;
-      if (per_layer)
-        snprintf(name, sizeof name, "h%d.%s", l, kname);
-      else
-        snprintf(name, sizeof name, "%s", kname);
-      MPT_RETURN_IF(mpt_model_add_param(m, name, ndim, shape, init, 1, &index));
-      if (index != gpt_index(c, k, l))
-        return MPT_FAIL(MPT_ESTATE, "gpt: %s registered as parameter %d, expected %d", name,
-                        index, gpt_index(c, k, l));
-    }
-  }
+/* Registers parameter (kind, layer) with its shape and initial value. */
+static mpt_status gpt_register_one(mpt_model *m, const mpt_gpt_config *c,
+                                   const mpt_gpt_layout *lay, int k, int l) {
+  /* LayerNorm weights (ln1w, ln2w, lnfw) start at 1, all else at 0 (weights drawn later) */
+  mpt_init_kind init = (k == 2 || k == 8 || k == 14) ? MPT_INIT_ONES : MPT_INIT_ZEROS;
+  int per_layer = gpt_per_layer(k);
+  int ndim = per_layer ? lay->ndim[k] - 1 : lay->ndim[k];
+  const int64_t *shape = per_layer ? lay->shape[k] + 1 : lay->shape[k];
+  char name[48];
+  int index = -1;
+  gpt_param_name(k, l, name, sizeof name);
+  MPT_RETURN_IF(mpt_model_add_param(m, name, ndim, shape, init, 1, &index));
+  if (index != gpt_index(c, k, l))
+    return MPT_FAIL(MPT_ESTATE, "gpt: %s registered as parameter %d, expected %d", name, index,
+                    gpt_index(c, k, l));
   return MPT_OK;
+}
+
+/* Registers the 12 L + 4 parameters layer-major (the top of this file). */
+static mpt_status gpt_register(mpt_model *m, const mpt_gpt_config *c, const mpt_gpt_layout *lay) {
+  MPT_RETURN_IF(gpt_register_one(m, c, lay, 0, 0));
+  MPT_RETURN_IF(gpt_register_one(m, c, lay, 1, 0));
+  for (int l = 0; l < c->num_layers; l++)
+    for (int k = FIRST_LAYER_KIND; k < LNF_KIND; k++)
+      MPT_RETURN_IF(gpt_register_one(m, c, lay, k, l));
+  MPT_RETURN_IF(gpt_register_one(m, c, lay, LNF_KIND, 0));
+  return gpt_register_one(m, c, lay, LNF_KIND + 1, 0);
 }
 
 /* The model must have the layout of `config`: 12 L + 4 parameters of its shapes. */
@@ -130,13 +157,16 @@ static mpt_status gpt_model_check(mpt_model *model, const mpt_gpt_config *config
                     "GPT of this config (%d parameters, %lld floats)", what,
                     mpt_model_num_params(model), (long long)mpt_model_param_count(model),
                     PER_LAYER * c->num_layers + 4, (long long)lay->total);
-  for (int k = 0; k < MPT_GPT_NUM_TENSORS; k++) {
-    const mpt_param_info *pi = mpt_model_param_info(model, gpt_index(c, k, 0));
-    if (pi->offset != lay->offset[k])
-      return MPT_FAIL(MPT_ESHAPE, "%s: parameter %s at offset %lld, the file has %s at %lld",
-                      what, pi->name, (long long)pi->offset, mpt_gpt_tensor_name(k),
-                      (long long)lay->offset[k]);
-  }
+  for (int k = 0; k < MPT_GPT_NUM_TENSORS; k++)
+    for (int l = 0; l < (gpt_per_layer(k) ? c->num_layers : 1); l++) {
+      const mpt_param_info *pi = mpt_model_param_info(model, gpt_index(c, k, l));
+      char name[48];
+      gpt_param_name(k, l, name, sizeof name);
+      if (strcmp(pi->name, name) != 0 || pi->count != gpt_part_count(c, lay, k))
+        return MPT_FAIL(MPT_ESHAPE, "%s: parameter %d is %s of %lld floats, want %s of %lld",
+                        what, gpt_index(c, k, l), pi->name, (long long)pi->count, name,
+                        (long long)gpt_part_count(c, lay, k));
+    }
   return MPT_OK;
 }
 
@@ -167,6 +197,9 @@ static mpt_status sync_copy(mpt_device dst_dev, void *dst, mpt_device src_dev, c
   return st != MPT_OK ? st : sync;
 }
 
+/* The weights are drawn in the file's order (kind by kind, each kind layer by layer, each
+ * tensor in its flat order), whatever the registration order: the values of each named
+ * parameter for a seed do not depend on where it lies in the flat buffer. */
 mpt_status mpt_gpt_init_weights(mpt_model *model, const mpt_gpt_config *config, uint64_t seed) {
   mpt_status st = MPT_OK;
   mpt_gpt_config c;
@@ -180,7 +213,8 @@ mpt_status mpt_gpt_init_weights(mpt_model *model, const mpt_gpt_config *config, 
   static const int weights[] = {0, 1, 4, 6, 10, 12}; /* wte wpe qkvw attprojw fcw fcprojw */
   int64_t largest = 0;
   for (size_t i = 0; i < sizeof weights / sizeof weights[0]; i++)
-    if (lay.count[weights[i]] > largest) largest = lay.count[weights[i]];
+    if (gpt_part_count(&c, &lay, weights[i]) > largest)
+      largest = gpt_part_count(&c, &lay, weights[i]);
   if (!on_cpu) {
     host = malloc((size_t)largest * sizeof *host);
     if (!host) return MPT_FAIL(MPT_ENOMEM, "gpt init: %lld floats of staging", (long long)largest);
@@ -193,13 +227,15 @@ mpt_status mpt_gpt_init_weights(mpt_model *model, const mpt_gpt_config *config, 
   for (size_t i = 0; i < sizeof weights / sizeof weights[0]; i++) {
     int k = weights[i];
     double std = (k == 6 || k == 12) ? proj_std : GPT_INIT_STD;
-    float *dst = mpt_model_params(model) + lay.offset[k];
-    float *w = on_cpu ? dst : host;
-    for (int64_t j = 0; j < lay.count[k]; j++)
-      w[j] = (float)(std * normal_draw(&rng, &spare, &has_spare));
-    if (!on_cpu)
-      MPT_CHECK(sync_copy(dev, dst, mpt_device_cpu(), host, (size_t)lay.count[k] * sizeof *host),
-                done);
+    const int64_t n = gpt_part_count(&c, &lay, k);
+    for (int l = 0; l < (gpt_per_layer(k) ? c.num_layers : 1); l++) {
+      const mpt_param_info *pi = mpt_model_param_info(model, gpt_index(&c, k, l));
+      float *dst = mpt_model_params(model) + pi->offset;
+      float *w = on_cpu ? dst : host;
+      for (int64_t j = 0; j < n; j++) w[j] = (float)(std * normal_draw(&rng, &spare, &has_spare));
+      if (!on_cpu)
+        MPT_CHECK(sync_copy(dev, dst, mpt_device_cpu(), host, (size_t)n * sizeof *host), done);
+    }
   }
 done:
   free(host);
@@ -232,8 +268,39 @@ fail:
   return st;
 }
 
-/* Load and save go through a host array: the flat buffer itself on the CPU, else a staged
- * copy. */
+/* Copies every parameter between `file` (the file's parameter array, lay->total floats on the
+ * host) and the model's flat buffer, one copy per tensor, matched by kind and layer (the names
+ * gpt_model_check verified). to_model: file -> model, else model -> file. On a device the
+ * copies are enqueued on one stream, then synchronised. */
+static mpt_status gpt_transfer(mpt_model *model, const mpt_gpt_config *c,
+                               const mpt_gpt_layout *lay, float *file, int to_model) {
+  mpt_status st = MPT_OK;
+  mpt_device dev = mpt_model_device(model), cpu = mpt_device_cpu();
+  mpt_stream *stream = NULL;
+  if (dev.type != MPT_DEVICE_CPU) MPT_RETURN_IF(mpt_stream_init(&stream, dev, MPT_STREAM_INLINE));
+  for (int k = 0; k < MPT_GPT_NUM_TENSORS; k++)
+    for (int l = 0; l < (gpt_per_layer(k) ? c->num_layers : 1); l++) {
+      const mpt_param_info *pi = mpt_model_param_info(model, gpt_index(c, k, l));
+      float *f = file + gpt_file_offset(c, lay, k, l), *p = mpt_model_params(model) + pi->offset;
+      const size_t nbytes = (size_t)pi->count * sizeof *f;
+      if (!stream)
+        memcpy(to_model ? p : f, to_model ? f : p, nbytes);
+      else if (to_model)
+        MPT_CHECK(mpt_op_memcpy(stream, dev, p, cpu, f, nbytes), done);
+      else
+        MPT_CHECK(mpt_op_memcpy(stream, cpu, f, dev, p, nbytes), done);
+    }
+done:
+  if (stream) {
+    mpt_status sync = mpt_stream_synchronize(stream, GPT_SYNC_TIMEOUT_MS);
+    if (st == MPT_OK) st = sync;
+    mpt_stream_free(stream);
+  }
+  return st;
+}
+
+/* Load and save stage the file's parameter array on the host (4 N bytes), then map it tensor
+ * by tensor (gpt_transfer). */
 mpt_status mpt_gpt_load(mpt_model *model, const mpt_gpt_config *config, const char *path) {
   mpt_status st = MPT_OK;
   mpt_gpt_config c, got;
@@ -241,18 +308,12 @@ mpt_status mpt_gpt_load(mpt_model *model, const mpt_gpt_config *config, const ch
   float *host = NULL;
   MPT_RETURN_IF(gpt_model_check(model, config, &c, &lay, "gpt load"));
   if (!path) return MPT_FAIL(MPT_EINVAL, "gpt load: NULL path");
-  mpt_device dev = mpt_model_device(model);
-  if (dev.type == MPT_DEVICE_CPU) {
-    host = mpt_model_params(model);
-  } else if (!(host = malloc((size_t)lay.total * sizeof *host))) {
+  if (!(host = malloc((size_t)lay.total * sizeof *host)))
     return MPT_FAIL(MPT_ENOMEM, "gpt load: %lld floats of staging", (long long)lay.total);
-  }
   MPT_CHECK(mpt_gpt_file_read(path, &c, &got, host, lay.total), done);
-  if (dev.type != MPT_DEVICE_CPU)
-    MPT_CHECK(sync_copy(dev, mpt_model_params(model), mpt_device_cpu(), host,
-                            (size_t)lay.total * sizeof *host), done);
+  MPT_CHECK(gpt_transfer(model, &c, &lay, host, 1), done);
 done:
-  if (dev.type != MPT_DEVICE_CPU) free(host);
+  free(host);
   return st;
 }
 
@@ -263,17 +324,11 @@ mpt_status mpt_gpt_save(mpt_model *model, const mpt_gpt_config *config, const ch
   float *host = NULL;
   MPT_RETURN_IF(gpt_model_check(model, config, &c, &lay, "gpt save"));
   if (!path) return MPT_FAIL(MPT_EINVAL, "gpt save: NULL path");
-  mpt_device dev = mpt_model_device(model);
-  if (dev.type == MPT_DEVICE_CPU) {
-    host = mpt_model_params(model);
-  } else {
-    if (!(host = malloc((size_t)lay.total * sizeof *host)))
-      return MPT_FAIL(MPT_ENOMEM, "gpt save: %lld floats of staging", (long long)lay.total);
-    MPT_CHECK(sync_copy(mpt_device_cpu(), host, dev, mpt_model_params(model),
-                            (size_t)lay.total * sizeof *host), done);
-  }
+  if (!(host = malloc((size_t)lay.total * sizeof *host)))
+    return MPT_FAIL(MPT_ENOMEM, "gpt save: %lld floats of staging", (long long)lay.total);
+  MPT_CHECK(gpt_transfer(model, &c, &lay, host, 0), done);
   MPT_CHECK(mpt_gpt_file_write(path, &c, host), done);
 done:
-  if (dev.type != MPT_DEVICE_CPU) free(host);
+  free(host);
   return st;
 }
