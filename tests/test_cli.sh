@@ -41,7 +41,7 @@ check 1 "no/such/dir" train --data /no/such/dir --epochs 1
 check 1 "is not a regular file" train --synthetic --train-limit 64 --test-limit 16 --epochs 1 --save-params /dev/null
 [ -c /dev/null ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: /dev/null was replaced"; }
 check 2 "conv-algo: unknown algorithm 'fft'" train --conv-algo fft
-check 2 "no command given (expected: train)"
+check 2 "no command given (expected: train, tokenize or generate)"
 check 2 "devices: .*cpu:0 is named twice" train --mode dp --devices cpu:0,cpu:0
 check 2 "devices: .*unknown device 'gpu:1'" train --mode dp --devices gpu:1
 # A model that cannot fit (1.1e12 parameters) is refused before allocating, not OOM-killed.

@@ -105,6 +105,7 @@ static const struct option long_options[] = {
 
 const char *mpt_cli_usage(void) {
   return "usage: mpitrain train [options]      (run under mpirun -np N for DDP)\n"
+         "       mpitrain tokenize --help, mpitrain generate --help\n"
          "\n"
          "model and data:\n"
          "  --model mlp|cnn|gpt|gpt-mini|gpt2   model (default mlp: 784-512-512-10); gpt-mini\n"
@@ -342,13 +343,13 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
   o->argc = argc;
   o->argv = argv;
   if (argc < 2) { /* a bare `mpitrain` prints the usage rather than start a 10-epoch run */
-    fail(msg, n, "no command given (expected: train)");
+    fail(msg, n, "no command given (expected: train, tokenize or generate)");
     return MPT_CLI_EXIT_USAGE;
   }
   int first = 1;
   if (argv[1][0] != '-') {
     if (strcmp(argv[1], "train") != 0) {
-      fail(msg, n, "unknown command '%s' (expected: train)", argv[1]);
+      fail(msg, n, "unknown command '%s' (expected: train, tokenize or generate)", argv[1]);
       return MPT_CLI_EXIT_USAGE;
     }
     first = 2;
