@@ -20,7 +20,9 @@
 #                dry run): test_cuda_ops (ops against the CPU, convolutions through cuDNN against
 #                im2col), test_cuda_stream (streams, events, the allocator), test_comm_cuda
 #                (NCCL world of 1, DDP on CUDA), test_dp_cuda (DataParallel on CUDA against one
-#                CPU process), test_comm_cuda_np2.sh (2 ranks on the GPU, staged MPI backend);
+#                CPU process), test_comm_cuda_np2.sh (2 ranks on the GPU, staged MPI backend),
+#                test_cuda_gpt_ops and test_cuda_gpt (the transformer ops and a tiny GPT on the
+#                GPU against the CPU);
 #   build        the trainer and the all-reduce benchmark;
 #   train        `cnn` on the GPU (mpirun -np 1, --device cuda), GPU_CHECK_EPOCH_STEPS steps
 #                (default 300) of batch 64; samples/s;
@@ -353,8 +355,9 @@ setup_cuda() {
 # against one process (1 and 2 ranks), DataParallel on CUDA. They must PASS on a GPU; in a dry
 # run without one they SKIP (exit 77), visibly.
 CUDA_TESTS="tests/test_cuda_ops tests/test_cuda_stream tests/test_comm_cuda tests/test_dp_cuda
-tests/test_comm_cuda_np2.sh"
-CUDA_TEST_PROGRAMS="tests/test_cuda_ops tests/test_cuda_stream tests/test_comm_cuda tests/test_dp_cuda"
+tests/test_comm_cuda_np2.sh tests/test_cuda_gpt_ops tests/test_cuda_gpt"
+CUDA_TEST_PROGRAMS="tests/test_cuda_ops tests/test_cuda_stream tests/test_comm_cuda tests/test_dp_cuda
+tests/test_cuda_gpt_ops tests/test_cuda_gpt"
 
 run_tests() {
   local t rc=0 res
