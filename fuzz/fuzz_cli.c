@@ -36,8 +36,18 @@ static void check_finite(double v, double lo, double hi, const char *what) {
 static void check_run(const mpt_cli_options *o) {
   check_str(o->command, sizeof o->command, "command", 0);
   if (strcmp(o->command, "train") != 0) fuzz_fail("command '%s'", o->command);
-  if (strcmp(o->model, "mlp") != 0 && strcmp(o->model, "cnn") != 0)
+  if (strcmp(o->model, "mlp") != 0 && strcmp(o->model, "cnn") != 0 && !mpt_cli_is_gpt(o))
     fuzz_fail("model '%.16s'", o->model);
+  if (mpt_cli_is_gpt(o)) { /* a GPT's sizes, as the parser promises to check them */
+    const mpt_gpt_config *g = &o->gpt;
+    if (g->num_layers < 1 || g->num_heads < 1 || g->channels < 1 ||
+        g->channels % g->num_heads != 0 || g->max_seq_len < 1 || g->vocab_size < 1 ||
+        g->padded_vocab_size < g->vocab_size || o->shards[0] == '\0')
+      fuzz_fail("gpt config out of range: L %d H %d C %d T %d V %d Vp %d shards '%.32s'",
+                g->num_layers, g->num_heads, g->channels, g->max_seq_len, g->vocab_size,
+                g->padded_vocab_size, o->shards);
+    check_finite(o->grad_clip, 0, 1e30, "grad clip");
+  }
   if (o->epochs < 1 || o->batch_size < 1 || o->accumulate < 1 || o->max_steps < 0 ||
       o->train_limit < 0 || o->test_limit < 0 || o->checkpoint_every < 0 || o->keep < 1 ||
       o->stop_at_step < 0 || o->threads < 0)
