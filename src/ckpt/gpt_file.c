@@ -92,50 +92,21 @@ static void swap_floats_if_big_endian(float *x, int64_t n) {
 #endif
 }
 
-static mpt_status pread_full(int fd, const char *path, void *buf, int64_t nbytes,
-                             int64_t offset) {
-  uint8_t *b = buf;
-  int64_t got = 0;
-  while (got < nbytes) {
-    ssize_t n = pread(fd, b + got, (size_t)(nbytes - got), (off_t)(offset + got));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0)
-      return MPT_FAIL(MPT_EIO, "model file '%s': read at byte offset %lld failed: %s", path,
-                      (long long)(offset + got), strerror(errno));
-    if (n == 0)
-      return MPT_FAIL(MPT_EIO, "model file '%s': the file ended at byte offset %lld, expected "
-                      "%lld more bytes (did it shrink while being read?)", path,
-                      (long long)(offset + got), (long long)(nbytes - got));
-    got += n;
-  }
-  return MPT_OK;
-}
-
 /* Opens `path`, checks the header and the size; on success *fd is open and *lay filled. */
 static mpt_status open_checked(const char *path, int *fd_out, mpt_gpt_config *c,
                                mpt_gpt_layout *lay) {
   *fd_out = -1;
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
-    int e = errno;
-    if (e == ENOENT || e == ENOTDIR)
-      return MPT_FAIL(MPT_ENOENT, "model file '%s' does not exist", path);
-    return MPT_FAIL(MPT_EIO, "cannot open model file '%s': %s", path, strerror(e));
-  }
+  int fd;
+  int64_t size;
+  MPT_RETURN_IF(mpt__file_open_regular(path, "model file", &fd, &size));
   mpt_status st = MPT_OK;
-  struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    st = MPT_FAIL(MPT_EIO, "model file '%s' is not a regular file", path);
-    goto fail;
-  }
-  int64_t size = (int64_t)sb.st_size;
   if (size < MPT_GPT_FILE_HEADER_NBYTES) {
     st = MPT_FAIL(MPT_EFORMAT, "model file '%s' is %lld bytes, shorter than its %d-byte header",
                   path, (long long)size, MPT_GPT_FILE_HEADER_NBYTES);
     goto fail;
   }
   uint8_t h[MPT_GPT_FILE_HEADER_NBYTES];
-  MPT_CHECK(pread_full(fd, path, h, sizeof h, 0), fail);
+  MPT_CHECK(mpt__file_pread(fd, "model file", path, h, sizeof h, 0), fail);
   int32_t magic = le32(h), version = le32(h + 4);
   if (magic != MPT_GPT_FILE_MAGIC) {
     st = MPT_FAIL(MPT_EFORMAT, "model file '%s' has magic %d, expected %d%s", path, (int)magic,
@@ -225,7 +196,7 @@ mpt_status mpt_gpt_file_read(const char *path, const mpt_gpt_config *expect,
   }
   for (int64_t i = 0; i < lay.total; i += GPT_CHUNK_FLOATS) {
     int64_t m = lay.total - i < GPT_CHUNK_FLOATS ? lay.total - i : GPT_CHUNK_FLOATS;
-    MPT_CHECK(pread_full(fd, path, params + i, 4 * m, MPT_GPT_FILE_HEADER_NBYTES + 4 * i), out);
+    MPT_CHECK(mpt__file_pread(fd, "model file", path, params + i, 4 * m, MPT_GPT_FILE_HEADER_NBYTES + 4 * i), out);
     swap_floats_if_big_endian(params + i, m);
   }
   if (config) *config = c;

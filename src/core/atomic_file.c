@@ -1,9 +1,11 @@
-/* Atomic file replacement (src/core/atomic_file.h): temporary file + fsync + rename + fsync of
- * the directory, as the checkpoint writer does (src/ckpt/write.c). Calling thread only. */
+/* Whole files (src/core/atomic_file.h): atomic replacement, temporary file + fsync + rename +
+ * fsync of the directory, as the checkpoint writer does (src/ckpt/write.c); and the readers'
+ * checked open and exact pread. Calling thread only. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/atomic_file.h"
@@ -92,4 +94,45 @@ void mpt__afile_abort(mpt__afile *af) {
   if (af->tmp) unlink(af->tmp);
   free(af->tmp);
   af->tmp = NULL;
+}
+
+mpt_status mpt__file_open_regular(const char *path, const char *what, int *fd_out,
+                                  int64_t *nbytes) {
+  *fd_out = -1;
+  *nbytes = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    int e = errno;
+    if (e == ENOENT || e == ENOTDIR)
+      return MPT_FAIL(MPT_ENOENT, "%s '%s' does not exist", what, path);
+    return MPT_FAIL(MPT_EIO, "cannot open %s '%s': %s", what, path, strerror(e));
+  }
+  struct stat sb;
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    close(fd);
+    return MPT_FAIL(MPT_EIO, "%s '%s' is not a regular file", what, path);
+  }
+  *fd_out = fd;
+  *nbytes = (int64_t)sb.st_size;
+  return MPT_OK;
+}
+
+mpt_status mpt__file_pread(int fd, const char *what, const char *path, void *buf, int64_t nbytes,
+                           int64_t offset) {
+  unsigned char *b = buf;
+  int64_t got = 0;
+  while (got < nbytes) {
+    ssize_t n = pread(fd, b + got, (size_t)(nbytes - got), (off_t)(offset + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0)
+      return MPT_FAIL(MPT_EIO, "%s '%s': read of %lld bytes at byte offset %lld failed: %s", what,
+                      path, (long long)(nbytes - got), (long long)(offset + got),
+                      strerror(errno));
+    if (n == 0)
+      return MPT_FAIL(MPT_EIO, "%s '%s': the file ended at byte offset %lld, expected %lld more "
+                      "bytes (did it shrink while being read?)", what, path,
+                      (long long)(offset + got), (long long)(nbytes - got));
+    got += n;
+  }
+  return MPT_OK;
 }

@@ -1,4 +1,5 @@
-/* Atomic file replacement for the writers of whole files (token shards, llm.c model files):
+/* Whole files in the llm.c formats: atomic replacement for the writers, and the checked open
+ * and exact pread the readers share. Atomic replacement (token shards, llm.c model files):
  * the bytes go to "<path>.tmp.<pid>", which is flushed, fsynced and closed, then renamed over
  * `path`, and the directory is fsynced; so `path` always holds either its old content or the
  * complete new one, never a partial file. Internal (mpt__), used from the calling thread only.
@@ -35,5 +36,15 @@ mpt_status mpt__afile_write(mpt__afile *af, const void *p, size_t n);
 mpt_status mpt__afile_commit(mpt__afile *af);
 /* Closes and removes the temporary file if it is still there; frees what open allocated. */
 void mpt__afile_abort(mpt__afile *af);
+
+/* The readers' side (token shards, llm.c model files): opens `path` for reading (O_NONBLOCK, so
+ * a FIFO cannot block the open) and checks it is a regular file; *fd (-1 on error) and *nbytes
+ * receive the descriptor and the size. Errors: MPT_ENOENT "<what> '<path>' does not exist";
+ * MPT_EIO (cannot open, not a regular file). */
+mpt_status mpt__file_open_regular(const char *path, const char *what, int *fd, int64_t *nbytes);
+/* Reads exactly nbytes at `offset` (64-bit; retried on EINTR and short reads). Errors: MPT_EIO
+ * naming <what>, the path and the offset (a failed read, or the file ended early). */
+mpt_status mpt__file_pread(int fd, const char *what, const char *path, void *buf, int64_t nbytes,
+                           int64_t offset);
 
 #endif

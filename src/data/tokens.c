@@ -33,22 +33,7 @@ static void put_le32(uint8_t *p, int32_t v) {
 }
 
 mpt_status mpt__shard_pread(int fd, const char *path, void *buf, int64_t nbytes, int64_t offset) {
-  uint8_t *b = buf;
-  int64_t got = 0;
-  while (got < nbytes) {
-    ssize_t n = pread(fd, b + got, (size_t)(nbytes - got), (off_t)(offset + got));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0)
-      return MPT_FAIL(MPT_EIO, "token shard '%s': read of %lld bytes at byte offset %lld "
-                      "failed: %s", path, (long long)(nbytes - got), (long long)(offset + got),
-                      strerror(errno));
-    if (n == 0)
-      return MPT_FAIL(MPT_EIO, "token shard '%s': the file ended at byte offset %lld, expected "
-                      "%lld more bytes (did it shrink while being read?)", path,
-                      (long long)(offset + got), (long long)(nbytes - got));
-    got += n;
-  }
-  return MPT_OK;
+  return mpt__file_pread(fd, "token shard", path, buf, nbytes, offset);
 }
 
 mpt_status mpt__shard_check_tokens(const char *path, const uint8_t *bytes, int64_t count,
@@ -71,21 +56,10 @@ mpt_status mpt__shard_check_tokens(const char *path, const uint8_t *bytes, int64
 mpt_status mpt__shard_open(const char *path, int *fd_out, int64_t *count) {
   *fd_out = -1;
   *count = 0;
-  /* O_NONBLOCK so a FIFO cannot block the open (it is refused below); reads use pread. */
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
-    int e = errno;
-    if (e == ENOENT || e == ENOTDIR)
-      return MPT_FAIL(MPT_ENOENT, "token shard '%s' does not exist", path);
-    return MPT_FAIL(MPT_EIO, "cannot open token shard '%s': %s", path, strerror(e));
-  }
+  int fd;
+  int64_t size;
+  MPT_RETURN_IF(mpt__file_open_regular(path, "token shard", &fd, &size));
   mpt_status st = MPT_OK;
-  struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    st = MPT_FAIL(MPT_EIO, "token shard '%s' is not a regular file", path);
-    goto fail;
-  }
-  int64_t size = (int64_t)sb.st_size;
   if (size < MPT_SHARD_HEADER_NBYTES) {
     st = MPT_FAIL(MPT_EFORMAT, "token shard '%s' is %lld bytes, shorter than its %d-byte "
                   "header (truncated, or not a shard)", path, (long long)size,
