@@ -293,7 +293,10 @@ check "resume: first job preempted, exit code 75:0" [ "$(job_field "$j_r1" ExitC
 check "resume: first job started a new run" has "$d1/train.log" "--resume auto: no checkpoint in $ck: starting a new run"
 check "resume: first job wrote checkpoints" has "$d1/train.log" "checkpoint $ck/ckpt-step"
 check "resume: first job's job.txt says preempted" has "$d1/job.txt" "^preempted"
-j_r2=$(MPT_TRAIN_ARGS=$rargs sb train_single_node.sbatch)
+# A longer limit for the job that must finish: with --time=3 the script's --signal=TERM@120 falls
+# at 60 s, and Slurm may send it up to a minute earlier than asked (its event resolution), so
+# a slow machine could preempt the resubmitted job too.
+j_r2=$(MPT_TRAIN_ARGS=$rargs sb train_single_node.sbatch --time=10)
 check "resume: resubmitted job ended in time" wait_jobs 120 "$j_r2"
 d2=$work/mpitrain-runs/$j_r2
 check "resume: resubmitted job exit code 0:0" [ "$(job_field "$j_r2" ExitCode)" = 0:0 ]
