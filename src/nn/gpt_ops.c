@@ -181,12 +181,12 @@ static mpt_status linnd_backward(mpt_tape *tape, mpt_node *node) {
   mpt_var *x = mpt_node_input(node, 0), *w = mpt_node_input(node, 1);
   mpt_var *b = mpt_node_num_inputs(node) > 2 ? mpt_node_input(node, 2) : NULL;
   const float *dy = mpt_node_grad_output(node);
-  float *dx = NULL, *dw = NULL, *db = NULL;
-  MPT_RETURN_IF(mpt_var_grad_acc(tape, x, &dx));
+  float *dx = NULL, *dw = NULL, *db = NULL, beta_x = 1.0f;
+  MPT_RETURN_IF(mpt_var_grad_beta(tape, x, &dx, &beta_x));
   MPT_RETURN_IF(mpt_var_grad_acc(tape, w, &dw));
   if (b) MPT_RETURN_IF(mpt_var_grad_acc(tape, b, &db));
-  /* dx [rows, in] += dy [rows, out] W [out, in] */
-  if (dx) MPT_RETURN_IF(mpt_op_gemm(s, 0, 0, k->rows, k->in, k->out, 1.0f, dy, k->out, VAL(w), k->in, 1.0f,
+  /* dx [rows, in] = beta_x dx + dy [rows, out] W [out, in] (beta_x 0: dx is new) */
+  if (dx) MPT_RETURN_IF(mpt_op_gemm(s, 0, 0, k->rows, k->in, k->out, 1.0f, dy, k->out, VAL(w), k->in, beta_x,
                                     dx, k->in));
   /* dW [out, in] += dy^T [out, rows] x [rows, in] */
   if (dw) MPT_RETURN_IF(mpt_op_gemm(s, 1, 0, k->out, k->in, k->rows, 1.0f, dy, k->out, VAL(x), k->in,
