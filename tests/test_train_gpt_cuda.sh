@@ -13,16 +13,19 @@
 #   gradients on one side would differ by up to 0.2 per step, tokens or targets not uploaded
 #   change the losses at once.
 # - AdamW (the GPT default, lr 1e-3): 5 steps; losses and norms as above; the parameters, all
-#   but the key biases, within 1e-3 of their change in relative L2 norm (||gpu - cpu|| /
+#   but the key biases, within 1e-2 of their change in relative L2 norm (||gpu - cpu|| /
 #   ||cpu - start||), not element by element: AdamW divides each gradient by its own RMS, so an
-#   element whose gradient is at rounding level may move by up to lr either way on either side.
-#   Measured on the CPU: summation-order noise (B 8 against 2 x B 4) gives 4e-6; training
-#   without clipping on one side gives 2.7e-2. The key biases' gradients are exactly zero in
-#   exact arithmetic (tests/gpt_torch.py): they are only checked to be at most 2 lr per step
-#   apart.
+#   element whose gradient is small moves by about lr whatever its rounding, and the relative
+#   error of that gradient becomes the relative error of the step. Measured on the CPU:
+#   summation-order noise (B 8 against 2 x B 4, the same kernels) gives 4e-6; training without
+#   clipping on one side gives 2.7e-2 (a weak check of clipping: the SGD case above is the
+#   strong one). Why not tighter: with every kernel different (GPU against CPU) elements of
+#   tiny gradient may each step up to ~0.1 lr apart, and the whole change is only ~0.75 in L2.
+#   The key biases' gradients are exactly zero in exact arithmetic (tests/gpt_torch.py): they
+#   are only checked to be at most 2 lr per step apart.
 # - --accumulate 2 with B 4 on the GPU against B 8 on the GPU (the gradients accumulated on the
 #   device, the loss scaled by 1/2), 6 AdamW steps: the same printed losses and norms, the
-#   parameters as for AdamW above.
+#   parameters within 1e-3 in relative L2 (the same kernels on both sides: 4e-6 on the CPU).
 # - Checkpoints from the GPU (parameters and AdamW state copied to the host): 6 steps with
 #   --accumulate 2 straight against 3, stop, --resume auto: the same bytes (every kernel is
 #   deterministic: no atomics; cuBLAS gives the same bits on the same GPU).
@@ -103,7 +106,7 @@ for opt in sgd adamw; do
   if [ $opt = sgd ]; then
     le "$(field "$r" 2)" 1e-4 && le "$(field "$r" 4)" 1e-4
   else
-    le "$(field "$r" 3)" 1e-3 && le "$(field "$r" 4)" 1e-2
+    le "$(field "$r" 3)" 1e-2 && le "$(field "$r" 4)" 1e-2
   fi
   close=$?
   # shellcheck disable=SC2154 # rc_cpu, rc_cuda set by eval
