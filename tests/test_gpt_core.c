@@ -265,6 +265,32 @@ START_TEST(test_layernorm_and_backward_match_double_precision) {
 }
 END_TEST
 
+START_TEST(test_backward_beta_0_writes_what_beta_1_adds_to_zeros) {
+  /* GELU and the vocabulary cross-entropy: beta 0 into a NaN-filled buffer gives the bits
+   * beta 1 gives into a zero-filled one (so nothing was read), padded columns 0 */
+  enum { N = 1000, R = 3, VP = 384, V = 300 };
+  static float x[N], dy[N], a[N], b[N], l[R * VP], da[R * VP], db[R * VP], lse[R];
+  const int32_t tg[R] = {1, 299, 0};
+  fill_uniform(x, N, 4.0f, 41);
+  fill_uniform(dy, N, 1.0f, 42);
+  fill_uniform(l, R * VP, 3.0f, 43);
+  for (int i = 0; i < N; i++) a[i] = NAN, b[i] = 0.0f;
+  OK(mpt_op_gelu_backward_beta(NULL, a, dy, x, N, 0.0f));
+  OK(mpt_op_gelu_backward_beta(NULL, b, dy, x, N, 1.0f));
+  ck_assert(memcmp(a, b, sizeof a) == 0);
+  float loss = 0.0f, dloss = 1.5f;
+  OK(mpt_op_xent_vocab(NULL, l, tg, R, VP, V, lse, &loss));
+  for (int i = 0; i < R * VP; i++) da[i] = NAN, db[i] = 0.0f;
+  OK(mpt_op_xent_vocab_backward_beta(NULL, l, tg, R, VP, V, lse, &dloss, da, 0.0f));
+  OK(mpt_op_xent_vocab_backward_beta(NULL, l, tg, R, VP, V, lse, &dloss, db, 1.0f));
+  ck_assert(memcmp(da, db, sizeof da) == 0);
+  ck_assert(da[VP - 1] == 0.0f && da[2 * VP + V] == 0.0f);
+  ck_assert_int_eq(mpt_op_gelu_backward_beta(NULL, a, dy, x, N, 0.5f), MPT_EINVAL);
+  ck_assert_int_eq(mpt_op_xent_vocab_backward_beta(NULL, l, tg, R, VP, V, lse, &dloss, da, 2.0f),
+                   MPT_EINVAL);
+}
+END_TEST
+
 static Suite *gpt_core_suite(void) {
   Suite *s = suite_create("gpt_core");
   TCase *tc = tcase_create("gpt_core");
@@ -275,6 +301,7 @@ static Suite *gpt_core_suite(void) {
   tcase_add_test(tc, test_causal_softmax_and_backward_match_double_precision);
   tcase_add_test(tc, test_xent_vocab_and_backward_match_double_precision);
   tcase_add_test(tc, test_layernorm_and_backward_match_double_precision);
+  tcase_add_test(tc, test_backward_beta_0_writes_what_beta_1_adds_to_zeros);
   suite_add_tcase(s, tc);
   return s;
 }

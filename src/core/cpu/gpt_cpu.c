@@ -177,9 +177,18 @@ mpt_status mpt__cpu_gelu(mpt_stream *s, float *y, const float *x, int64_t count)
   return MPT_OK;
 }
 
+/* dx += dy gelu'(x), or dx = dy gelu'(x) when `write` (dx not read). */
 MPT_VEC_CLONES
 static void gelu_backward_kernel(float *restrict dx, const float *restrict dy,
-                                 const float *restrict x, int64_t count) {
+                                 const float *restrict x, int64_t count, int write) {
+  if (write) {
+    for (int64_t i = 0; i < count; i++) {
+      float om, du;
+      const float v = x[i], sg = gelu_sig(v, &om, &du);
+      dx[i] = dy[i] * (sg + 2.0f * v * sg * om * du);
+    }
+    return;
+  }
   for (int64_t i = 0; i < count; i++) {
     float om, du;
     const float v = x[i], sg = gelu_sig(v, &om, &du);
@@ -190,7 +199,14 @@ static void gelu_backward_kernel(float *restrict dx, const float *restrict dy,
 mpt_status mpt__cpu_gelu_backward(mpt_stream *s, float *dx, const float *dy, const float *x,
                                   int64_t count) {
   (void)s;
-  gelu_backward_kernel(dx, dy, x, count);
+  gelu_backward_kernel(dx, dy, x, count, 0);
+  return MPT_OK;
+}
+
+mpt_status mpt__cpu_gelu_backward_write(mpt_stream *s, float *dx, const float *dy,
+                                        const float *x, int64_t count) {
+  (void)s;
+  gelu_backward_kernel(dx, dy, x, count, 1);
   return MPT_OK;
 }
 
@@ -274,22 +290,42 @@ mpt_status mpt__cpu_xent_vocab(mpt_stream *s, const float *logits, const int32_t
   return MPT_OK;
 }
 
+/* dr[j] += g exp(lr[j] - lse) for j < v; when `write`, dr[j] = that and 0 for v <= j < vp. */
 MPT_VEC_CLONES
-static void xent_backward_row(const float *restrict lr, float *restrict dr, int64_t v, float g,
-                              float lse) {
+static void xent_backward_row(const float *restrict lr, float *restrict dr, int64_t v,
+                              int64_t vp, float g, float lse, int write) {
+  if (write) {
+    for (int64_t j = 0; j < v; j++) dr[j] = g * mpt__vexpf(lr[j] - lse);
+    for (int64_t j = v; j < vp; j++) dr[j] = 0.0f;
+    return;
+  }
   for (int64_t j = 0; j < v; j++) dr[j] += g * mpt__vexpf(lr[j] - lse);
+}
+
+static mpt_status xent_backward(const float *logits, const int32_t *targets, int64_t n,
+                                int64_t vp, int64_t v, const float *lse, const float *dloss,
+                                float *dlogits, int write) {
+  MPT_RETURN_IF(indices_check("xent_vocab_backward", "targets", targets, n, v));
+  const float g = *dloss / (float)n;
+  for (int64_t r = 0; r < n; r++) {
+    float *dr = dlogits + r * vp;
+    xent_backward_row(logits + r * vp, dr, v, vp, g, lse[r], write);
+    dr[targets[r]] -= g;
+  }
+  return MPT_OK;
 }
 
 mpt_status mpt__cpu_xent_vocab_backward(mpt_stream *s, const float *logits,
                                         const int32_t *targets, int64_t n, int64_t vp, int64_t v,
                                         const float *lse, const float *dloss, float *dlogits) {
   (void)s;
-  MPT_RETURN_IF(indices_check("xent_vocab_backward", "targets", targets, n, v));
-  const float g = *dloss / (float)n;
-  for (int64_t r = 0; r < n; r++) {
-    float *dr = dlogits + r * vp;
-    xent_backward_row(logits + r * vp, dr, v, g, lse[r]);
-    dr[targets[r]] -= g;
-  }
-  return MPT_OK;
+  return xent_backward(logits, targets, n, vp, v, lse, dloss, dlogits, 0);
+}
+
+mpt_status mpt__cpu_xent_vocab_backward_write(mpt_stream *s, const float *logits,
+                                              const int32_t *targets, int64_t n, int64_t vp,
+                                              int64_t v, const float *lse, const float *dloss,
+                                              float *dlogits) {
+  (void)s;
+  return xent_backward(logits, targets, n, vp, v, lse, dloss, dlogits, 1);
 }
