@@ -56,5 +56,47 @@ expect 1 "cannot read '$tmp/missing.txt'" "tokenize: a missing second file" -- \
 n=$(ls "$tmp/miss" 2>/dev/null | wc -l)
 [ "$n" -eq 0 ] && ok || bad "tokenize: a missing input left $n file(s) in the folder"
 
+# ---- model files ---------------------------------------------------------------------------
+# mkmodel OUT T V L H C Vp FILL [TENSOR INDEX VALUE]...: an llm.c model file, every parameter
+# FILL, then the given elements (TENSOR is 0..15 in llm.c's order) set; the header as given.
+mkmodel() {
+  python3 - "$@" <<'PY'
+import struct, sys
+a = sys.argv[1:]
+T, V, L, H, C, Vp = [int(x) for x in a[1:7]]
+counts = [Vp*C, T*C, L*C, L*C, L*3*C*C, L*3*C, L*C*C, L*C, L*C, L*C, L*4*C*C, L*4*C,
+          L*C*4*C, L*C, C, C]
+p = [float(a[7])] * sum(counts)
+for i in range(8, len(a), 3):
+    p[sum(counts[:int(a[i])]) + int(a[i + 1])] = float(a[i + 2])
+with open(a[0], "wb") as f:
+    f.write(struct.pack("<256i", 20240326, 3, T, V, L, H, C, Vp, *([0] * 248)))
+    f.write(struct.pack("<%df" % len(p), *p))
+PY
+}
+tiny="--model gpt --n-layer 1 --n-head 2 --n-embd 16 --seq-len 16 --vocab-size 256"
+shards="--shards $tmp/sh/train_000000.bin"
+# NaN / Inf weights (a model saved from a run that diverged): named with tensor and element
+# (qkvb starts at 4096 + 256 + 2 x 16 + 768 = 5152),
+# by generate (which sampled token 0 from NaN logits, printing NUL bytes, status 0) and by
+# --init-from (which failed at step 0 on a NaN loss without naming the file).
+mkmodel "$tmp/nan.bin" 16 256 1 2 16 256 0.01 5 3 nan
+mkmodel "$tmp/inf.bin" 16 256 1 2 16 256 0.01 0 17 -inf
+expect 1 "nan.bin': parameter 5155 (qkvb element 3) is nan" "generate: a NaN weight" -- \
+  "$prog" generate --model-file "$tmp/nan.bin" --tokens 3
+expect 1 "inf.bin': parameter 17 (wte element 17) is -inf" "generate: an infinite weight" -- \
+  "$prog" generate --model-file "$tmp/inf.bin" --tokens 3
+# shellcheck disable=SC2086
+expect 1 "nan.bin': parameter 5155 (qkvb element 3) is nan" "--init-from: a NaN weight" -- \
+  "$prog" train $tiny $shards --init-from "$tmp/nan.bin" --max-steps 1
+# Finite weights whose logits overflow (the final LayerNorm's bias and wte's channel 0 at 3e38):
+# generate stops naming the overflow instead of writing token 0 forever.
+args="$tmp/huge.bin 8 256 1 1 4 256 0 15 0 3e38"
+for t in $(seq 0 255); do args="$args 0 $((4 * t)) 3e38"; done
+# shellcheck disable=SC2086
+mkmodel $args
+expect 1 "the logit of token 0 is inf after 0 generated token(s)" "generate: logits overflow" -- \
+  "$prog" generate --model-file "$tmp/huge.bin" --tokens 3 --temperature 0
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

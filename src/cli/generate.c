@@ -207,6 +207,13 @@ int mpt_cli_generate(int argc, char **argv) {
       goto out;
     }
     const float *last = (const float *)mpt_var_value(logits)->data + (len - 1) * Vp;
+    for (int64_t j = 0; j < V; j++) /* else every draw silently falls back to token 0 */
+      if (!isfinite(last[j])) {
+        fprintf(stderr, "\nmpitrain generate: the logit of token %lld is %g after %lld generated "
+                "token(s): the model's arithmetic overflows float32 (weights too large?)\n",
+                (long long)j, (double)last[j], (long long)i);
+        goto out;
+      }
     int32_t next = sample(last, (int)V, temperature, (int)top_k, &rng, probs);
     ctx[n++] = next;
     if (bytes)
