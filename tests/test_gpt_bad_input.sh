@@ -98,5 +98,25 @@ mkmodel $args
 expect 1 "the logit of token 0 is inf after 0 generated token(s)" "generate: logits overflow" -- \
   "$prog" generate --model-file "$tmp/huge.bin" --tokens 3 --temperature 0
 
+# ---- train: options -----------------------------------------------------------------------
+# Options of the mlp/cnn trainer were silently ignored with a GPT (no metrics file, no trace,
+# no log file, a --hidden that changed nothing): now a usage error naming the option.
+for opt in "--metrics-json $tmp/m.json" "--trace $tmp/t.json" "--log-file $tmp/log" \
+           "--save-params $tmp/p.bin" "--hidden 10" "--batchnorm" "--conv-algo im2col" \
+           "--dropout 0.1" "--data $tmp" "--synthetic" "--train-limit 10" "--skip-nonfinite"; do
+  name=${opt%% *}
+  # shellcheck disable=SC2086
+  expect 2 "$name does not apply to --model gpt" "train $opt with a GPT" -- \
+    "$prog" train $tiny $shards --max-steps 1 $opt
+done
+[ ! -e "$tmp/m.json" ] && [ ! -e "$tmp/t.json" ] && ok || bad "a refused run wrote a file"
+# shellcheck disable=SC2086
+expect 2 "--mode dp is not wired into the GPT trainer" "train --mode dp with a GPT" -- \
+  "$prog" train $tiny $shards --mode dp --devices cpu:2 --max-steps 1
+# --val-every without validation shards validated nothing, silently.
+# shellcheck disable=SC2086
+expect 2 "--val-every needs --val-shards" "train --val-every without --val-shards" -- \
+  "$prog" train $tiny $shards --val-every 2 --max-steps 4
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
