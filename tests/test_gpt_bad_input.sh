@@ -118,5 +118,33 @@ expect 2 "--mode dp is not wired into the GPT trainer" "train --mode dp with a G
 expect 2 "--val-every needs --val-shards" "train --val-every without --val-shards" -- \
   "$prog" train $tiny $shards --val-every 2 --max-steps 4
 
+# ---- train: --resume with other options ----------------------------------------------------
+# A checkpoint after 3 steps of B 2; resuming it with another --accumulate, --batch-size or --lr
+# continued silently (the epoch position then counts other windows), and with --n-head 4 or
+# --vocab-size 200 (the same tensor shapes) loaded the parameters into another model. Now each
+# is refused naming the option and both values; the same options still resume.
+# shellcheck disable=SC2086
+"$prog" train $tiny $shards --batch-size 2 --max-steps 6 --checkpoint-dir "$tmp/ck" \
+  --stop-at-step 3 > "$tmp/ck.log" 2>&1 || bad "checkpointed run: $(tail -n 2 "$tmp/ck.log")"
+small="--model gpt --n-layer 1 --n-embd 16 --seq-len 16"
+for case in "--accumulate 2|--accumulate 1 in the checkpointed run, 2 now" \
+            "--batch-size 4|--batch-size 2 in the checkpointed run, 4 now" \
+            "--lr 0.1|--lr 0.001 in the checkpointed run, 0.1 now"; do
+  # shellcheck disable=SC2086
+  expect 1 "${case#*|}" "--resume with ${case%%|*}" -- "$prog" train $tiny $shards --batch-size 2 \
+    --max-steps 6 --resume "$tmp/ck" ${case%%|*}
+done
+# shellcheck disable=SC2086
+expect 1 "seq-len/vocab-size 1/2/16/16/256 in the checkpointed run, 1/4/16/16/256 now" \
+  "--resume with --n-head 4" -- "$prog" train $small --n-head 4 --vocab-size 256 $shards \
+  --batch-size 2 --max-steps 6 --resume "$tmp/ck"
+# shellcheck disable=SC2086
+expect 1 "1/2/16/16/256 in the checkpointed run, 1/2/16/16/200 now" \
+  "--resume with --vocab-size 200" -- "$prog" train $small --n-head 2 --vocab-size 200 $shards \
+  --batch-size 2 --max-steps 6 --resume "$tmp/ck"
+# shellcheck disable=SC2086
+expect 0 "resumed at step 3 (epoch 0, 3 steps into it)" "--resume with the same options" -- \
+  "$prog" train $tiny $shards --batch-size 2 --max-steps 6 --resume "$tmp/ck"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

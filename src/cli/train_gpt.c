@@ -241,6 +241,8 @@ static mpt_status setup(gpt_trainer *g) {
   if (g->rank == 0 && o->save_model[0])
     MPT_RETURN_IF(trainer_check_output_path("--save-model", o->save_model));
   if (g->rank == 0 && o->checkpoint_dir[0]) MPT_RETURN_IF(trainer_check_checkpoint_dir(o));
+  if (g->rank == 0 && (o->checkpoint_dir[0] || o->resume[0])) /* a resume with other options */
+    MPT_RETURN_IF(trainer_check_run_options(o));
   int threads = o->threads;
   if (threads == 0) threads = mpt_cpu_threads_per_rank(mpt_comm_local_size(g->comm), 1);
   MPT_RETURN_IF(mpt_cpu_set_threads(threads));
