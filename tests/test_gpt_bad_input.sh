@@ -146,5 +146,21 @@ expect 1 "1/2/16/16/256 in the checkpointed run, 1/2/16/16/200 now" \
 expect 0 "resumed at step 3 (epoch 0, 3 steps into it)" "--resume with the same options" -- \
   "$prog" train $tiny $shards --batch-size 2 --max-steps 6 --resume "$tmp/ck"
 
+# ---- train: memory --------------------------------------------------------------------------
+# Sizes past the host's memory: refused before any allocation with the bound and the host's
+# memory named, rather than failing at some allocation, or, where every allocation fits alone,
+# being killed by the kernel once they are touched. The limit is fixed with ulimit -v (2 GiB) so
+# the case is the same on any machine: 16 layers of C 1024 are N = 201,869,312 parameters;
+# parameters, gradients and AdamW's state 16 N bytes, the forward's B T = 512 tokens at least
+# 4 x 512 x (14 x 16 x 1024 + 256) bytes: 3.4 GiB. The tiny GPT still trains under the limit.
+# shellcheck disable=SC2086
+expect 1 "(201869312 parameters, B 8 x T 64) needs at least 3.4 GiB per rank .* this host has 2.0 GiB for 1 rank" \
+  "train: a GPT larger than the memory" -- sh -c "ulimit -v 2097152 && exec \"\$0\" \"\$@\"" \
+  "$prog" train --model gpt --n-layer 16 --n-head 4 --n-embd 1024 --seq-len 64 \
+  --vocab-size 256 $shards --max-steps 1
+# shellcheck disable=SC2086
+expect 0 "step      1/1" "train: the tiny GPT under ulimit -v 2 GiB" -- \
+  sh -c "ulimit -v 2097152 && exec \"\$0\" \"\$@\"" "$prog" train $tiny $shards --max-steps 1
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

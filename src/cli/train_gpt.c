@@ -264,6 +264,8 @@ static mpt_status setup(gpt_trainer *g) {
   lc.timeout_ms = o->timeout_s * 1e3;
   MPT_RETURN_IF(mpt_token_loader_init(&g->train_loader, g->train_data, &sc, &lc));
 
+  if (!g->stream) /* on the CPU: refused rather than killed for memory */
+    MPT_RETURN_IF(trainer_gpt_check_memory(o, &g->cfg, g->world, mpt_comm_local_size(g->comm)));
   MPT_RETURN_IF(mpt_model_init_gpt(&g->model, g->device, &g->cfg, o->seed));
   if (o->init_from[0]) MPT_RETURN_IF(mpt_gpt_load(g->model, &g->cfg, o->init_from));
 

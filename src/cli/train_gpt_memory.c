@@ -1,0 +1,54 @@
+/* The GPT trainer's memory check before anything is allocated (src/cli/train_gpt.c): a lower
+ * bound of what each rank's model, gradients, optimizer state and forward activations take,
+ * against the memory of the host (the smallest of the physical memory, a cgroup v2 limit and
+ * RLIMIT_AS) shared by the ranks on it. Sizes past the host otherwise end in the kernel's OOM
+ * killer (each allocation alone fits, touching them all does not) rather than in an error.
+ * The bound counts only what the current GPT must hold, so it never refuses a run that fits:
+ * N parameters and N gradients (fp32), AdamW's 2 N (SGD with momentum N) divided by the ranks
+ * (a sharded optimizer holds its part), and per token of the B T the forward keeps 14 C values
+ * per layer (the LayerNorm outputs, qkv, attention output, fc and GELU) and the Vp logits. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "cli/train_impl.h"
+#include "mpitrain.h"
+
+/* The host's memory limit in bytes for this process (0 unknown). */
+static double host_memory_nbytes(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  double limit = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+  FILE *f = fopen("/sys/fs/cgroup/memory.max", "r"); /* "max" or a byte count */
+  if (f) {
+    double v;
+    if (fscanf(f, "%lf", &v) == 1 && v > 0 && (limit == 0 || v < limit)) limit = v;
+    fclose(f);
+  }
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+      (limit == 0 || (double)rl.rlim_cur < limit))
+    limit = (double)rl.rlim_cur;
+  return limit;
+}
+
+mpt_status trainer_gpt_check_memory(const mpt_cli_options *o, const mpt_gpt_config *cfg,
+                                    int world, int local_ranks) {
+  mpt_gpt_layout lay;
+  MPT_RETURN_IF(mpt_gpt_layout_compute(cfg, &lay));
+  const double n = (double)lay.total, C = cfg->channels, L = cfg->num_layers;
+  const double tokens = (double)o->batch_size * cfg->max_seq_len;
+  const double Vp = cfg->padded_vocab_size ? cfg->padded_vocab_size
+                                           : (double)mpt_gpt_padded_vocab(cfg->vocab_size);
+  double state = o->optim.kind == MPT_OPTIM_ADAMW ? 2 * n : o->optim.momentum > 0 ? n : 0;
+  const double need = 4 * (2 * n + state / world + tokens * (14 * L * C + Vp));
+  const double have = host_memory_nbytes();
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  if (have <= 0 || need * local_ranks <= have) return MPT_OK;
+  return MPT_FAIL(MPT_ENOMEM, "--model %s (%.0f parameters, B %lld x T %d) needs at least %.1f "
+                  "GiB per rank (parameters, gradients, optimizer state and the forward's "
+                  "activations); this host has %.1f GiB for %d rank%s: give a smaller "
+                  "--batch-size or model, or fewer ranks per host", o->model, n,
+                  (long long)o->batch_size, cfg->max_seq_len, need / gib, have / gib,
+                  local_ranks, local_ranks == 1 ? "" : "s");
+}
