@@ -146,6 +146,24 @@ expect 1 "1/2/16/16/256 in the checkpointed run, 1/2/16/16/200 now" \
 expect 0 "resumed at step 3 (epoch 0, 3 steps into it)" "--resume with the same options" -- \
   "$prog" train $tiny $shards --batch-size 2 --max-steps 6 --resume "$tmp/ck"
 
+# ---- train: outputs --------------------------------------------------------------------------
+# --save-model into a folder that does not exist (or a file's path as folder) failed only when
+# the model was written, after the whole run: now refused before the first step. The same check
+# serves the mlp's --save-params.
+# shellcheck disable=SC2086
+expect 1 "--save-model '$tmp/nodir/m.bin': its folder '$tmp/nodir' cannot take the file (No such file or directory)" \
+  "train --save-model into a missing folder" -- \
+  "$prog" train $tiny $shards --max-steps 1 --save-model "$tmp/nodir/m.bin"
+# shellcheck disable=SC2086
+expect 1 "its folder '$tmp/text.txt' cannot take the file (not a directory)" \
+  "train --save-model under a file" -- \
+  "$prog" train $tiny $shards --max-steps 1 --save-model "$tmp/text.txt/m.bin"
+expect 1 "--save-params '$tmp/nodir/p.bin': its folder" "mlp --save-params into a missing folder" -- \
+  "$prog" train --synthetic --train-limit 64 --epochs 1 --save-params "$tmp/nodir/p.bin"
+# shellcheck disable=SC2086
+out=$("$prog" train $tiny $shards --max-steps 1 --save-model "$tmp/nodir/m.bin" 2>&1)
+printf '%s' "$out" | grep -q "step " && bad "--save-model into a missing folder: trained first" || ok
+
 # ---- train: memory --------------------------------------------------------------------------
 # Sizes past the host's memory: refused before any allocation with the bound and the host's
 # memory named, rather than failing at some allocation, or, where every allocation fits alone,
