@@ -146,6 +146,23 @@ expect 1 "1/2/16/16/256 in the checkpointed run, 1/2/16/16/200 now" \
 expect 0 "resumed at step 3 (epoch 0, 3 steps into it)" "--resume with the same options" -- \
   "$prog" train $tiny $shards --batch-size 2 --max-steps 6 --resume "$tmp/ck"
 
+# --init-from with --resume auto (a job that starts from a pretrained model and is resubmitted
+# after preemption) was refused on every submission: now the first run (no checkpoint) reads
+# the model file, and a resubmitted run resumes from the checkpoint without reading it (shown
+# with the NaN model: read, it fails naming it; not read, the run resumes).
+# shellcheck disable=SC2086
+expect 1 "nan.bin': parameter 5155 (qkvb element 3) is nan" "--init-from, --resume auto, new run" -- \
+  "$prog" train $tiny $shards --batch-size 2 --max-steps 6 --init-from "$tmp/nan.bin" \
+  --resume auto --checkpoint-dir "$tmp/ck_new"
+# shellcheck disable=SC2086
+expect 0 "resumed at step 3 (epoch 0, 3 steps into it)" "--init-from, --resume auto, checkpoint" -- \
+  "$prog" train $tiny $shards --batch-size 2 --max-steps 6 --init-from "$tmp/nan.bin" \
+  --resume auto --checkpoint-dir "$tmp/ck"
+# shellcheck disable=SC2086
+expect 1 "give one" "--init-from with an explicit --resume" -- \
+  "$prog" train $tiny $shards --batch-size 2 --max-steps 6 --init-from "$tmp/nan.bin" \
+  --resume "$tmp/ck"
+
 # ---- train: outputs --------------------------------------------------------------------------
 # --save-model into a folder that does not exist (or a file's path as folder) failed only when
 # the model was written, after the whole run: now refused before the first step. The same check

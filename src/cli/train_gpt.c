@@ -233,11 +233,14 @@ static mpt_status setup(gpt_trainer *g) {
   if (o->mode == MPT_MODE_DP)
     return MPT_FAIL(MPT_ENOTSUP, "--model %s: --mode dp is not wired into the GPT trainer "
                     "(use DDP: one rank per device)", o->model);
-  if (o->init_from[0] && o->resume[0])
+  if (o->init_from[0] && o->resume[0] && strcmp(o->resume, "auto") != 0)
     return MPT_FAIL(MPT_EINVAL, "--init-from and --resume: give one (a checkpoint already "
                     "holds the parameters)");
   MPT_RETURN_IF(resolve_resume_auto(g));
   o = g->o;
+  if (o->init_from[0] && o->resume[0]) /* --resume auto: a new run starts from --init-from */
+    mpt_log(MPT_LOG_INFO, "--resume auto found a checkpoint: --init-from %s is not read (it "
+            "starts a new run only)", o->init_from);
   if (g->rank == 0 && o->save_model[0])
     MPT_RETURN_IF(trainer_check_output_path("--save-model", o->save_model));
   if (g->rank == 0 && o->checkpoint_dir[0]) MPT_RETURN_IF(trainer_check_checkpoint_dir(o));
@@ -267,7 +270,8 @@ static mpt_status setup(gpt_trainer *g) {
   if (!g->stream) /* on the CPU: refused rather than killed for memory */
     MPT_RETURN_IF(trainer_gpt_check_memory(o, &g->cfg, g->world, mpt_comm_local_size(g->comm)));
   MPT_RETURN_IF(mpt_model_init_gpt(&g->model, g->device, &g->cfg, o->seed));
-  if (o->init_from[0]) MPT_RETURN_IF(mpt_gpt_load(g->model, &g->cfg, o->init_from));
+  if (o->init_from[0] && !o->resume[0])
+    MPT_RETURN_IF(mpt_gpt_load(g->model, &g->cfg, o->init_from));
 
   const int64_t count = mpt_model_param_count(g->model);
   MPT_RETURN_IF(mpt_optimizer_init(&g->opt, &o->optim, g->device, count));
