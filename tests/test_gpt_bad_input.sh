@@ -98,6 +98,14 @@ mkmodel $args
 expect 1 "the logit of token 0 is inf after 0 generated token(s)" "generate: logits overflow" -- \
   "$prog" generate --model-file "$tmp/huge.bin" --tokens 3 --temperature 0
 
+# generate's output to a full disk (/dev/full) was lost with status 0: now status 1, named.
+mkmodel "$tmp/ok.bin" 16 256 1 2 16 256 0.01
+if [ -w /dev/full ]; then
+  expect 1 "cannot write the output: No space left on device" "generate > /dev/full" -- \
+    sh -c 'exec "$0" generate --model-file "$1" --tokens 5000 > /dev/full' "$prog" "$tmp/ok.bin"
+fi
+expect 0 "" "generate from a finite model" -- "$prog" generate --model-file "$tmp/ok.bin" --tokens 5
+
 # ---- train: options -----------------------------------------------------------------------
 # Options of the mlp/cnn trainer were silently ignored with a GPT (no metrics file, no trace,
 # no log file, a --hidden that changed nothing): now a usage error naming the option.

@@ -220,9 +220,13 @@ int mpt_cli_generate(int argc, char **argv) {
       putchar(next);
     else
       printf("%d\n", next);
+    if (ferror(stdout)) break; /* reported below */
   }
   if (bytes) putchar('\n');
-  fflush(stdout);
+  if (fflush(stdout) != 0 || ferror(stdout)) { /* a full disk, a closed pipe: not a success */
+    fprintf(stderr, "mpitrain generate: cannot write the output: %s\n", strerror(errno));
+    goto out;
+  }
   rc = 0;
 out:
   free(probs);
