@@ -126,6 +126,21 @@ expect 2 "--mode dp is not wired into the GPT trainer" "train --mode dp with a G
 expect 2 "--val-every needs --val-shards" "train --val-every without --val-shards" -- \
   "$prog" train $tiny $shards --val-every 2 --max-steps 4
 
+# A --shards glob that also takes the validation shard (every .bin of tokenize's folder): the
+# validation loss measured text trained on, silently. Refused naming the file, also when the
+# validation path is another spelling (a symbolic link) of a training shard.
+# shellcheck disable=SC2086
+expect 1 "token shard '$tmp/sh/val_000000.bin' is both a training shard" \
+  "train: validation shards among the training shards" -- \
+  "$prog" train $tiny --shards "$tmp/sh/*.bin" --val-shards "$tmp/sh/val_*.bin" --max-steps 1
+ln -s "$tmp/sh/train_000000.bin" "$tmp/link.bin"
+# shellcheck disable=SC2086
+expect 1 "validation shard (--val-shards, as '$tmp/link.bin')" "train: validation = training, linked" -- \
+  "$prog" train $tiny $shards --val-shards "$tmp/link.bin" --max-steps 1
+# shellcheck disable=SC2086
+expect 0 "val loss" "train: disjoint validation shards" -- \
+  "$prog" train $tiny $shards --val-shards "$tmp/sh/val_*.bin" --max-steps 1
+
 # ---- train: --resume with other options ----------------------------------------------------
 # A checkpoint after 3 steps of B 2; resuming it with another --accumulate, --batch-size or --lr
 # continued silently (the epoch position then counts other windows), and with --n-head 4 or

@@ -12,4 +12,4 @@ mpitrain_SOURCES += src/cli/train_data.c src/cli/train_watchdog.c
 # issue 13: mpitrain tokenize (text to llm.c token shards)
 mpitrain_SOURCES += src/cli/tokenize.c src/cli/tokenize.h
 # issue 13: mpitrain train --model gpt|gpt-mini|gpt2
-mpitrain_SOURCES += src/cli/train_gpt.c src/cli/train_gpt_memory.c src/cli/generate.c src/cli/generate.h
+mpitrain_SOURCES += src/cli/train_gpt.c src/cli/train_gpt_checks.c src/cli/generate.c src/cli/generate.h

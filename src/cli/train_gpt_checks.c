@@ -1,4 +1,8 @@
-/* The GPT trainer's memory check before anything is allocated (src/cli/train_gpt.c): a lower
+/* Checks of the GPT trainer (src/cli/train_gpt.c) before it trains:
+ * - the training and validation shards are different files (a glob of all the .bin files of
+ *   tokenize's folder takes val_*.bin too, and the validation loss then measures memorised
+ *   text); files are compared by device and inode, so other spellings of a path count;
+ * - memory, before anything is allocated: a lower
  * bound of what each rank's model, gradients, optimizer state and forward activations take,
  * against the memory of the host (the smallest of the physical memory, a cgroup v2 limit and
  * RLIMIT_AS) shared by the ranks on it. Sizes past the host otherwise end in the kernel's OOM
@@ -10,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/train_impl.h"
@@ -51,4 +56,27 @@ mpt_status trainer_gpt_check_memory(const mpt_cli_options *o, const mpt_gpt_conf
                   "--batch-size or model, or fewer ranks per host", o->model, n,
                   (long long)o->batch_size, cfg->max_seq_len, need / gib, have / gib,
                   local_ranks, local_ranks == 1 ? "" : "s");
+}
+
+mpt_status trainer_gpt_check_disjoint(const mpt_token_data *train, const mpt_token_data *val) {
+  const int n = mpt_token_data_num_shards(train), m = mpt_token_data_num_shards(val);
+  struct stat *ids = malloc((size_t)n * sizeof *ids);
+  if (!ids) return MPT_FAIL(MPT_ENOMEM, "out of host memory for %d shards", n);
+  mpt_status st = MPT_OK;
+  for (int i = 0; i < n; i++)
+    if (stat(mpt_token_data_shard_path(train, i), &ids[i]) != 0) ids[i].st_ino = 0;
+  for (int j = 0; j < m && st == MPT_OK; j++) {
+    struct stat sb;
+    if (stat(mpt_token_data_shard_path(val, j), &sb) != 0) continue;
+    for (int i = 0; i < n; i++)
+      if (ids[i].st_ino == sb.st_ino && ids[i].st_dev == sb.st_dev) {
+        st = MPT_FAIL(MPT_EINVAL, "token shard '%s' is both a training shard (--shards) and a "
+                      "validation shard (--val-shards, as '%s'): the validation loss would measure "
+                      "text trained on; give --shards a glob without it (e.g. 'DIR/train_*.bin')",
+                      mpt_token_data_shard_path(train, i), mpt_token_data_shard_path(val, j));
+        break;
+      }
+  }
+  free(ids);
+  return st;
 }
