@@ -126,6 +126,12 @@ expect 2 "--mode dp is not wired into the GPT trainer" "train --mode dp with a G
 expect 2 "--val-every needs --val-shards" "train --val-every without --val-shards" -- \
   "$prog" train $tiny $shards --val-every 2 --max-steps 4
 
+# --max-steps beyond the data (17471 tokens are 136 windows of B 8 x T 16 + 1): the run ended
+# after one epoch without a word; now a warning names both figures (the run is legal).
+# shellcheck disable=SC2086
+expect 0 "warning: --max-steps 100000 is more than the 136 steps of an epoch" \
+  "train --max-steps beyond the data" -- "$prog" train $tiny $shards --max-steps 100000
+
 # A --shards glob that also takes the validation shard (every .bin of tokenize's folder): the
 # validation loss measured text trained on, silently. Refused naming the file, also when the
 # validation path is another spelling (a symbolic link) of a training shard.

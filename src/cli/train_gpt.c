@@ -315,6 +315,11 @@ static mpt_status setup(gpt_trainer *g) {
     return MPT_FAIL(MPT_EINVAL, "--accumulate %d: an epoch has only %lld window(s) of B T + 1 "
                     "tokens per rank", o->accumulate,
                     (long long)mpt_token_loader_num_steps(g->train_loader));
+  if (o->max_steps > per_epoch)
+    mpt_log(MPT_LOG_WARN, "--max-steps %lld is more than the %lld steps of an epoch (windows of "
+            "B T + 1 tokens per rank): the run ends after %lld epoch(s) of %lld steps (--epochs)",
+            (long long)o->max_steps, (long long)per_epoch, (long long)o->epochs,
+            (long long)per_epoch);
   if (o->max_steps > 0 && o->max_steps < per_epoch) per_epoch = o->max_steps;
   g->per_epoch = per_epoch;
   g->total_steps = per_epoch * o->epochs;
