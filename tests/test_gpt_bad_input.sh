@@ -4,7 +4,8 @@
 # a hostile file would give them. Each case expects an exit status (2 a usage error, 1 a failure,
 # 0 where the input is legal) and a message naming the problem; none may crash, hang, answer
 # silently wrong or leave a partial output behind. Uses a 1-layer GPT of 7664 parameters on a
-# 19 kB text, so the whole script runs in a few seconds. Needs python3 for the hand-made files
+# 19 kB text; about 60 runs of the program, most of the time in MPI start-up (40-50 s on two
+# loaded cores). Needs python3 for the hand-made files
 # (skipped without it). Prints "N passed, N failed".
 set -u
 prog=${MPITRAIN:-./mpitrain}
@@ -105,6 +106,82 @@ if [ -w /dev/full ]; then
     sh -c 'exec "$0" generate --model-file "$1" --tokens 5000 > /dev/full' "$prog" "$tmp/ok.bin"
 fi
 expect 0 "" "generate from a finite model" -- "$prog" generate --model-file "$tmp/ok.bin" --tokens 5
+
+# Hostile headers (status 1, the file and the field named): 0 layers, 0 heads, C not a
+# multiple of H, Vp < V, bytes after the parameters, a token shard given as a model.
+mkmodel "$tmp/l0.bin" 16 256 0 2 16 256 0.01
+mkmodel "$tmp/h0.bin" 16 256 1 0 16 256 0.01
+mkmodel "$tmp/h3.bin" 16 256 1 3 16 256 0.01
+mkmodel "$tmp/vp.bin" 16 256 1 2 16 128 0.01
+cp "$tmp/ok.bin" "$tmp/extra.bin" && printf 'abcd' >> "$tmp/extra.bin"
+for case in "l0.bin|layers 0 outside 1..4096" "h0.bin|heads 0 outside" \
+            "h3.bin|channels 16 not a multiple of heads 3" \
+            "vp.bin|padded vocabulary 128 outside 256" "extra.bin|bytes after the parameters" \
+            "sh/train_000000.bin|this is a token shard, not a model file"; do
+  expect 1 "${case#*|}" "generate: model file ${case%%|*}" -- \
+    "$prog" generate --model-file "$tmp/${case%%|*}" --tokens 2
+done
+# generate's arguments (status 2): the value and its range named
+for case in "--tokens 0|--tokens '0' must be an integer in \[1, 1000000\]" \
+            "--tokens 2000000|--tokens '2000000'" "--temperature nan|--temperature 'nan'" \
+            "--top-k -1|--top-k '-1'" "--seed -1|--seed '-1'"; do
+  # shellcheck disable=SC2086
+  expect 2 "${case#*|}" "generate ${case%%|*}" -- \
+    "$prog" generate --model-file "$tmp/ok.bin" ${case%%|*}
+done
+expect 2 "--prompt is empty" "generate --prompt ''" -- \
+  "$prog" generate --model-file "$tmp/ok.bin" --prompt ""
+# A vocabulary of more than bytes takes token ids as the prompt: text, or an id past V, is named.
+mkmodel "$tmp/v300.bin" 8 300 1 1 4 384 0.01
+expect 2 "'hello' is not a list of token ids in \[0, 300)" "generate: text for token ids" -- \
+  "$prog" generate --model-file "$tmp/v300.bin" --prompt hello
+expect 2 "'1 300' is not a list of token ids" "generate: an id past V" -- \
+  "$prog" generate --model-file "$tmp/v300.bin" --prompt "1 300"
+expect 0 "" "generate: ids" -- "$prog" generate --model-file "$tmp/v300.bin" --prompt "1, 299" --tokens 2
+
+# ---- token shards ---------------------------------------------------------------------------
+# (A glob matching nothing and a token outside the vocabulary: tests/test_train_gpt.sh.)
+# mkshard OUT MAGIC VERSION COUNT NTOKENS VALUE: a header saying COUNT, then NTOKENS tokens.
+mkshard() {
+  python3 -c 'import struct, sys
+a = [int(x) for x in sys.argv[2:]]
+open(sys.argv[1], "wb").write(struct.pack("<256i", a[0], a[1], a[2], *([0] * 253)) +
+                              struct.pack("<%dH" % a[3], *([a[4]] * a[3])))' "$@"
+}
+mkshard "$tmp/magic.bin" 20240521 1 200 200 5
+mkshard "$tmp/ver.bin" 20240520 2 200 200 5
+mkshard "$tmp/lie.bin" 20240520 1 300 200 5
+mkshard "$tmp/neg.bin" 20240520 1 -5 200 5
+mkshard "$tmp/empty.bin" 20240520 1 0 0 0
+mkshard "$tmp/short.bin" 20240520 1 128 128 5 # one token short of B 8 x T 16 + 1
+mkdir "$tmp/dir.bin"
+for case in "magic.bin|has magic 20240521, expected 20240520" "ver.bin|has version 2, expected 1" \
+            "lie.bin|header says 300 tokens (1624 bytes): truncated" \
+            "neg.bin|negative token count -5" "empty.bin|no shard holds a window of B\*T+1 = 129" \
+            "short.bin|(1 shard, 128 tokens in all)" "dir.bin|is not a regular file" \
+            "ok.bin|this is an llm.c model file, not a shard"; do
+  # shellcheck disable=SC2086
+  expect 1 "${case#*|}" "train --shards ${case%%|*}" -- \
+    "$prog" train $tiny --shards "$tmp/${case%%|*}" --max-steps 1
+done
+# shellcheck disable=SC2086
+expect 1 "short.bin': no shard holds a window" "train --val-shards too short" -- \
+  "$prog" train $tiny $shards --val-shards "$tmp/short.bin" --max-steps 1
+# exactly one window (B 8 x T 16 + 1 tokens): legal
+mkshard "$tmp/one.bin" 20240520 1 129 129 5
+# shellcheck disable=SC2086
+expect 0 "step      1/1" "train on a shard of one window" -- \
+  "$prog" train $tiny --shards "$tmp/one.bin" --max-steps 1
+
+# ---- train: sizes (status 2, the option and its range named) --------------------------------
+for case in "--n-embd 0|--n-embd: 0 is outside \[1, 65536\]" \
+            "--n-head 7 --n-embd 384|--n-embd 384 is not a multiple of --n-head 7" \
+            "--seq-len 0|--seq-len: 0 is outside" "--vocab-size 70000|--vocab-size: 70000 is outside \[1, 65536\]" \
+            "--vocab-size 0|--vocab-size: 0 is outside" "--batch-size 0|--batch-size: 0 is outside" \
+            "--accumulate 0|--accumulate: 0 is outside" "--grad-clip nan|'nan' is not a finite number"; do
+  # shellcheck disable=SC2086
+  expect 2 "${case#*|}" "train ${case%%|*}" -- "$prog" train --model gpt $shards ${case%%|*}
+done
 
 # ---- train: options -----------------------------------------------------------------------
 # Options of the mlp/cnn trainer were silently ignored with a GPT (no metrics file, no trace,
