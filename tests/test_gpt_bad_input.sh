@@ -198,6 +198,17 @@ done
 # shellcheck disable=SC2086
 expect 2 "--mode dp is not wired into the GPT trainer" "train --mode dp with a GPT" -- \
   "$prog" train $tiny $shards --mode dp --devices cpu:2 --max-steps 1
+# Options that have no effect in this GPT run were taken without a word (a --checkpoint-every
+# without --checkpoint-dir writes no checkpoint): a warning each, as the mlp trainer gives.
+# shellcheck disable=SC2086
+"$prog" train $tiny $shards --max-steps 1 --checkpoint-every 1 --momentum 0.5 --gam 0.5 \
+  --bucket-cap-mb 1 > "$tmp/unused.log" 2>&1
+for w in "--checkpoint-every has no effect: no --checkpoint-dir" \
+         "--momentum has no effect: AdamW has no momentum option" \
+         "--gamma has no effect: it applies to --schedule step only" \
+         "--bucket-cap-mb has no effect: one rank"; do
+  grep -q -- "warning: $w" "$tmp/unused.log" && ok || bad "no warning '$w': $(tail -n 2 "$tmp/unused.log")"
+done
 # --val-every without validation shards validated nothing, silently.
 # shellcheck disable=SC2086
 expect 2 "--val-every needs --val-shards" "train --val-every without --val-shards" -- \

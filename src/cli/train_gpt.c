@@ -246,6 +246,7 @@ static mpt_status setup(gpt_trainer *g) {
   if (g->rank == 0 && o->checkpoint_dir[0]) MPT_RETURN_IF(trainer_check_checkpoint_dir(o));
   if (g->rank == 0 && (o->checkpoint_dir[0] || o->resume[0])) /* a resume with other options */
     MPT_RETURN_IF(trainer_check_run_options(o));
+  if (g->rank == 0) trainer_gpt_warn_unused(o, g->world);
   int threads = o->threads;
   if (threads == 0) threads = mpt_cpu_threads_per_rank(mpt_comm_local_size(g->comm), 1);
   MPT_RETURN_IF(mpt_cpu_set_threads(threads));

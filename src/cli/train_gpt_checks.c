@@ -2,6 +2,9 @@
  * - the training and validation shards are different files (a glob of all the .bin files of
  *   tokenize's folder takes val_*.bin too, and the validation loss then measures memorised
  *   text); files are compared by device and inode, so other spellings of a path count;
+ * - options given that have no effect in a GPT run (a --checkpoint-every without
+ *   --checkpoint-dir, --momentum with AdamW, DDP options on one rank): a warning each, as the
+ *   mlp/cnn trainer gives (train_auto.c);
  * - memory, before anything is allocated: a lower
  * bound of what each rank's model, gradients, optimizer state and forward activations take,
  * against the memory of the host (the smallest of the physical memory, a cgroup v2 limit and
@@ -13,6 +16,7 @@
  * per layer (the LayerNorm outputs, qkv, attention output, fc and GELU) and the Vp logits. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -79,4 +83,44 @@ mpt_status trainer_gpt_check_disjoint(const mpt_token_data *train, const mpt_tok
   }
   free(ids);
   return st;
+}
+
+/* Whether the option `name` was given (also abbreviated, as getopt_long allows). */
+static int given(const mpt_cli_options *o, const char *name) {
+  for (int i = 1; i < o->argc; i++) {
+    const char *opt;
+    if (strcmp(o->argv[i], "--") == 0) break;
+    if ((opt = mpt_cli_option_name(o->argv[i])) != NULL && strcmp(opt, name) == 0) return 1;
+  }
+  return 0;
+}
+
+static void warn_unused(const mpt_cli_options *o, const char *name, const char *why) {
+  if (given(o, name)) mpt_log(MPT_LOG_WARN, "--%s has no effect: %s", name, why);
+}
+
+void trainer_gpt_warn_unused(const mpt_cli_options *o, int world) {
+  if (!o->checkpoint_dir[0]) {
+    warn_unused(o, "checkpoint-every", "no --checkpoint-dir");
+    warn_unused(o, "keep", "no --checkpoint-dir");
+  }
+  if (o->optim.kind != MPT_OPTIM_SGD) {
+    warn_unused(o, "momentum", "AdamW has no momentum option (its betas are 0.9, 0.95)");
+    warn_unused(o, "nesterov", "it applies to SGD only");
+  }
+  if (o->schedule.kind != MPT_LR_STEP) {
+    warn_unused(o, "step-size", "it applies to --schedule step only");
+    warn_unused(o, "gamma", "it applies to --schedule step only");
+  }
+  if (o->schedule.kind != MPT_LR_COSINE)
+    warn_unused(o, "min-lr", "it applies to --schedule cosine only");
+  if (world == 1) {
+    const char *why = "one rank: there is no DDP engine (run under mpirun -np N)";
+    warn_unused(o, "bucket-cap-mb", why);
+    warn_unused(o, "first-bucket-cap-mb", why);
+    warn_unused(o, "no-overlap", why);
+    warn_unused(o, "find-unused-parameters", why);
+    warn_unused(o, "grad-comm", why);
+    warn_unused(o, "check-collectives", "one rank: no collective to compare");
+  }
 }

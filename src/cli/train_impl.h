@@ -137,6 +137,8 @@ mpt_status trainer_gpt_check_memory(const mpt_cli_options *o, const mpt_gpt_conf
 /* MPT_EINVAL, naming the file, when a shard of `val` is also one of `train` (the same device
  * and inode); MPT_ENOMEM. */
 mpt_status trainer_gpt_check_disjoint(const mpt_token_data *train, const mpt_token_data *val);
+/* A warning for each option given that has no effect in a GPT run of `world` ranks. */
+void trainer_gpt_warn_unused(const mpt_cli_options *o, int world);
 
 /* train_auto.c */
 /* --resume auto: rank 0 looks into --checkpoint-dir; when it holds a checkpoint every rank
