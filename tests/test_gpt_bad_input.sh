@@ -57,6 +57,22 @@ expect 1 "cannot read '$tmp/missing.txt'" "tokenize: a missing second file" -- \
 n=$(ls "$tmp/miss" 2>/dev/null | wc -l)
 [ "$n" -eq 0 ] && ok || bad "tokenize: a missing input left $n file(s) in the folder"
 
+# Memory does not grow with the input: a file was read whole into memory (a corpus larger than
+# the memory failed, or was killed); now in chunks. Peak resident memory (python's getrusage)
+# of a 32 MiB file against a 19 kB one: within 16 MiB (reading it whole adds 32 MiB).
+maxrss() {
+  python3 -c 'import resource, subprocess, sys
+subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' "$@"
+}
+truncate -s 32M "$tmp/zeros.txt" 2>/dev/null || dd if=/dev/zero of="$tmp/zeros.txt" bs=1M count=32 2>/dev/null
+small_kb=$(maxrss "$prog" tokenize --bytes --val-fraction 0 --shard-tokens 1000000 -o "$tmp/rss1" "$tmp/text.txt")
+big_kb=$(maxrss "$prog" tokenize --bytes --val-fraction 0 --shard-tokens 1000000 -o "$tmp/rss2" "$tmp/zeros.txt")
+[ -n "$small_kb" ] && [ -n "$big_kb" ] && [ $((big_kb - small_kb)) -lt 16384 ] &&
+  [ "$(ls "$tmp/rss2" | wc -l)" -eq 34 ] && ok ||
+  bad "tokenize: peak memory ${big_kb:-?} KiB for 32 MiB of text, ${small_kb:-?} KiB for 19 kB"
+rm -rf "$tmp/rss1" "$tmp/rss2" "$tmp/zeros.txt"
+
 # ---- model files ---------------------------------------------------------------------------
 # mkmodel OUT T V L H C Vp FILL [TENSOR INDEX VALUE]...: an llm.c model file, every parameter
 # FILL, then the given elements (TENSOR is 0..15 in llm.c's order) set; the header as given.

@@ -9,8 +9,8 @@
  * DIR/val_000000.bin, ... (no val shard when it would be empty). DIR is created if missing;
  * a DIR that already holds train_*.bin or val_*.bin is refused, so a glob over it never mixes
  * two runs. Every input is checked (a readable regular file) before anything is written, and a
- * run that fails midway removes the shards it wrote. Files are read whole, one at a time;
- * memory is one file plus two shard buffers. */
+ * run that fails midway removes the shards it wrote. Files are read in 64 KiB chunks, one at
+ * a time; memory is the two shard buffers (at most 2 x --shard-tokens uint16). */
 #include <errno.h>
 #include <getopt.h>
 #include <glob.h>
@@ -118,30 +118,38 @@ static void stream_remove(const stream *s) {
   }
 }
 
-/* Reads a whole regular file; *n its size. Prints the error and returns NULL on failure. */
-static unsigned char *read_file(const char *path, int64_t *n) {
-  const int64_t size = check_input(path);
-  if (size < 0) return NULL;
+/* Streams one file into the streams, in chunks (memory does not grow with the file): of its n
+ * bytes (its size when checked) the first n - floor(F n) go to training, the rest to
+ * validation. Prints the error and returns 1 on failure (unreadable, or a size that changed). */
+static int tokenize_file(const char *path, double frac, stream st[2]) {
+  const int64_t n = check_input(path);
+  if (n < 0) return 1;
+  int64_t nval = (int64_t)(frac * (double)n);
+  if (nval > n) nval = n;
   FILE *f = fopen(path, "rb");
-  unsigned char *buf = malloc((size_t)size + 1);
-  if (!f || !buf) {
-    fprintf(stderr, "mpitrain tokenize: cannot read '%s': %s\n", path,
-            f ? "out of memory" : strerror(errno));
-    if (f) fclose(f);
-    free(buf);
-    return NULL;
+  if (!f) {
+    fprintf(stderr, "mpitrain tokenize: cannot read '%s': %s\n", path, strerror(errno));
+    return 1;
   }
-  size_t got = fread(buf, 1, (size_t)size + 1, f);
-  int err = ferror(f);
+  static unsigned char chunk[1 << 16];
+  int64_t done = 0;
+  size_t got;
+  int bad = 0, grew = 0;
+  while (!bad && (got = fread(chunk, 1, sizeof chunk, f)) > 0) {
+    if ((grew = done + (int64_t)got > n)) break; /* reported below */
+    int64_t to_train = n - nval - done;
+    to_train = to_train < 0 ? 0 : to_train > (int64_t)got ? (int64_t)got : to_train;
+    bad = stream_put(&st[0], chunk, to_train) ||
+          stream_put(&st[1], chunk + to_train, (int64_t)got - to_train);
+    done += (int64_t)got;
+  }
+  if (!bad && (ferror(f) || grew || done != n || fgetc(f) != EOF)) {
+    fprintf(stderr, "mpitrain tokenize: cannot read '%s': %s\n", path,
+            ferror(f) ? "read error" : "its size changed while being read");
+    bad = 1;
+  }
   fclose(f);
-  if (err || got != (size_t)size) {
-    fprintf(stderr, "mpitrain tokenize: cannot read '%s': %s\n", path,
-            err ? "read error" : "its size changed while being read");
-    free(buf);
-    return NULL;
-  }
-  *n = (int64_t)got;
-  return buf;
+  return bad;
 }
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -238,14 +246,7 @@ int mpt_cli_tokenize(int argc, char **argv) {
   printf("tokenize: %d file%s, %lld bytes, byte-level (vocabulary 256), validation fraction %g\n",
          argc - optind, argc - optind == 1 ? "" : "s", (long long)total, frac);
   for (int i = optind; i < argc; i++) {
-    int64_t n = 0;
-    unsigned char *text = read_file(argv[i], &n);
-    if (!text) goto out;
-    int64_t nval = (int64_t)(frac * (double)n);
-    if (nval > n) nval = n;
-    int bad = stream_put(&st[0], text, n - nval) || stream_put(&st[1], text + n - nval, nval);
-    free(text);
-    if (bad) goto out;
+    if (tokenize_file(argv[i], frac, st) != 0) goto out;
   }
   if (stream_flush(&st[0]) != 0 || stream_flush(&st[1]) != 0) goto out;
   if (st[0].tokens == 0) {
