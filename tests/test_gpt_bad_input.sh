@@ -57,6 +57,9 @@ expect 1 "cannot read '$tmp/missing.txt'" "tokenize: a missing second file" -- \
 n=$(ls "$tmp/miss" 2>/dev/null | wc -l)
 [ "$n" -eq 0 ] && ok || bad "tokenize: a missing input left $n file(s) in the folder"
 
+# --val-fraction just under 1 was printed as "validation fraction 1" (the %g of 6 digits).
+expect 0 "validation fraction 0.9999999$" "tokenize --val-fraction 0.9999999" -- \
+  "$prog" tokenize --bytes --val-fraction 0.9999999 -o "$tmp/f1" "$tmp/text.txt"
 # Memory does not grow with the input: a file was read whole into memory (a corpus larger than
 # the memory failed, or was killed); now in chunks. Peak resident memory (python's getrusage)
 # of a 32 MiB file against a 19 kB one: within 16 MiB (reading it whole adds 32 MiB).

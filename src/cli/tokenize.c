@@ -243,7 +243,7 @@ int mpt_cli_tokenize(int argc, char **argv) {
       goto out;
     }
   }
-  printf("tokenize: %d file%s, %lld bytes, byte-level (vocabulary 256), validation fraction %g\n",
+  printf("tokenize: %d file%s, %lld bytes, byte-level (vocabulary 256), validation fraction %.10g\n",
          argc - optind, argc - optind == 1 ? "" : "s", (long long)total, frac);
   for (int i = optind; i < argc; i++) {
     if (tokenize_file(argv[i], frac, st) != 0) goto out;
