@@ -242,6 +242,7 @@ mpt_status mpt_ddp_optimizer_gather(mpt_ddp *d, mpt_optimizer *shard, mpt_optimi
   if (!d || !shard || !whole) return MPT_FAIL(MPT_EINVAL, "mpt_ddp_optimizer_gather: NULL");
   MPT_RETURN_IF(same_kind(d, shard, whole, &ss, &ws, "mpt_ddp_optimizer_gather"));
   if (d->cfg.zero) MPT_RETURN_IF(check_sharded(d, shard, "mpt_ddp_optimizer_gather"));
+  const double sent = d->sent_bytes; /* a checkpoint's traffic is not the steps' */
   for (int s = 0; s < ss.nbuffers; s++) {
     if (!d->cfg.zero) {
       if (ws.count) memcpy(ws.buffers[s], ss.buffers[s], sizeof(float) * (size_t)ws.count);
@@ -251,7 +252,9 @@ mpt_status mpt_ddp_optimizer_gather(mpt_ddp *d, mpt_optimizer *shard, mpt_optimi
       memcpy(ws.buffers[s] + d->shard[i].offset,
              ss.buffers[s] + mpt_optimizer_range(shard, i)->state_offset,
              sizeof(float) * (size_t)d->shard[i].count);
-    MPT_RETURN_IF(gather_buckets(d, ws.buffers[s]));
+    mpt_status st = gather_buckets(d, ws.buffers[s]);
+    d->sent_bytes = sent;
+    MPT_RETURN_IF(st);
   }
   return mpt_optimizer_set_step_count(whole, ss.step_count);
 }
