@@ -197,11 +197,15 @@ static mpt_status setup(gpt_trainer *g) {
   const int64_t count = mpt_model_param_count(g->model);
   if (g->world > 1) MPT_RETURN_IF(mpt_ddp_init(&g->ddp, g->model, g->comm, NULL, &o->ddp));
   MPT_RETURN_IF(trainer_opt_init(g->ddp, g->model, &o->optim, mpt_device_cpu(), &g->opt));
-  mpt_param_group groups[64];
-  int ngroups = 0;
-  MPT_RETURN_IF(mpt_param_groups_split_decay(g->model, o->optim.weight_decay, groups, 64,
-                                             &ngroups));
-  MPT_RETURN_IF(mpt_optimizer_set_groups(g->opt, groups, ngroups));
+  int ngroups = 0; /* 8 per layer + 2: 98 for gpt2's 12 layers */
+  MPT_RETURN_IF(mpt_param_groups_split_decay(g->model, o->optim.weight_decay, NULL, 0, &ngroups));
+  mpt_param_group *groups = malloc(sizeof *groups * (size_t)(ngroups ? ngroups : 1));
+  if (!groups) return MPT_FAIL(MPT_ENOMEM, "%d parameter groups", ngroups);
+  mpt_status gst = mpt_param_groups_split_decay(g->model, o->optim.weight_decay, groups, ngroups,
+                                                &ngroups);
+  if (gst == MPT_OK) gst = mpt_optimizer_set_groups(g->opt, groups, ngroups);
+  free(groups);
+  MPT_RETURN_IF(gst);
   int64_t decayed = 0;
   for (int i = 0; i < mpt_optimizer_num_groups(g->opt); i++) {
     const mpt_param_group *pg = mpt_optimizer_group(g->opt, i);
