@@ -6,7 +6,8 @@
 # --save-model); the memory report shows each rank's optimizer state at half the plain run's,
 # and the same bytes sent per step. Checkpoints: a ZeRO-1 run at 3 ranks stopped at step 5 and
 # resumed with --zero 1 gives the bytes of the straight run; a 2-rank ZeRO-1 checkpoint resumed
-# without --zero gives the bytes of the straight ZeRO-1 run. Prints "N passed, N failed".
+# without --zero gives the bytes of the straight ZeRO-1 run. A 9-layer GPT (74 parameter groups)
+# trains. Prints "N passed, N failed".
 set -u
 dir=$(dirname "$0")
 prog=${MPITRAIN:-./mpitrain}
@@ -70,6 +71,11 @@ if [ -s "$tmp/gpt0.bin" ] && cmp -s "$tmp/gpt0.bin" "$tmp/gpt1.bin"; then ok; el
 fi
 has "$(cat "$tmp/gpt1.out")" "memory at the end, rank 1:.*(ZeRO-1 shard)" && ok ||
   bad "gpt: no memory report of rank 1"
+
+# a GPT of 9 layers needs 74 parameter groups (the trainer had room for 64)
+"$prog" train --model gpt --n-layer 9 --n-head 2 --n-embd 8 --seq-len 8 --vocab-size 256 \
+  --batch-size 2 --max-steps 1 --threads 1 --shards "$tmp/shards/train_000000.bin" \
+  >"$tmp/gpt9.out" 2>&1 && ok || bad "a 9-layer GPT failed: $(tail -3 "$tmp/gpt9.out")"
 
 # checkpoints: resume with ZeRO-1 (3 ranks), and a ZeRO-1 checkpoint resumed without (2 ranks)
 run_ck() { # name np args...
