@@ -20,6 +20,9 @@
  *   the runs diverge as any two bf16 runs with different sum orders do.
  *   A fault (a shard not stepped, a bucket not gathered, a sum instead of a mean, a norm of one
  *   shard only) moves parameters by 1e-3 and more.
+ * - Exact averages: small-integer gradients reduce-scattered (fp32 and bf16) are the exact
+ *   average on every owned element; one NaN in one rank's shard makes every rank's non-finite
+ *   check and clipping norm say so (the ranks skip a step together).
  * - Memory: the optimizer state of each rank is exactly its shard: hand-computed counts for
  *   the MLP (one bucket: ceil(N / W), the last shorter; a rank with nothing at W = 3 for a 4-parameter
  *   model); the counts add up to N over the ranks.
@@ -415,6 +418,19 @@ START_TEST(test_zero1_shards_hold_the_exact_average) {
           EXPECT(0, "%s: element %lld is %.9g, want %.9g", wire ? "bf16" : "fp32",
                  (long long)i, g[i], sum_r * (float)(i % 13 + 1) / (float)g_world);
     EXPECT(owned == mpt_ddp_shard_count(z.ddp) && owned > 0, "owned %lld", (long long)owned);
+    /* one NaN in the last rank's shard only: every rank must see it (skip together), and the
+     * clipping norm is NaN on every rank */
+    int nonfinite = -1;
+    OK(mpt_ddp_grads_nonfinite(z.ddp, NULL, &nonfinite));
+    EXPECT(nonfinite == 0, "finite gradients reported non-finite");
+    if (g_rank == g_world - 1) g[r[0].offset] = NAN;
+    OK(mpt_ddp_grads_nonfinite(z.ddp, NULL, &nonfinite));
+    EXPECT(nonfinite == 1, "rank %d: the NaN of rank %d's shard was not seen", g_rank,
+           g_world - 1);
+    float norm = 0;
+    OK(mpt_ddp_clip_grad_norm(z.ddp, NULL, 1.0f, &norm));
+    EXPECT(isnan(norm), "rank %d: norm %g with a NaN in rank %d's shard", g_rank, norm,
+           g_world - 1);
     run_free(&z);
   }
   expect_agree();

@@ -96,5 +96,18 @@ run_ck res2 2 --zero 0 --resume "$tmp/ck2" --save-params "$tmp/res2.bin"
 if [ -s "$tmp/mlp1.bin" ] && cmp -s "$tmp/mlp1.bin" "$tmp/res2.bin"; then ok; else
   bad "2 ranks: the ZeRO-1 checkpoint resumed without ZeRO does not end with the straight run's bytes"
 fi
+# --skip-nonfinite with ZeRO-1 (needs --enable-fault-injection): a NaN in rank 1's batch at step
+# 3 makes the 3 ranks skip that step together, the replicas staying identical
+. "$dir/fault_injection.sh"
+if fault_injection_built; then
+  out=$(MPT_TEST_NAN_RANK=1 MPT_TEST_NAN_STEP=3 \
+    MPT_MPIRUN_ARGS="-x MPT_TEST_NAN_RANK -x MPT_TEST_NAN_STEP" "$dir/mpirun.sh" 3 120 "$prog" \
+    $small --zero 1 --skip-nonfinite --check-replicas 1 2>&1)
+  n=$(printf "%s\n" "$out" | grep -c "step 3: non-finite gradients, optimizer step skipped")
+  [ "$n" -eq 3 ] && printf "%s\n" "$out" | grep -q "1 optimizer step(s) skipped" && ok ||
+    bad "ZeRO-1 --skip-nonfinite: $n of 3 ranks skipped step 3: $(printf "%s\n" "$out" | tail -3)"
+else
+  echo "note: the --skip-nonfinite case needs --enable-fault-injection: left out"
+fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
