@@ -201,7 +201,8 @@ MPT_API void mpt_ddp_reset_stats(mpt_ddp *ddp);
  * ZeRO and with another world size's shards): mpt_ddp_optimizer_gather assembles it into a
  * whole optimizer on every rank (collective), the writer saves that; on resume a whole
  * optimizer is loaded and mpt_ddp_optimizer_scatter copies this rank's shard out of it.
- * The ckpt functions refuse a sharded optimizer. Host memory only (a model on a device:
+ * The ckpt functions refuse a sharded optimizer. mpt_ddp_allreduce_grads reduce-scatters too (the
+ * owned slices hold the average afterwards). Host memory only (a model on a device:
  * MPT_ENOTSUP at mpt_ddp_init). With ZeRO off every function below does what the plain call
  * does (mpt_optimizer_init, mpt_optimizer_step_model, mpt_clip_grad_norm, a local
  * mpt_op_check_finite), so a trainer can call these always. */
