@@ -24,8 +24,8 @@
  *   average on every owned element; one NaN in one rank's shard makes every rank's non-finite
  *   check and clipping norm say so (the ranks skip a step together).
  * - Memory: the optimizer state of each rank is exactly its shard: hand-computed counts for
- *   the MLP (one bucket: ceil(N / W), the last shorter; a rank with nothing at W = 3 for a 4-parameter
- *   model); the counts add up to N over the ranks.
+ *   the MLP (one bucket: ceil(N / W), the last shorter; a rank with nothing at W = 3 for a
+ *   4-parameter model); the counts add up to N over the ranks.
  * - Bytes: after one step the engine counted (W-1)/W (4 N + 4 N) bytes for ZeRO-1, and
  *   2 (W-1)/W 4 N for plain DDP.
  * - Checkpoints: a ZeRO-1 run saved at step 4 (the state gathered into one file) and resumed
