@@ -2,7 +2,7 @@
 # The trainer's --zero (issue 14, ZeRO-1): bad uses are refused (--zero 2, --zero 1 with
 # --mode dp: status 2 naming why); at one rank the option is named as without effect. At 2 ranks
 # (a sum of two is the same in any order, so ZeRO-1 must equal plain DDP bit for bit): the MLP
-# and a tiny GPT trained with --zero 1 end with the bytes of the plain runs (--save-params,
+# and a tiny GPT (--accumulate 1 and 2) trained with --zero 1 end with the bytes of the plain runs (--save-params,
 # --save-model); the memory report shows each rank's optimizer state at half the plain run's,
 # and the same bytes sent per step. Checkpoints: a ZeRO-1 run at 3 ranks stopped at step 5 and
 # resumed with --zero 1 gives the bytes of the straight run; a 2-rank ZeRO-1 checkpoint resumed
@@ -62,13 +62,15 @@ awk 'BEGIN { srand(3); for (i = 0; i < 400; i++) { s = "";
 "$prog" tokenize --bytes --val-fraction 0.1 -o "$tmp/shards" "$tmp/text.txt" >/dev/null ||
   bad "tokenize failed"
 gpt="train --model gpt --n-layer 1 --n-head 2 --n-embd 16 --seq-len 16 --vocab-size 256 --batch-size 2 --max-steps 8 --threads 1 --shards $tmp/shards/train_000000.bin"
-for z in 0 1; do
-  "$dir/mpirun.sh" 2 120 "$prog" $gpt --zero $z --save-model "$tmp/gpt$z.bin" \
-    >"$tmp/gpt$z.out" 2>&1 || bad "gpt --zero $z at 2 ranks failed: $(tail -5 "$tmp/gpt$z.out")"
+for acc in 1 2; do # --accumulate 2: no_sync on the first micro-batch, the sum reduce-scattered
+  for z in 0 1; do
+    "$dir/mpirun.sh" 2 120 "$prog" $gpt --accumulate $acc --zero $z --save-model "$tmp/gpt$z.bin" \
+      >"$tmp/gpt$z.out" 2>&1 || bad "gpt --zero $z at 2 ranks failed: $(tail -5 "$tmp/gpt$z.out")"
+  done
+  if [ -s "$tmp/gpt0.bin" ] && cmp -s "$tmp/gpt0.bin" "$tmp/gpt1.bin"; then ok; else
+    bad "gpt --accumulate $acc: the ZeRO-1 model file is not the plain DDP run's bytes"
+  fi
 done
-if [ -s "$tmp/gpt0.bin" ] && cmp -s "$tmp/gpt0.bin" "$tmp/gpt1.bin"; then ok; else
-  bad "gpt: the ZeRO-1 model file is not the plain DDP run's bytes"
-fi
 has "$(cat "$tmp/gpt1.out")" "memory at the end, rank 1:.*(ZeRO-1 shard)" && ok ||
   bad "gpt: no memory report of rank 1"
 
