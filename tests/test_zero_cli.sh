@@ -2,8 +2,8 @@
 # The trainer's --zero (issue 14, ZeRO-1): bad uses are refused (--zero 2, --zero 1 with
 # --mode dp: status 2 naming why); at one rank the option is named as without effect. At 2 ranks
 # (a sum of two is the same in any order, so ZeRO-1 must equal plain DDP bit for bit): the MLP
-# and a tiny GPT (--accumulate 1 and 2) trained with --zero 1 end with the bytes of the plain runs (--save-params,
-# --save-model); the memory report shows each rank's optimizer state at half the plain run's,
+# and a tiny GPT (--accumulate 1 and 2) trained with --zero 1 end with the bytes of the plain
+# runs (--save-params, --save-model); the memory report shows each rank's optimizer state at half the plain run's,
 # and the same bytes sent per step. Checkpoints: a ZeRO-1 run at 3 ranks stopped at step 5 and
 # resumed with --zero 1 gives the bytes of the straight run; a 2-rank ZeRO-1 checkpoint resumed
 # without --zero gives the bytes of the straight ZeRO-1 run. A 9-layer GPT (74 parameter groups)
