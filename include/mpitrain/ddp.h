@@ -199,7 +199,7 @@ MPT_API void mpt_ddp_reset_stats(mpt_ddp *ddp);
  * for the all-reduce: ZeRO-1 saves memory, not traffic.
  * Checkpoints hold the whole state (one file, as without ZeRO, so a run resumes with or without
  * ZeRO and with another world size's shards): mpt_ddp_optimizer_gather assembles it into a
- * whole optimizer on every rank (collective), the writer saves that; on resume a whole
+ * whole optimizer on the writer (collective), the writer saves that; on resume a whole
  * optimizer is loaded and mpt_ddp_optimizer_scatter copies this rank's shard out of it.
  * The ckpt functions refuse a sharded optimizer. mpt_ddp_allreduce_grads reduce-scatters too (the
  * owned slices hold the average afterwards). Host memory only (a model on a device:
@@ -234,7 +234,9 @@ MPT_API mpt_status mpt_ddp_clip_grad_norm(mpt_ddp *ddp, mpt_stream *stream, floa
 MPT_API mpt_status mpt_ddp_grads_nonfinite(mpt_ddp *ddp, mpt_stream *stream, int *nonfinite);
 /* Checkpoints. gather: fills `whole` (mpt_optimizer_init of the model's parameter count, same
  * kind, host memory) with every rank's shard of `shard`'s state and its step count
- * (collective). scatter: copies this rank's shard of `whole`'s state and its step count into
+ * (collective). `whole` may be NULL on any rank: that rank only takes part (e.g. every rank but
+ * the checkpoint's writer); the state travels bucket by bucket through a staging buffer of the
+ * largest bucket, so a rank without `whole` holds one bucket more, not the whole state. scatter: copies this rank's shard of `whole`'s state and its step count into
  * `shard` (local). With ZeRO off both copy the whole state. Errors: MPT_EINVAL (optimizers of
  * another kind or size), comm errors. */
 MPT_API mpt_status mpt_ddp_optimizer_gather(mpt_ddp *ddp, mpt_optimizer *shard,

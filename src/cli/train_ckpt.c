@@ -169,7 +169,7 @@ mpt_status trainer_save_checkpoint(trainer *t, int64_t epoch, int64_t step_in_ep
   meta.world_size = t->world;
   char path[4200];
   mpt_optimizer *whole; /* ZeRO-1: the state gathered from every rank (one file) */
-  MPT_RETURN_IF(trainer_opt_whole(t->ddp, t->model, t->opt, 1, &whole));
+  MPT_RETURN_IF(trainer_opt_whole(t->ddp, t->model, t->opt, 1, t->rank == 0, &whole));
   mpt_status st = mpt_ckpt_save_collective(t->comm, o->checkpoint_dir, o->keep, t->model, whole,
                                            &meta, path, sizeof path);
   trainer_opt_whole_done(t->ddp, t->opt, whole, 0);
@@ -189,7 +189,7 @@ mpt_status trainer_resume(trainer *t) {
   const mpt_cli_options *o = t->o;
   mpt_ckpt_meta meta;
   mpt_optimizer *whole; /* ZeRO-1: the whole state is read, this rank keeps its shard */
-  MPT_RETURN_IF(trainer_opt_whole(t->ddp, t->model, t->opt, 0, &whole));
+  MPT_RETURN_IF(trainer_opt_whole(t->ddp, t->model, t->opt, 0, 1, &whole));
   mpt_status st = mpt_ckpt_load_collective(t->comm, o->resume, t->model, whole, &meta);
   mpt_status sst = trainer_opt_whole_done(t->ddp, t->opt, whole, st == MPT_OK);
   MPT_RETURN_IF(st);

@@ -190,7 +190,7 @@ static mpt_status save_checkpoint(gpt_trainer *g, int64_t epoch, int64_t step_in
   meta.world_size = g->world;
   char path[PATH_MAX];
   mpt_optimizer *whole; /* ZeRO-1: the state gathered from every rank (one file) */
-  MPT_RETURN_IF(trainer_opt_whole(g->ddp, g->model, g->opt, 1, &whole));
+  MPT_RETURN_IF(trainer_opt_whole(g->ddp, g->model, g->opt, 1, g->rank == 0, &whole));
   mpt_status st = mpt_ckpt_save_collective(g->comm, g->o->checkpoint_dir, g->o->keep, g->model,
                                            whole, &meta, path, sizeof path);
   trainer_opt_whole_done(g->ddp, g->opt, whole, 0);
@@ -298,7 +298,7 @@ static mpt_status setup(gpt_trainer *g) {
   if (o->resume[0]) { /* every rank reads the same file (ZeRO-1: keeps its shard of the state) */
     mpt_ckpt_meta meta;
     mpt_optimizer *whole;
-    MPT_RETURN_IF(trainer_opt_whole(g->ddp, g->model, g->opt, 0, &whole));
+    MPT_RETURN_IF(trainer_opt_whole(g->ddp, g->model, g->opt, 0, 1, &whole));
     mpt_status st = mpt_ckpt_load_collective(g->comm, o->resume, g->model, whole, &meta);
     mpt_status sst = trainer_opt_whole_done(g->ddp, g->opt, whole, st == MPT_OK);
     MPT_RETURN_IF(st);

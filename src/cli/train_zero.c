@@ -21,10 +21,14 @@ mpt_status trainer_opt_init(mpt_ddp *ddp, mpt_model *model, const mpt_optimizer_
 }
 
 mpt_status trainer_opt_whole(mpt_ddp *ddp, mpt_model *model, mpt_optimizer *opt, int gather,
-                             mpt_optimizer **whole) {
+                             int need, mpt_optimizer **whole) {
   *whole = opt;
   if (!ddp || !mpt_ddp_zero_stage(ddp)) return MPT_OK;
   mpt_optimizer *w = NULL;
+  if (!need) { /* this rank only takes part in the gather */
+    *whole = NULL;
+    return gather ? mpt_ddp_optimizer_gather(ddp, opt, NULL) : MPT_OK;
+  }
   MPT_RETURN_IF(mpt_optimizer_init(&w, mpt_optimizer_get_config(opt), mpt_device_cpu(),
                                    mpt_model_param_count(model)));
   mpt_status st = gather ? mpt_ddp_optimizer_gather(ddp, opt, w) : MPT_OK;
@@ -38,7 +42,7 @@ mpt_status trainer_opt_whole(mpt_ddp *ddp, mpt_model *model, mpt_optimizer *opt,
 
 mpt_status trainer_opt_whole_done(mpt_ddp *ddp, mpt_optimizer *opt, mpt_optimizer *whole,
                                   int scatter) {
-  if (whole == opt) return MPT_OK;
+  if (whole == opt || !whole) return MPT_OK;
   mpt_status st = scatter ? mpt_ddp_optimizer_scatter(ddp, whole, opt) : MPT_OK;
   mpt_optimizer_free(whole);
   return st;

@@ -11,10 +11,11 @@ mpt_status trainer_opt_init(mpt_ddp *ddp, mpt_model *model, const mpt_optimizer_
                             mpt_device device, mpt_optimizer **opt);
 /* For a checkpoint: *whole = opt without ZeRO; with ZeRO-1 a new whole host optimizer of the
  * same config, filled with every rank's shard when `gather` (collective) or left zero (to load
- * into). Give it back with trainer_opt_whole_done, which with `scatter` first copies this
- * rank's shard of it into opt. Errors: MPT_ENOMEM, those of the gather / scatter. */
+ * into); on a rank that does not `need` it (not the writer) *whole is NULL and the rank only
+ * takes part in the gather. Give it back with trainer_opt_whole_done, which with `scatter`
+ * first copies this rank's shard of it into opt. Errors: MPT_ENOMEM, those of the gather. */
 mpt_status trainer_opt_whole(mpt_ddp *ddp, mpt_model *model, mpt_optimizer *opt, int gather,
-                             mpt_optimizer **whole);
+                             int need, mpt_optimizer **whole);
 mpt_status trainer_opt_whole_done(mpt_ddp *ddp, mpt_optimizer *opt, mpt_optimizer *whole,
                                   int scatter);
 /* Collective: rank 0 logs one line per rank: bytes of parameters, gradients and optimizer

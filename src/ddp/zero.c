@@ -237,26 +237,47 @@ static mpt_status same_kind(const mpt_ddp *d, mpt_optimizer *a, mpt_optimizer *b
   return MPT_OK;
 }
 
+/* The index of the owned slice that starts at `offset` (the shard of a bucket), -1 if none. */
+static int slice_at(const mpt_ddp *d, int64_t offset) {
+  for (int i = 0; i < d->nshard; i++)
+    if (d->shard[i].offset == offset) return i;
+  return -1;
+}
+
 mpt_status mpt_ddp_optimizer_gather(mpt_ddp *d, mpt_optimizer *shard, mpt_optimizer *whole) {
   mpt_optimizer_state ss, ws;
-  if (!d || !shard || !whole) return MPT_FAIL(MPT_EINVAL, "mpt_ddp_optimizer_gather: NULL");
-  MPT_RETURN_IF(same_kind(d, shard, whole, &ss, &ws, "mpt_ddp_optimizer_gather"));
-  if (d->cfg.zero) MPT_RETURN_IF(check_sharded(d, shard, "mpt_ddp_optimizer_gather"));
-  const double sent = d->sent_bytes; /* a checkpoint's traffic is not the steps' */
-  for (int s = 0; s < ss.nbuffers; s++) {
-    if (!d->cfg.zero) {
-      if (ws.count) memcpy(ws.buffers[s], ss.buffers[s], sizeof(float) * (size_t)ws.count);
-      continue;
-    }
-    for (int i = 0; i < d->nshard; i++)
-      memcpy(ws.buffers[s] + d->shard[i].offset,
-             ss.buffers[s] + mpt_optimizer_range(shard, i)->state_offset,
-             sizeof(float) * (size_t)d->shard[i].count);
-    mpt_status st = gather_buckets(d, ws.buffers[s]);
-    d->sent_bytes = sent;
-    MPT_RETURN_IF(st);
+  mpt_status st = MPT_OK;
+  if (!d || !shard) return MPT_FAIL(MPT_EINVAL, "mpt_ddp_optimizer_gather: NULL");
+  MPT_RETURN_IF(mpt_optimizer_get_state(shard, &ss));
+  if (whole) MPT_RETURN_IF(same_kind(d, shard, whole, &ss, &ws, "mpt_ddp_optimizer_gather"));
+  if (!d->cfg.zero) {
+    for (int s = 0; whole && ws.count && s < ss.nbuffers; s++)
+      memcpy(ws.buffers[s], ss.buffers[s], sizeof(float) * (size_t)ws.count);
+    return whole ? mpt_optimizer_set_step_count(whole, ss.step_count) : MPT_OK;
   }
-  return mpt_optimizer_set_step_count(whole, ss.step_count);
+  MPT_RETURN_IF(check_sharded(d, shard, "mpt_ddp_optimizer_gather"));
+  /* bucket by bucket through a staging buffer of the largest bucket: each rank puts its shard
+   * in place, the all-gather completes the bucket, `whole` (if any) takes a copy */
+  int64_t most = 1;
+  for (int b = 0; b < d->nbuckets; b++)
+    if (d->buckets[b].count > most) most = d->buckets[b].count;
+  float *stage = malloc(sizeof(float) * (size_t)most);
+  if (!stage) return MPT_FAIL(MPT_ENOMEM, "optimizer gather: a bucket of %" PRId64, most);
+  for (int s = 0; s < ss.nbuffers && st == MPT_OK; s++)
+    for (int b = 0; b < d->nbuckets && st == MPT_OK; b++) {
+      const mpt_ddp_bucket_info *bk = &d->buckets[b];
+      const int64_t off = d->bucket_shard[2 * b], n = d->bucket_shard[2 * b + 1];
+      const int i = n > 0 ? slice_at(d, bk->offset + off) : -1;
+      if (i >= 0)
+        memcpy(stage + off, ss.buffers[s] + mpt_optimizer_range(shard, i)->state_offset,
+               sizeof(float) * (size_t)n);
+      st = mpt_comm_allgather_shards_sync(d->comm, stage, bk->count, MPT_F32);
+      if (st == MPT_OK && whole)
+        memcpy(ws.buffers[s] + bk->offset, stage, sizeof(float) * (size_t)bk->count);
+    }
+  free(stage);
+  if (st == MPT_OK && whole) st = mpt_optimizer_set_step_count(whole, ss.step_count);
+  return st;
 }
 
 mpt_status mpt_ddp_optimizer_scatter(mpt_ddp *d, mpt_optimizer *whole, mpt_optimizer *shard) {
