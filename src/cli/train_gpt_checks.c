@@ -121,6 +121,7 @@ void trainer_gpt_warn_unused(const mpt_cli_options *o, int world) {
     warn_unused(o, "no-overlap", why);
     warn_unused(o, "find-unused-parameters", why);
     warn_unused(o, "grad-comm", why);
+    warn_unused(o, "zero", why);
     warn_unused(o, "check-collectives", "one rank: no collective to compare");
   }
 }
