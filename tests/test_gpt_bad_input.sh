@@ -289,6 +289,10 @@ expect 1 "1/2/16/16/256 in the checkpointed run, 1/2/16/16/200 now" \
 expect 0 "resumed at step 3 (epoch 0, 3 steps into it)" "--resume with the same options" -- \
   "$prog" train $tiny $shards --batch-size 2 --max-steps 6 --resume "$tmp/ck"
 
+# A checkpoint given as a model file (to sample from it): named as such, with what to do.
+expect 1 "this is an mpitrain checkpoint: continue it with --resume, or write a model file" \
+  "generate --model-file CHECKPOINT" -- \
+  "$prog" generate --model-file "$tmp/ck/ckpt-step00000003.mpt"
 # --init-from with --resume auto (a job that starts from a pretrained model and is resubmitted
 # after preemption) was refused on every submission: now the first run (no checkpoint) reads
 # the model file, and a resubmitted run resumes from the checkpoint without reading it (shown
