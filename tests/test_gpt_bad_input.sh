@@ -285,6 +285,11 @@ expect 1 "seq-len/vocab-size 1/2/16/16/256 in the checkpointed run, 1/4/16/16/25
 expect 1 "1/2/16/16/256 in the checkpointed run, 1/2/16/16/200 now" \
   "--resume with --vocab-size 200" -- "$prog" train $small --n-head 2 --vocab-size 200 $shards \
   --batch-size 2 --max-steps 6 --resume "$tmp/ck"
+# ... on 2 ranks too (rank 0 compares; the job ends, not only rank 0)
+# shellcheck disable=SC2086
+expect 1 "--accumulate 1 in the checkpointed run, 2 now" "--resume with --accumulate 2, 2 ranks" -- \
+  "${srcdir:-.}/tests/mpirun.sh" 2 60 "$prog" train $tiny $shards --batch-size 2 --max-steps 6 \
+  --resume "$tmp/ck" --accumulate 2
 # shellcheck disable=SC2086
 expect 0 "resumed at step 3 (epoch 0, 3 steps into it)" "--resume with the same options" -- \
   "$prog" train $tiny $shards --batch-size 2 --max-steps 6 --resume "$tmp/ck"
