@@ -15,8 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/atomic_file.h"
 #include "ckpt/ckpt_impl.h"
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "mpitrain/data.h"
 #include "mpitrain/gpt_file.h"

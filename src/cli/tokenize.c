@@ -131,7 +131,7 @@ static int tokenize_file(const char *path, double frac, stream st[2]) {
     fprintf(stderr, "mpitrain tokenize: cannot read '%s': %s\n", path, strerror(errno));
     return 1;
   }
-  static unsigned char chunk[1 << 16];
+  unsigned char chunk[1 << 16];
   int64_t done = 0;
   size_t got;
   int bad = 0, grew = 0;
@@ -243,8 +243,8 @@ int mpt_cli_tokenize(int argc, char **argv) {
       goto out;
     }
   }
-  printf("tokenize: %d file%s, %lld bytes, byte-level (vocabulary 256), validation fraction %.10g\n",
-         argc - optind, argc - optind == 1 ? "" : "s", (long long)total, frac);
+  printf("tokenize: %d file%s, %lld bytes, byte-level (vocabulary 256), validation fraction "
+         "%.10g\n", argc - optind, argc - optind == 1 ? "" : "s", (long long)total, frac);
   for (int i = optind; i < argc; i++) {
     if (tokenize_file(argv[i], frac, st) != 0) goto out;
   }
