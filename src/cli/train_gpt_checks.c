@@ -12,8 +12,10 @@
  * killer (each allocation alone fits, touching them all does not) rather than in an error.
  * The bound counts only what the current GPT must hold, so it never refuses a run that fits:
  * N parameters and N gradients (fp32), AdamW's 2 N (SGD with momentum N) divided by the ranks
- * (a sharded optimizer holds its part), and per token of the B T the forward keeps 14 C values
- * per layer (the LayerNorm outputs, qkv, attention output, fc and GELU) and the Vp logits. */
+ * (a sharded optimizer holds its part), per token of the B T the 14 C values per layer the
+ * forward keeps (the LayerNorm outputs, qkv, attention output, fc and GELU) and the Vp logits,
+ * and per layer the attention matrix [B, H, T, T] that the reference attention saves for its
+ * backward (src/nn/attention.c; drop the term if attention stops saving it). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +52,8 @@ mpt_status trainer_gpt_check_memory(const mpt_cli_options *o, const mpt_gpt_conf
   const double Vp = cfg->padded_vocab_size ? cfg->padded_vocab_size
                                            : (double)mpt_gpt_padded_vocab(cfg->vocab_size);
   double state = o->optim.kind == MPT_OPTIM_ADAMW ? 2 * n : o->optim.momentum > 0 ? n : 0;
-  const double need = 4 * (2 * n + state / world + tokens * (14 * L * C + Vp));
+  const double att = L * (double)cfg->num_heads * tokens * cfg->max_seq_len; /* L B H T T */
+  const double need = 4 * (2 * n + state / world + tokens * (14 * L * C + Vp) + att);
   const double have = host_memory_nbytes();
   const double gib = 1024.0 * 1024.0 * 1024.0;
   if (have <= 0 || need * local_ranks <= have) return MPT_OK;
