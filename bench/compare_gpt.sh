@@ -167,9 +167,9 @@ model_setup() {
     shard_glob=$BENCH_SRCDIR/data/fortunes/'train_*.bin'
     # shellcheck disable=SC2086 # the glob on purpose
     if ! ls $shard_glob >/dev/null 2>&1; then
-      echo "making data/fortunes: mpitrain tokenize --bytes --val-fraction 0.05" >&2
+      echo "making data/fortunes: mpitrain tokenize --bytes --val-fraction 0.1" >&2
       # shellcheck disable=SC2046 # file list
-      "$MPT_BUILD/mpitrain" tokenize --bytes --val-fraction 0.05 -o "$BENCH_SRCDIR/data/fortunes" \
+      "$MPT_BUILD/mpitrain" tokenize --bytes --val-fraction 0.1 -o "$BENCH_SRCDIR/data/fortunes" \
         $(find /usr/share/games/fortunes -type f ! -name '*.dat' 2>/dev/null | sort) >&2 ||
         bench_die "cannot tokenize the fortunes (apt-get install fortunes, or give --shards)"
     fi

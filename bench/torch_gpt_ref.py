@@ -43,7 +43,7 @@ import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "tests"))
 import gpt_torch  # noqa: E402  (tests/gpt_torch.py: the oracle's GPT module)
 
 PRESETS = {"gpt-mini": dict(L=6, H=6, C=384, T=256, V=256),
