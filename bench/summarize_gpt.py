@@ -194,7 +194,7 @@ def summarize(args):
                 fmt(d["backward_ms"], ".0f"), fmt(d["optimizer_ms"], ".0f"),
                 fmt(d["allreduce_ms"], ".0f"),
                 fmt(100 * d["hidden_fraction"], ".0f") + "%" if d["hidden_fraction"] is not None
-                else "-", fmt(d["exposed_comm_ms"], ".0f"), fmt(d["buckets"], "d"),
+                else "-", fmt(d["exposed_comm_ms"], ".0f"), fmt(d["buckets"], ".0f"),
                 " ".join("%.0f" % v for v in d["peak_rss_mib"]) if d["peak_rss_mib"] else "-"))
     mem = [r for r in results if r["overlap"] and any(d.get("peak_rss_mib")
                                                       for d in r["impls"].values())]
