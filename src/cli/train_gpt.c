@@ -196,11 +196,17 @@ static mpt_status setup(gpt_trainer *g) {
 
   const int64_t count = mpt_model_param_count(g->model);
   MPT_RETURN_IF(mpt_optimizer_init(&g->opt, &o->optim, mpt_device_cpu(), count));
-  mpt_param_group groups[64];
+  /* Count the groups first: 8 per layer (gpt2 needs 98), so no fixed-size array. */
   int ngroups = 0;
-  MPT_RETURN_IF(mpt_param_groups_split_decay(g->model, o->optim.weight_decay, groups, 64,
+  MPT_RETURN_IF(mpt_param_groups_split_decay(g->model, o->optim.weight_decay, NULL, 0,
                                              &ngroups));
-  MPT_RETURN_IF(mpt_optimizer_set_groups(g->opt, groups, ngroups));
+  mpt_param_group *groups = malloc((size_t)(ngroups > 0 ? ngroups : 1) * sizeof *groups);
+  if (!groups) return MPT_FAIL(MPT_ENOMEM, "gpt: %d parameter groups", ngroups);
+  mpt_status gst = mpt_param_groups_split_decay(g->model, o->optim.weight_decay, groups,
+                                                ngroups, &ngroups);
+  if (gst == MPT_OK) gst = mpt_optimizer_set_groups(g->opt, groups, ngroups);
+  free(groups);
+  MPT_RETURN_IF(gst);
   int64_t decayed = 0;
   for (int i = 0; i < mpt_optimizer_num_groups(g->opt); i++) {
     const mpt_param_group *pg = mpt_optimizer_group(g->opt, i);
