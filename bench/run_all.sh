@@ -28,7 +28,7 @@ usage: bench/run_all.sh [options]
                      ranks, its DDP bucket-cap / overlap sweep, 100 steps on the fortunes:
                      files gpt_small_*), full (the commands behind results/README.md's GPT
                      figures: gpt-mini and gpt2 against both PyTorch versions, the gpt2 DDP
-                     sweep, 200 steps on the fortunes; hours on 2 shared CPUs) or off
+                     sweep, 150 steps on the fortunes; an hour or more on 2 shared CPUs) or off
   -h, --help
 Needs gnuplot and Debian's python3-torch besides the build: ./setup.sh bench installs them.
 EOF
@@ -148,8 +148,8 @@ elif [ "$gpt" = full ]; then
     --steps 2 --warmup 1 --bucket-cap-mb 5,25,100 --overlap on --out "$runs/gpt2_ddp"
   gpt_step gpt2_ddp_nooverlap "$B/compare_gpt.sh" --model gpt2 --np "$np" --torch none \
     --repeats 1 --steps 2 --warmup 1 --bucket-cap-mb 25 --overlap off --out "$runs/gpt2_ddp_off"
-  step "GPT: gpt-mini on the fortunes, 200 steps, $np ranks"
-  gpt_step gpt_fortunes "$B/gpt_fortunes.sh" --np "$np" --steps 200 --val-every 25 \
+  step "GPT: gpt-mini on the fortunes, 150 steps, $np ranks"
+  gpt_step gpt_fortunes "$B/gpt_fortunes.sh" --np "$np" --steps 150 --val-every 25 \
     --out "$runs/gpt_fortunes"
 fi
 
