@@ -140,14 +140,20 @@ elif [ "$gpt" = full ]; then
   step "GPT: gpt-mini (B 8, T 256) against both PyTorch versions, 1 and $np ranks"
   gpt_step compare_gpt_mini "$B/compare_gpt.sh" --model gpt-mini --np "1,$np" --torch both \
     --repeats 2 --out "$runs/gpt_mini"
-  step "GPT: gpt2 (B 4, T 512) against both PyTorch versions, 1 and $np ranks"
-  gpt_step compare_gpt_gpt2 "$B/compare_gpt.sh" --model gpt2 --np "1,$np" --torch both \
+  # gpt2 at B 4 x T 512 takes 6-7 GB per process on both sides: one process at B 4, the ranks
+  # at B 2 (2048 tokens per step over 2 ranks), so that 2 ranks of PyTorch fit in 24 GB.
+  step "GPT: gpt2 (B 4, T 512) against both PyTorch versions, 1 process"
+  gpt_step compare_gpt_gpt2 "$B/compare_gpt.sh" --model gpt2 --np 1 --torch both \
     --repeats 1 --steps 2 --warmup 1 --out "$runs/gpt2"
-  step "GPT: gpt2 DDP, $np ranks, bucket caps 5,25,100 MiB; overlap off at 25"
-  gpt_step gpt2_ddp "$B/compare_gpt.sh" --model gpt2 --np "$np" --torch none --repeats 1 \
-    --steps 2 --warmup 1 --bucket-cap-mb 5,25,100 --overlap on --out "$runs/gpt2_ddp"
-  gpt_step gpt2_ddp_nooverlap "$B/compare_gpt.sh" --model gpt2 --np "$np" --torch none \
-    --repeats 1 --steps 2 --warmup 1 --bucket-cap-mb 25 --overlap off --out "$runs/gpt2_ddp_off"
+  step "GPT: gpt2 (B 2, T 512 per rank) against both PyTorch versions, $np ranks"
+  gpt_step compare_gpt_gpt2_np2 "$B/compare_gpt.sh" --model gpt2 --np "$np" --batch-size 2 \
+    --torch both --repeats 1 --steps 2 --warmup 1 --out "$runs/gpt2_np$np"
+  step "GPT: gpt2 DDP, $np ranks, B 2, bucket caps 5,25,100 MiB; overlap off at 25"
+  gpt_step gpt2_ddp "$B/compare_gpt.sh" --model gpt2 --np "$np" --batch-size 2 --torch none \
+    --repeats 1 --steps 2 --warmup 1 --bucket-cap-mb 5,25,100 --overlap on --out "$runs/gpt2_ddp"
+  gpt_step gpt2_ddp_nooverlap "$B/compare_gpt.sh" --model gpt2 --np "$np" --batch-size 2 \
+    --torch none --repeats 1 --steps 2 --warmup 1 --bucket-cap-mb 25 --overlap off \
+    --out "$runs/gpt2_ddp_off"
   step "GPT: gpt-mini on the fortunes, 150 steps, $np ranks"
   gpt_step gpt_fortunes "$B/gpt_fortunes.sh" --np "$np" --steps 150 --val-every 25 \
     --out "$runs/gpt_fortunes"
