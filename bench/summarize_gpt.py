@@ -205,7 +205,7 @@ def summarize(args):
                 r["model"], r["np"], r["precision"], r["bucket_cap_mb"], "; ".join(
                     "%s %s" % (i, " ".join("%.0f" % v for v in d["peak_rss_mib"]))
                     for i, d in sorted(r["impls"].items()) if d.get("peak_rss_mib"))))
-    goals = [r for r in results if r.get("goal_ratio") and r["overlap"]]
+    goals = [r for r in results if r.get("goal_ratio") and r["overlap"] and len(r["impls"]) > 1]
     if goals:
         print("\n# goals (issue 13, fp32): >= %.2fx the faster PyTorch; >= %.0f%% of the SGEMM "
               "peak on gpt-mini at 2 ranks and gpt2 at 1" % (GOAL_RATIO, 100 * GOAL_PEAK))
