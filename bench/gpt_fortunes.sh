@@ -91,7 +91,8 @@ val = [(int(s), float(v)) for s, v in re.findall(r"step +(\d+)  val loss ([0-9.]
                                                  text)]
 train = [(int(s), float(v)) for s, v in re.findall(r"step +(\d+)/\d+  loss ([0-9.]+)", text)]
 done = re.search(r"done: .*", text)
-rss = re.search(r"peak resident memory per rank .*", text)
+rss = re.search(r"peak resident memory per rank .*", text) or \
+    re.search(r"memory at the end, rank 0: .*", text)
 sample = open(sample_path, encoding="utf-8", errors="replace").read()
 print("# gpt-mini on the fortunes: validation loss (nats per byte) against steps")
 print("# " + train_cmd)

@@ -8,7 +8,8 @@ each step's tokens/s line (--log-every 1), of which the steps after the warm-up 
 tokens/s (S * tokens per step / the sum of those steps' times); the parameter count; the SGEMM
 peak the trainer measured at the end; the per-step forward / backward / optimizer times and the
 DDP line (all-reduce per step, share hidden behind backward, exposed wait, buckets: means over
-all steps, the warm-up included); the peak resident memory per rank. From torch_gpt_ref.py: its
+all steps, the warm-up included); the peak resident memory per rank (its memory report at the
+end). From torch_gpt_ref.py: its
 JSON. Runs of one configuration are reduced to medians; ratios mpitrain / torch are given as
 the ratio of the medians and as the median of the ratios of runs made in the same round.
 Fraction of peak = FLOPs per token (6 N + 6 L C T) x tokens/s / the median SGEMM peak of the
@@ -35,6 +36,8 @@ DONE = re.compile(r"per step on rank 0: forward ([0-9.]+) ms, backward \(all-red
 DDP = re.compile(r"all-reduce ([0-9.]+) ms per step in (\d+) bucket\(s\), ([0-9.]+) % of it "
                  r"hidden behind backward; exposed \(waited after backward\) ([0-9.]+) ms")
 RSS = re.compile(r"peak resident memory per rank \(MiB, rank 0 first\): ([0-9. ]+)")
+# the trainer's memory report at the end, one line per rank (src/cli/train_zero.c)
+RSS_RANK = re.compile(r"memory at the end, rank (\d+): .*peak resident ([0-9.]+) MiB")
 
 
 def parse_mpitrain(run):
@@ -64,8 +67,10 @@ def parse_mpitrain(run):
         res["allreduce_ms"], res["buckets"] = float(m.group(1)), int(m.group(2))
         res["hidden_fraction"] = float(m.group(3)) / 100
         res["exposed_comm_ms"] = float(m.group(4))
-    m = RSS.search(text)
-    res["peak_rss_mib"] = [float(v) for v in m.group(1).split()] if m else None
+    ranks = {int(r): float(v) for r, v in RSS_RANK.findall(text)}
+    m = RSS.search(text)  # the line of the first version of the report
+    res["peak_rss_mib"] = ([ranks[r] for r in sorted(ranks)] if ranks else
+                           [float(v) for v in m.group(1).split()] if m else None)
     return res
 
 

@@ -6,9 +6,9 @@
 # (header fields and size exact) that --init-from loads: the resumed run's first validation
 # loss is the saving run's last, to the printed digit (same validation windows, same
 # parameters); and bad inputs (no shards, a model file of another shape or truncated, a token
-# outside the vocabulary, bad sizes) give a clear error and status 1 or 2; the end-of-run report
-# has one peak resident memory per rank in a plausible range of MiB, and on 2 ranks the DDP line
-# (all-reduce per step, buckets, share hidden behind backward). Checkpoints on 2
+# outside the vocabulary, bad sizes) give a clear error and status 1 or 2; on 2 ranks the
+# end-of-run report has the DDP line (all-reduce per step, buckets, share hidden behind
+# backward). Checkpoints on 2
 # ranks: stopping at step 10 and resuming gives the bytes of the straight run. --accumulate 2
 # with B 4 trains as B 8 (1 and 2 ranks) and resumes exactly from a checkpoint; --device cuda
 # without a GPU is a clear error. Prints "N passed, N failed".
@@ -63,17 +63,8 @@ for np in 1 2; do
   else
     bad "np $np: validation loss from '$v0' to '$v1' (want ~5.545, then 1.5 lower)"
   fi
-  # The end-of-run report: one peak resident memory per rank, in MiB (ru_maxrss is in KiB: a
-  # process with MPI and OpenBLAS loaded holds more than 8 MiB and this tiny run less than
-  # 4 GiB, so a unit slip either way fails), and on 2 ranks the DDP line (all-reduce time per
-  # step, bucket count, hidden share in [0, 100] %).
-  rss=$(sed -n 's/.*peak resident memory per rank (MiB, rank 0 first): //p' "$tmp/run$np.log")
-  if [ "$(echo "$rss" | wc -w)" -eq "$np" ] &&
-     echo "$rss" | awk '{ for (i = 1; i <= NF; i++) if (!($i >= 8 && $i <= 4096)) exit 1 }'; then
-    ok
-  else
-    bad "np $np: peak resident memory per rank '$rss'"
-  fi
+  # The end-of-run DDP line on 2 ranks (all-reduce time per step, bucket count, hidden share in
+  # [0, 100] %), none on 1.
   ddp=$(sed -n 's/.*DDP (rank 0, mean over 50 steps): all-reduce \([0-9.]*\) ms per step in 1 bucket(s), \([0-9]*\) % of it hidden behind backward.*/\1 \2/p' "$tmp/run$np.log")
   if [ "$np" -eq 1 ] && [ -z "$ddp" ] ||
      { [ "$np" -eq 2 ] && echo "$ddp" | awk 'NF == 2 && $1 > 0 && $2 >= 0 && $2 <= 100 { ok = 1 } END { exit !ok }'; }; then

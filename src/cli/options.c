@@ -27,7 +27,7 @@ enum {
   OPT_VERSION, OPT_NO_DECAY_BIAS_NORM, OPT_LOG_FILE, OPT_QUIET, OPT_PROGRESS_INTERVAL,
   OPT_GRAD_COMM, OPT_N_LAYER, OPT_N_HEAD, OPT_N_EMBD, OPT_SEQ_LEN, OPT_VOCAB_SIZE, OPT_SHARDS,
   OPT_VAL_SHARDS, OPT_INIT_FROM, OPT_SAVE_MODEL, OPT_GRAD_CLIP, OPT_VAL_EVERY, OPT_VAL_STEPS,
-  OPT_LOG_EVERY,
+  OPT_LOG_EVERY, OPT_ZERO,
 };
 
 static const struct option long_options[] = {
@@ -71,6 +71,7 @@ static const struct option long_options[] = {
     {"accumulate", required_argument, NULL, OPT_ACCUMULATE},
     {"buffers", required_argument, NULL, OPT_BUFFERS},
     {"grad-comm", required_argument, NULL, OPT_GRAD_COMM},
+    {"zero", required_argument, NULL, OPT_ZERO},
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
     {"check-collectives", no_argument, NULL, OPT_CHECK_COLL},
     {"mode", required_argument, NULL, OPT_MODE},
@@ -159,6 +160,8 @@ const char *mpt_cli_usage(void) {
          "  --grad-comm fp32|bf16      gradients on the wire: bf16 rounds each bucket to\n"
          "                             bfloat16, sums in fp32 steps, half the bytes (default\n"
          "                             fp32; error bound in ddp.h; CPU models)\n"
+         "  --zero 0|1                 ZeRO stage: 1 shards the optimizer state over the ranks\n"
+         "                             (reduce-scatter + all-gather; default 0; CPU models)\n"
          "  --timeout SEC              deadline of every collective and of start-up, MPI\n"
          "                             initialisation included (at least 10 s) (default 300)\n"
          "  --check-collectives        compare (op, count, dtype) across ranks first\n"
@@ -311,6 +314,21 @@ static int parse_hidden(const char *s, mpt_mlp_config *mlp, char *msg, size_t n)
   return 0;
 }
 
+/* Options of the mlp/cnn trainer that the GPT trainer does not implement: given with --model
+ * gpt* they are a usage error rather than silently ignored (a --metrics-json, --trace or
+ * --log-file that never appears, a --hidden that changes nothing). */
+static int mlp_cnn_only(int c) {
+  switch (c) {
+    case OPT_DATA: case OPT_SYNTHETIC: case OPT_METRICS: case OPT_SAVE_PARAMS: case OPT_TRACE:
+    case OPT_CONV_ALGO: case OPT_HIDDEN: case OPT_BATCHNORM: case OPT_DROPOUT:
+    case OPT_TRAIN_LIMIT: case OPT_TEST_LIMIT: case OPT_DEVICES: case OPT_BUFFERS:
+    case OPT_SKIP_NONFINITE: case OPT_CHECK_REPLICAS: case OPT_LOG_FILE: case OPT_PROGRESS:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
 /* The GPT sizes: the preset of --model, then the sizes given (gpt2 and gpt-mini are fixed
  * presets: sizes there are a usage error), then checks that the model can be built. */
 static int finish_gpt(mpt_cli_options *o, const int64_t size[5], char *msg, size_t n) {
@@ -367,11 +385,13 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
   int64_t gpt_size[5] = {0, 0, 0, 0, 0}; /* layers, heads, channels, seq len, vocab */
   int given_opt = 0, given_lr = 0, given_wd = 0, given_batch = 0, given_epochs = 0;
   int given_gpt_only = 0;
+  const char *given_not_gpt = NULL; /* the first mlp/cnn-only option given */
   for (;;) {
     int longindex = -1;
     int c = getopt_long(sub_argc, sub_argv, ":", long_options, &longindex);
     if (c == -1) break;
     const char *name = longindex >= 0 ? long_options[longindex].name : "?";
+    if (!given_not_gpt && mlp_cnn_only(c)) given_not_gpt = name;
     const char *a = optarg;
     switch (c) {
       case OPT_MODEL:
@@ -517,6 +537,13 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
         if (mpt_ddp_grad_comm_parse(a, &o->ddp.grad_comm) != MPT_OK)
           r = fail(msg, n, "--grad-comm: '%s' is not fp32 or bf16", a);
         break;
+      case OPT_ZERO:
+        if (strcmp(a, "0") == 0 || strcmp(a, "1") == 0)
+          o->ddp.zero = a[0] - '0';
+        else
+          r = fail(msg, n, "--zero: '%s' is not a supported ZeRO stage (0: off, 1: sharded "
+                   "optimizer state; stages 2 and 3 are not implemented)", a);
+        break;
       case OPT_TIMEOUT:
         if (!(r = parse_f64(name, a, 0.001, 1e6, &f64, msg, n))) o->timeout_s = f64;
         break;
@@ -645,6 +672,11 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
     fail(msg, n, "--nesterov needs --momentum > 0");
     return MPT_CLI_EXIT_USAGE;
   }
+  if (o->mode == MPT_MODE_DP && o->ddp.zero) {
+    fail(msg, n, "--zero 1 does not work with --mode dp (DataParallel steps the whole model in "
+         "each rank): use --mode ddp");
+    return MPT_CLI_EXIT_USAGE;
+  }
   if (o->mode == MPT_MODE_DP && o->devices[0] == '\0') {
     fail(msg, n, "--mode dp needs --devices (e.g. cpu:2)");
     return MPT_CLI_EXIT_USAGE;
@@ -655,6 +687,20 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
   }
   if (mpt_cli_is_gpt(o)) {
     if (finish_gpt(o, gpt_size, msg, n) != 0) return MPT_CLI_EXIT_USAGE;
+    if (o->mode == MPT_MODE_DP) {
+      fail(msg, n, "--model %s: --mode dp is not wired into the GPT trainer (use DDP: one rank "
+           "per device, under mpirun)", o->model);
+      return MPT_CLI_EXIT_USAGE;
+    }
+    if (given_not_gpt) {
+      fail(msg, n, "--%s does not apply to --model %s (an option of the mlp and cnn trainer)",
+           given_not_gpt, o->model);
+      return MPT_CLI_EXIT_USAGE;
+    }
+    if (o->val_every > 0 && o->val_shards[0] == '\0') {
+      fail(msg, n, "--val-every needs --val-shards GLOB (the validation token shards)");
+      return MPT_CLI_EXIT_USAGE;
+    }
     if (!given_opt) o->optim.kind = MPT_OPTIM_ADAMW;
     if (!given_lr) o->optim.lr = strcmp(o->model, "gpt2") == 0 ? 6e-4f : 1e-3f;
     if (!given_wd) o->optim.weight_decay = 0.1f;

@@ -126,6 +126,20 @@ mpt_status trainer_check_output_path(const char *option, const char *path) {
                     option, path,
                     S_ISDIR(sb.st_mode) ? "a directory" : S_ISLNK(sb.st_mode) ? "a symbolic link"
                                                                              : "a device or special file");
+  /* Its folder must exist and be writable now, not only when the file is written at the end
+   * of the run. */
+  char dir[4200];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (!slash) snprintf(dir, sizeof dir, ".");
+  else slash[slash == dir] = '\0'; /* "/x" -> "/" */
+  const char *why = NULL;
+  if (stat(dir, &sb) != 0) why = strerror(errno);
+  else if (!S_ISDIR(sb.st_mode)) why = "not a directory";
+  else if (access(dir, W_OK | X_OK) != 0) why = strerror(errno);
+  if (why)
+    return MPT_FAIL(MPT_EINVAL, "%s '%s': its folder '%s' cannot take the file (%s)", option,
+                    path, dir, why);
   return MPT_OK;
 }
 
@@ -166,7 +180,9 @@ mpt_status trainer_check_model_fits(trainer *t, int ndev) {
   const mpt_cli_options *o = t->o;
   if (t->device.type != MPT_DEVICE_CPU) return MPT_OK;
   const double params = model_params_estimate(o);
-  const int states = o->optim.kind == MPT_OPTIM_ADAMW ? 2 : 1;
+  /* Optimizer state: AdamW 2 floats per parameter, SGD 1; ZeRO-1 keeps 1/W of it per rank. */
+  const int world = t->world > 0 ? t->world : 1;
+  const double states = (o->optim.kind == MPT_OPTIM_ADAMW ? 2.0 : 1.0) / (o->ddp.zero ? world : 1);
   const double need = params * sizeof(float) * (2.0 + states) * (ndev > 0 ? ndev : 1);
   const double avail = mem_available_bytes();
   const int local = mpt_comm_local_size(t->comm) > 0 ? mpt_comm_local_size(t->comm) : 1;

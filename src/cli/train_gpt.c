@@ -40,10 +40,10 @@
 #include <time.h>
 
 #include <limits.h>
-#include <sys/resource.h>
 
 #include "cli/train.h"
 #include "cli/train_impl.h"
+#include "cli/train_zero.h"
 #include "mpitrain.h"
 
 typedef struct gpt_trainer {
@@ -193,8 +193,12 @@ static mpt_status save_checkpoint(gpt_trainer *g, int64_t epoch, int64_t step_in
   meta.seed = g->o->seed;
   meta.world_size = g->world;
   char path[PATH_MAX];
-  MPT_RETURN_IF(mpt_ckpt_save_collective(g->comm, g->o->checkpoint_dir, g->o->keep, g->model,
-                                         g->opt, &meta, path, sizeof path));
+  mpt_optimizer *whole; /* ZeRO-1: the state gathered from every rank (one file) */
+  MPT_RETURN_IF(trainer_opt_whole(g->ddp, g->model, g->opt, 1, g->rank == 0, &whole));
+  mpt_status st = mpt_ckpt_save_collective(g->comm, g->o->checkpoint_dir, g->o->keep, g->model,
+                                           whole, &meta, path, sizeof path);
+  trainer_opt_whole_done(g->ddp, g->opt, whole, 0);
+  MPT_RETURN_IF(st);
   mpt_log(MPT_LOG_INFO, "checkpoint %s", path);
   return MPT_OK;
 }
@@ -238,14 +242,20 @@ static mpt_status setup(gpt_trainer *g) {
   if (o->mode == MPT_MODE_DP)
     return MPT_FAIL(MPT_ENOTSUP, "--model %s: --mode dp is not wired into the GPT trainer "
                     "(use DDP: one rank per device)", o->model);
-  if (o->init_from[0] && o->resume[0])
+  if (o->init_from[0] && o->resume[0] && strcmp(o->resume, "auto") != 0)
     return MPT_FAIL(MPT_EINVAL, "--init-from and --resume: give one (a checkpoint already "
                     "holds the parameters)");
   MPT_RETURN_IF(resolve_resume_auto(g));
   o = g->o;
+  if (o->init_from[0] && o->resume[0]) /* --resume auto: a new run starts from --init-from */
+    mpt_log(MPT_LOG_INFO, "--resume auto found a checkpoint: --init-from %s is not read (it "
+            "starts a new run only)", o->init_from);
   if (g->rank == 0 && o->save_model[0])
     MPT_RETURN_IF(trainer_check_output_path("--save-model", o->save_model));
   if (g->rank == 0 && o->checkpoint_dir[0]) MPT_RETURN_IF(trainer_check_checkpoint_dir(o));
+  if (g->rank == 0 && (o->checkpoint_dir[0] || o->resume[0])) /* a resume with other options */
+    MPT_RETURN_IF(trainer_check_run_options(o));
+  if (g->rank == 0) trainer_gpt_warn_unused(o, g->world);
   int threads = o->threads;
   if (threads == 0) threads = mpt_cpu_threads_per_rank(mpt_comm_local_size(g->comm), 1);
   MPT_RETURN_IF(mpt_cpu_set_threads(threads));
@@ -257,6 +267,7 @@ static mpt_status setup(gpt_trainer *g) {
   dc.vocab_size = g->cfg.vocab_size;
   MPT_RETURN_IF(mpt_token_data_init(&g->train_data, o->shards, &dc));
   if (o->val_shards[0]) MPT_RETURN_IF(mpt_token_data_init(&g->val_data, o->val_shards, &dc));
+  if (g->val_data) MPT_RETURN_IF(trainer_gpt_check_disjoint(g->train_data, g->val_data));
   mpt_sampler_config sc = mpt_sampler_config_default();
   sc.num_replicas = g->world;
   sc.rank = g->rank;
@@ -267,19 +278,23 @@ static mpt_status setup(gpt_trainer *g) {
   lc.timeout_ms = o->timeout_s * 1e3;
   MPT_RETURN_IF(mpt_token_loader_init(&g->train_loader, g->train_data, &sc, &lc));
 
+  if (!g->stream) /* on the CPU: refused rather than killed for memory */
+    MPT_RETURN_IF(trainer_gpt_check_memory(o, &g->cfg, g->world, mpt_comm_local_size(g->comm)));
   MPT_RETURN_IF(mpt_model_init_gpt(&g->model, g->device, &g->cfg, o->seed));
-  if (o->init_from[0]) MPT_RETURN_IF(mpt_gpt_load(g->model, &g->cfg, o->init_from));
+  if (o->init_from[0] && !o->resume[0])
+    MPT_RETURN_IF(mpt_gpt_load(g->model, &g->cfg, o->init_from));
 
   const int64_t count = mpt_model_param_count(g->model);
-  MPT_RETURN_IF(mpt_optimizer_init(&g->opt, &o->optim, g->device, count));
-  /* Count the groups first: 8 per layer (gpt2 needs 98), so no fixed-size array. */
-  int ngroups = 0;
-  MPT_RETURN_IF(mpt_param_groups_split_decay(g->model, o->optim.weight_decay, NULL, 0,
-                                             &ngroups));
-  mpt_param_group *groups = malloc((size_t)(ngroups > 0 ? ngroups : 1) * sizeof *groups);
-  if (!groups) return MPT_FAIL(MPT_ENOMEM, "gpt: %d parameter groups", ngroups);
-  mpt_status gst = mpt_param_groups_split_decay(g->model, o->optim.weight_decay, groups,
-                                                ngroups, &ngroups);
+  if (g->world > 1) /* first: with --zero 1 the optimizer holds this rank's shard */
+    MPT_RETURN_IF(mpt_ddp_init(&g->ddp, g->model, g->grad_comm ? g->grad_comm : g->comm,
+                               g->stream, &o->ddp));
+  MPT_RETURN_IF(trainer_opt_init(g->ddp, g->model, &o->optim, g->device, &g->opt));
+  int ngroups = 0; /* 8 per layer + 2: 98 for gpt2's 12 layers */
+  MPT_RETURN_IF(mpt_param_groups_split_decay(g->model, o->optim.weight_decay, NULL, 0, &ngroups));
+  mpt_param_group *groups = malloc(sizeof *groups * (size_t)(ngroups ? ngroups : 1));
+  if (!groups) return MPT_FAIL(MPT_ENOMEM, "%d parameter groups", ngroups);
+  mpt_status gst = mpt_param_groups_split_decay(g->model, o->optim.weight_decay, groups, ngroups,
+                                                &ngroups);
   if (gst == MPT_OK) gst = mpt_optimizer_set_groups(g->opt, groups, ngroups);
   free(groups);
   MPT_RETURN_IF(gst);
@@ -294,9 +309,14 @@ static mpt_status setup(gpt_trainer *g) {
           mpt_optimizer_kind_name(oc->kind), (double)oc->lr, (double)oc->beta1,
           (double)oc->beta2, (double)oc->weight_decay, (long long)decayed,
           (long long)(count - decayed), o->grad_clip, o->grad_clip > 0 ? "" : " (off)");
-  if (o->resume[0]) { /* every rank reads the same file, before DDP broadcasts rank 0's */
+  if (o->resume[0]) { /* every rank reads the same file (ZeRO-1: keeps its shard of the state) */
     mpt_ckpt_meta meta;
-    MPT_RETURN_IF(mpt_ckpt_load_collective(g->comm, o->resume, g->model, g->opt, &meta));
+    mpt_optimizer *whole;
+    MPT_RETURN_IF(trainer_opt_whole(g->ddp, g->model, g->opt, 0, 1, &whole));
+    mpt_status st = mpt_ckpt_load_collective(g->comm, o->resume, g->model, whole, &meta);
+    mpt_status sst = trainer_opt_whole_done(g->ddp, g->opt, whole, st == MPT_OK);
+    MPT_RETURN_IF(st);
+    MPT_RETURN_IF(sst);
     if (meta.world_size != g->world)
       mpt_log(MPT_LOG_WARN, "--resume: the checkpoint was written by %d ranks, this run has %d: "
               "the windows of the rest of the epoch are dealt differently", meta.world_size,
@@ -307,9 +327,6 @@ static mpt_status setup(gpt_trainer *g) {
     mpt_log(MPT_LOG_INFO, "resumed at step %lld (epoch %lld, %lld steps into it)",
             (long long)meta.global_step, (long long)meta.epoch, (long long)meta.step_in_epoch);
   }
-  if (g->world > 1)
-    MPT_RETURN_IF(mpt_ddp_init(&g->ddp, g->model, g->grad_comm ? g->grad_comm : g->comm,
-                               g->stream, &o->ddp));
   MPT_RETURN_IF(mpt_tape_init(&g->tape, g->model, g->stream));
 
   int64_t per_epoch = mpt_token_loader_num_steps(g->train_loader) / o->accumulate;
@@ -317,6 +334,11 @@ static mpt_status setup(gpt_trainer *g) {
     return MPT_FAIL(MPT_EINVAL, "--accumulate %d: an epoch has only %lld window(s) of B T + 1 "
                     "tokens per rank", o->accumulate,
                     (long long)mpt_token_loader_num_steps(g->train_loader));
+  if (o->max_steps > per_epoch)
+    mpt_log(MPT_LOG_WARN, "--max-steps %lld is more than the %lld steps of an epoch (windows of "
+            "B T + 1 tokens per rank): the run ends after %lld epoch(s) of %lld steps (--epochs)",
+            (long long)o->max_steps, (long long)per_epoch, (long long)o->epochs,
+            (long long)per_epoch);
   if (o->max_steps > 0 && o->max_steps < per_epoch) per_epoch = o->max_steps;
   g->per_epoch = per_epoch;
   g->total_steps = per_epoch * o->epochs;
@@ -341,7 +363,7 @@ static mpt_status setup(gpt_trainer *g) {
           g->grad_comm ? mpt_comm_backend_name(mpt_comm_backend_kind(g->grad_comm)) : "",
           (long long)o->batch_size, o->accumulate,
           (long long)mpt_token_data_num_windows(g->train_data), (long long)g->total_steps);
-  return MPT_OK;
+  return trainer_memory_report(g->comm, "at start", g->model, g->opt, g->ddp, 0);
 }
 
 /* On a GPU, waits for the compute stream (so that the phases are timed where they ran) and
@@ -397,12 +419,14 @@ static mpt_status step(gpt_trainer *g, int64_t k, float *loss, float *norm, int 
   double t2 = now_s();
   *norm = NAN;
   if (g->o->grad_clip > 0)
-    MPT_RETURN_IF(mpt_clip_grad_norm(g->model, g->stream, (float)g->o->grad_clip, norm));
+    MPT_RETURN_IF(g->ddp ? mpt_ddp_clip_grad_norm(g->ddp, g->stream, (float)g->o->grad_clip, norm)
+                         : mpt_clip_grad_norm(g->model, g->stream, (float)g->o->grad_clip, norm));
   if (!isfinite(*loss) || (g->o->grad_clip > 0 && !isfinite(*norm)))
     return MPT_FAIL(MPT_ENONFINITE, "step %lld: loss %g, gradient norm %g on rank %d",
                     (long long)k, *loss, *norm, g->rank);
   float lr = mpt_lr_at(&g->sched, g->o->optim.lr, k);
-  MPT_RETURN_IF(mpt_optimizer_step_model(g->opt, g->model, g->stream, lr));
+  MPT_RETURN_IF(g->ddp ? mpt_ddp_optimizer_step(g->ddp, g->opt, g->stream, lr)
+                       : mpt_optimizer_step_model(g->opt, g->model, g->stream, lr));
   MPT_RETURN_IF(sync_device(g));
   double t3 = now_s();
   g->fwd_s += t2 - t0 - bwd; /* zero_grad and the loader count with the forward */
@@ -448,36 +472,17 @@ static mpt_status measure_sgemm_peak(gpt_trainer *g, double *gflops) {
 
 /* The end-of-run DDP summary (rank 0's engine, mean over the run's synchronised steps): the
  * all-reduce time per step, the share of it that overlapped backward, and what the step still
- * waited for after backward; then every rank's peak resident memory (getrusage's ru_maxrss,
- * the high-water mark of the process so far), gathered to all ranks. Collective. */
-static mpt_status report_ddp_and_memory(gpt_trainer *g) {
-  if (g->ddp) {
-    mpt_ddp_stats ds = mpt_ddp_get_stats(g->ddp);
-    const double n = ds.steps > 0 ? (double)ds.steps : 1;
-    mpt_log(MPT_LOG_INFO, "DDP (rank 0, mean over %lld steps): all-reduce %.1f ms per step in "
-            "%d bucket(s), %.0f %% of it hidden behind backward; exposed (waited after "
-            "backward) %.1f ms", (long long)ds.steps, ds.sum_allreduce_ms / n,
-            mpt_ddp_num_buckets(g->ddp),
-            ds.sum_allreduce_ms > 0 ? 100 * ds.sum_hidden_ms / ds.sum_allreduce_ms : 0.0,
-            ds.sum_exposed_comm_ms / n);
-  }
-  struct rusage ru;
-  memset(&ru, 0, sizeof ru);
-  if (getrusage(RUSAGE_SELF, &ru) != 0)
-    mpt_log(MPT_LOG_WARN, "getrusage failed: peak resident memory unknown on rank %d", g->rank);
-  float *rss_mib = calloc((size_t)g->world, sizeof *rss_mib);
-  if (!rss_mib) return MPT_FAIL(MPT_ENOMEM, "peak memory report: %d ranks", g->world);
-  rss_mib[g->rank] = (float)((double)ru.ru_maxrss / 1024.0); /* Linux: KiB */
-  mpt_status st = sum_ranks(g, rss_mib, g->world);
-  char line[512] = "";
-  size_t used = 0;
-  for (int r = 0; st == MPT_OK && r < g->world && used < sizeof line; r++)
-    used += (size_t)snprintf(line + used, sizeof line - used, "%s%.0f", r ? " " : "",
-                             (double)rss_mib[r]);
-  if (st == MPT_OK)
-    mpt_log(MPT_LOG_INFO, "peak resident memory per rank (MiB, rank 0 first): %s", line);
-  free(rss_mib);
-  return st;
+ * waited for after backward. */
+static void report_ddp(gpt_trainer *g) {
+  if (!g->ddp) return;
+  mpt_ddp_stats ds = mpt_ddp_get_stats(g->ddp);
+  const double n = ds.steps > 0 ? (double)ds.steps : 1;
+  mpt_log(MPT_LOG_INFO, "DDP (rank 0, mean over %lld steps): all-reduce %.1f ms per step in "
+          "%d bucket(s), %.0f %% of it hidden behind backward; exposed (waited after "
+          "backward) %.1f ms", (long long)ds.steps, ds.sum_allreduce_ms / n,
+          mpt_ddp_num_buckets(g->ddp),
+          ds.sum_allreduce_ms > 0 ? 100 * ds.sum_hidden_ms / ds.sum_allreduce_ms : 0.0,
+          ds.sum_exposed_comm_ms / n);
 }
 
 static mpt_status run(gpt_trainer *g) {
@@ -545,6 +550,7 @@ static mpt_status run(gpt_trainer *g) {
   double elapsed = now_s() - t_start;
   MPT_RETURN_IF(report_val(g, k, &val));
   k -= k0; /* the steps this run took */
+  MPT_RETURN_IF(trainer_memory_report(g->comm, "at the end", g->model, g->opt, g->ddp, k));
   if (k > 0) {
     /* FLOPs per token as llm.c counts them: 6 N + 6 L C T (attention) */
     const double n = (double)mpt_model_param_count(g->model);
@@ -561,7 +567,7 @@ static mpt_status run(gpt_trainer *g) {
             "arithmetic reached %.1f %% of it", peak,
             100 * flops * (double)(k * tokens_per_step) / elapsed * 1e-9 / peak);
   }
-  MPT_RETURN_IF(report_ddp_and_memory(g));
+  report_ddp(g);
   if (g->rank == 0 && o->save_model[0]) {
     MPT_RETURN_IF(mpt_gpt_save(g->model, &g->cfg, o->save_model));
     mpt_log(MPT_LOG_INFO, "model written to %s", o->save_model);
