@@ -11,8 +11,13 @@ endif
 
 # The benchmark's own correctness checks at small sizes under mpirun (no timing).
 TESTS += bench/test_allreduce_bench.sh
+# compare_gpt.sh at a tiny size: the same model on both sides, the summary's arithmetic (against
+# Debian's PyTorch when installed, else mpitrain alone).
+TESTS += bench/test_compare_gpt.sh
 
 EXTRA_DIST += bench/README.md bench/bench_lib.sh bench/train_bench.sh bench/compare_torch.sh \
 	bench/plot.sh bench/summarize.py bench/scaling_model.py bench/torch_ref.py bench/run_all.sh \
-	bench/test_allreduce_bench.sh bench/raw_nccl.c bench/raw_nccl.h bench/results/README.md bench/gpu-check.sh \
+	bench/test_allreduce_bench.sh bench/compare_gpt.sh bench/torch_gpt_ref.py \
+	bench/summarize_gpt.py bench/make_token_shard.py bench/test_compare_gpt.sh bench/gpt_fortunes.sh \
+	bench/raw_nccl.c bench/raw_nccl.h bench/results/README.md bench/gpu-check.sh \
 	bench/gpu_gpt_torch.py

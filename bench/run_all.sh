@@ -4,6 +4,7 @@
 # command behind the checked-in results (bench/results/README.md). A few minutes on 2 CPUs.
 #
 #   bench/run_all.sh [--build DIR] [--out DIR] [--runs DIR] [--np W] [--repeats R] [--wait-idle S]
+#                    [--torch F] [--gpt small|full|off]
 #
 # --runs DIR keeps every run's metrics, logs and the manifests (default: a temporary folder);
 # the traces the scaling model reads are kept in --out.
@@ -23,12 +24,17 @@ usage: bench/run_all.sh [options]
   --wait-idle S      before each run, wait up to S seconds for the CPUs to be 90% idle
   --torch F          PyTorch for the comparison: debian (default), pypi or both
                      (see bench/compare_torch.sh --help)
+  --gpt WHAT         the GPT benchmarks: small (default: gpt-mini against PyTorch at 1 and W
+                     ranks, its DDP bucket-cap / overlap sweep, 100 steps on the fortunes:
+                     files gpt_small_*), full (the commands behind results/README.md's GPT
+                     figures: gpt-mini and gpt2 against both PyTorch versions, the gpt2 DDP
+                     sweep, 150 steps on the fortunes; an hour or more on 2 shared CPUs) or off
   -h, --help
 Needs gnuplot and Debian's python3-torch besides the build: ./setup.sh bench installs them.
 EOF
 }
 
-out=$BENCH_SRCDIR/bench/results runs="" np=2 repeats=3 torch=debian
+out=$BENCH_SRCDIR/bench/results runs="" np=2 repeats=3 torch=debian gpt=small
 while [ $# -gt 0 ]; do
   case $1 in -h|--help) usage; exit 0 ;; esac
   [ $# -ge 2 ] || bench_die "$1 needs a value (see --help)"
@@ -39,11 +45,13 @@ while [ $# -gt 0 ]; do
     --np) np=$2 ;;
     --repeats) repeats=$2 ;;
     --torch) torch=$2 ;;
+    --gpt) gpt=$2 ;;
     --wait-idle) MPT_BENCH_WAIT_IDLE_S=$2; export MPT_BENCH_WAIT_IDLE_S ;;
     *) usage >&2; bench_die "unknown option '$1'" ;;
   esac
   shift 2
 done
+case $gpt in small|full|off) ;; *) bench_die "--gpt: '$gpt' is not small, full or off" ;; esac
 bench_find_build
 export MPT_BUILD
 # The prerequisites first, not after minutes of benchmarks.
@@ -110,6 +118,46 @@ for m in mlp cnn; do
   "$PY" "$B/scaling_model.py" --model "$m" --trace1 "$out/trace_${m}_np1.json" \
     --compute-scale 0.01 --json "$out/scaling_${m}_x0.01.json" | tee "$out/scaling_${m}_x0.01.txt"
 done
+
+# GPT (issue 13): tokens/s against PyTorch, fraction of the SGEMM peak, DDP overlap and bucket
+# caps, peak memory per rank, the fortunes curve and a sample.
+gpt_step() { # name command...: stdout to NAME.txt (and the terminal); the summary's JSON too
+  _name=$1
+  shift
+  "$@" --json "$out/$_name.json" | tee "$out/$_name.txt"
+}
+if [ "$gpt" = small ]; then
+  step "GPT (small): gpt-mini against PyTorch ($torch), 1 and $np ranks"
+  gpt_step gpt_small_compare "$B/compare_gpt.sh" --model gpt-mini --np "1,$np" --torch "$torch" \
+    --steps 4 --warmup 1 --repeats "$repeats" --out "$runs/gpt_compare"
+  step "GPT (small): gpt-mini DDP, $np ranks, bucket caps 1,5,25 MiB, overlap on and off"
+  gpt_step gpt_small_ddp "$B/compare_gpt.sh" --model gpt-mini --np "$np" --torch none \
+    --steps 4 --warmup 1 --repeats 1 --bucket-cap-mb 1,5,25 --overlap both --out "$runs/gpt_ddp"
+  step "GPT (small): gpt-mini on the fortunes, 100 steps, $np ranks"
+  gpt_step gpt_small_fortunes "$B/gpt_fortunes.sh" --np "$np" --steps 100 --val-every 25 \
+    --out "$runs/gpt_fortunes"
+elif [ "$gpt" = full ]; then
+  step "GPT: gpt-mini (B 8, T 256) against both PyTorch versions, 1 and $np ranks"
+  gpt_step compare_gpt_mini "$B/compare_gpt.sh" --model gpt-mini --np "1,$np" --torch both \
+    --repeats 2 --out "$runs/gpt_mini"
+  # gpt2 at B 4 x T 512 takes 6-7 GB per process on both sides: one process at B 4, the ranks
+  # at B 2 (2048 tokens per step over 2 ranks), so that 2 ranks of PyTorch fit in 24 GB.
+  step "GPT: gpt2 (B 4, T 512) against both PyTorch versions, 1 process"
+  gpt_step compare_gpt_gpt2 "$B/compare_gpt.sh" --model gpt2 --np 1 --torch both \
+    --repeats 1 --steps 2 --warmup 1 --out "$runs/gpt2"
+  step "GPT: gpt2 (B 2, T 512 per rank) against both PyTorch versions, $np ranks"
+  gpt_step compare_gpt_gpt2_np2 "$B/compare_gpt.sh" --model gpt2 --np "$np" --batch-size 2 \
+    --torch both --repeats 1 --steps 2 --warmup 1 --out "$runs/gpt2_np$np"
+  step "GPT: gpt2 DDP, $np ranks, B 2, bucket caps 5,25,100 MiB; overlap off at 25"
+  gpt_step gpt2_ddp "$B/compare_gpt.sh" --model gpt2 --np "$np" --batch-size 2 --torch none \
+    --repeats 1 --steps 2 --warmup 1 --bucket-cap-mb 5,25,100 --overlap on --out "$runs/gpt2_ddp"
+  gpt_step gpt2_ddp_nooverlap "$B/compare_gpt.sh" --model gpt2 --np "$np" --batch-size 2 \
+    --torch none --repeats 1 --steps 2 --warmup 1 --bucket-cap-mb 25 --overlap off \
+    --out "$runs/gpt2_ddp_off"
+  step "GPT: gpt-mini on the fortunes, 150 steps, $np ranks"
+  gpt_step gpt_fortunes "$B/gpt_fortunes.sh" --np "$np" --steps 150 --val-every 25 \
+    --out "$runs/gpt_fortunes"
+fi
 
 step "plots"
 "$B/plot.sh" --in "$out" --out "$out"

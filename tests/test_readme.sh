@@ -61,6 +61,11 @@ run() { # FILE CMD: run CMD (with its tiny-size options) and expect status 0
     bench/compare_torch.sh*)
       if [ $have_torch -eq 0 ]; then skip=$((skip + 1)); echo "skip ($file, no python3-torch): $cmd"; return; fi
       extra="--steps 3 --repeats 1" ;;
+    bench/compare_gpt.sh*) # a tiny GPT; Debian's PyTorch or none (never the PyPI install)
+      local torch=none
+      [ $have_torch -eq 1 ] && torch=debian
+      extra="--model gpt-mini --seq-len 16 --batch-size 1 --steps 1 --warmup 1 --repeats 1 --torch $torch" ;;
+    bench/gpt_fortunes.sh*) extra="--steps 2 --val-every 1" ;;
     bench/run_all.sh*) # minutes of benchmarks: its help only
       cmd="bench/run_all.sh --help" ;;
     bench/plot.sh*)

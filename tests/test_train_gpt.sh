@@ -6,7 +6,9 @@
 # (header fields and size exact) that --init-from loads: the resumed run's first validation
 # loss is the saving run's last, to the printed digit (same validation windows, same
 # parameters); and bad inputs (no shards, a model file of another shape or truncated, a token
-# outside the vocabulary, bad sizes) give a clear error and status 1 or 2. Checkpoints on 2
+# outside the vocabulary, bad sizes) give a clear error and status 1 or 2; on 2 ranks the
+# end-of-run report has the DDP line (all-reduce per step, buckets, share hidden behind
+# backward). Checkpoints on 2
 # ranks: stopping at step 10 and resuming gives the bytes of the straight run. --accumulate 2
 # with B 4 trains as B 8 (1 and 2 ranks) and resumes exactly from a checkpoint; --device cuda
 # without a GPU is a clear error. Prints "N passed, N failed".
@@ -60,6 +62,15 @@ for np in 1 2; do
     ok
   else
     bad "np $np: validation loss from '$v0' to '$v1' (want ~5.545, then 1.5 lower)"
+  fi
+  # The end-of-run DDP line on 2 ranks (all-reduce time per step, bucket count, hidden share in
+  # [0, 100] %), none on 1.
+  ddp=$(sed -n 's/.*DDP (rank 0, mean over 50 steps): all-reduce \([0-9.]*\) ms per step in 1 bucket(s), \([0-9]*\) % of it hidden behind backward.*/\1 \2/p' "$tmp/run$np.log")
+  if [ "$np" -eq 1 ] && [ -z "$ddp" ] ||
+     { [ "$np" -eq 2 ] && echo "$ddp" | awk 'NF == 2 && $1 > 0 && $2 >= 0 && $2 <= 100 { ok = 1 } END { exit !ok }'; }; then
+    ok
+  else
+    bad "np $np: DDP summary '$ddp'"
   fi
   # The model file: llm.c header [magic 20240326, version 3, T 32, V 256, L 2, H 2, C 32,
   # Vp 256], then 34688 float32 parameters.

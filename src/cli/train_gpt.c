@@ -28,7 +28,11 @@
  * --stop-at-step. A checkpoint holds the parameters, the AdamW state and the position (epoch,
  * steps taken in it); a resumed run starts the same epoch's shuffle and skips the windows
  * already trained on, so with the same options and ranks it continues bit for bit. --save-model
- * / --init-from carry the parameters only, in llm.c's format. */
+ * / --init-from carry the parameters only, in llm.c's format.
+ *
+ * The end of a run reports the tokens/s, the per-step times, the fraction of the measured SGEMM
+ * peak, DDP's all-reduce time and the share of it hidden behind backward, and every rank's peak
+ * resident memory (bench/compare_gpt.sh reads these lines). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -466,6 +470,21 @@ static mpt_status measure_sgemm_peak(gpt_trainer *g, double *gflops) {
   return st;
 }
 
+/* The end-of-run DDP summary (rank 0's engine, mean over the run's synchronised steps): the
+ * all-reduce time per step, the share of it that overlapped backward, and what the step still
+ * waited for after backward. */
+static void report_ddp(gpt_trainer *g) {
+  if (!g->ddp) return;
+  mpt_ddp_stats ds = mpt_ddp_get_stats(g->ddp);
+  const double n = ds.steps > 0 ? (double)ds.steps : 1;
+  mpt_log(MPT_LOG_INFO, "DDP (rank 0, mean over %lld steps): all-reduce %.1f ms per step in "
+          "%d bucket(s), %.0f %% of it hidden behind backward; exposed (waited after "
+          "backward) %.1f ms", (long long)ds.steps, ds.sum_allreduce_ms / n,
+          mpt_ddp_num_buckets(g->ddp),
+          ds.sum_allreduce_ms > 0 ? 100 * ds.sum_hidden_ms / ds.sum_allreduce_ms : 0.0,
+          ds.sum_exposed_comm_ms / n);
+}
+
 static mpt_status run(gpt_trainer *g) {
   const mpt_cli_options *o = g->o;
   MPT_RETURN_IF(setup(g));
@@ -548,6 +567,7 @@ static mpt_status run(gpt_trainer *g) {
             "arithmetic reached %.1f %% of it", peak,
             100 * flops * (double)(k * tokens_per_step) / elapsed * 1e-9 / peak);
   }
+  report_ddp(g);
   if (g->rank == 0 && o->save_model[0]) {
     MPT_RETURN_IF(mpt_gpt_save(g->model, &g->cfg, o->save_model));
     mpt_log(MPT_LOG_INFO, "model written to %s", o->save_model);
