@@ -1,5 +1,6 @@
 # src/core: status, logging, devices, streams and events, tensors, RNG, ops (include/mpitrain/core.h, ops.h)
-mpitraininclude_HEADERS += include/mpitrain/core.h include/mpitrain/ops.h include/mpitrain/ops_gpt.h
+mpitraininclude_HEADERS += include/mpitrain/core.h include/mpitrain/ops.h include/mpitrain/ops_gpt.h \
+	include/mpitrain/ops_bf16.h
 libmpitrain_all_la_SOURCES += \
 	src/core/error.h src/core/backend.h src/core/fault.h src/core/fault.c src/core/keeper.h \
 	src/core/status.c src/core/log.c src/core/rng.c src/core/device.c src/core/tensor.c \
@@ -8,7 +9,7 @@ libmpitrain_all_la_SOURCES += \
 	src/core/cpu/ops_cpu.c src/core/cpu/cpu_threads.c src/core/cpu/conv_cpu.c \
 	src/core/cpu/norm_cpu.c src/core/cpu/optim_cpu.c src/core/ops_gpt.c src/core/cpu/gpt_cpu.c
 if HAVE_ONEDNN
-libmpitrain_all_la_SOURCES += src/core/cpu/conv_dnnl.c
+libmpitrain_all_la_SOURCES += src/core/cpu/conv_dnnl.c src/core/cpu/gemm_dnnl.c src/core/cpu/dnnl_check.h
 endif
 
 if HAVE_CHECK
