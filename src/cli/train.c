@@ -585,6 +585,7 @@ static mpt_status train_run(trainer *t) {
   MPT_RETURN_IF(trainer_check_same_data(t));
   MPT_RETURN_IF(make_model(t));
   MPT_RETURN_IF(mpt_tape_init(&t->tape, t->model, t->stream));
+  MPT_RETURN_IF(trainer_set_precision(t->tape, o->precision));
   if (t->world > 1) {
     mpt_comm *gc = t->comm;
     if (t->device.type != MPT_DEVICE_CPU) { /* gradients stay on the GPU: NCCL, else MPI staged */

@@ -222,6 +222,7 @@ static mpt_status setup(gpt_trainer *g) {
   }
   if (g->world > 1) MPT_RETURN_IF(mpt_ddp_init(&g->ddp, g->model, g->comm, NULL, &o->ddp));
   MPT_RETURN_IF(mpt_tape_init(&g->tape, g->model, NULL));
+  MPT_RETURN_IF(trainer_set_precision(g->tape, o->precision));
 
   int64_t per_epoch = mpt_token_loader_num_steps(g->train_loader);
   if (o->max_steps > 0 && o->max_steps < per_epoch) per_epoch = o->max_steps;
