@@ -27,3 +27,7 @@ EXTRA_DIST += tests/test_train_gpt.sh
 # issue 13: mpitrain generate (a hand-made model file with a known output: greedy, top-k, seeds)
 TESTS += tests/test_generate.sh
 EXTRA_DIST += tests/test_generate.sh
+# issue 14: --precision fp32|bf16 (refusals, fp32 vs bf16 losses for mlp, cnn and a tiny GPT,
+# 2-rank replicas)
+TESTS += tests/test_precision.sh
+EXTRA_DIST += tests/test_precision.sh

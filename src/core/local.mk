@@ -32,3 +32,11 @@ tests_test_trace_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 endif
 # issue 13: atomic whole-file writes (token shards, llm.c model files)
 libmpitrain_all_la_SOURCES += src/core/atomic_file.h src/core/atomic_file.c
+# issue 14: bf16 compute (include/mpitrain/ops_bf16.h): GEMM, convolutions, the tape's precision
+if HAVE_CHECK
+check_PROGRAMS += tests/test_bf16
+TESTS += tests/test_bf16
+tests_test_bf16_SOURCES = tests/test_bf16.c
+tests_test_bf16_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_bf16_LDADD = libmpitrain_all.la $(CHECK_LIBS) -lm
+endif
