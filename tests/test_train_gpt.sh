@@ -152,6 +152,11 @@ expect 1 "is 115, outside the vocabulary of 100" "token outside the vocabulary" 
 # shellcheck disable=SC2086
 expect 1 "give one" "--init-from and --resume" -- \
   "$prog" train $run_args --init-from "$tmp/m1.bin" --resume "$tmp/ckA" --max-steps 1
+# 12 layers (gpt2's depth) need 98 weight-decay groups: the trainer has room for them
+# shellcheck disable=SC2086
+expect 0 "done: 1 steps" "12 layers" -- \
+  "$prog" train --model gpt --n-layer 12 --n-head 2 --n-embd 16 --seq-len 16 --vocab-size 256 \
+  $data --max-steps 1 --batch-size 1
 expect 2 "needs --shards" "no --shards" -- "$prog" train --model gpt-mini
 expect 2 "not a multiple of --n-head" "C not a multiple of H" -- \
   "$prog" train --model gpt --n-embd 30 --n-head 4 --shards x

@@ -191,9 +191,9 @@ static mpt_status setup(gpt_trainer *g) {
 
   const int64_t count = mpt_model_param_count(g->model);
   MPT_RETURN_IF(mpt_optimizer_init(&g->opt, &o->optim, mpt_device_cpu(), count));
-  mpt_param_group groups[64];
+  mpt_param_group groups[512]; /* 8 per layer + 2: 98 for gpt2's 12 layers */
   int ngroups = 0;
-  MPT_RETURN_IF(mpt_param_groups_split_decay(g->model, o->optim.weight_decay, groups, 64,
+  MPT_RETURN_IF(mpt_param_groups_split_decay(g->model, o->optim.weight_decay, groups, 512,
                                              &ngroups));
   MPT_RETURN_IF(mpt_optimizer_set_groups(g->opt, groups, ngroups));
   int64_t decayed = 0;
