@@ -19,7 +19,8 @@
  * Backends: CPU through oneDNN 2.x (matmul and convolution primitives with bf16 sources and
  * weights and float32 destinations: AVX-512 BF16 kernels); CUDA through cuBLAS
  * (cublasGemmEx with CUDA_R_16BF inputs, CUDA_R_32F output, CUBLAS_COMPUTE_32F) after a
- * rounding kernel; no CUDA bf16 convolution yet (MPT_ENOTSUP). Threads: as the float32 ops
+ * rounding kernel; no CUDA bf16 library convolution yet (MPT_ENOTSUP; conv2d on the tape falls
+ * back to im2col + the bf16 GEMM there). Threads: as the float32 ops
  * (ops.h); the CPU plans are per calling thread and per shape, so concurrent callers are safe.
  * Errors: as the float32 ops, plus MPT_ENOTSUP from every op when mpt_op_bf16_check fails. */
 #ifndef MPITRAIN_OPS_BF16_H
@@ -64,6 +65,9 @@ MPT_API mpt_status mpt_op_gemm_ex(mpt_stream *stream, mpt_precision precision, i
  * with x, w and dy rounded to bf16 and float32 accumulation; y, dx, dw and db are float32, the
  * bias is added in float32. CPU: oneDNN's bf16 convolutions (the reorders into its blocked
  * layouts round to nearest even). */
+/* 1 when the stream's backend has the bf16 library convolutions below (the CPU with oneDNN),
+ * else 0 (the layers then use im2col + mpt_op_gemm_bf16). */
+MPT_API int mpt_op_conv2d_bf16_available(mpt_stream *stream);
 MPT_API mpt_status mpt_op_conv2d_forward_bf16(mpt_stream *stream, const mpt_conv_geom *g,
                                               int64_t n, int64_t o, const float *x,
                                               const float *w, const float *b, float *y);

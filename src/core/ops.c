@@ -492,6 +492,12 @@ mpt_status mpt_op_gemm_ex(mpt_stream *stream, mpt_precision precision, int trans
                   (int)precision);
 }
 
+int mpt_op_conv2d_bf16_available(mpt_stream *stream) {
+  const mpt__device_backend *b = mpt__backend_of_stream(stream);
+  return b && b->conv2d_forward_bf16 && b->conv2d_backward_data_bf16 &&
+         b->conv2d_backward_weights_bf16;
+}
+
 mpt_status mpt_op_conv2d_forward_bf16(mpt_stream *stream, const mpt_conv_geom *g, int64_t n,
                                       int64_t o, const float *x, const float *w, const float *b,
                                       float *y) {

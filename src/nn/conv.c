@@ -131,9 +131,13 @@ mpt_status mpt_nn_conv2d(mpt_tape *tape, mpt_var *x, mpt_var *w, mpt_var *b, int
   const int64_t x_img = g.channels * g.height * g.width, y_img = o * l;
   const int64_t yshape[4] = {n, o, g.out_h, g.out_w};
   const mpt_conv_algo algo = mpt_nn_conv_algo();
+  const mpt_precision pr = mpt_tape_precision(tape);
+  /* bf16: the library's bf16 convolutions where the backend has them, else im2col + bf16 GEMM */
+  const int have_library = pr == MPT_PRECISION_BF16 ? mpt_op_conv2d_bf16_available(s)
+                                                    : mpt_op_conv2d_available(s);
   const int library = algo == MPT_CONV_ALGO_LIBRARY ||
-                      (algo == MPT_CONV_ALGO_AUTO && mpt_op_conv2d_available(s));
-  if (library && !mpt_op_conv2d_available(s))
+                      (algo == MPT_CONV_ALGO_AUTO && have_library);
+  if (library && !have_library)
     return MPT_FAIL(MPT_ENOTSUP, "conv2d: the library convolution was asked for, but this "
                     "build has none for the tape's device (configure found no oneDNN?)");
   mpt_var *out = NULL;
@@ -142,7 +146,6 @@ mpt_status mpt_nn_conv2d(mpt_tape *tape, mpt_var *x, mpt_var *w, mpt_var *b, int
 
   const float *xv = xt->data, *wv = wt->data;
   float *yv = mpt_var_value(out)->data;
-  const mpt_precision pr = mpt_tape_precision(tape);
   if (library) {
     const float *bv = b ? mpt_var_value(b)->data : NULL;
     MPT_RETURN_IF(pr == MPT_PRECISION_BF16 ? mpt_op_conv2d_forward_bf16(s, &g, n, o, xv, wv, bv, yv)
