@@ -139,6 +139,27 @@ START_TEST(test_bf16_gemm_exact_inputs_equal_fp32) {
 }
 END_TEST
 
+/* More shapes than a thread keeps plans for (64): the oldest are evicted and rebuilt when
+ * needed again, every result still exact. */
+START_TEST(test_bf16_gemm_many_shapes_evict_plans) {
+  const int64_t n = 8, k = 16;
+  float *a = alloc_f(80 * k), *b = alloc_f(k * n), *c32 = alloc_f(80 * n), *c16 = alloc_f(80 * n);
+  int_fill(a, 80 * k, 7);
+  int_fill(b, k * n, 8);
+  for (int pass = 0; pass < 2; pass++)
+    for (int64_t m = 1; m <= 80; m++) {
+      OK(mpt_op_gemm(NULL, 0, 0, m, n, k, 1.0f, a, k, b, n, 0.0f, c32, n));
+      OK(mpt_op_gemm_bf16(NULL, 0, 0, m, n, k, 1.0f, a, k, b, n, 0.0f, c16, n));
+      ck_assert_msg(memcmp(c32, c16, (size_t)(m * n) * sizeof(float)) == 0, "m %lld pass %d",
+                    (long long)m, pass);
+    }
+  free(a);
+  free(b);
+  free(c32);
+  free(c16);
+}
+END_TEST
+
 /* Ties round to the even neighbour: 1 + 2^-8 -> 1, 1 + 3 2^-8 -> 1 + 2^-6; above a tie rounds
  * up: 1 + 2^-8 + 2^-20 -> 1 + 2^-7. A 1x1x1 GEMM with b = 1 shows the rounded a. */
 START_TEST(test_bf16_gemm_rounds_to_nearest_even) {
@@ -405,6 +426,7 @@ int main(void) {
   tcase_add_loop_test(tc, test_bf16_gemm_within_bound_all_transposes, 0, 4);
   tcase_add_loop_test(tc, test_bf16_gemm_exact_inputs_equal_fp32, 0, 4);
   tcase_add_test(tc, test_bf16_gemm_rounds_to_nearest_even);
+  tcase_add_test(tc, test_bf16_gemm_many_shapes_evict_plans);
   tcase_add_test(tc, test_bf16_gemm_arguments);
   tcase_add_loop_test(tc, test_bf16_conv_within_bound_and_exact, 0, 2);
   tcase_add_loop_test(tc, test_bf16_tape_linear_all_products, 0, 2);

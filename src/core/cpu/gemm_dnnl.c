@@ -193,8 +193,11 @@ static mpt_status plan_get(gthread *t, const int64_t *key, float alpha, float be
   for (gplan *q = t->plans; q; q = q->next) {
     if (++kept == PLANS_PER_THREAD) last = q;
   }
-  if (last && last->next) {
-    gplan_free(last->next);
+  if (last) {
+    for (gplan *q = last->next, *next; q; q = next) {
+      next = q->next;
+      gplan_free(q);
+    }
     last->next = NULL;
   }
   p->next = t->plans;
