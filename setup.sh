@@ -8,7 +8,9 @@
 #                       suite's build has the MPT_TEST_* fault-injection hooks compiled in
 #                       (configure --enable-fault-injection); a plain ./setup.sh builds without
 #                       them. Switching between the two reconfigures, and only the few files that
-#                       include config.h are rebuilt.
+#                       include config.h are rebuilt. It also installs Debian's python3-torch:
+#                       the GPT's PyTorch oracle (tests/test_gpt_torch.sh) needs it (the test
+#                       is skipped, visibly, where it is missing).
 #   ./setup.sh bench    install + build, plus what the benchmark harness needs: gnuplot
 #                       (bench/plot.sh) and Debian's PyTorch 1.13 (bench/compare_torch.sh);
 #                       then bench/run_all.sh runs every benchmark
@@ -21,7 +23,8 @@ packages=(build-essential autoconf automake libtool pkg-config openmpi-bin libop
           libopenblas-dev libdnnl-dev zlib1g-dev check dataset-fashion-mnist fortunes
           slurmctld slurmd slurm-client munge iproute2 clang libclang-rt-14-dev groff-base)
 case ${1:-} in ''|check|bench) ;; *) echo "usage: ./setup.sh [check|bench]" >&2; exit 2 ;; esac
-# The benchmarks' extra packages: only for ./setup.sh bench (the tests never need them).
+# The PyTorch oracle test uses Debian's PyTorch 1.13; the benchmarks also plot and make a venv.
+if [ "${1:-}" = check ]; then packages+=(python3-torch); fi
 if [ "${1:-}" = bench ]; then packages+=(gnuplot-nox python3-torch python3-venv); fi
 missing=()
 for p in "${packages[@]}"; do

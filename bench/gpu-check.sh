@@ -15,14 +15,16 @@
 #                process_vm_readv between ranks of one machine);
 #   cuda         the toolkit, cuBLAS and NCCL (toolkit, /usr, or PyTorch's nvidia wheels);
 #   configure    the carried, pre-generated configure (no autotools needed), with CUDA;
-#   build-tests  only the CUDA test programs (and the library);
+#   build-tests  only the CUDA test programs and mpitrain (and the library);
 #   cuda-tests   FIRST, the CUDA tests, which must PASS there (a SKIP is a failure, except in a
 #                dry run): test_cuda_ops (ops against the CPU, convolutions through cuDNN against
 #                im2col), test_cuda_stream (streams, events, the allocator), test_comm_cuda
 #                (NCCL world of 1, DDP on CUDA), test_dp_cuda (DataParallel on CUDA against one
 #                CPU process), test_comm_cuda_np2.sh (2 ranks on the GPU, staged MPI backend),
 #                test_cuda_gpt_ops and test_cuda_gpt (the transformer ops and a tiny GPT on the
-#                GPU against the CPU), test_cuda_bf16 (the bf16 GEMM through cublasGemmEx);
+#                GPU against the CPU), test_train_gpt_cuda.sh (`mpitrain train --model gpt
+#                --device cuda` against --device cpu: SGD, AdamW, --accumulate, resume),
+#                test_cuda_bf16 (the bf16 GEMM through cublasGemmEx);
 #   build        the trainer and the all-reduce benchmark;
 #   train        `cnn` on the GPU (mpirun -np 1, --device cuda), GPU_CHECK_EPOCH_STEPS steps
 #                (default 300) of batch 64; samples/s;
@@ -30,7 +32,17 @@
 #                figure: with one rank its bus bandwidth is 0 by definition);
 #   torch        the same model, batch and number of steps in PyTorch on the GPU
 #                (bench/torch_ref.py --device cuda --warmup 0 --sync-every-step: like the
-#                trainer, every step counted and the loss read back every step); both samples/s.
+#                trainer, every step counted and the loss read back every step); both samples/s;
+#   gpt-data     byte-level token shards of a generated text (awk, 200 kB; mpitrain tokenize);
+#   gpt-mini, gpt2  `mpitrain train --model gpt-mini|gpt2 --device cuda` (mpirun -np 1): gpt-mini
+#                B 8 x T 256 for 30 steps, gpt2 (124M) B 4 x T 1024 (4096 tokens per step) for
+#                10 steps, unshuffled, constant lr, AdamW + clipping; tokens/s over all steps
+#                and after the first one (from the per-step log), the per-step breakdown and the
+#                fraction of cuBLAS's SGEMM rate reached;
+#   torch-gpt-mini, torch-gpt2  the same models, shards, batches and steps in PyTorch on the GPU
+#                (bench/gpu_gpt_torch.py: the oracle's GPT module of tests/gpt_torch.py, its
+#                attention materialised as mpitrain's), then torch-gpt2-sdpa with PyTorch's
+#                fused attention; tokens/s of each and the ratio mpitrain / PyTorch.
 #
 # Usage:
 #   bench/gpu-check.sh prepare [BUILD_DIR]   HERE (a Debian 12 machine with apt and autotools):
@@ -46,10 +58,16 @@
 #       "bash bench/gpu-check.sh run", timeout_s 540). Writes under $OUT when set (else
 #       .gpu-check-out/): gpu-check.log (everything), summary.txt (the stages and figures),
 #       tests.log, train.json, allreduce_mpi.txt, torch.json.
+#   bench/gpu-check.sh gpt BUILD_DIR         only the GPT stages, with BUILD_DIR's mpitrain and
+#       the environment as it is (tests/test_gpu_check.sh runs them on the CPU with a tiny
+#       GPT: GPU_CHECK_GPT_DEVICE=cpu GPU_CHECK_GPT_TINY=1).
 # Environment (run): GPU_CHECK_BUDGET_S (default 470); GPU_CHECK_EPOCH_STEPS=N training steps
 #   on each side (default 300); GPU_CHECK_ALLOW_NO_GPU=1 turns the GPU requirement off (a dry
 #   run of the whole script on a machine without a GPU: the CUDA tests SKIP, the GPU stages are
-#   skipped, the stage summary is printed); GPU_CHECK_JOBS (make -j, default: all cores).
+#   skipped, the stage summary is printed); GPU_CHECK_JOBS (make -j, default: all cores);
+#   GPU_CHECK_PYTHON (default python3) runs the PyTorch references; GPU_CHECK_GPT_DEVICE
+#   (default cuda) and GPU_CHECK_GPT_TINY=1 (a 2-layer GPT of 32 channels, T 32, bytes, in
+#   place of the presets) are for testing the GPT stages.
 # Exit status: 0 when every stage passed, 1 when one failed (the summary names it), 2 on usage.
 set -u
 set -o pipefail
@@ -355,9 +373,10 @@ setup_cuda() {
 # against one process (1 and 2 ranks), DataParallel on CUDA. They must PASS on a GPU; in a dry
 # run without one they SKIP (exit 77), visibly.
 CUDA_TESTS="tests/test_cuda_ops tests/test_cuda_stream tests/test_comm_cuda tests/test_dp_cuda
-tests/test_comm_cuda_np2.sh tests/test_cuda_gpt_ops tests/test_cuda_gpt tests/test_cuda_bf16"
+tests/test_comm_cuda_np2.sh tests/test_cuda_gpt_ops tests/test_cuda_gpt tests/test_train_gpt_cuda.sh
+tests/test_cuda_bf16"
 CUDA_TEST_PROGRAMS="tests/test_cuda_ops tests/test_cuda_stream tests/test_comm_cuda tests/test_dp_cuda
-tests/test_cuda_gpt_ops tests/test_cuda_gpt tests/test_cuda_bf16"
+tests/test_cuda_gpt_ops tests/test_cuda_gpt mpitrain tests/test_cuda_bf16"
 
 run_tests() {
   local t rc=0 res
@@ -379,6 +398,105 @@ run_tests() {
 
 # samples/s of the last epoch in a metrics JSON ("samples_per_sec": N).
 json_sps() { sed -n 's/.*"samples_per_sec"[^0-9]*\([0-9.]*\).*/\1/p' "$1" 2>/dev/null | tail -1; }
+
+PY=${GPU_CHECK_PYTHON:-python3}
+GPT_DEV=${GPU_CHECK_GPT_DEVICE:-cuda}
+
+# A trainer log's tokens/s over all steps (its "done: N steps, X tokens/s overall" line) and
+# after the first step (from the per-step lines of --log-every 1: "... X tokens/s" each, one step
+# of equal tokens: (n - 1) / sum of 1 / X over steps 2..n).
+gpt_tps() { sed -n 's/.*done: [0-9]* steps, \([0-9.]*\) tokens\/s overall.*/\1/p' "$1" | tail -1; }
+gpt_tps_after_first() {
+  awk '/ step +[0-9]+\/[0-9]+  loss / { for (i = 2; i <= NF; i++) if ($i == "tokens/s") x = $(i - 1);
+         n++; if (n > 1 && x > 0) s += 1 / x }
+       END { if (n > 1 && s > 0) printf "%.0f", (n - 1) / s }' "$1"
+}
+torch_tps() { sed -n "s/^torch .*$2=\([0-9.]*\).*/\1/p" "$1" | tail -1; }
+ratio() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else printf "?" }'; }
+
+# The GPT stages: byte-level shards of a generated text, then per model mpitrain on the device
+# (one rank) and PyTorch (bench/gpu_gpt_torch.py, attention materialised as mpitrain's; for
+# gpt2 also PyTorch's fused attention) on the same shards, batch, steps and optimizer.
+run_gpt_stages() {
+  local dir=${TMPDIR:-/tmp}/mpt-gpu-gpt t0 spec model b steps limit msizes tsizes mt mt1 tt tt1 rc attn tname
+  local tiny="--n-layer 2 --n-head 2 --n-embd 32 --seq-len 32 --vocab-size 256"
+  rm -rf "$dir" && mkdir -p "$dir" || return 1
+  t0=$(now)
+  awk 'BEGIN { srand(7); split("the a cat dog sat on mat ran fast slow red blue big small " \
+       "house tree and of to in", w, " ");
+       for (i = 0; i < 6000; i++) { n = 5 + int(rand() * 6); s = "";
+         for (j = 0; j < n; j++) s = s w[1 + int(rand() * 20)] " "; print s "." } }' >"$dir/text.txt"
+  if ! step gpt-data 60 "$BUILD/mpitrain" tokenize --bytes --val-fraction 0 -o "$dir/shards" \
+      "$dir/text.txt" >"$dir/tokenize.txt" 2>&1; then
+    cat "$dir/tokenize.txt"; stage gpt-data FAIL "$t0"; fail gpt-data "mpitrain tokenize"; return 1
+  fi
+  stage gpt-data ok "$t0" "$(tail -1 "$dir/tokenize.txt")"
+  for spec in "gpt-mini 8 30 90" "gpt2 4 10 150"; do
+    # shellcheck disable=SC2086 # spec is a list of words
+    set -- $spec
+    model=$1 b=$2 steps=$3 limit=$4 msizes="--model $1" tsizes="--model $1"
+    if [ "${GPU_CHECK_GPT_TINY:-0}" = 1 ]; then
+      msizes="--model gpt $tiny" tsizes="--model $model $tiny"
+    fi
+    mt="" mt1="" tt="" tt1=""
+    t0=$(now)
+    # shellcheck disable=SC2086
+    step "$model" "$limit" mpirun -np 1 --bind-to none "$BUILD/mpitrain" train $msizes \
+      --shards "$dir/shards/train_*.bin" --device "$GPT_DEV" --batch-size "$b" \
+      --max-steps "$steps" --no-shuffle --schedule constant --lr 1e-3 --log-every 1 \
+      >"$dir/$model.log" 2>&1
+    rc=$?
+    grep -E "parameters;|step +$steps/$steps|done:|SGEMM|error" "$dir/$model.log"
+    mt=$(gpt_tps "$dir/$model.log")
+    mt1=$(gpt_tps_after_first "$dir/$model.log")
+    if [ $rc -eq 0 ] && [ -n "$mt" ]; then
+      stage "$model" ok "$t0" "${mt} tokens/s, ${mt1:-?} after the first step"
+    else
+      tail -20 "$dir/$model.log"; stage "$model" FAIL "$t0"; fail "$model" "mpitrain train --model $model --device $GPT_DEV"
+    fi
+    for attn in manual sdpa; do
+      [ $attn = sdpa ] && [ "$model" != gpt2 ] && continue
+      tname=torch-$model
+      [ $attn = sdpa ] && tname=torch-$model-sdpa
+      t0=$(now)
+      # shellcheck disable=SC2086
+      step "$tname" "$limit" env -u LD_LIBRARY_PATH "$PY" \
+        "$ROOT/bench/gpu_gpt_torch.py" $tsizes --attn $attn --device "$GPT_DEV" --batch-size "$b" --steps "$steps" --lr 1e-3 \
+        --shards "$dir/shards/train_*.bin" >"$dir/$tname.txt" 2>&1
+      rc=$?
+      tail -n 5 "$dir/$tname.txt"
+      tt=$(torch_tps "$dir/$tname.txt" tokens_per_sec)
+      tt1=$(torch_tps "$dir/$tname.txt" tokens_per_sec_after_first)
+      if [ $rc -eq 3 ]; then
+        stage "$tname" skip "$t0" "this PyTorch has no fused attention"
+        continue
+      elif [ $rc -eq 0 ] && [ -n "$tt" ]; then
+        stage "$tname" ok "$t0" "${tt} tokens/s, ${tt1:-?} after the first step"
+      else
+        stage "$tname" FAIL "$t0"; fail "$tname" "bench/gpu_gpt_torch.py --model $model --attn $attn"
+      fi
+      say "$model on $GPT_DEV, B $b, $steps steps: mpitrain ${mt:-?} tokens/s (${mt1:-?} after the first step), pytorch ($attn attention) ${tt:-?} (${tt1:-?}); mpitrain / pytorch: $(ratio "$mt" "$tt") ($(ratio "$mt1" "$tt1") after the first step)"
+    done
+  done
+}
+
+# `gpt BUILD_DIR`: the GPT stages alone, in this environment (no prefix, no build).
+run_gpt_only() {
+  BUILD=$(cd "${1:-.}" && pwd) || exit 2
+  [ -x "$BUILD/mpitrain" ] || { echo "no mpitrain in $BUILD" >&2; exit 2; }
+  mkdir -p "$OUTDIR" || exit 1
+  : >"$SUMMARY"
+  exec 3>&1
+  trap 'stage_summary' EXIT
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  run_gpt_stages
+  if [ -n "$FAILED" ]; then
+    say "GPT STAGES FAILED:$FAILED"
+    exit 1
+  fi
+  say "GPT STAGES PASSED"
+  exit 0
+}
 
 run_check() {
   mkdir -p "$OUTDIR" || exit 1
@@ -521,6 +639,14 @@ run_check() {
     stage torch skip "$t0" "no GPU"
   fi
 
+  # The GPT models on the GPU, mpitrain and PyTorch.
+  if [ $gpu = 1 ]; then
+    run_gpt_stages
+  else
+    t0=$(now)
+    stage gpt skip "$t0" "no GPU"
+  fi
+
   say "total time: $(elapsed "$T_START") s"
   if [ -n "$FAILED" ]; then
     say "GPU CHECK FAILED:$FAILED"
@@ -533,5 +659,6 @@ run_check() {
 case $MODE in
   prepare) shift; prepare "$@" ;;
   run) run_check ;;
+  gpt) shift; run_gpt_only "$@" ;;
   *) usage ;;
 esac

@@ -14,4 +14,5 @@ TESTS += bench/test_allreduce_bench.sh
 
 EXTRA_DIST += bench/README.md bench/bench_lib.sh bench/train_bench.sh bench/compare_torch.sh \
 	bench/plot.sh bench/summarize.py bench/scaling_model.py bench/torch_ref.py bench/run_all.sh \
-	bench/test_allreduce_bench.sh bench/raw_nccl.c bench/raw_nccl.h bench/results/README.md bench/gpu-check.sh
+	bench/test_allreduce_bench.sh bench/raw_nccl.c bench/raw_nccl.h bench/results/README.md bench/gpu-check.sh \
+	bench/gpu_gpt_torch.py

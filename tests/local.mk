@@ -24,6 +24,12 @@ EXTRA_DIST += tests/test_tokenize.sh
 # issue 13: mpitrain train --model gpt (1 and 2 ranks, --save-model / --init-from, bad inputs)
 TESTS += tests/test_train_gpt.sh
 EXTRA_DIST += tests/test_train_gpt.sh
+# issue 13: the GPT trainer on the GPU against the CPU (SKIP without a GPU; bench/gpu-check.sh)
+TESTS += tests/test_train_gpt_cuda.sh
+EXTRA_DIST += tests/test_train_gpt_cuda.sh
+# issue 13: bench/gpu-check.sh parses; its GPT stages and PyTorch side run on the CPU
+TESTS += tests/test_gpu_check.sh
+EXTRA_DIST += tests/test_gpu_check.sh
 # issue 13: mpitrain generate (a hand-made model file with a known output: greedy, top-k, seeds)
 TESTS += tests/test_generate.sh
 EXTRA_DIST += tests/test_generate.sh

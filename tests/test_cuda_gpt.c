@@ -10,6 +10,15 @@
  *   kernels differ from the CPU's by float rounding, as tests/test_cuda_gpt_ops.c states).
  * - mpt_clip_grad_norm on the GPU (a GEMM dot product on the model's stream): the norm to 1e-5
  *   relative of the CPU's (double) one, and the clipped gradients as the CPU's.
+ * - Training, the trainer's step (src/cli/train_gpt.c) on both devices from the same start:
+ *   5 steps of forward, backward, clipping at 0.5 (active) and SGD (momentum 0.9, lr 0.1,
+ *   weight decay 0.01 on the >= 2-D weights only, as mpt_param_groups_split_decay splits them)
+ *   on the GPU state: every loss to 1e-5 relative, the parameters' changes to 2e-4 of the
+ *   largest change. Why: SGD with momentum is linear in the gradients, which agree to 1e-4 of
+ *   the largest (above), and clipping scales both sides alike; a missing clip, a wrong decay
+ *   group or a lost momentum buffer changes them by percents. (AdamW is not used here: it
+ *   divides each gradient by its own RMS, so rounding-level gradients, e.g. the key biases',
+ *   move by up to lr either way; tests/test_train_gpt_cuda.sh compares AdamW runs in norm.)
  * Check runs without forking: a CUDA context does not survive fork(). */
 #include <check.h>
 #include <math.h>
@@ -134,6 +143,63 @@ START_TEST(test_gpt_on_cuda_matches_cpu) {
 }
 END_TEST
 
+static void sgd_init(mpt_optimizer **opt, const mpt_model *m, mpt_device dev) {
+  mpt_optimizer_config oc = mpt_optimizer_config_default();
+  oc.lr = 0.1f;
+  oc.momentum = 0.9f;
+  oc.weight_decay = 0.01f;
+  mpt_param_group groups[64];
+  int ngroups = 0;
+  OK(mpt_optimizer_init(opt, &oc, dev, mpt_model_param_count(m)));
+  OK(mpt_param_groups_split_decay(m, oc.weight_decay, groups, 64, &ngroups));
+  ck_assert_int_gt(ngroups, 1);
+  OK(mpt_optimizer_set_groups(*opt, groups, ngroups));
+}
+
+START_TEST(test_gpt_training_on_cuda_tracks_cpu) {
+  int32_t tok[TB * TT], tgt[TB * TT];
+  for (int i = 0; i < TB * TT; i++) {
+    tok[i] = (int32_t)((i * 11 + 2) % 23);
+    tgt[i] = (int32_t)((i * 3 + 7) % 23);
+  }
+  side cpu, gpu;
+  side_init(&cpu, mpt_device_cpu(), 4, tok, tgt);
+  side_init(&gpu, GPU, 4, tok, tgt);
+  mpt_optimizer *oc = NULL, *og = NULL;
+  sgd_init(&oc, cpu.m, mpt_device_cpu());
+  sgd_init(&og, gpu.m, GPU);
+  const int64_t n = mpt_model_param_count(cpu.m);
+  const size_t nbytes = (size_t)n * sizeof(float);
+  float *start = malloc(nbytes), *host = malloc(nbytes), *dc = malloc(nbytes);
+  ck_assert(start && host && dc);
+  memcpy(start, mpt_model_params(cpu.m), nbytes);
+  for (int k = 0; k < 5; k++) {
+    const float lc = side_step(&cpu), lg = side_step(&gpu);
+    ck_assert_msg(fabsf(lc - lg) <= 1e-5f * fabsf(lc), "step %d loss: cpu %.9g, cuda %.9g", k,
+                  lc, lg);
+    float nc = 0, ng = 0;
+    OK(mpt_clip_grad_norm(cpu.m, NULL, 0.5f, &nc));
+    OK(mpt_clip_grad_norm(gpu.m, gpu.s, 0.5f, &ng));
+    ck_assert_msg(nc > 0.5f, "step %d: norm %g, clipping inactive", k, (double)nc);
+    OK(mpt_optimizer_step_model(oc, cpu.m, NULL, 0.1f));
+    OK(mpt_optimizer_step_model(og, gpu.m, gpu.s, 0.1f));
+  }
+  down(gpu.s, host, mpt_model_params(gpu.m), nbytes);
+  for (int64_t i = 0; i < n; i++) { /* the changes from the start */
+    dc[i] = mpt_model_params(cpu.m)[i] - start[i];
+    host[i] -= start[i];
+  }
+  check_close("parameter changes after 5 steps", host, dc, n, 2e-4);
+  mpt_optimizer_free(oc);
+  mpt_optimizer_free(og);
+  free(start);
+  free(host);
+  free(dc);
+  side_free(&cpu);
+  side_free(&gpu);
+}
+END_TEST
+
 static char *slurp(const char *path, long *len) {
   FILE *f = fopen(path, "rb");
   ck_assert_ptr_nonnull(f);
@@ -194,6 +260,7 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_gpt_on_cuda_matches_cpu);
   tcase_add_test(tc, test_gpt_files_from_and_to_cuda);
+  tcase_add_test(tc, test_gpt_training_on_cuda_tracks_cpu);
   suite_add_tcase(suite, tc);
   SRunner *sr = srunner_create(suite);
   srunner_set_fork_status(sr, CK_NOFORK);

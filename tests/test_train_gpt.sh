@@ -7,8 +7,9 @@
 # loss is the saving run's last, to the printed digit (same validation windows, same
 # parameters); and bad inputs (no shards, a model file of another shape or truncated, a token
 # outside the vocabulary, bad sizes) give a clear error and status 1 or 2. Checkpoints on 2
-# ranks: stopping at step 10 and resuming gives the bytes of the straight run. Prints "N passed,
-# N failed".
+# ranks: stopping at step 10 and resuming gives the bytes of the straight run. --accumulate 2
+# with B 4 trains as B 8 (1 and 2 ranks) and resumes exactly from a checkpoint; --device cuda
+# without a GPU is a clear error. Prints "N passed, N failed".
 set -u
 prog=${MPITRAIN:-./mpitrain}
 srcdir=${srcdir:-.}
@@ -118,6 +119,63 @@ else
   bad "checkpoint resume (status $rc1 $rc2 $rc3): '$l1' vs '$l3'; $(tail -n 3 "$tmp/resumed.log")"
 fi
 
+# --accumulate 2 with B 4 against B 8 without accumulation, 1 and 2 ranks, unshuffled (window w
+# of B 8 is windows 2w and 2w+1 of B 4; at 2 ranks a step takes windows 4s..4s+3 of B 4 in both
+# cases): each step's loss and gradient norm as printed (4 and 3 digits; the norm, before
+# clipping, would double without the 1/K scale), and the parameters after 6 AdamW steps within
+# 2e-5. Why 2e-5: the two sides sum the same gradients in another order (two micro-batches
+# accumulated against one GEMM over 8 rows), a few ulps, which AdamW's m / sqrt(v) turns into at
+# most 1.8e-6 where a gradient is near zero (measured, one process); a missing, repeated or
+# extra window moves parameters by about lr = 1e-3 per step.
+# maxdiff A B: the largest |difference| of the parameters of two model files (float32 after the
+# 1024-byte header), and how many there are.
+maxdiff() {
+  od -An -v -tf4 -w4 -j1024 "$1" > "$tmp/p1.txt"
+  od -An -v -tf4 -w4 -j1024 "$2" > "$tmp/p2.txt"
+  paste "$tmp/p1.txt" "$tmp/p2.txt" |
+    awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; n++ } END { printf "%d %.3g\n", n, m }'
+}
+acc="$tiny --shards $tmp/shards/train_*.bin --no-shuffle --max-steps 6 --log-every 1 --lr 1e-3"
+steps_of() { grep "step  *[0-9]*/6  loss" "$1" | sed 's/lr .*//'; }
+for np in 1 2; do
+  if [ "$np" -eq 1 ]; then launch="$prog"; else launch="$srcdir/tests/mpirun.sh 2 60 $prog"; fi
+  # shellcheck disable=SC2086
+  $launch train $acc --batch-size 8 --save-model "$tmp/b8_$np.bin" > "$tmp/b8_$np.log" 2>&1
+  rc1=$?
+  # shellcheck disable=SC2086
+  $launch train $acc --batch-size 4 --accumulate 2 --save-model "$tmp/b4k2_$np.bin" \
+    > "$tmp/b4k2_$np.log" 2>&1
+  rc2=$?
+  d=$(maxdiff "$tmp/b8_$np.bin" "$tmp/b4k2_$np.bin")
+  if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ "$(steps_of "$tmp/b8_$np.log" | wc -l)" -eq 6 ] &&
+     [ "$(steps_of "$tmp/b8_$np.log")" = "$(steps_of "$tmp/b4k2_$np.log")" ] &&
+     grep -q "B 4 per rank x 2 micro-batch(es)" "$tmp/b4k2_$np.log" &&
+     [ "${d%% *}" -eq 34688 ] && cmp_lt "${d#* }" 2e-5; then
+    ok
+  else
+    bad "np $np: --accumulate 2 (status $rc2) against B 8 (status $rc1): parameters '$d' apart;" \
+      "$(steps_of "$tmp/b8_$np.log") vs $(steps_of "$tmp/b4k2_$np.log"); $(tail -n 2 "$tmp/b4k2_$np.log")"
+  fi
+done
+# ... and its checkpoints: 6 steps straight against 3, stop, --resume auto (2 ranks): the same
+# bytes (the resumed run skips the 3 x 2 windows per rank already trained on).
+# shellcheck disable=SC2086
+"$srcdir/tests/mpirun.sh" 2 60 "$prog" train $acc --batch-size 4 --accumulate 2 \
+  --checkpoint-dir "$tmp/ckK" --checkpoint-every 3 --stop-at-step 3 > "$tmp/kstop.log" 2>&1
+rc1=$?
+# shellcheck disable=SC2086
+"$srcdir/tests/mpirun.sh" 2 60 "$prog" train $acc --batch-size 4 --accumulate 2 \
+  --checkpoint-dir "$tmp/ckK" --checkpoint-every 3 --resume auto --save-model "$tmp/kres.bin" \
+  > "$tmp/kres.log" 2>&1
+rc2=$?
+if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && cmp -s "$tmp/b4k2_2.bin" "$tmp/kres.bin" &&
+   grep -q "resumed at step 3 (epoch 0, 3 steps into it)" "$tmp/kres.log"; then
+  ok
+else
+  bad "--accumulate 2 resume (status $rc1 $rc2): $(cmp "$tmp/b4k2_2.bin" "$tmp/kres.bin" 2>&1);" \
+    "$(tail -n 3 "$tmp/kres.log")"
+fi
+
 # Bad inputs: status and message.
 expect() { # STATUS PATTERN DESCRIPTION -- ARGS...
   want=$1 pattern=$2 what=$3
@@ -157,6 +215,14 @@ expect 1 "give one" "--init-from and --resume" -- \
 expect 0 "done: 1 steps" "12 layers" -- \
   "$prog" train --model gpt --n-layer 12 --n-head 2 --n-embd 16 --seq-len 16 --vocab-size 256 \
   $data --max-steps 1 --batch-size 1
+# shellcheck disable=SC2086
+expect 1 "accumulate 1000: an epoch has only 688 window" "--accumulate beyond the epoch" -- \
+  "$prog" train $tiny $data --batch-size 4 --accumulate 1000 --max-steps 1
+if ! nvidia-smi -L 2>/dev/null | grep -q GPU; then # no GPU: --device cuda is refused
+  # shellcheck disable=SC2086
+  expect 1 "no CUDA device is visible" "--device cuda without a GPU" -- \
+    "$prog" train $run_args --device cuda --max-steps 1
+fi
 expect 2 "needs --shards" "no --shards" -- "$prog" train --model gpt-mini
 expect 2 "not a multiple of --n-head" "C not a multiple of H" -- \
   "$prog" train --model gpt --n-embd 30 --n-head 4 --shards x

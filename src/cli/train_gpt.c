@@ -8,7 +8,20 @@
  * (the same norm on every rank) and AdamW with decay on the >= 2-D weights only, at the
  * warm-up + cosine learning rate. Validation runs over the first --val-steps windows of each
  * rank's share of the validation shards (in order, not shuffled), summed over the ranks: the
- * loss in nats per token. Runs on the CPU, on the calling thread.
+ * loss in nats per token.
+ *
+ * Devices (as the mlp/cnn trainer, src/cli/train.c): --device cuda, or by default when every
+ * rank sees a GPU, puts each rank on the GPU of its local rank (mpt_comm_bind_device); the
+ * model, its gradients and the AdamW state live there, every op runs on one compute stream,
+ * the int32 tokens of each window are copied up into two buffers allocated once, the loss and
+ * the clipping norm come back (each a synchronisation), and under DDP the gradients go through
+ * NCCL (else MPI, staged in host memory). On the CPU everything runs on the calling thread.
+ *
+ * --accumulate K: an optimizer step takes K windows in a row (micro-batches); each loss is
+ * scaled by 1/K, the backward of the first K-1 runs without DDP's all-reduce (no_sync), the
+ * last one synchronises the accumulated gradients; clipping then sees the average over the
+ * K B T tokens of every rank, as one step on a batch K times larger would. An epoch has
+ * floor(windows per rank / K) steps (the windows left over are not trained on).
  *
  * Checkpoints (mpitrain/ckpt.h, as the mlp/cnn trainer): --checkpoint-dir with
  * --checkpoint-every N steps (or at the end of each epoch), --keep, --resume FILE|DIR|auto and
@@ -32,6 +45,10 @@ typedef struct gpt_trainer {
   const mpt_cli_options *o;
   mpt_cli_options resolved; /* the options with --resume auto resolved */
   mpt_comm *comm;
+  mpt_comm *grad_comm; /* on a GPU with several ranks: the gradients' comm (NCCL, else MPI) */
+  mpt_device device;   /* cpu:0, or this rank's GPU */
+  mpt_stream *stream;  /* NULL on the CPU: the calling thread */
+  int32_t *dev_tokens; /* on a GPU: [2, B, T] inputs then targets of the current window */
   int rank, world;
   mpt_gpt_config cfg;
   mpt_token_data *train_data, *val_data;
@@ -59,6 +76,31 @@ static mpt_status sum_ranks(gpt_trainer *g, float *v, int n) {
   return mpt_comm_allreduce_sync(g->comm, v, v, n, MPT_F32, MPT_REDUCE_SUM);
 }
 
+/* A window's inputs and targets on the training device: the loader's host views on the CPU; on
+ * a GPU copies on the compute stream into g->dev_tokens (enqueued after the work that read the
+ * previous window; the host memory is staged before the copy returns). */
+static mpt_status stage_window(gpt_trainer *g, const mpt_token_batch *b, mpt_tensor *x,
+                               mpt_tensor *y) {
+  *x = b->inputs;
+  *y = b->targets;
+  if (!g->stream) return MPT_OK;
+  const int64_t n = g->o->batch_size * g->cfg.max_seq_len;
+  if (b->inputs.count != n || b->targets.count != n)
+    return MPT_FAIL(MPT_ESHAPE, "window of %lld tokens, expected B T = %lld",
+                    (long long)b->inputs.count, (long long)n);
+  if (!g->dev_tokens)
+    MPT_RETURN_IF(mpt_device_alloc(g->device, 2 * (size_t)n * sizeof(int32_t),
+                                   (void **)&g->dev_tokens));
+  MPT_RETURN_IF(mpt_op_memcpy(g->stream, g->device, g->dev_tokens, mpt_device_cpu(),
+                              b->inputs.data, (size_t)n * sizeof(int32_t)));
+  MPT_RETURN_IF(mpt_op_memcpy(g->stream, g->device, g->dev_tokens + n, mpt_device_cpu(),
+                              b->targets.data, (size_t)n * sizeof(int32_t)));
+  *x = mpt_tensor_view(g->dev_tokens, g->device, MPT_I32, b->inputs.ndim, b->inputs.shape);
+  *y = mpt_tensor_view(g->dev_tokens + n, g->device, MPT_I32, b->targets.ndim,
+                       b->targets.shape);
+  return MPT_OK;
+}
+
 /* Mean validation loss (nats per token) over at most val_steps windows per rank, skipping the
  * sampler's padding; every rank runs the same number of forwards. */
 static mpt_status validate(gpt_trainer *g, double *loss_out) {
@@ -84,12 +126,14 @@ static mpt_status validate(gpt_trainer *g, double *loss_out) {
     }
     if (b.is_padding) continue;
     mpt_var *x, *logits, *loss;
+    mpt_tensor in, tgt;
     float l = 0;
     mpt_tape_reset(g->tape, 0);
-    st = mpt_tape_input(g->tape, &b.inputs, &x);
+    st = stage_window(g, &b, &in, &tgt);
+    if (st == MPT_OK) st = mpt_tape_input(g->tape, &in, &x);
     if (st == MPT_OK) st = mpt_model_forward(g->model, g->tape, x, &logits);
     if (st == MPT_OK)
-      st = mpt_nn_cross_entropy_vocab(g->tape, logits, &b.targets, g->cfg.vocab_size, &loss);
+      st = mpt_nn_cross_entropy_vocab(g->tape, logits, &tgt, g->cfg.vocab_size, &loss);
     if (st == MPT_OK) st = mpt_var_item(g->tape, loss, &l);
     sums[0] += l;
     sums[1] += 1;
@@ -150,14 +194,45 @@ static mpt_status save_checkpoint(gpt_trainer *g, int64_t epoch, int64_t step_in
   return MPT_OK;
 }
 
+/* The device of this rank (train.c's rule): --device cuda, or by default when every rank sees
+ * a GPU, the GPU of its local rank, with a compute stream; else the CPU (no stream). With
+ * several ranks on GPUs the gradients get their own comm: NCCL, else MPI staged on the host. */
+static mpt_status setup_device(gpt_trainer *g) {
+  const mpt_cli_options *o = g->o;
+  g->device = mpt_device_cpu();
+  if (strcmp(o->device, "cuda") == 0 && !mpt_device_available(MPT_DEVICE_CUDA))
+    return MPT_FAIL(MPT_ENOTSUP, "--device cuda: no CUDA device is visible to this process (or "
+                                 "the build has no CUDA backend: configure --with-cuda)");
+  int32_t use_cuda = strcmp(o->device, "cuda") == 0 ||
+                     (o->device[0] == '\0' && mpt_device_available(MPT_DEVICE_CUDA));
+  if (o->device[0] == '\0' && g->world > 1) /* collective: every rank takes the same branch */
+    MPT_RETURN_IF(mpt_comm_allreduce_sync(g->comm, &use_cuda, &use_cuda, 1, MPT_I32,
+                                          MPT_REDUCE_MIN));
+  if (!use_cuda) return MPT_OK;
+  MPT_RETURN_IF(mpt_comm_bind_device(g->comm, MPT_DEVICE_CUDA, -1, &g->device));
+  MPT_RETURN_IF(mpt_stream_init(&g->stream, g->device, MPT_STREAM_INLINE));
+  if (g->world == 1) return MPT_OK;
+  mpt_comm_config cc = mpt_comm_config_default();
+  cc.backend = MPT_COMM_BACKEND_NCCL;
+  cc.device = g->device;
+  cc.timeout_ms = o->timeout_s * 1e3;
+  cc.check_collectives = o->check_collectives;
+  cc.configure_log = 0;
+  mpt_status st = mpt_comm_init(&g->grad_comm, &cc);
+  if (st == MPT_ENOTSUP) {
+    mpt_log(MPT_LOG_WARN, "NCCL is not available (%s): gradients go through MPI, staged in host "
+            "memory", mpt_last_error());
+    cc.backend = MPT_COMM_BACKEND_MPI;
+    st = mpt_comm_init(&g->grad_comm, &cc);
+  }
+  return st;
+}
+
 static mpt_status setup(gpt_trainer *g) {
   const mpt_cli_options *o = g->o;
-  if (o->device[0] && strcmp(o->device, "cpu") != 0)
-    return MPT_FAIL(MPT_ENOTSUP, "--model %s: only --device cpu is wired into the GPT trainer",
-                    o->model);
-  if (o->mode == MPT_MODE_DP || o->accumulate != 1)
-    return MPT_FAIL(MPT_ENOTSUP, "--model %s: --mode dp and --accumulate are not wired into "
-                    "the GPT trainer", o->model);
+  if (o->mode == MPT_MODE_DP)
+    return MPT_FAIL(MPT_ENOTSUP, "--model %s: --mode dp is not wired into the GPT trainer "
+                    "(use DDP: one rank per device)", o->model);
   if (o->init_from[0] && o->resume[0])
     return MPT_FAIL(MPT_EINVAL, "--init-from and --resume: give one (a checkpoint already "
                     "holds the parameters)");
@@ -169,6 +244,7 @@ static mpt_status setup(gpt_trainer *g) {
   int threads = o->threads;
   if (threads == 0) threads = mpt_cpu_threads_per_rank(mpt_comm_local_size(g->comm), 1);
   MPT_RETURN_IF(mpt_cpu_set_threads(threads));
+  MPT_RETURN_IF(setup_device(g));
   g->cfg = o->gpt;
   mpt_token_data_config dc = mpt_token_data_config_default();
   dc.batch_size = o->batch_size;
@@ -186,11 +262,11 @@ static mpt_status setup(gpt_trainer *g) {
   lc.timeout_ms = o->timeout_s * 1e3;
   MPT_RETURN_IF(mpt_token_loader_init(&g->train_loader, g->train_data, &sc, &lc));
 
-  MPT_RETURN_IF(mpt_model_init_gpt(&g->model, mpt_device_cpu(), &g->cfg, o->seed));
+  MPT_RETURN_IF(mpt_model_init_gpt(&g->model, g->device, &g->cfg, o->seed));
   if (o->init_from[0]) MPT_RETURN_IF(mpt_gpt_load(g->model, &g->cfg, o->init_from));
 
   const int64_t count = mpt_model_param_count(g->model);
-  MPT_RETURN_IF(mpt_optimizer_init(&g->opt, &o->optim, mpt_device_cpu(), count));
+  MPT_RETURN_IF(mpt_optimizer_init(&g->opt, &o->optim, g->device, count));
   mpt_param_group groups[512]; /* 8 per layer + 2: 98 for gpt2's 12 layers */
   int ngroups = 0;
   MPT_RETURN_IF(mpt_param_groups_split_decay(g->model, o->optim.weight_decay, groups, 512,
@@ -220,11 +296,17 @@ static mpt_status setup(gpt_trainer *g) {
     mpt_log(MPT_LOG_INFO, "resumed at step %lld (epoch %lld, %lld steps into it)",
             (long long)meta.global_step, (long long)meta.epoch, (long long)meta.step_in_epoch);
   }
-  if (g->world > 1) MPT_RETURN_IF(mpt_ddp_init(&g->ddp, g->model, g->comm, NULL, &o->ddp));
-  MPT_RETURN_IF(mpt_tape_init(&g->tape, g->model, NULL));
+  if (g->world > 1)
+    MPT_RETURN_IF(mpt_ddp_init(&g->ddp, g->model, g->grad_comm ? g->grad_comm : g->comm,
+                               g->stream, &o->ddp));
+  MPT_RETURN_IF(mpt_tape_init(&g->tape, g->model, g->stream));
   MPT_RETURN_IF(trainer_set_precision(g->tape, o->precision));
 
-  int64_t per_epoch = mpt_token_loader_num_steps(g->train_loader);
+  int64_t per_epoch = mpt_token_loader_num_steps(g->train_loader) / o->accumulate;
+  if (per_epoch < 1)
+    return MPT_FAIL(MPT_EINVAL, "--accumulate %d: an epoch has only %lld window(s) of B T + 1 "
+                    "tokens per rank", o->accumulate,
+                    (long long)mpt_token_loader_num_steps(g->train_loader));
   if (o->max_steps > 0 && o->max_steps < per_epoch) per_epoch = o->max_steps;
   g->per_epoch = per_epoch;
   g->total_steps = per_epoch * o->epochs;
@@ -238,69 +320,118 @@ static mpt_status setup(gpt_trainer *g) {
     g->sched.warmup_steps = g->total_steps - 1;
   }
   MPT_RETURN_IF(mpt_lr_schedule_validate(&g->sched));
+  char devname[32];
   mpt_log(MPT_LOG_INFO, "model %s: %d layers, %d heads, %d channels, T %d, vocabulary %d (padded "
-          "%d): %lld parameters; %d rank%s, B %lld per rank, %lld windows, %lld steps",
+          "%d): %lld parameters; %d rank%s on %s%s%s, B %lld per rank x %d micro-batch(es), %lld "
+          "windows, %lld steps",
           o->model, g->cfg.num_layers, g->cfg.num_heads, g->cfg.channels, g->cfg.max_seq_len,
           g->cfg.vocab_size, g->cfg.padded_vocab_size, (long long)count, g->world,
-          g->world > 1 ? "s" : "", (long long)o->batch_size,
+          g->world > 1 ? "s" : "", mpt_device_str(g->device, devname, sizeof devname),
+          g->grad_comm ? " with gradients over " : "",
+          g->grad_comm ? mpt_comm_backend_name(mpt_comm_backend_kind(g->grad_comm)) : "",
+          (long long)o->batch_size, o->accumulate,
           (long long)mpt_token_data_num_windows(g->train_data), (long long)g->total_steps);
   return MPT_OK;
 }
 
-/* One optimizer step on batch b; *loss gets this rank's loss, *norm the clipped norm. */
-static mpt_status step(gpt_trainer *g, const mpt_token_batch *b, int64_t k, float *loss,
-                       float *norm) {
-  mpt_var *x, *logits, *l;
-  double t0 = now_s();
-  MPT_RETURN_IF(mpt_model_zero_grad(g->model, NULL));
-  mpt_tape_reset(g->tape, (uint64_t)k);
-  MPT_RETURN_IF(mpt_tape_input(g->tape, &b->inputs, &x));
-  MPT_RETURN_IF(mpt_model_forward(g->model, g->tape, x, &logits));
-  MPT_RETURN_IF(mpt_nn_cross_entropy_vocab(g->tape, logits, &b->targets, g->cfg.vocab_size, &l));
-  MPT_RETURN_IF(mpt_var_item(g->tape, l, loss));
-  double t1 = now_s();
-  MPT_RETURN_IF(mpt_tape_backward(g->tape, l, 1.0f));
+/* On a GPU, waits for the compute stream (so that the phases are timed where they ran) and
+ * reports a failed gradient all-reduce; nothing to do on the CPU. */
+static mpt_status sync_device(gpt_trainer *g) {
+  if (!g->stream) return MPT_OK;
+  MPT_RETURN_IF(mpt_stream_synchronize(g->stream, g->o->timeout_s * 1e3));
+  if (g->grad_comm && mpt_comm_error(g->grad_comm) != MPT_OK)
+    return MPT_FAIL(mpt_comm_error(g->grad_comm), "the gradient all-reduce failed on rank %d "
+                    "(see the error above)", g->rank);
+  return MPT_OK;
+}
+
+/* Optimizer step k over the next --accumulate windows of the loader (micro-batches: losses
+ * scaled by 1/K, no_sync but for the last); *loss gets this rank's mean loss over them, *norm
+ * the norm before clipping. *ended is set when the epoch had no window left for the step. */
+static mpt_status step(gpt_trainer *g, int64_t k, float *loss, float *norm, int *ended) {
+  const int K = g->o->accumulate;
+  double t0 = now_s(), fwd = 0, bwd = 0;
+  float sum = 0;
+  *ended = 0;
+  MPT_RETURN_IF(mpt_model_zero_grad(g->model, g->stream));
+  for (int i = 0; i < K; i++) {
+    mpt_token_batch b;
+    int more = mpt_token_loader_next(g->train_loader, &b);
+    if (more < 0) return (mpt_status)more;
+    if (more == MPT_LOADER_END && i == 0) {
+      *ended = 1;
+      return MPT_OK;
+    }
+    if (more == MPT_LOADER_END)
+      return MPT_FAIL(MPT_ESTATE, "step %lld: the epoch ran out of windows after %d of the "
+                      "step's %d micro-batches on rank %d", (long long)k, i, K, g->rank);
+    mpt_var *x, *logits, *l;
+    mpt_tensor in, tgt;
+    float li;
+    double f0 = now_s();
+    mpt_tape_reset(g->tape, (uint64_t)(k * K + i));
+    MPT_RETURN_IF(stage_window(g, &b, &in, &tgt));
+    MPT_RETURN_IF(mpt_tape_input(g->tape, &in, &x));
+    MPT_RETURN_IF(mpt_model_forward(g->model, g->tape, x, &logits));
+    MPT_RETURN_IF(mpt_nn_cross_entropy_vocab(g->tape, logits, &tgt, g->cfg.vocab_size, &l));
+    MPT_RETURN_IF(mpt_var_item(g->tape, l, &li)); /* synchronises a GPU's stream */
+    double f1 = now_s();
+    if (g->ddp) mpt_ddp_set_sync(g->ddp, i == K - 1); /* no_sync but for the last */
+    MPT_RETURN_IF(mpt_tape_backward(g->tape, l, 1.0f / (float)K));
+    MPT_RETURN_IF(sync_device(g));
+    fwd += f1 - f0;
+    bwd += now_s() - f1;
+    sum += li;
+  }
+  *loss = sum / (float)K;
   double t2 = now_s();
   *norm = NAN;
   if (g->o->grad_clip > 0)
-    MPT_RETURN_IF(mpt_clip_grad_norm(g->model, NULL, (float)g->o->grad_clip, norm));
+    MPT_RETURN_IF(mpt_clip_grad_norm(g->model, g->stream, (float)g->o->grad_clip, norm));
   if (!isfinite(*loss) || (g->o->grad_clip > 0 && !isfinite(*norm)))
     return MPT_FAIL(MPT_ENONFINITE, "step %lld: loss %g, gradient norm %g on rank %d",
                     (long long)k, *loss, *norm, g->rank);
   float lr = mpt_lr_at(&g->sched, g->o->optim.lr, k);
-  MPT_RETURN_IF(mpt_optimizer_step_model(g->opt, g->model, NULL, lr));
+  MPT_RETURN_IF(mpt_optimizer_step_model(g->opt, g->model, g->stream, lr));
+  MPT_RETURN_IF(sync_device(g));
   double t3 = now_s();
-  g->fwd_s += t1 - t0;
-  g->bwd_s += t2 - t1;
+  g->fwd_s += t2 - t0 - bwd; /* zero_grad and the loader count with the forward */
+  g->bwd_s += bwd;
   g->opt_s += t3 - t2;
   return MPT_OK;
 }
 
 /* The machine's SGEMM rate as these ranks see it: every rank at once (after a barrier) runs
- * 512 x 512 x 512 products (cblas_sgemm through mpt_op_gemm) for about 0.25 s; the rates are
- * summed over the ranks (GFLOP/s). Sharing the cores as training does, this is the peak the
- * model's arithmetic rate is measured against. */
+ * N x N x N products on its device (N 512 on the CPU: cblas_sgemm through mpt_op_gemm,
+ * sharing the cores as training does; N 4096 on a GPU: cuBLAS, FP32, each call synchronised)
+ * for about 0.25 s after one untimed call; the rates are summed over the ranks (GFLOP/s). This
+ * is the peak the model's arithmetic rate is measured against. */
 static mpt_status measure_sgemm_peak(gpt_trainer *g, double *gflops) {
-  enum { N = 512 };
-  mpt_stream *stream = NULL;
-  float *buf = malloc(3 * (size_t)N * N * sizeof(float));
-  if (!buf) return MPT_FAIL(MPT_ENOMEM, "SGEMM peak: %d x %d matrices", N, N);
-  for (size_t i = 0; i < 3 * (size_t)N * N; i++) buf[i] = (float)(i % 7) * 0.125f;
-  mpt_status st = mpt_stream_init(&stream, mpt_device_cpu(), MPT_STREAM_INLINE);
+  const int64_t N = g->stream ? 4096 : 512, nn = N * N;
+  mpt_stream *stream = g->stream, *own = NULL;
+  float *buf = NULL;
+  mpt_status st = mpt_device_alloc(g->device, 3 * (size_t)nn * sizeof(float), (void **)&buf);
+  if (st == MPT_OK && !stream) {
+    for (int64_t i = 0; i < 3 * nn; i++) buf[i] = (float)(i % 7) * 0.125f;
+    st = mpt_stream_init(&own, mpt_device_cpu(), MPT_STREAM_INLINE);
+    stream = own;
+  } else if (st == MPT_OK) {
+    st = mpt_op_fill(stream, buf, 3 * nn, 0.125f);
+  }
   float sync = 0;
   if (st == MPT_OK) st = sum_ranks(g, &sync, 1); /* start together */
-  int64_t calls = 0;
+  int64_t calls = -1; /* the first call is not timed (cuBLAS's set-up) */
   double t0 = now_s(), t = t0;
   while (st == MPT_OK && (calls < 2 || t - t0 < 0.25)) {
-    st = mpt_op_gemm(stream, 0, 0, N, N, N, 1.0f, buf, N, buf + N * N, N, 0.0f,
-                     buf + 2 * N * N, N);
-    calls++;
+    st = mpt_op_gemm(stream, 0, 0, N, N, N, 1.0f, buf, N, buf + nn, N, 0.0f, buf + 2 * nn, N);
+    if (st == MPT_OK) st = mpt_stream_synchronize(stream, g->o->timeout_s * 1e3);
+    if (++calls == 0) t0 = now_s();
     t = now_s();
   }
-  float rate = (float)(2.0 * N * N * N * (double)calls / (t - t0) * 1e-9);
+  float rate = (float)(2.0 * (double)nn * (double)N * (double)calls / (t - t0) * 1e-9);
   if (st == MPT_OK) st = sum_ranks(g, &rate, 1);
-  mpt_stream_free(stream);
-  free(buf);
+  mpt_stream_free(own);
+  mpt_device_free(g->device, buf);
   *gflops = rate;
   return st;
 }
@@ -311,7 +442,7 @@ static mpt_status run(gpt_trainer *g) {
   o = g->o; /* --resume auto resolved */
   double val = NAN;
   MPT_RETURN_IF(report_val(g, g->k, &val));
-  const int64_t tokens_per_step = o->batch_size * g->cfg.max_seq_len * g->world;
+  const int64_t tokens_per_step = o->batch_size * g->cfg.max_seq_len * g->world * o->accumulate;
   int64_t k = g->k, k0 = g->k, interval_steps = 0;
   int stop = 0;
   float sums[2] = {0, 0}; /* loss sum over this interval's steps, norm of the last */
@@ -319,14 +450,19 @@ static mpt_status run(gpt_trainer *g) {
   for (int64_t epoch = g->start_epoch; epoch < o->epochs && !stop; epoch++) {
     MPT_RETURN_IF(mpt_token_loader_start_epoch(g->train_loader, epoch));
     int64_t i = 0;
+    if (epoch == g->start_epoch && g->start_step_in_epoch > 0) { /* resumed: skip what was done */
+      for (int64_t w = 0; w < g->start_step_in_epoch * o->accumulate; w++) {
+        mpt_token_batch b;
+        int more = mpt_token_loader_next(g->train_loader, &b);
+        if (more < 0) return (mpt_status)more;
+      }
+      i = g->start_step_in_epoch;
+    }
     for (; i < g->per_epoch && !stop; i++) {
-      mpt_token_batch b;
-      int more = mpt_token_loader_next(g->train_loader, &b);
-      if (more == MPT_LOADER_END) break;
-      if (more < 0) return (mpt_status)more;
-      if (epoch == g->start_epoch && i < g->start_step_in_epoch) continue; /* resumed: done */
-      float loss, norm;
-      MPT_RETURN_IF(step(g, &b, k, &loss, &norm));
+      float loss = 0, norm = NAN;
+      int ended = 0;
+      MPT_RETURN_IF(step(g, k, &loss, &norm, &ended));
+      if (ended) break;
       g->k = ++k;
       interval_steps++;
       sums[0] += loss;
@@ -392,7 +528,10 @@ static void gpt_trainer_free(gpt_trainer *g) {
   mpt_optimizer_free(g->opt);
   mpt_tape_free(g->tape);
   mpt_ddp_free(g->ddp);
+  mpt_comm_free(g->grad_comm);
   mpt_model_free(g->model);
+  if (g->dev_tokens) mpt_device_free(g->device, g->dev_tokens);
+  mpt_stream_free(g->stream);
   mpt_token_loader_free(g->train_loader);
   mpt_token_data_free(g->val_data);
   mpt_token_data_free(g->train_data);
