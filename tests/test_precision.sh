@@ -2,6 +2,7 @@
 # The trainer's --precision fp32|bf16 (issue 14: bf16 GEMMs and convolutions, fp32 master
 # weights). Checks:
 #   - a bad value is refused (status 2) naming the choices; bf16 with --mode dp is refused;
+#   - --version says whether this CPU and build run bf16 compute ("yes", or "no: " the reason);
 #   - a build without oneDNN refuses --precision bf16 at start naming oneDNN (only there);
 #   - a CPU without AVX-512 BF16 (forced by MPT_TEST_NO_BF16_CPU=1, fault-injection builds)
 #     stops at start, status 1, naming the missing instructions and before any step;
@@ -44,6 +45,8 @@ if ! grep -q '^#define MPT_HAVE_ONEDNN 1' "${MPT_CONFIG_H:-config.h}" 2>/dev/nul
   out=$("$prog" $small --precision bf16 2>&1)
   [ $? -eq 1 ] && has "$out" "need oneDNN" && ok ||
     bad "a build without oneDNN did not refuse --precision bf16 naming it: $out"
+  has "$("$prog" --version 2>&1)" "^bf16 compute (CPU): no: .*oneDNN" && ok ||
+    bad "--version of a build without oneDNN does not say why bf16 is missing"
   echo "SKIP: the bf16 runs need oneDNN (this build has none); $pass passed, $fail failed"
   [ "$fail" -eq 0 ] && exit 77
   exit 1
@@ -57,7 +60,12 @@ if ! grep -q avx512_bf16 /proc/cpuinfo 2>/dev/null; then
   exit 1
 fi
 
+out=$("$prog" --version 2>&1)
+has "$out" "^bf16 compute (CPU): yes$" && ok || bad "--version does not say bf16 compute: yes: $out"
 if fault_injection_built; then
+  out=$(MPT_TEST_NO_BF16_CPU=1 "$prog" --version 2>&1)
+  has "$out" "^bf16 compute (CPU): no: .*AVX-512 BF16" && ok ||
+    bad "--version with MPT_TEST_NO_BF16_CPU=1 does not say no: $out"
   out=$(MPT_TEST_NO_BF16_CPU=1 timeout 60 "$prog" $small --precision bf16 2>&1)
   rc=$?
   [ $rc -eq 1 ] && has "$out" "needs a CPU with AVX-512 BF16" && ! has "$out" "epoch   1" && ok ||
