@@ -12,7 +12,7 @@
  *      no transposing copy) and an f32 destination that is C itself (strides {ldc, 1}); the
  *      products are accumulated in f32 inside oneDNN's AVX-512 BF16 kernels (vdpbf16ps);
  *      alpha is an output scale and beta a "sum" post-op, so nothing else touches C.
- * Plans (primitive, memories, stream; the scratchpad is the thread's, shared) are cached per calling thread and per (m, n, k,
+ * Plans (primitive, memories, stream) are cached per calling thread and per (m, n, k,
  * transposes, ldc, alpha, beta, thread count) in a thread-specific list (at most
  * PLANS_PER_THREAD, the oldest evicted), freed with the packing buffers when the thread exits.
  * As for the convolutions (conv_dnnl.c), the OpenMP thread count is set to OpenBLAS's at each
@@ -41,19 +41,13 @@ typedef struct gplan {
   dnnl_stream_t stream;
   dnnl_primitive_t prim;
   dnnl_memory_t a, b, c; /* bf16 op(A) [m, k], bf16 op(B) [k, n], f32 C [m, n] */
-  dnnl_memory_t scratch; /* the primitive's scratchpad (NULL: none); memory: the thread's */
-  size_t scratch_nbytes;
 } gplan;
 
-/* One per thread: its plans (newest first), the bf16 packing buffers and one scratchpad that
- * all its plans share (user scratchpad mode: oneDNN's own would be one per primitive, and the
- * lm head's plans alone copy hundreds of MB of blocks). */
+/* One per thread: its plans (newest first) and the bf16 packing buffers. */
 typedef struct gthread {
   gplan *plans;
   uint16_t *pack[2];
   size_t cap[2]; /* elements */
-  void *scratch;
-  size_t scratch_cap; /* bytes */
 } gthread;
 
 static dnnl_engine_t engine;
@@ -68,7 +62,6 @@ static void gplan_free(gplan *p) {
   if (p->a) dnnl_memory_destroy(p->a);
   if (p->b) dnnl_memory_destroy(p->b);
   if (p->c) dnnl_memory_destroy(p->c);
-  if (p->scratch) dnnl_memory_destroy(p->scratch);
   if (p->stream) dnnl_stream_destroy(p->stream);
   free(p);
 }
@@ -81,7 +74,6 @@ static void gthread_free(void *v) {
   }
   free(t->pack[0]);
   free(t->pack[1]);
-  free(t->scratch);
   free(t);
 }
 
@@ -145,9 +137,8 @@ static mpt_status gplan_build(gplan *p, int64_t m, int64_t n, int64_t k, int ta,
   dnnl_primitive_attr_t attr = NULL;
   dnnl_post_ops_t po = NULL;
   MPT_DNNL_OK(dnnl_primitive_attr_create(&attr));
-  dnnl_status_t st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
-  if (st == dnnl_success && alpha != 1.0f)
-    st = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha);
+  dnnl_status_t st = dnnl_success;
+  if (alpha != 1.0f) st = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha);
   if (st == dnnl_success && beta != 0.0f) {
     st = dnnl_post_ops_create(&po);
     if (st == dnnl_success) st = dnnl_post_ops_append_sum(po, beta);
@@ -158,10 +149,7 @@ static mpt_status gplan_build(gplan *p, int64_t m, int64_t n, int64_t k, int ta,
   if (po) dnnl_post_ops_destroy(po);
   dnnl_primitive_attr_destroy(attr);
   MPT_DNNL_OK(st);
-  const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-  p->scratch_nbytes = sp ? dnnl_memory_desc_get_size(sp) : 0;
-  if (p->scratch_nbytes > 0) st = dnnl_memory_create(&p->scratch, sp, engine, DNNL_MEMORY_NONE);
-  if (st == dnnl_success) st = dnnl_primitive_create(&p->prim, pd);
+  st = dnnl_primitive_create(&p->prim, pd);
   dnnl_primitive_desc_destroy(pd);
   MPT_DNNL_OK(st);
   MPT_DNNL_OK(dnnl_memory_create(&p->a, &a_md, engine, DNNL_MEMORY_NONE));
@@ -265,20 +253,9 @@ mpt_status mpt__cpu_gemm_bf16(mpt_stream *s, int trans_a, int trans_b, int64_t m
   MPT_DNNL_OK(dnnl_memory_set_data_handle(p->a, ha));
   MPT_DNNL_OK(dnnl_memory_set_data_handle(p->b, hb));
   MPT_DNNL_OK(dnnl_memory_set_data_handle(p->c, c));
-  dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, p->a}, {DNNL_ARG_WEIGHTS, p->b},
-                             {DNNL_ARG_DST, p->c}, {DNNL_ARG_SCRATCHPAD, p->scratch}};
-  if (p->scratch) {
-    if (t->scratch_cap < p->scratch_nbytes) {
-      free(t->scratch);
-      t->scratch = aligned_alloc(64, (p->scratch_nbytes + 63) & ~(size_t)63);
-      t->scratch_cap = t->scratch ? p->scratch_nbytes : 0;
-      if (!t->scratch)
-        return MPT_FAIL(MPT_ENOMEM, "gemm_bf16: cannot allocate a %zu-byte scratchpad",
-                        p->scratch_nbytes);
-    }
-    MPT_DNNL_OK(dnnl_memory_set_data_handle(p->scratch, t->scratch));
-  }
-  MPT_DNNL_OK(dnnl_primitive_execute(p->prim, p->stream, p->scratch ? 4 : 3, args));
+  dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, p->a}, {DNNL_ARG_WEIGHTS, p->b},
+                             {DNNL_ARG_DST, p->c}};
+  MPT_DNNL_OK(dnnl_primitive_execute(p->prim, p->stream, 3, args));
   MPT_DNNL_OK(dnnl_stream_wait(p->stream));
   return MPT_OK;
 }
