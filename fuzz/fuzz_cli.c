@@ -76,8 +76,6 @@ static void check_run(const mpt_cli_options *o) {
   if (o->optim.nesterov && !(o->optim.momentum > 0)) fuzz_fail("nesterov without momentum");
   if (o->precision != MPT_PRECISION_FP32 && o->precision != MPT_PRECISION_BF16)
     fuzz_fail("precision %d", (int)o->precision);
-  if (o->precision != MPT_PRECISION_FP32 && o->mode == MPT_MODE_DP)
-    fuzz_fail("--precision bf16 accepted with --mode dp");
   if (o->mode != MPT_MODE_SINGLE_OR_DDP && o->mode != MPT_MODE_DP) fuzz_fail("mode %d", o->mode);
   check_str(o->devices, sizeof o->devices, "devices", o->mode != MPT_MODE_DP);
   check_str(o->data_dir, sizeof o->data_dir, "data", 1);

@@ -653,10 +653,6 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
     fail(msg, n, "--nesterov needs --momentum > 0");
     return MPT_CLI_EXIT_USAGE;
   }
-  if (o->mode == MPT_MODE_DP && o->precision != MPT_PRECISION_FP32) {
-    fail(msg, n, "--precision bf16 is not wired into --mode dp yet (use DDP: one rank each)");
-    return MPT_CLI_EXIT_USAGE;
-  }
   if (o->mode == MPT_MODE_DP && o->devices[0] == '\0') {
     fail(msg, n, "--mode dp needs --devices (e.g. cpu:2)");
     return MPT_CLI_EXIT_USAGE;

@@ -612,6 +612,7 @@ static mpt_status train_run(trainer *t) {
   if (o->mode == MPT_MODE_DP) {
     mpt_dp_config pc = mpt_dp_config_default();
     pc.timeout_ms = o->timeout_s * 1e3;
+    pc.precision = o->precision;
     MPT_RETURN_IF(mpt_dp_init(&t->dp, t->model, devices, ndev, t->stream, &pc));
   }
   MPT_RETURN_IF(mpt_optimizer_init(&t->opt, &o->optim, t->device,

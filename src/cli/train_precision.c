@@ -1,5 +1,6 @@
 /* --precision (issue 14): the arithmetic of the tape's GEMMs and convolutions, for the mlp/cnn
- * trainer (train.c) and the GPT trainer (train_gpt.c). mpt_tape_set_precision checks that the
+ * trainer (train.c; with --mode dp the replicas' tapes get it through mpt_dp_config) and the
+ * GPT trainer (train_gpt.c). mpt_tape_set_precision checks that the
  * device runs bf16 natively, so a CPU without AVX-512 BF16, or a build without oneDNN, stops the
  * run at start with the reason (never a slow emulation). Runs on the training thread. */
 #include "cli/train_impl.h"
