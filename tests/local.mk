@@ -18,6 +18,9 @@ EXTRA_DIST += tests/test_cli_groups.sh
 # issue 14: --grad-comm fp32|bf16 (refusal, no-effect warning, 2-rank bf16 run against fp32)
 TESTS += tests/test_grad_comm.sh
 EXTRA_DIST += tests/test_grad_comm.sh
+# issue 14: the trainer's --zero (ZeRO-1)
+TESTS += tests/test_zero_cli.sh
+EXTRA_DIST += tests/test_zero_cli.sh
 # issue 13: mpitrain tokenize (byte-level llm.c token shards from text)
 TESTS += tests/test_tokenize.sh
 EXTRA_DIST += tests/test_tokenize.sh

@@ -215,6 +215,65 @@ START_TEST(test_groups_split_decays_weights_not_biases_or_norms) {
 }
 END_TEST
 
+/* A sharded optimizer (mpt_optimizer_init_ranges, ZeRO-1) over the four parameters above: its
+ * state covers the ranges only, the elements of the ranges get the hand values of the whole
+ * buffer (whatever group cuts them), the others are never read (NaN gradients there) nor
+ * written. */
+START_TEST(test_ranges_step_their_elements_only_with_the_groups_hand_values) {
+  static const float want_sgd[4] = {-0.125f, 0.375f, 0.6875f, 0.109375f};
+  static const float want_adamw[4] = {0.7075f, 0.8f, 0.9f, 0.753125f};
+  const mpt_optim_range cases[2][2] = {{{1, 1, 0}, {3, 1, 0}}, {{0, 3, 0}, {0, 0, 0}}};
+  const int ncases[2] = {2, 1};
+  for (int adam = 0; adam < 2; adam++)
+    for (int k = 0; k < 2; k++) {
+      mpt_optimizer_config c = mpt_optimizer_config_default();
+      c.kind = adam ? MPT_OPTIM_ADAMW : MPT_OPTIM_SGD;
+      c.momentum = 0.5f;
+      c.weight_decay = 0.25f;
+      const float lr = adam ? 0.1f : 0.5f;
+      mpt_optimizer *opt = NULL;
+      ck_assert_msg(mpt_optimizer_init_ranges(&opt, &c, mpt_device_cpu(), 4, cases[k],
+                                              ncases[k]) == MPT_OK, "%s", mpt_last_error());
+      ck_assert_int_eq(mpt_optimizer_set_groups(opt, GROUPS, 3), MPT_OK);
+      ck_assert_int_eq(mpt_optimizer_num_ranges(opt), ncases[k]);
+      mpt_optimizer_state st;
+      ck_assert_int_eq(mpt_optimizer_get_state(opt, &st), MPT_OK);
+      ck_assert_int_eq(st.count, k == 0 ? 2 : 3);
+      ck_assert_int_eq(st.nbuffers, adam ? 2 : 1);
+      int owned[4] = {0, 0, 0, 0};
+      for (int r = 0; r < ncases[k]; r++)
+        for (int64_t i = cases[k][r].offset; i < cases[k][r].offset + cases[k][r].count; i++)
+          owned[i] = 1;
+      float param[4] = {1, 1, 1, 1}, grad[4];
+      for (int i = 0; i < 4; i++) grad[i] = owned[i] ? 0.5f : NAN;
+      for (int s = 0; s < 2; s++) ck_assert_int_eq(mpt_optimizer_step(opt, NULL, param, grad, lr),
+                                                   MPT_OK);
+      for (int i = 0; i < 4; i++) {
+        const float want = !owned[i] ? 1.0f : adam ? want_adamw[i] : want_sgd[i];
+        ck_assert_msg(fabsf(param[i] - want) <= 1e-6f, "%s case %d element %d: %.9g, want %.9g",
+                      adam ? "adamw" : "sgd", k, i, param[i], want);
+      }
+      mpt_optimizer_free(opt);
+    }
+}
+END_TEST
+
+START_TEST(test_ranges_bad_ones_are_rejected) {
+  const mpt_optim_range overlap[2] = {{0, 2, 0}, {1, 2, 0}}, unsorted[2] = {{2, 1, 0}, {0, 1, 0}},
+                        outside[1] = {{3, 2, 0}};
+  const mpt_optim_range *bad[3] = {overlap, unsorted, outside};
+  const int n[3] = {2, 2, 1};
+  mpt_optimizer_config c = mpt_optimizer_config_default();
+  for (int i = 0; i < 3; i++) {
+    mpt_optimizer *opt = (mpt_optimizer *)&c; /* must be reset to NULL */
+    ck_assert_int_eq(mpt_optimizer_init_ranges(&opt, &c, mpt_device_cpu(), 4, bad[i], n[i]),
+                     MPT_EINVAL);
+    ck_assert_ptr_null(opt);
+    ck_assert_ptr_nonnull(strstr(mpt_last_error(), "optimizer range"));
+  }
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("optim_groups");
   TCase *tc = tcase_create("groups");
@@ -224,6 +283,8 @@ int main(void) {
   tcase_add_test(tc, test_groups_restored_state_continues_the_run);
   tcase_add_test(tc, test_groups_bad_slices_are_rejected_and_keep_the_old_groups);
   tcase_add_test(tc, test_groups_split_decays_weights_not_biases_or_norms);
+  tcase_add_test(tc, test_ranges_step_their_elements_only_with_the_groups_hand_values);
+  tcase_add_test(tc, test_ranges_bad_ones_are_rejected);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

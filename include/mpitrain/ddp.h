@@ -59,6 +59,7 @@
 
 #include "mpitrain/core.h"
 #include "mpitrain/nn.h"
+#include "mpitrain/optim.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -105,6 +106,7 @@ typedef struct mpt_ddp_config {
   mpt_ddp_buffer_mode buffers;
   double timeout_ms;          /* deadline of every wait, > 0 (300000) */
   mpt_ddp_grad_comm grad_comm; /* MPT_DDP_GRAD_FP32 */
+  int zero;                    /* ZeRO stage: 0 (off, default) or 1 (see "ZeRO-1" below) */
 } mpt_ddp_config;
 
 MPT_API mpt_ddp_config mpt_ddp_config_default(void);
@@ -169,6 +171,85 @@ typedef struct mpt_ddp_stats {
  * config.timeout_ms; a pass whose timings never come is dropped with a warning). */
 MPT_API mpt_ddp_stats mpt_ddp_get_stats(mpt_ddp *ddp);
 MPT_API void mpt_ddp_reset_stats(mpt_ddp *ddp);
+
+/* ---- ZeRO-1 (config.zero = 1): sharded optimizer state ----------------------------------------
+ * Stage 1 of ZeRO (Rajbhandari et al., SC 2020; PyTorch's ZeroRedundancyOptimizer, llm.c's
+ * zero_stage 1): parameters and gradients stay whole on every rank, the optimizer state is
+ * split. Each bucket of the plan is split over the W ranks as mpt_comm_shard splits a buffer
+ * (shards of ceil(count / W), the last one shorter, trailing ranks possibly empty): rank r owns
+ * its shard of every bucket, i.e. one contiguous slice of the flat buffer per bucket (with a
+ * single bucket, the buffer's contiguous 1/W). A slice may cut a parameter anywhere.
+ *   backward   each bucket is reduce-scattered (average) on the comm stream as soon as it is
+ *              ready, where plain DDP all-reduces it (overlap, no_sync, unused parameters and
+ *              bf16 gradients as above; bf16: the whole bucket rounded, the bfloat16 sums
+ *              reduce-scattered, this rank's shard widened and divided by W). Afterwards only
+ *              the owned slices of the gradient buffer hold averaged gradients; the rest is
+ *              undefined.
+ *   clipping   mpt_ddp_clip_grad_norm: each rank's sum of squares over its shard (double), the
+ *              W sums all-gathered once and added in rank order on every rank, so every rank
+ *              gets the same norm and scales its shard.
+ *   step       mpt_ddp_optimizer_step: the optimizer (mpt_ddp_optimizer_init: state for the
+ *              shard only) steps the owned slices; then every bucket's parameters are
+ *              all-gathered (mpt_comm_allgather_shards) and waited for, so the replicas are
+ *              whole and identical again before the call returns (before the next forward and
+ *              before any evaluation or save).
+ * Memory per rank: optimizer state sum_b shard_b (about N / W); gradients and parameters
+ * whole; with bf16 gradients a 2-byte conversion buffer of N. Bytes sent per step per rank
+ * (ring model): (W-1)/W (wire N + 4 N), wire = 4 (fp32) or 2 (bf16), against 2 (W-1)/W wire N
+ * for the all-reduce: ZeRO-1 saves memory, not traffic.
+ * Checkpoints hold the whole state (one file, as without ZeRO, so a run resumes with or without
+ * ZeRO and with another world size's shards): mpt_ddp_optimizer_gather assembles it into a
+ * whole optimizer on the writer (collective), the writer saves that; on resume a whole
+ * optimizer is loaded and mpt_ddp_optimizer_scatter copies this rank's shard out of it.
+ * The ckpt functions refuse a sharded optimizer. mpt_ddp_allreduce_grads reduce-scatters too (the
+ * owned slices hold the average afterwards). Host memory only (a model on a device:
+ * MPT_ENOTSUP at mpt_ddp_init). With ZeRO off every function below does what the plain call
+ * does (mpt_optimizer_init, mpt_optimizer_step_model, mpt_clip_grad_norm, a local
+ * mpt_op_check_finite), so a trainer can call these always. */
+
+/* The configured ZeRO stage (0 or 1); 0 for NULL. */
+MPT_API int mpt_ddp_zero_stage(const mpt_ddp *ddp);
+/* This rank's shard: *ranges (may be NULL) gets the owned slices sorted by offset, empty ones
+ * left out; returns their number (0 with ZeRO off, or when this rank owns nothing). */
+MPT_API int mpt_ddp_shard(const mpt_ddp *ddp, const mpt_optim_range **ranges);
+/* Elements owned (the model's parameter count with ZeRO off). */
+MPT_API int64_t mpt_ddp_shard_count(const mpt_ddp *ddp);
+/* Creates the optimizer of this rank: ZeRO-1, mpt_optimizer_init_ranges over the shard (a
+ * rank that owns nothing gets one empty range: no state); off, mpt_optimizer_init of the whole
+ * model. Errors: those of the optimizer. */
+MPT_API mpt_status mpt_ddp_optimizer_init(mpt_ddp *ddp, mpt_optimizer **opt,
+                                          const mpt_optimizer_config *cfg, mpt_device device);
+/* The optimizer step: ZeRO-1, mpt_optimizer_step_model (the shard), then the all-gather of
+ * every bucket's parameters, waited for (deadline). Collective. Errors: those of the step;
+ * MPT_EINVAL (an optimizer not made for this shard); comm errors. */
+MPT_API mpt_status mpt_ddp_optimizer_step(mpt_ddp *ddp, mpt_optimizer *opt, mpt_stream *stream,
+                                          float lr);
+/* mpt_clip_grad_norm over the averaged gradients of all ranks (see above). Collective with
+ * ZeRO-1. A non-finite norm is returned (the same on every rank) and nothing is scaled.
+ * Errors: MPT_EINVAL (max_norm not > 0), comm errors. */
+MPT_API mpt_status mpt_ddp_clip_grad_norm(mpt_ddp *ddp, mpt_stream *stream, float max_norm,
+                                          float *total_norm);
+/* *nonfinite = 1 when any averaged gradient is NaN or infinite, on every rank alike
+ * (ZeRO-1: each shard checked, then an all-reduce max: collective). */
+MPT_API mpt_status mpt_ddp_grads_nonfinite(mpt_ddp *ddp, mpt_stream *stream, int *nonfinite);
+/* Checkpoints. gather: fills `whole` (mpt_optimizer_init of the model's parameter count, same
+ * kind, host memory) with every rank's shard of `shard`'s state and its step count
+ * (collective). `whole` may be NULL on any rank: that rank only takes part (e.g. every rank but
+ * the checkpoint's writer); the state travels bucket by bucket through a staging buffer of the
+ * largest bucket, so a rank without `whole` holds one bucket more, not the whole state. scatter: copies this rank's shard of `whole`'s state and its step count into
+ * `shard` (local). With ZeRO off both copy the whole state. Errors: MPT_EINVAL (optimizers of
+ * another kind or size), comm errors. */
+MPT_API mpt_status mpt_ddp_optimizer_gather(mpt_ddp *ddp, mpt_optimizer *shard,
+                                            mpt_optimizer *whole);
+MPT_API mpt_status mpt_ddp_optimizer_scatter(mpt_ddp *ddp, mpt_optimizer *whole,
+                                             mpt_optimizer *shard);
+/* Bytes this rank sent in the engine's gradient and parameter collectives since init, counted
+ * per collective issued in the ring model of nccl-tests (all-reduce 2 (W-1)/W bytes,
+ * reduce-scatter and all-gather (W-1)/W bytes; 0 at W = 1): what the rank puts on the wire
+ * with a ring algorithm, not a measurement of the MPI library. */
+MPT_API double mpt_ddp_sent_bytes(const mpt_ddp *ddp);
+/* The same for one synchronised step (every bucket once, plus the all-gather with ZeRO-1). */
+MPT_API double mpt_ddp_step_bytes(const mpt_ddp *ddp);
 
 /* Trace recording (Chrome trace event format): when enabled, the engine records each
  * bucket's all-reduce (start and end, on the comm thread) into `trace`. */

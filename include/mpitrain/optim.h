@@ -76,6 +76,32 @@ typedef struct mpt_optimizer mpt_optimizer;
  * MPT_EDEVICE / MPT_ENOTSUP from the device; *opt is NULL on failure. */
 MPT_API mpt_status mpt_optimizer_init(mpt_optimizer **opt, const mpt_optimizer_config *cfg,
                                       mpt_device device, int64_t count);
+/* A slice [offset, offset + count) of the flat parameter buffer whose optimizer state this
+ * optimizer holds (mpt_optimizer_init_ranges). state_offset: where its state starts in the state
+ * buffers (filled by the optimizer: the sum of the counts of the ranges before it). */
+typedef struct mpt_optim_range {
+  int64_t offset, count;
+  int64_t state_offset;
+} mpt_optim_range;
+
+/* A sharded optimizer (ZeRO-1, Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training
+ * Trillion Parameter Models", SC 2020; the DDP engine makes one: ddp.h
+ * mpt_ddp_optimizer_init): it steps the `count` parameters of a flat buffer, but holds state
+ * and updates only the elements of `ranges` (sorted by offset, disjoint, inside [0, count);
+ * state_offset is ignored on input). The state buffers hold the ranges' elements one after the
+ * other: sum of the counts, not `count` (mpt_optimizer_state.count says so). A step reads and
+ * writes param and grad only inside the ranges; groups (mpt_optimizer_set_groups) still refer
+ * to offsets of the whole buffer, so a range may cut a group or a parameter anywhere. nranges 0
+ * (ranges NULL) is mpt_optimizer_init. Checkpoints (ckpt.h) refuse a sharded optimizer: gather
+ * it first (mpt_ddp_optimizer_gather). Errors: those of mpt_optimizer_init; MPT_EINVAL naming a
+ * range that is outside [0, count), overlaps or precedes the one before it. */
+MPT_API mpt_status mpt_optimizer_init_ranges(mpt_optimizer **opt, const mpt_optimizer_config *cfg,
+                                             mpt_device device, int64_t count,
+                                             const mpt_optim_range *ranges, int nranges);
+/* Number of ranges (0: an optimizer of the whole buffer) and range i (NULL out of range). */
+MPT_API int mpt_optimizer_num_ranges(const mpt_optimizer *opt);
+MPT_API const mpt_optim_range *mpt_optimizer_range(const mpt_optimizer *opt, int i);
+
 /* Frees the state and the handle. NULL is a no-op. The caller makes sure no step is still
  * running on a stream (synchronize it first). */
 MPT_API void mpt_optimizer_free(mpt_optimizer *opt);
@@ -119,7 +145,7 @@ typedef struct mpt_optimizer_state {
   int nbuffers;                            /* 0 (plain SGD), 1 (SGD momentum), 2 (AdamW) */
   const char *names[MPT_OPTIM_MAX_STATE];  /* "momentum_buffer"; or "exp_avg", "exp_avg_sq" */
   float *buffers[MPT_OPTIM_MAX_STATE];     /* each [count] on `device`; NULL when count == 0 */
-  int64_t count;
+  int64_t count; /* parameters; a sharded optimizer (mpt_optimizer_init_ranges): its ranges' */
   mpt_device device;
   int64_t step_count;
 } mpt_optimizer_state;

@@ -404,6 +404,9 @@ mpt_status mpt__ckpt_stage(const char *path, mpt_model *model, mpt_optimizer *op
   memset(staged, 0, sizeof *staged);
   if (!path || !model) return MPT_FAIL(MPT_EINVAL, "checkpoint load: NULL path or model");
   MPT_RETURN_IF(mpt__ckpt_model_check(model, "checkpoint load", path));
+  if (optimizer && mpt_optimizer_num_ranges(optimizer) > 0)
+    return MPT_FAIL(MPT_EINVAL, "checkpoint load %s: the optimizer holds one shard of the state "
+                    "(ZeRO-1): load into a whole one, then mpt_ddp_optimizer_scatter", path);
   int64_t pc = mpt_model_param_count(model), bc = mpt_model_buffer_count(model);
 
   reader r;

@@ -235,6 +235,9 @@ mpt_status mpt_ckpt_save(const char *path, mpt_model *model, mpt_optimizer *opti
   }
   mpt_optimizer_state os;
   mpt_optim_kind kind = MPT_OPTIM_SGD;
+  if (optimizer && mpt_optimizer_num_ranges(optimizer) > 0)
+    return MPT_FAIL(MPT_EINVAL, "checkpoint save %s: the optimizer holds one shard of the state "
+                    "(ZeRO-1): gather it first (mpt_ddp_optimizer_gather)", path);
   if (optimizer) {
     MPT_RETURN_IF(mpt_optimizer_get_state(optimizer, &os));
     kind = mpt_optimizer_get_config(optimizer)->kind;

@@ -27,7 +27,7 @@ enum {
   OPT_VERSION, OPT_NO_DECAY_BIAS_NORM, OPT_LOG_FILE, OPT_QUIET, OPT_PROGRESS_INTERVAL,
   OPT_GRAD_COMM, OPT_N_LAYER, OPT_N_HEAD, OPT_N_EMBD, OPT_SEQ_LEN, OPT_VOCAB_SIZE, OPT_SHARDS,
   OPT_VAL_SHARDS, OPT_INIT_FROM, OPT_SAVE_MODEL, OPT_GRAD_CLIP, OPT_VAL_EVERY, OPT_VAL_STEPS,
-  OPT_LOG_EVERY, OPT_PRECISION,
+  OPT_LOG_EVERY, OPT_ZERO, OPT_PRECISION,
 };
 
 static const struct option long_options[] = {
@@ -71,6 +71,7 @@ static const struct option long_options[] = {
     {"accumulate", required_argument, NULL, OPT_ACCUMULATE},
     {"buffers", required_argument, NULL, OPT_BUFFERS},
     {"grad-comm", required_argument, NULL, OPT_GRAD_COMM},
+    {"zero", required_argument, NULL, OPT_ZERO},
     {"precision", required_argument, NULL, OPT_PRECISION},
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
     {"check-collectives", no_argument, NULL, OPT_CHECK_COLL},
@@ -160,6 +161,8 @@ const char *mpt_cli_usage(void) {
          "  --grad-comm fp32|bf16      gradients on the wire: bf16 rounds each bucket to\n"
          "                             bfloat16, sums in fp32 steps, half the bytes (default\n"
          "                             fp32; error bound in ddp.h; CPU models)\n"
+         "  --zero 0|1                 ZeRO stage: 1 shards the optimizer state over the ranks\n"
+         "                             (reduce-scatter + all-gather; default 0; CPU models)\n"
          "  --timeout SEC              deadline of every collective and of start-up, MPI\n"
          "                             initialisation included (at least 10 s) (default 300)\n"
          "  --check-collectives        compare (op, count, dtype) across ranks first\n"
@@ -521,6 +524,13 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
         if (mpt_ddp_grad_comm_parse(a, &o->ddp.grad_comm) != MPT_OK)
           r = fail(msg, n, "--grad-comm: '%s' is not fp32 or bf16", a);
         break;
+      case OPT_ZERO:
+        if (strcmp(a, "0") == 0 || strcmp(a, "1") == 0)
+          o->ddp.zero = a[0] - '0';
+        else
+          r = fail(msg, n, "--zero: '%s' is not a supported ZeRO stage (0: off, 1: sharded "
+                   "optimizer state; stages 2 and 3 are not implemented)", a);
+        break;
       case OPT_PRECISION:
         if (mpt_precision_parse(a, &o->precision) != MPT_OK)
           r = fail(msg, n, "--precision: '%s' is not fp32 or bf16", a);
@@ -651,6 +661,11 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
   }
   if (o->optim.nesterov && (o->optim.momentum <= 0 || o->optim.dampening != 0)) {
     fail(msg, n, "--nesterov needs --momentum > 0");
+    return MPT_CLI_EXIT_USAGE;
+  }
+  if (o->mode == MPT_MODE_DP && o->ddp.zero) {
+    fail(msg, n, "--zero 1 does not work with --mode dp (DataParallel steps the whole model in "
+         "each rank): use --mode ddp");
     return MPT_CLI_EXIT_USAGE;
   }
   if (o->mode == MPT_MODE_DP && o->devices[0] == '\0') {

@@ -24,6 +24,7 @@
 #include <zlib.h>
 
 #include "cli/metrics.h"
+#include "cli/train_zero.h"
 #include "mpitrain/ckpt.h"
 #include "mpitrain/comm.h"
 #include "mpitrain/data.h"
@@ -316,8 +317,9 @@ static mpt_status train_step(trainer *t, int64_t step, float *sums, int *ran_out
     /* The gradients are averaged over ranks and bit-identical everywhere, and NaN/Inf survive
      * the average: every rank takes the same decision without another collective. */
     int nonfinite = 0;
-    MPT_RETURN_IF(mpt_op_check_finite(t->stream, mpt_model_grads(t->model),
-                                      mpt_model_param_count(t->model), &nonfinite));
+    MPT_RETURN_IF(t->ddp ? mpt_ddp_grads_nonfinite(t->ddp, t->stream, &nonfinite) /* ZeRO */
+                         : mpt_op_check_finite(t->stream, mpt_model_grads(t->model),
+                                               mpt_model_param_count(t->model), &nonfinite));
     skip = nonfinite || (t->world == 1 && t->step_nonfinite);
   }
   t->step_nonfinite = 0;
@@ -331,7 +333,8 @@ static mpt_status train_step(trainer *t, int64_t step, float *sums, int *ran_out
     MPT_RETURN_IF(trainer_check_model_healthy(t, "after a skipped step"));
   } else {
     float lr = mpt_lr_at(&t->schedule, o->optim.lr, t->global_step);
-    MPT_RETURN_IF(mpt_optimizer_step_model(t->opt, t->model, t->stream, lr));
+    MPT_RETURN_IF(t->ddp ? mpt_ddp_optimizer_step(t->ddp, t->opt, t->stream, lr) /* ZeRO */
+                         : mpt_optimizer_step_model(t->opt, t->model, t->stream, lr));
   }
   MPT_RETURN_IF(phase_mark(t, 3 * K + 1));
   MPT_RETURN_IF(mpt_stream_synchronize(t->stream, o->timeout_s * 1e3));
@@ -584,8 +587,7 @@ static mpt_status train_run(trainer *t) {
   MPT_RETURN_IF(load_data(t));
   MPT_RETURN_IF(trainer_check_same_data(t));
   MPT_RETURN_IF(make_model(t));
-  MPT_RETURN_IF(mpt_tape_init(&t->tape, t->model, t->stream));
-  MPT_RETURN_IF(trainer_set_precision(t->tape, o->precision));
+  MPT_RETURN_IF(trainer_tape_init(t));
   if (t->world > 1) {
     mpt_comm *gc = t->comm;
     if (t->device.type != MPT_DEVICE_CPU) { /* gradients stay on the GPU: NCCL, else MPI staged */
@@ -610,13 +612,10 @@ static mpt_status train_run(trainer *t) {
     MPT_RETURN_IF(mpt_ddp_init(&t->ddp, t->model, gc, t->stream, &dc));
   }
   if (o->mode == MPT_MODE_DP) {
-    mpt_dp_config pc = mpt_dp_config_default();
-    pc.timeout_ms = o->timeout_s * 1e3;
-    pc.precision = o->precision;
+    const mpt_dp_config pc = trainer_dp_config(o);
     MPT_RETURN_IF(mpt_dp_init(&t->dp, t->model, devices, ndev, t->stream, &pc));
   }
-  MPT_RETURN_IF(mpt_optimizer_init(&t->opt, &o->optim, t->device,
-                                   mpt_model_param_count(t->model)));
+  MPT_RETURN_IF(trainer_opt_init(t->ddp, t->model, &o->optim, t->device, &t->opt));
   if (o->no_decay_bias_norm) { /* decay the >= 2-D weights only (llm.c, nanoGPT) */
     mpt_param_group groups[64];
     int ngroups = 0;
@@ -675,10 +674,11 @@ static mpt_status train_run(trainer *t) {
               ? "oneDNN" : "im2col + GEMM");
   if (t->ddp)
     mpt_log(MPT_LOG_INFO, "DDP: %d bucket(s) (first cap %g MiB, cap %g MiB), overlap %s, "
-            "gradients %s on the wire",
-            mpt_ddp_num_buckets(t->ddp), o->ddp.first_bucket_cap_mb, o->ddp.bucket_cap_mb,
-            o->ddp.overlap ? "on" : "off", mpt_ddp_grad_comm_name(o->ddp.grad_comm));
+            "gradients %s on the wire%s", mpt_ddp_num_buckets(t->ddp), o->ddp.first_bucket_cap_mb,
+            o->ddp.bucket_cap_mb, o->ddp.overlap ? "on" : "off",
+            mpt_ddp_grad_comm_name(o->ddp.grad_comm), o->ddp.zero ? ", ZeRO-1" : "");
   trainer_log_configuration(t);
+  MPT_RETURN_IF(trainer_memory_report(t->comm, "at start", t->model, t->opt, t->ddp, 0));
 
   t->epochs = calloc((size_t)o->epochs, sizeof *t->epochs);
   if (!t->epochs) return MPT_FAIL(MPT_ENOMEM, "cannot allocate metrics");
@@ -696,6 +696,8 @@ static mpt_status train_run(trainer *t) {
   if (o->skip_nonfinite)
     mpt_log(MPT_LOG_INFO, "%" PRId64 " optimizer step(s) skipped for non-finite gradients",
             t->skipped_nonfinite);
+  MPT_RETURN_IF(trainer_memory_report(t->comm, "at the end", t->model, t->opt, t->ddp,
+                                      t->global_step - t->loop_start_step));
   mpt_step_breakdown bd;
   MPT_RETURN_IF(report_breakdown(t, &bd));
   if (o->save_params[0]) MPT_RETURN_IF(trainer_save_params(t, o->save_params));

@@ -211,6 +211,7 @@ void trainer_log_configuration(trainer *t) {
     warn_unused(o, "find-unused-parameters", why);
     warn_unused(o, "buffers", why);
     warn_unused(o, "grad-comm", why);
+    warn_unused(o, "zero", why);
     warn_unused(o, "check-collectives", "one rank: no collective to compare");
   }
   if (t->ddp && (!cnn || !o->cnn.batchnorm))

@@ -166,7 +166,9 @@ mpt_status trainer_check_model_fits(trainer *t, int ndev) {
   const mpt_cli_options *o = t->o;
   if (t->device.type != MPT_DEVICE_CPU) return MPT_OK;
   const double params = model_params_estimate(o);
-  const int states = o->optim.kind == MPT_OPTIM_ADAMW ? 2 : 1;
+  /* Optimizer state: AdamW 2 floats per parameter, SGD 1; ZeRO-1 keeps 1/W of it per rank. */
+  const int world = t->world > 0 ? t->world : 1;
+  const double states = (o->optim.kind == MPT_OPTIM_ADAMW ? 2.0 : 1.0) / (o->ddp.zero ? world : 1);
   const double need = params * sizeof(float) * (2.0 + states) * (ndev > 0 ? ndev : 1);
   const double avail = mem_available_bytes();
   const int local = mpt_comm_local_size(t->comm) > 0 ? mpt_comm_local_size(t->comm) : 1;

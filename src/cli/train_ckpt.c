@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cli/train_impl.h"
+#include "cli/train_zero.h"
 #include "mpitrain/ckpt.h"
 #include "mpitrain/ops.h"
 
@@ -167,8 +168,12 @@ mpt_status trainer_save_checkpoint(trainer *t, int64_t epoch, int64_t step_in_ep
   meta.seed = o->seed;
   meta.world_size = t->world;
   char path[4200];
-  MPT_RETURN_IF(mpt_ckpt_save_collective(t->comm, o->checkpoint_dir, o->keep, t->model, t->opt,
-                                         &meta, path, sizeof path));
+  mpt_optimizer *whole; /* ZeRO-1: the state gathered from every rank (one file) */
+  MPT_RETURN_IF(trainer_opt_whole(t->ddp, t->model, t->opt, 1, t->rank == 0, &whole));
+  mpt_status st = mpt_ckpt_save_collective(t->comm, o->checkpoint_dir, o->keep, t->model, whole,
+                                           &meta, path, sizeof path);
+  trainer_opt_whole_done(t->ddp, t->opt, whole, 0);
+  MPT_RETURN_IF(st);
   if (step_in_epoch == 0)
     mpt_log(MPT_LOG_INFO, "checkpoint %s (end of epoch %" PRId64 ", global step %" PRId64 ")",
             path, epoch, t->global_step);
@@ -183,7 +188,12 @@ mpt_status trainer_save_checkpoint(trainer *t, int64_t epoch, int64_t step_in_ep
 mpt_status trainer_resume(trainer *t) {
   const mpt_cli_options *o = t->o;
   mpt_ckpt_meta meta;
-  MPT_RETURN_IF(mpt_ckpt_load_collective(t->comm, o->resume, t->model, t->opt, &meta));
+  mpt_optimizer *whole; /* ZeRO-1: the whole state is read, this rank keeps its shard */
+  MPT_RETURN_IF(trainer_opt_whole(t->ddp, t->model, t->opt, 0, 1, &whole));
+  mpt_status st = mpt_ckpt_load_collective(t->comm, o->resume, t->model, whole, &meta);
+  mpt_status sst = trainer_opt_whole_done(t->ddp, t->opt, whole, st == MPT_OK);
+  MPT_RETURN_IF(st);
+  MPT_RETURN_IF(sst);
   if (meta.world_size != t->world)
     return MPT_FAIL(MPT_EMISMATCH,
                     "checkpoint '%s' was written by %d rank(s), this job has %d: resuming would "

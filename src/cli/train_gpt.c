@@ -39,6 +39,7 @@
 
 #include "cli/train.h"
 #include "cli/train_impl.h"
+#include "cli/train_zero.h"
 #include "mpitrain.h"
 
 typedef struct gpt_trainer {
@@ -188,8 +189,12 @@ static mpt_status save_checkpoint(gpt_trainer *g, int64_t epoch, int64_t step_in
   meta.seed = g->o->seed;
   meta.world_size = g->world;
   char path[PATH_MAX];
-  MPT_RETURN_IF(mpt_ckpt_save_collective(g->comm, g->o->checkpoint_dir, g->o->keep, g->model,
-                                         g->opt, &meta, path, sizeof path));
+  mpt_optimizer *whole; /* ZeRO-1: the state gathered from every rank (one file) */
+  MPT_RETURN_IF(trainer_opt_whole(g->ddp, g->model, g->opt, 1, g->rank == 0, &whole));
+  mpt_status st = mpt_ckpt_save_collective(g->comm, g->o->checkpoint_dir, g->o->keep, g->model,
+                                           whole, &meta, path, sizeof path);
+  trainer_opt_whole_done(g->ddp, g->opt, whole, 0);
+  MPT_RETURN_IF(st);
   mpt_log(MPT_LOG_INFO, "checkpoint %s", path);
   return MPT_OK;
 }
@@ -266,12 +271,19 @@ static mpt_status setup(gpt_trainer *g) {
   if (o->init_from[0]) MPT_RETURN_IF(mpt_gpt_load(g->model, &g->cfg, o->init_from));
 
   const int64_t count = mpt_model_param_count(g->model);
-  MPT_RETURN_IF(mpt_optimizer_init(&g->opt, &o->optim, g->device, count));
-  mpt_param_group groups[512]; /* 8 per layer + 2: 98 for gpt2's 12 layers */
-  int ngroups = 0;
-  MPT_RETURN_IF(mpt_param_groups_split_decay(g->model, o->optim.weight_decay, groups, 512,
-                                             &ngroups));
-  MPT_RETURN_IF(mpt_optimizer_set_groups(g->opt, groups, ngroups));
+  if (g->world > 1) /* first: with --zero 1 the optimizer holds this rank's shard */
+    MPT_RETURN_IF(mpt_ddp_init(&g->ddp, g->model, g->grad_comm ? g->grad_comm : g->comm,
+                               g->stream, &o->ddp));
+  MPT_RETURN_IF(trainer_opt_init(g->ddp, g->model, &o->optim, g->device, &g->opt));
+  int ngroups = 0; /* 8 per layer + 2: 98 for gpt2's 12 layers */
+  MPT_RETURN_IF(mpt_param_groups_split_decay(g->model, o->optim.weight_decay, NULL, 0, &ngroups));
+  mpt_param_group *groups = malloc(sizeof *groups * (size_t)(ngroups ? ngroups : 1));
+  if (!groups) return MPT_FAIL(MPT_ENOMEM, "%d parameter groups", ngroups);
+  mpt_status gst = mpt_param_groups_split_decay(g->model, o->optim.weight_decay, groups, ngroups,
+                                                &ngroups);
+  if (gst == MPT_OK) gst = mpt_optimizer_set_groups(g->opt, groups, ngroups);
+  free(groups);
+  MPT_RETURN_IF(gst);
   int64_t decayed = 0;
   for (int i = 0; i < mpt_optimizer_num_groups(g->opt); i++) {
     const mpt_param_group *pg = mpt_optimizer_group(g->opt, i);
@@ -283,9 +295,14 @@ static mpt_status setup(gpt_trainer *g) {
           mpt_optimizer_kind_name(oc->kind), (double)oc->lr, (double)oc->beta1,
           (double)oc->beta2, (double)oc->weight_decay, (long long)decayed,
           (long long)(count - decayed), o->grad_clip, o->grad_clip > 0 ? "" : " (off)");
-  if (o->resume[0]) { /* every rank reads the same file, before DDP broadcasts rank 0's */
+  if (o->resume[0]) { /* every rank reads the same file (ZeRO-1: keeps its shard of the state) */
     mpt_ckpt_meta meta;
-    MPT_RETURN_IF(mpt_ckpt_load_collective(g->comm, o->resume, g->model, g->opt, &meta));
+    mpt_optimizer *whole;
+    MPT_RETURN_IF(trainer_opt_whole(g->ddp, g->model, g->opt, 0, 1, &whole));
+    mpt_status st = mpt_ckpt_load_collective(g->comm, o->resume, g->model, whole, &meta);
+    mpt_status sst = trainer_opt_whole_done(g->ddp, g->opt, whole, st == MPT_OK);
+    MPT_RETURN_IF(st);
+    MPT_RETURN_IF(sst);
     if (meta.world_size != g->world)
       mpt_log(MPT_LOG_WARN, "--resume: the checkpoint was written by %d ranks, this run has %d: "
               "the windows of the rest of the epoch are dealt differently", meta.world_size,
@@ -296,9 +313,6 @@ static mpt_status setup(gpt_trainer *g) {
     mpt_log(MPT_LOG_INFO, "resumed at step %lld (epoch %lld, %lld steps into it)",
             (long long)meta.global_step, (long long)meta.epoch, (long long)meta.step_in_epoch);
   }
-  if (g->world > 1)
-    MPT_RETURN_IF(mpt_ddp_init(&g->ddp, g->model, g->grad_comm ? g->grad_comm : g->comm,
-                               g->stream, &o->ddp));
   MPT_RETURN_IF(mpt_tape_init(&g->tape, g->model, g->stream));
   MPT_RETURN_IF(trainer_set_precision(g->tape, o->precision));
 
@@ -331,7 +345,7 @@ static mpt_status setup(gpt_trainer *g) {
           g->grad_comm ? mpt_comm_backend_name(mpt_comm_backend_kind(g->grad_comm)) : "",
           (long long)o->batch_size, o->accumulate,
           (long long)mpt_token_data_num_windows(g->train_data), (long long)g->total_steps);
-  return MPT_OK;
+  return trainer_memory_report(g->comm, "at start", g->model, g->opt, g->ddp, 0);
 }
 
 /* On a GPU, waits for the compute stream (so that the phases are timed where they ran) and
@@ -387,12 +401,14 @@ static mpt_status step(gpt_trainer *g, int64_t k, float *loss, float *norm, int 
   double t2 = now_s();
   *norm = NAN;
   if (g->o->grad_clip > 0)
-    MPT_RETURN_IF(mpt_clip_grad_norm(g->model, g->stream, (float)g->o->grad_clip, norm));
+    MPT_RETURN_IF(g->ddp ? mpt_ddp_clip_grad_norm(g->ddp, g->stream, (float)g->o->grad_clip, norm)
+                         : mpt_clip_grad_norm(g->model, g->stream, (float)g->o->grad_clip, norm));
   if (!isfinite(*loss) || (g->o->grad_clip > 0 && !isfinite(*norm)))
     return MPT_FAIL(MPT_ENONFINITE, "step %lld: loss %g, gradient norm %g on rank %d",
                     (long long)k, *loss, *norm, g->rank);
   float lr = mpt_lr_at(&g->sched, g->o->optim.lr, k);
-  MPT_RETURN_IF(mpt_optimizer_step_model(g->opt, g->model, g->stream, lr));
+  MPT_RETURN_IF(g->ddp ? mpt_ddp_optimizer_step(g->ddp, g->opt, g->stream, lr)
+                       : mpt_optimizer_step_model(g->opt, g->model, g->stream, lr));
   MPT_RETURN_IF(sync_device(g));
   double t3 = now_s();
   g->fwd_s += t2 - t0 - bwd; /* zero_grad and the loader count with the forward */
@@ -501,6 +517,7 @@ static mpt_status run(gpt_trainer *g) {
   double elapsed = now_s() - t_start;
   MPT_RETURN_IF(report_val(g, k, &val));
   k -= k0; /* the steps this run took */
+  MPT_RETURN_IF(trainer_memory_report(g->comm, "at the end", g->model, g->opt, g->ddp, k));
   if (k > 0) {
     /* FLOPs per token as llm.c counts them: 6 N + 6 L C T (attention) */
     const double n = (double)mpt_model_param_count(g->model);

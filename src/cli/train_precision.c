@@ -13,3 +13,15 @@ mpt_status trainer_set_precision(mpt_tape *tape, mpt_precision precision) {
           "fp32; parameters, gradients and the optimizer stay fp32", mpt_precision_name(precision));
   return MPT_OK;
 }
+
+mpt_status trainer_tape_init(trainer *t) {
+  MPT_RETURN_IF(mpt_tape_init(&t->tape, t->model, t->stream));
+  return trainer_set_precision(t->tape, t->o->precision);
+}
+
+mpt_dp_config trainer_dp_config(const mpt_cli_options *o) {
+  mpt_dp_config pc = mpt_dp_config_default();
+  pc.timeout_ms = o->timeout_s * 1e3;
+  pc.precision = o->precision; /* every replica's tape */
+  return pc;
+}

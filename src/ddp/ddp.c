@@ -28,57 +28,8 @@
 
 #include "core/error.h"
 #include "ddp/ddp_stats.h"
+#include "ddp/ddp_impl.h"
 #include "ddp/grad_comm.h"
-#include "mpitrain/comm.h"
-#include "mpitrain/ddp.h"
-
-/* How a pass is timed (see the header comment). */
-enum { TIMING_NOW, TIMING_LATE, TIMING_EVENTS };
-
-typedef struct bucket_arg {
-  struct mpt_ddp *ddp;
-  int bucket;
-} bucket_arg;
-
-struct mpt_ddp {
-  mpt_model *model;
-  mpt_comm *comm;
-  mpt_stream *compute;
-  mpt_stream *comm_stream;
-  mpt_ddp_config cfg;
-  int nparams, nbuckets;
-  mpt_ddp_bucket_info *buckets; /* [nbuckets] */
-  int *param_bucket;            /* [nparams] */
-  int *bucket_params;           /* [nbuckets] parameters per bucket */
-  int *bucket_pending;          /* [nbuckets] parameters not ready yet in this pass */
-  unsigned char *param_ready;   /* [nparams] */
-  bucket_arg *args;             /* [nbuckets] */
-  mpt_event **ready_events;     /* [nbuckets] recorded on compute before the launch */
-  mpt_event *done_event;        /* recorded on the comm stream after the last bucket */
-  mpt_event *order_event;       /* on the compute stream, before a broadcast of the model */
-  double *bucket_start_ms, *bucket_end_ms; /* [nbuckets], written on the comm thread */
-  int next_bucket;
-  int sync, prepared;
-  int forward_open;     /* a training forward ran; its backward has not started */
-  int synced;           /* the gradient buffer holds averaged gradients (a synchronised
-                           backward, or mpt_ddp_allreduce_grads) not yet zeroed */
-  mpt_status failed;    /* an earlier backward failed on this rank: refuse further passes */
-  char failed_detail[512];
-  uint64_t generation;  /* the model's at init (mpt_model_generation) */
-  float *params, *grads;
-  mpt_status hook_error;
-  double prepare_ms;
-  double backward_end_ms;        /* host clock, at finalize's entry */
-  double done_ms;                /* host clock, after finalize's wait was enqueued / done */
-  int timing;                    /* TIMING_* */
-  int stats_pending;             /* a pass whose timings are not all known yet */
-  int pass_backward;             /* the pending pass had a backward (not allreduce_grads) */
-  mpt_event **start_events, **end_events; /* [nbuckets] TIMING_EVENTS: on the comm stream */
-  mpt_event *pass_start, *backward_end, *pass_done; /* TIMING_EVENTS: on the compute stream */
-  mpt_ddp_stats stats;
-  mpt_trace *trace;
-  uint16_t *wire; /* grad_comm bf16: one conversion buffer per bucket, bucket b at its offset */
-};
 
 mpt_ddp_config mpt_ddp_config_default(void) {
   mpt_ddp_config c;
@@ -89,6 +40,7 @@ mpt_ddp_config mpt_ddp_config_default(void) {
   c.buffers = MPT_DDP_BUFFERS_BROADCAST;
   c.timeout_ms = 300000.0;
   c.grad_comm = MPT_DDP_GRAD_FP32;
+  c.zero = 0;
   return c;
 }
 
@@ -284,6 +236,11 @@ mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm, mpt_str
        mpt_stream_device(mpt_comm_stream(comm)).type != MPT_DEVICE_CPU))
     return MPT_FAIL(MPT_ENOTSUP, "bf16 gradient communication needs the gradients in host memory "
                     "and the mpi comm backend on cpu (this model or comm is on a device)");
+  if (cfg.zero != 0 && cfg.zero != 1)
+    return MPT_FAIL(MPT_EINVAL, "ZeRO stage %d is not supported (0: off, 1: sharded optimizer "
+                    "state)", cfg.zero);
+  if (cfg.zero && mpt_model_device(model).type != MPT_DEVICE_CPU)
+    return MPT_FAIL(MPT_ENOTSUP, "ZeRO-1 needs the model in host memory (cpu) for now");
   if (cfg.buffers != MPT_DDP_BUFFERS_BROADCAST && cfg.buffers != MPT_DDP_BUFFERS_AVERAGE &&
       cfg.buffers != MPT_DDP_BUFFERS_NONE)
     return MPT_FAIL(MPT_EINVAL, "buffer mode %d is not broadcast, average or none",
@@ -325,6 +282,7 @@ mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm, mpt_str
       goto fail;
     }
   }
+  if (cfg.zero) MPT_CHECK(mpt__ddp_zero_init(d), fail);
   mpt_device dev = mpt_model_device(model);
   for (int b = 0; b < d->nbuckets; b++) {
     d->args[b] = (bucket_arg){d, b};
@@ -388,6 +346,8 @@ void mpt_ddp_free(mpt_ddp *d) {
   free(d->bucket_start_ms);
   free(d->bucket_end_ms);
   free(d->wire);
+  free(d->shard);
+  free(d->bucket_shard);
   free(d);
 }
 
@@ -494,9 +454,12 @@ static mpt_status bucket_from_bf16(void *arg) {
 }
 
 /* The bucket's collective on the comm stream: the float32 average in place, or (bf16) round,
- * sum in bfloat16, widen and divide. */
+ * sum in bfloat16, widen and divide; ZeRO-1: the reduce-scatter of zero.c. */
 static mpt_status launch_reduction(mpt_ddp *d, int b, float *slice) {
   const mpt_ddp_bucket_info *bk = &d->buckets[b];
+  if (d->cfg.zero) return mpt__ddp_zero_launch(d, b);
+  d->sent_bytes += mpt__ddp_ring_bytes(1, (double)bk->count * (d->cfg.grad_comm ==
+                                       MPT_DDP_GRAD_FP32 ? 4 : 2), mpt_comm_world_size(d->comm));
   if (d->cfg.grad_comm == MPT_DDP_GRAD_FP32)
     return mpt_comm_allreduce(d->comm, d->comm_stream, slice, slice, bk->count, MPT_F32,
                               MPT_REDUCE_AVG);

@@ -10,7 +10,11 @@
  * Groups (mpt_optimizer_set_groups) are kept as given and as `segs`: a partition of [0, count)
  * into runs sorted by offset, adjacent runs with equal settings merged, elements outside every
  * group carrying the config's weight_decay and lr_scale 1. The kernels are elementwise, so a
- * step over the runs equals one step over the buffer with per-element settings. */
+ * step over the runs equals one step over the buffer with per-element settings.
+ * Ranges (mpt_optimizer_init_ranges, ZeRO-1): the state covers only the elements of `ranges`,
+ * sorted by offset and disjoint, stored one after the other (state_count elements); a step
+ * intersects each run with each range, so elements outside every range are never read or
+ * written. Without ranges, nranges is 0 and state_count == count. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,8 +30,11 @@ struct mpt_optimizer {
   mpt_optimizer_config cfg;
   mpt_device device;
   int64_t count;
+  int64_t state_count;                 /* elements of each state buffer */
+  int nranges;                         /* 0: the whole buffer */
+  mpt_optim_range *ranges;             /* [nranges] sorted, disjoint; state_offset filled */
   int nbuffers;
-  float *buffers[MPT_OPTIM_MAX_STATE]; /* each [count] on device; see the state names */
+  float *buffers[MPT_OPTIM_MAX_STATE]; /* each [state_count] on device; see the state names */
   int64_t step_count;
   int ngroups;
   mpt_param_group *groups; /* [ngroups] as given */
@@ -124,11 +131,11 @@ static const char *state_name(mpt_optim_kind kind, int i) {
 static mpt_status zero_state(mpt_optimizer *o) {
   mpt_status st = MPT_OK;
   mpt_stream *stream = NULL;
-  if (o->nbuffers == 0 || o->count == 0) return MPT_OK;
+  if (o->nbuffers == 0 || o->state_count == 0) return MPT_OK;
   if (o->device.type != MPT_DEVICE_CPU) MPT_CHECK(mpt_stream_init(&stream, o->device,
                                                                   MPT_STREAM_INLINE), done);
-  for (int i = 0; i < o->nbuffers; ++i) MPT_CHECK(mpt_op_fill(stream, o->buffers[i], o->count,
-                                                              0.0f), sync);
+  for (int i = 0; i < o->nbuffers; ++i)
+    MPT_CHECK(mpt_op_fill(stream, o->buffers[i], o->state_count, 0.0f), sync);
 sync:
   if (stream) {
     mpt_status sst = mpt_stream_synchronize(stream, OPTIM_INIT_TIMEOUT_MS);
@@ -141,8 +148,36 @@ done:
 
 mpt_status mpt_optimizer_init(mpt_optimizer **opt, const mpt_optimizer_config *cfg,
                               mpt_device device, int64_t count) {
+  return mpt_optimizer_init_ranges(opt, cfg, device, count, NULL, 0);
+}
+
+/* Ranges sorted by offset, disjoint, inside [0, count); *total receives their elements. */
+static mpt_status check_ranges(const mpt_optim_range *ranges, int nranges, int64_t count,
+                               int64_t *total) {
+  int64_t end = 0;
+  *total = 0;
+  if (nranges < 0 || (nranges > 0 && !ranges))
+    return MPT_FAIL(MPT_EINVAL, "optimizer ranges: %d ranges at %p", nranges,
+                    (const void *)ranges);
+  for (int i = 0; i < nranges; ++i) {
+    const mpt_optim_range *r = &ranges[i];
+    if (r->offset < end || r->count < 0 || r->offset > count - r->count)
+      return MPT_FAIL(MPT_EINVAL, "optimizer range %d: [%lld, %lld + %lld) is outside the %lld "
+                      "parameters or not after the previous range (ranges must be sorted and "
+                      "disjoint)", i, (long long)r->offset, (long long)r->offset,
+                      (long long)r->count, (long long)count);
+    end = r->offset + r->count;
+    *total += r->count;
+  }
+  return MPT_OK;
+}
+
+mpt_status mpt_optimizer_init_ranges(mpt_optimizer **opt, const mpt_optimizer_config *cfg,
+                                     mpt_device device, int64_t count,
+                                     const mpt_optim_range *ranges, int nranges) {
   mpt_status st = MPT_OK;
   mpt_optimizer *o = NULL;
+  int64_t total = count;
   if (!opt) return MPT_FAIL(MPT_EINVAL, "NULL optimizer pointer");
   *opt = NULL;
   MPT_RETURN_IF(mpt_optimizer_config_validate(cfg));
@@ -150,15 +185,31 @@ mpt_status mpt_optimizer_init(mpt_optimizer **opt, const mpt_optimizer_config *c
                                  (long long)count);
   if ((uint64_t)count > SIZE_MAX / sizeof(float))
     return MPT_FAIL(MPT_EINVAL, "optimizer parameter count %lld too large", (long long)count);
+  if (ranges || nranges) MPT_RETURN_IF(check_ranges(ranges, nranges, count, &total));
 
   o = calloc(1, sizeof *o);
   if (!o) return MPT_FAIL(MPT_ENOMEM, "optimizer handle");
   o->cfg = *cfg;
   o->device = device;
   o->count = count;
+  o->state_count = total;
+  if (nranges > 0) {
+    o->ranges = malloc((size_t)nranges * sizeof *o->ranges);
+    if (!o->ranges) {
+      st = MPT_FAIL(MPT_ENOMEM, "optimizer ranges");
+      goto fail;
+    }
+    int64_t at = 0;
+    for (int i = 0; i < nranges; ++i) {
+      o->ranges[i] = ranges[i];
+      o->ranges[i].state_offset = at;
+      at += ranges[i].count;
+    }
+    o->nranges = nranges;
+  }
   o->nbuffers = state_buffers_for(cfg);
   for (int i = 0; i < o->nbuffers; ++i)
-    MPT_CHECK(mpt_device_alloc(device, (size_t)count * sizeof(float), (void **)&o->buffers[i]),
+    MPT_CHECK(mpt_device_alloc(device, (size_t)total * sizeof(float), (void **)&o->buffers[i]),
               fail);
   MPT_CHECK(zero_state(o), fail);
   *opt = o;
@@ -174,21 +225,39 @@ void mpt_optimizer_free(mpt_optimizer *opt) {
   for (int i = 0; i < MPT_OPTIM_MAX_STATE; ++i) mpt_device_free(opt->device, opt->buffers[i]);
   free(opt->groups);
   free(opt->segs);
+  free(opt->ranges);
   free(opt);
 }
 
-/* The step's kernel over elements [off, off + n) with learning rate lr and weight decay wd. */
-static mpt_status step_slice(mpt_optimizer *opt, mpt_stream *stream, float *param,
-                             const float *grad, int64_t off, int64_t n, float lr, float wd) {
+/* The step's kernel over elements [off, off + n) with learning rate lr and weight decay wd; their
+ * state starts at element soff of the state buffers. */
+static mpt_status step_kernel(mpt_optimizer *opt, mpt_stream *stream, float *param,
+                              const float *grad, int64_t off, int64_t soff, int64_t n, float lr,
+                              float wd) {
   const mpt_optimizer_config *c = &opt->cfg;
   if (n == 0) return MPT_OK;
   if (c->kind == MPT_OPTIM_SGD)
     return mpt_op_sgd_step(stream, param + off, grad + off,
-                           opt->nbuffers ? opt->buffers[0] + off : NULL, n, lr, c->momentum,
+                           opt->nbuffers ? opt->buffers[0] + soff : NULL, n, lr, c->momentum,
                            c->dampening, wd, c->nesterov ? 1 : 0, opt->step_count == 0);
-  return mpt_op_adamw_step(stream, param + off, grad + off, opt->buffers[0] + off,
-                           opt->buffers[1] + off, n, lr, c->beta1, c->beta2, c->eps, wd,
+  return mpt_op_adamw_step(stream, param + off, grad + off, opt->buffers[0] + soff,
+                           opt->buffers[1] + soff, n, lr, c->beta1, c->beta2, c->eps, wd,
                            opt->step_count + 1);
+}
+
+/* The run [off, off + n): whole, or its intersection with each range. */
+static mpt_status step_slice(mpt_optimizer *opt, mpt_stream *stream, float *param,
+                             const float *grad, int64_t off, int64_t n, float lr, float wd) {
+  if (opt->nranges == 0) return step_kernel(opt, stream, param, grad, off, off, n, lr, wd);
+  for (int i = 0; i < opt->nranges; ++i) {
+    const mpt_optim_range *r = &opt->ranges[i];
+    int64_t lo = off > r->offset ? off : r->offset;
+    int64_t hi = off + n < r->offset + r->count ? off + n : r->offset + r->count;
+    if (hi <= lo) continue;
+    MPT_RETURN_IF(step_kernel(opt, stream, param, grad, lo, r->state_offset + (lo - r->offset),
+                              hi - lo, lr, wd));
+  }
+  return MPT_OK;
 }
 
 mpt_status mpt_optimizer_step(mpt_optimizer *opt, mpt_stream *stream, float *param,
@@ -236,10 +305,17 @@ mpt_status mpt_optimizer_get_state(mpt_optimizer *opt, mpt_optimizer_state *stat
     state->names[i] = state_name(opt->cfg.kind, i);
     state->buffers[i] = opt->buffers[i];
   }
-  state->count = opt->count;
+  state->count = opt->state_count;
   state->device = opt->device;
   state->step_count = opt->step_count;
   return MPT_OK;
+}
+
+int mpt_optimizer_num_ranges(const mpt_optimizer *opt) { return opt ? opt->nranges : 0; }
+
+const mpt_optim_range *mpt_optimizer_range(const mpt_optimizer *opt, int i) {
+  if (!opt || i < 0 || i >= opt->nranges) return NULL;
+  return &opt->ranges[i];
 }
 
 int64_t mpt_optimizer_step_count(const mpt_optimizer *opt) { return opt ? opt->step_count : 0; }

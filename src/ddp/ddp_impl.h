@@ -1,0 +1,74 @@
+/* The DDP engine's state, shared by ddp.c (bucket plan, hooks, all-reduce) and zero.c (ZeRO-1:
+ * reduce-scatter, the sharded optimizer step, all-gather). Internal to src/ddp. */
+#ifndef MPT_DDP_IMPL_H
+#define MPT_DDP_IMPL_H
+
+#include "mpitrain/comm.h"
+#include "mpitrain/ddp.h"
+#include "mpitrain/optim.h"
+
+/* How a pass is timed (see the header comment). */
+enum { TIMING_NOW, TIMING_LATE, TIMING_EVENTS };
+
+typedef struct bucket_arg {
+  struct mpt_ddp *ddp;
+  int bucket;
+} bucket_arg;
+
+struct mpt_ddp {
+  mpt_model *model;
+  mpt_comm *comm;
+  mpt_stream *compute;
+  mpt_stream *comm_stream;
+  mpt_ddp_config cfg;
+  int nparams, nbuckets;
+  mpt_ddp_bucket_info *buckets; /* [nbuckets] */
+  int *param_bucket;            /* [nparams] */
+  int *bucket_params;           /* [nbuckets] parameters per bucket */
+  int *bucket_pending;          /* [nbuckets] parameters not ready yet in this pass */
+  unsigned char *param_ready;   /* [nparams] */
+  bucket_arg *args;             /* [nbuckets] */
+  mpt_event **ready_events;     /* [nbuckets] recorded on compute before the launch */
+  mpt_event *done_event;        /* recorded on the comm stream after the last bucket */
+  mpt_event *order_event;       /* on the compute stream, before a broadcast of the model */
+  double *bucket_start_ms, *bucket_end_ms; /* [nbuckets], written on the comm thread */
+  int next_bucket;
+  int sync, prepared;
+  int forward_open;     /* a training forward ran; its backward has not started */
+  int synced;           /* the gradient buffer holds averaged gradients (a synchronised
+                           backward, or mpt_ddp_allreduce_grads) not yet zeroed */
+  mpt_status failed;    /* an earlier backward failed on this rank: refuse further passes */
+  char failed_detail[512];
+  uint64_t generation;  /* the model's at init (mpt_model_generation) */
+  float *params, *grads;
+  mpt_status hook_error;
+  double prepare_ms;
+  double backward_end_ms;        /* host clock, at finalize's entry */
+  double done_ms;                /* host clock, after finalize's wait was enqueued / done */
+  int timing;                    /* TIMING_* */
+  int stats_pending;             /* a pass whose timings are not all known yet */
+  int pass_backward;             /* the pending pass had a backward (not allreduce_grads) */
+  mpt_event **start_events, **end_events; /* [nbuckets] TIMING_EVENTS: on the comm stream */
+  mpt_event *pass_start, *backward_end, *pass_done; /* TIMING_EVENTS: on the compute stream */
+  mpt_ddp_stats stats;
+  mpt_trace *trace;
+  uint16_t *wire; /* grad_comm bf16: one conversion buffer per bucket, bucket b at its offset */
+  /* ZeRO-1 (cfg.zero == 1; zero.c): this rank's shard of each bucket, by offset */
+  int nshard;
+  mpt_optim_range *shard;   /* [nshard] sorted by offset (empty shards left out) */
+  int64_t shard_count;      /* elements owned */
+  int64_t *bucket_shard;    /* [2 * nbuckets]: offset (in the bucket) and count of its shard */
+  double sent_bytes;        /* bytes this rank sent in the engine's collectives (ring model) */
+};
+
+/* zero.c. At init (after the bucket plan): this rank's shard of each bucket (mpt_comm_shard of
+ * the bucket's count). Errors: MPT_ENOMEM. */
+mpt_status mpt__ddp_zero_init(struct mpt_ddp *d);
+/* On the comm stream: bucket b's reduce-scatter (average; bf16: round, sum, widen the shard and
+ * divide). */
+mpt_status mpt__ddp_zero_launch(struct mpt_ddp *d, int b);
+/* Bytes one rank sends in a collective of `nbytes` over `world` ranks, in the ring model of
+ * nccl-tests: all-reduce 2 (W-1)/W nbytes, reduce-scatter and all-gather (W-1)/W nbytes. */
+double mpt__ddp_ring_bytes(int allreduce, double nbytes, int world);
+
+#endif

@@ -1,0 +1,298 @@
+/* ZeRO-1 in the DDP engine (ddp.h "ZeRO-1"): the shard of each bucket this rank owns, the
+ * bucket's reduce-scatter (average) on the comm stream in place of its all-reduce, the sharded
+ * optimizer (its step, then the all-gather of the parameters), global-norm clipping and the
+ * non-finite check over the shards, and the gather / scatter of the optimizer state for
+ * checkpoints.
+ *
+ * Layout: bucket b (a slice {offset, count} of the flat buffers) is split with mpt_comm_shard
+ * over the W ranks; rank r owns [offset + s_r, offset + s_r + n_r) of it. So a rank's shard is
+ * one contiguous slice per bucket (the whole flat buffer's contiguous 1/W when there is one
+ * bucket), and a slice may cut a parameter, or a parameter group of the optimizer, anywhere.
+ * After backward only the owned slices of the gradient buffer hold averaged gradients (the rest
+ * is what the in-place reduce-scatter left there: undefined).
+ *
+ * Threads: the training thread calls everything here; the two bf16 host functions run on the
+ * comm worker, touching only their bucket. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "ddp/ddp_impl.h"
+#include "ddp/grad_comm.h"
+#include "mpitrain/ops.h"
+
+#define CLIP_EPS 1e-6 /* as mpt_clip_grad_norm (torch.nn.utils.clip_grad_norm_) */
+
+double mpt__ddp_ring_bytes(int allreduce, double nbytes, int world) {
+  if (world <= 1) return 0.0;
+  return (allreduce ? 2.0 : 1.0) * (double)(world - 1) / (double)world * nbytes;
+}
+
+static int by_offset(const void *a, const void *b) {
+  const mpt_optim_range *x = a, *y = b;
+  return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+mpt_status mpt__ddp_zero_init(mpt_ddp *d) {
+  const int world = mpt_comm_world_size(d->comm), rank = mpt_comm_rank(d->comm);
+  const size_t nb = (size_t)(d->nbuckets ? d->nbuckets : 1);
+  d->bucket_shard = calloc(2 * nb, sizeof *d->bucket_shard);
+  d->shard = calloc(nb, sizeof *d->shard);
+  if (!d->bucket_shard || !d->shard)
+    return MPT_FAIL(MPT_ENOMEM, "cannot allocate the ZeRO-1 shard table");
+  for (int b = 0; b < d->nbuckets; b++) {
+    int64_t off, n;
+    mpt_comm_shard(d->buckets[b].count, world, rank, &off, &n);
+    d->bucket_shard[2 * b] = off;
+    d->bucket_shard[2 * b + 1] = n;
+    if (n > 0) d->shard[d->nshard++] = (mpt_optim_range){d->buckets[b].offset + off, n, 0};
+    d->shard_count += n;
+  }
+  qsort(d->shard, (size_t)d->nshard, sizeof *d->shard, by_offset);
+  return MPT_OK;
+}
+
+/* bf16 on the comm worker: the whole bucket rounded before the reduce-scatter, and this rank's
+ * shard of the bfloat16 sums widened back and divided by W after it. */
+static mpt_status zero_to_bf16(void *arg) {
+  bucket_arg *a = arg;
+  const mpt_ddp_bucket_info *bk = &a->ddp->buckets[a->bucket];
+  mpt_bf16_round_array(a->ddp->grads + bk->offset, a->ddp->wire + bk->offset, bk->count);
+  return MPT_OK;
+}
+
+static mpt_status zero_from_bf16(void *arg) {
+  bucket_arg *a = arg;
+  const mpt_ddp *d = a->ddp;
+  const int64_t at = d->buckets[a->bucket].offset + d->bucket_shard[2 * a->bucket];
+  mpt__ddp_bf16_widen_avg(d->wire + at, d->grads + at, d->bucket_shard[2 * a->bucket + 1],
+                          mpt_comm_world_size(d->comm));
+  return MPT_OK;
+}
+
+mpt_status mpt__ddp_zero_launch(mpt_ddp *d, int b) {
+  const mpt_ddp_bucket_info *bk = &d->buckets[b];
+  const int64_t off = d->bucket_shard[2 * b];
+  const int world = mpt_comm_world_size(d->comm);
+  if (d->cfg.grad_comm == MPT_DDP_GRAD_FP32) {
+    float *slice = d->grads + bk->offset;
+    d->sent_bytes += mpt__ddp_ring_bytes(0, 4.0 * (double)bk->count, world);
+    return mpt_comm_reduce_scatter(d->comm, d->comm_stream, slice, slice + off, bk->count,
+                                   MPT_F32, MPT_REDUCE_AVG);
+  }
+  uint16_t *wire = d->wire + bk->offset;
+  d->sent_bytes += mpt__ddp_ring_bytes(0, 2.0 * (double)bk->count, world);
+  MPT_RETURN_IF(mpt_stream_launch_host(d->comm_stream, zero_to_bf16, &d->args[b]));
+  MPT_RETURN_IF(mpt_comm_reduce_scatter(d->comm, d->comm_stream, wire, wire + off, bk->count,
+                                        MPT_BF16, MPT_REDUCE_SUM));
+  return mpt_stream_launch_host(d->comm_stream, zero_from_bf16, &d->args[b]);
+}
+
+/* ---- public (ddp.h "ZeRO-1") ---- */
+
+int mpt_ddp_zero_stage(const mpt_ddp *d) { return d ? d->cfg.zero : 0; }
+
+int mpt_ddp_shard(const mpt_ddp *d, const mpt_optim_range **ranges) {
+  if (ranges) *ranges = d && d->cfg.zero ? d->shard : NULL;
+  return d && d->cfg.zero ? d->nshard : 0;
+}
+
+int64_t mpt_ddp_shard_count(const mpt_ddp *d) {
+  if (!d) return 0;
+  return d->cfg.zero ? d->shard_count : mpt_model_param_count(d->model);
+}
+
+double mpt_ddp_sent_bytes(const mpt_ddp *d) { return d ? d->sent_bytes : 0.0; }
+
+double mpt_ddp_step_bytes(const mpt_ddp *d) {
+  if (!d) return 0.0;
+  const int world = mpt_comm_world_size(d->comm);
+  const double wire = d->cfg.grad_comm == MPT_DDP_GRAD_FP32 ? 4.0 : 2.0;
+  double sum = 0;
+  for (int b = 0; b < d->nbuckets; b++) {
+    const double c = (double)d->buckets[b].count;
+    sum += d->cfg.zero ? mpt__ddp_ring_bytes(0, wire * c, world) +
+                             mpt__ddp_ring_bytes(0, 4.0 * c, world)
+                       : mpt__ddp_ring_bytes(1, wire * c, world);
+  }
+  return sum;
+}
+
+mpt_status mpt_ddp_optimizer_init(mpt_ddp *d, mpt_optimizer **opt,
+                                  const mpt_optimizer_config *cfg, mpt_device device) {
+  if (!d || !opt) return MPT_FAIL(MPT_EINVAL, "mpt_ddp_optimizer_init: NULL argument");
+  const int64_t count = mpt_model_param_count(d->model);
+  if (!d->cfg.zero) return mpt_optimizer_init(opt, cfg, device, count);
+  const mpt_optim_range none = {0, 0, 0}; /* a rank that owns nothing: sharded, no state */
+  return mpt_optimizer_init_ranges(opt, cfg, device, count, d->nshard ? d->shard : &none,
+                                   d->nshard ? d->nshard : 1);
+}
+
+/* The optimizer holds exactly this rank's shard (made by mpt_ddp_optimizer_init). */
+static mpt_status check_sharded(const mpt_ddp *d, const mpt_optimizer *opt, const char *what) {
+  int n = mpt_optimizer_num_ranges(opt), ok = n == (d->nshard ? d->nshard : 1);
+  for (int i = 0; ok && i < d->nshard; i++) {
+    const mpt_optim_range *r = mpt_optimizer_range(opt, i);
+    ok = r->offset == d->shard[i].offset && r->count == d->shard[i].count;
+  }
+  if (!ok)
+    return MPT_FAIL(MPT_EINVAL, "%s: the optimizer does not hold this rank's ZeRO-1 shard "
+                    "(make it with mpt_ddp_optimizer_init)", what);
+  return MPT_OK;
+}
+
+/* Every bucket's parameters all-gathered from their owners; waits (deadline). */
+static mpt_status gather_buckets(mpt_ddp *d, float *base) {
+  mpt_status st = MPT_OK;
+  const int world = mpt_comm_world_size(d->comm);
+  int launched = 0;
+  for (int b = 0; b < d->nbuckets && st == MPT_OK; b++) {
+    const mpt_ddp_bucket_info *bk = &d->buckets[b];
+    st = mpt_comm_allgather_shards(d->comm, d->comm_stream, base + bk->offset, bk->count,
+                                   MPT_F32);
+    if (st == MPT_OK) d->sent_bytes += mpt__ddp_ring_bytes(0, 4.0 * (double)bk->count, world);
+    launched += st == MPT_OK;
+  }
+  if (launched == 0) return st;
+  mpt_status wst = mpt_event_record(d->done_event, d->comm_stream);
+  if (wst == MPT_OK) wst = mpt_comm_wait_event(d->comm, d->done_event);
+  return st != MPT_OK ? st : wst;
+}
+
+mpt_status mpt_ddp_optimizer_step(mpt_ddp *d, mpt_optimizer *opt, mpt_stream *stream,
+                                  float lr) {
+  if (!d || !opt) return MPT_FAIL(MPT_EINVAL, "mpt_ddp_optimizer_step: NULL argument");
+  if (!d->cfg.zero) return mpt_optimizer_step_model(opt, d->model, stream, lr);
+  MPT_RETURN_IF(check_sharded(d, opt, "mpt_ddp_optimizer_step"));
+  MPT_RETURN_IF(mpt_optimizer_step_model(opt, d->model, stream, lr));
+  if (stream) MPT_RETURN_IF(mpt_stream_synchronize(stream, d->cfg.timeout_ms));
+  return gather_buckets(d, d->params);
+}
+
+/* Sum of squares of this rank's averaged gradients (the whole buffer without ZeRO), in double. */
+static double local_sq(const mpt_ddp *d) {
+  double sq = 0;
+  for (int i = 0; i < d->nshard; i++) {
+    const float *g = d->grads + d->shard[i].offset;
+    for (int64_t k = 0; k < d->shard[i].count; k++) sq += (double)g[k] * g[k];
+  }
+  return sq;
+}
+
+mpt_status mpt_ddp_clip_grad_norm(mpt_ddp *d, mpt_stream *stream, float max_norm,
+                                  float *total_norm) {
+  mpt_status st = MPT_OK;
+  if (!d) return MPT_FAIL(MPT_EINVAL, "mpt_ddp_clip_grad_norm: NULL DDP engine");
+  if (!d->cfg.zero) return mpt_clip_grad_norm(d->model, stream, max_norm, total_norm);
+  if (!(max_norm > 0.0f))
+    return MPT_FAIL(MPT_EINVAL, "clip_grad_norm: max_norm = %g must be > 0", (double)max_norm);
+  const int world = mpt_comm_world_size(d->comm);
+  double mine = local_sq(d), sq = 0, *all = malloc(sizeof(double) * (size_t)world);
+  if (!all) return MPT_FAIL(MPT_ENOMEM, "clip_grad_norm: %d ranks", world);
+  /* The doubles as bytes: every rank adds the same W values in rank order, so all agree. */
+  MPT_CHECK(mpt_comm_allgather_sync(d->comm, &mine, all, (int64_t)sizeof mine, MPT_U8), done);
+  for (int r = 0; r < world; r++) sq += all[r];
+  const double norm = sqrt(sq);
+  if (total_norm) *total_norm = (float)norm;
+  if (!isfinite(norm)) goto done; /* the caller decides (skip the step) */
+  const double coef = (double)max_norm / (norm + CLIP_EPS);
+  for (int i = 0; coef < 1.0 && i < d->nshard; i++)
+    MPT_CHECK(mpt_op_scale(stream, d->grads + d->shard[i].offset, d->shard[i].count,
+                           (float)coef), done);
+done:
+  free(all);
+  return st;
+}
+
+mpt_status mpt_ddp_grads_nonfinite(mpt_ddp *d, mpt_stream *stream, int *nonfinite) {
+  if (!d || !nonfinite) return MPT_FAIL(MPT_EINVAL, "mpt_ddp_grads_nonfinite: NULL argument");
+  *nonfinite = 0;
+  if (!d->cfg.zero)
+    return mpt_op_check_finite(stream, d->grads, mpt_model_param_count(d->model), nonfinite);
+  int32_t flag = 0, any = 0;
+  for (int i = 0; i < d->nshard && !flag; i++) {
+    int bad = 0;
+    MPT_RETURN_IF(mpt_op_check_finite(stream, d->grads + d->shard[i].offset, d->shard[i].count,
+                                      &bad));
+    flag = bad != 0;
+  }
+  MPT_RETURN_IF(mpt_comm_allreduce_sync(d->comm, &flag, &any, 1, MPT_I32, MPT_REDUCE_MAX));
+  *nonfinite = any != 0;
+  return MPT_OK;
+}
+
+/* The two optimizers step the same parameters with the same kind of state. */
+static mpt_status same_kind(const mpt_ddp *d, mpt_optimizer *a, mpt_optimizer *b,
+                            mpt_optimizer_state *sa, mpt_optimizer_state *sb, const char *what) {
+  MPT_RETURN_IF(mpt_optimizer_get_state(a, sa));
+  MPT_RETURN_IF(mpt_optimizer_get_state(b, sb));
+  if (sa->nbuffers != sb->nbuffers || sb->count != mpt_model_param_count(d->model) ||
+      mpt_optimizer_num_ranges(b) != 0 || sa->device.type != MPT_DEVICE_CPU ||
+      sb->device.type != MPT_DEVICE_CPU)
+    return MPT_FAIL(MPT_EINVAL, "%s: the whole optimizer must be a host one of the model's %" PRId64
+                    " parameters with the shard's kind of state (%d buffers, %d given)", what,
+                    mpt_model_param_count(d->model), sa->nbuffers, sb->nbuffers);
+  return MPT_OK;
+}
+
+/* The index of the owned slice that starts at `offset` (the shard of a bucket), -1 if none. */
+static int slice_at(const mpt_ddp *d, int64_t offset) {
+  for (int i = 0; i < d->nshard; i++)
+    if (d->shard[i].offset == offset) return i;
+  return -1;
+}
+
+mpt_status mpt_ddp_optimizer_gather(mpt_ddp *d, mpt_optimizer *shard, mpt_optimizer *whole) {
+  mpt_optimizer_state ss, ws;
+  mpt_status st = MPT_OK;
+  if (!d || !shard) return MPT_FAIL(MPT_EINVAL, "mpt_ddp_optimizer_gather: NULL");
+  MPT_RETURN_IF(mpt_optimizer_get_state(shard, &ss));
+  if (whole) MPT_RETURN_IF(same_kind(d, shard, whole, &ss, &ws, "mpt_ddp_optimizer_gather"));
+  if (!d->cfg.zero) {
+    for (int s = 0; whole && ws.count && s < ss.nbuffers; s++)
+      memcpy(ws.buffers[s], ss.buffers[s], sizeof(float) * (size_t)ws.count);
+    return whole ? mpt_optimizer_set_step_count(whole, ss.step_count) : MPT_OK;
+  }
+  MPT_RETURN_IF(check_sharded(d, shard, "mpt_ddp_optimizer_gather"));
+  /* bucket by bucket through a staging buffer of the largest bucket: each rank puts its shard
+   * in place, the all-gather completes the bucket, `whole` (if any) takes a copy */
+  int64_t most = 1;
+  for (int b = 0; b < d->nbuckets; b++)
+    if (d->buckets[b].count > most) most = d->buckets[b].count;
+  float *stage = malloc(sizeof(float) * (size_t)most);
+  if (!stage) return MPT_FAIL(MPT_ENOMEM, "optimizer gather: a bucket of %" PRId64, most);
+  for (int s = 0; s < ss.nbuffers && st == MPT_OK; s++)
+    for (int b = 0; b < d->nbuckets && st == MPT_OK; b++) {
+      const mpt_ddp_bucket_info *bk = &d->buckets[b];
+      const int64_t off = d->bucket_shard[2 * b], n = d->bucket_shard[2 * b + 1];
+      const int i = n > 0 ? slice_at(d, bk->offset + off) : -1;
+      if (i >= 0)
+        memcpy(stage + off, ss.buffers[s] + mpt_optimizer_range(shard, i)->state_offset,
+               sizeof(float) * (size_t)n);
+      st = mpt_comm_allgather_shards_sync(d->comm, stage, bk->count, MPT_F32);
+      if (st == MPT_OK && whole)
+        memcpy(ws.buffers[s] + bk->offset, stage, sizeof(float) * (size_t)bk->count);
+    }
+  free(stage);
+  if (st == MPT_OK && whole) st = mpt_optimizer_set_step_count(whole, ss.step_count);
+  return st;
+}
+
+mpt_status mpt_ddp_optimizer_scatter(mpt_ddp *d, mpt_optimizer *whole, mpt_optimizer *shard) {
+  mpt_optimizer_state ss, ws;
+  if (!d || !shard || !whole) return MPT_FAIL(MPT_EINVAL, "mpt_ddp_optimizer_scatter: NULL");
+  MPT_RETURN_IF(same_kind(d, shard, whole, &ss, &ws, "mpt_ddp_optimizer_scatter"));
+  if (d->cfg.zero) MPT_RETURN_IF(check_sharded(d, shard, "mpt_ddp_optimizer_scatter"));
+  for (int s = 0; s < ss.nbuffers; s++) {
+    if (!d->cfg.zero) {
+      if (ws.count) memcpy(ss.buffers[s], ws.buffers[s], sizeof(float) * (size_t)ws.count);
+      continue;
+    }
+    for (int i = 0; i < d->nshard; i++)
+      memcpy(ss.buffers[s] + mpt_optimizer_range(shard, i)->state_offset,
+             ws.buffers[s] + d->shard[i].offset, sizeof(float) * (size_t)d->shard[i].count);
+  }
+  return mpt_optimizer_set_step_count(shard, ws.step_count);
+}

@@ -1,0 +1,492 @@
+/* ZeRO-1 in the DDP engine (ddp.h "ZeRO-1", src/ddp/zero.c), run under mpirun with 2, 3 and 4
+ * ranks by tests/test_zero.sh.
+ *
+ * - Equivalence: the same model wrapped twice, plain DDP and ZeRO-1, trained side by side for 20
+ *   steps on the same per-rank batches (AdamW with decay on the >= 2-D weights only through
+ *   parameter groups, so shards cut groups; clipping by the global norm, active): after every
+ *   step the global norms agree (1e-6 relative) and after the 20 steps the parameters agree
+ *   within 1e-6 relative, the ZeRO replicas bit-identical across ranks. MLP 784-62-63-10 (53279
+ *   parameters), CNN (8549) and a tiny GPT (L 1, H 5, C 25, T 8, V 23: 11275): counts odd and not
+ *   divisible by 3, so no W of 2, 3, 4 divides them; several buckets and one; overlap on and
+ *   off; SGD with momentum; bf16 gradients (against plain DDP with bf16 gradients).
+ *   At W = 2 a sum of two is the same in any order: ZeRO-1 must equal DDP bit for bit (fp32 and
+ *   bf16). At W > 2 MPI's reduce-scatter adds the ranks' gradients in another order than its
+ *   all-reduce: a few ulps per gradient (the first step's global norms agree within 1e-6, SGD's
+ *   parameters after 20 steps too: measured 1.2e-7), but AdamW divides each gradient by its own
+ *   running magnitude, so an element whose average nearly cancels (|mean| << |g_r|) gets an
+ *   update that differs in more than its last bits: after 20 steps the parameters differ by
+ *   2e-6 to 1.4e-5 (measured), checked against 5e-5. bf16 at W > 2: each addition rounds to
+ *   bfloat16, so only the first step's norms are compared (1e-3, measured 1.2e-5); afterwards
+ *   the runs diverge as any two bf16 runs with different sum orders do.
+ *   A fault (a shard not stepped, a bucket not gathered, a sum instead of a mean, a norm of one
+ *   shard only) moves parameters by 1e-3 and more.
+ * - Exact averages: small-integer gradients reduce-scattered (fp32 and bf16) are the exact
+ *   average on every owned element; one NaN in one rank's shard makes every rank's non-finite
+ *   check and clipping norm say so (the ranks skip a step together).
+ * - Memory: the optimizer state of each rank is exactly its shard: hand-computed counts for
+ *   the MLP (one bucket: ceil(N / W), the last shorter; a rank with nothing at W = 3 for a
+ *   4-parameter model); the counts add up to N over the ranks.
+ * - Bytes: after one step the engine counted (W-1)/W (4 N + 4 N) bytes for ZeRO-1, and
+ *   2 (W-1)/W 4 N for plain DDP.
+ * - Checkpoints: a ZeRO-1 run saved at step 4 (the state gathered into rank 0's whole optimizer
+ *   only, the other ranks passing NULL, then one file) and resumed
+ *   with ZeRO-1 ends bit-identical to the run that went on; resumed without ZeRO it ends within
+ *   1e-6; a plain run's checkpoint resumed with ZeRO too. The ckpt functions refuse a sharded
+ *   optimizer.
+ * - Refusals: stage 2, an optimizer not made for the shard.
+ *
+ * MPI rules as tests/test_ddp.c: no forking, soft checks agreed across ranks per test. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mpitrain/ckpt.h"
+#include "mpitrain/comm.h"
+#include "mpitrain/ddp.h"
+#include "mpitrain/optim.h"
+#include "mpitrain/transformer.h"
+
+static mpt_comm *g_comm;
+static int g_rank, g_world;
+
+#define MPI_CHECK_COMM g_comm
+#include "mpi_check.h"
+
+enum { KIND_MLP, KIND_CNN, KIND_GPT, KIND_TINY };
+enum { STEPS = 20, PER_RANK = 4, CLASSES = 10, TT = 8, VOCAB = 23, MAX_GROUPS = 64 };
+#define MAX_NORM 0.05f
+#define TOL 1e-6
+/* AdamW at W > 2 (see the top): measured 2e-6 to 1.4e-5 after 20 steps */
+#define ADAM_TOL 5e-5
+
+static mpt_model *model_make(int kind, uint64_t seed) {
+  mpt_model *m = NULL;
+  if (kind == KIND_GPT) {
+    mpt_gpt_config c = {.max_seq_len = TT, .vocab_size = VOCAB, .num_layers = 1,
+                        .num_heads = 5, .channels = 25, .padded_vocab_size = 0};
+    OK(mpt_model_init_gpt(&m, mpt_device_cpu(), &c, seed));
+  } else if (kind == KIND_CNN) {
+    mpt_cnn_config c = mpt_cnn_config_default();
+    c.height = c.width = 12;
+    c.conv1_channels = 8;
+    c.conv2_channels = 16;
+    c.kernel = 5;
+    c.hidden = 33;
+    c.num_classes = CLASSES;
+    OK(mpt_model_init_cnn(&m, mpt_device_cpu(), &c, seed));
+  } else {
+    mpt_mlp_config c = mpt_mlp_config_default();
+    c.input_size = kind == KIND_TINY ? 1 : 784;
+    c.num_hidden = kind == KIND_TINY ? 0 : 2;
+    c.hidden[0] = 62;
+    c.hidden[1] = 63;
+    c.num_classes = kind == KIND_TINY ? 2 : CLASSES;
+    OK(mpt_model_init_mlp(&m, mpt_device_cpu(), &c, seed));
+  }
+  return m;
+}
+
+static int64_t features(int kind) {
+  return kind == KIND_GPT ? TT + 1 : kind == KIND_CNN ? 144 : kind == KIND_TINY ? 1 : 784;
+}
+
+/* This rank's batch of step `step`: inputs uniform in (-1, 1) (GPT: token windows of T + 1),
+ * labels in [0, classes). */
+typedef struct batch {
+  float x[PER_RANK * 784];
+  int32_t y[PER_RANK], tok[PER_RANK * TT], tgt[PER_RANK * TT];
+} batch;
+
+static void batch_fill(batch *b, int kind, int step) {
+  mpt_rng rng;
+  mpt_rng_seed(&rng, 1000u * (uint64_t)step + (uint64_t)g_rank + 7);
+  mpt_rng_fill_uniform(&rng, b->x, PER_RANK * features(kind), -1.0f, 1.0f);
+  const int classes = kind == KIND_TINY ? 2 : CLASSES;
+  for (int i = 0; i < PER_RANK; i++) b->y[i] = (int32_t)mpt_rng_below(&rng, (uint64_t)classes);
+  for (int s = 0; s < PER_RANK; s++)
+    for (int t = 0; t < TT; t++) {
+      b->tok[s * TT + t] = (int32_t)mpt_rng_below(&rng, VOCAB);
+      b->tgt[s * TT + t] = (int32_t)mpt_rng_below(&rng, VOCAB);
+    }
+}
+
+static void forward_backward(mpt_model *m, mpt_tape *tape, int kind, batch *b) {
+  int64_t xs_mlp[2] = {PER_RANK, features(kind)}, xs_cnn[4] = {PER_RANK, 1, 12, 12};
+  int64_t ys[1] = {PER_RANK}, ts[2] = {PER_RANK, TT};
+  mpt_tensor xt, yt;
+  if (kind == KIND_GPT) {
+    xt = mpt_tensor_view(b->tok, mpt_device_cpu(), MPT_I32, 2, ts);
+    yt = mpt_tensor_view(b->tgt, mpt_device_cpu(), MPT_I32, 2, ts);
+  } else {
+    xt = kind == KIND_CNN ? mpt_tensor_view(b->x, mpt_device_cpu(), MPT_F32, 4, xs_cnn)
+                          : mpt_tensor_view(b->x, mpt_device_cpu(), MPT_F32, 2, xs_mlp);
+    yt = mpt_tensor_view(b->y, mpt_device_cpu(), MPT_I32, 1, ys);
+  }
+  mpt_var *xv = NULL, *out = NULL, *loss = NULL;
+  OK(mpt_model_zero_grad(m, NULL));
+  mpt_tape_reset(tape, 1);
+  OK(mpt_tape_input(tape, &xt, &xv));
+  OK(mpt_model_forward(m, tape, xv, &out));
+  if (kind == KIND_GPT)
+    OK(mpt_nn_cross_entropy_vocab(tape, out, &yt, VOCAB, &loss));
+  else
+    OK(mpt_nn_cross_entropy(tape, out, &yt, &loss));
+  OK(mpt_tape_backward(tape, loss, 1.0f));
+}
+
+typedef struct run {
+  mpt_model *m;
+  mpt_tape *tape;
+  mpt_ddp *ddp;
+  mpt_optimizer *opt;
+  int kind;
+} run;
+
+static mpt_optimizer_config optim_config(int sgd) {
+  mpt_optimizer_config c = mpt_optimizer_config_default();
+  c.kind = sgd ? MPT_OPTIM_SGD : MPT_OPTIM_ADAMW;
+  c.lr = sgd ? 0.05f : 1e-2f;
+  c.momentum = 0.9f;
+  c.beta2 = 0.95f;
+  return c;
+}
+
+static run run_make(int kind, uint64_t seed, int zero, int overlap, double cap_mb,
+                    mpt_ddp_grad_comm wire, int sgd) {
+  run r = {.kind = kind};
+  r.m = model_make(kind, seed);
+  OK(mpt_tape_init(&r.tape, r.m, NULL));
+  mpt_ddp_config dc = mpt_ddp_config_default();
+  dc.overlap = overlap;
+  dc.bucket_cap_mb = cap_mb;
+  dc.first_bucket_cap_mb = cap_mb < 1 ? cap_mb : 1;
+  dc.timeout_ms = 30000;
+  dc.grad_comm = wire;
+  dc.zero = zero;
+  OK(mpt_ddp_init(&r.ddp, r.m, g_comm, NULL, &dc));
+  mpt_optimizer_config oc = optim_config(sgd);
+  OK(mpt_ddp_optimizer_init(r.ddp, &r.opt, &oc, mpt_device_cpu()));
+  mpt_param_group groups[MAX_GROUPS];
+  int ng = 0;
+  OK(mpt_param_groups_split_decay(r.m, 0.1f, groups, MAX_GROUPS, &ng));
+  OK(mpt_optimizer_set_groups(r.opt, groups, ng));
+  return r;
+}
+
+static void run_free(run *r) {
+  mpt_optimizer_free(r->opt);
+  mpt_ddp_free(r->ddp);
+  mpt_tape_free(r->tape);
+  mpt_model_free(r->m);
+}
+
+/* One step on step `step`'s batch; returns the global norm before clipping. */
+static float run_step(run *r, int step) {
+  batch *b = malloc(sizeof *b);
+  ck_assert(b);
+  batch_fill(b, r->kind, step);
+  forward_backward(r->m, r->tape, r->kind, b);
+  float norm = 0;
+  OK(mpt_ddp_clip_grad_norm(r->ddp, NULL, MAX_NORM, &norm));
+  OK(mpt_ddp_optimizer_step(r->ddp, r->opt, NULL, optim_config(0).lr));
+  free(b);
+  return norm;
+}
+
+/* max |a - b| / max(max |b|, 1e-3) */
+static double rel_diff(const float *a, const float *b, int64_t n) {
+  double diff = 0, scale = 1e-3;
+  for (int64_t i = 0; i < n; i++) {
+    double d = fabs((double)a[i] - (double)b[i]);
+    if (d > diff) diff = d;
+    if (fabs((double)b[i]) > scale) scale = fabs((double)b[i]);
+  }
+  return diff / scale;
+}
+
+static int same_on_all_ranks(const float *x, int64_t n) {
+  float *lo = malloc((size_t)n * sizeof *lo), *hi = malloc((size_t)n * sizeof *hi);
+  ck_assert(lo && hi);
+  OK(mpt_comm_allreduce_sync(g_comm, x, lo, n, MPT_F32, MPT_REDUCE_MIN));
+  OK(mpt_comm_allreduce_sync(g_comm, x, hi, n, MPT_F32, MPT_REDUCE_MAX));
+  int same = memcmp(lo, hi, (size_t)n * sizeof *lo) == 0;
+  free(lo);
+  free(hi);
+  return same;
+}
+
+typedef struct equiv_case {
+  int kind, overlap;
+  double cap_mb;
+  mpt_ddp_grad_comm wire;
+  int sgd;
+} equiv_case;
+
+static const equiv_case CASES[] = {
+    {KIND_MLP, 1, 0.01, MPT_DDP_GRAD_FP32, 0}, {KIND_MLP, 0, 25, MPT_DDP_GRAD_FP32, 0},
+    {KIND_CNN, 1, 0.01, MPT_DDP_GRAD_FP32, 0}, {KIND_CNN, 0, 0.01, MPT_DDP_GRAD_FP32, 0},
+    {KIND_GPT, 1, 0.01, MPT_DDP_GRAD_FP32, 0}, {KIND_GPT, 1, 25, MPT_DDP_GRAD_FP32, 0},
+    {KIND_MLP, 1, 0.01, MPT_DDP_GRAD_FP32, 1}, {KIND_MLP, 1, 0.01, MPT_DDP_GRAD_BF16, 0},
+    {KIND_TINY, 1, 25, MPT_DDP_GRAD_FP32, 0},
+};
+
+START_TEST(test_zero1_equals_plain_ddp) {
+  const equiv_case *c = &CASES[_i];
+  expect_begin();
+  run d = run_make(c->kind, 11, 0, c->overlap, c->cap_mb, c->wire, c->sgd);
+  run z = run_make(c->kind, 11 + (uint64_t)g_rank, 1, c->overlap, c->cap_mb, c->wire, c->sgd);
+  const int64_t n = mpt_model_param_count(d.m);
+  float *start = malloc(sizeof(float) * (size_t)n);
+  ck_assert(start);
+  memcpy(start, mpt_model_params(d.m), sizeof(float) * (size_t)n);
+  if (c->kind != KIND_TINY)
+    EXPECT(n % 2 != 0 && n % 3 != 0, "%lld parameters: divisible by 2 or 3", (long long)n);
+  if (c->cap_mb < 1)
+    EXPECT(mpt_ddp_num_buckets(z.ddp) > 1, "want several buckets, got %d",
+           mpt_ddp_num_buckets(z.ddp));
+  double worst_norm = 0, first_norm = 0;
+  for (int s = 0; s < STEPS; s++) {
+    float nd = run_step(&d, s), nz = run_step(&z, s);
+    double rel = fabs((double)nd - (double)nz) / fmax((double)nd, 1e-30);
+    if (rel > worst_norm) worst_norm = rel;
+    if (s == 0) first_norm = rel;
+    if (s == 0 && c->kind != KIND_TINY)
+      EXPECT(nd > MAX_NORM, "norm %g: clipping at %g inactive", nd, (double)MAX_NORM);
+  }
+  const double err = rel_diff(mpt_model_params(z.m), mpt_model_params(d.m), n);
+  const double moved = rel_diff(mpt_model_params(d.m), start, n);
+  if (g_world == 2) { /* a sum of two is the same in any order: bit-identical */
+    EXPECT(err == 0 && worst_norm == 0, "kind %d at 2 ranks: parameters differ by %.3g, norms "
+           "by %.3g relative (want 0)", c->kind, err, worst_norm);
+  } else if (c->wire == MPT_DDP_GRAD_BF16) { /* see the top: the first step only */
+    EXPECT(first_norm <= 1e-3, "bf16: first global norms differ by %.3g", first_norm);
+  } else {
+    EXPECT(first_norm <= TOL, "first global norms differ by %.3g relative", first_norm);
+    const double tol = c->sgd ? TOL : ADAM_TOL;
+    EXPECT(err <= tol, "kind %d: ZeRO-1 parameters differ from DDP's by %.3g relative (tol %g)",
+           c->kind, err, tol);
+  }
+  EXPECT(moved > 1e-3, "training did not move the parameters (%.3g)", moved);
+  EXPECT(same_on_all_ranks(mpt_model_params(z.m), n), "ZeRO replicas differ across ranks");
+  if (g_rank == 0)
+    printf("zero1 case %d at %d ranks: %lld parameters, %d bucket(s), params rel diff %.3g, "
+           "norm rel diff %.3g, moved %.3g\n", _i, g_world, (long long)n,
+           mpt_ddp_num_buckets(z.ddp), err, worst_norm, moved);
+  free(start);
+  run_free(&d);
+  run_free(&z);
+  expect_agree();
+}
+END_TEST
+
+/* Hand-computed shards of the MLP's 53279 parameters in one bucket: ceil(53279 / W) per rank,
+ * the last rank what is left. */
+static int64_t want_mlp_shard(int world, int rank) {
+  static const int64_t w2[] = {26640, 26639}, w3[] = {17760, 17760, 17759},
+                       w4[] = {13320, 13320, 13320, 13319};
+  return world == 2 ? w2[rank] : world == 3 ? w3[rank] : w4[rank];
+}
+
+START_TEST(test_zero1_optimizer_state_is_the_shard) {
+  expect_begin();
+  run z = run_make(KIND_MLP, 5, 1, 1, 25, MPT_DDP_GRAD_FP32, 0);
+  run d = run_make(KIND_MLP, 5, 0, 1, 25, MPT_DDP_GRAD_FP32, 0);
+  mpt_optimizer_state sz, sd;
+  OK(mpt_optimizer_get_state(z.opt, &sz));
+  OK(mpt_optimizer_get_state(d.opt, &sd));
+  EXPECT(mpt_ddp_num_buckets(z.ddp) == 1, "%d buckets", mpt_ddp_num_buckets(z.ddp));
+  EXPECT(mpt_model_param_count(z.m) == 53279, "%lld parameters",
+         (long long)mpt_model_param_count(z.m));
+  EXPECT(sz.nbuffers == 2 && sz.count == want_mlp_shard(g_world, g_rank),
+         "rank %d: %d state buffers of %lld, want 2 of %lld", g_rank, sz.nbuffers,
+         (long long)sz.count, (long long)want_mlp_shard(g_world, g_rank));
+  EXPECT(sd.count == 53279, "plain DDP state of %lld", (long long)sd.count);
+  EXPECT(mpt_ddp_shard_count(z.ddp) == sz.count, "shard %lld, state %lld",
+         (long long)mpt_ddp_shard_count(z.ddp), (long long)sz.count);
+  /* bytes of one step: ring model, fp32 */
+  run_step(&z, 0);
+  run_step(&d, 0);
+  const double n = 53279, f = (double)(g_world - 1) / g_world;
+  EXPECT(mpt_ddp_sent_bytes(z.ddp) == f * 4 * n + f * 4 * n, "ZeRO sent %.0f bytes, want %.0f",
+         mpt_ddp_sent_bytes(z.ddp), 2 * f * 4 * n);
+  EXPECT(mpt_ddp_sent_bytes(d.ddp) == 2 * f * 4 * n, "DDP sent %.0f bytes, want %.0f",
+         mpt_ddp_sent_bytes(d.ddp), 2 * f * 4 * n);
+  EXPECT(mpt_ddp_step_bytes(z.ddp) == mpt_ddp_sent_bytes(z.ddp), "step bytes %.0f",
+         mpt_ddp_step_bytes(z.ddp));
+  run_free(&z);
+  run_free(&d);
+  /* 4 parameters: at W = 3 shards of 2, 2, 0 (rank 2 holds no state); at W = 4 one each */
+  run t = run_make(KIND_TINY, 5, 1, 1, 25, MPT_DDP_GRAD_FP32, 0);
+  OK(mpt_optimizer_get_state(t.opt, &sz));
+  const int64_t want = g_world == 2 ? 2 : g_world == 3 ? (g_rank < 2 ? 2 : 0) : 1;
+  EXPECT(sz.count == want && mpt_optimizer_num_ranges(t.opt) == 1,
+         "tiny model, rank %d: state of %lld in %d range(s), want %lld in 1", g_rank,
+         (long long)sz.count, mpt_optimizer_num_ranges(t.opt), (long long)want);
+  int64_t mine = sz.count, all = 0;
+  int32_t m32 = (int32_t)mine, a32 = 0;
+  OK(mpt_comm_allreduce_sync(g_comm, &m32, &a32, 1, MPT_I32, MPT_REDUCE_SUM));
+  all = a32;
+  EXPECT(all == 4, "the shards add up to %lld, want 4", (long long)all);
+  run_free(&t);
+  expect_agree();
+}
+END_TEST
+
+/* Whole optimizer of the run's kind, for checkpoints. */
+static mpt_optimizer *whole_make(const run *r) {
+  mpt_optimizer_config oc = optim_config(0);
+  mpt_optimizer *w = NULL;
+  OK(mpt_optimizer_init(&w, &oc, mpt_device_cpu(), mpt_model_param_count(r->m)));
+  return w;
+}
+
+START_TEST(test_zero1_checkpoint_resume_is_exact) {
+  expect_begin();
+  char dir[] = "/tmp/mpt_zero_ckptXXXXXX";
+  int32_t ok = 1;
+  if (g_rank == 0) ok = mkdtemp(dir) != NULL;
+  OK(mpt_comm_broadcast_sync(g_comm, dir, (int64_t)sizeof dir, MPT_U8, 0));
+  OK(mpt_comm_broadcast_sync(g_comm, &ok, 1, MPT_I32, 0));
+  ck_assert(ok);
+  const int half = 4;
+  for (int from_zero = 1; from_zero >= 0; from_zero--) {
+    run a = run_make(KIND_MLP, 3, from_zero, 1, 0.01, MPT_DDP_GRAD_FP32, 0);
+    const int64_t n = mpt_model_param_count(a.m);
+    for (int s = 0; s < half; s++) run_step(&a, s);
+    /* the writer (rank 0) alone holds the whole state; the others take part in the gather */
+    mpt_optimizer *w = g_rank == 0 ? whole_make(&a) : NULL;
+    OK(mpt_ddp_optimizer_gather(a.ddp, a.opt, w));
+    if (w) {
+      mpt_optimizer_state ws;
+      OK(mpt_optimizer_get_state(w, &ws));
+      EXPECT(ws.step_count == half, "gathered step count %lld", (long long)ws.step_count);
+    }
+    mpt_ckpt_meta meta = mpt_ckpt_meta_default();
+    meta.global_step = half + 10 * (1 - from_zero);
+    meta.world_size = g_world;
+    char path[512];
+    if (from_zero)
+      EXPECT(mpt_ckpt_save_collective(g_comm, dir, 0, a.m, a.opt, &meta, path, sizeof path) ==
+                 MPT_EINVAL, "a sharded optimizer was saved");
+    OK(mpt_ckpt_save_collective(g_comm, dir, 0, a.m, w, &meta, path, sizeof path));
+    mpt_optimizer_free(w);
+    for (int s = half; s < 2 * half; s++) run_step(&a, s);
+    for (int to_zero = 1; to_zero >= 0; to_zero--) {
+      run b = run_make(KIND_MLP, 99, to_zero, 1, 0.01, MPT_DDP_GRAD_FP32, 0);
+      mpt_optimizer *wb = whole_make(&b);
+      mpt_ckpt_meta got;
+      OK(mpt_ckpt_load_collective(g_comm, path, b.m, wb, &got));
+      OK(mpt_ddp_optimizer_scatter(b.ddp, wb, b.opt));
+      mpt_optimizer_free(wb);
+      for (int s = half; s < 2 * half; s++) run_step(&b, s);
+      const float *pa = mpt_model_params(a.m), *pb = mpt_model_params(b.m);
+      if (from_zero == to_zero)
+        EXPECT(memcmp(pa, pb, sizeof(float) * (size_t)n) == 0,
+               "zero %d -> zero %d: the resumed run differs from the one that went on "
+               "(%.3g relative)", from_zero, to_zero, rel_diff(pb, pa, n));
+      else
+        EXPECT(rel_diff(pb, pa, n) <= TOL, "zero %d -> zero %d: %.3g relative", from_zero,
+               to_zero, rel_diff(pb, pa, n));
+      run_free(&b);
+    }
+    run_free(&a);
+    if (g_rank == 0) unlink(path);
+  }
+  OK(mpt_comm_barrier_sync(g_comm));
+  if (g_rank == 0) rmdir(dir);
+  expect_agree();
+}
+END_TEST
+
+/* Gradients that are small integers on every rank (exact in bfloat16, and so are their partial
+ * sums), reduced by mpt_ddp_allreduce_grads (under ZeRO-1: reduce-scatter): every owned element
+ * is the exact average, fp32 and bf16 alike. */
+START_TEST(test_zero1_shards_hold_the_exact_average) {
+  expect_begin();
+  for (int wire = 0; wire < 2; wire++) {
+    run z = run_make(KIND_MLP, 3, 1, 1, 0.01, wire ? MPT_DDP_GRAD_BF16 : MPT_DDP_GRAD_FP32, 0);
+    const int64_t n = mpt_model_param_count(z.m);
+    float *g = mpt_model_grads(z.m);
+    for (int64_t i = 0; i < n; i++) g[i] = (float)((g_rank + 1) * (int)(i % 13 + 1));
+    OK(mpt_ddp_allreduce_grads(z.ddp));
+    const mpt_optim_range *r = NULL;
+    const int nr = mpt_ddp_shard(z.ddp, &r);
+    int64_t owned = 0, bad = 0;
+    const float sum_r = (float)(g_world * (g_world + 1) / 2);
+    for (int k = 0; k < nr; k++)
+      for (int64_t i = r[k].offset; i < r[k].offset + r[k].count; i++, owned++)
+        if (g[i] != sum_r * (float)(i % 13 + 1) / (float)g_world && bad++ == 0)
+          EXPECT(0, "%s: element %lld is %.9g, want %.9g", wire ? "bf16" : "fp32",
+                 (long long)i, g[i], sum_r * (float)(i % 13 + 1) / (float)g_world);
+    EXPECT(owned == mpt_ddp_shard_count(z.ddp) && owned > 0, "owned %lld", (long long)owned);
+    /* one NaN in the last rank's shard only: every rank must see it (skip together), and the
+     * clipping norm is NaN on every rank */
+    int nonfinite = -1;
+    OK(mpt_ddp_grads_nonfinite(z.ddp, NULL, &nonfinite));
+    EXPECT(nonfinite == 0, "finite gradients reported non-finite");
+    if (g_rank == g_world - 1) g[r[0].offset] = NAN;
+    OK(mpt_ddp_grads_nonfinite(z.ddp, NULL, &nonfinite));
+    EXPECT(nonfinite == 1, "rank %d: the NaN of rank %d's shard was not seen", g_rank,
+           g_world - 1);
+    float norm = 0;
+    OK(mpt_ddp_clip_grad_norm(z.ddp, NULL, 1.0f, &norm));
+    EXPECT(isnan(norm), "rank %d: norm %g with a NaN in rank %d's shard", g_rank, norm,
+           g_world - 1);
+    run_free(&z);
+  }
+  expect_agree();
+}
+END_TEST
+
+START_TEST(test_zero_refuses_bad_uses) {
+  mpt_model *m = model_make(KIND_MLP, 1);
+  mpt_ddp_config dc = mpt_ddp_config_default();
+  dc.zero = 2;
+  mpt_ddp *d = NULL;
+  ck_assert_int_eq(mpt_ddp_init(&d, m, g_comm, NULL, &dc), MPT_EINVAL);
+  ck_assert_ptr_nonnull(strstr(mpt_last_error(), "ZeRO stage 2"));
+  dc.zero = 1;
+  OK(mpt_ddp_init(&d, m, g_comm, NULL, &dc));
+  mpt_optimizer_config oc = optim_config(0);
+  mpt_optimizer *whole = NULL;
+  OK(mpt_optimizer_init(&whole, &oc, mpt_device_cpu(), mpt_model_param_count(m)));
+  ck_assert_int_eq(mpt_ddp_optimizer_step(d, whole, NULL, 0.1f), MPT_EINVAL);
+  ck_assert_ptr_nonnull(strstr(mpt_last_error(), "mpt_ddp_optimizer_init"));
+  mpt_optimizer_free(whole);
+  mpt_ddp_free(d);
+  mpt_model_free(m);
+}
+END_TEST
+
+int main(void) {
+  mpt_comm_config cc = mpt_comm_config_default();
+  cc.timeout_ms = 60000;
+  mpt_status st = mpt_comm_init(&g_comm, &cc);
+  if (st != MPT_OK) {
+    fprintf(stderr, "test_zero: %s: %s\n", mpt_status_name(st), mpt_last_error());
+    mpt_comm_finalize();
+    return EXIT_FAILURE;
+  }
+  g_rank = mpt_comm_rank(g_comm);
+  g_world = mpt_comm_world_size(g_comm);
+  Suite *s = suite_create("zero1");
+  TCase *tc = tcase_create("zero1");
+  tcase_add_test(tc, test_zero_refuses_bad_uses);
+  tcase_add_test(tc, test_zero1_optimizer_state_is_the_shard);
+  tcase_add_test(tc, test_zero1_shards_hold_the_exact_average);
+  tcase_add_loop_test(tc, test_zero1_equals_plain_ddp, 0,
+                      (int)(sizeof CASES / sizeof CASES[0]));
+  tcase_add_test(tc, test_zero1_checkpoint_resume_is_exact);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_set_fork_status(sr, CK_NOFORK);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  mpt_comm_free(g_comm);
+  mpt_comm_finalize();
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
