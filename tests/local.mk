@@ -40,3 +40,6 @@ EXTRA_DIST += tests/test_generate.sh
 # 2-rank replicas)
 TESTS += tests/test_precision.sh
 EXTRA_DIST += tests/test_precision.sh
+# issue 13: bad inputs and misuse of tokenize, token shards, model files, train --model gpt, generate
+TESTS += tests/test_gpt_bad_input.sh
+EXTRA_DIST += tests/test_gpt_bad_input.sh

@@ -46,6 +46,8 @@ typedef struct fx {
   int32_t tokens[NB * NT], targets[NB * NT];
   mpt_tensor tok, tgt;
   float *r;       /* the weights of L = sum(y * r); NULL when the build returns a loss */
+  mpt_var *seen[64]; /* gpt_build's intermediate vars of the last pass */
+  int nseen;
 } fx;
 
 typedef mpt_status (*build_fn)(fx *f, mpt_var **y);
@@ -662,37 +664,52 @@ enum { LAYERS = 2, PER_LAYER = 12 };
 
 /* Parameters: wte, wpe, then per layer ln1.w, ln1.b, qkv.w [3C, C], qkv.b, proj.w [C, C],
  * proj.b, ln2.w, ln2.b, fc.w [4C, C], fc.b, fcproj.w [C, 4C], fcproj.b; then lnf.w, lnf.b. */
+#define SEEN(v) (f->nseen < 64 ? (void)(f->seen[f->nseen++] = (v)) : (void)0)
+
 static mpt_status gpt_build(fx *f, mpt_var **loss) {
   mpt_var *x = NULL, *h = NULL, *a = NULL;
   const int *p = f->p;
   mpt_tape *t = f->tape;
+  f->nseen = 0;
   MPT_RETURN_IF(mpt_nn_embedding_gpt(t, &f->tok, NV, pv(f, p[0]), pv(f, p[1]), &x));
+  SEEN(x);
   for (int l = 0; l < LAYERS; l++) {
     const int *q = p + 2 + PER_LAYER * l;
     MPT_RETURN_IF(mpt_nn_layernorm(t, x, pv(f, q[0]), pv(f, q[1]), 1e-5f, &h));
+    SEEN(h);
     MPT_RETURN_IF(mpt_nn_linear_nd(t, h, pv(f, q[2]), pv(f, q[3]), &h));
+    SEEN(h);
     MPT_RETURN_IF(mpt_nn_causal_attention(t, h, NH, &a));
+    SEEN(a);
     MPT_RETURN_IF(mpt_nn_linear_nd(t, a, pv(f, q[4]), pv(f, q[5]), &a));
+    SEEN(a);
     MPT_RETURN_IF(mpt_nn_add(t, x, a, &x));
+    SEEN(x);
     MPT_RETURN_IF(mpt_nn_layernorm(t, x, pv(f, q[6]), pv(f, q[7]), 1e-5f, &h));
+    SEEN(h);
     MPT_RETURN_IF(mpt_nn_linear_nd(t, h, pv(f, q[8]), pv(f, q[9]), &h));
+    SEEN(h);
     MPT_RETURN_IF(mpt_nn_gelu(t, h, &h));
+    SEEN(h);
     MPT_RETURN_IF(mpt_nn_linear_nd(t, h, pv(f, q[10]), pv(f, q[11]), &h));
+    SEEN(h);
     MPT_RETURN_IF(mpt_nn_add(t, x, h, &x));
+    SEEN(x);
   }
   const int *z = p + 2 + PER_LAYER * LAYERS;
   MPT_RETURN_IF(mpt_nn_layernorm(t, x, pv(f, z[0]), pv(f, z[1]), 1e-5f, &x));
+  SEEN(x);
   MPT_RETURN_IF(mpt_nn_linear_nd(t, x, pv(f, p[0]), NULL, &x)); /* tied head */
+  SEEN(x);
   return mpt_nn_cross_entropy_vocab(t, x, &f->tgt, NV, loss);
 }
 
 static void count_ready(void *user, int index) { ((int *)user)[index]++; }
 
-START_TEST(test_mini_gpt_gradients_match_finite_differences) {
-  fx f;
-  fx_begin(&f);
-  add_param(&f, "wte", 2, NVP, NC, 0, 1);
-  add_param(&f, "wpe", 2, MAXT, NC, 0, 1);
+/* The mini GPT's parameters (gpt_build), from `seed`. */
+static void mini_gpt_params(fx *f, uint64_t seed) {
+  add_param(f, "wte", 2, NVP, NC, 0, 1);
+  add_param(f, "wpe", 2, MAXT, NC, 0, 1);
   static const char *names[PER_LAYER] = {"ln1.w", "ln1.b", "qkv.w", "qkv.b", "proj.w",
                                           "proj.b", "ln2.w", "ln2.b", "fc.w", "fc.b",
                                           "fcproj.w", "fcproj.b"};
@@ -705,13 +722,19 @@ START_TEST(test_mini_gpt_gradients_match_finite_differences) {
     for (int i = 0; i < PER_LAYER; i++) {
       char name[64];
       snprintf(name, sizeof name, "h%d.%s", l, names[i]);
-      add_param(&f, name, dims[i][1] ? 2 : 1, dims[i][0], dims[i][1], 0, dims[i][2]);
+      add_param(f, name, dims[i][1] ? 2 : 1, dims[i][0], dims[i][1], 0, dims[i][2]);
     }
-  add_param(&f, "lnf.w", 1, NC, 0, 0, 1);
-  add_param(&f, "lnf.b", 1, NC, 0, 0, 1);
-  fx_finish(&f, 24);
+  add_param(f, "lnf.w", 1, NC, 0, 0, 1);
+  add_param(f, "lnf.b", 1, NC, 0, 0, 1);
+  fx_finish(f, seed);
   /* layer 0: qkv weights 4x larger, so that its attention is far from uniform */
-  for (int i = 0; i < 3 * NC * NC; i++) pdata(&f, f.p[2 + 2])[i] *= 4.0f;
+  for (int i = 0; i < 3 * NC * NC; i++) pdata(f, f->p[2 + 2])[i] *= 4.0f;
+}
+
+START_TEST(test_mini_gpt_gradients_match_finite_differences) {
+  fx f;
+  fx_begin(&f);
+  mini_gpt_params(&f, 24);
   /* one backward: every parameter's grad-ready hook fires exactly once (wte used twice) */
   static int ready[64];
   memset(ready, 0, sizeof ready);
@@ -722,6 +745,67 @@ START_TEST(test_mini_gpt_gradients_match_finite_differences) {
   for (int i = 0; i < f.np; i++) ck_assert_int_eq(ready[f.p[i]], 1);
   /* every parameter, a few elements each (a stride that is prime to the row length) */
   for (int i = 0; i < f.np; i++) gradcheck(&f, gpt_build, f.p[i], 5, "mini gpt");
+  fx_free(&f);
+}
+END_TEST
+
+START_TEST(test_grad_beta_is_0_for_new_storage_then_1) {
+  fx f;
+  fx_begin(&f);
+  add_param(&f, "x", 3, NB, NT, NC, 1);
+  add_param(&f, "w", 2, NC, NC, 0, NC);
+  fx_finish(&f, 31);
+  mpt_tape_reset(f.tape, 7);
+  mpt_var *x = pv(&f, f.p[0]), *y = NULL, *v = NULL;
+  OK(mpt_nn_linear_nd(f.tape, x, pv(&f, f.p[1]), NULL, &y));
+  const int64_t flat[1] = {NB * NT * NC};
+  OK(mpt_tape_view_var(f.tape, y, 1, flat, &v));
+  float *g = NULL, *g2 = NULL, beta = -1.0f;
+  OK(mpt_var_grad_beta(f.tape, v, &g, &beta)); /* a view: its base's new storage */
+  ck_assert(g != NULL && beta == 0.0f);
+  OK(mpt_var_grad_beta(f.tape, y, &g2, &beta));
+  ck_assert(g2 == g && beta == 1.0f);
+  OK(mpt_var_grad_acc(f.tape, y, &g2));
+  ck_assert(g2 == g);
+  OK(mpt_var_grad_beta(f.tape, x, &g2, &beta)); /* a parameter: the flat gradient, kept */
+  ck_assert(g2 == gdata(&f, f.p[0]) && beta == 1.0f);
+  fx_free(&f);
+}
+END_TEST
+
+START_TEST(test_mini_gpt_gradients_do_not_read_stale_arena_memory) {
+  /* Backward writes (beta 0) the gradients it is first to produce instead of zero-filling
+   * them and adding. Pass 2 runs in the consolidated arena; then every gradient buffer of its
+   * intermediate vars is filled with NaN; pass 3 reuses the same memory: its gradients must
+   * be pass 2's bit for bit (a product that skipped an element, or added to a buffer it
+   * should have written, would read the NaN). */
+  fx f;
+  fx_begin(&f);
+  mini_gpt_params(&f, 25);
+  const int64_t count = mpt_model_param_count(f.model);
+  float *want = malloc((size_t)count * sizeof *want);
+  ck_assert_ptr_nonnull(want);
+  for (int pass = 1; pass <= 3; pass++) {
+    backprop(&f, gpt_build);
+    const float *grad = mpt_model_grad(f.model, f.p[0]).data; /* the flat buffer's start */
+    if (pass == 2) {
+      memcpy(want, grad, (size_t)count * sizeof *want);
+      int poisoned = 0;
+      for (int i = 0; i < f.nseen; i++) {
+        const mpt_tensor *gt = mpt_var_grad(f.seen[i]);
+        if (!gt->data) continue;
+        for (int64_t j = 0; j < gt->count; j++) ((float *)gt->data)[j] = NAN;
+        poisoned++;
+      }
+      ck_assert_int_ge(poisoned, 10);
+    } else if (pass == 3) {
+      for (int64_t j = 0; j < count; j++)
+        ck_assert_msg(memcmp(&grad[j], &want[j], sizeof(float)) == 0,
+                      "gradient %lld: %.9g after the poisoned pass, %.9g before", (long long)j,
+                      grad[j], want[j]);
+    }
+  }
+  free(want);
   fx_free(&f);
 }
 END_TEST
@@ -748,6 +832,8 @@ static Suite *gpt_ops_suite(void) {
   tcase_add_test(tc, test_cross_entropy_vocab_rejects_padding_targets_and_shapes);
   tcase_add_test(tc, test_tied_head_gets_both_gradients_and_one_ready_hook);
   tcase_add_test(tc, test_mini_gpt_gradients_match_finite_differences);
+  tcase_add_test(tc, test_grad_beta_is_0_for_new_storage_then_1);
+  tcase_add_test(tc, test_mini_gpt_gradients_do_not_read_stale_arena_memory);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -305,6 +305,37 @@ START_TEST(test_adamw_matches_double_reference) {
 }
 END_TEST
 
+/* The step in float with the scalar loop's order of operations (optim_cpu.c; PyTorch 1.13's
+ * single-tensor AdamW): the vectorised loop must give the same bits, tail included. */
+START_TEST(test_adamw_is_bit_identical_to_the_scalar_formula) {
+  enum { N = 1037 }; /* 64 blocks of 16 and a tail of 13 */
+  static float p[N], g[N], m[N], v[N], pr[N], mr[N], vr[N];
+  const float lr = 6e-4f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+  rand_fill(p, N, 70, -1, 1);
+  for (int i = 0; i < N; i++) pr[i] = p[i], m[i] = v[i] = mr[i] = vr[i] = 0;
+  for (int step = 1; step <= 3; step++) {
+    rand_fill(g, N, 71 + step, -2, 2);
+    g[5] = 0.0f; /* a zero gradient: v stays 0 on step 1, denom = eps */
+    OK(mpt_op_adamw_step(NULL, p, g, m, v, N, lr, b1, b2, eps, wd, step));
+    const float decay = (float)(1.0 - (double)lr * wd);
+    const double bc1 = 1.0 - pow(b1, (double)step), bc2 = 1.0 - pow(b2, (double)step);
+    const float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+    for (int i = 0; i < N; i++) {
+      volatile float t = pr[i] * decay; /* volatile: each operation rounded as written */
+      mr[i] = b1 * mr[i] + (1.0f - b1) * g[i];
+      vr[i] = b2 * vr[i] + (1.0f - b2) * g[i] * g[i];
+      const float denom = sqrtf(vr[i]) / bc2_sqrt + eps;
+      pr[i] = t - step_size * (mr[i] / denom);
+    }
+    for (int i = 0; i < N; i++)
+      ck_assert_msg(memcmp(&p[i], &pr[i], 4) == 0 && memcmp(&m[i], &mr[i], 4) == 0 &&
+                    memcmp(&v[i], &vr[i], 4) == 0, "step %d element %d: p %.9g / %.9g, "
+                    "m %.9g / %.9g, v %.9g / %.9g", step, i, p[i], pr[i], m[i], mr[i], v[i],
+                    vr[i]);
+  }
+}
+END_TEST
+
 int main(void) {
   Suite *suite = suite_create("ops_train");
   TCase *tc = tcase_create("cpu");
@@ -315,6 +346,7 @@ int main(void) {
   tcase_add_test(tc, test_sgd_matches_double_reference_across_blocks);
   tcase_add_test(tc, test_adamw_three_steps_match_hand_values);
   tcase_add_test(tc, test_adamw_matches_double_reference);
+  tcase_add_test(tc, test_adamw_is_bit_identical_to_the_scalar_formula);
   suite_add_tcase(suite, tc);
   SRunner *sr = srunner_create(suite);
   srunner_run_all(sr, CK_NORMAL);

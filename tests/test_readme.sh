@@ -54,6 +54,7 @@ run() { # FILE CMD: run CMD (with its tiny-size options) and expect status 0
   local file=$1 cmd=$2 extra="" first
   read -r first _ <<<"$cmd"
   case $cmd in
+    *mpitrain\ train\ --model\ gpt*) extra="--epochs 1 --max-steps 2" ;; # no sample limits
     *mpitrain\ train*) extra="--epochs 1 --max-steps 2 --train-limit 512 --test-limit 64 --no-progress" ;;
     *mpt_allreduce_bench*) extra="-e 64K -n 2 -w 1 -R 1" ;;
     bench/train_bench.sh*) extra="--steps 3 --repeats 1" ;;

@@ -95,6 +95,12 @@ MPT_API uint64_t mpt_tape_next_seed(mpt_tape *tape);
  * var's element count, or *grad = NULL when var needs no gradient. Allocated (zeroed) on first
  * use. Errors: MPT_EINVAL (a non-float32 var that needs a gradient), MPT_ENOMEM. */
 MPT_API mpt_status mpt_var_grad_acc(mpt_tape *tape, mpt_var *var, float **grad);
+/* As mpt_var_grad_acc, for a backward that writes EVERY element of the gradient: *beta = 0
+ * when this call allocated the storage (not zeroed: write it, e.g. a GEMM with beta 0 or a
+ * copy), 1 when it already holds other nodes' contributions (add to it). Saves the zero-fill
+ * and a read of the buffer. A view's storage is its base's, which the view covers whole.
+ * *grad = NULL (and *beta = 1) when var needs no gradient. Errors as mpt_var_grad_acc. */
+MPT_API mpt_status mpt_var_grad_beta(mpt_tape *tape, mpt_var *var, float **grad, float *beta);
 /* 1 if the var needs a gradient (a parameter, or the output of a recorded node). */
 MPT_API int mpt_var_requires_grad(const mpt_var *var);
 /* The parameter index of a var made by mpt_tape_param, else -1. */

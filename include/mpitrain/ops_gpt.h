@@ -71,6 +71,18 @@ MPT_API mpt_status mpt_op_xent_vocab_backward(mpt_stream *stream, const float *l
                                               int64_t v, const float *lse, const float *dloss,
                                               float *dlogits);
 
+/* The two backwards above with beta 1 (add, as they do) or 0: write every element of dx /
+ * dlogits (0 in the columns [v, vp)) without reading it, for a gradient buffer that is new
+ * (mpt_var_grad_beta). Backends without a write kernel zero-fill, then add. MPT_EINVAL for
+ * another beta or the arguments above. */
+MPT_API mpt_status mpt_op_gelu_backward_beta(mpt_stream *stream, float *dx, const float *dy,
+                                             const float *x, int64_t count, float beta);
+MPT_API mpt_status mpt_op_xent_vocab_backward_beta(mpt_stream *stream, const float *logits,
+                                                   const int32_t *targets, int64_t n,
+                                                   int64_t vp, int64_t v, const float *lse,
+                                                   const float *dloss, float *dlogits,
+                                                   float beta);
+
 #ifdef __cplusplus
 }
 #endif

@@ -152,8 +152,9 @@ MPT_API mpt_status mpt_gpt_init_weights(mpt_model *model, const mpt_gpt_config *
  * mpt_ddp_init, or on every rank). Errors: MPT_EINVAL; MPT_ENOMEM (staging); MPT_ESHAPE (the
  * model is not a finalised GPT of `config`: its parameters' names and sizes are checked, or the
  * file's config differs: named); the errors of mpt_gpt_file_read (MPT_ENOENT, MPT_EIO,
- * MPT_EFORMAT). A file that fails to read leaves the parameters untouched; a failed device copy
- * may leave them partly overwritten. */
+ * MPT_EFORMAT); MPT_EFORMAT a NaN or infinite parameter (named: index, tensor and element; the
+ * reader itself passes them through). A file that fails to read or check leaves the parameters
+ * untouched; a failed device copy may leave them partly overwritten. */
 MPT_API mpt_status mpt_gpt_load(mpt_model *model, const mpt_gpt_config *config,
                                 const char *path);
 

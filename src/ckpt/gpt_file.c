@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt/ckpt_impl.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "mpitrain/data.h"
@@ -111,7 +112,11 @@ static mpt_status open_checked(const char *path, int *fd_out, mpt_gpt_config *c,
   if (magic != MPT_GPT_FILE_MAGIC) {
     st = MPT_FAIL(MPT_EFORMAT, "model file '%s' has magic %d, expected %d%s", path, (int)magic,
                   MPT_GPT_FILE_MAGIC,
-                  magic == MPT_SHARD_MAGIC ? " (this is a token shard, not a model file)" : "");
+                  magic == MPT_SHARD_MAGIC ? " (this is a token shard, not a model file)"
+                  : memcmp(h, MPT__CKPT_MAGIC, 8) == 0
+                      ? " (this is an mpitrain checkpoint: continue it with --resume, or write "
+                        "a model file with --save-model)"
+                      : "");
     goto fail;
   }
   if (version != MPT_GPT_FILE_VERSION) {

@@ -82,25 +82,24 @@ static int64_t prompt_tokens(const char *prompt, int vocab, int32_t *toks, int64
   return n;
 }
 
-/* The next token from logits[V]. */
+static int descending(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x < y) - (x > y);
+}
+
+/* The next token from logits[V] (all finite). */
 static int32_t sample(const float *logits, int vocab, double temperature, int top_k,
                       mpt_rng *rng, double *probs) {
   int best = 0;
   for (int j = 1; j < vocab; j++)
     if (logits[j] > logits[best]) best = j;
   if (temperature == 0) return best;
-  /* the k-th largest logit is the threshold (ties at it are kept) */
+  /* the k-th largest logit is the threshold (ties at it are kept); a sort, O(V log V) whatever
+   * k (a selection of k passes took V k steps: seconds per token for k near 50257) */
   double threshold = -INFINITY;
   if (top_k > 0 && top_k < vocab) {
     for (int j = 0; j < vocab; j++) probs[j] = logits[j];
-    for (int i = 0; i < top_k; i++) { /* partial selection: k passes (k is small) */
-      int m = i;
-      for (int j = i + 1; j < vocab; j++)
-        if (probs[j] > probs[m]) m = j;
-      double t = probs[i];
-      probs[i] = probs[m];
-      probs[m] = t;
-    }
+    qsort(probs, (size_t)vocab, sizeof *probs, descending);
     threshold = probs[top_k - 1];
   }
   double sum = 0;
@@ -207,15 +206,26 @@ int mpt_cli_generate(int argc, char **argv) {
       goto out;
     }
     const float *last = (const float *)mpt_var_value(logits)->data + (len - 1) * Vp;
+    for (int64_t j = 0; j < V; j++) /* else every draw silently falls back to token 0 */
+      if (!isfinite(last[j])) {
+        fprintf(stderr, "\nmpitrain generate: the logit of token %lld is %g after %lld generated "
+                "token(s): the model's arithmetic overflows float32 (weights too large?)\n",
+                (long long)j, (double)last[j], (long long)i);
+        goto out;
+      }
     int32_t next = sample(last, (int)V, temperature, (int)top_k, &rng, probs);
     ctx[n++] = next;
     if (bytes)
       putchar(next);
     else
       printf("%d\n", next);
+    if (ferror(stdout)) break; /* reported below */
   }
   if (bytes) putchar('\n');
-  fflush(stdout);
+  if (fflush(stdout) != 0 || ferror(stdout)) { /* a full disk, a closed pipe: not a success */
+    fprintf(stderr, "mpitrain generate: cannot write the output: %s\n", strerror(errno));
+    goto out;
+  }
   rc = 0;
 out:
   free(probs);

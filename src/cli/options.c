@@ -318,6 +318,21 @@ static int parse_hidden(const char *s, mpt_mlp_config *mlp, char *msg, size_t n)
   return 0;
 }
 
+/* Options of the mlp/cnn trainer that the GPT trainer does not implement: given with --model
+ * gpt* they are a usage error rather than silently ignored (a --metrics-json, --trace or
+ * --log-file that never appears, a --hidden that changes nothing). */
+static int mlp_cnn_only(int c) {
+  switch (c) {
+    case OPT_DATA: case OPT_SYNTHETIC: case OPT_METRICS: case OPT_SAVE_PARAMS: case OPT_TRACE:
+    case OPT_CONV_ALGO: case OPT_HIDDEN: case OPT_BATCHNORM: case OPT_DROPOUT:
+    case OPT_TRAIN_LIMIT: case OPT_TEST_LIMIT: case OPT_DEVICES: case OPT_BUFFERS:
+    case OPT_SKIP_NONFINITE: case OPT_CHECK_REPLICAS: case OPT_LOG_FILE: case OPT_PROGRESS:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
 /* The GPT sizes: the preset of --model, then the sizes given (gpt2 and gpt-mini are fixed
  * presets: sizes there are a usage error), then checks that the model can be built. */
 static int finish_gpt(mpt_cli_options *o, const int64_t size[5], char *msg, size_t n) {
@@ -374,11 +389,13 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
   int64_t gpt_size[5] = {0, 0, 0, 0, 0}; /* layers, heads, channels, seq len, vocab */
   int given_opt = 0, given_lr = 0, given_wd = 0, given_batch = 0, given_epochs = 0;
   int given_gpt_only = 0;
+  const char *given_not_gpt = NULL; /* the first mlp/cnn-only option given */
   for (;;) {
     int longindex = -1;
     int c = getopt_long(sub_argc, sub_argv, ":", long_options, &longindex);
     if (c == -1) break;
     const char *name = longindex >= 0 ? long_options[longindex].name : "?";
+    if (!given_not_gpt && mlp_cnn_only(c)) given_not_gpt = name;
     const char *a = optarg;
     switch (c) {
       case OPT_MODEL:
@@ -678,6 +695,20 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
   }
   if (mpt_cli_is_gpt(o)) {
     if (finish_gpt(o, gpt_size, msg, n) != 0) return MPT_CLI_EXIT_USAGE;
+    if (o->mode == MPT_MODE_DP) {
+      fail(msg, n, "--model %s: --mode dp is not wired into the GPT trainer (use DDP: one rank "
+           "per device, under mpirun)", o->model);
+      return MPT_CLI_EXIT_USAGE;
+    }
+    if (given_not_gpt) {
+      fail(msg, n, "--%s does not apply to --model %s (an option of the mlp and cnn trainer)",
+           given_not_gpt, o->model);
+      return MPT_CLI_EXIT_USAGE;
+    }
+    if (o->val_every > 0 && o->val_shards[0] == '\0') {
+      fail(msg, n, "--val-every needs --val-shards GLOB (the validation token shards)");
+      return MPT_CLI_EXIT_USAGE;
+    }
     if (!given_opt) o->optim.kind = MPT_OPTIM_ADAMW;
     if (!given_lr) o->optim.lr = strcmp(o->model, "gpt2") == 0 ? 6e-4f : 1e-3f;
     if (!given_wd) o->optim.weight_decay = 0.1f;

@@ -8,7 +8,9 @@
  * written atomically as DIR/train_000000.bin, DIR/train_000001.bin, ... and
  * DIR/val_000000.bin, ... (no val shard when it would be empty). DIR is created if missing;
  * a DIR that already holds train_*.bin or val_*.bin is refused, so a glob over it never mixes
- * two runs. Files are read whole, one at a time; memory is one file plus two shard buffers. */
+ * two runs. Every input is checked (a readable regular file) before anything is written, and a
+ * run that fails midway removes the shards it wrote. Files are read in 64 KiB chunks, one at
+ * a time; memory is the two shard buffers (at most 2 x --shard-tokens uint16). */
 #include <errno.h>
 #include <getopt.h>
 #include <glob.h>
@@ -16,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/tokenize.h"
 #include "mpitrain/data.h"
@@ -83,38 +86,70 @@ static int make_dir(const char *dir) {
   return S_ISDIR(sb.st_mode) ? 0 : ENOTDIR;
 }
 
-/* Reads a whole regular file; *n its size. Prints the error and returns NULL on failure. */
-static unsigned char *read_file(const char *path, int64_t *n) {
+/* Whether `path` is a regular file this process can open for reading; prints the error and
+ * returns -1 if not, else its size in bytes. */
+static int64_t check_input(const char *path) {
   struct stat sb;
   if (stat(path, &sb) != 0) {
     fprintf(stderr, "mpitrain tokenize: cannot read '%s': %s\n", path, strerror(errno));
-    return NULL;
+    return -1;
   }
   if (!S_ISREG(sb.st_mode)) {
     fprintf(stderr, "mpitrain tokenize: '%s' is not a regular file%s\n", path,
             S_ISDIR(sb.st_mode) ? " (it is a directory: give its files)" : "");
-    return NULL;
+    return -1;
   }
   FILE *f = fopen(path, "rb");
-  unsigned char *buf = malloc((size_t)sb.st_size + 1);
-  if (!f || !buf) {
-    fprintf(stderr, "mpitrain tokenize: cannot read '%s': %s\n", path,
-            f ? "out of memory" : strerror(errno));
-    if (f) fclose(f);
-    free(buf);
-    return NULL;
+  if (!f) {
+    fprintf(stderr, "mpitrain tokenize: cannot read '%s': %s\n", path, strerror(errno));
+    return -1;
   }
-  size_t got = fread(buf, 1, (size_t)sb.st_size + 1, f);
-  int err = ferror(f);
   fclose(f);
-  if (err || got != (size_t)sb.st_size) {
-    fprintf(stderr, "mpitrain tokenize: cannot read '%s': %s\n", path,
-            err ? "read error" : "its size changed while being read");
-    free(buf);
-    return NULL;
+  return (int64_t)sb.st_size;
+}
+
+/* Removes the shards this run wrote, so that a failed run leaves no partial data set behind
+ * (nor one that makes the next run refuse the folder). */
+static void stream_remove(const stream *s) {
+  for (int i = 0; i < s->shards; i++) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s_%06d.bin", s->dir, s->prefix, i);
+    unlink(path);
   }
-  *n = (int64_t)got;
-  return buf;
+}
+
+/* Streams one file into the streams, in chunks (memory does not grow with the file): of its n
+ * bytes (its size when checked) the first n - floor(F n) go to training, the rest to
+ * validation. Prints the error and returns 1 on failure (unreadable, or a size that changed). */
+static int tokenize_file(const char *path, double frac, stream st[2]) {
+  const int64_t n = check_input(path);
+  if (n < 0) return 1;
+  int64_t nval = (int64_t)(frac * (double)n);
+  if (nval > n) nval = n;
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    fprintf(stderr, "mpitrain tokenize: cannot read '%s': %s\n", path, strerror(errno));
+    return 1;
+  }
+  unsigned char chunk[1 << 16];
+  int64_t done = 0;
+  size_t got;
+  int bad = 0, grew = 0;
+  while (!bad && (got = fread(chunk, 1, sizeof chunk, f)) > 0) {
+    if ((grew = done + (int64_t)got > n)) break; /* reported below */
+    int64_t to_train = n - nval - done;
+    to_train = to_train < 0 ? 0 : to_train > (int64_t)got ? (int64_t)got : to_train;
+    bad = stream_put(&st[0], chunk, to_train) ||
+          stream_put(&st[1], chunk + to_train, (int64_t)got - to_train);
+    done += (int64_t)got;
+  }
+  if (!bad && (ferror(f) || grew || done != n || fgetc(f) != EOF)) {
+    fprintf(stderr, "mpitrain tokenize: cannot read '%s': %s\n", path,
+            ferror(f) ? "read error" : "its size changed while being read");
+    bad = 1;
+  }
+  fclose(f);
+  return bad;
 }
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -168,6 +203,14 @@ int mpt_cli_tokenize(int argc, char **argv) {
   if (!dir || !dir[0]) return usage_error("%sgive the output folder with -o DIR", "");
   if (optind >= argc) return usage_error("%sgive at least one text FILE", "");
 
+  /* Every input is checked before anything is written: a missing or unreadable file is
+   * reported with the folder untouched. */
+  int64_t total = 0;
+  for (int i = optind; i < argc; i++) {
+    int64_t size = check_input(argv[i]);
+    if (size < 0) return 1;
+    total += size;
+  }
   int e = make_dir(dir);
   if (e != 0) {
     fprintf(stderr, "mpitrain tokenize: cannot create the folder '%s': %s\n", dir, strerror(e));
@@ -189,13 +232,8 @@ int mpt_cli_tokenize(int argc, char **argv) {
   }
 
   int rc = 1;
-  int64_t total = 0;
   stream st[2] = {{dir, "train", NULL, 0, shard_tokens, 0, 0}, {dir, "val", NULL, 0, shard_tokens, 0, 0}};
   /* Shard buffers no larger than the input needs. */
-  for (int i = optind; i < argc; i++) {
-    struct stat sb;
-    if (stat(argv[i], &sb) == 0 && S_ISREG(sb.st_mode)) total += (int64_t)sb.st_size;
-  }
   int64_t cap = total + 1 < shard_tokens ? total + 1 : shard_tokens;
   for (int k = 0; k < 2; k++) {
     st[k].cap = cap;
@@ -205,17 +243,10 @@ int mpt_cli_tokenize(int argc, char **argv) {
       goto out;
     }
   }
-  printf("tokenize: %d file%s, %lld bytes, byte-level (vocabulary 256), validation fraction %g\n",
-         argc - optind, argc - optind == 1 ? "" : "s", (long long)total, frac);
+  printf("tokenize: %d file%s, %lld bytes, byte-level (vocabulary 256), validation fraction "
+         "%.10g\n", argc - optind, argc - optind == 1 ? "" : "s", (long long)total, frac);
   for (int i = optind; i < argc; i++) {
-    int64_t n = 0;
-    unsigned char *text = read_file(argv[i], &n);
-    if (!text) goto out;
-    int64_t nval = (int64_t)(frac * (double)n);
-    if (nval > n) nval = n;
-    int bad = stream_put(&st[0], text, n - nval) || stream_put(&st[1], text + n - nval, nval);
-    free(text);
-    if (bad) goto out;
+    if (tokenize_file(argv[i], frac, st) != 0) goto out;
   }
   if (stream_flush(&st[0]) != 0 || stream_flush(&st[1]) != 0) goto out;
   if (st[0].tokens == 0) {
@@ -228,6 +259,10 @@ int mpt_cli_tokenize(int argc, char **argv) {
          (long long)st[1].tokens, st[1].shards, st[1].shards == 1 ? "" : "s");
   rc = 0;
 out:
+  if (rc != 0) {
+    stream_remove(&st[0]);
+    stream_remove(&st[1]);
+  }
   free(st[0].buf);
   free(st[1].buf);
   return rc;

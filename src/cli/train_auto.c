@@ -80,6 +80,10 @@ static size_t format_run_options(const mpt_cli_options *o, char *buf, size_t n) 
                    o->no_decay_bias_norm, mpt_lr_kind_name(o->schedule.kind), (int64_t)o->schedule.warmup_steps,
                    (int64_t)o->schedule.step_size, float_text(o->schedule.gamma, f[4]),
                    float_text(o->schedule.min_lr, f[5]), o->seed);
+  if (w >= 0 && (size_t)w < n && mpt_cli_is_gpt(o)) /* sizes that keep the tensors' shapes */
+    w += snprintf(buf + w, n - (size_t)w,
+                  "n-layer/n-head/n-embd/seq-len/vocab-size %d/%d/%d/%d/%d\n", o->gpt.num_layers,
+                  o->gpt.num_heads, o->gpt.channels, o->gpt.max_seq_len, o->gpt.vocab_size);
   return w < 0 ? 0 : (size_t)w;
 }
 

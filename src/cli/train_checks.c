@@ -126,6 +126,20 @@ mpt_status trainer_check_output_path(const char *option, const char *path) {
                     option, path,
                     S_ISDIR(sb.st_mode) ? "a directory" : S_ISLNK(sb.st_mode) ? "a symbolic link"
                                                                              : "a device or special file");
+  /* Its folder must exist and be writable now, not only when the file is written at the end
+   * of the run. */
+  char dir[4200];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (!slash) snprintf(dir, sizeof dir, ".");
+  else slash[slash == dir] = '\0'; /* "/x" -> "/" */
+  const char *why = NULL;
+  if (stat(dir, &sb) != 0) why = strerror(errno);
+  else if (!S_ISDIR(sb.st_mode)) why = "not a directory";
+  else if (access(dir, W_OK | X_OK) != 0) why = strerror(errno);
+  if (why)
+    return MPT_FAIL(MPT_EINVAL, "%s '%s': its folder '%s' cannot take the file (%s)", option,
+                    path, dir, why);
   return MPT_OK;
 }
 

@@ -238,14 +238,20 @@ static mpt_status setup(gpt_trainer *g) {
   if (o->mode == MPT_MODE_DP)
     return MPT_FAIL(MPT_ENOTSUP, "--model %s: --mode dp is not wired into the GPT trainer "
                     "(use DDP: one rank per device)", o->model);
-  if (o->init_from[0] && o->resume[0])
+  if (o->init_from[0] && o->resume[0] && strcmp(o->resume, "auto") != 0)
     return MPT_FAIL(MPT_EINVAL, "--init-from and --resume: give one (a checkpoint already "
                     "holds the parameters)");
   MPT_RETURN_IF(resolve_resume_auto(g));
   o = g->o;
+  if (o->init_from[0] && o->resume[0]) /* --resume auto: a new run starts from --init-from */
+    mpt_log(MPT_LOG_INFO, "--resume auto found a checkpoint: --init-from %s is not read (it "
+            "starts a new run only)", o->init_from);
   if (g->rank == 0 && o->save_model[0])
     MPT_RETURN_IF(trainer_check_output_path("--save-model", o->save_model));
   if (g->rank == 0 && o->checkpoint_dir[0]) MPT_RETURN_IF(trainer_check_checkpoint_dir(o));
+  if (g->rank == 0 && (o->checkpoint_dir[0] || o->resume[0])) /* a resume with other options */
+    MPT_RETURN_IF(trainer_check_run_options(o));
+  if (g->rank == 0) trainer_gpt_warn_unused(o, g->world);
   int threads = o->threads;
   if (threads == 0) threads = mpt_cpu_threads_per_rank(mpt_comm_local_size(g->comm), 1);
   MPT_RETURN_IF(mpt_cpu_set_threads(threads));
@@ -257,6 +263,7 @@ static mpt_status setup(gpt_trainer *g) {
   dc.vocab_size = g->cfg.vocab_size;
   MPT_RETURN_IF(mpt_token_data_init(&g->train_data, o->shards, &dc));
   if (o->val_shards[0]) MPT_RETURN_IF(mpt_token_data_init(&g->val_data, o->val_shards, &dc));
+  if (g->val_data) MPT_RETURN_IF(trainer_gpt_check_disjoint(g->train_data, g->val_data));
   mpt_sampler_config sc = mpt_sampler_config_default();
   sc.num_replicas = g->world;
   sc.rank = g->rank;
@@ -267,8 +274,11 @@ static mpt_status setup(gpt_trainer *g) {
   lc.timeout_ms = o->timeout_s * 1e3;
   MPT_RETURN_IF(mpt_token_loader_init(&g->train_loader, g->train_data, &sc, &lc));
 
+  if (!g->stream) /* on the CPU: refused rather than killed for memory */
+    MPT_RETURN_IF(trainer_gpt_check_memory(o, &g->cfg, g->world, mpt_comm_local_size(g->comm)));
   MPT_RETURN_IF(mpt_model_init_gpt(&g->model, g->device, &g->cfg, o->seed));
-  if (o->init_from[0]) MPT_RETURN_IF(mpt_gpt_load(g->model, &g->cfg, o->init_from));
+  if (o->init_from[0] && !o->resume[0])
+    MPT_RETURN_IF(mpt_gpt_load(g->model, &g->cfg, o->init_from));
 
   const int64_t count = mpt_model_param_count(g->model);
   if (g->world > 1) /* first: with --zero 1 the optimizer holds this rank's shard */
@@ -321,6 +331,11 @@ static mpt_status setup(gpt_trainer *g) {
     return MPT_FAIL(MPT_EINVAL, "--accumulate %d: an epoch has only %lld window(s) of B T + 1 "
                     "tokens per rank", o->accumulate,
                     (long long)mpt_token_loader_num_steps(g->train_loader));
+  if (o->max_steps > per_epoch)
+    mpt_log(MPT_LOG_WARN, "--max-steps %lld is more than the %lld steps of an epoch (windows of "
+            "B T + 1 tokens per rank): the run ends after %lld epoch(s) of %lld steps (--epochs)",
+            (long long)o->max_steps, (long long)per_epoch, (long long)o->epochs,
+            (long long)per_epoch);
   if (o->max_steps > 0 && o->max_steps < per_epoch) per_epoch = o->max_steps;
   g->per_epoch = per_epoch;
   g->total_steps = per_epoch * o->epochs;

@@ -127,6 +127,19 @@ void trainer_progress_line(trainer *t, int64_t epoch, int64_t step, const float 
  * launcher's), naming the log file, so that a failed job does not end silently there. */
 void trainer_log_failure_note(trainer *t, mpt_status st);
 
+/* train_gpt_checks.c */
+/* Before the GPT's allocations: MPT_ENOMEM (naming the sizes, the bound and the host's memory)
+ * when a lower bound of one rank's memory (parameters, gradients, optimizer state, forward
+ * activations) times `local_ranks` exceeds the host's memory limit; MPT_OK when it fits or the
+ * limit is unknown. MPT_EINVAL for an invalid config. */
+mpt_status trainer_gpt_check_memory(const mpt_cli_options *o, const mpt_gpt_config *cfg,
+                                    int world, int local_ranks);
+/* MPT_EINVAL, naming the file, when a shard of `val` is also one of `train` (the same device
+ * and inode); MPT_ENOMEM. */
+mpt_status trainer_gpt_check_disjoint(const mpt_token_data *train, const mpt_token_data *val);
+/* A warning for each option given that has no effect in a GPT run of `world` ranks. */
+void trainer_gpt_warn_unused(const mpt_cli_options *o, int world);
+
 /* train_auto.c */
 /* --resume auto: rank 0 looks into --checkpoint-dir; when it holds a checkpoint every rank
  * resumes from it (t->o then points at t->resolved with --resume DIR), otherwise the run starts

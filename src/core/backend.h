@@ -149,6 +149,15 @@ typedef struct mpt__device_backend {
   mpt_status (*xent_vocab_backward)(mpt_stream *s, const float *logits, const int32_t *targets,
                                     int64_t n, int64_t vp, int64_t v, const float *lse,
                                     const float *dloss, float *dlogits);
+  /* Optional: gelu_backward / xent_vocab_backward that WRITE (=) every element of dx / dlogits
+   * (0 in the padded columns [v, vp)) instead of adding, without reading it first. Without
+   * them mpt_op_*_beta with beta 0 zero-fills, then adds. */
+  mpt_status (*gelu_backward_write)(mpt_stream *s, float *dx, const float *dy, const float *x,
+                                    int64_t count);
+  mpt_status (*xent_vocab_backward_write)(mpt_stream *s, const float *logits,
+                                          const int32_t *targets, int64_t n, int64_t vp,
+                                          int64_t v, const float *lse, const float *dloss,
+                                          float *dlogits);
 } mpt__device_backend;
 
 /* The registry: the backend for a device type, or NULL when it was not built. */

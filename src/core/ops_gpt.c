@@ -5,6 +5,7 @@
  * extents and non-NULL pointers for everything it must touch. No state. */
 #include "core/backend.h"
 #include "core/error.h"
+#include "mpitrain/ops.h"
 
 #define REQUIRE(cond, fmt, ...)                                                       \
   do {                                                                                \
@@ -146,4 +147,43 @@ mpt_status mpt_op_xent_vocab_backward(mpt_stream *stream, const float *logits,
   REQUIRE_PTR(dloss);
   REQUIRE_PTR(dlogits);
   DISPATCH(xent_vocab_backward, logits, targets, n, vp, v, lse, dloss, dlogits);
+}
+
+/* beta 0 through the backend's write slot when it has one, else zero-fill and add. */
+mpt_status mpt_op_gelu_backward_beta(mpt_stream *stream, float *dx, const float *dy,
+                                     const float *x, int64_t count, float beta) {
+  REQUIRE(beta == 0.0f || beta == 1.0f, "beta = %g must be 0 or 1", (double)beta);
+  if (beta == 1.0f) return mpt_op_gelu_backward(stream, dx, dy, x, count);
+  REQUIRE_NONNEG(count);
+  if (count == 0) return MPT_OK;
+  REQUIRE_PTR(dx);
+  REQUIRE_PTR(dy);
+  REQUIRE_PTR(x);
+  const mpt__device_backend *b = mpt__backend_of_stream(stream);
+  if (b && b->gelu_backward_write) return b->gelu_backward_write(stream, dx, dy, x, count);
+  MPT_RETURN_IF(mpt_op_fill(stream, dx, count, 0.0f));
+  return mpt_op_gelu_backward(stream, dx, dy, x, count);
+}
+
+mpt_status mpt_op_xent_vocab_backward_beta(mpt_stream *stream, const float *logits,
+                                           const int32_t *targets, int64_t n, int64_t vp,
+                                           int64_t v, const float *lse, const float *dloss,
+                                           float *dlogits, float beta) {
+  REQUIRE(beta == 0.0f || beta == 1.0f, "beta = %g must be 0 or 1", (double)beta);
+  if (beta == 1.0f)
+    return mpt_op_xent_vocab_backward(stream, logits, targets, n, vp, v, lse, dloss, dlogits);
+  REQUIRE_EXTENT(n);
+  REQUIRE_EXTENT(vp);
+  REQUIRE(v >= 1 && v <= vp, "v = %lld outside [1, vp = %lld]", (long long)v, (long long)vp);
+  if (n == 0) return MPT_OK;
+  REQUIRE_PTR(logits);
+  REQUIRE_PTR(targets);
+  REQUIRE_PTR(lse);
+  REQUIRE_PTR(dloss);
+  REQUIRE_PTR(dlogits);
+  const mpt__device_backend *b = mpt__backend_of_stream(stream);
+  if (b && b->xent_vocab_backward_write)
+    return b->xent_vocab_backward_write(stream, logits, targets, n, vp, v, lse, dloss, dlogits);
+  MPT_RETURN_IF(mpt_op_fill(stream, dlogits, n * vp, 0.0f));
+  return mpt_op_xent_vocab_backward(stream, logits, targets, n, vp, v, lse, dloss, dlogits);
 }

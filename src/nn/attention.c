@@ -33,8 +33,9 @@ _Static_assert(sizeof(attn_ctx) <= MPT_NODE_CTX_BYTES, "attn_ctx too large");
 static mpt_status attn_backward(mpt_tape *tape, mpt_node *node) {
   const attn_ctx *k = mpt_node_ctx(node);
   mpt_var *qkv = mpt_node_input(node, 0);
-  float *dqkv = NULL, *ds = NULL;
-  MPT_RETURN_IF(mpt_var_grad_acc(tape, qkv, &dqkv));
+  float *dqkv = NULL, *ds = NULL, beta = 1.0f;
+  /* each element of dqkv gets exactly one product below: with beta 0 (dqkv new) it is written */
+  MPT_RETURN_IF(mpt_var_grad_beta(tape, qkv, &dqkv, &beta));
   if (!dqkv) return MPT_OK;
   mpt_stream *s = mpt_tape_stream(tape);
   const int64_t nt = k->t, c = k->c, c3 = 3 * c, hs = c / k->nh;
@@ -53,7 +54,7 @@ static mpt_status attn_backward(mpt_tape *tape, mpt_node *node) {
                                   ds + r0 * nt, nt));
         /* dV[r0, +rows) += A[r0.., r0, +rows)^T dY_h[r0..] (rows of A from the diagonal on) */
         MPT_RETURN_IF(mpt_op_gemm(s, 1, 0, rows, hs, nt - r0, 1.0f, a + r0 * nt + r0, nt,
-                                  g + r0 * c, c, 1.0f, dv + r0 * c3, c3));
+                                  g + r0 * c, c, beta, dv + r0 * c3, c3));
       }
       /* dS = A * (dA - rowsum(A * dA)), 0 above the diagonal */
       MPT_RETURN_IF(mpt_op_causal_softmax_backward(s, a, ds, 1, nt));
@@ -61,10 +62,10 @@ static mpt_status attn_backward(mpt_tape *tape, mpt_node *node) {
         const int64_t rows = nt - r0 < BLOCK ? nt - r0 : BLOCK, cols = r0 + rows;
         /* dQ[r0, +rows) += scale dS[rows, cols] K[0, cols) */
         MPT_RETURN_IF(mpt_op_gemm(s, 0, 0, rows, hs, cols, scale, ds + r0 * nt, nt, kk, c3,
-                                  1.0f, dq + r0 * c3, c3));
+                                  beta, dq + r0 * c3, c3));
         /* dK[r0, +rows) += scale dS[r0.., r0, +rows)^T Q[r0..] */
         MPT_RETURN_IF(mpt_op_gemm(s, 1, 0, rows, hs, nt - r0, scale, ds + r0 * nt + r0, nt,
-                                  q + r0 * c3, c3, 1.0f, dk + r0 * c3, c3));
+                                  q + r0 * c3, c3, beta, dk + r0 * c3, c3));
       }
     }
   return MPT_OK;

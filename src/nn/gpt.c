@@ -311,6 +311,16 @@ mpt_status mpt_gpt_load(mpt_model *model, const mpt_gpt_config *config, const ch
   if (!(host = malloc((size_t)lay.total * sizeof *host)))
     return MPT_FAIL(MPT_ENOMEM, "gpt load: %lld floats of staging", (long long)lay.total);
   MPT_CHECK(mpt_gpt_file_read(path, &c, &got, host, lay.total), done);
+  for (int64_t i = 0; i < lay.total; i++) /* a model to train or sample from, not to inspect */
+    if (!isfinite(host[i])) {
+      int k = MPT_GPT_NUM_TENSORS - 1;
+      while (k > 0 && lay.offset[k] > i) k--;
+      st = MPT_FAIL(MPT_EFORMAT, "model file '%s': parameter %lld (%s element %lld) is %g: the "
+                    "file holds non-finite weights (saved from a run that diverged?)", path,
+                    (long long)i, mpt_gpt_tensor_name(k), (long long)(i - lay.offset[k]),
+                    (double)host[i]);
+      goto done;
+    }
   MPT_CHECK(gpt_transfer(model, &c, &lay, host, 1), done);
 done:
   free(host);

@@ -4,7 +4,8 @@
  * (mpitrain/autograd.h) like the built-in ops; the arithmetic is in the core ops
  * (mpitrain/ops_gpt.h, mpt_op_gemm), enqueued on the tape's stream, so these ops run on every
  * backend that has them (the CPU's are the reference: src/core/cpu/gpt_cpu.c). Backward
- * functions ACCUMULATE (+=) into their inputs' gradients. */
+ * functions ACCUMULATE (+=) into their inputs' gradients, or write them (beta 0) when they are
+ * the first to produce one (mpt_var_grad_beta: no zero-fill). */
 #include <math.h>
 #include <string.h>
 
@@ -148,11 +149,11 @@ mpt_status mpt_nn_layernorm(mpt_tape *tape, mpt_var *x, mpt_var *weight, mpt_var
 
 static mpt_status gelu_backward(mpt_tape *tape, mpt_node *node) {
   mpt_var *x = mpt_node_input(node, 0);
-  float *dx = NULL;
-  MPT_RETURN_IF(mpt_var_grad_acc(tape, x, &dx));
+  float *dx = NULL, beta = 1.0f;
+  MPT_RETURN_IF(mpt_var_grad_beta(tape, x, &dx, &beta));
   if (!dx) return MPT_OK;
-  return mpt_op_gelu_backward(mpt_tape_stream(tape), dx, mpt_node_grad_output(node), VAL(x),
-                              mpt_var_value(x)->count);
+  return mpt_op_gelu_backward_beta(mpt_tape_stream(tape), dx, mpt_node_grad_output(node),
+                                   VAL(x), mpt_var_value(x)->count, beta);
 }
 
 mpt_status mpt_nn_gelu(mpt_tape *tape, mpt_var *x, mpt_var **y) {
@@ -183,13 +184,13 @@ static mpt_status linnd_backward(mpt_tape *tape, mpt_node *node) {
   mpt_var *x = mpt_node_input(node, 0), *w = mpt_node_input(node, 1);
   mpt_var *b = mpt_node_num_inputs(node) > 2 ? mpt_node_input(node, 2) : NULL;
   const float *dy = mpt_node_grad_output(node);
-  float *dx = NULL, *dw = NULL, *db = NULL;
-  MPT_RETURN_IF(mpt_var_grad_acc(tape, x, &dx));
+  float *dx = NULL, *dw = NULL, *db = NULL, beta_x = 1.0f;
+  MPT_RETURN_IF(mpt_var_grad_beta(tape, x, &dx, &beta_x));
   MPT_RETURN_IF(mpt_var_grad_acc(tape, w, &dw));
   if (b) MPT_RETURN_IF(mpt_var_grad_acc(tape, b, &db));
-  /* dx [rows, in] += dy [rows, out] W [out, in] */
+  /* dx [rows, in] = beta_x dx + dy [rows, out] W [out, in] (beta_x 0: dx is new) */
   if (dx) MPT_RETURN_IF(mpt_op_gemm_ex(s, k->precision, 0, 0, k->rows, k->in, k->out, 1.0f, dy, k->out, VAL(w),
-                                       k->in, 1.0f, dx, k->in));
+                                       k->in, beta_x, dx, k->in));
   /* dW [out, in] += dy^T [out, rows] x [rows, in] */
   if (dw) MPT_RETURN_IF(mpt_op_gemm_ex(s, k->precision, 1, 0, k->out, k->in, k->rows, 1.0f, dy, k->out,
                                        VAL(x), k->in, 1.0f, dw, k->in));
@@ -249,11 +250,12 @@ _Static_assert(sizeof(xentv_ctx) <= MPT_NODE_CTX_BYTES, "xentv_ctx too large");
 static mpt_status xentv_backward(mpt_tape *tape, mpt_node *node) {
   const xentv_ctx *k = mpt_node_ctx(node);
   mpt_var *logits = mpt_node_input(node, 0);
-  float *dl = NULL;
-  MPT_RETURN_IF(mpt_var_grad_acc(tape, logits, &dl));
+  float *dl = NULL, beta = 1.0f;
+  MPT_RETURN_IF(mpt_var_grad_beta(tape, logits, &dl, &beta));
   if (!dl) return MPT_OK;
-  return mpt_op_xent_vocab_backward(mpt_tape_stream(tape), VAL(logits), k->targets, k->n, k->vp,
-                                    k->v, k->lse, mpt_node_grad_output(node), dl);
+  return mpt_op_xent_vocab_backward_beta(mpt_tape_stream(tape), VAL(logits), k->targets, k->n,
+                                         k->vp, k->v, k->lse, mpt_node_grad_output(node), dl,
+                                         beta);
 }
 
 mpt_status mpt_nn_cross_entropy_vocab(mpt_tape *tape, mpt_var *logits,

@@ -186,10 +186,14 @@ static mpt_status binary_check(const char *op, const mpt_var *a, const mpt_var *
 static mpt_status add_backward(mpt_tape *tape, mpt_node *node) {
   const mpt_var *y = mpt_node_output(node);
   for (int i = 0; i < 2; i++) {
-    float *d = NULL;
-    MPT_RETURN_IF(mpt_var_grad_acc(tape, mpt_node_input(node, i), &d));
-    if (d) MPT_RETURN_IF(mpt_op_axpy(mpt_tape_stream(tape), mpt_var_value(y)->count, 1.0f, mpt_var_grad(y)->data,
-                                     d));
+    float *d = NULL, beta = 1.0f;
+    MPT_RETURN_IF(mpt_var_grad_beta(tape, mpt_node_input(node, i), &d, &beta));
+    if (d && beta == 0.0f) /* the first gradient of that input: a copy, no zero-fill */
+      MPT_RETURN_IF(mpt_op_copy(mpt_tape_stream(tape), d, mpt_var_grad(y)->data,
+                                mpt_var_value(y)->count));
+    else if (d)
+      MPT_RETURN_IF(mpt_op_axpy(mpt_tape_stream(tape), mpt_var_value(y)->count, 1.0f,
+                                mpt_var_grad(y)->data, d));
   }
   return MPT_OK;
 }

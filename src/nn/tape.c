@@ -458,15 +458,15 @@ int mpt_tape_param_uses(const mpt_tape *tape, int index) {
 const mpt_tensor *mpt_var_value(const mpt_var *var) { return var ? &var->value : NULL; }
 const mpt_tensor *mpt_var_grad(const mpt_var *var) { return var ? &var->grad : NULL; }
 
-mpt_status mpt_var_grad_acc(mpt_tape *tape, mpt_var *var, float **grad) {
-  if (!tape || !var || !grad) return MPT_FAIL(MPT_EINVAL, "var_grad: NULL argument");
-  *grad = NULL;
-  if (!var->requires_grad) return MPT_OK;
+/* The gradient storage of var, allocated on first use; *fresh = 1 when this call allocated it
+ * (zero-filled only when `zero`), else 0. */
+static mpt_status grad_get(mpt_tape *tape, mpt_var *var, int zero, float **grad, int *fresh) {
+  *fresh = 0;
   if (!var->grad.data) {
     var_slot *slot = (var_slot *)var;
     if (slot->of) { /* a view: share the base's gradient */
       float *base = NULL;
-      MPT_RETURN_IF(mpt_var_grad_acc(tape, &slot->of->var, &base));
+      MPT_RETURN_IF(grad_get(tape, &slot->of->var, zero, &base, fresh));
       if (!base)
         return MPT_FAIL(MPT_ESTATE, "var_grad: a view that needs a gradient of a base that "
                         "does not");
@@ -477,11 +477,31 @@ mpt_status mpt_var_grad_acc(mpt_tape *tape, mpt_var *var, float **grad) {
                         mpt_dtype_name(var->value.dtype));
       void *data = NULL;
       MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)var->value.count * sizeof(float), &data));
-      MPT_RETURN_IF(mpt_op_fill(tape->stream, data, var->value.count, 0.0f));
+      if (zero) MPT_RETURN_IF(mpt_op_fill(tape->stream, data, var->value.count, 0.0f));
       var->grad.data = data;
+      *fresh = 1;
     }
   }
   *grad = var->grad.data;
+  return MPT_OK;
+}
+
+mpt_status mpt_var_grad_acc(mpt_tape *tape, mpt_var *var, float **grad) {
+  if (!tape || !var || !grad) return MPT_FAIL(MPT_EINVAL, "var_grad: NULL argument");
+  *grad = NULL;
+  if (!var->requires_grad) return MPT_OK;
+  int fresh;
+  return grad_get(tape, var, 1, grad, &fresh);
+}
+
+mpt_status mpt_var_grad_beta(mpt_tape *tape, mpt_var *var, float **grad, float *beta) {
+  if (!tape || !var || !grad || !beta) return MPT_FAIL(MPT_EINVAL, "var_grad_beta: NULL argument");
+  *grad = NULL;
+  *beta = 1.0f;
+  if (!var->requires_grad) return MPT_OK;
+  int fresh = 0;
+  MPT_RETURN_IF(grad_get(tape, var, 0, grad, &fresh));
+  *beta = fresh ? 0.0f : 1.0f;
   return MPT_OK;
 }
 

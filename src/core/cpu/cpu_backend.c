@@ -88,8 +88,10 @@ const mpt__device_backend mpt__cpu_backend = {
     .layernorm_backward = mpt__cpu_layernorm_backward,
     .gelu = mpt__cpu_gelu,
     .gelu_backward = mpt__cpu_gelu_backward,
+    .gelu_backward_write = mpt__cpu_gelu_backward_write,
     .causal_softmax = mpt__cpu_causal_softmax,
     .causal_softmax_backward = mpt__cpu_causal_softmax_backward,
     .xent_vocab = mpt__cpu_xent_vocab,
     .xent_vocab_backward = mpt__cpu_xent_vocab_backward,
+    .xent_vocab_backward_write = mpt__cpu_xent_vocab_backward_write,
 };

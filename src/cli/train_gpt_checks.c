@@ -1,0 +1,130 @@
+/* Checks of the GPT trainer (src/cli/train_gpt.c) before it trains:
+ * - the training and validation shards are different files (a glob of all the .bin files of
+ *   tokenize's folder takes val_*.bin too, and the validation loss then measures memorised
+ *   text); files are compared by device and inode, so other spellings of a path count;
+ * - options given that have no effect in a GPT run (a --checkpoint-every without
+ *   --checkpoint-dir, --momentum with AdamW, DDP options on one rank): a warning each, as the
+ *   mlp/cnn trainer gives (train_auto.c);
+ * - memory, before anything is allocated: a lower
+ * bound of what each rank's model, gradients, optimizer state and forward activations take,
+ * against the memory of the host (the smallest of the physical memory, a cgroup v2 limit and
+ * RLIMIT_AS) shared by the ranks on it. Sizes past the host otherwise end in the kernel's OOM
+ * killer (each allocation alone fits, touching them all does not) rather than in an error.
+ * The bound counts only what the current GPT must hold, so it never refuses a run that fits:
+ * N parameters and N gradients (fp32), AdamW's 2 N (SGD with momentum N) divided by the ranks
+ * (a sharded optimizer holds its part), per token of the B T the 14 C values per layer the
+ * forward keeps (the LayerNorm outputs, qkv, attention output, fc and GELU) and the Vp logits,
+ * and per layer the attention matrix [B, H, T, T] that the reference attention saves for its
+ * backward (src/nn/attention.c; drop the term if attention stops saving it). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli/train_impl.h"
+#include "mpitrain.h"
+
+/* The host's memory limit in bytes for this process (0 unknown). */
+static double host_memory_nbytes(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  double limit = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+  FILE *f = fopen("/sys/fs/cgroup/memory.max", "r"); /* "max" or a byte count */
+  if (f) {
+    double v;
+    if (fscanf(f, "%lf", &v) == 1 && v > 0 && (limit == 0 || v < limit)) limit = v;
+    fclose(f);
+  }
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+      (limit == 0 || (double)rl.rlim_cur < limit))
+    limit = (double)rl.rlim_cur;
+  return limit;
+}
+
+mpt_status trainer_gpt_check_memory(const mpt_cli_options *o, const mpt_gpt_config *cfg,
+                                    int world, int local_ranks) {
+  mpt_gpt_layout lay;
+  MPT_RETURN_IF(mpt_gpt_layout_compute(cfg, &lay));
+  const double n = (double)lay.total, C = cfg->channels, L = cfg->num_layers;
+  const double tokens = (double)o->batch_size * cfg->max_seq_len;
+  const double Vp = cfg->padded_vocab_size ? cfg->padded_vocab_size
+                                           : (double)mpt_gpt_padded_vocab(cfg->vocab_size);
+  double state = o->optim.kind == MPT_OPTIM_ADAMW ? 2 * n : o->optim.momentum > 0 ? n : 0;
+  const double att = L * (double)cfg->num_heads * tokens * cfg->max_seq_len; /* L B H T T */
+  const double need = 4 * (2 * n + state / world + tokens * (14 * L * C + Vp) + att);
+  const double have = host_memory_nbytes();
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  if (have <= 0 || need * local_ranks <= have) return MPT_OK;
+  return MPT_FAIL(MPT_ENOMEM, "--model %s (%.0f parameters, B %lld x T %d) needs at least %.1f "
+                  "GiB per rank (parameters, gradients, optimizer state and the forward's "
+                  "activations); this host has %.1f GiB for %d rank%s: give a smaller "
+                  "--batch-size or model, or fewer ranks per host", o->model, n,
+                  (long long)o->batch_size, cfg->max_seq_len, need / gib, have / gib,
+                  local_ranks, local_ranks == 1 ? "" : "s");
+}
+
+mpt_status trainer_gpt_check_disjoint(const mpt_token_data *train, const mpt_token_data *val) {
+  const int n = mpt_token_data_num_shards(train), m = mpt_token_data_num_shards(val);
+  struct stat *ids = malloc((size_t)n * sizeof *ids);
+  if (!ids) return MPT_FAIL(MPT_ENOMEM, "out of host memory for %d shards", n);
+  mpt_status st = MPT_OK;
+  for (int i = 0; i < n; i++)
+    if (stat(mpt_token_data_shard_path(train, i), &ids[i]) != 0) ids[i].st_ino = 0;
+  for (int j = 0; j < m && st == MPT_OK; j++) {
+    struct stat sb;
+    if (stat(mpt_token_data_shard_path(val, j), &sb) != 0) continue;
+    for (int i = 0; i < n; i++)
+      if (ids[i].st_ino == sb.st_ino && ids[i].st_dev == sb.st_dev) {
+        st = MPT_FAIL(MPT_EINVAL, "token shard '%s' is both a training shard (--shards) and a "
+                      "validation shard (--val-shards, as '%s'): the validation loss would measure "
+                      "text trained on; give --shards a glob without it (e.g. 'DIR/train_*.bin')",
+                      mpt_token_data_shard_path(train, i), mpt_token_data_shard_path(val, j));
+        break;
+      }
+  }
+  free(ids);
+  return st;
+}
+
+/* Whether the option `name` was given (also abbreviated, as getopt_long allows). */
+static int given(const mpt_cli_options *o, const char *name) {
+  for (int i = 1; i < o->argc; i++) {
+    const char *opt;
+    if (strcmp(o->argv[i], "--") == 0) break;
+    if ((opt = mpt_cli_option_name(o->argv[i])) != NULL && strcmp(opt, name) == 0) return 1;
+  }
+  return 0;
+}
+
+static void warn_unused(const mpt_cli_options *o, const char *name, const char *why) {
+  if (given(o, name)) mpt_log(MPT_LOG_WARN, "--%s has no effect: %s", name, why);
+}
+
+void trainer_gpt_warn_unused(const mpt_cli_options *o, int world) {
+  if (!o->checkpoint_dir[0]) {
+    warn_unused(o, "checkpoint-every", "no --checkpoint-dir");
+    warn_unused(o, "keep", "no --checkpoint-dir");
+  }
+  if (o->optim.kind != MPT_OPTIM_SGD) {
+    warn_unused(o, "momentum", "AdamW has no momentum option (its betas are 0.9, 0.95)");
+    warn_unused(o, "nesterov", "it applies to SGD only");
+  }
+  if (o->schedule.kind != MPT_LR_STEP) {
+    warn_unused(o, "step-size", "it applies to --schedule step only");
+    warn_unused(o, "gamma", "it applies to --schedule step only");
+  }
+  if (o->schedule.kind != MPT_LR_COSINE)
+    warn_unused(o, "min-lr", "it applies to --schedule cosine only");
+  if (world == 1) {
+    const char *why = "one rank: there is no DDP engine (run under mpirun -np N)";
+    warn_unused(o, "bucket-cap-mb", why);
+    warn_unused(o, "first-bucket-cap-mb", why);
+    warn_unused(o, "no-overlap", why);
+    warn_unused(o, "find-unused-parameters", why);
+    warn_unused(o, "grad-comm", why);
+    warn_unused(o, "zero", why);
+    warn_unused(o, "check-collectives", "one rank: no collective to compare");
+  }
+}
