@@ -23,7 +23,8 @@
 #                CPU process), test_comm_cuda_np2.sh (2 ranks on the GPU, staged MPI backend),
 #                test_cuda_gpt_ops and test_cuda_gpt (the transformer ops and a tiny GPT on the
 #                GPU against the CPU), test_train_gpt_cuda.sh (`mpitrain train --model gpt
-#                --device cuda` against --device cpu: SGD, AdamW, --accumulate, resume);
+#                --device cuda` against --device cpu: SGD, AdamW, --accumulate, resume),
+#                test_cuda_bf16 (the bf16 GEMM through cublasGemmEx);
 #   build        the trainer and the all-reduce benchmark;
 #   train        `cnn` on the GPU (mpirun -np 1, --device cuda), GPU_CHECK_EPOCH_STEPS steps
 #                (default 300) of batch 64; samples/s;
@@ -372,9 +373,10 @@ setup_cuda() {
 # against one process (1 and 2 ranks), DataParallel on CUDA. They must PASS on a GPU; in a dry
 # run without one they SKIP (exit 77), visibly.
 CUDA_TESTS="tests/test_cuda_ops tests/test_cuda_stream tests/test_comm_cuda tests/test_dp_cuda
-tests/test_comm_cuda_np2.sh tests/test_cuda_gpt_ops tests/test_cuda_gpt tests/test_train_gpt_cuda.sh"
+tests/test_comm_cuda_np2.sh tests/test_cuda_gpt_ops tests/test_cuda_gpt tests/test_train_gpt_cuda.sh
+tests/test_cuda_bf16"
 CUDA_TEST_PROGRAMS="tests/test_cuda_ops tests/test_cuda_stream tests/test_comm_cuda tests/test_dp_cuda
-tests/test_cuda_gpt_ops tests/test_cuda_gpt mpitrain"
+tests/test_cuda_gpt_ops tests/test_cuda_gpt mpitrain tests/test_cuda_bf16"
 
 run_tests() {
   local t rc=0 res

@@ -74,6 +74,8 @@ static void check_run(const mpt_cli_options *o) {
     if (o->mlp.hidden[i] < 1 || o->mlp.hidden[i] > (1 << 20))
       fuzz_fail("hidden[%d] = %lld", i, (long long)o->mlp.hidden[i]);
   if (o->optim.nesterov && !(o->optim.momentum > 0)) fuzz_fail("nesterov without momentum");
+  if (o->precision != MPT_PRECISION_FP32 && o->precision != MPT_PRECISION_BF16)
+    fuzz_fail("precision %d", (int)o->precision);
   if (o->mode != MPT_MODE_SINGLE_OR_DDP && o->mode != MPT_MODE_DP) fuzz_fail("mode %d", o->mode);
   if ((o->ddp.zero != 0 && o->ddp.zero != 1) || (o->ddp.zero && o->mode == MPT_MODE_DP))
     fuzz_fail("zero stage %d with mode %d", o->ddp.zero, o->mode);

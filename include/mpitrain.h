@@ -5,6 +5,7 @@
 #include "mpitrain/core.h"
 #include "mpitrain/ops.h"
 #include "mpitrain/ops_gpt.h"
+#include "mpitrain/ops_bf16.h"
 #include "mpitrain/nn.h"
 #include "mpitrain/autograd.h"
 #include "mpitrain/transformer.h"

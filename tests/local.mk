@@ -36,6 +36,10 @@ EXTRA_DIST += tests/test_gpu_check.sh
 # issue 13: mpitrain generate (a hand-made model file with a known output: greedy, top-k, seeds)
 TESTS += tests/test_generate.sh
 EXTRA_DIST += tests/test_generate.sh
+# issue 14: --precision fp32|bf16 (refusals, fp32 vs bf16 losses for mlp, cnn and a tiny GPT,
+# 2-rank replicas)
+TESTS += tests/test_precision.sh
+EXTRA_DIST += tests/test_precision.sh
 # issue 13: bad inputs and misuse of tokenize, token shards, model files, train --model gpt, generate
 TESTS += tests/test_gpt_bad_input.sh
 EXTRA_DIST += tests/test_gpt_bad_input.sh

@@ -62,6 +62,8 @@ typedef struct mpt_dp_config {
   int output_device;  /* index IN THE DEVICE LIST where outputs are gathered (0: the first) */
   int gather_outputs; /* 1: gather the logits every step (DataParallel does); 0: skip it */
   double timeout_ms;  /* deadline of every wait for a replica, > 0 (300000) */
+  mpt_precision precision; /* every replica's tape (mpt_tape_set_precision, nn.h): FP32
+                            * (default) or BF16; mpt_dp_init fails as that call does */
 } mpt_dp_config;
 
 MPT_API mpt_dp_config mpt_dp_config_default(void);

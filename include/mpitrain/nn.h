@@ -29,6 +29,7 @@
 #define MPITRAIN_NN_H
 
 #include "mpitrain/core.h"
+#include "mpitrain/ops_bf16.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -245,6 +246,17 @@ MPT_API void mpt_tape_reset(mpt_tape *tape, uint64_t seed);
 /* With grad disabled, ops compute values but record nothing (evaluation). Default: enabled. */
 MPT_API void mpt_tape_set_grad_enabled(mpt_tape *tape, int enabled);
 MPT_API int mpt_tape_grad_enabled(const mpt_tape *tape);
+/* The arithmetic of the GEMMs and convolutions this tape records (ops_bf16.h): Linear
+ * (mpt_nn_linear, mpt_nn_linear_nd, so the GPT's [B, T, C] linears and its tied head) and
+ * conv2d, forward and both backward products (dX = dY W, dW = dY^T X), take bf16 inputs and
+ * accumulate in float32 with MPT_PRECISION_BF16; every other op, the parameters, the gradients
+ * and the optimizer stay float32. A node keeps the precision it was recorded with, so its
+ * backward matches its forward; set it between passes. Default: MPT_PRECISION_FP32. Errors:
+ * MPT_EINVAL (NULL tape, unknown precision), MPT_ENOTSUP when the tape's device cannot run bf16
+ * natively (mpt_op_bf16_check: a CPU without AVX-512 BF16, a build without oneDNN); the tape
+ * then keeps its precision. */
+MPT_API mpt_status mpt_tape_set_precision(mpt_tape *tape, mpt_precision precision);
+MPT_API mpt_precision mpt_tape_precision(const mpt_tape *tape);
 /* With 0, this tape does not call the model's wrapper hooks (mpt_model_set_hooks): for a tape
  * that a wrapper drives itself, as DataParallel's replica on the model, whose gradients DDP
  * then reduces with mpt_ddp_allreduce_grads. The gradient state is still kept. Default: 1. */

@@ -27,7 +27,7 @@ enum {
   OPT_VERSION, OPT_NO_DECAY_BIAS_NORM, OPT_LOG_FILE, OPT_QUIET, OPT_PROGRESS_INTERVAL,
   OPT_GRAD_COMM, OPT_N_LAYER, OPT_N_HEAD, OPT_N_EMBD, OPT_SEQ_LEN, OPT_VOCAB_SIZE, OPT_SHARDS,
   OPT_VAL_SHARDS, OPT_INIT_FROM, OPT_SAVE_MODEL, OPT_GRAD_CLIP, OPT_VAL_EVERY, OPT_VAL_STEPS,
-  OPT_LOG_EVERY, OPT_ZERO,
+  OPT_LOG_EVERY, OPT_ZERO, OPT_PRECISION,
 };
 
 static const struct option long_options[] = {
@@ -72,6 +72,7 @@ static const struct option long_options[] = {
     {"buffers", required_argument, NULL, OPT_BUFFERS},
     {"grad-comm", required_argument, NULL, OPT_GRAD_COMM},
     {"zero", required_argument, NULL, OPT_ZERO},
+    {"precision", required_argument, NULL, OPT_PRECISION},
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
     {"check-collectives", no_argument, NULL, OPT_CHECK_COLL},
     {"mode", required_argument, NULL, OPT_MODE},
@@ -194,6 +195,9 @@ const char *mpt_cli_usage(void) {
          "  --device cpu|cuda          (default: cuda when every rank sees a GPU, else cpu)\n"
          "  --conv-algo auto|im2col|onednn   convolutions: oneDNN (when built with it) or\n"
          "                             im2col + GEMM (default auto: oneDNN when available)\n"
+         "  --precision fp32|bf16      GEMMs and convolutions: bf16 inputs, fp32 accumulation\n"
+         "                             (oneDNN on CPUs with AVX-512 BF16, cuBLAS on GPUs);\n"
+         "                             weights, gradients, optimizer stay fp32 (default fp32)\n"
          "  --help, --version\n";
 }
 
@@ -543,6 +547,10 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
         else
           r = fail(msg, n, "--zero: '%s' is not a supported ZeRO stage (0: off, 1: sharded "
                    "optimizer state; stages 2 and 3 are not implemented)", a);
+        break;
+      case OPT_PRECISION:
+        if (mpt_precision_parse(a, &o->precision) != MPT_OK)
+          r = fail(msg, n, "--precision: '%s' is not fp32 or bf16", a);
         break;
       case OPT_TIMEOUT:
         if (!(r = parse_f64(name, a, 0.001, 1e6, &f64, msg, n))) o->timeout_s = f64;

@@ -34,6 +34,7 @@ typedef struct mpt_cli_options {
   char trace[4096];       /* Chrome trace */
   char device[32];        /* "cpu" | "cuda" | "" (auto) */
   mpt_conv_algo conv_algo; /* --conv-algo (default AUTO) */
+  mpt_precision precision; /* --precision: GEMMs and convolutions (default fp32, = 0) */
   int shuffle;
   int drop_last;
   int progress;           /* -1 auto (stderr is a terminal), 0 off, 1 on */

@@ -587,7 +587,7 @@ static mpt_status train_run(trainer *t) {
   MPT_RETURN_IF(load_data(t));
   MPT_RETURN_IF(trainer_check_same_data(t));
   MPT_RETURN_IF(make_model(t));
-  MPT_RETURN_IF(mpt_tape_init(&t->tape, t->model, t->stream));
+  MPT_RETURN_IF(trainer_tape_init(t));
   if (t->world > 1) {
     mpt_comm *gc = t->comm;
     if (t->device.type != MPT_DEVICE_CPU) { /* gradients stay on the GPU: NCCL, else MPI staged */
@@ -612,8 +612,7 @@ static mpt_status train_run(trainer *t) {
     MPT_RETURN_IF(mpt_ddp_init(&t->ddp, t->model, gc, t->stream, &dc));
   }
   if (o->mode == MPT_MODE_DP) {
-    mpt_dp_config pc = mpt_dp_config_default();
-    pc.timeout_ms = o->timeout_s * 1e3;
+    const mpt_dp_config pc = trainer_dp_config(o);
     MPT_RETURN_IF(mpt_dp_init(&t->dp, t->model, devices, ndev, t->stream, &pc));
   }
   MPT_RETURN_IF(trainer_opt_init(t->ddp, t->model, &o->optim, t->device, &t->opt));

@@ -328,6 +328,7 @@ static mpt_status setup(gpt_trainer *g) {
             (long long)meta.global_step, (long long)meta.epoch, (long long)meta.step_in_epoch);
   }
   MPT_RETURN_IF(mpt_tape_init(&g->tape, g->model, g->stream));
+  MPT_RETURN_IF(trainer_set_precision(g->tape, o->precision));
 
   int64_t per_epoch = mpt_token_loader_num_steps(g->train_loader) / o->accumulate;
   if (per_epoch < 1)

@@ -154,4 +154,12 @@ mpt_status trainer_check_run_options(const mpt_cli_options *o);
  * one log line with the effective configuration. */
 void trainer_log_configuration(trainer *t);
 
+/* --precision: sets the tape's arithmetic (fp32: nothing to do); bf16 fails with the reason
+ * where the device cannot run it natively (train_precision.c). */
+mpt_status trainer_set_precision(mpt_tape *tape, mpt_precision precision);
+/* t->tape for t->model on t->stream, with --precision (train_precision.c). */
+mpt_status trainer_tape_init(trainer *t);
+/* --mode dp's configuration: --timeout and --precision (train_precision.c). */
+mpt_dp_config trainer_dp_config(const mpt_cli_options *o);
+
 #endif

@@ -11,6 +11,7 @@
 #include <zlib.h>
 
 #include "config.h"
+#include "mpitrain/ops_bf16.h"
 #ifdef MPT_HAVE_ONEDNN
 #include <dnnl.h>
 #endif
@@ -58,6 +59,9 @@ void mpt_cli_print_version(FILE *f) {
   const dnnl_version_t *v = dnnl_version();
   fprintf(f, "oneDNN: %d.%d.%d\n", v->major, v->minor, v->patch);
 #endif
+  /* --precision bf16 on this CPU: "yes", or why not (no oneDNN, no AVX-512 BF16) */
+  const int bf16 = mpt_op_bf16_check(NULL) == MPT_OK;
+  fprintf(f, "bf16 compute (CPU): %s%s\n", bf16 ? "yes" : "no: ", bf16 ? "" : mpt_last_error());
 #ifdef MPT_HAVE_CUDA
   int rt = 0, drv = 0;
   cudaRuntimeGetVersion(&rt);

@@ -8,6 +8,7 @@
 #include "core/keeper.h"
 #include "mpitrain/core.h"
 #include "mpitrain/ops.h"
+#include "mpitrain/ops_bf16.h"
 #include "mpitrain/ops_gpt.h"
 
 typedef struct mpt__device_backend {
@@ -109,6 +110,20 @@ typedef struct mpt__device_backend {
                            int64_t count, float lr, float beta1, float beta2, float eps,
                            float weight_decay, int64_t step);
   mpt_status (*check_finite)(mpt_stream *s, const float *x, int64_t count, int *nonfinite);
+
+  /* Optional: bf16 compute (include/mpitrain/ops_bf16.h), same meaning and order. bf16_check
+   * says whether the device runs them natively (MPT_ENOTSUP with the reason, else MPT_OK). */
+  mpt_status (*bf16_check)(mpt_stream *s);
+  mpt_status (*gemm_bf16)(mpt_stream *s, int trans_a, int trans_b, int64_t m, int64_t n,
+                          int64_t k, float alpha, const float *a, int64_t lda, const float *b,
+                          int64_t ldb, float beta, float *c, int64_t ldc);
+  mpt_status (*conv2d_forward_bf16)(mpt_stream *s, const mpt_conv_geom *g, int64_t n, int64_t o,
+                                    const float *x, const float *w, const float *b, float *y);
+  mpt_status (*conv2d_backward_data_bf16)(mpt_stream *s, const mpt_conv_geom *g, int64_t n,
+                                          int64_t o, const float *w, const float *dy, float *dx);
+  mpt_status (*conv2d_backward_weights_bf16)(mpt_stream *s, const mpt_conv_geom *g, int64_t n,
+                                             int64_t o, const float *x, const float *dy,
+                                             float *dw, float *db);
 
   /* Optional: the transformer ops of include/mpitrain/ops_gpt.h, same meaning and order. */
   mpt_status (*embedding_gpt)(mpt_stream *s, const int32_t *tokens, int64_t b, int64_t t,

@@ -1,5 +1,6 @@
 # src/core: status, logging, devices, streams and events, tensors, RNG, ops (include/mpitrain/core.h, ops.h)
-mpitraininclude_HEADERS += include/mpitrain/core.h include/mpitrain/ops.h include/mpitrain/ops_gpt.h
+mpitraininclude_HEADERS += include/mpitrain/core.h include/mpitrain/ops.h include/mpitrain/ops_gpt.h \
+	include/mpitrain/ops_bf16.h
 libmpitrain_all_la_SOURCES += \
 	src/core/error.h src/core/backend.h src/core/fault.h src/core/fault.c src/core/keeper.h \
 	src/core/status.c src/core/log.c src/core/rng.c src/core/device.c src/core/tensor.c \
@@ -9,7 +10,7 @@ libmpitrain_all_la_SOURCES += \
 	src/core/cpu/ops_cpu.c src/core/cpu/cpu_threads.c src/core/cpu/conv_cpu.c \
 	src/core/cpu/norm_cpu.c src/core/cpu/optim_cpu.c src/core/ops_gpt.c src/core/cpu/gpt_cpu.c
 if HAVE_ONEDNN
-libmpitrain_all_la_SOURCES += src/core/cpu/conv_dnnl.c
+libmpitrain_all_la_SOURCES += src/core/cpu/conv_dnnl.c src/core/cpu/gemm_dnnl.c src/core/cpu/dnnl_check.h
 endif
 
 if HAVE_CHECK
@@ -32,3 +33,11 @@ tests_test_trace_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 endif
 # issue 13: atomic whole-file writes (token shards, llm.c model files)
 libmpitrain_all_la_SOURCES += src/core/atomic_file.h src/core/atomic_file.c
+# issue 14: bf16 compute (include/mpitrain/ops_bf16.h): GEMM, convolutions, the tape's precision
+if HAVE_CHECK
+check_PROGRAMS += tests/test_bf16
+TESTS += tests/test_bf16
+tests_test_bf16_SOURCES = tests/test_bf16.c
+tests_test_bf16_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_bf16_LDADD = libmpitrain_all.la $(CHECK_LIBS) -lm
+endif

@@ -427,3 +427,106 @@ mpt_status mpt_op_check_finite(mpt_stream *stream, const float *x, int64_t count
   NONNULL_CHECK(count, x);
   DISPATCH(check_finite, x, count, nonfinite);
 }
+
+/* ---- bf16 compute (include/mpitrain/ops_bf16.h): the same checks as the float32 ops, then the
+ * backend's bf16 slots; a backend without them (or without a BF16 CPU) says why. ---- */
+
+const char *mpt_precision_name(mpt_precision p) {
+  return p == MPT_PRECISION_FP32 ? "fp32" : p == MPT_PRECISION_BF16 ? "bf16" : "unknown";
+}
+
+mpt_status mpt_precision_parse(const char *text, mpt_precision *p) {
+  if (!text || !p) return MPT_FAIL(MPT_EINVAL, "precision_parse: NULL argument");
+  if (strcmp(text, "fp32") == 0) *p = MPT_PRECISION_FP32;
+  else if (strcmp(text, "bf16") == 0) *p = MPT_PRECISION_BF16;
+  else return MPT_FAIL(MPT_EINVAL, "precision '%s': want fp32 or bf16", text);
+  return MPT_OK;
+}
+
+mpt_status mpt_op_bf16_check(mpt_stream *stream) {
+  const mpt__device_backend *b = mpt__backend_of_stream(stream);
+  if (!b || !b->bf16_check || !b->gemm_bf16)
+    return MPT_FAIL(MPT_ENOTSUP, "bf16 compute is not available on the %s backend of this build%s",
+                    b ? b->name : "unbuilt",
+                    b && strcmp(b->name, "cpu") == 0
+                        ? " (the CPU's bf16 GEMMs and convolutions need oneDNN 2.x, which "
+                          "configure did not find: apt-get install libdnnl-dev, then "
+                          "reconfigure); use --precision fp32"
+                        : "");
+  return b->bf16_check(stream);
+}
+
+mpt_status mpt_op_gemm_bf16(mpt_stream *stream, int trans_a, int trans_b, int64_t m, int64_t n,
+                            int64_t k, float alpha, const float *a, int64_t lda, const float *b,
+                            int64_t ldb, float beta, float *c, int64_t ldc) {
+  REQUIRE_NONNEG(m);
+  REQUIRE_NONNEG(n);
+  REQUIRE_NONNEG(k);
+  MPT_RETURN_IF(mpt_op_bf16_check(stream));
+  if (m == 0 || n == 0) return MPT_OK;
+  /* k == 0: C = beta * C, nothing to round: the float32 op does it (and checks C, ldc) */
+  if (k == 0) return mpt_op_gemm(stream, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta,
+                                 c, ldc);
+  REQUIRE_PTR(c);
+  REQUIRE_PTR(a);
+  REQUIRE_PTR(b);
+  REQUIRE(ldc >= n, "ldc = %lld < n = %lld", (long long)ldc, (long long)n);
+  int64_t min_lda = trans_a ? m : k, min_ldb = trans_b ? k : n;
+  REQUIRE(lda >= min_lda, "lda = %lld < %lld (trans_a = %d)", (long long)lda,
+          (long long)min_lda, trans_a);
+  REQUIRE(ldb >= min_ldb, "ldb = %lld < %lld (trans_b = %d)", (long long)ldb,
+          (long long)min_ldb, trans_b);
+  DISPATCH(gemm_bf16, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+mpt_status mpt_op_gemm_ex(mpt_stream *stream, mpt_precision precision, int trans_a,
+                          int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                          const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                          float *c, int64_t ldc) {
+  if (precision == MPT_PRECISION_FP32)
+    return mpt_op_gemm(stream, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (precision == MPT_PRECISION_BF16)
+    return mpt_op_gemm_bf16(stream, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                            ldc);
+  return MPT_FAIL(MPT_EINVAL, "%s: precision %d is neither fp32 nor bf16", __func__,
+                  (int)precision);
+}
+
+int mpt_op_conv2d_bf16_available(mpt_stream *stream) {
+  const mpt__device_backend *b = mpt__backend_of_stream(stream);
+  return b && b->conv2d_forward_bf16 && b->conv2d_backward_data_bf16 &&
+         b->conv2d_backward_weights_bf16;
+}
+
+mpt_status mpt_op_conv2d_forward_bf16(mpt_stream *stream, const mpt_conv_geom *g, int64_t n,
+                                      int64_t o, const float *x, const float *w, const float *b,
+                                      float *y) {
+  MPT_RETURN_IF(conv_batch_check(__func__, g, n, o));
+  REQUIRE_PTR(x);
+  REQUIRE_PTR(w);
+  REQUIRE_PTR(y);
+  MPT_RETURN_IF(mpt_op_bf16_check(stream));
+  DISPATCH(conv2d_forward_bf16, g, n, o, x, w, b, y);
+}
+
+mpt_status mpt_op_conv2d_backward_data_bf16(mpt_stream *stream, const mpt_conv_geom *g,
+                                            int64_t n, int64_t o, const float *w,
+                                            const float *dy, float *dx) {
+  MPT_RETURN_IF(conv_batch_check(__func__, g, n, o));
+  REQUIRE_PTR(w);
+  REQUIRE_PTR(dy);
+  REQUIRE_PTR(dx);
+  MPT_RETURN_IF(mpt_op_bf16_check(stream));
+  DISPATCH(conv2d_backward_data_bf16, g, n, o, w, dy, dx);
+}
+
+mpt_status mpt_op_conv2d_backward_weights_bf16(mpt_stream *stream, const mpt_conv_geom *g,
+                                               int64_t n, int64_t o, const float *x,
+                                               const float *dy, float *dw, float *db) {
+  MPT_RETURN_IF(conv_batch_check(__func__, g, n, o));
+  REQUIRE_PTR(x);
+  REQUIRE_PTR(dy);
+  REQUIRE_PTR(dw);
+  MPT_RETURN_IF(mpt_op_bf16_check(stream));
+  DISPATCH(conv2d_backward_weights_bf16, g, n, o, x, dy, dw, db);
+}

@@ -97,6 +97,7 @@ mpt_dp_config mpt_dp_config_default(void) {
   c.output_device = 0;
   c.gather_outputs = 1;
   c.timeout_ms = 300000.0;
+  c.precision = MPT_PRECISION_FP32;
   return c;
 }
 
@@ -231,6 +232,7 @@ static mpt_status replica_setup(mpt_dp *d, int k, mpt_device device) {
     MPT_RETURN_IF(mpt_model_replicate(d->model, device, &r->model));
   MPT_RETURN_IF(mpt_stream_init(&r->stream, device, MPT_STREAM_INLINE));
   MPT_RETURN_IF(mpt_tape_init(&r->tape, r->model, r->stream));
+  MPT_RETURN_IF(mpt_tape_set_precision(r->tape, d->cfg.precision));
   /* DataParallel drives its replicas itself: a DDP wrapping the model (hybrid) reduces the
    * gathered gradients with mpt_ddp_allreduce_grads, not from replica 0's backward. */
   mpt_tape_set_model_hooks(r->tape, 0);

@@ -22,6 +22,7 @@
 
 #include "mpitrain/autograd.h"
 #include "mpitrain/ops.h"
+#include "mpitrain/ops_bf16.h"
 
 /* The node's context (mpt_node_ctx). */
 typedef struct conv_ctx {
@@ -29,6 +30,7 @@ typedef struct conv_ctx {
   int64_t n, o;    /* batch, output channels */
   int library;     /* computed by the library convolutions (else im2col + GEMM) */
   float *col;      /* im2col scratch [C*kh*kw, OH*OW] in the arena (im2col only) */
+  mpt_precision precision; /* of the forward (mpt_tape_set_precision): backward matches */
 } conv_ctx;
 _Static_assert(sizeof(conv_ctx) <= MPT_NODE_CTX_BYTES, "conv_ctx too large");
 
@@ -62,10 +64,16 @@ static mpt_status conv2d_backward(mpt_tape *tape, mpt_node *node) {
   const float *xv = mpt_var_value(x)->data, *wv = mpt_var_value(w)->data;
   float *col = c->col;
 
+  const mpt_precision pr = c->precision;
+  const int bf16 = pr == MPT_PRECISION_BF16;
   if (c->library) {
-    if (dw) MPT_RETURN_IF(mpt_op_conv2d_backward_weights(s, &g, n, o, xv, dy, dw, db));
+    if (dw)
+      MPT_RETURN_IF(bf16 ? mpt_op_conv2d_backward_weights_bf16(s, &g, n, o, xv, dy, dw, db)
+                         : mpt_op_conv2d_backward_weights(s, &g, n, o, xv, dy, dw, db));
     else if (db) MPT_RETURN_IF(mpt_op_bias_backward(s, db, dy, n, o, l));
-    if (dx) MPT_RETURN_IF(mpt_op_conv2d_backward_data(s, &g, n, o, wv, dy, dx));
+    if (dx)
+      MPT_RETURN_IF(bf16 ? mpt_op_conv2d_backward_data_bf16(s, &g, n, o, wv, dy, dx)
+                         : mpt_op_conv2d_backward_data(s, &g, n, o, wv, dy, dx));
     return MPT_OK;
   }
   if (db) MPT_RETURN_IF(mpt_op_bias_backward(s, db, dy, n, o, l));
@@ -75,11 +83,13 @@ static mpt_status conv2d_backward(mpt_tape *tape, mpt_node *node) {
     if (dw) {
       MPT_RETURN_IF(mpt_op_im2col(s, &g, xv + i * x_img, col));
       /* dW [O, K] += dy_i [O, L] x col^T [L, K] */
-      MPT_RETURN_IF(mpt_op_gemm(s, 0, 1, o, kdim, l, 1.0f, dy_i, l, col, l, 1.0f, dw, kdim));
+      MPT_RETURN_IF(mpt_op_gemm_ex(s, pr, 0, 1, o, kdim, l, 1.0f, dy_i, l, col, l, 1.0f, dw,
+                                   kdim));
     }
     if (dx) {
       /* dcol [K, L] = W^T [K, O] x dy_i [O, L], then scattered back into the image */
-      MPT_RETURN_IF(mpt_op_gemm(s, 1, 0, kdim, l, o, 1.0f, wv, kdim, dy_i, l, 0.0f, col, l));
+      MPT_RETURN_IF(mpt_op_gemm_ex(s, pr, 1, 0, kdim, l, o, 1.0f, wv, kdim, dy_i, l, 0.0f, col,
+                                   l));
       MPT_RETURN_IF(mpt_op_col2im(s, &g, col, dx + i * x_img));
     }
   }
@@ -121,9 +131,13 @@ mpt_status mpt_nn_conv2d(mpt_tape *tape, mpt_var *x, mpt_var *w, mpt_var *b, int
   const int64_t x_img = g.channels * g.height * g.width, y_img = o * l;
   const int64_t yshape[4] = {n, o, g.out_h, g.out_w};
   const mpt_conv_algo algo = mpt_nn_conv_algo();
+  const mpt_precision pr = mpt_tape_precision(tape);
+  /* bf16: the library's bf16 convolutions where the backend has them, else im2col + bf16 GEMM */
+  const int have_library = pr == MPT_PRECISION_BF16 ? mpt_op_conv2d_bf16_available(s)
+                                                    : mpt_op_conv2d_available(s);
   const int library = algo == MPT_CONV_ALGO_LIBRARY ||
-                      (algo == MPT_CONV_ALGO_AUTO && mpt_op_conv2d_available(s));
-  if (library && !mpt_op_conv2d_available(s))
+                      (algo == MPT_CONV_ALGO_AUTO && have_library);
+  if (library && !have_library)
     return MPT_FAIL(MPT_ENOTSUP, "conv2d: the library convolution was asked for, but this "
                     "build has none for the tape's device (configure found no oneDNN?)");
   mpt_var *out = NULL;
@@ -133,12 +147,14 @@ mpt_status mpt_nn_conv2d(mpt_tape *tape, mpt_var *x, mpt_var *w, mpt_var *b, int
   const float *xv = xt->data, *wv = wt->data;
   float *yv = mpt_var_value(out)->data;
   if (library) {
-    MPT_RETURN_IF(mpt_op_conv2d_forward(s, &g, n, o, xv, wv, b ? mpt_var_value(b)->data : NULL, yv));
+    const float *bv = b ? mpt_var_value(b)->data : NULL;
+    MPT_RETURN_IF(pr == MPT_PRECISION_BF16 ? mpt_op_conv2d_forward_bf16(s, &g, n, o, xv, wv, bv, yv)
+                                           : mpt_op_conv2d_forward(s, &g, n, o, xv, wv, bv, yv));
   } else {
     MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)(kdim * l) * sizeof(float), &col));
     for (int64_t i = 0; i < n; i++) {
       MPT_RETURN_IF(mpt_op_im2col(s, &g, xv + i * x_img, col));
-      MPT_RETURN_IF(mpt_op_gemm(s, 0, 0, o, l, kdim, 1.0f, wv, kdim, col, l, 0.0f,
+      MPT_RETURN_IF(mpt_op_gemm_ex(s, pr, 0, 0, o, l, kdim, 1.0f, wv, kdim, col, l, 0.0f,
                                 yv + i * y_img, l));
     }
     if (b) MPT_RETURN_IF(mpt_op_bias_add(s, yv, mpt_var_value(b)->data, n, o, l));
@@ -150,7 +166,7 @@ mpt_status mpt_nn_conv2d(mpt_tape *tape, mpt_var *x, mpt_var *w, mpt_var *b, int
     mpt_node *node = NULL;
     MPT_RETURN_IF(mpt_tape_record(tape, "conv2d", conv2d_backward, inputs, ninputs, out, &node));
     *(conv_ctx *)mpt_node_ctx(node) = (conv_ctx){.g = g, .n = n, .o = o, .library = library,
-                                                 .col = col};
+                                                 .col = col, .precision = pr};
   }
   *y = out;
   return MPT_OK;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "mpitrain/ops.h"
+#include "mpitrain/ops_bf16.h"
 #include "mpitrain/ops_gpt.h"
 #include "mpitrain/transformer.h"
 #include "nn/gpt_ops.h"
@@ -173,6 +174,7 @@ mpt_status mpt_nn_gelu(mpt_tape *tape, mpt_var *x, mpt_var **y) {
 
 typedef struct linnd_ctx {
   int64_t rows, in, out;
+  mpt_precision precision; /* of the forward (mpt_tape_set_precision): backward matches */
 } linnd_ctx;
 _Static_assert(sizeof(linnd_ctx) <= MPT_NODE_CTX_BYTES, "linnd_ctx too large");
 
@@ -187,11 +189,11 @@ static mpt_status linnd_backward(mpt_tape *tape, mpt_node *node) {
   MPT_RETURN_IF(mpt_var_grad_acc(tape, w, &dw));
   if (b) MPT_RETURN_IF(mpt_var_grad_acc(tape, b, &db));
   /* dx [rows, in] = beta_x dx + dy [rows, out] W [out, in] (beta_x 0: dx is new) */
-  if (dx) MPT_RETURN_IF(mpt_op_gemm(s, 0, 0, k->rows, k->in, k->out, 1.0f, dy, k->out, VAL(w), k->in, beta_x,
-                                    dx, k->in));
+  if (dx) MPT_RETURN_IF(mpt_op_gemm_ex(s, k->precision, 0, 0, k->rows, k->in, k->out, 1.0f, dy, k->out, VAL(w),
+                                       k->in, beta_x, dx, k->in));
   /* dW [out, in] += dy^T [out, rows] x [rows, in] */
-  if (dw) MPT_RETURN_IF(mpt_op_gemm(s, 1, 0, k->out, k->in, k->rows, 1.0f, dy, k->out, VAL(x), k->in,
-                                    1.0f, dw, k->in));
+  if (dw) MPT_RETURN_IF(mpt_op_gemm_ex(s, k->precision, 1, 0, k->out, k->in, k->rows, 1.0f, dy, k->out,
+                                       VAL(x), k->in, 1.0f, dw, k->in));
   if (db) MPT_RETURN_IF(mpt_op_bias_backward(s, db, dy, k->rows, k->out, 1));
   return MPT_OK;
 }
@@ -220,15 +222,17 @@ mpt_status mpt_nn_linear_nd(mpt_tape *tape, mpt_var *x, mpt_var *weight, mpt_var
   mpt_var *o = NULL;
   mpt_stream *s = mpt_tape_stream(tape);
   MPT_RETURN_IF(mpt_tape_new_var(tape, xt->ndim, shape, MPT_F32, &o));
-  MPT_RETURN_IF(mpt_op_gemm(s, 0, 1, rows, out, in, 1.0f, xt->data, in, wt->data, in, 0.0f,
-                            VAL(o), out));
+  const mpt_precision pr = mpt_tape_precision(tape);
+  MPT_RETURN_IF(mpt_op_gemm_ex(s, pr, 0, 1, rows, out, in, 1.0f, xt->data, in, wt->data, in, 0.0f,
+                               VAL(o), out));
   if (bias) MPT_RETURN_IF(mpt_op_bias_add(s, VAL(o), VAL(bias), rows, out, 1));
   mpt_var *inputs[3] = {x, weight, bias};
   const int ninputs = bias ? 3 : 2;
   if (mpt_tape_needs_grad(tape, inputs, ninputs)) {
     mpt_node *node = NULL;
     MPT_RETURN_IF(mpt_tape_record(tape, op, linnd_backward, inputs, ninputs, o, &node));
-    *(linnd_ctx *)mpt_node_ctx(node) = (linnd_ctx){.rows = rows, .in = in, .out = out};
+    *(linnd_ctx *)mpt_node_ctx(node) = (linnd_ctx){.rows = rows, .in = in, .out = out,
+                                                   .precision = pr};
   }
   *y = o;
   return MPT_OK;

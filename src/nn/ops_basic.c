@@ -17,6 +17,7 @@
 
 #include "mpitrain/autograd.h"
 #include "mpitrain/ops.h"
+#include "mpitrain/ops_bf16.h"
 
 #define SHAPE(v, buf) mpt_shape_str(mpt_var_value(v)->ndim, mpt_var_value(v)->shape, buf, sizeof buf)
 
@@ -34,21 +35,28 @@ static const int64_t SCALAR_SHAPE[1] = {1};
 
 /* ---- linear ---- */
 
+/* The node keeps the precision of its forward (mpt_tape_set_precision), so backward matches. */
+typedef struct linear_ctx {
+  mpt_precision precision;
+} linear_ctx;
+_Static_assert(sizeof(linear_ctx) <= MPT_NODE_CTX_BYTES, "linear_ctx too large");
+
 static mpt_status linear_backward(mpt_tape *tape, mpt_node *node) {
   mpt_stream *s = mpt_tape_stream(tape);
   mpt_var *x = mpt_node_input(node, 0), *w = mpt_node_input(node, 1);
   mpt_var *b = mpt_node_num_inputs(node) > 2 ? mpt_node_input(node, 2) : NULL;
   const float *dy = mpt_node_grad_output(node);
+  const mpt_precision pr = ((const linear_ctx *)mpt_node_ctx(node))->precision;
   const int64_t n = mpt_var_value(x)->shape[0], in = mpt_var_value(x)->shape[1], out = mpt_var_value(w)->shape[0];
   float *dx = NULL, *dw = NULL, *db = NULL;
   MPT_RETURN_IF(mpt_var_grad_acc(tape, x, &dx));
   MPT_RETURN_IF(mpt_var_grad_acc(tape, w, &dw));
   if (b) MPT_RETURN_IF(mpt_var_grad_acc(tape, b, &db));
   /* dx [N, in] += dy [N, out] W [out, in] */
-  if (dx) MPT_RETURN_IF(mpt_op_gemm(s, 0, 0, n, in, out, 1.0f, dy, out, mpt_var_value(w)->data, in, 1.0f,
+  if (dx) MPT_RETURN_IF(mpt_op_gemm_ex(s, pr, 0, 0, n, in, out, 1.0f, dy, out, mpt_var_value(w)->data, in, 1.0f,
                                     dx, in));
   /* dW [out, in] += dy^T [out, N] x [N, in] */
-  if (dw) MPT_RETURN_IF(mpt_op_gemm(s, 1, 0, out, in, n, 1.0f, dy, out, mpt_var_value(x)->data, in, 1.0f,
+  if (dw) MPT_RETURN_IF(mpt_op_gemm_ex(s, pr, 1, 0, out, in, n, 1.0f, dy, out, mpt_var_value(x)->data, in, 1.0f,
                                     dw, in));
   if (db) MPT_RETURN_IF(mpt_op_bias_backward(s, db, dy, n, out, 1));
   return MPT_OK;
@@ -73,13 +81,17 @@ mpt_status mpt_nn_linear(mpt_tape *tape, mpt_var *x, mpt_var *w, mpt_var *b, mpt
   const int64_t shape[2] = {n, out};
   MPT_RETURN_IF(mpt_tape_new_var(tape, 2, shape, MPT_F32, &o));
   /* y [N, out] = x [N, in] W^T */
-  MPT_RETURN_IF(mpt_op_gemm(s, 0, 1, n, out, in, 1.0f, mpt_var_value(x)->data, in, mpt_var_value(w)->data, in,
+  const mpt_precision pr = mpt_tape_precision(tape);
+  MPT_RETURN_IF(mpt_op_gemm_ex(s, pr, 0, 1, n, out, in, 1.0f, mpt_var_value(x)->data, in, mpt_var_value(w)->data, in,
                             0.0f, mpt_var_value(o)->data, out));
   if (b) MPT_RETURN_IF(mpt_op_bias_add(s, mpt_var_value(o)->data, mpt_var_value(b)->data, n, out, 1));
   mpt_var *inputs[3] = {x, w, b};
   const int ninputs = b ? 3 : 2;
-  if (mpt_tape_needs_grad(tape, inputs, ninputs))
-    MPT_RETURN_IF(mpt_tape_record(tape, "linear", linear_backward, inputs, ninputs, o, NULL));
+  if (mpt_tape_needs_grad(tape, inputs, ninputs)) {
+    mpt_node *node = NULL;
+    MPT_RETURN_IF(mpt_tape_record(tape, "linear", linear_backward, inputs, ninputs, o, &node));
+    ((linear_ctx *)mpt_node_ctx(node))->precision = pr;
+  }
   *y = o;
   return MPT_OK;
 }

@@ -27,6 +27,7 @@
 #include "core/error.h"
 #include "mpitrain/autograd.h"
 #include "mpitrain/ops.h"
+#include "mpitrain/ops_bf16.h"
 #include "nn/tape.h"
 
 #define ARENA_ALIGN ((size_t)64)
@@ -91,6 +92,7 @@ struct mpt_tape {
   int *remaining;        /* [nparams] uses not yet released by backward */
 
   int grad_enabled;
+  mpt_precision precision; /* of the GEMMs and convolutions recorded (default fp32) */
   int model_hooks;   /* call the model's wrapper hooks (default 1) */
   int backward_done; /* backward ran in this pass: the var gradients are spent */
   mpt_grad_ready_fn hook;
@@ -270,6 +272,20 @@ void mpt_tape_set_grad_enabled(mpt_tape *tape, int enabled) {
 }
 
 int mpt_tape_grad_enabled(const mpt_tape *tape) { return tape ? tape->grad_enabled : 0; }
+
+mpt_status mpt_tape_set_precision(mpt_tape *tape, mpt_precision precision) {
+  if (!tape) return MPT_FAIL(MPT_EINVAL, "tape_set_precision: NULL tape");
+  if (precision != MPT_PRECISION_FP32 && precision != MPT_PRECISION_BF16)
+    return MPT_FAIL(MPT_EINVAL, "tape_set_precision: %d is neither fp32 nor bf16",
+                    (int)precision);
+  if (precision == MPT_PRECISION_BF16) MPT_RETURN_IF(mpt_op_bf16_check(tape->stream));
+  tape->precision = precision;
+  return MPT_OK;
+}
+
+mpt_precision mpt_tape_precision(const mpt_tape *tape) {
+  return tape ? tape->precision : MPT_PRECISION_FP32;
+}
 
 void mpt_tape_set_model_hooks(mpt_tape *tape, int enabled) {
   if (tape) tape->model_hooks = enabled != 0;

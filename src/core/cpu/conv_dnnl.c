@@ -15,6 +15,10 @@
  * primitive descriptors with a forward hint for the backward passes, reorders with attributes;
  * see the oneDNN developer guide, "Convolution" and "Reorder" primitives). A plan is only ever used by its thread, so
  * concurrent calls from DataParallel replicas share nothing but the engine, which oneDNN allows.
+ * bf16 (ops_bf16.h, mpt_op_conv2d_*_bf16): the same plans with bf16 "any" layouts for the
+ * inputs (x, w, dy) and float32 for the outputs (y, dx, dw, the bias); the reorders into the
+ * blocked layouts are the float32 -> bf16 conversions (oneDNN rounds to nearest even); the
+ * forward hint of a backward pass is the bf16 forward. The precision is part of the key.
  * Runs synchronously on the calling thread (an in-order CPU stream, waited for before return). */
 #include <cblas.h>
 #include <omp.h>
@@ -24,28 +28,11 @@
 #include <string.h>
 
 #include "core/cpu/cpu.h"
+#include "core/cpu/dnnl_check.h"
 #include "core/error.h"
 
 /* Returns MPT_EDEVICE naming the oneDNN call and its status from the enclosing function. */
-#define DNNL_OK(call)                                                                       \
-  do {                                                                                      \
-    dnnl_status_t st_ = (call);                                                             \
-    if (st_ != dnnl_success)                                                                \
-      return MPT_FAIL(MPT_EDEVICE, "oneDNN: %s failed with status %d (%s)", #call, (int)st_, \
-                      dnnl_status_name(st_));                                               \
-  } while (0)
-
-static const char *dnnl_status_name(dnnl_status_t s) {
-  switch (s) {
-    case dnnl_out_of_memory: return "out of memory";
-    case dnnl_invalid_arguments: return "invalid arguments";
-    case dnnl_unimplemented: return "no implementation for this shape";
-    case dnnl_iterator_ends: return "iterator ends";
-    case dnnl_runtime_error: return "runtime error";
-    case dnnl_not_required: return "not required";
-    default: return "unknown";
-  }
-}
+#define DNNL_OK MPT_DNNL_OK
 
 /* ---- one tensor argument of a primitive: the user's plain memory and, when the primitive
  * wants another layout, a buffer in that layout and the reorder between them ---- */
@@ -69,7 +56,7 @@ enum { PLANS_PER_THREAD = 48 };
 
 typedef struct plan {
   struct plan *next;
-  int64_t key[12]; /* n, C, H, W, o, kh, kw, stride, pad, has_bias, pass, threads */
+  int64_t key[13]; /* n, C, H, W, o, kh, kw, stride, pad, has_bias, pass, threads, bf16 */
   dnnl_stream_t stream;
   dnnl_primitive_t prim;
   arg args[3];          /* fwd: src, weights, dst; bwd data: diff_dst, weights, diff_src;
@@ -166,18 +153,23 @@ static mpt_status arg_move_out(plan *p, arg *a) {
   return MPT_OK;
 }
 
-static mpt_status plain_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims,
-                           dnnl_format_tag_t tag) {
+static mpt_status typed_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims,
+                           dnnl_data_type_t dt, dnnl_format_tag_t tag) {
   dnnl_dims_t d;
   for (int i = 0; i < ndims; i++) d[i] = dims[i];
-  DNNL_OK(dnnl_memory_desc_init_by_tag(md, ndims, d, dnnl_f32, tag));
+  DNNL_OK(dnnl_memory_desc_init_by_tag(md, ndims, d, dt, tag));
   return MPT_OK;
+}
+
+static mpt_status plain_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims,
+                           dnnl_format_tag_t tag) {
+  return typed_md(md, ndims, dims, dnnl_f32, tag);
 }
 
 /* Builds p's primitive for its pass. The backward passes are created with the forward's
  * descriptor as the hint oneDNN requires. */
 static mpt_status plan_build(plan *p, const mpt_conv_geom *g, int64_t n, int64_t o, int has_bias,
-                             pass_kind pass) {
+                             pass_kind pass, int bf16) {
   const int64_t xs[4] = {n, g->channels, g->height, g->width};
   const int64_t ws[4] = {o, g->channels, g->kernel_h, g->kernel_w};
   const int64_t ys[4] = {n, o, g->out_h, g->out_w};
@@ -186,9 +178,15 @@ static mpt_status plan_build(plan *p, const mpt_conv_geom *g, int64_t n, int64_t
   MPT_RETURN_IF(plain_md(&w_md, 4, ws, dnnl_oihw));
   MPT_RETURN_IF(plain_md(&y_md, 4, ys, dnnl_nchw));
   MPT_RETURN_IF(plain_md(&b_md, 1, &o, dnnl_x));
-  MPT_RETURN_IF(plain_md(&any_x, 4, xs, dnnl_format_tag_any));
-  MPT_RETURN_IF(plain_md(&any_w, 4, ws, dnnl_format_tag_any));
+  /* The primitive's layouts: inputs in the compute type, outputs (and the forward's y) f32. */
+  const dnnl_data_type_t in_t = bf16 ? dnnl_bf16 : dnnl_f32;
+  dnnl_memory_desc_t any_dx, any_dy, any_dw;
+  MPT_RETURN_IF(typed_md(&any_x, 4, xs, in_t, dnnl_format_tag_any));
+  MPT_RETURN_IF(typed_md(&any_w, 4, ws, in_t, dnnl_format_tag_any));
   MPT_RETURN_IF(plain_md(&any_y, 4, ys, dnnl_format_tag_any));
+  MPT_RETURN_IF(plain_md(&any_dx, 4, xs, dnnl_format_tag_any));
+  MPT_RETURN_IF(typed_md(&any_dy, 4, ys, in_t, dnnl_format_tag_any));
+  MPT_RETURN_IF(plain_md(&any_dw, 4, ws, dnnl_format_tag_any));
   const dnnl_dims_t strides = {g->stride, g->stride}, pad = {g->pad, g->pad};
   /* Padding on the right as PyTorch has it: whatever the last window leaves uncovered. */
   const dnnl_dims_t pad_r = {(g->out_h - 1) * g->stride + g->kernel_h - g->height - g->pad,
@@ -210,11 +208,11 @@ static mpt_status plan_build(plan *p, const mpt_conv_geom *g, int64_t n, int64_t
       fpd = NULL;
     } else {
       st = pass == PASS_BWD_DATA
-               ? dnnl_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &any_x,
-                                                          &any_w, &any_y, strides, pad, pad_r)
+               ? dnnl_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &any_dx,
+                                                          &any_w, &any_dy, strides, pad, pad_r)
                : dnnl_convolution_backward_weights_desc_init(&bd, dnnl_convolution_direct,
-                                                             &any_x, &any_w,
-                                                             has_bias ? &b_md : NULL, &any_y,
+                                                             &any_x, &any_dw,
+                                                             has_bias ? &b_md : NULL, &any_dy,
                                                              strides, pad, pad_r);
       if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &bd, attr, engine, fpd);
     }
@@ -281,14 +279,14 @@ static mpt_status plan_build(plan *p, const mpt_conv_geom *g, int64_t n, int64_t
  * cores ran its convolutions on 2 threads (the OpenMP default, the core count): 4 spinning
  * threads on 2 cores, a step 2.5x slower. */
 static mpt_status plan_get(const mpt_conv_geom *g, int64_t n, int64_t o, int has_bias,
-                           pass_kind pass, plan **out) {
+                           pass_kind pass, int bf16, plan **out) {
   pthread_once(&engine_once, engine_init);
   DNNL_OK(engine_status);
   int threads = openblas_get_num_threads();
   if (threads < 1) threads = 1;
   omp_set_num_threads(threads);
-  const int64_t key[12] = {n, g->channels, g->height, g->width, o, g->kernel_h, g->kernel_w,
-                           g->stride, g->pad, has_bias, pass, threads};
+  const int64_t key[13] = {n, g->channels, g->height, g->width, o, g->kernel_h, g->kernel_w,
+                           g->stride, g->pad, has_bias, pass, threads, bf16};
   plan *head = pthread_getspecific(plans_key);
   for (plan *p = head; p; p = p->next)
     if (memcmp(p->key, key, sizeof key) == 0) {
@@ -301,7 +299,7 @@ static mpt_status plan_get(const mpt_conv_geom *g, int64_t n, int64_t o, int has
   mpt_status rc = MPT_OK;
   if (dnnl_stream_create(&p->stream, engine, dnnl_stream_default_flags) != dnnl_success)
     rc = MPT_FAIL(MPT_EDEVICE, "oneDNN conv: cannot create a stream");
-  if (rc == MPT_OK) rc = plan_build(p, g, n, o, has_bias, pass);
+  if (rc == MPT_OK) rc = plan_build(p, g, n, o, has_bias, pass, bf16);
   if (rc != MPT_OK) {
     plan_free(p);
     return rc;
@@ -355,32 +353,70 @@ static mpt_status plan_run(plan *p, const void *in0, const void *in1, void *out)
   return MPT_OK;
 }
 
+static mpt_status conv_forward(const mpt_conv_geom *g, int64_t n, int64_t o, const float *x,
+                               const float *w, const float *b, float *y, int bf16) {
+  plan *p = NULL;
+  MPT_RETURN_IF(plan_get(g, n, o, b != NULL, PASS_FWD, bf16, &p));
+  if (b) DNNL_OK(dnnl_memory_set_data_handle(p->bias, (void *)b));
+  return plan_run(p, x, w, y);
+}
+
+static mpt_status conv_backward_data(const mpt_conv_geom *g, int64_t n, int64_t o,
+                                     const float *w, const float *dy, float *dx, int bf16) {
+  plan *p = NULL;
+  MPT_RETURN_IF(plan_get(g, n, o, 0, PASS_BWD_DATA, bf16, &p));
+  return plan_run(p, dy, w, dx);
+}
+
+static mpt_status conv_backward_weights(const mpt_conv_geom *g, int64_t n, int64_t o,
+                                        const float *x, const float *dy, float *dw, float *db,
+                                        int bf16) {
+  plan *p = NULL;
+  MPT_RETURN_IF(plan_get(g, n, o, db != NULL, PASS_BWD_WEIGHTS, bf16, &p));
+  MPT_RETURN_IF(plan_run(p, x, dy, dw));
+  if (db)
+    for (int64_t i = 0; i < o; i++) db[i] += p->bias_buf[i];
+  return MPT_OK;
+}
+
+/* The backend's slots: float32, and bf16 (cpu.h; ops_bf16.h). */
 mpt_status mpt__cpu_conv2d_forward(mpt_stream *s, const mpt_conv_geom *g, int64_t n, int64_t o,
                                    const float *x, const float *w, const float *b, float *y) {
   (void)s;
-  plan *p = NULL;
-  MPT_RETURN_IF(plan_get(g, n, o, b != NULL, PASS_FWD, &p));
-  if (b) DNNL_OK(dnnl_memory_set_data_handle(p->bias, (void *)b));
-  return plan_run(p, x, w, y);
+  return conv_forward(g, n, o, x, w, b, y, 0);
 }
 
 mpt_status mpt__cpu_conv2d_backward_data(mpt_stream *s, const mpt_conv_geom *g, int64_t n,
                                          int64_t o, const float *w, const float *dy,
                                          float *dx) {
   (void)s;
-  plan *p = NULL;
-  MPT_RETURN_IF(plan_get(g, n, o, 0, PASS_BWD_DATA, &p));
-  return plan_run(p, dy, w, dx);
+  return conv_backward_data(g, n, o, w, dy, dx, 0);
 }
 
 mpt_status mpt__cpu_conv2d_backward_weights(mpt_stream *s, const mpt_conv_geom *g, int64_t n,
                                             int64_t o, const float *x, const float *dy,
                                             float *dw, float *db) {
   (void)s;
-  plan *p = NULL;
-  MPT_RETURN_IF(plan_get(g, n, o, db != NULL, PASS_BWD_WEIGHTS, &p));
-  MPT_RETURN_IF(plan_run(p, x, dy, dw));
-  if (db)
-    for (int64_t i = 0; i < o; i++) db[i] += p->bias_buf[i];
-  return MPT_OK;
+  return conv_backward_weights(g, n, o, x, dy, dw, db, 0);
+}
+
+mpt_status mpt__cpu_conv2d_forward_bf16(mpt_stream *s, const mpt_conv_geom *g, int64_t n,
+                                        int64_t o, const float *x, const float *w,
+                                        const float *b, float *y) {
+  MPT_RETURN_IF(mpt__cpu_bf16_check(s));
+  return conv_forward(g, n, o, x, w, b, y, 1);
+}
+
+mpt_status mpt__cpu_conv2d_backward_data_bf16(mpt_stream *s, const mpt_conv_geom *g, int64_t n,
+                                              int64_t o, const float *w, const float *dy,
+                                              float *dx) {
+  MPT_RETURN_IF(mpt__cpu_bf16_check(s));
+  return conv_backward_data(g, n, o, w, dy, dx, 1);
+}
+
+mpt_status mpt__cpu_conv2d_backward_weights_bf16(mpt_stream *s, const mpt_conv_geom *g,
+                                                 int64_t n, int64_t o, const float *x,
+                                                 const float *dy, float *dw, float *db) {
+  MPT_RETURN_IF(mpt__cpu_bf16_check(s));
+  return conv_backward_weights(g, n, o, x, dy, dw, db, 1);
 }

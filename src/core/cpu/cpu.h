@@ -48,6 +48,13 @@ mpt_status mpt__cpu_col2im(mpt_stream *s, const mpt_conv_geom *g, const float *c
 mpt_status mpt__cpu_conv2d_forward(mpt_stream *s, const mpt_conv_geom *g, int64_t n, int64_t o, const float *x, const float *w, const float *b, float *y);
 mpt_status mpt__cpu_conv2d_backward_data(mpt_stream *s, const mpt_conv_geom *g, int64_t n, int64_t o, const float *w, const float *dy, float *dx);
 mpt_status mpt__cpu_conv2d_backward_weights(mpt_stream *s, const mpt_conv_geom *g, int64_t n, int64_t o, const float *x, const float *dy, float *dw, float *db);
+/* gemm_dnnl.c (bf16 GEMM, the BF16 CPU check) and conv_dnnl.c (bf16 convolutions), built with
+ * oneDNN only. */
+mpt_status mpt__cpu_bf16_check(mpt_stream *s);
+mpt_status mpt__cpu_gemm_bf16(mpt_stream *s, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+mpt_status mpt__cpu_conv2d_forward_bf16(mpt_stream *s, const mpt_conv_geom *g, int64_t n, int64_t o, const float *x, const float *w, const float *b, float *y);
+mpt_status mpt__cpu_conv2d_backward_data_bf16(mpt_stream *s, const mpt_conv_geom *g, int64_t n, int64_t o, const float *w, const float *dy, float *dx);
+mpt_status mpt__cpu_conv2d_backward_weights_bf16(mpt_stream *s, const mpt_conv_geom *g, int64_t n, int64_t o, const float *x, const float *dy, float *dw, float *db);
 mpt_status mpt__cpu_maxpool(mpt_stream *s, const mpt_conv_geom *g, int64_t planes, const float *x, float *y, int32_t *argmax);
 mpt_status mpt__cpu_maxpool_backward(mpt_stream *s, const mpt_conv_geom *g, int64_t planes, const float *dy, const int32_t *argmax, float *dx);
 mpt_status mpt__cpu_batchnorm_train(mpt_stream *s, const float *x, int64_t n, int64_t c, int64_t inner, const float *gamma, const float *beta, float eps, float momentum, float *running_mean, float *running_var, float *y, float *save_mean, float *save_invstd);

@@ -64,6 +64,11 @@ const mpt__device_backend mpt__cpu_backend = {
     .conv2d_forward = mpt__cpu_conv2d_forward,
     .conv2d_backward_data = mpt__cpu_conv2d_backward_data,
     .conv2d_backward_weights = mpt__cpu_conv2d_backward_weights,
+    .bf16_check = mpt__cpu_bf16_check,
+    .gemm_bf16 = mpt__cpu_gemm_bf16,
+    .conv2d_forward_bf16 = mpt__cpu_conv2d_forward_bf16,
+    .conv2d_backward_data_bf16 = mpt__cpu_conv2d_backward_data_bf16,
+    .conv2d_backward_weights_bf16 = mpt__cpu_conv2d_backward_weights_bf16,
 #endif
     .maxpool = mpt__cpu_maxpool,
     .maxpool_backward = mpt__cpu_maxpool_backward,

@@ -129,6 +129,9 @@ mpt_status mpt__cuda_relu(mpt_stream *s, float *y, const float *x, int64_t count
 mpt_status mpt__cuda_relu_backward(mpt_stream *s, float *dx, const float *dy, const float *y, int64_t count);
 mpt_status mpt__cuda_dropout(mpt_stream *s, const float *x, float *y, float *mask, int64_t count, float p, uint64_t seed);
 mpt_status mpt__cuda_check_finite(mpt_stream *s, const float *x, int64_t count, int *nonfinite);
+/* ops_cuda.c: bf16 GEMM through cublasGemmEx (include/mpitrain/ops_bf16.h) and its device check. */
+mpt_status mpt__cuda_bf16_check(mpt_stream *s);
+mpt_status mpt__cuda_gemm_bf16(mpt_stream *s, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 /* conv_cudnn.c: the library convolution slots (cuDNN, with im2col + GEMM as the fallback), the
  * im2col versions of the same (the fallback, and the reference of the tests), and the release
  * of a stream's cuDNN handle and plans. */

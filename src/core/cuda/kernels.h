@@ -47,6 +47,11 @@ cudaError_t mpt__cuk_scale_matrix(cudaStream_t s, float *c, int64_t m, int64_t n
 /* *flag (device uint64) = 1 if any x[i] is NaN or infinite, else 0. */
 cudaError_t mpt__cuk_check_finite(cudaStream_t s, const float *x, int64_t n, uint64_t *flag);
 
+/* kernels_bf16.cu: dst (rows x cols, tight, bf16 bits) = round to nearest even of src (row
+ * stride ld). */
+cudaError_t mpt__cuk_round_bf16(cudaStream_t s, const float *src, int64_t rows, int64_t cols,
+                                int64_t ld, uint16_t *dst);
+
 /* kernels_conv.cu */
 cudaError_t mpt__cuk_im2col(cudaStream_t s, mpt_conv_geom g, const float *x, float *col);
 cudaError_t mpt__cuk_col2im(cudaStream_t s, mpt_conv_geom g, const float *col, float *dx);

@@ -39,7 +39,8 @@ libmpitrain_all_la_SOURCES += \
 	src/core/cuda/ops_cuda.c src/core/cuda/ops_cuda_nn.c src/core/cuda/conv_cudnn.c \
 	src/core/cuda/ops_cuda_gpt.c src/core/cuda/kernels_gpt.cu \
 	src/core/cuda/kernels_elementwise.cu src/core/cuda/kernels_conv.cu \
-	src/core/cuda/kernels_norm.cu src/core/cuda/kernels_loss.cu src/core/cuda/kernels_optim.cu
+	src/core/cuda/kernels_norm.cu src/core/cuda/kernels_loss.cu src/core/cuda/kernels_optim.cu \
+	src/core/cuda/kernels_bf16.cu
 # nvcc's host stubs use C++ function-local statics (__cxa_guard_*): link the C++ runtime.
 libmpitrain_all_la_LIBADD += $(CUDA_LIBS) -lstdc++
 
@@ -49,6 +50,7 @@ NVCC_KERNEL_DEPS = $(top_srcdir)/src/core/cuda/kernels_common.cuh \
 src/core/cuda/kernels_elementwise.lo src/core/cuda/kernels_conv.lo: $(NVCC_KERNEL_DEPS)
 src/core/cuda/kernels_norm.lo src/core/cuda/kernels_loss.lo: $(NVCC_KERNEL_DEPS)
 src/core/cuda/kernels_optim.lo src/core/cuda/kernels_gpt.lo: $(NVCC_KERNEL_DEPS)
+src/core/cuda/kernels_bf16.lo: $(NVCC_KERNEL_DEPS)
 
 if HAVE_CHECK
 check_PROGRAMS += tests/test_cuda_ops tests/test_cuda_stream
@@ -64,5 +66,11 @@ TESTS += tests/test_cuda_gpt_ops
 tests_test_cuda_gpt_ops_SOURCES = tests/test_cuda_gpt_ops.c
 tests_test_cuda_gpt_ops_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_cuda_gpt_ops_LDADD = libmpitrain_all.la $(CHECK_LIBS) -lm
+# issue 14: the bf16 GEMM on the GPU (cublasGemmEx) against bf16-rounded products
+check_PROGRAMS += tests/test_cuda_bf16
+TESTS += tests/test_cuda_bf16
+tests_test_cuda_bf16_SOURCES = tests/test_cuda_bf16.c
+tests_test_cuda_bf16_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_cuda_bf16_LDADD = libmpitrain_all.la $(CHECK_LIBS) -lm
 endif
 endif

@@ -180,3 +180,57 @@ mpt_status mpt__cuda_check_finite(mpt_stream *s, const float *x, int64_t count, 
   *nonfinite = host[0] != 0;
   return MPT_OK;
 }
+
+/* ---- bf16 GEMM (include/mpitrain/ops_bf16.h) ----
+ * A and B are rounded to bf16 (round to nearest even, __float2bfloat16_rn: the bits of
+ * mpt_bf16_from_f32) into one stream-ordered temporary (cudaMallocAsync / cudaFreeAsync on the
+ * stream, so it lives exactly as long as the GEMM that reads it), tight; then cublasGemmEx with
+ * CUDA_R_16BF inputs, a CUDA_R_32F output that is C, CUBLAS_COMPUTE_32F (products accumulated
+ * in float32), operands swapped for row-major as in mpt__cuda_gemm. bf16 tensor-core GEMMs need
+ * compute capability 8.0 (Ampere) or newer: an older device is refused by mpt__cuda_bf16_check. */
+mpt_status mpt__cuda_bf16_check(mpt_stream *s) {
+  MPT_RETURN_IF(mpt__cuda_stream_enter(s));
+  int major = 0;
+  MPT_CUDA_RETURN_IF(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, DEV(s)),
+                     DEV(s));
+  if (major < 8)
+    return MPT_FAIL(MPT_ENOTSUP, "bf16 compute needs a GPU of compute capability 8.0 or newer; "
+                    "cuda:%d is %d.x: use --precision fp32", DEV(s), major);
+  return MPT_OK;
+}
+
+mpt_status mpt__cuda_gemm_bf16(mpt_stream *s, int trans_a, int trans_b, int64_t m, int64_t n,
+                               int64_t k, float alpha, const float *a, int64_t lda,
+                               const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+  MPT_RETURN_IF(mpt__cuda_stream_enter(s));
+  if (k == 0) return mpt__cuda_gemm(s, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                                    ldc);
+  if (m > INT_MAX || n > INT_MAX || k > INT_MAX || ldc > INT_MAX)
+    return MPT_FAIL(MPT_ENOTSUP, "gemm_bf16: m=%lld n=%lld k=%lld (ldc %lld) exceed cuBLAS's "
+                    "32-bit int", (long long)m, (long long)n, (long long)k, (long long)ldc);
+  cublasHandle_t h;
+  MPT_RETURN_IF(blas_of(s, &h));
+  const int64_t ra = trans_a ? k : m, ca = trans_a ? m : k; /* A as stored: ra x ca, ld lda */
+  const int64_t rb = trans_b ? n : k, cb = trans_b ? k : n;
+  void *tmp = NULL;
+  MPT_CUDA_RETURN_IF(cudaMallocAsync(&tmp, (size_t)(ra * ca + rb * cb) * sizeof(uint16_t), s->cs),
+                     DEV(s));
+  uint16_t *ha = tmp, *hb = (uint16_t *)tmp + ra * ca;
+  mpt_status st = MPT_OK;
+  cudaError_t e = mpt__cuk_round_bf16(s->cs, a, ra, ca, lda, ha);
+  if (e == cudaSuccess) e = mpt__cuk_round_bf16(s->cs, b, rb, cb, ldb, hb);
+  if (e != cudaSuccess) st = mpt__cuda_fail(e, "mpt__cuk_round_bf16", __FILE__, __LINE__, DEV(s));
+  if (st == MPT_OK) {
+    cublasStatus_t be = cublasGemmEx(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                     trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m, (int)k,
+                                     &alpha, hb, CUDA_R_16BF, (int)cb, ha, CUDA_R_16BF, (int)ca,
+                                     &beta, c, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F,
+                                     CUBLAS_GEMM_DEFAULT);
+    if (be != CUBLAS_STATUS_SUCCESS)
+      st = mpt__cublas_fail(be, "cublasGemmEx(bf16 x bf16 -> f32)", __FILE__, __LINE__, DEV(s));
+  }
+  e = cudaFreeAsync(tmp, s->cs);
+  if (st == MPT_OK && e != cudaSuccess)
+    st = mpt__cuda_fail(e, "cudaFreeAsync", __FILE__, __LINE__, DEV(s));
+  return st;
+}

@@ -1,0 +1,86 @@
+/* mpitrain bf16 compute: GEMMs and convolutions whose inputs are rounded to bfloat16 and whose
+ * products are accumulated in float32 (mixed precision as in Micikevicius et al., "Mixed
+ * Precision Training", 2018, with bf16 in place of fp16 as in Kalamkar et al., "A Study of
+ * BFLOAT16 for Deep Learning Training", 2019). Everything else stays float32: the arrays these
+ * ops read and write are float32 (rounding happens inside), so parameters, gradients and the
+ * optimizer state stay float32 master copies. The layers choose per tape
+ * (mpt_tape_set_precision, nn.h); these are the ops they call.
+ *
+ * Rounding: float32 -> bf16 rounds to nearest even (mpt_bf16_from_f32, core.h). A bf16 value has
+ * 8 significant bits, so its relative rounding error is at most u = 2^-9; the product of two
+ * bf16 values is exact in float32 (16 <= 24 bits); the sum of K products in float32 adds at most
+ * gamma_K = K 2^-24 / (1 - K 2^-24) relative to sum |a||b|. Hence, for each element of C:
+ *   |C_bf16 - C_exact| <= (2u + u^2 + gamma_K (1 + u)^2) |alpha| sum_k |a_ik| |b_kj|
+ * (plus the rounding of beta * C), and the float32 result is within gamma_K sum |a||b| of exact.
+ * When every input is exactly a bf16 value and all partial sums are exact in float32 (small
+ * integers, say) the result equals the float32 op's bit for bit. Subnormal inputs and products
+ * may be flushed to zero on the CPU (AVX-512 BF16 instructions run with DAZ/FTZ).
+ *
+ * Backends: CPU through oneDNN 2.x (matmul and convolution primitives with bf16 sources and
+ * weights and float32 destinations: AVX-512 BF16 kernels); CUDA through cuBLAS
+ * (cublasGemmEx with CUDA_R_16BF inputs, CUDA_R_32F output, CUBLAS_COMPUTE_32F) after a
+ * rounding kernel; no CUDA bf16 library convolution yet (MPT_ENOTSUP; conv2d on the tape falls
+ * back to im2col + the bf16 GEMM there). Threads: as the float32 ops
+ * (ops.h); the CPU plans are per calling thread and per shape, so concurrent callers are safe.
+ * Errors: as the float32 ops, plus MPT_ENOTSUP from every op when mpt_op_bf16_check fails. */
+#ifndef MPITRAIN_OPS_BF16_H
+#define MPITRAIN_OPS_BF16_H
+
+#include "mpitrain/core.h"
+#include "mpitrain/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Arithmetic of the GEMMs and convolutions (the trainer's --precision). */
+typedef enum mpt_precision { MPT_PRECISION_FP32 = 0, MPT_PRECISION_BF16 = 1 } mpt_precision;
+
+/* "fp32" / "bf16"; "unknown" for any other value. */
+MPT_API const char *mpt_precision_name(mpt_precision p);
+/* Parses "fp32" or "bf16" into *p. Errors: MPT_EINVAL (anything else; NULL). */
+MPT_API mpt_status mpt_precision_parse(const char *text, mpt_precision *p);
+
+/* MPT_OK when the stream's device runs bf16 GEMMs and convolutions natively. Else MPT_ENOTSUP
+ * with a message that says why: a CPU without AVX-512 BF16 (checked by cpuid and by oneDNN's
+ * effective ISA; the library refuses a slow emulation), a build without oneDNN, a backend
+ * without bf16 ops. Cheap after the first call; any thread. */
+MPT_API mpt_status mpt_op_bf16_check(mpt_stream *stream);
+
+/* mpt_op_gemm (ops.h: same arguments, shapes, leading dimensions and k == 0 rule) with A and B
+ * rounded to bf16 and the products accumulated in float32:
+ *   C (M x N) = alpha * bf16(op(A)) bf16(op(B)) + beta * C. */
+MPT_API mpt_status mpt_op_gemm_bf16(mpt_stream *stream, int trans_a, int trans_b, int64_t m,
+                                    int64_t n, int64_t k, float alpha, const float *a,
+                                    int64_t lda, const float *b, int64_t ldb, float beta,
+                                    float *c, int64_t ldc);
+/* mpt_op_gemm for MPT_PRECISION_FP32, mpt_op_gemm_bf16 for MPT_PRECISION_BF16; MPT_EINVAL for
+ * any other precision. */
+MPT_API mpt_status mpt_op_gemm_ex(mpt_stream *stream, mpt_precision precision, int trans_a,
+                                  int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                                  const float *a, int64_t lda, const float *b, int64_t ldb,
+                                  float beta, float *c, int64_t ldc);
+
+/* The library convolutions of ops.h (mpt_op_conv2d_*: same shapes, accumulation and errors)
+ * with x, w and dy rounded to bf16 and float32 accumulation; y, dx, dw and db are float32, the
+ * bias is added in float32. CPU: oneDNN's bf16 convolutions (the reorders into its blocked
+ * layouts round to nearest even). */
+/* 1 when the stream's backend has the bf16 library convolutions below (the CPU with oneDNN),
+ * else 0 (the layers then use im2col + mpt_op_gemm_bf16). */
+MPT_API int mpt_op_conv2d_bf16_available(mpt_stream *stream);
+MPT_API mpt_status mpt_op_conv2d_forward_bf16(mpt_stream *stream, const mpt_conv_geom *g,
+                                              int64_t n, int64_t o, const float *x,
+                                              const float *w, const float *b, float *y);
+MPT_API mpt_status mpt_op_conv2d_backward_data_bf16(mpt_stream *stream, const mpt_conv_geom *g,
+                                                    int64_t n, int64_t o, const float *w,
+                                                    const float *dy, float *dx);
+MPT_API mpt_status mpt_op_conv2d_backward_weights_bf16(mpt_stream *stream,
+                                                       const mpt_conv_geom *g, int64_t n,
+                                                       int64_t o, const float *x,
+                                                       const float *dy, float *dw, float *db);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MPITRAIN_OPS_BF16_H */
