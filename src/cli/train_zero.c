@@ -11,7 +11,7 @@
 #include <sys/resource.h>
 
 #include "cli/train_zero.h"
-#include "core/error.h"
+#include "mpitrain/core.h"
 #include "mpitrain/comm.h"
 
 mpt_status trainer_opt_init(mpt_ddp *ddp, mpt_model *model, const mpt_optimizer_config *cfg,
