@@ -591,20 +591,7 @@ static mpt_status train_run(trainer *t) {
   if (t->world > 1) {
     mpt_comm *gc = t->comm;
     if (t->device.type != MPT_DEVICE_CPU) { /* gradients stay on the GPU: NCCL, else MPI staged */
-      mpt_comm_config cc = mpt_comm_config_default();
-      cc.backend = MPT_COMM_BACKEND_NCCL;
-      cc.device = t->device;
-      cc.timeout_ms = o->timeout_s * 1e3;
-      cc.check_collectives = o->check_collectives;
-      cc.configure_log = 0;
-      mpt_status st = mpt_comm_init(&t->grad_comm, &cc);
-      if (st == MPT_ENOTSUP) {
-        mpt_log(MPT_LOG_WARN, "NCCL is not available (%s): gradients go through MPI, staged in "
-                "host memory", mpt_last_error());
-        cc.backend = MPT_COMM_BACKEND_MPI;
-        st = mpt_comm_init(&t->grad_comm, &cc);
-      }
-      MPT_RETURN_IF(st);
+      MPT_RETURN_IF(trainer_grad_comm_init(o, t->device, &t->grad_comm));
       gc = t->grad_comm;
     }
     mpt_ddp_config dc = o->ddp;

@@ -221,20 +221,7 @@ static mpt_status setup_device(gpt_trainer *g) {
   MPT_RETURN_IF(mpt_comm_bind_device(g->comm, MPT_DEVICE_CUDA, -1, &g->device));
   MPT_RETURN_IF(mpt_stream_init(&g->stream, g->device, MPT_STREAM_INLINE));
   if (g->world == 1) return MPT_OK;
-  mpt_comm_config cc = mpt_comm_config_default();
-  cc.backend = MPT_COMM_BACKEND_NCCL;
-  cc.device = g->device;
-  cc.timeout_ms = o->timeout_s * 1e3;
-  cc.check_collectives = o->check_collectives;
-  cc.configure_log = 0;
-  mpt_status st = mpt_comm_init(&g->grad_comm, &cc);
-  if (st == MPT_ENOTSUP) {
-    mpt_log(MPT_LOG_WARN, "NCCL is not available (%s): gradients go through MPI, staged in host "
-            "memory", mpt_last_error());
-    cc.backend = MPT_COMM_BACKEND_MPI;
-    st = mpt_comm_init(&g->grad_comm, &cc);
-  }
-  return st;
+  return trainer_grad_comm_init(o, g->device, &g->grad_comm);
 }
 
 static mpt_status setup(gpt_trainer *g) {

@@ -94,3 +94,21 @@ mpt_status trainer_memory_report(mpt_comm *comm, const char *when, mpt_model *mo
   free(all);
   return st;
 }
+
+/* See train_zero.h. */
+mpt_status trainer_grad_comm_init(const mpt_cli_options *o, mpt_device device, mpt_comm **out) {
+  mpt_comm_config cc = mpt_comm_config_default();
+  cc.backend = MPT_COMM_BACKEND_NCCL;
+  cc.device = device;
+  cc.timeout_ms = o->timeout_s * 1e3;
+  cc.check_collectives = o->check_collectives;
+  cc.configure_log = 0;
+  mpt_status st = mpt_comm_init(out, &cc);
+  if (st == MPT_ENOTSUP) {
+    mpt_log(MPT_LOG_WARN, "NCCL is not available (%s): gradients go through MPI, staged in host "
+            "memory", mpt_last_error());
+    cc.backend = MPT_COMM_BACKEND_MPI;
+    st = mpt_comm_init(out, &cc);
+  }
+  return st;
+}

@@ -1,7 +1,10 @@
-/* ZeRO-1 and the memory report in the trainers (src/cli/train_zero.c). */
+/* ZeRO-1, the GPU gradient communicator and the memory report in the trainers
+ * (src/cli/train_zero.c). */
 #ifndef MPT_CLI_TRAIN_ZERO_H
 #define MPT_CLI_TRAIN_ZERO_H
 
+#include "cli/options.h"
+#include "mpitrain/comm.h"
 #include "mpitrain/ddp.h"
 #include "mpitrain/optim.h"
 
@@ -24,5 +27,10 @@ mpt_status trainer_opt_whole_done(mpt_ddp *ddp, mpt_optimizer *opt, mpt_optimize
  * `steps` steps run. `when`: "at start" / "at the end". Errors: comm errors, MPT_ENOMEM. */
 mpt_status trainer_memory_report(mpt_comm *comm, const char *when, mpt_model *model,
                                  mpt_optimizer *opt, mpt_ddp *ddp, int64_t steps);
+
+/* Collective: the communicator of a GPU model's gradients, bound to `device`: NCCL, or, where
+ * NCCL is not available (MPT_ENOTSUP, with a warning), MPI staged in host memory; deadline and
+ * --check-collectives from the options. Errors: those of mpt_comm_init. */
+mpt_status trainer_grad_comm_init(const mpt_cli_options *o, mpt_device device, mpt_comm **out);
 
 #endif
