@@ -6,7 +6,12 @@
  * Runs on the calling thread; the stream argument is ignored. Each thread's first GEMM first
  * secures OpenBLAS's per-thread buffer (see blas_thread_prepare). Hot loops are plain, contiguous,
  * over restrict pointers and shaped by MPT_VEC_FOR (vec.h) so that GCC vectorises them at -O2;
- * reductions keep several partial sums. Forward ops overwrite, backward ops accumulate. */
+ * reductions keep several partial sums. Forward ops overwrite, backward ops accumulate.
+ *
+ * Threads (pool.h): fill, copy, axpy, scale and the linear layer's bias add and bias gradient
+ * split large calls over the CPU threads: elements or rows, and for the bias gradient (column
+ * sums) columns, each column keeping the one-thread row order: the same bits at every thread
+ * count. */
 #include <cblas.h>
 #include <errno.h>
 #include <limits.h>
@@ -19,6 +24,7 @@
 #include <sys/resource.h>
 
 #include "core/cpu/cpu.h"
+#include "core/cpu/pool.h"
 #include "core/cpu/vec.h"
 #include "core/error.h"
 
@@ -111,28 +117,76 @@ mpt_status mpt__cpu_gemm(mpt_stream *s, int trans_a, int trans_b, int64_t m, int
   return MPT_OK;
 }
 
+/* Elements per chunk of a memory-bound elementwise op worth a hand-over to another thread. */
+#define PAR_GRAIN_MEM 65536
+
+/* A chunk of n items of `ops` operations each (n: no split), a multiple of `align` items. */
+static int64_t par_chunk(int64_t n, int64_t ops, int64_t align) {
+  const int64_t grain = PAR_GRAIN_MEM / (ops > 0 ? ops : 1);
+  const int64_t ch = mpt__cpu_parallel_chunk(n, grain > 0 ? grain : 1);
+  return ch >= n ? n : (ch + align - 1) / align * align;
+}
+
+typedef struct elem_job {
+  float *y;
+  const float *x;
+  float alpha;
+  int64_t rows, cols;
+} elem_job;
+
+static void fill_range(void *arg, int64_t i0, int64_t i1) {
+  const elem_job *j = arg;
+  float *restrict x = j->y + i0;
+  const float value = j->alpha;
+  MPT_VEC_FOR(i, i1 - i0, x[i] = value);
+}
+
 mpt_status mpt__cpu_fill(mpt_stream *s, float *x, int64_t count, float value) {
   (void)s;
-  MPT_VEC_FOR(i, count, x[i] = value);
+  elem_job j = {.y = x, .alpha = value};
+  mpt__cpu_parallel_for(count, par_chunk(count, 1, 64), fill_range, &j);
   return MPT_OK;
+}
+
+static void copy_range(void *arg, int64_t i0, int64_t i1) {
+  const elem_job *j = arg;
+  memcpy(j->y + i0, j->x + i0, (size_t)(i1 - i0) * sizeof *j->y);
 }
 
 mpt_status mpt__cpu_copy(mpt_stream *s, float *dst, const float *src, int64_t count) {
   (void)s;
-  if (dst != src) memcpy(dst, src, (size_t)count * sizeof *dst);
+  elem_job j = {.y = dst, .x = src};
+  if (dst != src) mpt__cpu_parallel_for(count, par_chunk(count, 1, 64), copy_range, &j);
   return MPT_OK;
+}
+
+static void axpy_range(void *arg, int64_t i0, int64_t i1) {
+  const elem_job *j = arg;
+  const float *restrict x = j->x + i0;
+  float *restrict y = j->y + i0;
+  const float alpha = j->alpha;
+  MPT_VEC_FOR(i, i1 - i0, y[i] += alpha * x[i]);
 }
 
 mpt_status mpt__cpu_axpy(mpt_stream *s, int64_t count, float alpha, const float *restrict x,
                          float *restrict y) {
   (void)s;
-  MPT_VEC_FOR(i, count, y[i] += alpha * x[i]);
+  elem_job j = {.y = y, .x = x, .alpha = alpha};
+  mpt__cpu_parallel_for(count, par_chunk(count, 1, 64), axpy_range, &j);
   return MPT_OK;
+}
+
+static void scale_range(void *arg, int64_t i0, int64_t i1) {
+  const elem_job *j = arg;
+  float *restrict x = j->y + i0;
+  const float alpha = j->alpha;
+  MPT_VEC_FOR(i, i1 - i0, x[i] *= alpha);
 }
 
 mpt_status mpt__cpu_scale(mpt_stream *s, float *x, int64_t count, float alpha) {
   (void)s;
-  MPT_VEC_FOR(i, count, x[i] *= alpha);
+  elem_job j = {.y = x, .alpha = alpha};
+  mpt__cpu_parallel_for(count, par_chunk(count, 1, 64), scale_range, &j);
   return MPT_OK;
 }
 
@@ -177,14 +231,21 @@ mpt_status mpt__cpu_sum_backward(mpt_stream *s, float *dx, int64_t count, const 
   return MPT_OK;
 }
 
+static void bias_add_rows(void *arg, int64_t r0, int64_t r1) {
+  const elem_job *j = arg;
+  const float *restrict bias = j->x;
+  for (int64_t r = r0; r < r1; r++) {
+    float *restrict yr = j->y + r * j->cols;
+    MPT_VEC_FOR(c, j->cols, yr[c] += bias[c]);
+  }
+}
+
 mpt_status mpt__cpu_bias_add(mpt_stream *s, float *restrict y, const float *restrict bias,
                              int64_t rows, int64_t cols, int64_t inner) {
   (void)s;
   if (inner == 1) { /* linear layer: the bias row is added to each row */
-    for (int64_t r = 0; r < rows; r++) {
-      float *yr = y + r * cols;
-      MPT_VEC_FOR(c, cols, yr[c] += bias[c]);
-    }
+    elem_job j = {.y = y, .x = bias, .rows = rows, .cols = cols};
+    mpt__cpu_parallel_for(rows, par_chunk(rows, cols, 1), bias_add_rows, &j);
     return MPT_OK;
   }
   for (int64_t r = 0; r < rows; r++)
@@ -196,15 +257,23 @@ mpt_status mpt__cpu_bias_add(mpt_stream *s, float *restrict y, const float *rest
   return MPT_OK;
 }
 
+/* Columns [c0, c1) of the column sums, accumulated row by row into dbias (in row order). */
+static void bias_backward_cols(void *arg, int64_t c0, int64_t c1) {
+  const elem_job *j = arg;
+  float *restrict db = j->y + c0;
+  for (int64_t r = 0; r < j->rows; r++) {
+    const float *restrict dr = j->x + r * j->cols + c0;
+    MPT_VEC_FOR(c, c1 - c0, db[c] += dr[c]);
+  }
+}
+
 mpt_status mpt__cpu_bias_backward(mpt_stream *s, float *restrict dbias,
                                   const float *restrict dy, int64_t rows, int64_t cols,
                                   int64_t inner) {
   (void)s;
   if (inner == 1) { /* column sums, accumulated row by row into dbias */
-    for (int64_t r = 0; r < rows; r++) {
-      const float *dr = dy + r * cols;
-      MPT_VEC_FOR(c, cols, dbias[c] += dr[c]);
-    }
+    elem_job j = {.y = dbias, .x = dy, .rows = rows, .cols = cols};
+    mpt__cpu_parallel_for(cols, par_chunk(cols, rows, 16), bias_backward_cols, &j);
     return MPT_OK;
   }
   for (int64_t c = 0; c < cols; c++) {
