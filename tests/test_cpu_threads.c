@@ -80,9 +80,12 @@ START_TEST(test_pool_runs_every_chunk_once_and_workers_take_part) {
   mpt__cpu_parallel_for(0, 7, count_range, &j); /* nothing */
   ck_assert_int_eq(mpt__cpu_parallel_chunk(1000000, 10), 1000000); /* one thread: no split */
   OK(mpt_cpu_set_threads(2));
-  ck_assert_int_eq(mpt__cpu_parallel_chunk(15, 10), 15); /* too little work */
+  ck_assert_int_eq(mpt__cpu_parallel_chunk(49, 10), 49); /* too little work: < 5 grains */
   ck_assert_int_eq(mpt__cpu_parallel_chunk(800, 10), 100); /* n / (4 threads) */
-  ck_assert_int_eq(mpt__cpu_parallel_chunk(800, 300), 300);
+  ck_assert_int_eq(mpt__cpu_parallel_chunk(800, 150), 150); /* at least a grain */
+  ck_assert_int_eq(mpt__cpu_parallel_chunk_ps(1000, 1e6, 64, 0), 128); /* grain 10, aligned */
+  ck_assert_int_eq(mpt__cpu_parallel_chunk_ps(1000, 1e6, 16, 1), 512); /* even: n / threads */
+  ck_assert_int_eq(mpt__cpu_parallel_chunk_ps(1000, 1e4, 16, 1), 1000); /* 10 us of work */
 }
 END_TEST
 
@@ -146,7 +149,7 @@ static void check_same_bits(const char *name, op_case fn, size_t cap) {
   free(got);
 }
 
-enum { EB = 4, ET = 200, EC = 200, EV = 64 };
+enum { EB = 8, ET = 200, EC = 200, EV = 64 };
 static void case_embedding(float *out, size_t *n) {
   static int32_t tok[EB * ET];
   static float wte[EV * EC], wpe[ET * EC], dy[EB * ET * EC];
@@ -162,7 +165,7 @@ static void case_embedding(float *out, size_t *n) {
   *n = (size_t)(EB * ET * EC + EV * EC + ET * EC);
 }
 
-enum { LR = 300, LC = 200 };
+enum { LR = 1000, LC = 200 };
 static void case_layernorm(float *out, size_t *n) {
   static float x[LR * LC], w[LC], b[LC], dy[LR * LC];
   fill_uniform(x, LR * LC, 2.0f, 11);
@@ -198,7 +201,7 @@ static void case_gelu(float *out, size_t *n) {
   *n = 3 * (size_t)GN;
 }
 
-enum { SP = 3, ST = 130 };
+enum { SP = 12, ST = 130 };
 static void case_causal_softmax(float *out, size_t *n) {
   float *a = out, *d = a + SP * ST * ST;
   fill_uniform(a, SP * ST * ST, 6.0f, 31);
@@ -208,7 +211,7 @@ static void case_causal_softmax(float *out, size_t *n) {
   *n = 2 * (size_t)(SP * ST * ST);
 }
 
-enum { XN = 70, XVP = 384, XV = 300 };
+enum { XN = 400, XVP = 384, XV = 300 };
 static void case_xent_vocab(float *out, size_t *n) {
   static float l[XN * XVP];
   static int32_t tg[XN];

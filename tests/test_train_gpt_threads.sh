@@ -1,8 +1,8 @@
 #!/bin/sh
 # `mpitrain train --model gpt --threads N` (issue 13): the CPU ops other than GEMM split their
 # work over the rank's threads (src/core/cpu/cpu_pool.c) and must give the bits of one thread.
-# A small GPT (2 layers, 4 heads, 128 channels, T 128, B 4: 512 rows, large enough that every
-# split op splits) trains 6 steps with --threads 1, 2 and 3; the printed losses and gradient
+# A small GPT (2 layers, 4 heads, 128 channels, T 128, B 8: 1024 rows, large enough that most
+# split ops split) trains 6 steps with --threads 1, 2 and 3; the printed losses and gradient
 # norms are the same lines and the --save-model files the same bytes. Prints "N passed, N
 # failed".
 set -u
@@ -23,7 +23,7 @@ awk 'BEGIN { srand(3); split("the a cat dog sat on mat ran fast slow red blue bi
 "$prog" tokenize --bytes --val-fraction 0.1 -o "$tmp/shards" "$tmp/text.txt" > /dev/null ||
   { echo "FAIL: tokenize"; exit 1; }
 args="--model gpt --n-layer 2 --n-head 4 --n-embd 128 --seq-len 128 --vocab-size 256
-      --shards $tmp/shards/train_*.bin --batch-size 4 --lr 3e-3 --max-steps 6 --log-every 1"
+      --shards $tmp/shards/train_*.bin --batch-size 8 --lr 3e-3 --max-steps 6 --log-every 1"
 
 # The step lines without the timing: "step N/6 loss L norm G lr R".
 steps() { sed -n 's/.*\(step .*lr [0-9.e+-]*\).*/\1/p' "$1"; }

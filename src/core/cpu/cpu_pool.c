@@ -195,12 +195,29 @@ void mpt__cpu_parallel_for(int64_t n, int64_t chunk, mpt__cpu_range_fn fn, void 
   pthread_mutex_unlock(&pool.busy);
 }
 
+/* About 10 us of work per chunk, and no split under 5 of them. */
+#define CHUNK_PS 1e7
+enum { MIN_CHUNKS = 5 };
+
 int64_t mpt__cpu_parallel_chunk(int64_t n, int64_t grain) {
   if (grain < 1) grain = 1;
   const int threads = mpt_cpu_threads();
-  if (threads <= 1 || n < 2 * grain) return n > 0 ? n : 1;
+  if (threads <= 1 || n < MIN_CHUNKS * grain) return n > 0 ? n : 1;
   const int64_t c = (n + 4 * (int64_t)threads - 1) / (4 * (int64_t)threads);
   return c > grain ? c : grain;
+}
+
+int64_t mpt__cpu_parallel_chunk_ps(int64_t n, double item_ps, int64_t align, int even) {
+  const double g = item_ps > 0.0 ? CHUNK_PS / item_ps : CHUNK_PS;
+  const int64_t grain = g < 1.0 ? 1 : g > 1e15 ? (int64_t)1e15 : (int64_t)g;
+  int64_t c = mpt__cpu_parallel_chunk(n, grain);
+  if (c >= n) return n > 0 ? n : 1;
+  if (even) {
+    const int threads = mpt_cpu_threads();
+    c = (n + threads - 1) / threads;
+  }
+  if (align > 1) c = (c + align - 1) / align * align;
+  return c < n ? c : n;
 }
 
 int mpt__cpu_parallel_would_split(int64_t n, int64_t chunk) {

@@ -18,16 +18,15 @@
 #include "core/cpu/vmath.h"
 #include "core/error.h"
 
-/* Work per chunk worth a hand-over to another thread, in float operations of a simple loop. */
-#define PAR_GRAIN 32768
+/* Chunks (pool.h) from an item's cost in picoseconds, measured here (one AVX-512 core): rows
+ * and elements balanced over the threads; columns of a sum over rows one wide chunk per thread
+ * (a narrow column chunk strides through every row for little work). */
+static int64_t chunk_of(int64_t n, double item_ps, int64_t align) {
+  return mpt__cpu_parallel_chunk_ps(n, item_ps, align, 0);
+}
 
-/* A chunk for a job of n items of about `ops` float operations each: n (no split) when
- * there is too little work for the threads (pool.h), else a multiple of `align` items (16 for
- * columns of a sum: whole cache lines of its output). */
-static int64_t chunk_of(int64_t n, int64_t ops, int64_t align) {
-  const int64_t grain = PAR_GRAIN / (ops > 0 ? ops : 1);
-  const int64_t ch = mpt__cpu_parallel_chunk(n, grain > 0 ? grain : 1);
-  return ch >= n ? n : (ch + align - 1) / align * align;
+static int64_t column_chunk(int64_t c, double column_ps) {
+  return mpt__cpu_parallel_chunk_ps(c, column_ps, 16, 1);
 }
 
 static mpt_status indices_check(const char *op, const char *what, const int32_t *idx,
@@ -62,7 +61,7 @@ mpt_status mpt__cpu_embedding_gpt(mpt_stream *s, const int32_t *tokens, int64_t 
   (void)s;
   MPT_RETURN_IF(indices_check("embedding_gpt", "tokens", tokens, b * t, vocab));
   embed_job j = {.tokens = tokens, .t = t, .c = c, .wte = wte, .wpe = wpe, .y = y};
-  mpt__cpu_parallel_for(b * t, chunk_of(b * t, c, 1), embed_rows, &j);
+  mpt__cpu_parallel_for(b * t, chunk_of(b * t, 300.0 * c, 1), embed_rows, &j);
   return MPT_OK;
 }
 
@@ -90,7 +89,7 @@ mpt_status mpt__cpu_embedding_gpt_backward(mpt_stream *s, const int32_t *tokens,
   MPT_RETURN_IF(indices_check("embedding_gpt_backward", "tokens", tokens, b * t, vocab));
   embed_job j = {.tokens = tokens, .t = t, .c = c, .rows = b * t, .dy = dy, .dwte = dwte,
                  .dwpe = dwpe};
-  mpt__cpu_parallel_for(c, chunk_of(c, b * t, 16), embed_back_cols, &j);
+  mpt__cpu_parallel_for(c, column_chunk(c, 600.0 * b * t), embed_back_cols, &j);
   return MPT_OK;
 }
 
@@ -139,7 +138,7 @@ mpt_status mpt__cpu_layernorm(mpt_stream *s, const float *x, int64_t rows, int64
   (void)s;
   ln_job j = {.x = x, .w = w, .bias = bias, .rows = rows, .c = c, .eps = eps, .y = y,
               .mean = mean, .rstd = rstd};
-  mpt__cpu_parallel_for(rows, chunk_of(rows, 3 * c, 1), ln_rows, &j);
+  mpt__cpu_parallel_for(rows, chunk_of(rows, 520.0 * c, 1), ln_rows, &j);
   return MPT_OK;
 }
 
@@ -229,7 +228,7 @@ mpt_status mpt__cpu_layernorm_backward(mpt_stream *s, const float *dy, const flo
                                        const float *mean, const float *rstd, float *dx,
                                        float *dw, float *dbias) {
   (void)s;
-  const int64_t rchunk = chunk_of(rows, 4 * c, 1);
+  const int64_t rchunk = chunk_of(rows, 1600.0 * c, 1);
   if (!mpt__cpu_parallel_would_split(rows, rchunk)) { /* one pass, on this thread */
     layernorm_backward_kernel(dy, x, rows, c, w, mean, rstd, dx, dw, dbias);
     return MPT_OK;
@@ -237,7 +236,7 @@ mpt_status mpt__cpu_layernorm_backward(mpt_stream *s, const float *dy, const flo
   ln_job j = {.x = x, .dy = dy, .w = w, .mean_in = mean, .rstd_in = rstd, .rows = rows, .c = c,
               .dx = dx, .dw = dw, .dbias = dbias};
   if (dx) mpt__cpu_parallel_for(rows, rchunk, ln_back_rows, &j);
-  if (dw || dbias) mpt__cpu_parallel_for(c, chunk_of(c, 2 * rows, 16), ln_back_cols, &j);
+  if (dw || dbias) mpt__cpu_parallel_for(c, column_chunk(c, 500.0 * rows), ln_back_cols, &j);
   return MPT_OK;
 }
 
@@ -277,11 +276,10 @@ static void gelu_range(void *arg, int64_t i0, int64_t i1) {
   gelu_kernel(j->y + i0, j->x + i0, i1 - i0);
 }
 
-/* GELU costs about 16 simple operations per element. */
 mpt_status mpt__cpu_gelu(mpt_stream *s, float *y, const float *x, int64_t count) {
   (void)s;
   gelu_job j = {.y = y, .x = x};
-  mpt__cpu_parallel_for(count, chunk_of(count, 16, 64), gelu_range, &j);
+  mpt__cpu_parallel_for(count, chunk_of(count, 1100.0, 64), gelu_range, &j);
   return MPT_OK;
 }
 
@@ -312,7 +310,7 @@ static void gelu_backward_range(void *arg, int64_t i0, int64_t i1) {
 static void gelu_backward_par(float *dx, const float *dy, const float *x, int64_t count,
                               int write) {
   gelu_job j = {.y = dx, .x = x, .dy = dy, .write = write};
-  mpt__cpu_parallel_for(count, chunk_of(count, 16, 64), gelu_backward_range, &j);
+  mpt__cpu_parallel_for(count, chunk_of(count, 1300.0, 64), gelu_backward_range, &j);
 }
 
 mpt_status mpt__cpu_gelu_backward(mpt_stream *s, float *dx, const float *dy, const float *x,
@@ -354,11 +352,11 @@ static void causal_softmax_rows(void *arg, int64_t r0, int64_t r1) {
   causal_softmax_kernel(j->a, r0, r1, j->t);
 }
 
-/* A row costs about 10 t operations on average (half of it masked, the exp). */
 mpt_status mpt__cpu_causal_softmax(mpt_stream *s, float *a, int64_t planes, int64_t t) {
   (void)s;
   softmax_job j = {.a = a, .t = t};
-  mpt__cpu_parallel_for(planes * t, chunk_of(planes * t, 10 * t, 1), causal_softmax_rows, &j);
+  const int64_t rows = planes * t;
+  mpt__cpu_parallel_for(rows, chunk_of(rows, 700.0 * t, 1), causal_softmax_rows, &j);
   return MPT_OK;
 }
 
@@ -391,8 +389,8 @@ mpt_status mpt__cpu_causal_softmax_backward(mpt_stream *s, const float *a, float
                                             int64_t planes, int64_t t) {
   (void)s;
   softmax_job j = {.ca = a, .d = d, .t = t};
-  mpt__cpu_parallel_for(planes * t, chunk_of(planes * t, 3 * t, 1), causal_softmax_backward_rows,
-                        &j);
+  const int64_t rows = planes * t;
+  mpt__cpu_parallel_for(rows, chunk_of(rows, 360.0 * t, 1), causal_softmax_backward_rows, &j);
   return MPT_OK;
 }
 
@@ -439,13 +437,13 @@ static void xent_rows(void *arg, int64_t r0, int64_t r1) {
   }
 }
 
-/* A row costs about 20 v operations (the max, the exp and the sum). Split: each row's term
- * goes to a scratch array, added in row order afterwards, as the one-thread loop adds them. */
+/* Split: each row's term goes to a scratch array, added in row order afterwards, as the
+ * one-thread loop adds them. */
 mpt_status mpt__cpu_xent_vocab(mpt_stream *s, const float *logits, const int32_t *targets,
                                int64_t n, int64_t vp, int64_t v, float *lse, float *loss) {
   (void)s;
   MPT_RETURN_IF(indices_check("xent_vocab", "targets", targets, n, v));
-  const int64_t chunk = chunk_of(n, 20 * v, 1);
+  const int64_t chunk = chunk_of(n, 900.0 * v, 1);
   double total = 0.0, *terms = NULL;
   if (mpt__cpu_parallel_would_split(n, chunk) && (terms = malloc((size_t)n * sizeof *terms))) {
     xent_job j = {.logits = logits, .targets = targets, .vp = vp, .v = v, .lse = lse,
@@ -490,7 +488,7 @@ static mpt_status xent_backward(const float *logits, const int32_t *targets, int
   MPT_RETURN_IF(indices_check("xent_vocab_backward", "targets", targets, n, v));
   xent_job j = {.logits = logits, .lse_in = lse, .targets = targets, .vp = vp, .v = v,
                .dlogits = dlogits, .g = *dloss / (float)n, .write = write};
-  mpt__cpu_parallel_for(n, chunk_of(n, 20 * v, 1), xent_backward_rows, &j);
+  mpt__cpu_parallel_for(n, chunk_of(n, 800.0 * v, 1), xent_backward_rows, &j);
   return MPT_OK;
 }
 

@@ -117,14 +117,10 @@ mpt_status mpt__cpu_gemm(mpt_stream *s, int trans_a, int trans_b, int64_t m, int
   return MPT_OK;
 }
 
-/* Elements per chunk of a memory-bound elementwise op worth a hand-over to another thread. */
-#define PAR_GRAIN_MEM 65536
-
-/* A chunk of n items of `ops` operations each (n: no split), a multiple of `align` items. */
-static int64_t par_chunk(int64_t n, int64_t ops, int64_t align) {
-  const int64_t grain = PAR_GRAIN_MEM / (ops > 0 ? ops : 1);
-  const int64_t ch = mpt__cpu_parallel_chunk(n, grain > 0 ? grain : 1);
-  return ch >= n ? n : (ch + align - 1) / align * align;
+/* A chunk (pool.h) of n items costing item_ps picoseconds each (measured here), a multiple of
+ * `align` items; even: one per thread (the column split of the bias gradient). */
+static int64_t par_chunk(int64_t n, double item_ps, int64_t align, int even) {
+  return mpt__cpu_parallel_chunk_ps(n, item_ps, align, even);
 }
 
 typedef struct elem_job {
@@ -144,7 +140,7 @@ static void fill_range(void *arg, int64_t i0, int64_t i1) {
 mpt_status mpt__cpu_fill(mpt_stream *s, float *x, int64_t count, float value) {
   (void)s;
   elem_job j = {.y = x, .alpha = value};
-  mpt__cpu_parallel_for(count, par_chunk(count, 1, 64), fill_range, &j);
+  mpt__cpu_parallel_for(count, par_chunk(count, 400.0, 64, 0), fill_range, &j);
   return MPT_OK;
 }
 
@@ -156,7 +152,7 @@ static void copy_range(void *arg, int64_t i0, int64_t i1) {
 mpt_status mpt__cpu_copy(mpt_stream *s, float *dst, const float *src, int64_t count) {
   (void)s;
   elem_job j = {.y = dst, .x = src};
-  if (dst != src) mpt__cpu_parallel_for(count, par_chunk(count, 1, 64), copy_range, &j);
+  if (dst != src) mpt__cpu_parallel_for(count, par_chunk(count, 400.0, 64, 0), copy_range, &j);
   return MPT_OK;
 }
 
@@ -172,7 +168,7 @@ mpt_status mpt__cpu_axpy(mpt_stream *s, int64_t count, float alpha, const float 
                          float *restrict y) {
   (void)s;
   elem_job j = {.y = y, .x = x, .alpha = alpha};
-  mpt__cpu_parallel_for(count, par_chunk(count, 1, 64), axpy_range, &j);
+  mpt__cpu_parallel_for(count, par_chunk(count, 400.0, 64, 0), axpy_range, &j);
   return MPT_OK;
 }
 
@@ -186,7 +182,7 @@ static void scale_range(void *arg, int64_t i0, int64_t i1) {
 mpt_status mpt__cpu_scale(mpt_stream *s, float *x, int64_t count, float alpha) {
   (void)s;
   elem_job j = {.y = x, .alpha = alpha};
-  mpt__cpu_parallel_for(count, par_chunk(count, 1, 64), scale_range, &j);
+  mpt__cpu_parallel_for(count, par_chunk(count, 400.0, 64, 0), scale_range, &j);
   return MPT_OK;
 }
 
@@ -245,7 +241,7 @@ mpt_status mpt__cpu_bias_add(mpt_stream *s, float *restrict y, const float *rest
   (void)s;
   if (inner == 1) { /* linear layer: the bias row is added to each row */
     elem_job j = {.y = y, .x = bias, .rows = rows, .cols = cols};
-    mpt__cpu_parallel_for(rows, par_chunk(rows, cols, 1), bias_add_rows, &j);
+    mpt__cpu_parallel_for(rows, par_chunk(rows, 250.0 * cols, 1, 0), bias_add_rows, &j);
     return MPT_OK;
   }
   for (int64_t r = 0; r < rows; r++)
@@ -273,7 +269,7 @@ mpt_status mpt__cpu_bias_backward(mpt_stream *s, float *restrict dbias,
   (void)s;
   if (inner == 1) { /* column sums, accumulated row by row into dbias */
     elem_job j = {.y = dbias, .x = dy, .rows = rows, .cols = cols};
-    mpt__cpu_parallel_for(cols, par_chunk(cols, rows, 16), bias_backward_cols, &j);
+    mpt__cpu_parallel_for(cols, par_chunk(cols, 300.0 * rows, 16, 1), bias_backward_cols, &j);
     return MPT_OK;
   }
   for (int64_t c = 0; c < cols; c++) {

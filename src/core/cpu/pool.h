@@ -29,10 +29,16 @@ typedef void (*mpt__cpu_range_fn)(void *arg, int64_t begin, int64_t end);
 void mpt__cpu_parallel_for(int64_t n, int64_t chunk, mpt__cpu_range_fn fn, void *arg);
 
 /* A chunk size for a job of n independent items whose results do not depend on the chunking:
- * n (one chunk: no threads) when mpt_cpu_threads() is 1 or n < 2 grain, else about n / (4
- * threads), at least grain. grain: items worth at least ~20 us of work, so that the hand-over
- * (waking a worker: a few us) pays. */
+ * n (one chunk: no threads) when mpt_cpu_threads() is 1 or n < 5 grain, else about n / (4
+ * threads) (claimed dynamically: a worker that starts late takes fewer), at least grain.
+ * grain: items worth about 10 us of work, so a split job has at least ~50 us, and waking a
+ * worker (a few us, on the caller) pays. */
 int64_t mpt__cpu_parallel_chunk(int64_t n, int64_t grain);
+
+/* The same from an item's cost in picoseconds (measured: e.g. GELU ~1,100 per element), the
+ * chunk rounded up to a multiple of `align` items. even: about n / threads instead (one wide
+ * chunk per thread: for column splits, whose chunks stride through every row). */
+int64_t mpt__cpu_parallel_chunk_ps(int64_t n, double item_ps, int64_t align, int even);
 
 /* Whether a job of n items in chunks of `chunk` would use the workers now (several chunks and
  * several threads): lets a kernel keep a fused one-thread path. */
