@@ -7,11 +7,13 @@
  * arrays are range-checked here, before anything is written. src/core/ops_gpt.c has checked
  * the other arguments.
  *
- * Threads (pool.h): large calls split over rows (whose results are independent) or, for the
- * sums over rows (LayerNorm's dweight / dbias, the embedding's gradients), over columns, each
- * column keeping the one-thread order: the same bits at every thread count. */
+ * Threads (pool.h): large calls split over rows (whose results are independent); LayerNorm's
+ * dweight / dbias are sums of fixed blocks of rows added in block order, the embedding's
+ * gradients split over columns, each column keeping the one-thread row order: the same bits at
+ * every thread count. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/cpu/cpu.h"
 #include "core/cpu/pool.h"
@@ -124,6 +126,7 @@ typedef struct ln_job {
   int64_t rows, c;
   float eps;
   float *y, *mean, *rstd, *dx, *dw, *dbias;
+  float *part; /* [blocks, 2, c] the blocks' dw and dbias (backward) */
 } ln_job;
 
 static void ln_rows(void *arg, int64_t r0, int64_t r1) {
@@ -192,7 +195,7 @@ static void layernorm_backward_kernel(const float *restrict dy, const float *res
   }
 }
 
-/* Rows [r0, r1) of dx (dw and dbias are the column pass's). */
+/* Rows [r0, r1) of dx alone. */
 static void ln_back_rows(void *arg, int64_t r0, int64_t r1) {
   const ln_job *j = arg;
   const int64_t c = j->c;
@@ -200,43 +203,54 @@ static void ln_back_rows(void *arg, int64_t r0, int64_t r1) {
                             j->rstd_in + r0, j->dx + r0 * c, NULL, NULL);
 }
 
-/* Columns [i0, i1) of dw += dy xhat and dbias += dy over every row in order: the expressions
- * and the order of ln_back_row, so the same bits. */
-MPT_VEC_CLONES
-static void ln_back_cols_kernel(const float *restrict dy, const float *restrict x, int64_t rows,
-                                int64_t c, const float *restrict mean,
-                                const float *restrict rstd, int64_t i0, int64_t i1,
-                                float *restrict dw, float *restrict dbias) {
-  for (int64_t r = 0; r < rows; r++) {
-    const float *xr = x + r * c, *g = dy + r * c;
-    const float m = mean[r], rs = rstd[r];
-    if (dw)
-      for (int64_t i = i0; i < i1; i++) dw[i] += g[i] * ((xr[i] - m) * rs);
-    if (dbias)
-      for (int64_t i = i0; i < i1; i++) dbias[i] += g[i];
+/* Blocks [k0, k1) of MPT__CPU_SUM_ROWS rows: their dx, and each block's dw and dbias summed
+ * from 0 into its own partials (part: [blocks, 2, c]), added in block order afterwards. */
+static void ln_back_blocks(void *arg, int64_t k0, int64_t k1) {
+  const ln_job *j = arg;
+  const int64_t c = j->c;
+  for (int64_t k = k0; k < k1; k++) {
+    const int64_t r0 = k * MPT__CPU_SUM_ROWS;
+    const int64_t r1 = r0 + MPT__CPU_SUM_ROWS < j->rows ? r0 + MPT__CPU_SUM_ROWS : j->rows;
+    float *pw = j->dw ? j->part + 2 * k * c : NULL;
+    float *pb = j->dbias ? j->part + (2 * k + 1) * c : NULL;
+    if (pw) memset(pw, 0, (size_t)c * sizeof *pw);
+    if (pb) memset(pb, 0, (size_t)c * sizeof *pb);
+    layernorm_backward_kernel(j->dy + r0 * c, j->x + r0 * c, r1 - r0, c, j->w, j->mean_in + r0,
+                              j->rstd_in + r0, j->dx ? j->dx + r0 * c : NULL, pw, pb);
   }
 }
 
-static void ln_back_cols(void *arg, int64_t i0, int64_t i1) {
-  const ln_job *j = arg;
-  ln_back_cols_kernel(j->dy, j->x, j->rows, j->c, j->mean_in, j->rstd_in, i0, i1, j->dw,
-                      j->dbias);
-}
-
+/* dx by rows; dw and dbias as sums of blocks of MPT__CPU_SUM_ROWS rows (pool.h), so every
+ * thread count adds the same numbers in the same order. Up to one block: the one-pass kernel. */
 mpt_status mpt__cpu_layernorm_backward(mpt_stream *s, const float *dy, const float *x,
                                        int64_t rows, int64_t c, const float *w,
                                        const float *mean, const float *rstd, float *dx,
                                        float *dw, float *dbias) {
   (void)s;
-  const int64_t rchunk = chunk_of(rows, 1600.0 * c, 1);
-  if (!mpt__cpu_parallel_would_split(rows, rchunk)) { /* one pass, on this thread */
+  ln_job j = {.x = x, .dy = dy, .w = w, .mean_in = mean, .rstd_in = rstd, .rows = rows, .c = c,
+              .dx = dx, .dw = dw, .dbias = dbias};
+  const int64_t blocks = (rows + MPT__CPU_SUM_ROWS - 1) / MPT__CPU_SUM_ROWS;
+  if (!dw && !dbias) {
+    mpt__cpu_parallel_for(rows, chunk_of(rows, 1600.0 * c, 1), ln_back_rows, &j);
+    return MPT_OK;
+  }
+  if (blocks <= 1) {
     layernorm_backward_kernel(dy, x, rows, c, w, mean, rstd, dx, dw, dbias);
     return MPT_OK;
   }
-  ln_job j = {.x = x, .dy = dy, .w = w, .mean_in = mean, .rstd_in = rstd, .rows = rows, .c = c,
-              .dx = dx, .dw = dw, .dbias = dbias};
-  if (dx) mpt__cpu_parallel_for(rows, rchunk, ln_back_rows, &j);
-  if (dw || dbias) mpt__cpu_parallel_for(c, column_chunk(c, 500.0 * rows), ln_back_cols, &j);
+  if (!(j.part = malloc((size_t)(2 * blocks * c) * sizeof *j.part)))
+    return MPT_FAIL(MPT_ENOMEM, "layernorm_backward: %lld floats of partial sums",
+                    (long long)(2 * blocks * c));
+  const int64_t per_block = chunk_of(rows, 1600.0 * c, 1) < rows ? 1 : blocks;
+  mpt__cpu_parallel_for(blocks, per_block, ln_back_blocks, &j);
+  for (int64_t k = 0; k < blocks; k++) {
+    const float *pw = j.part + 2 * k * c, *pb = pw + c;
+    if (dw)
+      for (int64_t i = 0; i < c; i++) dw[i] += pw[i];
+    if (dbias)
+      for (int64_t i = 0; i < c; i++) dbias[i] += pb[i];
+  }
+  free(j.part);
   return MPT_OK;
 }
 

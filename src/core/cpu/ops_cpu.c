@@ -9,9 +9,8 @@
  * reductions keep several partial sums. Forward ops overwrite, backward ops accumulate.
  *
  * Threads (pool.h): fill, copy, axpy, scale and the linear layer's bias add and bias gradient
- * split large calls over the CPU threads: elements or rows, and for the bias gradient (column
- * sums) columns, each column keeping the one-thread row order: the same bits at every thread
- * count. */
+ * split large calls over the CPU threads by elements or rows; the bias gradient (column sums)
+ * as sums of fixed blocks of rows added in block order: the same bits at every thread count. */
 #include <cblas.h>
 #include <errno.h>
 #include <limits.h>
@@ -253,13 +252,20 @@ mpt_status mpt__cpu_bias_add(mpt_stream *s, float *restrict y, const float *rest
   return MPT_OK;
 }
 
-/* Columns [c0, c1) of the column sums, accumulated row by row into dbias (in row order). */
-static void bias_backward_cols(void *arg, int64_t c0, int64_t c1) {
+/* Blocks [k0, k1) of MPT__CPU_SUM_ROWS rows (pool.h): each block's column sums, row by row from
+ * 0, into its own partial sums (part: [blocks, cols]). */
+static void bias_backward_blocks(void *arg, int64_t k0, int64_t k1) {
   const elem_job *j = arg;
-  float *restrict db = j->y + c0;
-  for (int64_t r = 0; r < j->rows; r++) {
-    const float *restrict dr = j->x + r * j->cols + c0;
-    MPT_VEC_FOR(c, c1 - c0, db[c] += dr[c]);
+  const int64_t cols = j->cols;
+  for (int64_t k = k0; k < k1; k++) {
+    const int64_t r0 = k * MPT__CPU_SUM_ROWS;
+    const int64_t r1 = r0 + MPT__CPU_SUM_ROWS < j->rows ? r0 + MPT__CPU_SUM_ROWS : j->rows;
+    float *restrict p = j->y + k * cols;
+    memset(p, 0, (size_t)cols * sizeof *p);
+    for (int64_t r = r0; r < r1; r++) {
+      const float *restrict dr = j->x + r * cols;
+      MPT_VEC_FOR(c, cols, p[c] += dr[c]);
+    }
   }
 }
 
@@ -267,9 +273,26 @@ mpt_status mpt__cpu_bias_backward(mpt_stream *s, float *restrict dbias,
                                   const float *restrict dy, int64_t rows, int64_t cols,
                                   int64_t inner) {
   (void)s;
-  if (inner == 1) { /* column sums, accumulated row by row into dbias */
-    elem_job j = {.y = dbias, .x = dy, .rows = rows, .cols = cols};
-    mpt__cpu_parallel_for(cols, par_chunk(cols, 300.0 * rows, 16, 1), bias_backward_cols, &j);
+  const int64_t blocks = (rows + MPT__CPU_SUM_ROWS - 1) / MPT__CPU_SUM_ROWS;
+  if (inner == 1 && blocks <= 1) { /* column sums, accumulated row by row into dbias */
+    for (int64_t r = 0; r < rows; r++) {
+      const float *dr = dy + r * cols;
+      MPT_VEC_FOR(c, cols, dbias[c] += dr[c]);
+    }
+    return MPT_OK;
+  }
+  if (inner == 1) { /* blocks of rows summed apart (on the threads), then added in order */
+    elem_job j = {.x = dy, .rows = rows, .cols = cols};
+    if (!(j.y = malloc((size_t)(blocks * cols) * sizeof *j.y)))
+      return MPT_FAIL(MPT_ENOMEM, "bias_backward: %lld floats of partial sums",
+                      (long long)(blocks * cols));
+    const int64_t per_block = par_chunk(rows, 250.0 * cols, 1, 0) < rows ? 1 : blocks;
+    mpt__cpu_parallel_for(blocks, per_block, bias_backward_blocks, &j);
+    for (int64_t k = 0; k < blocks; k++) {
+      const float *restrict p = j.y + k * cols;
+      MPT_VEC_FOR(c, cols, dbias[c] += p[c]);
+    }
+    free(j.y);
     return MPT_OK;
   }
   for (int64_t c = 0; c < cols; c++) {

@@ -20,6 +20,11 @@
 
 #include <stdint.h>
 
+/* Rows per block of the sums over rows that split by rows (LayerNorm's dweight / dbias, the
+ * linear layer's bias gradient): each block sums from 0 into its own partial sum, then the
+ * partials are added to the output in block order, at every thread count. */
+#define MPT__CPU_SUM_ROWS 256
+
 /* Computes the items [begin, end) of a job; arg is the caller's. */
 typedef void (*mpt__cpu_range_fn)(void *arg, int64_t begin, int64_t end);
 
