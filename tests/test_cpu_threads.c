@@ -225,7 +225,7 @@ static void case_xent_vocab(float *out, size_t *n) {
   *n = (size_t)(XN + 1 + 2 * XN * XVP);
 }
 
-enum { EN = 300001 };
+enum { EN = 1100001 };
 static void case_elementwise(float *out, size_t *n) {
   static float x[EN];
   fill_uniform(x, EN, 3.0f, 51);

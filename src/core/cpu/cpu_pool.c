@@ -29,7 +29,6 @@
 #endif
 
 enum { MAX_WORKERS = 63 };
-#define WORKER_SPIN_NS 20000L     /* a worker spins this long after a job, then sleeps */
 #define WORKER_SLEEP_NS 100000000L /* one timed wait of a sleeping worker */
 
 static struct {
@@ -66,12 +65,6 @@ static void pool_atfork_child(void) {
 
 static void pool_atfork_register(void) { pthread_atfork(NULL, NULL, pool_atfork_child); }
 
-static int64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* Claims and runs chunks of the open job until none is left; returns how many it ran. */
 static int64_t run_chunks(void) {
   int64_t ran = 0;
@@ -86,15 +79,11 @@ static int64_t run_chunks(void) {
   return ran;
 }
 
-/* Waits until gen differs from `seen`: spins WORKER_SPIN_NS, then sleeps. Returns the new gen. */
+/* Waits until gen differs from `seen`, asleep: no spinning, which measured slower (a worker
+ * spinning 20 us after each job took the core from OpenBLAS's next GEMM: the default MLP at 2
+ * threads ran 0.91x instead of 0.98x; libgomp's spinning made PyTorch 8x slower on this shared
+ * machine, bench/README.md). Returns the new gen. */
 static uint64_t worker_wait(uint64_t seen) {
-  const int64_t t0 = now_ns();
-  for (int k = 0;; k++) {
-    const uint64_t g = atomic_load(&pool.gen);
-    if (g != seen) return g;
-    POOL_PAUSE();
-    if ((k & 63) == 63 && now_ns() - t0 > WORKER_SPIN_NS) break;
-  }
   pthread_mutex_lock(&pool.lock);
   atomic_fetch_add(&pool.sleepers, 1);
   uint64_t g;
