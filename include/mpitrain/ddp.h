@@ -95,10 +95,7 @@ typedef enum {
 
 /* How plain DDP all-reduces a bucket (config.allreduce; ZeRO-1 reduce-scatters, see below). */
 typedef enum {
-  /* The default: RS_AG for gradients in host memory (a CPU model and a comm whose stream is a
-   * CPU worker: the MPI backend on cpu), NATIVE otherwise (NCCL, GPU buffers). */
-  MPT_DDP_ALLREDUCE_AUTO = 0,
-  MPT_DDP_ALLREDUCE_NATIVE = 1, /* the backend's all-reduce (MPI_Allreduce / ncclAllReduce) */
+  MPT_DDP_ALLREDUCE_NATIVE = 0, /* the backend's all-reduce (MPI_Allreduce, ncclAllReduce) */
   /* A reduce-scatter of the bucket (average; mpt_comm_shard's layout) followed by the
    * all-gather of the shards: an all-reduce built as NCCL's ring builds it, with the same
    * bytes on the wire (2 (W-1)/W of the bucket). Each element's sum is then computed by the
@@ -106,13 +103,16 @@ typedef enum {
    * the squares in ZeRO-1's partition and order (below), so plain DDP and ZeRO-1 train bit
    * for bit alike at any world size (MPI's MPI_Allreduce and MPI_Reduce_scatter add the ranks
    * in different orders at W > 2). With bf16 gradients the bfloat16 sums are reduce-scattered
-   * and all-gathered, then widened. Host memory only (others: MPT_ENOTSUP at mpt_ddp_init). */
-  MPT_DDP_ALLREDUCE_RS_AG = 2,
+   * and all-gathered, then widened. Host memory only (a CPU model and a comm whose stream is a
+   * CPU worker: the MPI backend on cpu; others: MPT_ENOTSUP at mpt_ddp_init); at one rank it
+   * is NATIVE. Not the default: with Open MPI 4.1 over shared memory at 2 ranks the two calls
+   * took 1.5-2x MPI_Allreduce's time for 16-64 MiB buckets (docs/zero.md "Limits"). */
+  MPT_DDP_ALLREDUCE_RS_AG = 1,
 } mpt_ddp_allreduce_algo;
 
-/* Parses "auto" | "native" | "rs-ag". Errors: MPT_EINVAL naming the accepted values. */
+/* Parses "native" | "rs-ag". Errors: MPT_EINVAL naming the accepted values. */
 MPT_API mpt_status mpt_ddp_allreduce_algo_parse(const char *text, mpt_ddp_allreduce_algo *algo);
-/* "auto", "native", "rs-ag"; "unknown" otherwise. */
+/* "native", "rs-ag"; "unknown" otherwise. */
 MPT_API const char *mpt_ddp_allreduce_algo_name(mpt_ddp_allreduce_algo algo);
 
 /* Parses "fp32" | "bf16". Errors: MPT_EINVAL naming the accepted values. */
@@ -129,7 +129,7 @@ typedef struct mpt_ddp_config {
   double timeout_ms;          /* deadline of every wait, > 0 (300000) */
   mpt_ddp_grad_comm grad_comm; /* MPT_DDP_GRAD_FP32 */
   int zero;                    /* ZeRO stage: 0 (off, default) or 1 (see "ZeRO-1" below) */
-  mpt_ddp_allreduce_algo allreduce; /* MPT_DDP_ALLREDUCE_AUTO */
+  mpt_ddp_allreduce_algo allreduce; /* MPT_DDP_ALLREDUCE_NATIVE (plain DDP; ZeRO-1 ignores it) */
 } mpt_ddp_config;
 
 MPT_API mpt_ddp_config mpt_ddp_config_default(void);

@@ -41,7 +41,7 @@ mpt_ddp_config mpt_ddp_config_default(void) {
   c.timeout_ms = 300000.0;
   c.grad_comm = MPT_DDP_GRAD_FP32;
   c.zero = 0;
-  c.allreduce = MPT_DDP_ALLREDUCE_AUTO;
+  c.allreduce = MPT_DDP_ALLREDUCE_NATIVE;
   return c;
 }
 
@@ -244,8 +244,7 @@ mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm, mpt_str
     return MPT_FAIL(MPT_ENOTSUP, "ZeRO-1 needs the model in host memory (cpu) for now");
   const int host = mpt_model_device(model).type == MPT_DEVICE_CPU &&
                    mpt_stream_device(mpt_comm_stream(comm)).type == MPT_DEVICE_CPU;
-  if (cfg.allreduce != MPT_DDP_ALLREDUCE_AUTO && cfg.allreduce != MPT_DDP_ALLREDUCE_NATIVE &&
-      cfg.allreduce != MPT_DDP_ALLREDUCE_RS_AG)
+  if (cfg.allreduce != MPT_DDP_ALLREDUCE_NATIVE && cfg.allreduce != MPT_DDP_ALLREDUCE_RS_AG)
     return MPT_FAIL(MPT_EINVAL, "unknown all-reduce algorithm %d", (int)cfg.allreduce);
   if (cfg.allreduce == MPT_DDP_ALLREDUCE_RS_AG && !host)
     return MPT_FAIL(MPT_ENOTSUP, "the rs-ag all-reduce needs the gradients in host memory and "
@@ -269,8 +268,8 @@ mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm, mpt_str
   d->cfg = cfg;
   d->sync = 1;
   d->nparams = mpt_model_num_params(model);
-  d->rsag = !cfg.zero && host && mpt_comm_world_size(comm) > 1 &&
-            cfg.allreduce != MPT_DDP_ALLREDUCE_NATIVE; /* AUTO: rs-ag on host buckets */
+  d->rsag = !cfg.zero && mpt_comm_world_size(comm) > 1 &&
+            cfg.allreduce == MPT_DDP_ALLREDUCE_RS_AG;
   MPT_CHECK(plan_buckets(d), fail);
   size_t nb = (size_t)(d->nbuckets ? d->nbuckets : 1);
   d->bucket_params = calloc(nb, sizeof *d->bucket_params);
