@@ -208,7 +208,8 @@ MPT_API void mpt_ddp_reset_stats(mpt_ddp *ddp);
  *              reduce-scattered, this rank's shard widened and divided by W). Afterwards only
  *              the owned slices of the gradient buffer hold averaged gradients; the rest is
  *              undefined.
- *   clipping   mpt_ddp_clip_grad_norm: each rank's sum of squares over its shard (double), the
+ *   clipping   mpt_ddp_clip_grad_norm: each rank's sum of squares over its shard (double: its
+ *              slice of each bucket in increasing offset, 16 lane-wise sums per slice), the
  *              W sums all-gathered once and added in rank order on every rank, so every rank
  *              gets the same norm and scales its shard.
  *   step       mpt_ddp_optimizer_step: the optimizer (mpt_ddp_optimizer_init: state for the
@@ -225,7 +226,10 @@ MPT_API void mpt_ddp_reset_stats(mpt_ddp *ddp);
  * whole optimizer on the writer (collective), the writer saves that; on resume a whole
  * optimizer is loaded and mpt_ddp_optimizer_scatter copies this rank's shard out of it.
  * The ckpt functions refuse a sharded optimizer. mpt_ddp_allreduce_grads reduce-scatters too (the
- * owned slices hold the average afterwards). Host memory only (a model on a device:
+ * owned slices hold the average afterwards).
+ * Plain DDP with config.allreduce = MPT_DDP_ALLREDUCE_RS_AG trains bit for bit as ZeRO-1 at any
+ * world size (the same reduce-scatter per bucket, the same norm); with the default native
+ * all-reduce, at W > 2 the sums are added in another order (docs/zero.md "Limits"). Host memory only (a model on a device:
  * MPT_ENOTSUP at mpt_ddp_init). With ZeRO off every function below does what the plain call
  * does (mpt_optimizer_init, mpt_optimizer_step_model, mpt_clip_grad_norm, a local
  * mpt_op_check_finite), so a trainer can call these always. */
@@ -248,7 +252,9 @@ MPT_API mpt_status mpt_ddp_optimizer_init(mpt_ddp *ddp, mpt_optimizer **opt,
 MPT_API mpt_status mpt_ddp_optimizer_step(mpt_ddp *ddp, mpt_optimizer *opt, mpt_stream *stream,
                                           float lr);
 /* mpt_clip_grad_norm over the averaged gradients of all ranks (see above). Collective with
- * ZeRO-1. A non-finite norm is returned (the same on every rank) and nothing is scaled.
+ * ZeRO-1. Plain DDP with config.allreduce RS_AG: the norm summed as ZeRO-1 sums it (every
+ * rank's shard sum computed locally, added in rank order), then the whole buffer scaled; plain
+ * DDP otherwise: mpt_clip_grad_norm. A non-finite norm is returned (the same on every rank) and nothing is scaled.
  * Errors: MPT_EINVAL (max_norm not > 0), comm errors. */
 MPT_API mpt_status mpt_ddp_clip_grad_norm(mpt_ddp *ddp, mpt_stream *stream, float max_norm,
                                           float *total_norm);
