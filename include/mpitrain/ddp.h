@@ -105,8 +105,9 @@ typedef enum {
    * in different orders at W > 2). With bf16 gradients the bfloat16 sums are reduce-scattered
    * and all-gathered, then widened. Host memory only (a CPU model and a comm whose stream is a
    * CPU worker: the MPI backend on cpu; others: MPT_ENOTSUP at mpt_ddp_init); at one rank it
-   * is NATIVE. Not the default: with Open MPI 4.1 over shared memory at 2 ranks the two calls
-   * took 1.5-2x MPI_Allreduce's time for 16-64 MiB buckets (docs/zero.md "Limits"). */
+   * is NATIVE. Not the default: at 2 ranks over shared memory (Open MPI 4.1) it reached 0.8-1.0x
+   * the bus bandwidth of the native all-reduce for 16-64 MiB buckets, not clearly at par
+   * (docs/zero.md "Limits"). */
   MPT_DDP_ALLREDUCE_RS_AG = 1,
 } mpt_ddp_allreduce_algo;
 
