@@ -115,7 +115,7 @@ PYEOF
 done
 
 # Bad usage: exit 2 with a message.
-run 1 2 "not allreduce, reducescatter or allgather" --coll alltoall
+run 1 2 "not allreduce, reducescatter, allgather or" --coll alltoall
 run 1 2 "reducescatter takes -o sum or avg" --coll reducescatter -o max
 run 1 2 "bfloat16 takes -o sum or avg" -d bfloat16 -o min
 run 1 2 "iallreduce is for --coll allreduce" --coll allgather --raw iallreduce
