@@ -12,12 +12,12 @@
  *   Bit for bit at every W: plain DDP runs with config.allreduce = MPT_DDP_ALLREDUCE_RS_AG
  *   (ddp.h): its all-reduce of a bucket is the reduce-scatter ZeRO-1 issues for the bucket,
  *   followed by an all-gather, and its clipping sums the squares in ZeRO-1's per-shard
- *   partition and rank order. (With MPI_Allreduce instead, the parameters differed from ZeRO-1's by 2e-6 to
- *   1.4e-5 relative after 20 AdamW steps at W = 3 and 4: MPI's all-reduce and reduce-scatter
- *   add the ranks in different orders, and AdamW turns ulps of an average that nearly cancels
- *   into more; bf16 sums diverged entirely.) A fault (a shard not stepped, a bucket not
- *   gathered, a sum instead of a mean, a norm of one shard only) moves parameters by 1e-3 and
- *   more; a different summation order by an ulp or more.
+ *   partition and rank order. (With MPI_Allreduce instead, the parameters differed from
+ *   ZeRO-1's by 2e-6 to 1.4e-5 relative after 20 AdamW steps at W = 3 and 4: MPI's
+ *   all-reduce and reduce-scatter add the ranks in different orders, and AdamW turns ulps of
+ *   an average that nearly cancels into more; bf16 sums diverged entirely.) A fault (a shard
+ *   not stepped, a bucket not gathered, a sum instead of a mean, a norm of one shard only)
+ *   moves parameters by 1e-3 and more; a different summation order by an ulp or more.
  * - Exact averages: small-integer gradients reduce-scattered (fp32 and bf16) are the exact
  *   average on every owned element; one NaN in one rank's shard makes every rank's non-finite
  *   check and clipping norm say so (the ranks skip a step together).

@@ -230,10 +230,10 @@ MPT_API void mpt_ddp_reset_stats(mpt_ddp *ddp);
  * owned slices hold the average afterwards).
  * Plain DDP with config.allreduce = MPT_DDP_ALLREDUCE_RS_AG trains bit for bit as ZeRO-1 at any
  * world size (the same reduce-scatter per bucket, the same norm); with the default native
- * all-reduce, at W > 2 the sums are added in another order (docs/zero.md "Limits"). Host memory only (a model on a device:
- * MPT_ENOTSUP at mpt_ddp_init). With ZeRO off every function below does what the plain call
- * does (mpt_optimizer_init, mpt_optimizer_step_model, mpt_clip_grad_norm, a local
- * mpt_op_check_finite), so a trainer can call these always. */
+ * all-reduce, at W > 2 the sums are added in another order (docs/zero.md "Limits").
+ * Host memory only (a model on a device: MPT_ENOTSUP at mpt_ddp_init). With ZeRO off every
+ * function below does what the plain call does (mpt_optimizer_init, mpt_optimizer_step_model,
+ * mpt_clip_grad_norm, a local mpt_op_check_finite), so a trainer can call these always. */
 
 /* The configured ZeRO stage (0 or 1); 0 for NULL. */
 MPT_API int mpt_ddp_zero_stage(const mpt_ddp *ddp);
@@ -255,7 +255,8 @@ MPT_API mpt_status mpt_ddp_optimizer_step(mpt_ddp *ddp, mpt_optimizer *opt, mpt_
 /* mpt_clip_grad_norm over the averaged gradients of all ranks (see above). Collective with
  * ZeRO-1. Plain DDP with config.allreduce RS_AG: the norm summed as ZeRO-1 sums it (every
  * rank's shard sum computed locally, added in rank order), then the whole buffer scaled; plain
- * DDP otherwise: mpt_clip_grad_norm. A non-finite norm is returned (the same on every rank) and nothing is scaled.
+ * DDP otherwise: mpt_clip_grad_norm. A non-finite norm is returned (the same on every rank)
+ * and nothing is scaled.
  * Errors: MPT_EINVAL (max_norm not > 0), comm errors. */
 MPT_API mpt_status mpt_ddp_clip_grad_norm(mpt_ddp *ddp, mpt_stream *stream, float max_norm,
                                           float *total_norm);

@@ -178,7 +178,8 @@ mpt_status mpt_ddp_clip_grad_norm(mpt_ddp *d, mpt_stream *stream, float max_norm
   if (!(max_norm > 0.0f))
     return MPT_FAIL(MPT_EINVAL, "clip_grad_norm: max_norm = %g must be > 0", (double)max_norm);
   const int world = mpt_comm_world_size(d->comm);
-  double mine = mpt__ddp_shard_sq(d, mpt_comm_rank(d->comm)), sq = 0, *all = malloc(sizeof(double) * (size_t)world);
+  double mine = mpt__ddp_shard_sq(d, mpt_comm_rank(d->comm)), sq = 0;
+  double *all = malloc(sizeof(double) * (size_t)world);
   if (!all) return MPT_FAIL(MPT_ENOMEM, "clip_grad_norm: %d ranks", world);
   /* The doubles as bytes: every rank adds the same W values in rank order, so all agree. */
   MPT_CHECK(mpt_comm_allgather_sync(d->comm, &mine, all, (int64_t)sizeof mine, MPT_U8), done);
