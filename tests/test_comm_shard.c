@@ -187,7 +187,7 @@ static int reset_peak(void) {
 }
 
 /* A 32 MiB reduce-scatter in place (8 Mi + 1 floats: pieces of 1 Mi elements per shard, the last
- * one shorter) is exact, and raises this process's peak resident memory by less than 16 MiB
+ * one shorter) is exact (and so is one of 8 Mi + 1 bfloat16 elements, after the check), and raises this process's peak resident memory by less than 16 MiB
  * above what it held before: Open MPI's MPI_Reduce_scatter over the whole buffer took about
  * twice the message in temporaries (+64 MiB here), which the comm layer's pieces avoid
  * (comm_mpi.c RS_PIECE). The memory check needs /proc/self/clear_refs (else only noted). */
@@ -211,6 +211,19 @@ START_TEST(test_large_reduce_scatter_is_exact_and_bounded_in_memory) {
   }
   free(x);
   ck_assert_msg(wrong == 0, "rank %d: %lld wrong elements of its shard", rank, (long long)wrong);
+  /* the same in bfloat16 (sums of small integers: exact), through the pieces' MPI_Reduce */
+  uint16_t *h = xmalloc(sizeof(uint16_t) * (size_t)n);
+  for (int64_t i = 0; i < n; i++) h[i] = mpt_bf16_from_f32(input_value(rank, i));
+  ck_assert_int_eq(mpt_comm_reduce_scatter(comm, NULL, h, h + off, n, MPT_BF16, MPT_REDUCE_SUM),
+                   MPT_OK);
+  ck_assert_int_eq(sync_stream(mpt_comm_stream(comm)), MPT_OK);
+  for (int64_t i = 0; i < mine; i++) {
+    float want = 0;
+    for (int r = 0; r < world; r++) want += input_value(r, off + i);
+    wrong += mpt_bf16_to_f32(h[off + i]) != want;
+  }
+  free(h);
+  ck_assert_msg(wrong == 0, "rank %d: %lld wrong bfloat16 elements", rank, (long long)wrong);
   if (!measured1) {
     if (rank == 0) printf("note: no /proc/self/clear_refs: the memory check is left out\n");
     return;
