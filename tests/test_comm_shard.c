@@ -187,10 +187,10 @@ static int reset_peak(void) {
 }
 
 /* A 32 MiB reduce-scatter in place (8 Mi + 1 floats: pieces of 1 Mi elements per shard, the last
- * one shorter) is exact (and so is one of 8 Mi + 1 bfloat16 elements, after the check), and raises this process's peak resident memory by less than 16 MiB
- * above what it held before: Open MPI's MPI_Reduce_scatter over the whole buffer took about
- * twice the message in temporaries (+64 MiB here), which the comm layer's pieces avoid
- * (comm_mpi.c RS_PIECE). The memory check needs /proc/self/clear_refs (else only noted). */
+ * one shorter) is exact and raises this process's peak resident memory by less than 16 MiB
+ * above what it held before (measured 4-8 MiB): Open MPI's MPI_Reduce_scatter over the whole
+ * buffer took 33-49 MiB more here, its temporaries, which the comm layer's pieces avoid
+ * (comm_mpi.c RS_PIECE). Then one of 8 Mi + 1 bfloat16 elements is exact too. The memory check needs /proc/self/clear_refs (else only noted). */
 START_TEST(test_large_reduce_scatter_is_exact_and_bounded_in_memory) {
   const int64_t n = 8 * 1048576 + 1;
   int64_t off, mine;
