@@ -68,12 +68,12 @@ MPT_API mpt_status mpt_op_gemm_ex(mpt_stream *stream, mpt_precision precision, i
  * mpt_bf16_from_f32) and the GEMMs take it as it is: the same results as mpt_op_gemm_bf16 on
  * the float inputs (same rounding, same accumulation), less rounding work and no copies. */
 
-/* 1 when the stream's backend has mpt_op_bf16_round and mpt_op_gemm_bf16_batched (the CPU with
- * oneDNN and a BF16 CPU), else 0 (the layers then use mpt_op_gemm_bf16). */
+/* 1 when the stream's backend has mpt_op_bf16_round, mpt_op_gemm_bf16_batched and the head
+ * layouts below (the CPU with oneDNN and a BF16 CPU), else 0 (the layers then use
+ * mpt_op_gemm_bf16). */
 MPT_API int mpt_op_bf16_rounded_available(mpt_stream *stream);
-/* y[i] = bf16(x[i]) for i < count, to nearest even (mpt_bf16_from_f32's bits; NaN stays NaN;
- * a subnormal x may become a zero of its sign, as in the GEMMs); in parallel over the CPU
- * threads (mpt_cpu_threads) for large counts. Errors: MPT_EINVAL
+/* y[i] = bf16(x[i]) for i < count, to nearest even (mpt_bf16_from_f32's bits; NaN stays NaN),
+ * on the calling thread (memory-bound; see gemm_dnnl.c). Errors: MPT_EINVAL
  * (count < 0, NULL with count > 0), MPT_ENOTSUP (mpt_op_bf16_check). */
 MPT_API mpt_status mpt_op_bf16_round(mpt_stream *stream, const float *x, uint16_t *y,
                                      int64_t count);
@@ -90,6 +90,20 @@ MPT_API mpt_status mpt_op_gemm_bf16_batched(mpt_stream *stream, int trans_a, int
                                             int64_t stride_a, const uint16_t *b, int64_t ldb,
                                             int64_t stride_b, float beta, float *c, int64_t ldc,
                                             int64_t stride_c);
+
+/* Head-major layouts for batched products over attention heads (dense operands, which the
+ * CPU's fastest bf16 kernels need): x [B, T, parts, H, hs] (float32; parts 3 for q, k, v side by
+ * side in a row, 1 for one [B, T, C]) becomes y [parts, B, H, T, hs] rounded to bf16 (as
+ * mpt_op_bf16_round); merge moves float32 values back: y [B, T, parts, H, hs] = beta y + x
+ * [parts, B, H, T, hs] (beta 0 writes; y's NaNs do not leak). Errors: MPT_EINVAL (negative
+ * extent, overflow, NULL with a non-empty shape), MPT_ENOTSUP (a backend without them: see
+ * mpt_op_bf16_rounded_available). */
+MPT_API mpt_status mpt_op_heads_split_bf16(mpt_stream *stream, const float *x, int64_t nb,
+                                           int64_t nt, int64_t parts, int64_t nh, int64_t hs,
+                                           uint16_t *y);
+MPT_API mpt_status mpt_op_heads_merge(mpt_stream *stream, const float *x, int64_t nb, int64_t nt,
+                                      int64_t parts, int64_t nh, int64_t hs, float beta,
+                                      float *y);
 
 /* The library convolutions of ops.h (mpt_op_conv2d_*: same shapes, accumulation and errors)
  * with x, w and dy rounded to bf16 and float32 accumulation; y, dx, dw and db are float32, the

@@ -125,6 +125,10 @@ typedef struct mpt__device_backend {
                                   const uint16_t *a, int64_t lda, int64_t stride_a,
                                   const uint16_t *b, int64_t ldb, int64_t stride_b, float beta,
                                   float *c, int64_t ldc, int64_t stride_c);
+  mpt_status (*heads_split_bf16)(mpt_stream *s, const float *x, int64_t nb, int64_t nt,
+                                 int64_t parts, int64_t nh, int64_t hs, uint16_t *y);
+  mpt_status (*heads_merge)(mpt_stream *s, const float *x, int64_t nb, int64_t nt,
+                            int64_t parts, int64_t nh, int64_t hs, float beta, float *y);
   mpt_status (*conv2d_forward_bf16)(mpt_stream *s, const mpt_conv_geom *g, int64_t n, int64_t o,
                                     const float *x, const float *w, const float *b, float *y);
   mpt_status (*conv2d_backward_data_bf16)(mpt_stream *s, const mpt_conv_geom *g, int64_t n,

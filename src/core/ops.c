@@ -494,7 +494,34 @@ mpt_status mpt_op_gemm_ex(mpt_stream *stream, mpt_precision precision, int trans
 
 int mpt_op_bf16_rounded_available(mpt_stream *stream) {
   const mpt__device_backend *b = mpt__backend_of_stream(stream);
-  return b && b->bf16_round && b->gemm_bf16_batched && mpt_op_bf16_check(stream) == MPT_OK;
+  return b && b->bf16_round && b->gemm_bf16_batched && b->heads_split_bf16 && b->heads_merge &&
+         mpt_op_bf16_check(stream) == MPT_OK;
+}
+
+static mpt_status heads_check(const char *op, int64_t nb, int64_t nt, int64_t parts, int64_t nh,
+                              int64_t hs, const void *x, const void *y) {
+  if (nb < 0 || nt < 0 || parts < 0 || nh < 0 || hs < 0)
+    return MPT_FAIL(MPT_EINVAL, "%s: negative extent (B %lld, T %lld, parts %lld, H %lld, hs "
+                    "%lld)", op, (long long)nb, (long long)nt, (long long)parts, (long long)nh,
+                    (long long)hs);
+  int64_t count = 0;
+  MPT_RETURN_IF(extent_product(op, nb, nt, parts, &count));
+  MPT_RETURN_IF(extent_product(op, count, nh, hs, &count));
+  if (count > 0 && (!x || !y)) return MPT_FAIL(MPT_EINVAL, "%s: NULL x or y", op);
+  return MPT_OK;
+}
+
+mpt_status mpt_op_heads_split_bf16(mpt_stream *stream, const float *x, int64_t nb, int64_t nt,
+                                   int64_t parts, int64_t nh, int64_t hs, uint16_t *y) {
+  MPT_RETURN_IF(heads_check(__func__, nb, nt, parts, nh, hs, x, y));
+  MPT_RETURN_IF(mpt_op_bf16_check(stream));
+  DISPATCH(heads_split_bf16, x, nb, nt, parts, nh, hs, y);
+}
+
+mpt_status mpt_op_heads_merge(mpt_stream *stream, const float *x, int64_t nb, int64_t nt,
+                              int64_t parts, int64_t nh, int64_t hs, float beta, float *y) {
+  MPT_RETURN_IF(heads_check(__func__, nb, nt, parts, nh, hs, x, y));
+  DISPATCH(heads_merge, x, nb, nt, parts, nh, hs, beta, y);
 }
 
 mpt_status mpt_op_bf16_round(mpt_stream *stream, const float *x, uint16_t *y, int64_t count) {

@@ -1,19 +1,23 @@
 /* The bf16 products of the causal attention (attention.c) on a tape of precision bf16 whose
- * backend has bf16 operands rounded once (mpt_op_bf16_rounded_available, ops_bf16.h):
+ * backend has bf16 operands rounded once (mpt_op_bf16_rounded_available, ops_bf16.h).
  *
- *   forward:  qkv is rounded to bf16 once (all heads, all sequences; kept for backward);
- *             per sequence b, S = scale Q K^T is one strided-batched GEMM over the heads per
- *             block of rows (the heads are the batch: Q_h = q + h hs, leading dimension 3C);
- *             the causal softmax stays float32 (attention.c's A, saved as before); A is rounded
- *             to bf16 and Y_h = A V is again one batched GEMM per block of rows.
- *   backward: dY rounded once; per sequence, A rounded again (saving a bf16 copy of every
- *             layer's A would add 2 B H T^2 bytes per layer), dA = dY_h V^T and dV += A^T dY_h
- *             batched over the heads; dS (float32 softmax backward, all heads at once) rounded;
- *             dQ += scale dS K, dK += scale dS^T Q batched over the heads.
+ * The CPU's fast bf16 kernels (oneDNN's brgemm: AMX or AVX-512 BF16) take only dense operands,
+ * and a head's q, k, v are interleaved in qkv's rows; so qkv is moved into head-major planes
+ * while it is rounded (mpt_op_heads_split_bf16: [3, B, H, T, hs], kept for backward), every
+ * product is one batched GEMM over the heads of a sequence on dense [H, T, hs] / [H, T, T]
+ * operands, and the float32 results are moved back (mpt_op_heads_merge). The products are full
+ * T x T (the float32 path's block triangle would need strided, slower operands): what lies
+ * above the diagonal is computed and then ignored, as the masked softmax and its backward
+ * write zeros there and read only up to the diagonal.
+ *   forward, per sequence b:  S = scale Q K^T (float32, into att, which backward keeps as
+ *             before); A = causal softmax (float32); Y_h = bf16(A) V;
+ *   backward, per sequence b: dY rounded into head-major planes; dA = dY_h V^T, dV = A^T dY_h
+ *             (bf16(A) kept from forward: 2 B H T^2 bytes per layer, half of A's float32
+ *             copy); dS = A * (dA - rowsum(A * dA)) in float32, rounded; dQ =
+ *             scale dS K, dK = scale dS^T Q; dq, dk, dv merged into dqkv with beta.
  * Each product's inputs are the bf16 roundings of what the float32 path multiplies, accumulated
- * in float32 (ops_bf16.h's bound, K = hs or up to T); softmax and its backward are float32 on
- * float32 inputs. The causal block triangle is attention.c's, in blocks of BF16_BLOCK rows.
- * All work goes on the tape's stream, in the calling thread. */
+ * in float32 (ops_bf16.h's bound, K = hs or T). All work goes on the tape's stream, in the
+ * calling thread; the arena holds the head-major copies and per-sequence scratch. */
 #include <math.h>
 #include <stdint.h>
 
@@ -21,87 +25,71 @@
 #include "mpitrain/ops_gpt.h"
 #include "nn/gpt_ops.h"
 
-/* Rows per block of the triangular products: larger than the float32 path's 64, since a bf16
- * call does all heads at once and its set-up is paid per call. */
-#define BF16_BLOCK 128
-
-static int64_t block_rows(int64_t nt, int64_t r0) {
-  return nt - r0 < BF16_BLOCK ? nt - r0 : BF16_BLOCK;
-}
-
 mpt_status mpt__attn_forward_bf16(mpt_tape *tape, const float *x, int64_t nb, int64_t nt,
                                   int64_t c, int64_t nh, float *att, float *out,
-                                  const uint16_t **x16_out) {
+                                  const uint16_t **x16_out, const uint16_t **a16_out) {
   mpt_stream *s = mpt_tape_stream(tape);
-  const int64_t c3 = 3 * c, hs = c / nh, tt = nt * nt;
+  const int64_t hs = c / nh, tt = nt * nt, plane = nt * hs, part = nb * nh * plane;
   const float scale = (float)(1.0 / sqrt((double)hs));
   uint16_t *x16 = NULL, *a16 = NULL;
-  MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)(nb * nt * c3) * sizeof(uint16_t), (void **)&x16));
-  MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)(nh * tt) * sizeof(uint16_t), (void **)&a16));
-  MPT_RETURN_IF(mpt_op_bf16_round(s, x, x16, nb * nt * c3));
+  float *yh = NULL;
+  MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)(3 * part) * sizeof(uint16_t), (void **)&x16));
+  MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)(nb * nh * tt) * sizeof(uint16_t), (void **)&a16));
+  MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)(nh * plane) * sizeof(float), (void **)&yh));
+  MPT_RETURN_IF(mpt_op_heads_split_bf16(s, x, nb, nt, 3, nh, hs, x16));
   for (int64_t b = 0; b < nb; b++) {
-    const uint16_t *q = x16 + b * nt * c3, *kk = q + c, *v = q + 2 * c;
+    const uint16_t *q = x16 + b * nh * plane, *kk = q + part, *v = q + 2 * part;
     float *a = att + b * nh * tt;
-    /* S_h[r0, +rows) [rows, cols] = scale Q_h[r0, +rows) K_h[0, cols)^T for every head h */
-    for (int64_t r0 = 0; r0 < nt; r0 += BF16_BLOCK) {
-      const int64_t rows = block_rows(nt, r0), cols = r0 + rows;
-      MPT_RETURN_IF(mpt_op_gemm_bf16_batched(s, 0, 1, nh, rows, cols, hs, scale, q + r0 * c3, c3,
-                                             hs, kk, c3, hs, 0.0f, a + r0 * nt, nt, tt));
-    }
+    /* S_h [T, T] = scale Q_h [T, hs] K_h^T, every head h of sequence b */
+    MPT_RETURN_IF(mpt_op_gemm_bf16_batched(s, 0, 1, nh, nt, nt, hs, scale, q, hs, plane, kk, hs,
+                                           plane, 0.0f, a, nt, tt));
     MPT_RETURN_IF(mpt_op_causal_softmax(s, a, nh, nt));
-    MPT_RETURN_IF(mpt_op_bf16_round(s, a, a16, nh * tt));
-    /* Y_h[r0, +rows) = A_h[rows, cols] V_h[0, cols) */
-    for (int64_t r0 = 0; r0 < nt; r0 += BF16_BLOCK) {
-      const int64_t rows = block_rows(nt, r0), cols = r0 + rows;
-      MPT_RETURN_IF(mpt_op_gemm_bf16_batched(s, 0, 0, nh, rows, hs, cols, 1.0f, a16 + r0 * nt,
-                                             nt, tt, v, c3, hs, 0.0f,
-                                             out + (b * nt + r0) * c, c, hs));
-    }
+    uint16_t *ab = a16 + b * nh * tt;
+    MPT_RETURN_IF(mpt_op_bf16_round(s, a, ab, nh * tt));
+    /* Y_h [T, hs] = A_h [T, T] V_h [T, hs], then into out's rows */
+    MPT_RETURN_IF(mpt_op_gemm_bf16_batched(s, 0, 0, nh, nt, hs, nt, 1.0f, ab, nt, tt, v, hs,
+                                           plane, 0.0f, yh, hs, plane));
+    MPT_RETURN_IF(mpt_op_heads_merge(s, yh, 1, nt, 1, nh, hs, 0.0f, out + b * nt * c));
   }
   *x16_out = x16;
+  *a16_out = a16;
   return MPT_OK;
 }
 
-mpt_status mpt__attn_backward_bf16(mpt_tape *tape, const uint16_t *x16, const float *att,
+mpt_status mpt__attn_backward_bf16(mpt_tape *tape, const uint16_t *x16, const uint16_t *a16,
+                                   const float *att,
                                    const float *dy, int64_t nb, int64_t nt, int64_t c,
                                    int64_t nh, float beta, float *dqkv) {
   mpt_stream *s = mpt_tape_stream(tape);
-  const int64_t c3 = 3 * c, hs = c / nh, tt = nt * nt;
+  const int64_t hs = c / nh, tt = nt * nt, plane = nt * hs, part = nb * nh * plane;
   const float scale = (float)(1.0 / sqrt((double)hs));
   uint16_t *dy16 = NULL, *m16 = NULL;
-  float *ds = NULL;
-  MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)(nb * nt * c) * sizeof(uint16_t), (void **)&dy16));
+  float *ds = NULL, *g = NULL;
+  MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)(nh * plane) * sizeof(uint16_t), (void **)&dy16));
   MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)(nh * tt) * sizeof(uint16_t), (void **)&m16));
   MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)(nh * tt) * sizeof(float), (void **)&ds));
-  MPT_RETURN_IF(mpt_op_bf16_round(s, dy, dy16, nb * nt * c));
+  MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)(3 * nh * plane) * sizeof(float), (void **)&g));
+  float *dq = g, *dk = g + nh * plane, *dv = g + 2 * nh * plane; /* [3, H, T, hs] */
   for (int64_t b = 0; b < nb; b++) {
-    const uint16_t *q = x16 + b * nt * c3, *kk = q + c, *v = q + 2 * c, *g = dy16 + b * nt * c;
-    float *dq = dqkv + b * nt * c3, *dk = dq + c, *dv = dq + 2 * c;
+    const uint16_t *q = x16 + b * nh * plane, *kk = q + part, *v = q + 2 * part;
     const float *a = att + b * nh * tt;
-    MPT_RETURN_IF(mpt_op_bf16_round(s, a, m16, nh * tt)); /* m16 = A */
-    for (int64_t r0 = 0; r0 < nt; r0 += BF16_BLOCK) {
-      const int64_t rows = block_rows(nt, r0), cols = r0 + rows;
-      /* dA_h [rows, cols] = dY_h [rows, hs] V_h[0, cols)^T */
-      MPT_RETURN_IF(mpt_op_gemm_bf16_batched(s, 0, 1, nh, rows, cols, hs, 1.0f, g + r0 * c, c,
-                                             hs, v, c3, hs, 0.0f, ds + r0 * nt, nt, tt));
-      /* dV_h[r0, +rows) += A_h[r0.., r0, +rows)^T dY_h[r0..] */
-      MPT_RETURN_IF(mpt_op_gemm_bf16_batched(s, 1, 0, nh, rows, hs, nt - r0, 1.0f,
-                                             m16 + r0 * nt + r0, nt, tt, g + r0 * c, c, hs, beta,
-                                             dv + r0 * c3, c3, hs));
-    }
+    MPT_RETURN_IF(mpt_op_heads_split_bf16(s, dy + b * nt * c, 1, nt, 1, nh, hs, dy16));
+    const uint16_t *ab = a16 + b * nh * tt;
+    /* dA_h [T, T] = dY_h [T, hs] V_h^T */
+    MPT_RETURN_IF(mpt_op_gemm_bf16_batched(s, 0, 1, nh, nt, nt, hs, 1.0f, dy16, hs, plane, v, hs,
+                                           plane, 0.0f, ds, nt, tt));
+    /* dV_h [T, hs] = A_h^T dY_h */
+    MPT_RETURN_IF(mpt_op_gemm_bf16_batched(s, 1, 0, nh, nt, hs, nt, 1.0f, ab, nt, tt, dy16, hs,
+                                           plane, 0.0f, dv, hs, plane));
     /* dS = A * (dA - rowsum(A * dA)), 0 above the diagonal, every head */
     MPT_RETURN_IF(mpt_op_causal_softmax_backward(s, a, ds, nh, nt));
-    MPT_RETURN_IF(mpt_op_bf16_round(s, ds, m16, nh * tt)); /* m16 = dS */
-    for (int64_t r0 = 0; r0 < nt; r0 += BF16_BLOCK) {
-      const int64_t rows = block_rows(nt, r0), cols = r0 + rows;
-      /* dQ_h[r0, +rows) += scale dS_h[rows, cols] K_h[0, cols) */
-      MPT_RETURN_IF(mpt_op_gemm_bf16_batched(s, 0, 0, nh, rows, hs, cols, scale, m16 + r0 * nt,
-                                             nt, tt, kk, c3, hs, beta, dq + r0 * c3, c3, hs));
-      /* dK_h[r0, +rows) += scale dS_h[r0.., r0, +rows)^T Q_h[r0..] */
-      MPT_RETURN_IF(mpt_op_gemm_bf16_batched(s, 1, 0, nh, rows, hs, nt - r0, scale,
-                                             m16 + r0 * nt + r0, nt, tt, q + r0 * c3, c3, hs,
-                                             beta, dk + r0 * c3, c3, hs));
-    }
+    MPT_RETURN_IF(mpt_op_bf16_round(s, ds, m16, nh * tt));
+    /* dQ_h = scale dS_h K_h;  dK_h = scale dS_h^T Q_h */
+    MPT_RETURN_IF(mpt_op_gemm_bf16_batched(s, 0, 0, nh, nt, hs, nt, scale, m16, nt, tt, kk, hs,
+                                           plane, 0.0f, dq, hs, plane));
+    MPT_RETURN_IF(mpt_op_gemm_bf16_batched(s, 1, 0, nh, nt, hs, nt, scale, m16, nt, tt, q, hs,
+                                           plane, 0.0f, dk, hs, plane));
+    MPT_RETURN_IF(mpt_op_heads_merge(s, g, 1, nt, 3, nh, hs, beta, dqkv + b * nt * 3 * c));
   }
   return MPT_OK;
 }

@@ -35,12 +35,10 @@
 
 enum { PLANS_PER_THREAD = 128, KEY_LEN = 16 };
 
-/* What a plan computes: a matmul of bf16 operands, or the rounding of a float matrix to bf16
- * (a oneDNN reorder, which spreads over the OpenMP threads). */
-enum { KIND_GEMM = 0, KIND_ROUND = 1 };
-/* The key's fields, in order. KIND_GEMM: C[i] (m x n, row stride ldc) = alpha op(A[i])
- * op(B[i]) + beta C[i] for i < batch (A[i] at a + i sa, B[i] at b + i sb, C[i] at c + i sc);
- * KIND_ROUND: m rows of n floats (row stride lda) to a tight bf16 m x n matrix. */
+/* What a plan computes (one kind so far): a matmul of bf16 operands. */
+enum { KIND_GEMM = 0 };
+/* The key's fields, in order: C[i] (m x n, row stride ldc) = alpha op(A[i]) op(B[i]) + beta C[i]
+ * for i < batch (A[i] at a + i sa, B[i] at b + i sb, C[i] at c + i sc). */
 enum { K_KIND, K_BATCH, K_M, K_N, K_K, K_TA, K_TB, K_LDA, K_LDB, K_LDC, K_SA, K_SB, K_SC, K_ALPHA,
        K_BETA, K_THREADS };
 
@@ -49,7 +47,7 @@ typedef struct gplan {
   int64_t key[KEY_LEN]; /* K_* above */
   dnnl_stream_t stream;
   dnnl_primitive_t prim;
-  dnnl_memory_t a, b, c; /* GEMM: bf16 op(A), bf16 op(B), f32 C; ROUND: f32 source, bf16 copy */
+  dnnl_memory_t a, b, c; /* bf16 op(A), bf16 op(B), f32 C */
 } gplan;
 
 /* One per thread: its plans (newest first) and the bf16 packing buffers. */
@@ -140,24 +138,7 @@ static mpt_status strided_md(dnnl_memory_desc_t *md, int64_t batch, int64_t rows
   return MPT_OK;
 }
 
-/* The rounding plan: a reorder of m x n floats (row stride lda) into a tight bf16 matrix. */
-static mpt_status gplan_build_round(gplan *p, const int64_t *key) {
-  dnnl_memory_desc_t src_md, dst_md;
-  MPT_RETURN_IF(strided_md(&src_md, 1, key[K_M], key[K_N], 0, key[K_LDA], 1, dnnl_f32));
-  MPT_RETURN_IF(strided_md(&dst_md, 1, key[K_M], key[K_N], 0, key[K_N], 1, dnnl_bf16));
-  dnnl_primitive_desc_t pd = NULL;
-  MPT_DNNL_OK(dnnl_reorder_primitive_desc_create(&pd, &src_md, engine, &dst_md, engine, NULL));
-  dnnl_status_t st = dnnl_primitive_create(&p->prim, pd);
-  dnnl_primitive_desc_destroy(pd);
-  MPT_DNNL_OK(st);
-  MPT_DNNL_OK(dnnl_memory_create(&p->a, &src_md, engine, DNNL_MEMORY_NONE));
-  MPT_DNNL_OK(dnnl_memory_create(&p->b, &dst_md, engine, DNNL_MEMORY_NONE));
-  MPT_DNNL_OK(dnnl_stream_create(&p->stream, engine, dnnl_stream_default_flags));
-  return MPT_OK;
-}
-
 static mpt_status gplan_build(gplan *p, const int64_t *key, float alpha, float beta) {
-  if (key[K_KIND] == KIND_ROUND) return gplan_build_round(p, key);
   const int64_t nb = key[K_BATCH], m = key[K_M], n = key[K_N], k = key[K_K];
   const int64_t lda = key[K_LDA], ldb = key[K_LDB];
   const int ta = (int)key[K_TA], tb = (int)key[K_TB];
@@ -255,42 +236,20 @@ static int call_threads(void) {
   return threads;
 }
 
-/* Below this many values a matrix is rounded on the calling thread (a reorder's start-up and
- * the OpenMP fork cost more than the loop). */
-#define ROUND_PARALLEL_MIN (1 << 16)
-
-/* Rounds the rows x cols matrix at src (row stride ld) into dst (tight), to nearest even: on
- * the calling thread when small or when one thread is asked, else by a oneDNN reorder over the
- * call's OpenMP threads (the same rounding: vcvtneps2bf16 on these CPUs). */
-static mpt_status round_matrix(gthread *t, int threads, const float *src, int64_t rows,
-                               int64_t cols, int64_t ld, uint16_t *dst) {
-  if (threads == 1 || rows * cols < ROUND_PARALLEL_MIN) {
-    if (ld == cols)
-      mpt_bf16_round_array(src, dst, rows * cols);
-    else
-      for (int64_t r = 0; r < rows; r++) mpt_bf16_round_array(src + r * ld, dst + r * cols, cols);
-    return MPT_OK;
-  }
-  if (ld == cols) { /* tight: as 1024-wide rows (the reorder splits rows over threads) */
-    const int64_t count = rows * cols, wide = count / 1024, rest = count - wide * 1024;
-    if (rest) mpt_bf16_round_array(src + wide * 1024, dst + wide * 1024, rest);
-    rows = wide;
-    cols = ld = 1024;
-  }
-  const int64_t key[KEY_LEN] = {[K_KIND] = KIND_ROUND, [K_BATCH] = 1, [K_M] = rows, [K_N] = cols,
-                                [K_LDA] = ld, [K_THREADS] = threads};
-  gplan *p = NULL;
-  MPT_RETURN_IF(plan_get(t, key, 1.0f, 0.0f, &p));
-  MPT_DNNL_OK(dnnl_memory_set_data_handle(p->a, (void *)src));
-  MPT_DNNL_OK(dnnl_memory_set_data_handle(p->b, dst));
-  dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, p->a}, {DNNL_ARG_TO, p->b}};
-  MPT_DNNL_OK(dnnl_primitive_execute(p->prim, p->stream, 2, args));
-  MPT_DNNL_OK(dnnl_stream_wait(p->stream));
-  return MPT_OK;
+/* Rounds the rows x cols matrix at src (row stride ld) into dst (tight), to nearest even, on
+ * the calling thread: memory-bound, and measured here on a shared 2-core machine, a oneDNN
+ * reorder over 2 OpenMP threads was slower (0.7-5 ms against 0.85 ms for 3 M values) since
+ * a parallel region waits for its slowest thread. */
+static void round_matrix(const float *src, int64_t rows, int64_t cols, int64_t ld,
+                         uint16_t *dst) {
+  if (ld == cols)
+    mpt_bf16_round_array(src, dst, rows * cols);
+  else
+    for (int64_t r = 0; r < rows; r++) mpt_bf16_round_array(src + r * ld, dst + r * cols, cols);
 }
 
 /* Rounds the rows x cols matrix at src (row stride ld) into t's packing buffer `which`, tight. */
-static mpt_status pack(gthread *t, int threads, int which, const float *src, int64_t rows,
+static mpt_status pack(gthread *t, int which, const float *src, int64_t rows,
                        int64_t cols, int64_t ld, uint16_t **out) {
   const size_t need = (size_t)rows * (size_t)cols;
   if (t->cap[which] < need) {
@@ -301,7 +260,7 @@ static mpt_status pack(gthread *t, int threads, int which, const float *src, int
       return MPT_FAIL(MPT_ENOMEM, "gemm_bf16: cannot allocate %zu bytes for a bf16 copy",
                       need * sizeof(uint16_t));
   }
-  MPT_RETURN_IF(round_matrix(t, threads, src, rows, cols, ld, t->pack[which]));
+  round_matrix(src, rows, cols, ld, t->pack[which]);
   *out = t->pack[which];
   return MPT_OK;
 }
@@ -341,16 +300,15 @@ mpt_status mpt__cpu_gemm_bf16(mpt_stream *s, int trans_a, int trans_b, int64_t m
   gthread *t = NULL;
   uint16_t *ha = NULL, *hb = NULL;
   MPT_RETURN_IF(thread_state(&t));
-  MPT_RETURN_IF(pack(t, threads, 0, a, trans_a ? k : m, trans_a ? m : k, lda, &ha));
-  MPT_RETURN_IF(pack(t, threads, 1, b, trans_b ? n : k, trans_b ? k : n, ldb, &hb));
+  MPT_RETURN_IF(pack(t, 0, a, trans_a ? k : m, trans_a ? m : k, lda, &ha));
+  MPT_RETURN_IF(pack(t, 1, b, trans_b ? n : k, trans_b ? k : n, ldb, &hb));
   return run_gemm(t, key, alpha, beta, ha, hb, c);
 }
 
 mpt_status mpt__cpu_bf16_round(mpt_stream *s, const float *x, uint16_t *y, int64_t count) {
   MPT_RETURN_IF(mpt__cpu_bf16_check(s));
-  gthread *t = NULL;
-  MPT_RETURN_IF(thread_state(&t));
-  return round_matrix(t, call_threads(), x, 1, count, count, y);
+  mpt_bf16_round_array(x, y, count);
+  return MPT_OK;
 }
 
 mpt_status mpt__cpu_gemm_bf16_batched(mpt_stream *s, int trans_a, int trans_b, int64_t batch,
@@ -367,4 +325,39 @@ mpt_status mpt__cpu_gemm_bf16_batched(mpt_stream *s, int trans_a, int trans_b, i
   gthread *t = NULL;
   MPT_RETURN_IF(thread_state(&t));
   return run_gemm(t, key, alpha, beta, a, b, c);
+}
+
+/* The head-major layouts of the bf16 attention: oneDNN's AMX/AVX-512 BF16 batched kernels
+ * (brgemm) take only dense operands, so the heads interleaved in a row ([B, T, parts, H, hs])
+ * are moved into planes ([parts, B, H, T, hs]) while being rounded, and the float32 results
+ * moved back. Row by row on the calling thread (memory-bound, hs contiguous values at a time). */
+mpt_status mpt__cpu_heads_split_bf16(mpt_stream *s, const float *x, int64_t nb, int64_t nt,
+                                     int64_t parts, int64_t nh, int64_t hs, uint16_t *y) {
+  (void)s;
+  const int64_t c = nh * hs;
+  for (int64_t b = 0; b < nb; b++)
+    for (int64_t t = 0; t < nt; t++)
+      for (int64_t p = 0; p < parts; p++)
+        for (int64_t h = 0; h < nh; h++)
+          mpt_bf16_round_array(x + ((b * nt + t) * parts + p) * c + h * hs,
+                               y + (((p * nb + b) * nh + h) * nt + t) * hs, hs);
+  return MPT_OK;
+}
+
+mpt_status mpt__cpu_heads_merge(mpt_stream *s, const float *x, int64_t nb, int64_t nt,
+                                int64_t parts, int64_t nh, int64_t hs, float beta, float *y) {
+  (void)s;
+  const int64_t c = nh * hs;
+  for (int64_t b = 0; b < nb; b++)
+    for (int64_t t = 0; t < nt; t++)
+      for (int64_t p = 0; p < parts; p++)
+        for (int64_t h = 0; h < nh; h++) {
+          const float *src = x + (((p * nb + b) * nh + h) * nt + t) * hs;
+          float *dst = y + ((b * nt + t) * parts + p) * c + h * hs;
+          if (beta == 0.0f)
+            memcpy(dst, src, (size_t)hs * sizeof *dst);
+          else
+            for (int64_t i = 0; i < hs; i++) dst[i] = beta * dst[i] + src[i];
+        }
+  return MPT_OK;
 }
