@@ -312,6 +312,59 @@ START_TEST(test_bf16_gemm_batched_arguments) {
 }
 END_TEST
 
+/* The head-major layouts: split puts x[b, t, p, h, d] rounded at y[p, b, h, t, d], bit for bit
+ * (mpt_bf16_from_f32); merge puts x[p, b, h, t, d] back at y[b, t, p, h, d], written with beta
+ * 0 (into NaN) and added with beta 2 (small integers: exact). */
+START_TEST(test_bf16_heads_split_merge) {
+  const int64_t nb = 2, nt = 5, nh = 3, hs = 4;
+  for (int64_t parts = 1; parts <= 3; parts += 2) {
+    const int64_t n = nb * nt * parts * nh * hs;
+    float *x = alloc_f(n), *back = alloc_f(n), *y = alloc_f(n);
+    uint16_t *h16 = calloc((size_t)n, sizeof *h16);
+    ck_assert_ptr_nonnull(h16);
+    rand_fill(x, n, 91 + parts, -5, 5);
+    OK(mpt_op_heads_split_bf16(NULL, x, nb, nt, parts, nh, hs, h16));
+    int_fill(y, n, 92);
+    for (int64_t i = 0; i < n; i++) back[i] = NAN;
+    float *planes = alloc_f(n);
+    for (int64_t b = 0; b < nb; b++)
+      for (int64_t t = 0; t < nt; t++)
+        for (int64_t p = 0; p < parts; p++)
+          for (int64_t h = 0; h < nh; h++)
+            for (int64_t d = 0; d < hs; d++) {
+              const int64_t at_x = (((b * nt + t) * parts + p) * nh + h) * hs + d;
+              const int64_t at_y = (((p * nb + b) * nh + h) * nt + t) * hs + d;
+              ck_assert_msg(h16[at_y] == mpt_bf16_from_f32(x[at_x]), "parts %lld: split "
+                            "(%lld %lld %lld %lld %lld)", (long long)parts, (long long)b,
+                            (long long)t, (long long)p, (long long)h, (long long)d);
+              planes[at_y] = (float)(at_x % 7) - 3.0f;
+            }
+    OK(mpt_op_heads_merge(NULL, planes, nb, nt, parts, nh, hs, 0.0f, back));
+    float *acc = alloc_f(n);
+    memcpy(acc, y, (size_t)n * sizeof *acc);
+    OK(mpt_op_heads_merge(NULL, planes, nb, nt, parts, nh, hs, 2.0f, acc));
+    for (int64_t i = 0; i < n; i++) {
+      ck_assert_msg(back[i] == (float)(i % 7) - 3.0f, "parts %lld: merge [%lld] = %g",
+                    (long long)parts, (long long)i, (double)back[i]);
+      ck_assert(acc[i] == 2.0f * y[i] + (float)(i % 7) - 3.0f);
+    }
+    free(x);
+    free(back);
+    free(y);
+    free(h16);
+    free(planes);
+    free(acc);
+  }
+  float f = 0;
+  uint16_t u = 0;
+  ck_assert_int_eq(mpt_op_heads_split_bf16(NULL, &f, -1, 1, 1, 1, 1, &u), MPT_EINVAL);
+  ck_assert_int_eq(mpt_op_heads_split_bf16(NULL, NULL, 1, 1, 1, 1, 1, &u), MPT_EINVAL);
+  ck_assert_int_eq(mpt_op_heads_merge(NULL, &f, 1, 1, 1, 1, 1, 0.0f, NULL), MPT_EINVAL);
+  ck_assert_int_eq(mpt_op_heads_merge(NULL, &f, INT64_MAX, 2, 3, 1, 1, 0.0f, &f), MPT_EINVAL);
+  OK(mpt_op_heads_merge(NULL, NULL, 0, 5, 3, 2, 2, 0.0f, NULL));
+}
+END_TEST
+
 /* ---- convolutions: forward, backward data, backward weights against float32 ---- */
 
 /* Checks got against the float32 result f32 with the bound above, mag = the same op on |x|, |w|
@@ -656,6 +709,7 @@ int main(void) {
   tcase_add_test(tc, test_bf16_round_array_equals_scalar);
   tcase_add_loop_test(tc, test_bf16_gemm_batched_within_bound, 0, 4);
   tcase_add_test(tc, test_bf16_gemm_batched_arguments);
+  tcase_add_test(tc, test_bf16_heads_split_merge);
   tcase_add_loop_test(tc, test_bf16_conv_within_bound_and_exact, 0, 2);
   tcase_add_loop_test(tc, test_bf16_tape_linear_all_products, 0, 2);
   tcase_add_test(tc, test_bf16_tape_attention_close_to_fp32);
