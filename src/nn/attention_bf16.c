@@ -63,12 +63,16 @@ mpt_status mpt__attn_backward_bf16(mpt_tape *tape, const uint16_t *x16, const ui
   mpt_stream *s = mpt_tape_stream(tape);
   const int64_t hs = c / nh, tt = nt * nt, plane = nt * hs, part = nb * nh * plane;
   const float scale = (float)(1.0 / sqrt((double)hs));
-  uint16_t *dy16 = NULL, *m16 = NULL;
+  /* one scratch block (mpt_tape_scratch): ds, g [H T T + 3 H T hs floats], m16, dy16 */
   float *ds = NULL, *g = NULL;
-  MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)(nh * plane) * sizeof(uint16_t), (void **)&dy16));
-  MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)(nh * tt) * sizeof(uint16_t), (void **)&m16));
-  MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)(nh * tt) * sizeof(float), (void **)&ds));
-  MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)(3 * nh * plane) * sizeof(float), (void **)&g));
+  uint16_t *m16 = NULL, *dy16 = NULL;
+  const size_t floats = (size_t)(nh * tt + 3 * nh * plane);
+  MPT_RETURN_IF(mpt_tape_scratch(tape, floats * sizeof(float) +
+                                 (size_t)(nh * tt + nh * plane) * sizeof(uint16_t),
+                                 (void **)&ds));
+  g = ds + nh * tt;
+  m16 = (uint16_t *)(ds + floats);
+  dy16 = m16 + nh * tt;
   float *dq = g, *dk = g + nh * plane, *dv = g + 2 * nh * plane; /* [3, H, T, hs] */
   for (int64_t b = 0; b < nb; b++) {
     const uint16_t *q = x16 + b * nh * plane, *kk = q + part, *v = q + 2 * part;

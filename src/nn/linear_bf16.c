@@ -8,7 +8,8 @@
  * The results are those of mpt_op_gemm_bf16 on the float inputs (the same roundings, float32
  * accumulation); for the GPT's tied head (W = wte, 50304 x C) the forward's rounding of wte
  * serves its dX product, and dlogits (rows x 50304) is rounded once, not twice. The arena holds
- * 2 bytes per element of every linear's input and weight until the tape's reset. */
+ * 2 bytes per element of every linear's input and weight until the tape's reset; the rounded
+ * dy is scratch (mpt_tape_scratch), reused by the next backward. */
 #include "mpitrain/ops_bf16.h"
 #include "nn/gpt_ops.h"
 
@@ -35,7 +36,7 @@ mpt_status mpt__linear_backward_bf16(mpt_tape *tape, const uint16_t *x16, const 
   if (!dx && !dw) return MPT_OK;
   mpt_stream *s = mpt_tape_stream(tape);
   uint16_t *dy16 = NULL;
-  MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)(rows * out) * sizeof(uint16_t), (void **)&dy16));
+  MPT_RETURN_IF(mpt_tape_scratch(tape, (size_t)(rows * out) * sizeof(uint16_t), (void **)&dy16));
   MPT_RETURN_IF(mpt_op_bf16_round(s, dy, dy16, rows * out));
   /* dx [rows, in] = beta_x dx + dy16 [rows, out] W16 [out, in] */
   if (dx) MPT_RETURN_IF(mpt_op_gemm_bf16_batched(s, 0, 0, 1, rows, in, out, 1.0f, dy16, out, 0,
