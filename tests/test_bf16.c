@@ -541,8 +541,9 @@ START_TEST(test_bf16_tape_linear_all_products) {
 }
 END_TEST
 
-/* The causal attention on a bf16 tape (attention_bf16.c: all heads per call, blocks of 128
- * rows; T = 300 has a partial third block) against the same on a float32 tape.
+/* The causal attention on a bf16 tape (attention_bf16.c: head-major planes, all heads of a
+ * sequence per call, full T x T products; T = 300, 2 sequences, 3 heads) against the same on a
+ * float32 tape (itself checked by finite differences in test_gpt_ops).
  * Forward, element by element: S = scale Q K^T gets relative error at most e = 2u + u^2 +
  * gamma_hs of scale sum_l |q_il k_jl| <= e s_i (s_i: that sum's largest value in row i), so the
  * softmax A' of row i is within a factor exp(+-2 e s_i) of the exact A; Y = bf16(A') bf16(V)
