@@ -15,6 +15,7 @@
  * is tested with MPT_TEST_NO_BF16_CPU in fault-injection builds, below, and by
  * tests/test_precision.sh). */
 #include <check.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,15 +140,16 @@ START_TEST(test_bf16_gemm_exact_inputs_equal_fp32) {
 }
 END_TEST
 
-/* More shapes than a thread keeps plans for (64): the oldest are evicted and rebuilt when
- * needed again, every result still exact. */
+/* More shapes than a thread keeps plans for (128): the least recently used are evicted and
+ * rebuilt when needed again, every result still exact. */
 START_TEST(test_bf16_gemm_many_shapes_evict_plans) {
-  const int64_t n = 8, k = 16;
-  float *a = alloc_f(80 * k), *b = alloc_f(k * n), *c32 = alloc_f(80 * n), *c16 = alloc_f(80 * n);
-  int_fill(a, 80 * k, 7);
+  const int64_t n = 8, k = 16, shapes = 150;
+  float *a = alloc_f(shapes * k), *b = alloc_f(k * n), *c32 = alloc_f(shapes * n);
+  float *c16 = alloc_f(shapes * n);
+  int_fill(a, shapes * k, 7);
   int_fill(b, k * n, 8);
   for (int pass = 0; pass < 2; pass++)
-    for (int64_t m = 1; m <= 80; m++) {
+    for (int64_t m = 1; m <= shapes; m++) {
       OK(mpt_op_gemm(NULL, 0, 0, m, n, k, 1.0f, a, k, b, n, 0.0f, c32, n));
       OK(mpt_op_gemm_bf16(NULL, 0, 0, m, n, k, 1.0f, a, k, b, n, 0.0f, c16, n));
       ck_assert_msg(memcmp(c32, c16, (size_t)(m * n) * sizeof(float)) == 0, "m %lld pass %d",
@@ -190,6 +192,176 @@ START_TEST(test_bf16_gemm_arguments) {
   ck_assert_int_eq(p, MPT_PRECISION_BF16);
   ck_assert_str_eq(mpt_precision_name(p), "bf16");
   ck_assert_int_eq(mpt_precision_parse("fp16", &p), MPT_EINVAL);
+}
+END_TEST
+
+/* ---- bf16 operands rounded once: mpt_op_bf16_round, mpt_op_gemm_bf16_batched ---- */
+
+/* The rounding of a large array is mpt_bf16_from_f32's, bit for bit: random values, ties to
+ * even, values that round up into the next binade or to infinity, infinities, zeros,
+ * subnormals; NaN stays NaN. */
+START_TEST(test_bf16_round_array_equals_scalar) {
+  const int64_t n = 3 * 65536 + 1000 + 77;
+  float *x = alloc_f(n);
+  uint16_t *y = calloc((size_t)n, sizeof *y);
+  ck_assert_ptr_nonnull(y);
+  rand_fill(x, n, 41, -3, 3);
+  const float special[] = {1 + 0x1p-8f, 1 + 3 * 0x1p-8f, -(1 + 0x1p-8f + 0x1p-20f),
+                           0x1.ff8p0f, FLT_MAX, -FLT_MAX, INFINITY, -INFINITY,
+                           0.0f, -0.0f, 0x1p-130f, -0x1.8p-140f, 0x1p-149f, 1e-39f, NAN};
+  const int ns = (int)(sizeof special / sizeof special[0]);
+  for (int64_t i = 0; i < n; i += 997) x[i] = special[(i / 997) % ns];
+  for (int i = 0; i < ns; i++) x[n - 1 - i] = special[i]; /* in the tail too */
+  OK(mpt_op_bf16_round(NULL, x, y, n));
+  for (int64_t i = 0; i < n; i++) {
+    const uint16_t want = mpt_bf16_from_f32(x[i]);
+    if (isnan(x[i]))
+      ck_assert_msg(isnan(mpt_bf16_to_f32(y[i])), "x[%lld] NaN became 0x%04x", (long long)i,
+                    y[i]);
+    else
+      ck_assert_msg(y[i] == want, "x[%lld] = %a: 0x%04x, want 0x%04x", (long long)i,
+                    (double)x[i], y[i], want);
+  }
+  OK(mpt_op_bf16_round(NULL, NULL, NULL, 0));
+  ck_assert_int_eq(mpt_op_bf16_round(NULL, x, NULL, 4), MPT_EINVAL);
+  ck_assert_int_eq(mpt_op_bf16_round(NULL, x, y, -1), MPT_EINVAL);
+  free(x);
+  free(y);
+}
+END_TEST
+
+/* A batch of products laid out as the attention's heads: the operands of the batch entries
+ * interleaved in the rows (stride = one entry's row width, leading dimension = the batch's),
+ * C entries in planes with padded rows. Each element is within the float accumulation's bound
+ * gamma_{K+1} (1 + u)^2 |alpha| sum |a b| (+ 2^-23 |beta c|) of the double product of the same
+ * bf16 inputs; the padding of C is not touched. */
+START_TEST(test_bf16_gemm_batched_within_bound) {
+  const int64_t nb = 3, m = 37, n = 29, k = 70;
+  const int ta = _i & 1, tb = (_i >> 1) & 1;
+  const int64_t wa = ta ? m : k, wb = tb ? k : n, ra = ta ? k : m, rb = tb ? n : k;
+  const int64_t lda = nb * wa + 3, ldb = nb * wb + 1, ldc = n + 2, sc = m * ldc + 5;
+  float *fa = alloc_f(ra * lda), *fb = alloc_f(rb * ldb), *c0 = alloc_f(nb * sc);
+  float *c = alloc_f(nb * sc);
+  uint16_t *a = calloc((size_t)(ra * lda), sizeof *a), *b = calloc((size_t)(rb * ldb), sizeof *b);
+  ck_assert(a && b);
+  rand_fill(fa, ra * lda, 51 + _i, -1, 1);
+  rand_fill(fb, rb * ldb, 61 + _i, -2, 2);
+  rand_fill(c0, nb * sc, 71 + _i, -1, 1);
+  for (int64_t i = 0; i < ra * lda; i++) a[i] = mpt_bf16_from_f32(fa[i]);
+  for (int64_t i = 0; i < rb * ldb; i++) b[i] = mpt_bf16_from_f32(fb[i]);
+  const float alpha = 0.625f;
+  for (int with_beta = 0; with_beta < 2; with_beta++) {
+    const float beta = with_beta ? 1.0f : 0.0f;
+    memcpy(c, c0, (size_t)(nb * sc) * sizeof *c);
+    OK(mpt_op_gemm_bf16_batched(NULL, ta, tb, nb, m, n, k, alpha, a, lda, wa, b, ldb, wb, beta,
+                                c, ldc, sc));
+    for (int64_t e = 0; e < nb; e++)
+      for (int64_t i = 0; i < m; i++) {
+        for (int64_t j = 0; j < n; j++) {
+          double want = 0, mag = 0;
+          for (int64_t l = 0; l < k; l++) {
+            const double x = mpt_bf16_to_f32(ta ? a[l * lda + e * wa + i] : a[i * lda + e * wa + l]);
+            const double y = mpt_bf16_to_f32(tb ? b[j * ldb + e * wb + l] : b[l * ldb + e * wb + j]);
+            want += x * y;
+            mag += fabs(x * y);
+          }
+          const double c_in = c0[e * sc + i * ldc + j];
+          want = alpha * want + beta * c_in;
+          const double tol = gamma_k(k + 1) * (1 + U) * (1 + U) * alpha * mag +
+                             0x1p-23 * fabs(beta * c_in);
+          const double got = c[e * sc + i * ldc + j];
+          ck_assert_msg(fabs(got - want) <= tol, "ta %d tb %d beta %g C_%lld[%lld,%lld] = %.9g, "
+                        "want %.9g, tol %.3g", ta, tb, (double)beta, (long long)e, (long long)i,
+                        (long long)j, got, want, tol);
+        }
+        for (int64_t j = n; j < ldc && e * sc + i * ldc + j < nb * sc; j++)
+          ck_assert(c[e * sc + i * ldc + j] == c0[e * sc + i * ldc + j]);
+      }
+  }
+  free(fa);
+  free(fb);
+  free(a);
+  free(b);
+  free(c0);
+  free(c);
+}
+END_TEST
+
+START_TEST(test_bf16_gemm_batched_arguments) {
+  const uint16_t one = 0x3f80; /* 1.0 */
+  float c[4] = {3, 3, 3, 3};
+  ck_assert_int_eq(mpt_op_gemm_bf16_batched(NULL, 0, 0, -1, 1, 1, 1, 1.0f, &one, 1, 1, &one, 1, 1,
+                                            0.0f, c, 1, 1), MPT_EINVAL);
+  ck_assert_int_eq(mpt_op_gemm_bf16_batched(NULL, 0, 0, 2, 1, 1, 1, 1.0f, &one, 1, -1, &one, 1, 0,
+                                            0.0f, c, 1, 1), MPT_EINVAL);
+  ck_assert_int_eq(mpt_op_gemm_bf16_batched(NULL, 0, 0, 1, 1, 2, 1, 1.0f, &one, 1, 0, &one, 2, 0,
+                                            0.0f, c, 1, 2), MPT_EINVAL); /* ldc < n */
+  ck_assert_int_eq(mpt_op_gemm_bf16_batched(NULL, 0, 1, 1, 1, 1, 2, 1.0f, &one, 1, 0, &one, 2, 0,
+                                            0.0f, c, 1, 1), MPT_EINVAL); /* lda < k */
+  ck_assert_int_eq(mpt_op_gemm_bf16_batched(NULL, 0, 0, 1, 1, 1, 1, 1.0f, NULL, 1, 0, &one, 1, 0,
+                                            0.0f, c, 1, 1), MPT_EINVAL);
+  /* k = 0: each C_i = beta C_i */
+  OK(mpt_op_gemm_bf16_batched(NULL, 0, 0, 2, 1, 1, 0, 1.0f, NULL, 1, 0, NULL, 1, 0, 2.0f, c, 1, 2));
+  ck_assert(c[0] == 6.0f && c[1] == 3.0f && c[2] == 6.0f && c[3] == 3.0f);
+  /* batch 0: nothing */
+  OK(mpt_op_gemm_bf16_batched(NULL, 0, 0, 0, 1, 1, 1, 1.0f, NULL, 1, 0, NULL, 1, 0, 0.0f, NULL, 1,
+                              0));
+  OK(mpt_op_gemm_bf16_batched(NULL, 0, 0, 2, 1, 1, 1, 1.0f, &one, 1, 0, &one, 1, 0, 1.0f, c, 1, 2));
+  ck_assert(c[0] == 7.0f && c[2] == 7.0f && c[1] == 3.0f);
+  ck_assert_int_eq(mpt_op_bf16_rounded_available(NULL), 1);
+}
+END_TEST
+
+/* The head-major layouts: split puts x[b, t, p, h, d] rounded at y[p, b, h, t, d], bit for bit
+ * (mpt_bf16_from_f32); merge puts x[p, b, h, t, d] back at y[b, t, p, h, d], written with beta
+ * 0 (into NaN) and added with beta 2 (small integers: exact). */
+START_TEST(test_bf16_heads_split_merge) {
+  const int64_t nb = 2, nt = 5, nh = 3, hs = 4;
+  for (int64_t parts = 1; parts <= 3; parts += 2) {
+    const int64_t n = nb * nt * parts * nh * hs;
+    float *x = alloc_f(n), *back = alloc_f(n), *y = alloc_f(n);
+    uint16_t *h16 = calloc((size_t)n, sizeof *h16);
+    ck_assert_ptr_nonnull(h16);
+    rand_fill(x, n, 91 + parts, -5, 5);
+    OK(mpt_op_heads_split_bf16(NULL, x, nb, nt, parts, nh, hs, h16));
+    int_fill(y, n, 92);
+    for (int64_t i = 0; i < n; i++) back[i] = NAN;
+    float *planes = alloc_f(n);
+    for (int64_t b = 0; b < nb; b++)
+      for (int64_t t = 0; t < nt; t++)
+        for (int64_t p = 0; p < parts; p++)
+          for (int64_t h = 0; h < nh; h++)
+            for (int64_t d = 0; d < hs; d++) {
+              const int64_t at_x = (((b * nt + t) * parts + p) * nh + h) * hs + d;
+              const int64_t at_y = (((p * nb + b) * nh + h) * nt + t) * hs + d;
+              ck_assert_msg(h16[at_y] == mpt_bf16_from_f32(x[at_x]), "parts %lld: split "
+                            "(%lld %lld %lld %lld %lld)", (long long)parts, (long long)b,
+                            (long long)t, (long long)p, (long long)h, (long long)d);
+              planes[at_y] = (float)(at_x % 7) - 3.0f;
+            }
+    OK(mpt_op_heads_merge(NULL, planes, nb, nt, parts, nh, hs, 0.0f, back));
+    float *acc = alloc_f(n);
+    memcpy(acc, y, (size_t)n * sizeof *acc);
+    OK(mpt_op_heads_merge(NULL, planes, nb, nt, parts, nh, hs, 2.0f, acc));
+    for (int64_t i = 0; i < n; i++) {
+      ck_assert_msg(back[i] == (float)(i % 7) - 3.0f, "parts %lld: merge [%lld] = %g",
+                    (long long)parts, (long long)i, (double)back[i]);
+      ck_assert(acc[i] == 2.0f * y[i] + (float)(i % 7) - 3.0f);
+    }
+    free(x);
+    free(back);
+    free(y);
+    free(h16);
+    free(planes);
+    free(acc);
+  }
+  float f = 0;
+  uint16_t u = 0;
+  ck_assert_int_eq(mpt_op_heads_split_bf16(NULL, &f, -1, 1, 1, 1, 1, &u), MPT_EINVAL);
+  ck_assert_int_eq(mpt_op_heads_split_bf16(NULL, NULL, 1, 1, 1, 1, 1, &u), MPT_EINVAL);
+  ck_assert_int_eq(mpt_op_heads_merge(NULL, &f, 1, 1, 1, 1, 1, 0.0f, NULL), MPT_EINVAL);
+  ck_assert_int_eq(mpt_op_heads_merge(NULL, &f, INT64_MAX, 2, 3, 1, 1, 0.0f, &f), MPT_EINVAL);
+  OK(mpt_op_heads_merge(NULL, NULL, 0, 5, 3, 2, 2, 0.0f, NULL));
 }
 END_TEST
 
@@ -369,6 +541,113 @@ START_TEST(test_bf16_tape_linear_all_products) {
 }
 END_TEST
 
+/* The causal attention on a bf16 tape (attention_bf16.c: head-major planes, all heads of a
+ * sequence per call, full T x T products; T = 300, 2 sequences, 3 heads) against the same on a
+ * float32 tape (itself checked by finite differences in test_gpt_ops).
+ * Forward, element by element: S = scale Q K^T gets relative error at most e = 2u + u^2 +
+ * gamma_hs of scale sum_l |q_il k_jl| <= e s_i (s_i: that sum's largest value in row i), so the
+ * softmax A' of row i is within a factor exp(+-2 e s_i) of the exact A; Y = bf16(A') bf16(V)
+ * adds 2u + u^2 and the accumulation's gamma_T. Hence
+ *   |y_bf16 - y| <= ((E - 1) + (2u + u^2 + gamma_T) E) sum_j A_ij |v_jd|,  E = exp(2 e s_i),
+ * plus 1e-4 of the same sum for the float32 reference's own rounding (a 20th of one bf16 step).
+ * Backward (dY = random weights through mul + sum): dQ, dK, dV each within 2^-5 of its largest
+ * float32 magnitude (six roundings of 2^-9 along dY, V -> dA -> dS -> dS K, with the
+ * cancellation of dS = A (dA - rowsum(A dA)) at most doubling them: 6 * 2 * 2^-9 < 2^-5), and
+ * farther than 2^-12 somewhere (the products were bf16, not float32). */
+static mpt_status attn_loss(mpt_tape *tape, int nh, mpt_precision pr, mpt_var **y,
+                            mpt_var **loss) {
+  mpt_var *qkv = NULL, *w = NULL, *z = NULL;
+  MPT_RETURN_IF(mpt_tape_param(tape, 0, &qkv));
+  MPT_RETURN_IF(mpt_tape_param(tape, 1, &w));
+  MPT_RETURN_IF(mpt_tape_set_precision(tape, pr));
+  MPT_RETURN_IF(mpt_nn_causal_attention(tape, qkv, nh, y));
+  MPT_RETURN_IF(mpt_tape_set_precision(tape, MPT_PRECISION_FP32));
+  MPT_RETURN_IF(mpt_nn_mul(tape, *y, w, &z));
+  return mpt_nn_sum(tape, z, loss);
+}
+
+START_TEST(test_bf16_tape_attention_close_to_fp32) {
+  const int64_t nb = 2, nt = 300, nh = 3, hs = 16, c = nh * hs, c3 = 3 * c;
+  mpt_model *model = NULL;
+  const int64_t s_qkv[3] = {nb, nt, c3}, s_w[3] = {nb, nt, c};
+  int p0, p1;
+  OK(mpt_model_init(&model, mpt_device_cpu()));
+  OK(mpt_model_add_param(model, "qkv", 3, s_qkv, MPT_INIT_ZEROS, 1, &p0));
+  OK(mpt_model_add_param(model, "w", 3, s_w, MPT_INIT_ZEROS, 1, &p1));
+  OK(mpt_model_finalize(model));
+  float *x = mpt_model_param(model, 0).data;
+  rand_fill(x, nb * nt * c3, 81, -1, 1);
+  rand_fill(mpt_model_param(model, 1).data, nb * nt * c, 82, -1, 1);
+  float *y[2], *g[2];
+  mpt_tape *tape = NULL;
+  OK(mpt_tape_init(&tape, model, NULL));
+  for (int bf16 = 0; bf16 < 2; bf16++) {
+    y[bf16] = alloc_f(nb * nt * c);
+    g[bf16] = alloc_f(nb * nt * c3);
+    OK(mpt_model_zero_grad(model, NULL));
+    mpt_tape_reset(tape, 0);
+    mpt_var *out = NULL, *loss = NULL;
+    OK(attn_loss(tape, (int)nh, bf16 ? MPT_PRECISION_BF16 : MPT_PRECISION_FP32, &out, &loss));
+    memcpy(y[bf16], mpt_var_value(out)->data, (size_t)(nb * nt * c) * sizeof(float));
+    OK(mpt_tape_backward(tape, loss, 1.0f));
+    memcpy(g[bf16], mpt_model_grad(model, 0).data, (size_t)(nb * nt * c3) * sizeof(float));
+  }
+  /* forward, element by element */
+  const double scale = 1.0 / sqrt((double)hs), e = 2 * U + U * U + gamma_k(hs);
+  double *a = calloc((size_t)nt, sizeof *a);
+  ck_assert_ptr_nonnull(a);
+  for (int64_t b = 0; b < nb; b++)
+    for (int64_t h = 0; h < nh; h++)
+      for (int64_t i = 0; i < nt; i++) {
+        const float *q = x + (b * nt + i) * c3 + h * hs;
+        double smax = 0, mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j <= i; j++) {
+          const float *kk = x + (b * nt + j) * c3 + c + h * hs;
+          double dot = 0, mag = 0;
+          for (int64_t l = 0; l < hs; l++) {
+            dot += (double)q[l] * kk[l];
+            mag += fabs((double)q[l] * kk[l]);
+          }
+          a[j] = scale * dot;
+          if (a[j] > mx) mx = a[j];
+          if (scale * mag > smax) smax = scale * mag;
+        }
+        for (int64_t j = 0; j <= i; j++) sum += (a[j] = exp(a[j] - mx));
+        const double big_e = exp(2 * e * smax);
+        const double rel = (big_e - 1) + (2 * U + U * U + gamma_k(nt + 1)) * big_e + 1e-4;
+        for (int64_t d = 0; d < hs; d++) {
+          double mag = 0;
+          for (int64_t j = 0; j <= i; j++)
+            mag += a[j] / sum * fabs((double)x[(b * nt + j) * c3 + 2 * c + h * hs + d]);
+          const int64_t at_y = (b * nt + i) * c + h * hs + d;
+          ck_assert_msg(fabs((double)y[1][at_y] - y[0][at_y]) <= rel * mag, "y[%lld,%lld,%lld]"
+                        " bf16 %.9g fp32 %.9g tol %.3g", (long long)b, (long long)i,
+                        (long long)(h * hs + d), (double)y[1][at_y], (double)y[0][at_y],
+                        rel * mag);
+        }
+      }
+  /* backward, normwise per section (dQ, dK, dV) */
+  for (int sec = 0; sec < 3; sec++) {
+    double big = 0, diff = 0;
+    for (int64_t r = 0; r < nb * nt; r++)
+      for (int64_t j = sec * c; j < (sec + 1) * c; j++) {
+        big = fmax(big, fabs(g[0][r * c3 + j]));
+        diff = fmax(diff, fabs((double)g[1][r * c3 + j] - g[0][r * c3 + j]));
+      }
+    ck_assert_msg(big > 0 && diff <= 0x1p-5 * big && diff > 0x1p-12 * big, "section %d of dqkv: "
+                  "largest |fp32| %.3g, largest difference %.3g (want in (2^-12, 2^-5] of it)",
+                  sec, big, diff);
+  }
+  free(a);
+  for (int i = 0; i < 2; i++) {
+    free(y[i]);
+    free(g[i]);
+  }
+  mpt_tape_free(tape);
+  mpt_model_free(model);
+}
+END_TEST
+
 START_TEST(test_bf16_tape_precision_arguments) {
   mpt_model *model = NULL;
   const int64_t s[1] = {2};
@@ -428,8 +707,13 @@ int main(void) {
   tcase_add_test(tc, test_bf16_gemm_rounds_to_nearest_even);
   tcase_add_test(tc, test_bf16_gemm_many_shapes_evict_plans);
   tcase_add_test(tc, test_bf16_gemm_arguments);
+  tcase_add_test(tc, test_bf16_round_array_equals_scalar);
+  tcase_add_loop_test(tc, test_bf16_gemm_batched_within_bound, 0, 4);
+  tcase_add_test(tc, test_bf16_gemm_batched_arguments);
+  tcase_add_test(tc, test_bf16_heads_split_merge);
   tcase_add_loop_test(tc, test_bf16_conv_within_bound_and_exact, 0, 2);
   tcase_add_loop_test(tc, test_bf16_tape_linear_all_products, 0, 2);
+  tcase_add_test(tc, test_bf16_tape_attention_close_to_fp32);
   tcase_add_test(tc, test_bf16_tape_precision_arguments);
 #ifdef MPT_FAULT_INJECTION
   tcase_add_test(tc, test_bf16_refused_without_bf16_cpu);

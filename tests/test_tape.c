@@ -1262,6 +1262,42 @@ END_TEST
 
 /* ---- runner ------------------------------------------------------------------------------- */
 
+/* mpt_tape_scratch hands out the same block while requests fit, a new one when a request is
+ * larger (then that one), and starts over after a reset; NULL arguments are refused. */
+START_TEST(test_tape_scratch_is_reused_until_it_grows) {
+  mpt_model *m = NULL;
+  const int64_t shape[1] = {4};
+  int p = 0;
+  OK(mpt_model_init(&m, mpt_device_cpu()));
+  OK(mpt_model_add_param(m, "w", 1, shape, MPT_INIT_ZEROS, 1, &p));
+  OK(mpt_model_finalize(m));
+  mpt_tape *t = NULL;
+  OK(mpt_tape_init(&t, m, NULL));
+  void *a = NULL, *b = NULL, *c = NULL, *d = NULL;
+  OK(mpt_tape_scratch(t, 1000, &a));
+  OK(mpt_tape_scratch(t, 10, &b));
+  ck_assert_ptr_eq(a, b);
+  ck_assert_int_eq((uintptr_t)a % 64, 0);
+  memset(a, 1, 1000);
+  OK(mpt_tape_scratch(t, 5000, &c));
+  ck_assert_ptr_ne(a, c);
+  memset(c, 2, 5000);
+  OK(mpt_tape_scratch(t, 4000, &d));
+  ck_assert_ptr_eq(c, d);
+  void *other = NULL;
+  OK(mpt_tape_alloc(t, 64, &other)); /* the arena's own allocations do not overlap it */
+  ck_assert((char *)other >= (char *)c + 5000 || (char *)other + 64 <= (char *)c);
+  mpt_tape_reset(t, 0);
+  OK(mpt_tape_scratch(t, 8, &a));
+  OK(mpt_tape_alloc(t, 64, &b));
+  ck_assert_ptr_ne(a, b);
+  ck_assert_int_eq(mpt_tape_scratch(NULL, 8, &a), MPT_EINVAL);
+  ck_assert_int_eq(mpt_tape_scratch(t, 8, NULL), MPT_EINVAL);
+  mpt_tape_free(t);
+  mpt_model_free(m);
+}
+END_TEST
+
 static Suite *tape_suite(void) {
   Suite *s = suite_create("nn_tape");
   TCase *model = tcase_create("model");
@@ -1295,6 +1331,7 @@ static Suite *tape_suite(void) {
   tcase_add_test(tape, test_backward_rejects_bad_loss);
   tcase_add_test(tape, test_grad_disabled_records_nothing);
   tcase_add_test(tape, test_arena_does_not_allocate_in_steady_state);
+  tcase_add_test(tape, test_tape_scratch_is_reused_until_it_grows);
   suite_add_tcase(s, tape);
   return s;
 }

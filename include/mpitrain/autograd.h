@@ -74,6 +74,12 @@ MPT_API mpt_status mpt_tape_view_var(mpt_tape *tape, mpt_var *of, int ndim,
 /* Scratch or saved memory on the model's device from the tape's arena, 64-byte aligned, valid
  * until the next mpt_tape_reset (contents undefined). Errors: MPT_ENOMEM. */
 MPT_API mpt_status mpt_tape_alloc(mpt_tape *tape, size_t nbytes, void **ptr);
+/* Temporary memory for one op's own use inside its forward or backward function: the same
+ * block (from the arena, 64-byte aligned) each call, grown when a call asks for more, so
+ * scratch that ops need one after the other does not pile up in the arena until the reset.
+ * Valid until the next mpt_tape_scratch or mpt_tape_reset: nothing may keep it (a context
+ * keeps mpt_tape_alloc's memory). Errors: MPT_EINVAL (NULL), MPT_ENOMEM. */
+MPT_API mpt_status mpt_tape_scratch(mpt_tape *tape, size_t nbytes, void **ptr);
 /* 1 when gradients are enabled on the tape and any of the inputs needs a gradient (NULL
  * entries are ignored): only then record a node. */
 MPT_API int mpt_tape_needs_grad(const mpt_tape *tape, mpt_var *const *inputs, int ninputs);

@@ -61,6 +61,50 @@ MPT_API mpt_status mpt_op_gemm_ex(mpt_stream *stream, mpt_precision precision, i
                                   const float *a, int64_t lda, const float *b, int64_t ldb,
                                   float beta, float *c, int64_t ldc);
 
+/* ---- bf16 operands rounded once by the caller ----
+ * A GEMM's operand that several GEMMs read (a layer's weight in forward and in backward, the
+ * gradient of a layer's output in its dX and dW products, the attention's q, k, v over all
+ * heads) is rounded once with mpt_op_bf16_round into a bf16 array (uint16_t, the bits of
+ * mpt_bf16_from_f32) and the GEMMs take it as it is: the same results as mpt_op_gemm_bf16 on
+ * the float inputs (same rounding, same accumulation), less rounding work and no copies. */
+
+/* 1 when the stream's backend has mpt_op_bf16_round, mpt_op_gemm_bf16_batched and the head
+ * layouts below (the CPU with oneDNN and a BF16 CPU), else 0 (the layers then use
+ * mpt_op_gemm_bf16). */
+MPT_API int mpt_op_bf16_rounded_available(mpt_stream *stream);
+/* y[i] = bf16(x[i]) for i < count, to nearest even (mpt_bf16_from_f32's bits; NaN stays NaN),
+ * on the calling thread (memory-bound; see gemm_dnnl.c). Errors: MPT_EINVAL
+ * (count < 0, NULL with count > 0), MPT_ENOTSUP (mpt_op_bf16_check). */
+MPT_API mpt_status mpt_op_bf16_round(mpt_stream *stream, const float *x, uint16_t *y,
+                                     int64_t count);
+/* For i < batch (as cublasGemmStridedBatchedEx, row-major as mpt_op_gemm):
+ *   C_i (M x N, f32) = alpha * op(A_i) op(B_i) + beta * C_i,
+ * A_i = a + i stride_a, B_i = b + i stride_b (bf16, leading dimensions lda, ldb), C_i = c + i
+ * stride_c (leading dimension ldc); products accumulated in float32 as mpt_op_gemm_bf16. The
+ * C_i must not overlap. k == 0 scales each C_i by beta. Errors: as mpt_op_gemm_bf16
+ * (MPT_EINVAL for a negative extent or stride, a short leading dimension, NULL), MPT_ENOTSUP
+ * where mpt_op_bf16_rounded_available is 0. */
+MPT_API mpt_status mpt_op_gemm_bf16_batched(mpt_stream *stream, int trans_a, int trans_b,
+                                            int64_t batch, int64_t m, int64_t n, int64_t k,
+                                            float alpha, const uint16_t *a, int64_t lda,
+                                            int64_t stride_a, const uint16_t *b, int64_t ldb,
+                                            int64_t stride_b, float beta, float *c, int64_t ldc,
+                                            int64_t stride_c);
+
+/* Head-major layouts for batched products over attention heads (dense operands, which the
+ * CPU's fastest bf16 kernels need): x [B, T, parts, H, hs] (float32; parts 3 for q, k, v side by
+ * side in a row, 1 for one [B, T, C]) becomes y [parts, B, H, T, hs] rounded to bf16 (as
+ * mpt_op_bf16_round); merge moves float32 values back: y [B, T, parts, H, hs] = beta y + x
+ * [parts, B, H, T, hs] (beta 0 writes; y's NaNs do not leak). Errors: MPT_EINVAL (negative
+ * extent, overflow, NULL with a non-empty shape), MPT_ENOTSUP (a backend without them: see
+ * mpt_op_bf16_rounded_available). */
+MPT_API mpt_status mpt_op_heads_split_bf16(mpt_stream *stream, const float *x, int64_t nb,
+                                           int64_t nt, int64_t parts, int64_t nh, int64_t hs,
+                                           uint16_t *y);
+MPT_API mpt_status mpt_op_heads_merge(mpt_stream *stream, const float *x, int64_t nb, int64_t nt,
+                                      int64_t parts, int64_t nh, int64_t hs, float beta,
+                                      float *y);
+
 /* The library convolutions of ops.h (mpt_op_conv2d_*: same shapes, accumulation and errors)
  * with x, w and dy rounded to bf16 and float32 accumulation; y, dx, dw and db are float32, the
  * bias is added in float32. CPU: oneDNN's bf16 convolutions (the reorders into its blocked

@@ -117,6 +117,18 @@ typedef struct mpt__device_backend {
   mpt_status (*gemm_bf16)(mpt_stream *s, int trans_a, int trans_b, int64_t m, int64_t n,
                           int64_t k, float alpha, const float *a, int64_t lda, const float *b,
                           int64_t ldb, float beta, float *c, int64_t ldc);
+  /* Optional within the optional: bf16 operands rounded once by the caller (a backend without
+   * them leaves the layers on gemm_bf16). */
+  mpt_status (*bf16_round)(mpt_stream *s, const float *x, uint16_t *y, int64_t count);
+  mpt_status (*gemm_bf16_batched)(mpt_stream *s, int trans_a, int trans_b, int64_t batch,
+                                  int64_t m, int64_t n, int64_t k, float alpha,
+                                  const uint16_t *a, int64_t lda, int64_t stride_a,
+                                  const uint16_t *b, int64_t ldb, int64_t stride_b, float beta,
+                                  float *c, int64_t ldc, int64_t stride_c);
+  mpt_status (*heads_split_bf16)(mpt_stream *s, const float *x, int64_t nb, int64_t nt,
+                                 int64_t parts, int64_t nh, int64_t hs, uint16_t *y);
+  mpt_status (*heads_merge)(mpt_stream *s, const float *x, int64_t nb, int64_t nt,
+                            int64_t parts, int64_t nh, int64_t hs, float beta, float *y);
   mpt_status (*conv2d_forward_bf16)(mpt_stream *s, const mpt_conv_geom *g, int64_t n, int64_t o,
                                     const float *x, const float *w, const float *b, float *y);
   mpt_status (*conv2d_backward_data_bf16)(mpt_stream *s, const mpt_conv_geom *g, int64_t n,

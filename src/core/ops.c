@@ -492,6 +492,80 @@ mpt_status mpt_op_gemm_ex(mpt_stream *stream, mpt_precision precision, int trans
                   (int)precision);
 }
 
+int mpt_op_bf16_rounded_available(mpt_stream *stream) {
+  const mpt__device_backend *b = mpt__backend_of_stream(stream);
+  return b && b->bf16_round && b->gemm_bf16_batched && b->heads_split_bf16 && b->heads_merge &&
+         mpt_op_bf16_check(stream) == MPT_OK;
+}
+
+static mpt_status heads_check(const char *op, int64_t nb, int64_t nt, int64_t parts, int64_t nh,
+                              int64_t hs, const void *x, const void *y) {
+  if (nb < 0 || nt < 0 || parts < 0 || nh < 0 || hs < 0)
+    return MPT_FAIL(MPT_EINVAL, "%s: negative extent (B %lld, T %lld, parts %lld, H %lld, hs "
+                    "%lld)", op, (long long)nb, (long long)nt, (long long)parts, (long long)nh,
+                    (long long)hs);
+  int64_t count = 0;
+  MPT_RETURN_IF(extent_product(op, nb, nt, parts, &count));
+  MPT_RETURN_IF(extent_product(op, count, nh, hs, &count));
+  if (count > 0 && (!x || !y)) return MPT_FAIL(MPT_EINVAL, "%s: NULL x or y", op);
+  return MPT_OK;
+}
+
+mpt_status mpt_op_heads_split_bf16(mpt_stream *stream, const float *x, int64_t nb, int64_t nt,
+                                   int64_t parts, int64_t nh, int64_t hs, uint16_t *y) {
+  MPT_RETURN_IF(heads_check(__func__, nb, nt, parts, nh, hs, x, y));
+  MPT_RETURN_IF(mpt_op_bf16_check(stream));
+  DISPATCH(heads_split_bf16, x, nb, nt, parts, nh, hs, y);
+}
+
+mpt_status mpt_op_heads_merge(mpt_stream *stream, const float *x, int64_t nb, int64_t nt,
+                              int64_t parts, int64_t nh, int64_t hs, float beta, float *y) {
+  MPT_RETURN_IF(heads_check(__func__, nb, nt, parts, nh, hs, x, y));
+  DISPATCH(heads_merge, x, nb, nt, parts, nh, hs, beta, y);
+}
+
+mpt_status mpt_op_bf16_round(mpt_stream *stream, const float *x, uint16_t *y, int64_t count) {
+  REQUIRE_NONNEG(count);
+  MPT_RETURN_IF(mpt_op_bf16_check(stream));
+  if (count == 0) return MPT_OK;
+  REQUIRE_PTR(x);
+  REQUIRE_PTR(y);
+  DISPATCH(bf16_round, x, y, count);
+}
+
+mpt_status mpt_op_gemm_bf16_batched(mpt_stream *stream, int trans_a, int trans_b, int64_t batch,
+                                    int64_t m, int64_t n, int64_t k, float alpha,
+                                    const uint16_t *a, int64_t lda, int64_t stride_a,
+                                    const uint16_t *b, int64_t ldb, int64_t stride_b, float beta,
+                                    float *c, int64_t ldc, int64_t stride_c) {
+  REQUIRE_NONNEG(batch);
+  REQUIRE_NONNEG(m);
+  REQUIRE_NONNEG(n);
+  REQUIRE_NONNEG(k);
+  REQUIRE_NONNEG(stride_a);
+  REQUIRE_NONNEG(stride_b);
+  REQUIRE_NONNEG(stride_c);
+  MPT_RETURN_IF(mpt_op_bf16_check(stream));
+  if (batch == 0 || m == 0 || n == 0) return MPT_OK;
+  REQUIRE_PTR(c);
+  REQUIRE(ldc >= n, "ldc = %lld < n = %lld", (long long)ldc, (long long)n);
+  if (k == 0) { /* C[i] = beta C[i]: nothing to round, the float32 op does it */
+    for (int64_t i = 0; i < batch; i++)
+      MPT_RETURN_IF(mpt_op_gemm(stream, trans_a, trans_b, m, n, 0, alpha, NULL, 1, NULL, 1, beta,
+                                c + i * stride_c, ldc));
+    return MPT_OK;
+  }
+  REQUIRE_PTR(a);
+  REQUIRE_PTR(b);
+  int64_t min_lda = trans_a ? m : k, min_ldb = trans_b ? k : n;
+  REQUIRE(lda >= min_lda, "lda = %lld < %lld (trans_a = %d)", (long long)lda,
+          (long long)min_lda, trans_a);
+  REQUIRE(ldb >= min_ldb, "ldb = %lld < %lld (trans_b = %d)", (long long)ldb,
+          (long long)min_ldb, trans_b);
+  DISPATCH(gemm_bf16_batched, trans_a, trans_b, batch, m, n, k, alpha, a, lda, stride_a, b, ldb,
+           stride_b, beta, c, ldc, stride_c);
+}
+
 int mpt_op_conv2d_bf16_available(mpt_stream *stream) {
   const mpt__device_backend *b = mpt__backend_of_stream(stream);
   return b && b->conv2d_forward_bf16 && b->conv2d_backward_data_bf16 &&

@@ -17,6 +17,7 @@
 #include <math.h>
 
 #include "mpitrain/ops.h"
+#include "mpitrain/ops_bf16.h"
 #include "mpitrain/ops_gpt.h"
 #include "mpitrain/transformer.h"
 #include "nn/gpt_ops.h"
@@ -26,6 +27,7 @@
 
 typedef struct attn_ctx {
   const float *att; /* [B, H, T, T] softmax, 0 above the diagonal, in the arena */
+  const uint16_t *x16, *a16; /* bf16 qkv, att (attention_bf16.c) when the products are bf16 */
   int64_t b, t, c, nh;
 } attn_ctx;
 _Static_assert(sizeof(attn_ctx) <= MPT_NODE_CTX_BYTES, "attn_ctx too large");
@@ -41,6 +43,8 @@ static mpt_status attn_backward(mpt_tape *tape, mpt_node *node) {
   const int64_t nt = k->t, c = k->c, c3 = 3 * c, hs = c / k->nh;
   const float scale = (float)(1.0 / sqrt((double)hs));
   const float *dy = mpt_node_grad_output(node), *x = mpt_var_value(qkv)->data;
+  if (k->x16) return mpt__attn_backward_bf16(tape, k->x16, k->a16, k->att, dy, k->b, nt, c,
+                                             k->nh, beta, dqkv);
   MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)(nt * nt) * sizeof(float), (void **)&ds));
   for (int64_t b = 0; b < k->b; b++)
     for (int64_t h = 0; h < k->nh; h++) {
@@ -93,7 +97,11 @@ mpt_status mpt_nn_causal_attention(mpt_tape *tape, mpt_var *qkv, int n_head, mpt
   const float scale = (float)(1.0 / sqrt((double)hs));
   const float *x = xt->data;
   float *out = mpt_var_value(o)->data;
-  for (int64_t b = 0; b < nb; b++)
+  const uint16_t *x16 = NULL, *a16 = NULL;
+  /* bf16 products where the backend takes bf16 operands (attention_bf16.c); else float32 */
+  if (mpt_tape_precision(tape) == MPT_PRECISION_BF16 && mpt_op_bf16_rounded_available(s))
+    MPT_RETURN_IF(mpt__attn_forward_bf16(tape, x, nb, nt, c, nh, att, out, &x16, &a16));
+  for (int64_t b = 0; !x16 && b < nb; b++)
     for (int64_t h = 0; h < nh; h++) {
       const float *q = x + b * nt * c3 + h * hs, *kk = q + c, *v = q + 2 * c;
       float *a = att + (b * nh + h) * nt * nt;
@@ -114,7 +122,8 @@ mpt_status mpt_nn_causal_attention(mpt_tape *tape, mpt_var *qkv, int n_head, mpt
   if (mpt_tape_needs_grad(tape, &qkv, 1)) {
     mpt_node *node = NULL;
     MPT_RETURN_IF(mpt_tape_record(tape, op, attn_backward, &qkv, 1, o, &node));
-    *(attn_ctx *)mpt_node_ctx(node) = (attn_ctx){.att = att, .b = nb, .t = nt, .c = c, .nh = nh};
+    *(attn_ctx *)mpt_node_ctx(node) =
+        (attn_ctx){.att = att, .x16 = x16, .a16 = a16, .b = nb, .t = nt, .c = c, .nh = nh};
   }
   *y = o;
   return MPT_OK;

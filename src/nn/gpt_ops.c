@@ -175,6 +175,7 @@ mpt_status mpt_nn_gelu(mpt_tape *tape, mpt_var *x, mpt_var **y) {
 typedef struct linnd_ctx {
   int64_t rows, in, out;
   mpt_precision precision; /* of the forward (mpt_tape_set_precision): backward matches */
+  const uint16_t *x16, *w16; /* bf16 x [rows, in], W [out, in] (linear_bf16.c), else NULL */
 } linnd_ctx;
 _Static_assert(sizeof(linnd_ctx) <= MPT_NODE_CTX_BYTES, "linnd_ctx too large");
 
@@ -188,11 +189,14 @@ static mpt_status linnd_backward(mpt_tape *tape, mpt_node *node) {
   MPT_RETURN_IF(mpt_var_grad_beta(tape, x, &dx, &beta_x));
   MPT_RETURN_IF(mpt_var_grad_acc(tape, w, &dw));
   if (b) MPT_RETURN_IF(mpt_var_grad_acc(tape, b, &db));
-  /* dx [rows, in] = beta_x dx + dy [rows, out] W [out, in] (beta_x 0: dx is new) */
-  if (dx) MPT_RETURN_IF(mpt_op_gemm_ex(s, k->precision, 0, 0, k->rows, k->in, k->out, 1.0f, dy, k->out, VAL(w),
+  if (k->x16)
+    MPT_RETURN_IF(mpt__linear_backward_bf16(tape, k->x16, k->w16, dy, k->rows, k->in, k->out,
+                                            beta_x, dx, dw));
+  else if (dx) /* dx [rows, in] = beta_x dx + dy [rows, out] W [out, in] (beta_x 0: dx is new) */
+    MPT_RETURN_IF(mpt_op_gemm_ex(s, k->precision, 0, 0, k->rows, k->in, k->out, 1.0f, dy, k->out, VAL(w),
                                        k->in, beta_x, dx, k->in));
   /* dW [out, in] += dy^T [out, rows] x [rows, in] */
-  if (dw) MPT_RETURN_IF(mpt_op_gemm_ex(s, k->precision, 1, 0, k->out, k->in, k->rows, 1.0f, dy, k->out,
+  if (dw && !k->x16) MPT_RETURN_IF(mpt_op_gemm_ex(s, k->precision, 1, 0, k->out, k->in, k->rows, 1.0f, dy, k->out,
                                        VAL(x), k->in, 1.0f, dw, k->in));
   if (db) MPT_RETURN_IF(mpt_op_bias_backward(s, db, dy, k->rows, k->out, 1));
   return MPT_OK;
@@ -223,8 +227,13 @@ mpt_status mpt_nn_linear_nd(mpt_tape *tape, mpt_var *x, mpt_var *weight, mpt_var
   mpt_stream *s = mpt_tape_stream(tape);
   MPT_RETURN_IF(mpt_tape_new_var(tape, xt->ndim, shape, MPT_F32, &o));
   const mpt_precision pr = mpt_tape_precision(tape);
-  MPT_RETURN_IF(mpt_op_gemm_ex(s, pr, 0, 1, rows, out, in, 1.0f, xt->data, in, wt->data, in, 0.0f,
-                               VAL(o), out));
+  const uint16_t *x16 = NULL, *w16 = NULL;
+  if (pr == MPT_PRECISION_BF16 && mpt_op_bf16_rounded_available(s))
+    MPT_RETURN_IF(mpt__linear_forward_bf16(tape, xt->data, wt->data, rows, in, out, VAL(o), &x16,
+                                           &w16));
+  else
+    MPT_RETURN_IF(mpt_op_gemm_ex(s, pr, 0, 1, rows, out, in, 1.0f, xt->data, in, wt->data, in,
+                                 0.0f, VAL(o), out));
   if (bias) MPT_RETURN_IF(mpt_op_bias_add(s, VAL(o), VAL(bias), rows, out, 1));
   mpt_var *inputs[3] = {x, weight, bias};
   const int ninputs = bias ? 3 : 2;
@@ -232,7 +241,7 @@ mpt_status mpt_nn_linear_nd(mpt_tape *tape, mpt_var *x, mpt_var *weight, mpt_var
     mpt_node *node = NULL;
     MPT_RETURN_IF(mpt_tape_record(tape, op, linnd_backward, inputs, ninputs, o, &node));
     *(linnd_ctx *)mpt_node_ctx(node) = (linnd_ctx){.rows = rows, .in = in, .out = out,
-                                                   .precision = pr};
+                                                   .precision = pr, .x16 = x16, .w16 = w16};
   }
   *y = o;
   return MPT_OK;

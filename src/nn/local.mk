@@ -4,7 +4,8 @@ mpitraininclude_HEADERS += include/mpitrain/nn.h include/mpitrain/autograd.h \
 libmpitrain_all_la_SOURCES += \
 	src/nn/tape.h src/nn/tape.c src/nn/model.c src/nn/ops_basic.c \
 	src/nn/conv.c src/nn/pool.c src/nn/dropout.c src/nn/batchnorm.c src/nn/models.c \
-	src/nn/eval.c src/nn/gpt_ops.h src/nn/gpt_ops.c src/nn/attention.c src/nn/gpt.c
+	src/nn/eval.c src/nn/gpt_ops.h src/nn/gpt_ops.c src/nn/attention.c src/nn/gpt.c \
+	src/nn/attention_bf16.c src/nn/linear_bf16.c
 
 EXTRA_DIST += tests/test_eval_mpi.sh
 

@@ -82,6 +82,8 @@ struct mpt_tape {
   arena_chunk *chunks; /* chunks [0, nchunks); the bump pointer is in chunks[nchunks - 1] */
   int nchunks, cap_chunks;
   size_t allocations; /* device chunks + host blocks allocated since init */
+  void *scratch;        /* mpt_tape_scratch's block in the arena, this pass, or NULL */
+  size_t scratch_nbytes;
 
   pool vars;  /* var_slot */
   pool nodes; /* mpt_node */
@@ -191,6 +193,17 @@ mpt_status mpt_tape_alloc(mpt_tape *tape, size_t nbytes, void **ptr) {
   return MPT_OK;
 }
 
+mpt_status mpt_tape_scratch(mpt_tape *tape, size_t nbytes, void **ptr) {
+  if (!tape || !ptr) return MPT_FAIL(MPT_EINVAL, "tape_scratch: NULL tape or output");
+  *ptr = NULL;
+  if (!tape->scratch || tape->scratch_nbytes < nbytes) { /* grows; the old block is left */
+    MPT_RETURN_IF(mpt_tape_alloc(tape, nbytes, &tape->scratch));
+    tape->scratch_nbytes = nbytes;
+  }
+  *ptr = tape->scratch;
+  return MPT_OK;
+}
+
 /* Replaces several chunks by one of their total use (see the file comment). */
 static void arena_consolidate(mpt_tape *tape) {
   if (tape->nchunks <= 1) {
@@ -255,6 +268,8 @@ mpt_model *mpt_tape_model(const mpt_tape *tape) { return tape ? tape->model : NU
 void mpt_tape_reset(mpt_tape *tape, uint64_t seed) {
   if (!tape) return;
   arena_consolidate(tape);
+  tape->scratch = NULL;
+  tape->scratch_nbytes = 0;
   tape->vars.used = 0;
   tape->nodes.used = 0;
   for (int i = 0; i < tape->nparams; i++) {

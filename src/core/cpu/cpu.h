@@ -52,6 +52,10 @@ mpt_status mpt__cpu_conv2d_backward_weights(mpt_stream *s, const mpt_conv_geom *
  * oneDNN only. */
 mpt_status mpt__cpu_bf16_check(mpt_stream *s);
 mpt_status mpt__cpu_gemm_bf16(mpt_stream *s, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+mpt_status mpt__cpu_bf16_round(mpt_stream *s, const float *x, uint16_t *y, int64_t count);
+mpt_status mpt__cpu_gemm_bf16_batched(mpt_stream *s, int trans_a, int trans_b, int64_t batch, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a, int64_t lda, int64_t stride_a, const uint16_t *b, int64_t ldb, int64_t stride_b, float beta, float *c, int64_t ldc, int64_t stride_c);
+mpt_status mpt__cpu_heads_split_bf16(mpt_stream *s, const float *x, int64_t nb, int64_t nt, int64_t parts, int64_t nh, int64_t hs, uint16_t *y);
+mpt_status mpt__cpu_heads_merge(mpt_stream *s, const float *x, int64_t nb, int64_t nt, int64_t parts, int64_t nh, int64_t hs, float beta, float *y);
 mpt_status mpt__cpu_conv2d_forward_bf16(mpt_stream *s, const mpt_conv_geom *g, int64_t n, int64_t o, const float *x, const float *w, const float *b, float *y);
 mpt_status mpt__cpu_conv2d_backward_data_bf16(mpt_stream *s, const mpt_conv_geom *g, int64_t n, int64_t o, const float *w, const float *dy, float *dx);
 mpt_status mpt__cpu_conv2d_backward_weights_bf16(mpt_stream *s, const mpt_conv_geom *g, int64_t n, int64_t o, const float *x, const float *dy, float *dw, float *db);
