@@ -51,6 +51,10 @@ mpt_status mpt__cpu_conv2d_backward_weights(mpt_stream *s, const mpt_conv_geom *
 /* gemm_dnnl.c (bf16 GEMM, the BF16 CPU check) and conv_dnnl.c (bf16 convolutions), built with
  * oneDNN only. */
 mpt_status mpt__cpu_bf16_check(mpt_stream *s);
+/* sgemm_dnnl.c, built with oneDNN only: whether mpt__cpu_gemm sends an fp32 product (k >= 1) to
+ * oneDNN, and that path (cblas_sgemm's arguments, row-major; MPT_EDEVICE if oneDNN fails). */
+int mpt__cpu_sgemm_dnnl_wanted(int64_t m, int64_t n, int64_t k);
+mpt_status mpt__cpu_sgemm_dnnl(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 mpt_status mpt__cpu_gemm_bf16(mpt_stream *s, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 mpt_status mpt__cpu_conv2d_forward_bf16(mpt_stream *s, const mpt_conv_geom *g, int64_t n, int64_t o, const float *x, const float *w, const float *b, float *y);
 mpt_status mpt__cpu_conv2d_backward_data_bf16(mpt_stream *s, const mpt_conv_geom *g, int64_t n, int64_t o, const float *w, const float *dy, float *dx);
