@@ -23,7 +23,10 @@
  * The `err` column: max |C - C_openblas| / max |C_openblas| of the last call (fwd, dx: the
  * product; dw: the accumulated gradient after one call from the same start).
  * The footer weighs each product by how often one step issues it (L per layer kind, 1 for the
- * head) and gives the step's GEMM time and GFLOP/s per backend, and the ratio to openblas. */
+ * head) and gives the step's GEMM time and GFLOP/s per backend, and the ratio to openblas.
+ * Then the attention's GEMMs (src/nn/attention.c: 64-row blocks of one head at a time, T
+ * --seq-len, default gpt-mini 256, gpt2 512) for one head, and the step's total over B H L heads
+ * (openblas, sgemm, mpt only). */
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -161,6 +164,93 @@ static void run(int back, const shape *s, dplan *p, const float *a, const float 
   }
 }
 
+/* ---- attention (src/nn/attention.c): the block GEMMs of one (sequence, head) ----
+ * q, k, v are column blocks of qkv [T, 3C] (leading dimension 3C), the head's output / its
+ * gradient a column block of [T, C]; the T x T matrices are tight. Per block of 64 rows r0:
+ *   S   gemm(0, 1, rows, r0+rows, hs)  scale Q K^T            (forward)
+ *   Y   gemm(0, 0, rows, hs, r0+rows)  A V                    (forward)
+ *   dA  gemm(0, 1, rows, r0+rows, hs)  dY V^T                 (backward)
+ *   dV  gemm(1, 0, rows, hs, T-r0)     A^T dY, beta 1         (backward)
+ *   dQ  gemm(0, 0, rows, hs, r0+rows)  dS K, beta 1           (backward)
+ *   dK  gemm(1, 0, rows, hs, T-r0)     dS^T Q, beta 1         (backward) */
+enum { A_S, A_Y, A_DA, A_DV, A_DQ, A_DK, NATT };
+static const char *const attn_names[NATT] = {"S", "Y", "dA", "dV", "dQ", "dK"};
+enum { ABLOCK = 64 };
+
+/* All blocks of product `kind` for one head on backend `back` (not B_DNNL); returns its FLOPs. */
+static double attn_run(int back, int kind, int64_t t, int64_t c, int64_t hs, const float *qkv,
+                       const float *att, float *tt, float *dqkv, const float *dy) {
+  const int64_t c3 = 3 * c;
+  const float *q = qkv, *kk = qkv + c, *v = qkv + 2 * c;
+  double flop = 0;
+  for (int64_t r0 = 0; r0 < t; r0 += ABLOCK) {
+    const int64_t rows = t - r0 < ABLOCK ? t - r0 : ABLOCK, cols = r0 + rows;
+    shape s;
+    const float *a, *b;
+    float *cc;
+    switch (kind) {
+      case A_S: s = (shape){0, 1, rows, cols, hs, c3, c3, t, 0.0f, 0};
+        a = q + r0 * c3, b = kk, cc = tt + r0 * t; break;
+      case A_Y: s = (shape){0, 0, rows, hs, cols, t, c3, c, 0.0f, 0};
+        a = att + r0 * t, b = v, cc = dqkv + r0 * c; break; /* any [T, C] block */
+      case A_DA: s = (shape){0, 1, rows, cols, hs, c, c3, t, 0.0f, 0};
+        a = dy + r0 * c, b = v, cc = tt + r0 * t; break;
+      case A_DV: s = (shape){1, 0, rows, hs, t - r0, t, c, c3, 1.0f, 0};
+        a = att + r0 * t + r0, b = dy + r0 * c, cc = dqkv + 2 * c + r0 * c3; break;
+      case A_DQ: s = (shape){0, 0, rows, hs, cols, t, c3, c3, 1.0f, 0};
+        a = att + r0 * t, b = kk, cc = dqkv + r0 * c3; break;
+      default: s = (shape){1, 0, rows, hs, t - r0, t, c3, c3, 1.0f, 0};
+        a = att + r0 * t + r0, b = q + r0 * c3, cc = dqkv + c + r0 * c3; break;
+    }
+    run(back, &s, NULL, a, b, NULL, cc);
+    flop += 2.0 * (double)s.m * (double)s.n * (double)s.k;
+  }
+  return flop;
+}
+
+static float *alloc_fill(size_t count, unsigned seed);
+
+/* Times the attention products of one head (T, C, hs) on the chosen backends, alternating;
+ * adds the step's time (times `heads` = B H L) to step_s. */
+static void attn_bench(const int *order, int nuse, int reps, int64_t t, int64_t c, int64_t hs,
+                       double heads, double *step_s, double *step_flop) {
+  float *qkv = alloc_fill((size_t)(t * 3 * c), 41), *att = alloc_fill((size_t)(t * t), 42);
+  float *tt = alloc_fill((size_t)(t * t), 43), *dqkv = alloc_fill((size_t)(t * 3 * c), 44);
+  float *dy = alloc_fill((size_t)(t * c), 45);
+  double *tm = calloc((size_t)(NBACK * reps), sizeof *tm);
+  for (int kind = 0; kind < NATT; kind++) {
+    double flop = 0;
+    for (int j = 0; j < nuse; j++) /* warm-up */
+      if (order[j] != B_DNNL) flop = attn_run(order[j], kind, t, c, hs, qkv, att, tt, dqkv, dy);
+    for (int r = 0; r < reps; r++)
+      for (int j = 0; j < nuse; j++) {
+        if (order[j] == B_DNNL) continue;
+        const double t0 = now_s();
+        attn_run(order[j], kind, t, c, hs, qkv, att, tt, dqkv, dy);
+        tm[order[j] * reps + r] = now_s() - t0;
+      }
+    printf("  %-8s %-4s %2s %2s %6s %6s %6s %4s", "attn", attn_names[kind], "", "", "", "", "",
+           "");
+    for (int j = 0; j < nuse; j++) {
+      const int b = order[j];
+      if (b == B_DNNL) {
+        printf(" %9s %8s", "-", "");
+        continue;
+      }
+      qsort(tm + b * reps, (size_t)reps, sizeof *tm, cmp_double);
+      const double med = tm[b * reps + reps / 2];
+      printf(" %9.1f %8s", flop / med * 1e-9, "");
+      step_s[b] += heads * med;
+    }
+    printf("   (%lld blocks of %d rows, per head)\n", (long long)((t + ABLOCK - 1) / ABLOCK),
+           ABLOCK);
+    *step_flop += heads * flop;
+    fflush(stdout);
+  }
+  free(tm);
+  free(qkv), free(att), free(tt), free(dqkv), free(dy);
+}
+
 static float *alloc_fill(size_t count, unsigned seed) {
   float *x = aligned_alloc(64, (count * sizeof(float) + 63) & ~(size_t)63);
   if (!x) {
@@ -177,12 +267,12 @@ static float *alloc_fill(size_t count, unsigned seed) {
 static void usage(FILE *f) {
   fprintf(f, "usage: mpt_gemm_bench [--model gpt-mini|gpt2] [--rows M] [--threads N] [--reps R]\n"
              "                      [--backends openblas,dnnl,sgemm,mpt] [--only NAME]\n"
-             "                      [--clock thread|wall]\n");
+             "                      [--clock thread|wall] [--seq-len T (0: no attention)]\n");
 }
 
 int main(int argc, char **argv) {
   const char *model = "gpt-mini", *backends = "openblas,dnnl,mpt", *only = NULL, *clk = NULL;
-  int64_t rows = 2048;
+  int64_t rows = 2048, seq = -1;
   int threads = 1, reps = 5;
   for (int i = 1; i < argc; i++) {
     const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -202,19 +292,20 @@ int main(int argc, char **argv) {
     else if (!strcmp(o, "--backends")) backends = v;
     else if (!strcmp(o, "--only")) only = v;
     else if (!strcmp(o, "--clock")) clk = v;
+    else if (!strcmp(o, "--seq-len")) seq = atoll(v);
     else {
       usage(stderr);
       return 2;
     }
   }
   int64_t c, vp, nl;
-  if (!strcmp(model, "gpt-mini")) c = 384, vp = 256, nl = 6;
-  else if (!strcmp(model, "gpt2")) c = 768, vp = 50304, nl = 12;
+  if (!strcmp(model, "gpt-mini")) c = 384, vp = 256, nl = 6, seq = seq < 0 ? 256 : seq;
+  else if (!strcmp(model, "gpt2")) c = 768, vp = 50304, nl = 12, seq = seq < 0 ? 512 : seq;
   else {
     fprintf(stderr, "gemm_bench: unknown model %s (gpt-mini or gpt2)\n", model);
     return 2;
   }
-  if (rows < 1 || threads < 1 || reps < 1) {
+  if (rows < 1 || threads < 1 || reps < 1 || seq == 0 || (seq > 0 && rows % seq)) {
     usage(stderr);
     return 2;
   }
@@ -313,11 +404,27 @@ int main(int argc, char **argv) {
     }
     free(x), free(w), free(dy), free(bias), free(cref), free(cout);
   }
-  printf("# step (fwdb + dx + dw of every Linear, %.1f GFLOP):", step_flop * 1e-9);
-  for (int j = 0; j < nuse; j++)
-    printf("  %s %.1f ms %.1f GFLOP/s (x%.3f)", back_names[order[j]], step_s[order[j]] * 1e3,
-           step_flop / step_s[order[j]] * 1e-9, step_s[B_OPENBLAS] / step_s[order[j]]);
-  printf("\n");
+  if (step_flop > 0) {
+    printf("# step (fwdb + dx + dw of every Linear, %.1f GFLOP):", step_flop * 1e-9);
+    for (int j = 0; j < nuse; j++)
+      printf("  %s %.1f ms %.1f GFLOP/s (x%.3f)", back_names[order[j]], step_s[order[j]] * 1e3,
+             step_flop / step_s[order[j]] * 1e-9, step_s[B_OPENBLAS] / step_s[order[j]]);
+    printf("\n");
+  }
+  if (seq > 0 && (!only || !strcmp(only, "attn"))) {
+    const int64_t hs = 64, nh = c / hs;
+    double att_s[NBACK] = {0}, att_flop = 0;
+    attn_bench(order, nuse, reps, seq, c, hs, (double)(rows / seq * nh * nl), att_s, &att_flop);
+    printf("# attention (T %lld, %lld heads of 64, %lld sequences, %lld layers; %.1f GFLOP):",
+           (long long)seq, (long long)nh, (long long)(rows / seq), (long long)nl,
+           att_flop * 1e-9);
+    for (int j = 0; j < nuse; j++)
+      if (order[j] != B_DNNL)
+        printf("  %s %.1f ms %.1f GFLOP/s (x%.3f)", back_names[order[j]],
+               att_s[order[j]] * 1e3, att_flop / att_s[order[j]] * 1e-9,
+               att_s[B_OPENBLAS] / att_s[order[j]]);
+    printf("\n");
+  }
   dnnl_stream_destroy(dstream);
   dnnl_engine_destroy(engine);
   return 0;
