@@ -178,16 +178,58 @@ START_TEST(test_gemm_goes_to_onednn_and_is_reproducible) {
 }
 END_TEST
 
-/* mpt_cpu_set_threads governs oneDNN too: after a GEMM, the calling thread's OpenMP team size
- * is OpenBLAS's thread count. */
+/* The result does not depend on the thread count (1, 2, 3): the same bits, as with OpenBLAS,
+ * which splits M and N but not K. Training then gives the same model at every --threads (what
+ * the trainer's thread tests compare). Shapes: a Linear's forward, dX and dW at M = 2048 (dW
+ * sums over K = 2048 rows), a dW over a long K with a small output (where splitting K across
+ * threads would pay), and an attention block. */
+START_TEST(test_gemm_same_bits_at_every_thread_count) {
+  static const int64_t cases[][5] = {{0, 1, 2048, 1152, 384}, {0, 0, 2048, 384, 1152},
+                                     {1, 0, 1152, 384, 2048}, {1, 0, 64, 64, 65536},
+                                     {1, 0, 16, 16, 100000},  {0, 1, 64, 256, 64}};
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    const int ta = (int)cases[ci][0], tb = (int)cases[ci][1];
+    const int64_t m = cases[ci][2], n = cases[ci][3], k = cases[ci][4];
+    float *a = alloc_f(m * k), *b = alloc_f(k * n), *c[4];
+    rand_fill(a, m * k, 41);
+    rand_fill(b, k * n, 43);
+    for (int threads = 1; threads <= 3; threads++) {
+      c[threads] = alloc_f(m * n);
+      rand_fill(c[threads], m * n, 47); /* beta 1 for the dW (transposed A) cases */
+      OK(mpt_cpu_set_threads(threads));
+      OK(mpt_op_gemm(NULL, ta, tb, m, n, k, 1.0f, a, ta ? m : k, b, tb ? k : n, ta ? 1.0f : 0.0f,
+                     c[threads], n));
+    }
+    for (int threads = 2; threads <= 3; threads++)
+      ck_assert_msg(memcmp(c[1], c[threads], (size_t)(m * n) * sizeof(float)) == 0,
+                    "ta=%d tb=%d %lld x %lld x %lld: %d threads give other bits than 1", ta, tb,
+                    (long long)m, (long long)n, (long long)k, threads);
+    free(a);
+    free(b);
+    for (int threads = 1; threads <= 3; threads++) free(c[threads]);
+  }
+  OK(mpt_cpu_set_threads(1));
+}
+END_TEST
+
+/* mpt_cpu_set_threads governs oneDNN too: after a GEMM above the small-product limit (256^3),
+ * the calling thread's OpenMP team size is OpenBLAS's thread count; a small product (an
+ * attention block, 64 x 512 x 64) runs on one thread whatever the count. */
 START_TEST(test_gemm_threads_follow_cpu_set_threads) {
-  float a[4 * 4] = {0}, c[4 * 4];
+  const int64_t n = 256;
+  float *a = calloc((size_t)(n * n), sizeof *a), *c = alloc_f(n * n);
+  ck_assert_ptr_nonnull(a);
   for (int threads = 2; threads >= 1; threads--) {
     OK(mpt_cpu_set_threads(threads));
     omp_set_num_threads(5);
-    OK(mpt_op_gemm(NULL, 0, 0, 4, 4, 4, 1.0f, a, 4, a, 4, 0.0f, c, 4));
+    OK(mpt_op_gemm(NULL, 0, 0, n, n, n, 1.0f, a, n, a, n, 0.0f, c, n));
     ck_assert_int_eq(omp_get_max_threads(), threads);
+    ck_assert_int_eq(mpt__cpu_sgemm_dnnl_threads(n, n, n), threads);
+    ck_assert_int_eq(mpt__cpu_sgemm_dnnl_threads(64, 512, 64), 1);
+    ck_assert_int_eq(mpt__cpu_sgemm_dnnl_threads(2048, 384, 256), threads); /* gpt-mini's head */
   }
+  free(a);
+  free(c);
 }
 END_TEST
 
@@ -264,6 +306,7 @@ int main(void) {
   tcase_add_test(tc, test_sgemm_dnnl_within_bound_of_openblas_one_thread);
   tcase_add_test(tc, test_sgemm_dnnl_within_bound_of_openblas_two_threads);
   tcase_add_test(tc, test_gemm_goes_to_onednn_and_is_reproducible);
+  tcase_add_test(tc, test_gemm_same_bits_at_every_thread_count);
   tcase_add_test(tc, test_gemm_threads_follow_cpu_set_threads);
   tcase_add_test(tc, test_gemm_dot_stays_on_openblas);
   tcase_add_test(tc, test_openblas_thread_without_buffer_memory_fails_at_once);

@@ -14,12 +14,19 @@
  *
  * Threads: oneDNN runs on OpenMP; its thread count is set to OpenBLAS's (mpt_cpu_set_threads)
  * at each call, as for the bf16 GEMM and the convolutions, so one setting governs both
- * libraries. Runs synchronously on the calling thread (and its OpenMP team). */
+ * libraries; a small product (at most SMALL_MACS multiply-adds) runs on one thread. oneDNN 2.6
+ * gives the same bits at every thread count here (tests/test_sgemm_dnnl.c checks it), as
+ * OpenBLAS does, so a run's result does not depend on --threads. Runs synchronously on the
+ * calling thread (and its OpenMP team). */
 #include <cblas.h>
 #include <omp.h>
 
 #include "core/cpu/cpu.h"
 #include "core/cpu/dnnl_check.h"
+
+/* Products of at most this many multiply-adds run on one thread (mpt__cpu_sgemm_dnnl_threads):
+ * 2^22, a 64 x 1024 x 64 attention block at T 1024. Every Linear of the GPTs is above 10^8. */
+#define SMALL_MACS 4194304.0
 
 int mpt__cpu_sgemm_dnnl_wanted(int64_t m, int64_t n, int64_t k) {
   /* A matrix-vector product (the gradient clipping's dot, m = n = 1) is a memory-bound stream:
@@ -27,11 +34,20 @@ int mpt__cpu_sgemm_dnnl_wanted(int64_t m, int64_t n, int64_t k) {
   return m > 1 && n > 1 && k > 0;
 }
 
+int mpt__cpu_sgemm_dnnl_threads(int64_t m, int64_t n, int64_t k) {
+  int threads = openblas_get_num_threads();
+  if (threads < 1) threads = 1;
+  /* A small product runs on the calling thread alone: waking the OpenMP team and meeting at its
+   * barrier costs more than the second core gives (the attention's 64-row blocks, 64 x 512 x 64
+   * at T 512: 112 GFLOP/s on 2 threads against 144 on one, wall clock, mpt_gemm_bench). */
+  if ((double)m * (double)n * (double)k <= SMALL_MACS) threads = 1;
+  return threads;
+}
+
 mpt_status mpt__cpu_sgemm_dnnl(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                                float alpha, const float *a, int64_t lda, const float *b,
                                int64_t ldb, float beta, float *c, int64_t ldc) {
-  int threads = openblas_get_num_threads();
-  if (threads < 1) threads = 1;
+  const int threads = mpt__cpu_sgemm_dnnl_threads(m, n, k);
   if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
   MPT_DNNL_OK(dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb,
                          beta, c, ldc));
