@@ -305,7 +305,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "gemm_bench: unknown model %s (gpt-mini or gpt2)\n", model);
     return 2;
   }
-  if (rows < 1 || threads < 1 || reps < 1 || seq == 0 || (seq > 0 && rows % seq)) {
+  if (rows < 1 || threads < 1 || reps < 1 || (seq > 0 && rows % seq)) {
     usage(stderr);
     return 2;
   }
