@@ -182,6 +182,14 @@ static mpt_status mpt_call(bench *b, const void *send, void *recv, int in_place,
     case BENCH_COLL_ALLGATHER:
       if (in_place) return mpt_comm_allgather_shards(b->comm, b->cs, recv, count, b->o.dtype);
       return mpt_comm_allgather(b->comm, b->cs, send, recv, shards(b, count), b->o.dtype);
+    case BENCH_COLL_RSAG: { /* this rank's shard of the sum lands at its offset in recv */
+      shards(b, count);
+      mpt_status st = mpt_comm_reduce_scatter(b->comm, b->cs, in_place ? recv : send,
+                                              (char *)recv + (size_t)b->displs[b->rank] * es,
+                                              count, b->o.dtype, b->o.op);
+      if (st != MPT_OK) return st;
+      return mpt_comm_allgather_shards(b->comm, b->cs, recv, count, b->o.dtype);
+    }
     case BENCH_COLL_ALLREDUCE:
       break;
   }
@@ -213,7 +221,7 @@ static void run_raw(bench *b, int in_place, int64_t count, int iters) {
   }
 #endif
   const void *send = in_place ? MPI_IN_PLACE : b->send;
-  if (b->o.coll != BENCH_COLL_ALLREDUCE) {
+  if (b->o.coll != BENCH_COLL_ALLREDUCE && b->o.coll != BENCH_COLL_RSAG) {
     int blk = (int)shards(b, count);
     for (int it = 0; it < iters; it++) {
       if (b->o.coll == BENCH_COLL_REDUCESCATTER)
@@ -275,6 +283,7 @@ static int64_t count_result(bench *b, int v, int64_t count) {
       }
       return wrong;
     case BENCH_COLL_ALLREDUCE:
+    case BENCH_COLL_RSAG:
       break;
   }
   return bench_count_wrong(b->recv, b->o.dtype, count, b->world, op);
@@ -469,6 +478,8 @@ int main(int argc, char **argv) {
   } else if (b.o.coll == BENCH_COLL_ALLGATHER) {
     raw_name = "MPI_Allgather(v)";
     mpt_name = "mpt_comm_allgather (out-of-place) / mpt_comm_allgather_shards (in-place)";
+  } else if (b.o.coll == BENCH_COLL_RSAG) {
+    mpt_name = "mpt_comm_reduce_scatter + mpt_comm_allgather_shards (an all-reduce)";
   }
 #ifdef MPT_HAVE_NCCL
   if (b.o.backend == MPT_COMM_BACKEND_NCCL) {
@@ -502,7 +513,8 @@ int main(int argc, char **argv) {
             b.o.check, b.o.blocking);
     int mpi_confirm = confirm_on && b.o.backend == MPT_COMM_BACKEND_MPI;
     fprintf(out, "# collective: %s; busbw = algbw * %s\n", bench_coll_name(b.o.coll),
-            b.o.coll == BENCH_COLL_ALLREDUCE ? "2 (n - 1) / n" : "(n - 1) / n");
+            b.o.coll == BENCH_COLL_ALLREDUCE || b.o.coll == BENCH_COLL_RSAG ? "2 (n - 1) / n"
+                                                                             : "(n - 1) / n");
     fprintf(out, "# mpitrain: %s (%s backend, %s buffers) on the comm stream + "
                  "event synchronize, confirm_collectives %d%s\n",
             mpt_name, mpt_comm_backend_name(b.o.backend), devname, mpi_confirm,
@@ -538,7 +550,8 @@ int main(int argc, char **argv) {
     memset(r, 0, sizeof *r);
     r->count = count;
     r->bytes = count * (int64_t)es;
-    if (b.o.coll != BENCH_COLL_ALLREDUCE) r->rank_count = shards(&b, count);
+    if (b.o.coll == BENCH_COLL_REDUCESCATTER || b.o.coll == BENCH_COLL_ALLGATHER)
+      r->rank_count = shards(&b, count);
     measure(&b, r);
     for (int v = 0; v < NVARIANT; v++) sum.wrong_total += r->wrong[v];
     double bus[NVARIANT];

@@ -27,13 +27,16 @@ const char bench_allreduce_usage[] =
     "  -d, --datatype float|int32|bfloat16   element type (default float; avg needs float or\n"
     "                            bfloat16; bfloat16: sum or avg, --backend mpi on cpu, summed\n"
     "                            in float32 steps; the raw side uses the same MPI_Op)\n"
-    "      --coll allreduce|reducescatter|allgather   the collective (default allreduce).\n"
+    "      --coll allreduce|reducescatter|allgather|rsag   the collective (default allreduce).\n"
     "                            reducescatter: mpt_comm_reduce_scatter (sum or avg) against\n"
     "                            MPI_Reduce_scatter with the same shard counts; allgather:\n"
     "                            out-of-place mpt_comm_allgather of equal blocks against\n"
     "                            MPI_Allgather, in-place mpt_comm_allgather_shards against\n"
     "                            MPI_Allgatherv. Size = the whole buffer; count = per rank;\n"
-    "                            busbw = algbw * (n - 1) / n. --backend mpi on cpu only\n"
+    "                            busbw = algbw * (n - 1) / n. rsag: an all-reduce (sum or\n"
+    "                            avg) as mpt_comm_reduce_scatter + mpt_comm_allgather_shards\n"
+    "                            (DDP's rs-ag) against MPI_Allreduce, all-reduce's busbw.\n"
+    "                            --backend mpi on cpu only\n"
     "  -z, --blocking 0|1        synchronize after every mpitrain call (default 0)\n"
     "  -R, --repeats R           measure R times in alternation, keep the median (default 1)\n"
     "      --backend mpi|nccl    comm backend (default mpi; nccl needs a CUDA+NCCL build)\n"
@@ -176,9 +179,11 @@ int bench_allreduce_parse(int argc, char **argv, bench_opts *o, char *msg, size_
           o->coll = BENCH_COLL_REDUCESCATTER;
         else if (strcmp(a, "allgather") == 0 || strcmp(a, "all_gather") == 0)
           o->coll = BENCH_COLL_ALLGATHER;
+        else if (strcmp(a, "rsag") == 0)
+          o->coll = BENCH_COLL_RSAG;
         else
-          return snprintf(msg, n, "--coll: '%s' is not allreduce, reducescatter or allgather",
-                          a), -1;
+          return snprintf(msg, n, "--coll: '%s' is not allreduce, reducescatter, allgather or "
+                          "rsag", a), -1;
         break;
       case 'h':
         return 1;
@@ -210,9 +215,9 @@ int bench_allreduce_parse(int argc, char **argv, bench_opts *o, char *msg, size_
                       bench_coll_name(o->coll)), -1;
     if (o->raw_nonblocking)
       return snprintf(msg, n, "--raw iallreduce is for --coll allreduce"), -1;
-    if (o->coll == BENCH_COLL_REDUCESCATTER && o->op != MPT_REDUCE_SUM &&
-        o->op != MPT_REDUCE_AVG)
-      return snprintf(msg, n, "--coll reducescatter takes -o sum or avg"), -1;
+    if ((o->coll == BENCH_COLL_REDUCESCATTER || o->coll == BENCH_COLL_RSAG) &&
+        o->op != MPT_REDUCE_SUM && o->op != MPT_REDUCE_AVG)
+      return snprintf(msg, n, "--coll %s takes -o sum or avg", bench_coll_name(o->coll)), -1;
   }
   if (o->maxbytes / (int64_t)mpt_dtype_size(o->dtype) > INT_MAX / 2)
     return snprintf(msg, n, "-e %lld: at most %d elements per message (one MPI call)",

@@ -92,6 +92,8 @@ const char *bench_coll_name(bench_coll coll) {
       return "reducescatter";
     case BENCH_COLL_ALLGATHER:
       return "allgather";
+    case BENCH_COLL_RSAG:
+      return "rsag";
   }
   return "unknown";
 }
@@ -184,7 +186,8 @@ void bench_run_info_fill(bench_run_info *info, const mpt_comm *comm, const char 
 
 double bench_bus_factor(bench_coll coll, int world) {
   if (world <= 1) return 0.0;
-  return coll == BENCH_COLL_ALLREDUCE ? 2.0 * (world - 1) / world : (double)(world - 1) / world;
+  const int allreduce = coll == BENCH_COLL_ALLREDUCE || coll == BENCH_COLL_RSAG;
+  return allreduce ? 2.0 * (world - 1) / world : (double)(world - 1) / world;
 }
 
 void bench_print_preamble(FILE *f, const bench_run_info *info, const bench_rank_info *ranks,

@@ -12,14 +12,17 @@
 
 /* The collective measured (--coll): all-reduce; reduce-scatter (mpt_comm_reduce_scatter, each
  * rank one shard, the last shorter); all-gather (out-of-place: mpt_comm_allgather of equal
- * blocks; in-place: mpt_comm_allgather_shards of the whole buffer). */
+ * blocks; in-place: mpt_comm_allgather_shards of the whole buffer); rsag: an all-reduce built
+ * as mpt_comm_reduce_scatter + mpt_comm_allgather_shards (the DDP engine's rs-ag algorithm,
+ * ddp.h), against raw MPI_Allreduce. */
 typedef enum {
   BENCH_COLL_ALLREDUCE = 0,
   BENCH_COLL_REDUCESCATTER = 1,
   BENCH_COLL_ALLGATHER = 2,
+  BENCH_COLL_RSAG = 3,
 } bench_coll;
 
-/* "allreduce", "reducescatter", "allgather". */
+/* "allreduce", "reducescatter", "allgather", "rsag". */
 const char *bench_coll_name(bench_coll coll);
 
 /* The four measured variants of one size. */

@@ -7,7 +7,9 @@
 # message naming the problem. No timing is checked. Also --coll reducescatter and allgather and
 # -d bfloat16 (issue 14): exact at 2, 3 and 4 ranks (shards not divisible by the world size),
 # the bus-bandwidth factor in the JSON ((n - 1) / n for both, 2 (n - 1) / n for all-reduce), the
-# per-rank count column, and a corrupted value caught. Prints "N passed, N failed".
+# per-rank count column, and a corrupted value caught. --coll rsag (an all-reduce as
+# reduce-scatter + all-gather, DDP's rs-ag): exact at 3 and 4 ranks, the all-reduce's bus factor,
+# a corrupted value caught, -o max refused. Prints "N passed, N failed".
 set -u
 here=$(dirname "$0")
 prog=${MPT_ALLREDUCE_BENCH:-./mpt_allreduce_bench}
@@ -82,14 +84,18 @@ done
 run 3 0 "Out of bounds values : 0 OK" $sizes --coll reducescatter -o avg -d bfloat16 --confirm 0
 run 3 0 "Out of bounds values : 0 OK" $sizes --coll reducescatter -d int32 --progress polling
 run 2 0 "Out of bounds values : 0 OK" $sizes --coll allgather -d bfloat16 -z 1
-for coll in reducescatter allgather; do
+# rsag (reduce-scatter + all-gather of the shards, checked as an all-reduce)
+run 3 0 "Out of bounds values : 0 OK" $sizes --coll rsag -o avg
+run 4 0 "Out of bounds values : 0 OK" $sizes --coll rsag -d bfloat16
+run 1 2 "--coll rsag takes -o sum or avg" $sizes --coll rsag -o max
+for coll in reducescatter allgather rsag; do
   out=$(MPT_BENCH_INJECT_WRONG=1 MPT_MPIRUN_ARGS="-x MPT_BENCH_INJECT_WRONG" "$mpirun_sh" 2 60 "$prog" $sizes --coll $coll 2>&1)
   got=$?
   if [ "$got" -eq 1 ] && printf '%s\n' "$out" | grep -q "Out of bounds values : 10 WRONG"; then ok
   else bad "injected wrong values, --coll $coll: status $got"; printf '%s\n' "$out" | tail -n 4; fi
 done
 # busbw / algbw per collective at 3 ranks, and the per-rank count (ceil(count / 3)).
-for coll in allreduce reducescatter allgather; do
+for coll in allreduce reducescatter allgather rsag; do
   "$mpirun_sh" 3 60 "$prog" $sizes --coll $coll --json "$tmp/$coll.json" >/dev/null 2>&1 ||
     bad "--coll $coll --json at 3 ranks failed"
   if "$PY" - "$tmp/$coll.json" "$coll" <<'PYEOF'
@@ -97,19 +103,19 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 coll = sys.argv[2]
 assert j["benchmark"] == coll, j["benchmark"]
-want = 2 * 2 / 3 if coll == "allreduce" else 2 / 3
+want = 2 * 2 / 3 if coll in ("allreduce", "rsag") else 2 / 3
 for r in j["rows"]:
     for k in ("out_of_place", "in_place", "raw_out_of_place", "raw_in_place"):
         v = r[k]
         assert abs(v["busbw_gbps"] - v["algbw_gbps"] * want) <= 1e-4 * v["algbw_gbps"] + 1e-9, (k, v)
-    per = r["count"] if coll == "allreduce" else -(-r["count"] // 3)
+    per = r["count"] if coll in ("allreduce", "rsag") else -(-r["count"] // 3)
     assert r["count_per_rank"] == per, r
 PYEOF
   then ok; else bad "--coll $coll: bus factor or per-rank count in the JSON"; fi
 done
 
 # Bad usage: exit 2 with a message.
-run 1 2 "not allreduce, reducescatter or allgather" --coll alltoall
+run 1 2 "not allreduce, reducescatter, allgather or" --coll alltoall
 run 1 2 "reducescatter takes -o sum or avg" --coll reducescatter -o max
 run 1 2 "bfloat16 takes -o sum or avg" -d bfloat16 -o min
 run 1 2 "iallreduce is for --coll allreduce" --coll allgather --raw iallreduce

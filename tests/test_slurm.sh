@@ -280,7 +280,9 @@ rargs="--synthetic --train-limit 2048 --test-limit 128 --epochs 60 --no-shuffle 
 # shellcheck disable=SC2086
 "$here/mpirun.sh" 2 "$(left 90)" "$prog" train $rargs --save-params "$work/ref_resume.f32" \
   >"$work/ref_resume.log" 2>&1
-check "resume: uninterrupted reference run exits 0" [ -s "$work/ref_resume.f32" ]
+ref_rc=$?
+[ -s "$work/ref_resume.f32" ] || ref_rc="$ref_rc, no parameters file"
+check "resume: uninterrupted reference run exits 0" [ "$ref_rc" = 0 ]
 ck=$work/ck-resume
 export MPT_CHECKPOINT_DIR=$ck MPT_SAVE_PARAMS=1
 j_r1=$(MPT_TRAIN_ARGS=$rargs sb train_single_node.sbatch)
@@ -304,6 +306,10 @@ check "resume: resubmitted job resumed from the preempted job's checkpoint" \
   has "$d2/train.log" "resumed from $ck: epoch [0-9]*, global step [1-9]"
 check "resume: parameters byte-identical to the uninterrupted run" \
   cmp -s "$work/ref_resume.f32" "$d2/params.f32"
+if ! cmp -s "$work/ref_resume.f32" "$d2/params.f32"; then # what differs, for the log
+  cmp -l "$work/ref_resume.f32" "$d2/params.f32" 2>&1 | wc -l | sed 's/^/  bytes that differ: /'
+  tail -n 3 "$work/ref_resume.log" "$d1/train.log" | sed 's/^/  /'
+fi
 if [ $fail -gt 0 ]; then tail -n 5 "$d1/train.log" "$d2/train.log"; fi
 j_r3=$(MPT_TRAIN_ARGS="$rargs --lr 0.1" sb train_single_node.sbatch)
 check "resume: resubmission with another --lr ended in time" wait_jobs 60 "$j_r3"

@@ -7,7 +7,10 @@
 # and the same bytes sent per step. Checkpoints: a ZeRO-1 run at 3 ranks stopped at step 5 and
 # resumed with --zero 1 gives the bytes of the straight run; a 2-rank ZeRO-1 checkpoint resumed
 # without --zero gives the bytes of the straight ZeRO-1 run. A 9-layer GPT (74 parameter groups)
-# trains. Prints "N passed, N failed".
+# trains. At 3 and 4 ranks plain DDP with --allreduce-algo rs-ag (ZeRO-1's reduce-scatter +
+# all-gather, and its norm's summation order) ends with the ZeRO-1 run's bytes: the MLP at 3 and
+# 4 ranks, the tiny GPT (clipping) at 3 (with the default MPI_Allreduce they differed by ulps
+# that AdamW grows to about 1e-5). A bad --allreduce-algo is status 2. Prints "N passed, N failed".
 set -u
 dir=$(dirname "$0")
 prog=${MPITRAIN:-./mpitrain}
@@ -29,6 +32,10 @@ out=$("$prog" $small --zero 1 --mode dp --devices cpu:2 2>&1)
 out=$("$prog" $small --zero 1 2>&1)
 has "$out" "warning: --zero has no effect: one rank" && ok ||
   bad "one rank: no warning for --zero: $(printf '%s' "$out" | grep warning)"
+
+out=$("$prog" $small --allreduce-algo ring 2>&1)
+[ $? -eq 2 ] && has "$out" "--allreduce-algo: 'ring' is not native or rs-ag" && ok ||
+  bad "--allreduce-algo ring was not refused with status 2: $out"
 
 # MLP at 2 ranks, ZeRO-1 against plain DDP
 for z in 0 1; do
@@ -55,6 +62,18 @@ done
 has "$(cat "$tmp/mlp1.out")" "(ZeRO-1 shard), peak resident" && ok ||
   bad "the ZeRO-1 run's memory report does not say its state is a shard"
 
+# MLP at 3 and 4 ranks: ZeRO-1 against plain DDP with rs-ag, the same bytes
+for np in 3 4; do
+  for z in 0 1; do
+    "$dir/mpirun.sh" $np 120 "$prog" $small --zero $z --allreduce-algo rs-ag \
+      --save-params "$tmp/mlp$np.$z.bin" >"$tmp/mlp$np.$z.out" 2>&1 ||
+      bad "mlp --zero $z at $np ranks failed: $(tail -5 "$tmp/mlp$np.$z.out")"
+  done
+  if [ -s "$tmp/mlp$np.0.bin" ] && cmp -s "$tmp/mlp$np.0.bin" "$tmp/mlp$np.1.bin"; then ok; else
+    bad "mlp at $np ranks: the ZeRO-1 parameters are not the rs-ag plain DDP run's bytes"
+  fi
+done
+
 # tiny GPT at 2 ranks (clipping on by default)
 awk 'BEGIN { srand(3); for (i = 0; i < 400; i++) { s = "";
   for (j = 0; j < 8; j++) s = s substr("abcdefgh", 1 + int(rand() * 8), 1); print s } }' \
@@ -73,6 +92,15 @@ for acc in 1 2; do # --accumulate 2: no_sync on the first micro-batch, the sum r
 done
 has "$(cat "$tmp/gpt1.out")" "memory at the end, rank 1:.*(ZeRO-1 shard)" && ok ||
   bad "gpt: no memory report of rank 1"
+# and at 3 ranks with rs-ag (the clipping norm summed as ZeRO-1 sums it)
+for z in 0 1; do
+  "$dir/mpirun.sh" 3 120 "$prog" $gpt --zero $z --allreduce-algo rs-ag \
+    --save-model "$tmp/gpt3.$z.bin" >"$tmp/gpt3.$z.out" 2>&1 ||
+    bad "gpt --zero $z at 3 ranks failed: $(tail -5 "$tmp/gpt3.$z.out")"
+done
+if [ -s "$tmp/gpt3.0.bin" ] && cmp -s "$tmp/gpt3.0.bin" "$tmp/gpt3.1.bin"; then ok; else
+  bad "gpt at 3 ranks: the ZeRO-1 model file is not the rs-ag plain DDP run's bytes"
+fi
 
 # a GPT of 9 layers needs 74 parameter groups (the trainer had room for 64)
 "$prog" train --model gpt --n-layer 9 --n-head 2 --n-embd 8 --seq-len 8 --vocab-size 256 \

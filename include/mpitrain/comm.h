@@ -289,9 +289,12 @@ MPT_API void mpt_comm_shard(int64_t count, int world_size, int rank, int64_t *of
  * recvbuf == sendbuf + offset (elements); the other elements of sendbuf are then undefined
  * afterwards. Any other overlap is MPT_EINVAL.
  * Algorithm: MPI_Reduce_scatter with per-rank counts (blocking mode) or MPI_Ireduce_scatter
- * (polling mode); a shard above max_chunk_count elements is reduced in chunks with one
- * MPI_Reduce per rank and chunk. Backends: MPI on host memory; NCCL on device buffers (a grouped
- * ncclReduce per rank, so uneven shards need no padding); MPI with device buffers: MPT_ENOTSUP.
+ * (polling mode) for a buffer of at most 1 Mi elements (and max_chunk_count); a larger one is
+ * reduced in pieces of that many elements of each shard, one MPI_Reduce per owner and piece
+ * (Open MPI's MPI_Reduce_scatter allocated temporaries of about twice the message per call:
+ * docs/zero.md "Memory and traffic").
+ * Backends: MPI on host memory; NCCL on device buffers (a grouped ncclReduce per rank, so
+ * uneven shards need no padding); MPI with device buffers: MPT_ENOTSUP.
  * The checked mode and the agreement compare (kind, count, dtype, op, sequence number). */
 MPT_API mpt_status mpt_comm_reduce_scatter(mpt_comm *comm, mpt_stream *stream,
                                            const void *sendbuf, void *recvbuf, int64_t count,

@@ -93,6 +93,29 @@ typedef enum {
   MPT_DDP_GRAD_BF16 = 1,
 } mpt_ddp_grad_comm;
 
+/* How plain DDP all-reduces a bucket (config.allreduce; ZeRO-1 reduce-scatters, see below). */
+typedef enum {
+  MPT_DDP_ALLREDUCE_NATIVE = 0, /* the backend's all-reduce (MPI_Allreduce, ncclAllReduce) */
+  /* A reduce-scatter of the bucket (average; mpt_comm_shard's layout) followed by the
+   * all-gather of the shards: an all-reduce built as NCCL's ring builds it, with the same
+   * bytes on the wire (2 (W-1)/W of the bucket). Each element's sum is then computed by the
+   * very reduce-scatter that ZeRO-1 issues for the bucket, and mpt_ddp_clip_grad_norm sums
+   * the squares in ZeRO-1's partition and order (below), so plain DDP and ZeRO-1 train bit
+   * for bit alike at any world size (MPI's MPI_Allreduce and MPI_Reduce_scatter add the ranks
+   * in different orders at W > 2). With bf16 gradients the bfloat16 sums are reduce-scattered
+   * and all-gathered, then widened. Host memory only (a CPU model and a comm whose stream is a
+   * CPU worker: the MPI backend on cpu; others: MPT_ENOTSUP at mpt_ddp_init); at one rank it
+   * is NATIVE. Not the default: at 2 ranks over shared memory (Open MPI 4.1) it reached 0.8-1.0x
+   * the bus bandwidth of the native all-reduce for 16-64 MiB buckets, not clearly at par
+   * (docs/zero.md "Limits"). */
+  MPT_DDP_ALLREDUCE_RS_AG = 1,
+} mpt_ddp_allreduce_algo;
+
+/* Parses "native" | "rs-ag". Errors: MPT_EINVAL naming the accepted values. */
+MPT_API mpt_status mpt_ddp_allreduce_algo_parse(const char *text, mpt_ddp_allreduce_algo *algo);
+/* "native", "rs-ag"; "unknown" otherwise. */
+MPT_API const char *mpt_ddp_allreduce_algo_name(mpt_ddp_allreduce_algo algo);
+
 /* Parses "fp32" | "bf16". Errors: MPT_EINVAL naming the accepted values. */
 MPT_API mpt_status mpt_ddp_grad_comm_parse(const char *text, mpt_ddp_grad_comm *mode);
 /* "fp32", "bf16"; "unknown" otherwise. */
@@ -107,6 +130,7 @@ typedef struct mpt_ddp_config {
   double timeout_ms;          /* deadline of every wait, > 0 (300000) */
   mpt_ddp_grad_comm grad_comm; /* MPT_DDP_GRAD_FP32 */
   int zero;                    /* ZeRO stage: 0 (off, default) or 1 (see "ZeRO-1" below) */
+  mpt_ddp_allreduce_algo allreduce; /* MPT_DDP_ALLREDUCE_NATIVE (plain DDP; ZeRO-1 ignores it) */
 } mpt_ddp_config;
 
 MPT_API mpt_ddp_config mpt_ddp_config_default(void);
@@ -185,7 +209,8 @@ MPT_API void mpt_ddp_reset_stats(mpt_ddp *ddp);
  *              reduce-scattered, this rank's shard widened and divided by W). Afterwards only
  *              the owned slices of the gradient buffer hold averaged gradients; the rest is
  *              undefined.
- *   clipping   mpt_ddp_clip_grad_norm: each rank's sum of squares over its shard (double), the
+ *   clipping   mpt_ddp_clip_grad_norm: each rank's sum of squares over its shard (double: its
+ *              slice of each bucket in increasing offset, 16 lane-wise sums per slice), the
  *              W sums all-gathered once and added in rank order on every rank, so every rank
  *              gets the same norm and scales its shard.
  *   step       mpt_ddp_optimizer_step: the optimizer (mpt_ddp_optimizer_init: state for the
@@ -202,10 +227,13 @@ MPT_API void mpt_ddp_reset_stats(mpt_ddp *ddp);
  * whole optimizer on the writer (collective), the writer saves that; on resume a whole
  * optimizer is loaded and mpt_ddp_optimizer_scatter copies this rank's shard out of it.
  * The ckpt functions refuse a sharded optimizer. mpt_ddp_allreduce_grads reduce-scatters too (the
- * owned slices hold the average afterwards). Host memory only (a model on a device:
- * MPT_ENOTSUP at mpt_ddp_init). With ZeRO off every function below does what the plain call
- * does (mpt_optimizer_init, mpt_optimizer_step_model, mpt_clip_grad_norm, a local
- * mpt_op_check_finite), so a trainer can call these always. */
+ * owned slices hold the average afterwards).
+ * Plain DDP with config.allreduce = MPT_DDP_ALLREDUCE_RS_AG trains bit for bit as ZeRO-1 at any
+ * world size (the same reduce-scatter per bucket, the same norm); with the default native
+ * all-reduce, at W > 2 the sums are added in another order (docs/zero.md "Limits").
+ * Host memory only (a model on a device: MPT_ENOTSUP at mpt_ddp_init). With ZeRO off every
+ * function below does what the plain call does (mpt_optimizer_init, mpt_optimizer_step_model,
+ * mpt_clip_grad_norm, a local mpt_op_check_finite), so a trainer can call these always. */
 
 /* The configured ZeRO stage (0 or 1); 0 for NULL. */
 MPT_API int mpt_ddp_zero_stage(const mpt_ddp *ddp);
@@ -225,7 +253,10 @@ MPT_API mpt_status mpt_ddp_optimizer_init(mpt_ddp *ddp, mpt_optimizer **opt,
 MPT_API mpt_status mpt_ddp_optimizer_step(mpt_ddp *ddp, mpt_optimizer *opt, mpt_stream *stream,
                                           float lr);
 /* mpt_clip_grad_norm over the averaged gradients of all ranks (see above). Collective with
- * ZeRO-1. A non-finite norm is returned (the same on every rank) and nothing is scaled.
+ * ZeRO-1. Plain DDP with config.allreduce RS_AG: the norm summed as ZeRO-1 sums it (every
+ * rank's shard sum computed locally, added in rank order), then the whole buffer scaled; plain
+ * DDP otherwise: mpt_clip_grad_norm. A non-finite norm is returned (the same on every rank)
+ * and nothing is scaled.
  * Errors: MPT_EINVAL (max_norm not > 0), comm errors. */
 MPT_API mpt_status mpt_ddp_clip_grad_norm(mpt_ddp *ddp, mpt_stream *stream, float max_norm,
                                           float *total_norm);

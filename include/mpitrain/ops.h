@@ -198,8 +198,11 @@ MPT_API mpt_status mpt_op_check_finite(mpt_stream *stream, const float *x, int64
                                        int *nonfinite);
 
 /* ---- CPU threads ----
- * How many threads the CPU ops of this process use: OpenBLAS's GEMMs, and oneDNN's GEMMs and
- * convolutions, which follow OpenBLAS's count at each call. Process-wide. With several
+ * How many threads the CPU ops of this process use: OpenBLAS's GEMMs, oneDNN's GEMMs and the
+ * library convolutions (oneDNN), which follow OpenBLAS's count at each call, and the other large
+ * CPU ops (fill, copy, axpy, scale, bias, AdamW, the transformer ops of ops_gpt.h), which split
+ * their work over a pool of the library's own threads with results bit-identical at every count
+ * (src/core/cpu/pool.h). Process-wide. With several
  * ranks (or DataParallel devices) on one host, give each its share of the cores, or they fight
  * over them: mpt_cpu_set_threads(mpt_cpu_threads_per_rank(mpt_comm_local_size(comm), 1)).
  * Without a call: OpenBLAS's default (OPENBLAS_NUM_THREADS, else all cores). Errors:

@@ -28,6 +28,7 @@ enum {
   OPT_GRAD_COMM, OPT_N_LAYER, OPT_N_HEAD, OPT_N_EMBD, OPT_SEQ_LEN, OPT_VOCAB_SIZE, OPT_SHARDS,
   OPT_VAL_SHARDS, OPT_INIT_FROM, OPT_SAVE_MODEL, OPT_GRAD_CLIP, OPT_VAL_EVERY, OPT_VAL_STEPS,
   OPT_LOG_EVERY, OPT_ZERO, OPT_PRECISION,
+  OPT_ALLREDUCE_ALGO,
 };
 
 static const struct option long_options[] = {
@@ -72,6 +73,7 @@ static const struct option long_options[] = {
     {"buffers", required_argument, NULL, OPT_BUFFERS},
     {"grad-comm", required_argument, NULL, OPT_GRAD_COMM},
     {"zero", required_argument, NULL, OPT_ZERO},
+    {"allreduce-algo", required_argument, NULL, OPT_ALLREDUCE_ALGO},
     {"precision", required_argument, NULL, OPT_PRECISION},
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
     {"check-collectives", no_argument, NULL, OPT_CHECK_COLL},
@@ -163,6 +165,9 @@ const char *mpt_cli_usage(void) {
          "                             fp32; error bound in ddp.h; CPU models)\n"
          "  --zero 0|1                 ZeRO stage: 1 shards the optimizer state over the ranks\n"
          "                             (reduce-scatter + all-gather; default 0; CPU models)\n"
+         "  --allreduce-algo native|rs-ag   plain DDP's all-reduce: rs-ag = ZeRO-1's\n"
+         "                             reduce-scatter + all-gather, so --zero 0 and 1 train\n"
+         "                             bit for bit alike (default native; CPU models)\n"
          "  --timeout SEC              deadline of every collective and of start-up, MPI\n"
          "                             initialisation included (at least 10 s) (default 300)\n"
          "  --check-collectives        compare (op, count, dtype) across ranks first\n"
@@ -182,8 +187,9 @@ const char *mpt_cli_usage(void) {
          "  --check-replicas N         every N steps compare a CRC-32 of the parameters across\n"
          "                             ranks and name the first rank whose replica diverged\n"
          "output:\n"
-         "  --threads N                BLAS / oneDNN threads per rank (default: the host's\n"
-         "                             cores / its ranks, e.g. 1 with 2 ranks on 2 cores)\n"
+         "  --threads N                CPU threads per rank: BLAS, oneDNN and the other large\n"
+         "                             ops (default: the host's cores / its ranks, e.g. 1 with\n"
+         "                             2 ranks on 2 cores)\n"
          "  --metrics-json FILE        per-epoch metrics as JSON\n"
          "  --save-params FILE         final parameters as raw float32 (rank 0)\n"
          "  --trace FILE               Chrome trace of forward/backward/all-reduce/optimizer\n"
@@ -547,6 +553,10 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
         else
           r = fail(msg, n, "--zero: '%s' is not a supported ZeRO stage (0: off, 1: sharded "
                    "optimizer state; stages 2 and 3 are not implemented)", a);
+        break;
+      case OPT_ALLREDUCE_ALGO:
+        if (mpt_ddp_allreduce_algo_parse(a, &o->ddp.allreduce) != MPT_OK)
+          r = fail(msg, n, "--allreduce-algo: '%s' is not native or rs-ag", a);
         break;
       case OPT_PRECISION:
         if (mpt_precision_parse(a, &o->precision) != MPT_OK)

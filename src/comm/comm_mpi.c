@@ -394,15 +394,24 @@ static MPI_Op reduce_op(const mpt_comm *comm, const mpt__coll *c) {
 
 /* Reduce-scatter and all-gather of shards. One MPI_Reduce_scatter / MPI_Allgatherv with the
  * per-rank shard counts when the whole buffer fits max_chunk_count (so counts and displacements
- * fit an int); otherwise, chunk by chunk of each shard, an MPI_Reduce / MPI_Bcast rooted at the
- * shard's owner (every rank walks the same (chunk, rank) order). */
+ * fit an int) and, for the reduce-scatter, RS_PIECE; otherwise, chunk by chunk of each shard, an
+ * MPI_Reduce / MPI_Bcast rooted at the shard's owner (every rank walks the same (chunk, rank)
+ * order). Why RS_PIECE: Open MPI 4.1's MPI_Reduce_scatter (coll/tuned's ring at these sizes)
+ * allocates temporaries of about twice the message per call, which a series of 25 MiB gradient
+ * buckets turned into 193 MiB more peak memory per rank for gpt2 at 2 ranks (docs/zero.md);
+ * pieces of 1 Mi elements bound them, for the same bytes on the wire ((W-1)/W of the buffer per
+ * rank), and were faster here (mpt_allreduce_bench --coll rsag at 64 MiB, 2 ranks, in place:
+ * 0.91 of raw MPI_Allreduce's bus bandwidth against 0.67 with one MPI_Reduce_scatter). */
+enum { RS_PIECE = 1 << 20 };
+
 static mpt_status run_sharded(mpt_comm *comm, op_rec *r, double deadline_ms) {
   const mpt__coll *c = &r->coll;
   const int world = comm->world_size, me = comm->rank;
   const MPI_Datatype dt = mpt__mpi_dtype(c->dtype);
   const size_t es = mpt_dtype_size(c->dtype);
-  const int64_t chunk = comm->config.max_chunk_count;
   const int gather = c->kind == MPT__COLL_ALLGATHER_SHARDS;
+  const int64_t most = comm->config.max_chunk_count;
+  const int64_t chunk = !gather && most > RS_PIECE ? RS_PIECE : most;
   const MPI_Op op = gather ? MPI_OP_NULL : reduce_op(comm, c);
   int64_t my_off, my_n, s_off, s_n;
   mpt_comm_shard(c->count, world, me, &my_off, &my_n);

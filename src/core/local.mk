@@ -34,6 +34,15 @@ tests_test_trace_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 endif
 # issue 13: atomic whole-file writes (token shards, llm.c model files)
 libmpitrain_all_la_SOURCES += src/core/atomic_file.h src/core/atomic_file.c
+# issue 13: the CPU ops' thread pool (the non-GEMM kernels on every CPU thread)
+libmpitrain_all_la_SOURCES += src/core/cpu/pool.h src/core/cpu/cpu_pool.c
+if HAVE_CHECK
+check_PROGRAMS += tests/test_cpu_threads
+TESTS += tests/test_cpu_threads
+tests_test_cpu_threads_SOURCES = tests/test_cpu_threads.c
+tests_test_cpu_threads_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_cpu_threads_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+endif
 # issue 14: bf16 compute (include/mpitrain/ops_bf16.h): GEMM, convolutions, the tape's precision
 if HAVE_CHECK
 check_PROGRAMS += tests/test_bf16

@@ -41,6 +41,7 @@ mpt_ddp_config mpt_ddp_config_default(void) {
   c.timeout_ms = 300000.0;
   c.grad_comm = MPT_DDP_GRAD_FP32;
   c.zero = 0;
+  c.allreduce = MPT_DDP_ALLREDUCE_NATIVE;
   return c;
 }
 
@@ -241,6 +242,13 @@ mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm, mpt_str
                     "state)", cfg.zero);
   if (cfg.zero && mpt_model_device(model).type != MPT_DEVICE_CPU)
     return MPT_FAIL(MPT_ENOTSUP, "ZeRO-1 needs the model in host memory (cpu) for now");
+  const int host = mpt_model_device(model).type == MPT_DEVICE_CPU &&
+                   mpt_stream_device(mpt_comm_stream(comm)).type == MPT_DEVICE_CPU;
+  if (cfg.allreduce != MPT_DDP_ALLREDUCE_NATIVE && cfg.allreduce != MPT_DDP_ALLREDUCE_RS_AG)
+    return MPT_FAIL(MPT_EINVAL, "unknown all-reduce algorithm %d", (int)cfg.allreduce);
+  if (cfg.allreduce == MPT_DDP_ALLREDUCE_RS_AG && !host)
+    return MPT_FAIL(MPT_ENOTSUP, "the rs-ag all-reduce needs the gradients in host memory and "
+                    "the mpi comm backend on cpu (this model or comm is on a device)");
   if (cfg.buffers != MPT_DDP_BUFFERS_BROADCAST && cfg.buffers != MPT_DDP_BUFFERS_AVERAGE &&
       cfg.buffers != MPT_DDP_BUFFERS_NONE)
     return MPT_FAIL(MPT_EINVAL, "buffer mode %d is not broadcast, average or none",
@@ -260,6 +268,8 @@ mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm, mpt_str
   d->cfg = cfg;
   d->sync = 1;
   d->nparams = mpt_model_num_params(model);
+  d->rsag = !cfg.zero && mpt_comm_world_size(comm) > 1 &&
+            cfg.allreduce == MPT_DDP_ALLREDUCE_RS_AG;
   MPT_CHECK(plan_buckets(d), fail);
   size_t nb = (size_t)(d->nbuckets ? d->nbuckets : 1);
   d->bucket_params = calloc(nb, sizeof *d->bucket_params);
@@ -458,6 +468,7 @@ static mpt_status bucket_from_bf16(void *arg) {
 static mpt_status launch_reduction(mpt_ddp *d, int b, float *slice) {
   const mpt_ddp_bucket_info *bk = &d->buckets[b];
   if (d->cfg.zero) return mpt__ddp_zero_launch(d, b);
+  if (d->rsag) return mpt__ddp_rsag_launch(d, b);
   d->sent_bytes += mpt__ddp_ring_bytes(1, (double)bk->count * (d->cfg.grad_comm ==
                                        MPT_DDP_GRAD_FP32 ? 4 : 2), mpt_comm_world_size(d->comm));
   if (d->cfg.grad_comm == MPT_DDP_GRAD_FP32)

@@ -59,7 +59,10 @@ struct mpt_ddp {
   int64_t shard_count;      /* elements owned */
   int64_t *bucket_shard;    /* [2 * nbuckets]: offset (in the bucket) and count of its shard */
   double sent_bytes;        /* bytes this rank sent in the engine's collectives (ring model) */
+  int rsag; /* plain DDP all-reduces as reduce-scatter + all-gather (rsag.c; cfg.allreduce) */
 };
+
+#define MPT__DDP_CLIP_EPS 1e-6 /* as mpt_clip_grad_norm (torch.nn.utils.clip_grad_norm_) */
 
 /* zero.c. At init (after the bucket plan): this rank's shard of each bucket (mpt_comm_shard of
  * the bucket's count). Errors: MPT_ENOMEM. */
@@ -67,6 +70,22 @@ mpt_status mpt__ddp_zero_init(struct mpt_ddp *d);
 /* On the comm stream: bucket b's reduce-scatter (average; bf16: round, sum, widen the shard and
  * divide). */
 mpt_status mpt__ddp_zero_launch(struct mpt_ddp *d, int b);
+/* On the comm worker (bf16 gradients): bucket arg->bucket's float32 gradients rounded into its
+ * conversion buffer. */
+mpt_status mpt__ddp_zero_to_bf16(void *arg);
+
+/* rsag.c. On the comm stream: bucket b's reduce-scatter (average) and all-gather of the shards
+ * (bf16: round, reduce-scatter the sums, all-gather them, widen and divide). */
+mpt_status mpt__ddp_rsag_launch(struct mpt_ddp *d, int b);
+/* The sum of squares (double) of rank `rank`'s ZeRO-1 shard of the gradient buffer: its shard of
+ * each bucket in increasing offset, each summed in 16 lanes. Every rank computes the same
+ * double for the same gradients. */
+double mpt__ddp_shard_sq(const struct mpt_ddp *d, int rank);
+/* Plain DDP's clipping with cfg.allreduce RS_AG: the norm from the W shard sums added in rank
+ * order (what ZeRO-1 computes), then the whole buffer scaled. Local (no collective). */
+mpt_status mpt__ddp_rsag_clip(struct mpt_ddp *d, mpt_stream *stream, float max_norm,
+                              float *total_norm);
+
 /* Bytes one rank sends in a collective of `nbytes` over `world` ranks, in the ring model of
  * nccl-tests: all-reduce 2 (W-1)/W nbytes, reduce-scatter and all-gather (W-1)/W nbytes. */
 double mpt__ddp_ring_bytes(int allreduce, double nbytes, int world);

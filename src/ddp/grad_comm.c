@@ -32,3 +32,24 @@ void mpt__ddp_bf16_widen_avg(const uint16_t *sum, float *g, int64_t count, int w
   const float w = (float)world_size;
   for (int64_t i = 0; i < count; i++) g[i] = mpt_bf16_to_f32(sum[i]) / w;
 }
+
+mpt_status mpt_ddp_allreduce_algo_parse(const char *text, mpt_ddp_allreduce_algo *algo) {
+  if (!text || !algo) return MPT_FAIL(MPT_EINVAL, "NULL argument");
+  if (strcmp(text, "native") == 0)
+    *algo = MPT_DDP_ALLREDUCE_NATIVE;
+  else if (strcmp(text, "rs-ag") == 0)
+    *algo = MPT_DDP_ALLREDUCE_RS_AG;
+  else
+    return MPT_FAIL(MPT_EINVAL, "unknown all-reduce algorithm '%s' (native or rs-ag)", text);
+  return MPT_OK;
+}
+
+const char *mpt_ddp_allreduce_algo_name(mpt_ddp_allreduce_algo algo) {
+  switch (algo) {
+    case MPT_DDP_ALLREDUCE_NATIVE:
+      return "native";
+    case MPT_DDP_ALLREDUCE_RS_AG:
+      return "rs-ag";
+  }
+  return "unknown";
+}

@@ -23,8 +23,6 @@
 #include "ddp/grad_comm.h"
 #include "mpitrain/ops.h"
 
-#define CLIP_EPS 1e-6 /* as mpt_clip_grad_norm (torch.nn.utils.clip_grad_norm_) */
-
 double mpt__ddp_ring_bytes(int allreduce, double nbytes, int world) {
   if (world <= 1) return 0.0;
   return (allreduce ? 2.0 : 1.0) * (double)(world - 1) / (double)world * nbytes;
@@ -56,7 +54,7 @@ mpt_status mpt__ddp_zero_init(mpt_ddp *d) {
 
 /* bf16 on the comm worker: the whole bucket rounded before the reduce-scatter, and this rank's
  * shard of the bfloat16 sums widened back and divided by W after it. */
-static mpt_status zero_to_bf16(void *arg) {
+mpt_status mpt__ddp_zero_to_bf16(void *arg) {
   bucket_arg *a = arg;
   const mpt_ddp_bucket_info *bk = &a->ddp->buckets[a->bucket];
   mpt_bf16_round_array(a->ddp->grads + bk->offset, a->ddp->wire + bk->offset, bk->count);
@@ -84,7 +82,7 @@ mpt_status mpt__ddp_zero_launch(mpt_ddp *d, int b) {
   }
   uint16_t *wire = d->wire + bk->offset;
   d->sent_bytes += mpt__ddp_ring_bytes(0, 2.0 * (double)bk->count, world);
-  MPT_RETURN_IF(mpt_stream_launch_host(d->comm_stream, zero_to_bf16, &d->args[b]));
+  MPT_RETURN_IF(mpt_stream_launch_host(d->comm_stream, mpt__ddp_zero_to_bf16, &d->args[b]));
   MPT_RETURN_IF(mpt_comm_reduce_scatter(d->comm, d->comm_stream, wire, wire + off, bk->count,
                                         MPT_BF16, MPT_REDUCE_SUM));
   return mpt_stream_launch_host(d->comm_stream, zero_from_bf16, &d->args[b]);
@@ -171,25 +169,17 @@ mpt_status mpt_ddp_optimizer_step(mpt_ddp *d, mpt_optimizer *opt, mpt_stream *st
   return gather_buckets(d, d->params);
 }
 
-/* Sum of squares of this rank's averaged gradients (the whole buffer without ZeRO), in double. */
-static double local_sq(const mpt_ddp *d) {
-  double sq = 0;
-  for (int i = 0; i < d->nshard; i++) {
-    const float *g = d->grads + d->shard[i].offset;
-    for (int64_t k = 0; k < d->shard[i].count; k++) sq += (double)g[k] * g[k];
-  }
-  return sq;
-}
-
 mpt_status mpt_ddp_clip_grad_norm(mpt_ddp *d, mpt_stream *stream, float max_norm,
                                   float *total_norm) {
   mpt_status st = MPT_OK;
   if (!d) return MPT_FAIL(MPT_EINVAL, "mpt_ddp_clip_grad_norm: NULL DDP engine");
+  if (!d->cfg.zero && d->rsag) return mpt__ddp_rsag_clip(d, stream, max_norm, total_norm);
   if (!d->cfg.zero) return mpt_clip_grad_norm(d->model, stream, max_norm, total_norm);
   if (!(max_norm > 0.0f))
     return MPT_FAIL(MPT_EINVAL, "clip_grad_norm: max_norm = %g must be > 0", (double)max_norm);
   const int world = mpt_comm_world_size(d->comm);
-  double mine = local_sq(d), sq = 0, *all = malloc(sizeof(double) * (size_t)world);
+  double mine = mpt__ddp_shard_sq(d, mpt_comm_rank(d->comm)), sq = 0;
+  double *all = malloc(sizeof(double) * (size_t)world);
   if (!all) return MPT_FAIL(MPT_ENOMEM, "clip_grad_norm: %d ranks", world);
   /* The doubles as bytes: every rank adds the same W values in rank order, so all agree. */
   MPT_CHECK(mpt_comm_allgather_sync(d->comm, &mine, all, (int64_t)sizeof mine, MPT_U8), done);
@@ -197,7 +187,7 @@ mpt_status mpt_ddp_clip_grad_norm(mpt_ddp *d, mpt_stream *stream, float max_norm
   const double norm = sqrt(sq);
   if (total_norm) *total_norm = (float)norm;
   if (!isfinite(norm)) goto done; /* the caller decides (skip the step) */
-  const double coef = (double)max_norm / (norm + CLIP_EPS);
+  const double coef = (double)max_norm / (norm + MPT__DDP_CLIP_EPS);
   for (int i = 0; coef < 1.0 && i < d->nshard; i++)
     MPT_CHECK(mpt_op_scale(stream, d->grads + d->shard[i].offset, d->shard[i].count,
                            (float)coef), done);

@@ -5,12 +5,31 @@
  * lane-wise partial sums whose order does not depend on the vector width; every accumulation
  * over rows runs in increasing row order, so results are bit-reproducible. Index
  * arrays are range-checked here, before anything is written. src/core/ops_gpt.c has checked
- * the other arguments. */
+ * the other arguments.
+ *
+ * Threads (pool.h): large calls split over rows (whose results are independent); LayerNorm's
+ * dweight / dbias are sums of fixed blocks of rows added in block order, the embedding's
+ * gradients split over columns, each column keeping the one-thread row order: the same bits at
+ * every thread count. */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "core/cpu/cpu.h"
+#include "core/cpu/pool.h"
 #include "core/cpu/vmath.h"
 #include "core/error.h"
+
+/* Chunks (pool.h) from an item's cost in picoseconds, measured here (one AVX-512 core): rows
+ * and elements balanced over the threads; columns of a sum over rows one wide chunk per thread
+ * (a narrow column chunk strides through every row for little work). */
+static int64_t chunk_of(int64_t n, double item_ps, int64_t align) {
+  return mpt__cpu_parallel_chunk_ps(n, item_ps, align, 0);
+}
+
+static int64_t column_chunk(int64_t c, double column_ps) {
+  return mpt__cpu_parallel_chunk_ps(c, column_ps, 16, 1);
+}
 
 static mpt_status indices_check(const char *op, const char *what, const int32_t *idx,
                                 int64_t n, int64_t limit) {
@@ -21,17 +40,48 @@ static mpt_status indices_check(const char *op, const char *what, const int32_t 
   return MPT_OK;
 }
 
+typedef struct embed_job {
+  const int32_t *tokens;
+  int64_t t, c, rows;
+  const float *wte, *wpe, *dy;
+  float *y, *dwte, *dwpe;
+} embed_job;
+
+static void embed_rows(void *arg, int64_t r0, int64_t r1) {
+  const embed_job *j = arg;
+  const int64_t c = j->c;
+  for (int64_t r = r0; r < r1; r++) {
+    const float *e = j->wte + (int64_t)j->tokens[r] * c, *p = j->wpe + (r % j->t) * c;
+    float *o = j->y + r * c;
+    for (int64_t i = 0; i < c; i++) o[i] = e[i] + p[i];
+  }
+}
+
 mpt_status mpt__cpu_embedding_gpt(mpt_stream *s, const int32_t *tokens, int64_t b, int64_t t,
                                   int64_t c, int64_t vocab, const float *wte, const float *wpe,
                                   float *y) {
   (void)s;
   MPT_RETURN_IF(indices_check("embedding_gpt", "tokens", tokens, b * t, vocab));
-  for (int64_t r = 0; r < b * t; r++) {
-    const float *e = wte + (int64_t)tokens[r] * c, *p = wpe + (r % t) * c;
-    float *o = y + r * c;
-    for (int64_t i = 0; i < c; i++) o[i] = e[i] + p[i];
-  }
+  embed_job j = {.tokens = tokens, .t = t, .c = c, .wte = wte, .wpe = wpe, .y = y};
+  mpt__cpu_parallel_for(b * t, chunk_of(b * t, 300.0 * c, 1), embed_rows, &j);
   return MPT_OK;
+}
+
+/* Columns [i0, i1) of the gradients, every row in order (the one-thread order per column). */
+static void embed_back_cols(void *arg, int64_t i0, int64_t i1) {
+  const embed_job *j = arg;
+  const int64_t c = j->c;
+  for (int64_t r = 0; r < j->rows; r++) {
+    const float *g = j->dy + r * c;
+    if (j->dwte) {
+      float *row = j->dwte + (int64_t)j->tokens[r] * c;
+      for (int64_t i = i0; i < i1; i++) row[i] += g[i];
+    }
+    if (j->dwpe) {
+      float *row = j->dwpe + (r % j->t) * c;
+      for (int64_t i = i0; i < i1; i++) row[i] += g[i];
+    }
+  }
 }
 
 mpt_status mpt__cpu_embedding_gpt_backward(mpt_stream *s, const int32_t *tokens, int64_t b,
@@ -39,17 +89,9 @@ mpt_status mpt__cpu_embedding_gpt_backward(mpt_stream *s, const int32_t *tokens,
                                            float *dwte, float *dwpe) {
   (void)s;
   MPT_RETURN_IF(indices_check("embedding_gpt_backward", "tokens", tokens, b * t, vocab));
-  for (int64_t r = 0; r < b * t; r++) {
-    const float *g = dy + r * c;
-    if (dwte) {
-      float *row = dwte + (int64_t)tokens[r] * c;
-      for (int64_t i = 0; i < c; i++) row[i] += g[i];
-    }
-    if (dwpe) {
-      float *row = dwpe + (r % t) * c;
-      for (int64_t i = 0; i < c; i++) row[i] += g[i];
-    }
-  }
+  embed_job j = {.tokens = tokens, .t = t, .c = c, .rows = b * t, .dy = dy, .dwte = dwte,
+                 .dwpe = dwpe};
+  mpt__cpu_parallel_for(c, column_chunk(c, 600.0 * b * t), embed_back_cols, &j);
   return MPT_OK;
 }
 
@@ -79,11 +121,27 @@ static void layernorm_kernel(const float *restrict x, int64_t rows, int64_t c,
   }
 }
 
+typedef struct ln_job {
+  const float *x, *dy, *w, *bias, *mean_in, *rstd_in;
+  int64_t rows, c;
+  float eps;
+  float *y, *mean, *rstd, *dx, *dw, *dbias;
+  float *part; /* [blocks, 2, c] the blocks' dw and dbias (backward) */
+} ln_job;
+
+static void ln_rows(void *arg, int64_t r0, int64_t r1) {
+  const ln_job *j = arg;
+  layernorm_kernel(j->x + r0 * j->c, r1 - r0, j->c, j->w, j->bias, j->eps, j->y + r0 * j->c,
+                   j->mean + r0, j->rstd + r0);
+}
+
 mpt_status mpt__cpu_layernorm(mpt_stream *s, const float *x, int64_t rows, int64_t c,
                               const float *w, const float *bias, float eps, float *y,
                               float *mean, float *rstd) {
   (void)s;
-  layernorm_kernel(x, rows, c, w, bias, eps, y, mean, rstd);
+  ln_job j = {.x = x, .w = w, .bias = bias, .rows = rows, .c = c, .eps = eps, .y = y,
+              .mean = mean, .rstd = rstd};
+  mpt__cpu_parallel_for(rows, chunk_of(rows, 520.0 * c, 1), ln_rows, &j);
   return MPT_OK;
 }
 
@@ -137,12 +195,62 @@ static void layernorm_backward_kernel(const float *restrict dy, const float *res
   }
 }
 
+/* Rows [r0, r1) of dx alone. */
+static void ln_back_rows(void *arg, int64_t r0, int64_t r1) {
+  const ln_job *j = arg;
+  const int64_t c = j->c;
+  layernorm_backward_kernel(j->dy + r0 * c, j->x + r0 * c, r1 - r0, c, j->w, j->mean_in + r0,
+                            j->rstd_in + r0, j->dx + r0 * c, NULL, NULL);
+}
+
+/* Blocks [k0, k1) of MPT__CPU_SUM_ROWS rows: their dx, and each block's dw and dbias summed
+ * from 0 into its own partials (part: [blocks, 2, c]), added in block order afterwards. */
+static void ln_back_blocks(void *arg, int64_t k0, int64_t k1) {
+  const ln_job *j = arg;
+  const int64_t c = j->c;
+  for (int64_t k = k0; k < k1; k++) {
+    const int64_t r0 = k * MPT__CPU_SUM_ROWS;
+    const int64_t r1 = r0 + MPT__CPU_SUM_ROWS < j->rows ? r0 + MPT__CPU_SUM_ROWS : j->rows;
+    float *pw = j->dw ? j->part + 2 * k * c : NULL;
+    float *pb = j->dbias ? j->part + (2 * k + 1) * c : NULL;
+    if (pw) memset(pw, 0, (size_t)c * sizeof *pw);
+    if (pb) memset(pb, 0, (size_t)c * sizeof *pb);
+    layernorm_backward_kernel(j->dy + r0 * c, j->x + r0 * c, r1 - r0, c, j->w, j->mean_in + r0,
+                              j->rstd_in + r0, j->dx ? j->dx + r0 * c : NULL, pw, pb);
+  }
+}
+
+/* dx by rows; dw and dbias as sums of blocks of MPT__CPU_SUM_ROWS rows (pool.h), so every
+ * thread count adds the same numbers in the same order. Up to one block: the one-pass kernel. */
 mpt_status mpt__cpu_layernorm_backward(mpt_stream *s, const float *dy, const float *x,
                                        int64_t rows, int64_t c, const float *w,
                                        const float *mean, const float *rstd, float *dx,
                                        float *dw, float *dbias) {
   (void)s;
-  layernorm_backward_kernel(dy, x, rows, c, w, mean, rstd, dx, dw, dbias);
+  ln_job j = {.x = x, .dy = dy, .w = w, .mean_in = mean, .rstd_in = rstd, .rows = rows, .c = c,
+              .dx = dx, .dw = dw, .dbias = dbias};
+  const int64_t blocks = (rows + MPT__CPU_SUM_ROWS - 1) / MPT__CPU_SUM_ROWS;
+  if (!dw && !dbias) {
+    mpt__cpu_parallel_for(rows, chunk_of(rows, 1600.0 * c, 1), ln_back_rows, &j);
+    return MPT_OK;
+  }
+  if (blocks <= 1) {
+    layernorm_backward_kernel(dy, x, rows, c, w, mean, rstd, dx, dw, dbias);
+    return MPT_OK;
+  }
+  if (!(j.part = malloc((size_t)(2 * blocks * c) * sizeof *j.part)))
+    return MPT_FAIL(MPT_ENOMEM, "layernorm_backward: %lld floats of partial sums",
+                    (long long)(2 * blocks * c));
+  const int64_t per_block = chunk_of(rows, 1600.0 * c, 1) < rows ? 1 : blocks;
+  mpt__cpu_parallel_for(blocks, per_block, ln_back_blocks, &j);
+  for (int64_t k = 0; k < blocks; k++) {
+    const float *pw = j.part + 2 * k * c, *pb = pw + c;
+    if (dw)
+      for (int64_t i = 0; i < c; i++) dw[i] += pw[i];
+    if (dbias)
+      for (int64_t i = 0; i < c; i++) dbias[i] += pb[i];
+  }
+  free(j.part);
   return MPT_OK;
 }
 
@@ -171,9 +279,21 @@ static void gelu_kernel(float *y, const float *x, int64_t count) {
   }
 }
 
+typedef struct gelu_job {
+  float *y;
+  const float *x, *dy;
+  int write;
+} gelu_job;
+
+static void gelu_range(void *arg, int64_t i0, int64_t i1) {
+  const gelu_job *j = arg;
+  gelu_kernel(j->y + i0, j->x + i0, i1 - i0);
+}
+
 mpt_status mpt__cpu_gelu(mpt_stream *s, float *y, const float *x, int64_t count) {
   (void)s;
-  gelu_kernel(y, x, count);
+  gelu_job j = {.y = y, .x = x};
+  mpt__cpu_parallel_for(count, chunk_of(count, 1100.0, 64), gelu_range, &j);
   return MPT_OK;
 }
 
@@ -196,23 +316,35 @@ static void gelu_backward_kernel(float *restrict dx, const float *restrict dy,
   }
 }
 
+static void gelu_backward_range(void *arg, int64_t i0, int64_t i1) {
+  const gelu_job *j = arg;
+  gelu_backward_kernel(j->y + i0, j->dy + i0, j->x + i0, i1 - i0, j->write);
+}
+
+static void gelu_backward_par(float *dx, const float *dy, const float *x, int64_t count,
+                              int write) {
+  gelu_job j = {.y = dx, .x = x, .dy = dy, .write = write};
+  mpt__cpu_parallel_for(count, chunk_of(count, 1300.0, 64), gelu_backward_range, &j);
+}
+
 mpt_status mpt__cpu_gelu_backward(mpt_stream *s, float *dx, const float *dy, const float *x,
                                   int64_t count) {
   (void)s;
-  gelu_backward_kernel(dx, dy, x, count, 0);
+  gelu_backward_par(dx, dy, x, count, 0);
   return MPT_OK;
 }
 
 mpt_status mpt__cpu_gelu_backward_write(mpt_stream *s, float *dx, const float *dy,
                                         const float *x, int64_t count) {
   (void)s;
-  gelu_backward_kernel(dx, dy, x, count, 1);
+  gelu_backward_par(dx, dy, x, count, 1);
   return MPT_OK;
 }
 
+/* Rows [r0, r1) of the planes' rows (row r is row r % t of plane r / t). */
 MPT_VEC_CLONES
-static void causal_softmax_kernel(float *a, int64_t planes, int64_t t) {
-  for (int64_t r = 0; r < planes * t; r++) {
+static void causal_softmax_kernel(float *a, int64_t r0, int64_t r1, int64_t t) {
+  for (int64_t r = r0; r < r1; r++) {
     const int64_t i = r % t; /* the row within its plane: columns [0, i] take part */
     float *restrict row = a + r * t;
     const float mx = mpt__vmax(row, i + 1);
@@ -223,16 +355,29 @@ static void causal_softmax_kernel(float *a, int64_t planes, int64_t t) {
   }
 }
 
+typedef struct softmax_job {
+  float *a, *d;
+  const float *ca;
+  int64_t t;
+} softmax_job;
+
+static void causal_softmax_rows(void *arg, int64_t r0, int64_t r1) {
+  const softmax_job *j = arg;
+  causal_softmax_kernel(j->a, r0, r1, j->t);
+}
+
 mpt_status mpt__cpu_causal_softmax(mpt_stream *s, float *a, int64_t planes, int64_t t) {
   (void)s;
-  causal_softmax_kernel(a, planes, t);
+  softmax_job j = {.a = a, .t = t};
+  const int64_t rows = planes * t;
+  mpt__cpu_parallel_for(rows, chunk_of(rows, 700.0 * t, 1), causal_softmax_rows, &j);
   return MPT_OK;
 }
 
 MPT_VEC_CLONES
-static void causal_softmax_backward_kernel(const float *a, float *d, int64_t planes,
+static void causal_softmax_backward_kernel(const float *a, float *d, int64_t r0, int64_t r1,
                                            int64_t t) {
-  for (int64_t r = 0; r < planes * t; r++) {
+  for (int64_t r = r0; r < r1; r++) {
     const int64_t i = r % t;
     const float *restrict ar = a + r * t;
     float *restrict dr = d + r * t;
@@ -249,10 +394,17 @@ static void causal_softmax_backward_kernel(const float *a, float *d, int64_t pla
   }
 }
 
+static void causal_softmax_backward_rows(void *arg, int64_t r0, int64_t r1) {
+  const softmax_job *j = arg;
+  causal_softmax_backward_kernel(j->ca, j->d, r0, r1, j->t);
+}
+
 mpt_status mpt__cpu_causal_softmax_backward(mpt_stream *s, const float *a, float *d,
                                             int64_t planes, int64_t t) {
   (void)s;
-  causal_softmax_backward_kernel(a, d, planes, t);
+  softmax_job j = {.ca = a, .d = d, .t = t};
+  const int64_t rows = planes * t;
+  mpt__cpu_parallel_for(rows, chunk_of(rows, 360.0 * t, 1), causal_softmax_backward_rows, &j);
   return MPT_OK;
 }
 
@@ -274,17 +426,50 @@ static double sum_exp_kernel(const float *restrict l, int64_t v, float mx) {
 MPT_VEC_CLONES
 static float vmax_kernel(const float *x, int64_t n) { return mpt__vmax(x, n); }
 
+typedef struct xent_job {
+  const float *logits, *lse_in;
+  const int32_t *targets;
+  int64_t vp, v;
+  float *lse, *dlogits, g;
+  double *terms; /* [n] each row's loss, summed in order afterwards */
+  int write;
+} xent_job;
+
+/* Row r's logsumexp over the v real columns (in double), its float copy into lse[r]. */
+static double xent_row(const float *lr, int64_t v, float *lse) {
+  const float mx = vmax_kernel(lr, v);
+  const double l = (double)mx + log(sum_exp_kernel(lr, v, mx));
+  *lse = (float)l;
+  return l;
+}
+
+static void xent_rows(void *arg, int64_t r0, int64_t r1) {
+  const xent_job *j = arg;
+  for (int64_t r = r0; r < r1; r++) {
+    const float *lr = j->logits + r * j->vp;
+    j->terms[r] = xent_row(lr, j->v, j->lse + r) - (double)lr[j->targets[r]];
+  }
+}
+
+/* Split: each row's term goes to a scratch array, added in row order afterwards, as the
+ * one-thread loop adds them. */
 mpt_status mpt__cpu_xent_vocab(mpt_stream *s, const float *logits, const int32_t *targets,
                                int64_t n, int64_t vp, int64_t v, float *lse, float *loss) {
   (void)s;
   MPT_RETURN_IF(indices_check("xent_vocab", "targets", targets, n, v));
-  double total = 0.0;
-  for (int64_t r = 0; r < n; r++) {
-    const float *lr = logits + r * vp;
-    const float mx = vmax_kernel(lr, v);
-    const double l = (double)mx + log(sum_exp_kernel(lr, v, mx));
-    lse[r] = (float)l;
-    total += l - (double)lr[targets[r]];
+  const int64_t chunk = chunk_of(n, 900.0 * v, 1);
+  double total = 0.0, *terms = NULL;
+  if (mpt__cpu_parallel_would_split(n, chunk) && (terms = malloc((size_t)n * sizeof *terms))) {
+    xent_job j = {.logits = logits, .targets = targets, .vp = vp, .v = v, .lse = lse,
+                  .terms = terms};
+    mpt__cpu_parallel_for(n, chunk, xent_rows, &j);
+    for (int64_t r = 0; r < n; r++) total += terms[r];
+    free(terms);
+  } else {
+    for (int64_t r = 0; r < n; r++) {
+      const float *lr = logits + r * vp;
+      total += xent_row(lr, v, lse + r) - (double)lr[targets[r]];
+    }
   }
   *loss = (float)(total / (double)n);
   return MPT_OK;
@@ -302,16 +487,22 @@ static void xent_backward_row(const float *restrict lr, float *restrict dr, int6
   for (int64_t j = 0; j < v; j++) dr[j] += g * mpt__vexpf(lr[j] - lse);
 }
 
+static void xent_backward_rows(void *arg, int64_t r0, int64_t r1) {
+  const xent_job *j = arg;
+  for (int64_t r = r0; r < r1; r++) {
+    float *dr = j->dlogits + r * j->vp;
+    xent_backward_row(j->logits + r * j->vp, dr, j->v, j->vp, j->g, j->lse_in[r], j->write);
+    dr[j->targets[r]] -= j->g;
+  }
+}
+
 static mpt_status xent_backward(const float *logits, const int32_t *targets, int64_t n,
                                 int64_t vp, int64_t v, const float *lse, const float *dloss,
                                 float *dlogits, int write) {
   MPT_RETURN_IF(indices_check("xent_vocab_backward", "targets", targets, n, v));
-  const float g = *dloss / (float)n;
-  for (int64_t r = 0; r < n; r++) {
-    float *dr = dlogits + r * vp;
-    xent_backward_row(logits + r * vp, dr, v, vp, g, lse[r], write);
-    dr[targets[r]] -= g;
-  }
+  xent_job j = {.logits = logits, .lse_in = lse, .targets = targets, .vp = vp, .v = v,
+               .dlogits = dlogits, .g = *dloss / (float)n, .write = write};
+  mpt__cpu_parallel_for(n, chunk_of(n, 800.0 * v, 1), xent_backward_rows, &j);
   return MPT_OK;
 }
 

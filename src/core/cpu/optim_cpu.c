@@ -9,7 +9,9 @@
  * (checked at run time) the loop is written with AVX-512 intrinsics, 16 floats at a time, with
  * the scalar loop's operations in the same order (IEEE add, mul, div and sqrt, no FMA): the
  * same bits as the scalar loop, which does the rest and every other CPU (tests/test_ops_train.c
- * compares them). Runs on the calling thread; ops.c has checked the arguments. */
+ * compares them). AdamW splits large calls over the CPU threads (pool.h; elements are
+ * independent, so the same bits at every thread count); SGD runs on the calling thread. ops.c
+ * has checked the arguments. */
 #include <math.h>
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
@@ -17,6 +19,7 @@
 #endif
 
 #include "core/cpu/cpu.h"
+#include "core/cpu/pool.h"
 #include "core/cpu/vec.h"
 #include "core/error.h"
 
@@ -82,15 +85,21 @@ __attribute__((target("avx512f"))) static int64_t adamw_avx512(
 }
 #endif
 
-mpt_status mpt__cpu_adamw_step(mpt_stream *s, float *restrict param, const float *restrict grad,
-                               float *restrict m, float *restrict v, int64_t count, float lr,
-                               float beta1, float beta2, float eps, float weight_decay,
-                               int64_t step) {
-  (void)s;
-  const float decay = (float)(1.0 - (double)lr * weight_decay);
-  const double bc1 = 1.0 - pow(beta1, (double)step), bc2 = 1.0 - pow(beta2, (double)step);
-  const float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
-  const float b1c = 1.0f - beta1, b2c = 1.0f - beta2;
+typedef struct adamw_job {
+  float *param, *m, *v;
+  const float *grad;
+  float decay, beta1, b1c, beta2, b2c, bc2_sqrt, eps, step_size;
+} adamw_job;
+
+/* Elements [i0, i1): independent of each other, and the AVX-512 loop and the scalar one give
+ * the same bits, so any split gives the same result. */
+static void adamw_range(void *arg, int64_t i0, int64_t i1) {
+  const adamw_job *j = arg;
+  float *restrict param = j->param + i0, *restrict m = j->m + i0, *restrict v = j->v + i0;
+  const float *restrict grad = j->grad + i0;
+  const int64_t count = i1 - i0;
+  const float decay = j->decay, beta1 = j->beta1, b1c = j->b1c, beta2 = j->beta2;
+  const float b2c = j->b2c, bc2_sqrt = j->bc2_sqrt, eps = j->eps, step_size = j->step_size;
   int64_t i = 0;
 #ifdef ADAMW_AVX512
   if (__builtin_cpu_supports("avx512f"))
@@ -105,5 +114,20 @@ mpt_status mpt__cpu_adamw_step(mpt_stream *s, float *restrict param, const float
     const float denom = sqrtf(v[i]) / bc2_sqrt + eps;
     param[i] = p - step_size * (m[i] / denom);
   }
+}
+
+
+mpt_status mpt__cpu_adamw_step(mpt_stream *s, float *restrict param, const float *restrict grad,
+                               float *restrict m, float *restrict v, int64_t count, float lr,
+                               float beta1, float beta2, float eps, float weight_decay,
+                               int64_t step) {
+  (void)s;
+  const double bc1 = 1.0 - pow(beta1, (double)step), bc2 = 1.0 - pow(beta2, (double)step);
+  adamw_job j = {.param = param, .m = m, .v = v, .grad = grad,
+                 .decay = (float)(1.0 - (double)lr * weight_decay), .beta1 = beta1,
+                 .b1c = 1.0f - beta1, .beta2 = beta2, .b2c = 1.0f - beta2,
+                 .bc2_sqrt = (float)sqrt(bc2), .eps = eps, .step_size = (float)(lr / bc1)};
+  /* about 1.3 ns an element here (7 floats of memory traffic) */
+  mpt__cpu_parallel_for(count, mpt__cpu_parallel_chunk_ps(count, 1300.0, 64, 0), adamw_range, &j);
   return MPT_OK;
 }
