@@ -21,3 +21,10 @@ EXTRA_DIST += bench/README.md bench/bench_lib.sh bench/train_bench.sh bench/comp
 	bench/summarize_gpt.py bench/make_token_shard.py bench/test_compare_gpt.sh bench/gpt_fortunes.sh \
 	bench/raw_nccl.c bench/raw_nccl.h bench/results/README.md bench/gpu-check.sh \
 	bench/gpu_gpt_torch.py
+
+if HAVE_ONEDNN
+# The fp32 GEMMs of a GPT step on OpenBLAS against oneDNN (not installed: a measuring tool).
+noinst_PROGRAMS += mpt_gemm_bench
+mpt_gemm_bench_SOURCES = bench/gemm_bench.c
+mpt_gemm_bench_LDADD = libmpitrain_all.la
+endif

@@ -32,7 +32,9 @@ MPT_API mpt_status mpt_op_memcpy(mpt_stream *stream, mpt_device dst_device, void
 
 /* C (M x N) = alpha * op(A) * op(B) + beta * C; op(A) is M x K, op(B) is K x N.
  * trans_a != 0 means A is stored K x M (lda >= M), else M x K (lda >= K); same for B.
- * CPU: OpenBLAS cblas_sgemm, row-major. CUDA: cublasSgemm. */
+ * CPU, row-major: oneDNN's sgemm when the library was built with oneDNN (faster than OpenBLAS on
+ * these machines; results equal OpenBLAS's to fp32 rounding, not bit for bit), OpenBLAS's
+ * cblas_sgemm without it and for dot products (M = N = 1). CUDA: cublasSgemm. */
 MPT_API mpt_status mpt_op_gemm(mpt_stream *stream, int trans_a, int trans_b, int64_t m,
                                int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                                const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
@@ -196,10 +198,10 @@ MPT_API mpt_status mpt_op_check_finite(mpt_stream *stream, const float *x, int64
                                        int *nonfinite);
 
 /* ---- CPU threads ----
- * How many threads the CPU ops of this process use: OpenBLAS's GEMMs, the library
- * convolutions (oneDNN), which follow OpenBLAS's count at each call, and the other large CPU ops
- * (fill, copy, axpy, scale, bias, AdamW, the transformer ops of ops_gpt.h), which split their
- * work over a pool of the library's own threads with results bit-identical at every count
+ * How many threads the CPU ops of this process use: OpenBLAS's GEMMs, oneDNN's GEMMs and the
+ * library convolutions (oneDNN), which follow OpenBLAS's count at each call, and the other large
+ * CPU ops (fill, copy, axpy, scale, bias, AdamW, the transformer ops of ops_gpt.h), which split
+ * their work over a pool of the library's own threads with results bit-identical at every count
  * (src/core/cpu/pool.h). Process-wide. With several
  * ranks (or DataParallel devices) on one host, give each its share of the cores, or they fight
  * over them: mpt_cpu_set_threads(mpt_cpu_threads_per_rank(mpt_comm_local_size(comm), 1)).

@@ -16,8 +16,8 @@
  * columns (llm.c rounds 50257 up to 50304); the padding rows of the token embedding are never
  * looked up and the padding columns of the logits are excluded from the softmax.
  *
- * Devices: the arithmetic is in core ops (mpitrain/ops_gpt.h) and mpt_op_gemm (OpenBLAS
- * cblas_sgemm on the CPU, cuBLAS on CUDA), enqueued on the tape's stream, so the ops run on
+ * Devices: the arithmetic is in core ops (mpitrain/ops_gpt.h) and mpt_op_gemm (oneDNN's or
+ * OpenBLAS's sgemm on the CPU, cuBLAS on CUDA), enqueued on the tape's stream, so the ops run on
  * the model's device; MPT_ENOTSUP where that backend lacks a core op. Token and target ids are
  * range-checked on the CPU only (ops_gpt.h); the data loaders check them when they read. */
 #ifndef MPITRAIN_TRANSFORMER_H

@@ -424,8 +424,8 @@ static mpt_status step(gpt_trainer *g, int64_t k, float *loss, float *norm, int 
 }
 
 /* The machine's SGEMM rate as these ranks see it: every rank at once (after a barrier) runs
- * N x N x N products on its device (N 512 on the CPU: cblas_sgemm through mpt_op_gemm,
- * sharing the cores as training does; N 4096 on a GPU: cuBLAS, FP32, each call synchronised)
+ * N x N x N products on its device (N 512 on the CPU: mpt_op_gemm, i.e. the fp32 GEMM that
+ * training uses, oneDNN's sgemm or OpenBLAS's, sharing the cores as training does; N 4096 on a GPU: cuBLAS, FP32, each call synchronised)
  * for about 0.25 s after one untimed call; the rates are summed over the ranks (GFLOP/s). This
  * is the peak the model's arithmetic rate is measured against. */
 static mpt_status measure_sgemm_peak(gpt_trainer *g, double *gflops) {

@@ -10,7 +10,8 @@ libmpitrain_all_la_SOURCES += \
 	src/core/cpu/ops_cpu.c src/core/cpu/cpu_threads.c src/core/cpu/conv_cpu.c \
 	src/core/cpu/norm_cpu.c src/core/cpu/optim_cpu.c src/core/ops_gpt.c src/core/cpu/gpt_cpu.c
 if HAVE_ONEDNN
-libmpitrain_all_la_SOURCES += src/core/cpu/conv_dnnl.c src/core/cpu/gemm_dnnl.c src/core/cpu/dnnl_check.h
+libmpitrain_all_la_SOURCES += src/core/cpu/conv_dnnl.c src/core/cpu/gemm_dnnl.c src/core/cpu/dnnl_check.h \
+	src/core/cpu/sgemm_dnnl.c
 endif
 
 if HAVE_CHECK
@@ -49,4 +50,14 @@ TESTS += tests/test_bf16
 tests_test_bf16_SOURCES = tests/test_bf16.c
 tests_test_bf16_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_bf16_LDADD = libmpitrain_all.la $(CHECK_LIBS) -lm
+endif
+# The fp32 CPU GEMM through oneDNN (src/core/cpu/sgemm_dnnl.c) against OpenBLAS, and its routing
+if HAVE_ONEDNN
+if HAVE_CHECK
+check_PROGRAMS += tests/test_sgemm_dnnl
+TESTS += tests/test_sgemm_dnnl
+tests_test_sgemm_dnnl_SOURCES = tests/test_sgemm_dnnl.c
+tests_test_sgemm_dnnl_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -fopenmp
+tests_test_sgemm_dnnl_LDADD = libmpitrain_all.la $(CHECK_LIBS) -lm
+endif
 endif

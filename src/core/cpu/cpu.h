@@ -51,6 +51,12 @@ mpt_status mpt__cpu_conv2d_backward_weights(mpt_stream *s, const mpt_conv_geom *
 /* gemm_dnnl.c (bf16 GEMM, the BF16 CPU check) and conv_dnnl.c (bf16 convolutions), built with
  * oneDNN only. */
 mpt_status mpt__cpu_bf16_check(mpt_stream *s);
+/* sgemm_dnnl.c, built with oneDNN only: whether mpt__cpu_gemm sends an fp32 product (k >= 1) to
+ * oneDNN, and that path (cblas_sgemm's arguments, row-major; MPT_EDEVICE if oneDNN fails). */
+int mpt__cpu_sgemm_dnnl_wanted(int64_t m, int64_t n, int64_t k);
+/* The OpenMP threads that path uses for an m x n x k product: OpenBLAS's count, 1 when small. */
+int mpt__cpu_sgemm_dnnl_threads(int64_t m, int64_t n, int64_t k);
+mpt_status mpt__cpu_sgemm_dnnl(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 mpt_status mpt__cpu_gemm_bf16(mpt_stream *s, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 mpt_status mpt__cpu_bf16_round(mpt_stream *s, const float *x, uint16_t *y, int64_t count);
 mpt_status mpt__cpu_gemm_bf16_batched(mpt_stream *s, int trans_a, int trans_b, int64_t batch, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a, int64_t lda, int64_t stride_a, const uint16_t *b, int64_t ldb, int64_t stride_b, float beta, float *c, int64_t ldc, int64_t stride_c);

@@ -1,4 +1,5 @@
-/* CPU op kernels: memcpy, GEMM (OpenBLAS cblas_sgemm, row-major), the elementwise ops, bias,
+/* CPU op kernels: memcpy, GEMM (OpenBLAS cblas_sgemm, row-major; with oneDNN most products go
+ * to its sgemm instead, sgemm_dnnl.c), the elementwise ops, bias,
  * ReLU, softmax cross-entropy, accuracy, dropout and the finiteness check. Meanings are those
  * of include/mpitrain/ops.h; the wrappers in ops.c have already checked the arguments (non-NULL
  * pointers, non-negative extents, at least one element of work).
@@ -11,6 +12,8 @@
  * Threads (pool.h): fill, copy, axpy, scale and the linear layer's bias add and bias gradient
  * split large calls over the CPU threads by elements or rows; the bias gradient (column sums)
  * as sums of fixed blocks of rows added in block order: the same bits at every thread count. */
+#include "config.h"
+
 #include <cblas.h>
 #include <errno.h>
 #include <limits.h>
@@ -109,6 +112,10 @@ mpt_status mpt__cpu_gemm(mpt_stream *s, int trans_a, int trans_b, int64_t m, int
     }
     return MPT_OK;
   }
+#ifdef MPT_HAVE_ONEDNN
+  if (mpt__cpu_sgemm_dnnl_wanted(m, n, k))
+    return mpt__cpu_sgemm_dnnl(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+#endif
   if (!blas_thread_ready) MPT_RETURN_IF(blas_thread_prepare());
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha, a, (int)lda,

@@ -1,0 +1,55 @@
+/* fp32 GEMM on the CPU through oneDNN's BLAS-like dnnl_sgemm (ops.h mpt_op_gemm, reached from
+ * mpt__cpu_gemm in ops_cpu.c). Compiled only with oneDNN (MPT_HAVE_ONEDNN; src/core/local.mk);
+ * without it, and for the products mpt__cpu_sgemm_dnnl_wanted declines, OpenBLAS's cblas_sgemm
+ * does the work.
+ *
+ * Why: on the GEMMs of a GPT training step (bench/gemm_bench.c, mpt_gemm_bench: the forward,
+ * dX and dW of every Linear at M = B*T = 2048, gpt-mini and gpt2 shapes) oneDNN 2.6's sgemm
+ * (its AVX-512 JIT kernels) measured 5-12 % faster than OpenBLAS 0.3.21 here; see
+ * bench/README.md for the figures and commands. dnnl_sgemm takes row-major operands with
+ * leading dimensions and transposes exactly as cblas_sgemm does, so nothing is copied and no
+ * plan needs caching. The sums are the same products in a possibly different order: results
+ * agree with OpenBLAS to fp32 rounding (tests/test_sgemm_dnnl.c states the bound), not bit for
+ * bit.
+ *
+ * Threads: oneDNN runs on OpenMP; its thread count is set to OpenBLAS's (mpt_cpu_set_threads)
+ * at each call, as for the bf16 GEMM and the convolutions, so one setting governs both
+ * libraries; a small product (at most SMALL_MACS multiply-adds) runs on one thread. oneDNN 2.6
+ * gives the same bits at every thread count here (tests/test_sgemm_dnnl.c checks it), as
+ * OpenBLAS does, so a run's result does not depend on --threads. Runs synchronously on the
+ * calling thread (and its OpenMP team). */
+#include <cblas.h>
+#include <omp.h>
+
+#include "core/cpu/cpu.h"
+#include "core/cpu/dnnl_check.h"
+
+/* Products of at most this many multiply-adds run on one thread (mpt__cpu_sgemm_dnnl_threads):
+ * 2^22, a 64 x 1024 x 64 attention block at T 1024. Every Linear of the GPTs is above 10^8. */
+#define SMALL_MACS 4194304.0
+
+int mpt__cpu_sgemm_dnnl_wanted(int64_t m, int64_t n, int64_t k) {
+  /* A matrix-vector product (the gradient clipping's dot, m = n = 1) is a memory-bound stream:
+   * OpenBLAS's GEMV path is as good and does not wake the OpenMP team. */
+  return m > 1 && n > 1 && k > 0;
+}
+
+int mpt__cpu_sgemm_dnnl_threads(int64_t m, int64_t n, int64_t k) {
+  int threads = openblas_get_num_threads();
+  if (threads < 1) threads = 1;
+  /* A small product runs on the calling thread alone: waking the OpenMP team and meeting at its
+   * barrier costs more than the second core gives (the attention's 64-row blocks, 64 x 512 x 64
+   * at T 512: 112 GFLOP/s on 2 threads against 144 on one, wall clock, mpt_gemm_bench). */
+  if ((double)m * (double)n * (double)k <= SMALL_MACS) threads = 1;
+  return threads;
+}
+
+mpt_status mpt__cpu_sgemm_dnnl(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                               float alpha, const float *a, int64_t lda, const float *b,
+                               int64_t ldb, float beta, float *c, int64_t ldc) {
+  const int threads = mpt__cpu_sgemm_dnnl_threads(m, n, k);
+  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+  MPT_DNNL_OK(dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb,
+                         beta, c, ldc));
+  return MPT_OK;
+}
