@@ -166,6 +166,33 @@ START_TEST(test_sum_accumulates_in_double) {
 }
 END_TEST
 
+/* mpt_cpu_sum_squares: exact on small integers, 0 when empty, and the documented order (16
+ * lanes, lane j takes i = j mod 16, lanes added in order) bit for bit on random data, where a
+ * serial sum or another lane count rounds differently. */
+START_TEST(test_cpu_sum_squares_in_its_documented_order) {
+  enum { N = 37, R = 100003 };
+  float x[N];
+  for (int i = 0; i < N; i++) x[i] = (float)(i + 1);
+  ck_assert(mpt_cpu_sum_squares(x, N) == 37.0 * 38.0 * 75.0 / 6.0); /* n(n+1)(2n+1)/6 */
+  ck_assert(mpt_cpu_sum_squares(NULL, 0) == 0.0);
+  float *r = alloc_f(R);
+  uint64_t st = 12345;
+  for (int64_t i = 0; i < R; i++) {
+    st = st * 6364136223846793005ull + 1442695040888963407ull;
+    r[i] = (float)((double)(st >> 40) / (double)(1ull << 24) - 0.5) * 3.0f;
+  }
+  double lane[16] = {0}, want = 0, serial = 0;
+  for (int64_t i = 0; i < R; i++) {
+    lane[i % 16] += (double)r[i] * (double)r[i];
+    serial += (double)r[i] * (double)r[i];
+  }
+  for (int j = 0; j < 16; j++) want += lane[j];
+  ck_assert(mpt_cpu_sum_squares(r, R) == want);
+  ck_assert(serial != want); /* the data tells the orders apart */
+  free(r);
+}
+END_TEST
+
 START_TEST(test_bias_add_and_backward_match_naive) {
   const int64_t rows = 3, cols = 11; /* extents above and off multiples of 8 */
   for (int64_t inner = 1; inner <= 13; inner += 12) {
@@ -873,6 +900,7 @@ int main(void) {
   tcase_add_test(tc, test_bad_arguments_return_einval_naming_the_op);
   tcase_add_test(tc, test_empty_work_returns_ok_without_touching_memory);
   tcase_add_test(tc, test_ops_dispatch_through_a_cpu_stream);
+  tcase_add_test(tc, test_cpu_sum_squares_in_its_documented_order);
   suite_add_tcase(suite, tc);
   SRunner *sr = srunner_create(suite);
   srunner_run_all(sr, CK_NORMAL);

@@ -214,6 +214,13 @@ MPT_API int mpt_cpu_threads(void);
 MPT_API int mpt_cpu_threads_per_rank(int local_ranks, int devices);
 /* The BLAS kernel in use ("Haswell", "SkylakeX"...). */
 MPT_API const char *mpt_cpu_blas_name(void);
+/* The sum of x[i]^2 over i in [0, count), in double, for x in host memory, on the calling
+ * thread. The order is fixed: lane j (of 16) adds the x[i] with i mod 16 = j in increasing i,
+ * then the 16 lanes are added in lane order; so the result has the same bits on every CPU,
+ * vector width and thread count (the AVX-512 and AVX2 builds do not reassociate). count <= 0
+ * gives 0 (x may then be NULL). Used by gradient clipping (mpt_clip_grad_norm) and ZeRO-1's
+ * per-shard norms, which must agree bit for bit. */
+MPT_API double mpt_cpu_sum_squares(const float *x, int64_t count);
 
 #ifdef __cplusplus
 }

@@ -20,27 +20,6 @@
 #include "ddp/grad_comm.h"
 #include "mpitrain/ops.h"
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define SQ_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define SQ_CLONES
-#endif
-
-enum { LANES = 16 };
-
-/* sum of x[i]^2 in double: lane j takes the i = j mod LANES in increasing i, the lanes added in
- * order at the end (the same bits at every vector width: no reassociation). */
-SQ_CLONES static double sum_squares(const float *x, int64_t count) {
-  double acc[LANES] = {0};
-  int64_t i = 0;
-  for (; i + LANES <= count; i += LANES)
-    for (int j = 0; j < LANES; j++) acc[j] += (double)x[i + j] * (double)x[i + j];
-  for (int j = 0; i < count; i++, j++) acc[j] += (double)x[i] * (double)x[i];
-  double sq = 0;
-  for (int j = 0; j < LANES; j++) sq += acc[j];
-  return sq;
-}
-
 double mpt__ddp_shard_sq(const mpt_ddp *d, int rank) {
   const int world = mpt_comm_world_size(d->comm);
   double sq = 0;
@@ -48,7 +27,7 @@ double mpt__ddp_shard_sq(const mpt_ddp *d, int rank) {
   for (int b = d->nbuckets - 1; b >= 0; b--) {
     int64_t off, n;
     mpt_comm_shard(d->buckets[b].count, world, rank, &off, &n);
-    if (n > 0) sq += sum_squares(d->grads + d->buckets[b].offset + off, n);
+    if (n > 0) sq += mpt_cpu_sum_squares(d->grads + d->buckets[b].offset + off, n);
   }
   return sq;
 }

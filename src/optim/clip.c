@@ -16,31 +16,11 @@
 #define CLIP_EPS 1e-6
 #define CLIP_SYNC_TIMEOUT_MS 600000.0
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define CLIP_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define CLIP_CLONES
-#endif
-
-enum { LANES = 16 };
-
-/* sum of x[i]^2 in double: lane j takes the i = j mod LANES, in increasing i. */
-CLIP_CLONES static double sum_squares(const float *x, int64_t count) {
-  double acc[LANES] = {0};
-  int64_t i = 0;
-  for (; i + LANES <= count; i += LANES)
-    for (int j = 0; j < LANES; j++) acc[j] += (double)x[i + j] * (double)x[i + j];
-  for (int j = 0; i < count; i++, j++) acc[j] += (double)x[i] * (double)x[i];
-  double sq = 0;
-  for (int j = 0; j < LANES; j++) sq += acc[j];
-  return sq;
-}
-
 /* ||x||_2 of `count` floats on `device`, with `stream` a stream of it (or NULL on the CPU). */
 static mpt_status l2_norm(mpt_stream *stream, mpt_device device, const float *x, int64_t count,
                           double *norm) {
   if (device.type == MPT_DEVICE_CPU) {
-    *norm = sqrt(sum_squares(x, count));
+    *norm = sqrt(mpt_cpu_sum_squares(x, count));
     return MPT_OK;
   }
   if (!stream)

@@ -22,6 +22,7 @@
 #include "core/cpu/pool.h"
 #include "core/cpu/vec.h"
 #include "core/error.h"
+#include "mpitrain/ops.h"
 
 enum { SGD_BLOCK = 1024 };
 
@@ -131,3 +132,27 @@ mpt_status mpt__cpu_adamw_step(mpt_stream *s, float *restrict param, const float
   mpt__cpu_parallel_for(count, mpt__cpu_parallel_chunk_ps(count, 1300.0, 64, 0), adamw_range, &j);
   return MPT_OK;
 }
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define SQ_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define SQ_CLONES
+#endif
+
+enum { SQ_LANES = 16 };
+
+/* 16 partial sums in double, lane j takes i = j mod 16 in increasing i, added in order. (A
+ * static clone set behind the public wrapper: GCC gives the ifunc of a target_clones function
+ * local binding, so it would not be exported.) */
+SQ_CLONES static double sum_squares(const float *x, int64_t count) {
+  double acc[SQ_LANES] = {0};
+  int64_t i = 0;
+  for (; i + SQ_LANES <= count; i += SQ_LANES)
+    for (int j = 0; j < SQ_LANES; j++) acc[j] += (double)x[i + j] * (double)x[i + j];
+  for (int j = 0; i < count; i++, j++) acc[j] += (double)x[i] * (double)x[i];
+  double sq = 0;
+  for (int j = 0; j < SQ_LANES; j++) sq += acc[j];
+  return sq;
+}
+
+double mpt_cpu_sum_squares(const float *x, int64_t count) { return sum_squares(x, count); }
