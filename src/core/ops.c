@@ -21,6 +21,20 @@
 #define REQUIRE_PTR(p) REQUIRE((p) != NULL, "%s is NULL", #p)
 #define REQUIRE_NONNEG(v) REQUIRE((v) >= 0, "%s = %lld is negative", #v, (long long)(v))
 
+/* The leading dimensions of a GEMM's A and B (row-major, op(A) m x k, op(B) k x n), with the
+ * calling op's name in the message: the checks every GEMM entry point shares. */
+static mpt_status check_lds(const char *op, int trans_a, int trans_b, int64_t m, int64_t n,
+                            int64_t k, int64_t lda, int64_t ldb) {
+  const int64_t min_lda = trans_a ? m : k, min_ldb = trans_b ? k : n;
+  if (lda < min_lda)
+    return MPT_FAIL(MPT_EINVAL, "%s: lda = %lld < %lld (trans_a = %d)", op, (long long)lda,
+                    (long long)min_lda, trans_a);
+  if (ldb < min_ldb)
+    return MPT_FAIL(MPT_EINVAL, "%s: ldb = %lld < %lld (trans_b = %d)", op, (long long)ldb,
+                    (long long)min_ldb, trans_b);
+  return MPT_OK;
+}
+
 /* Dispatches to the stream's backend, or MPT_ENOTSUP when it lacks the op. */
 #define DISPATCH(slot, ...)                                                                \
   do {                                                                                     \
@@ -97,11 +111,7 @@ mpt_status mpt_op_gemm(mpt_stream *stream, int trans_a, int trans_b, int64_t m, 
   if (k > 0) { /* with k == 0, C = beta * C and A, B are not read */
     REQUIRE_PTR(a);
     REQUIRE_PTR(b);
-    int64_t min_lda = trans_a ? m : k, min_ldb = trans_b ? k : n;
-    REQUIRE(lda >= min_lda, "lda = %lld < %lld (trans_a = %d)", (long long)lda,
-            (long long)min_lda, trans_a);
-    REQUIRE(ldb >= min_ldb, "ldb = %lld < %lld (trans_b = %d)", (long long)ldb,
-            (long long)min_ldb, trans_b);
+    MPT_RETURN_IF(check_lds(__func__, trans_a, trans_b, m, n, k, lda, ldb));
   }
   DISPATCH(gemm, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
@@ -471,11 +481,7 @@ mpt_status mpt_op_gemm_bf16(mpt_stream *stream, int trans_a, int trans_b, int64_
   REQUIRE_PTR(a);
   REQUIRE_PTR(b);
   REQUIRE(ldc >= n, "ldc = %lld < n = %lld", (long long)ldc, (long long)n);
-  int64_t min_lda = trans_a ? m : k, min_ldb = trans_b ? k : n;
-  REQUIRE(lda >= min_lda, "lda = %lld < %lld (trans_a = %d)", (long long)lda,
-          (long long)min_lda, trans_a);
-  REQUIRE(ldb >= min_ldb, "ldb = %lld < %lld (trans_b = %d)", (long long)ldb,
-          (long long)min_ldb, trans_b);
+  MPT_RETURN_IF(check_lds(__func__, trans_a, trans_b, m, n, k, lda, ldb));
   DISPATCH(gemm_bf16, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
@@ -557,11 +563,7 @@ mpt_status mpt_op_gemm_bf16_batched(mpt_stream *stream, int trans_a, int trans_b
   }
   REQUIRE_PTR(a);
   REQUIRE_PTR(b);
-  int64_t min_lda = trans_a ? m : k, min_ldb = trans_b ? k : n;
-  REQUIRE(lda >= min_lda, "lda = %lld < %lld (trans_a = %d)", (long long)lda,
-          (long long)min_lda, trans_a);
-  REQUIRE(ldb >= min_ldb, "ldb = %lld < %lld (trans_b = %d)", (long long)ldb,
-          (long long)min_ldb, trans_b);
+  MPT_RETURN_IF(check_lds(__func__, trans_a, trans_b, m, n, k, lda, ldb));
   DISPATCH(gemm_bf16_batched, trans_a, trans_b, batch, m, n, k, alpha, a, lda, stride_a, b, ldb,
            stride_b, beta, c, ldc, stride_c);
 }
