@@ -2,7 +2,8 @@
  * split their work over it: every chunk runs exactly once, workers really take chunks, a chunk
  * that calls a parallel kernel and two callers at once both complete; and every split op
  * (embedding, LayerNorm, GELU, causal softmax, vocabulary cross-entropy, each with its
- * backward; fill, copy, axpy, scale, bias add and bias gradient; AdamW) gives the bits of one
+ * backward; fill, copy, axpy, scale, bias add and bias gradient; AdamW; the fused add +
+ * LayerNorm and bias + GELU with its backward) gives the bits of one
  * thread at 2 and 3 threads, each run at a thread count repeated until a worker took part. */
 #include <check.h>
 #include <pthread.h>
@@ -265,6 +266,24 @@ static void case_adamw(float *out, size_t *n) {
   *n = 3 * (size_t)AN;
 }
 
+/* The fused ops (ops_gpt.h): add + LayerNorm, bias + GELU and its backward (bias gradient in
+ * blocks of 256 rows: 2000 rows are 8 blocks). */
+static void case_fused(float *out, size_t *n) {
+  static float a[BR * BC], b[BR * BC], w[BC], lb[BC], dy[BR * BC];
+  fill_uniform(a, BR * BC, 2.0f, 81);
+  fill_uniform(b, BR * BC, 1.0f, 82);
+  fill_uniform(w, BC, 1.5f, 83);
+  fill_uniform(lb, BC, 0.5f, 84);
+  fill_uniform(dy, BR * BC, 1.0f, 85);
+  float *s = out, *y = s + BR * BC, *m = y + BR * BC, *rs = m + BR, *g = rs + BR;
+  float *dx = g + BR * BC, *db = dx + BR * BC;
+  OK(mpt_op_add_layernorm(NULL, a, b, BR, BC, w, lb, 1e-5f, s, y, m, rs));
+  OK(mpt_op_bias_gelu(NULL, g, a, lb, BR, BC));
+  fill_uniform(db, BC, 0.5f, 86);
+  OK(mpt_op_bias_gelu_backward(NULL, dx, dy, a, lb, BR, BC, db));
+  *n = (size_t)(4 * BR * BC + 2 * BR + BC);
+}
+
 START_TEST(test_split_ops_give_the_bits_of_one_thread) {
   check_same_bits("embedding_gpt (+ backward)", case_embedding,
                   EB * ET * EC + EV * EC + ET * EC);
@@ -275,6 +294,8 @@ START_TEST(test_split_ops_give_the_bits_of_one_thread) {
   check_same_bits("fill, copy, axpy, scale", case_elementwise, 3 * EN);
   check_same_bits("bias_add, bias_backward", case_bias, BR * BC + BC);
   check_same_bits("adamw_step", case_adamw, 3 * AN);
+  check_same_bits("add_layernorm, bias_gelu (+ backward)", case_fused,
+                  4 * BR * BC + 2 * BR + BC);
 }
 END_TEST
 

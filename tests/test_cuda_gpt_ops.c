@@ -148,6 +148,36 @@ START_TEST(test_layernorm_and_gelu_match_cpu) {
 }
 END_TEST
 
+/* The fused ops (add + LayerNorm, bias + GELU and its backward) on both backends, with the
+ * bounds of the unfused ops above (the same kernels' arithmetic). */
+START_TEST(test_fused_ops_match_cpu) {
+  const int64_t rows = B * T, n = rows * C;
+  float *a = hrand(n, 21, -2, 3), *bb = hrand(n, 22, -1, 1), *w = hrand(C, 23, -1, 1);
+  float *lb = hrand(C, 24, -1, 1), *s = hrand(n, 0, 0, 0), *y = hrand(n, 0, 0, 0);
+  float *mean = hrand(rows, 0, 0, 0), *rstd = hrand(rows, 0, 0, 0), *dy = hrand(n, 25, -1, 1);
+  float *dx = hrand(n, 0, 0, 0), *db = hrand(C, 26, -1, 1);
+  float *d_a = upf(a, n), *d_bb = upf(bb, n), *d_w = upf(w, C), *d_lb = upf(lb, C);
+  float *d_s = upf(s, n), *d_y = upf(y, n), *d_mean = upf(mean, rows), *d_rstd = upf(rstd, rows);
+  float *d_dy = upf(dy, n), *d_dx = upf(dx, n), *d_db = upf(db, C);
+  OK(mpt_op_add_layernorm(NULL, a, bb, rows, C, w, lb, 1e-5f, s, y, mean, rstd));
+  OK(mpt_op_add_layernorm(S, d_a, d_bb, rows, C, d_w, d_lb, 1e-5f, d_s, d_y, d_mean, d_rstd));
+  expect_dev("add_layernorm sum", d_s, s, n, 0, 0); /* one float addition */
+  expect_dev("add_layernorm rstd", d_rstd, rstd, rows, 1e-6, 0);
+  expect_dev("add_layernorm y", d_y, y, n, 1e-5, 1e-6);
+  OK(mpt_op_bias_gelu(NULL, y, a, lb, rows, C));
+  OK(mpt_op_bias_gelu(S, d_y, d_a, d_lb, rows, C));
+  expect_dev("bias_gelu", d_y, y, n, 1e-5, 1e-6);
+  OK(mpt_op_bias_gelu_backward(NULL, dx, dy, a, lb, rows, C, db));
+  OK(mpt_op_bias_gelu_backward(S, d_dx, d_dy, d_a, d_lb, rows, C, d_db));
+  expect_dev("bias_gelu dx", d_dx, dx, n, 1e-5, 1e-5);
+  expect_dev("bias_gelu dbias", d_db, db, C, 1e-5, 1e-5); /* 21 rows of O(1) terms */
+  dfree(d_a), dfree(d_bb), dfree(d_w), dfree(d_lb), dfree(d_s), dfree(d_y), dfree(d_mean);
+  dfree(d_rstd), dfree(d_dy), dfree(d_dx), dfree(d_db);
+  free(a), free(bb), free(w), free(lb), free(s), free(y), free(mean), free(rstd), free(dy);
+  free(dx), free(db);
+}
+END_TEST
+
 START_TEST(test_causal_softmax_matches_cpu) {
   const int64_t n = PLANES * TT * TT;
   float *s = hrand(n, 13, -4, 4), *d = hrand(n, 14, -1, 1);
@@ -314,6 +344,7 @@ int main(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, test_embedding_matches_cpu_exactly);
   tcase_add_test(tc, test_layernorm_and_gelu_match_cpu);
+  tcase_add_test(tc, test_fused_ops_match_cpu);
   tcase_add_test(tc, test_causal_softmax_matches_cpu);
   tcase_add_test(tc, test_xent_vocab_matches_cpu_and_ignores_padding);
   tcase_add_test(tc, test_mini_gpt_on_cuda_matches_cpu);

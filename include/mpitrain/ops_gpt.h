@@ -49,6 +49,36 @@ MPT_API mpt_status mpt_op_gelu(mpt_stream *stream, float *y, const float *x, int
 MPT_API mpt_status mpt_op_gelu_backward(mpt_stream *stream, float *dx, const float *dy,
                                         const float *x, int64_t count);
 
+/* Fused ops (bit for bit the unfused compositions they replace, on the CPU; tests/
+ * test_gpt_fused.c checks it at 1 and 2 threads).
+ *
+ * The residual add and the LayerNorm that follows it, in one pass over the rows:
+ * sum = a + b (as mpt_op_copy then mpt_op_axpy with alpha 1), then mpt_op_layernorm of sum
+ * into y, mean, rstd. a, b, sum and y are [rows, c]; sum may equal a or b; y must not
+ * overlap a, b or sum. Threads: rows split (independent). Saves the copy, and LayerNorm's
+ * read of sum from memory (each row is normalised while it is in cache). */
+MPT_API mpt_status mpt_op_add_layernorm(mpt_stream *stream, const float *a, const float *b,
+                                        int64_t rows, int64_t c, const float *w,
+                                        const float *bias, float eps, float *sum, float *y,
+                                        float *mean, float *rstd);
+
+/* The GELU of a Linear's output with its bias: y[r, j] = gelu(x[r, j] + bias[j]) for x
+ * [rows, cols] (the product x W^T, without the bias) and bias [cols]; x is not modified, so
+ * backward recomputes x + bias instead of reading a stored pre-activation. The same bits as
+ * mpt_op_bias_add (inner 1) then mpt_op_gelu; y may equal x. Threads: rows split. */
+MPT_API mpt_status mpt_op_bias_gelu(mpt_stream *stream, float *y, const float *x,
+                                    const float *bias, int64_t rows, int64_t cols);
+/* Its backward: dx[r, j] = dy[r, j] gelu'(x[r, j] + bias[j]), WRITTEN (dx is not read: the
+ * gradient of a pre-activation that only this op uses), and, when dbias is not NULL,
+ * dbias[j] += sum_r dx[r, j] in mpt_op_bias_backward's order (up to 256 rows: row by row
+ * into dbias; more: blocks of 256 rows each summed from 0, the blocks added in order): the same
+ * bits as mpt_op_gelu_backward_beta (beta 0) of x + bias then mpt_op_bias_backward, in one pass
+ * over dy and x. dx must not overlap dy, x or bias. Threads: blocks of 256 rows (the same bits
+ * at every thread count). Errors: MPT_EINVAL, MPT_ENOMEM (the blocks' partial sums), ENOTSUP. */
+MPT_API mpt_status mpt_op_bias_gelu_backward(mpt_stream *stream, float *dx, const float *dy,
+                                             const float *x, const float *bias, int64_t rows,
+                                             int64_t cols, float *dbias);
+
 /* In place on `planes` matrices [t, t]: row i becomes the softmax of its entries [0, i] (max
  * subtracted, sum in double) and 0 after column i (the causal mask). */
 MPT_API mpt_status mpt_op_causal_softmax(mpt_stream *stream, float *s, int64_t planes,

@@ -68,6 +68,27 @@ MPT_API mpt_status mpt_nn_gelu(mpt_tape *tape, mpt_var *x, mpt_var **y);
 MPT_API mpt_status mpt_nn_linear_nd(mpt_tape *tape, mpt_var *x, mpt_var *weight, mpt_var *bias,
                                     mpt_var **y);
 
+/* Fused forms of the compositions GPT-2 uses; each gives the same bits as the unfused ops, in
+ * its forward and in every gradient, on the CPU (tests/test_gpt_fused.c).
+ *
+ * Linear + bias + GELU (the MLP's first layer): y = gelu(x W^T + b), bias required, shapes as
+ * mpt_nn_linear_nd. One node: the product x W^T is kept (in the arena) without the bias, the
+ * bias and GELU are applied in one pass (mpt_op_bias_gelu); backward computes the
+ * pre-activation's gradient and db in one pass (mpt_op_bias_gelu_backward), then dx and dW as
+ * linear_nd. Saves two passes over [rows, OC] in forward and one in backward.
+ * Errors: MPT_EINVAL (NULL bias too), MPT_ESHAPE, MPT_ENOTSUP. */
+MPT_API mpt_status mpt_nn_linear_gelu(mpt_tape *tape, mpt_var *x, mpt_var *weight,
+                                      mpt_var *bias, mpt_var **y);
+
+/* Residual add + LayerNorm: *sum = a + b (the residual stream, as mpt_nn_add) and *y =
+ * LayerNorm(*sum) (as mpt_nn_layernorm), computed in one pass over the rows
+ * (mpt_op_add_layernorm). Recorded as the two nodes of the unfused ops ("add", "layernorm"),
+ * so backward is theirs. a and b: the same shape [..., C]; weight, bias [C].
+ * Errors: MPT_EINVAL, MPT_ESHAPE, MPT_ENOTSUP. */
+MPT_API mpt_status mpt_nn_add_layernorm(mpt_tape *tape, mpt_var *a, mpt_var *b,
+                                        mpt_var *weight, mpt_var *bias, float eps,
+                                        mpt_var **sum, mpt_var **y);
+
 /* Causal multi-head self-attention (Vaswani et al., 2017) as GPT-2: qkv [B, T, 3C] is the output
  * of the qkv projection (q = channels [0, C), k = [C, 2C), v = [2C, 3C)); with n_head heads of
  * hs = C / n_head channels, for each b, head h and position t:

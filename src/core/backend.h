@@ -161,6 +161,16 @@ typedef struct mpt__device_backend {
   mpt_status (*xent_vocab_backward)(mpt_stream *s, const float *logits, const int32_t *targets,
                                     int64_t n, int64_t vp, int64_t v, const float *lse,
                                     const float *dloss, float *dlogits);
+  /* Optional: the fused ops of ops_gpt.h (mpt_op_add_layernorm, mpt_op_bias_gelu and its
+   * backward), same meaning and order. */
+  mpt_status (*add_layernorm)(mpt_stream *s, const float *a, const float *b, int64_t rows,
+                              int64_t c, const float *w, const float *bias, float eps,
+                              float *sum, float *y, float *mean, float *rstd);
+  mpt_status (*bias_gelu)(mpt_stream *s, float *y, const float *x, const float *bias,
+                          int64_t rows, int64_t cols);
+  mpt_status (*bias_gelu_backward)(mpt_stream *s, float *dx, const float *dy, const float *x,
+                                   const float *bias, int64_t rows, int64_t cols,
+                                   float *dbias);
   /* Optional: gelu_backward / xent_vocab_backward that WRITE (=) every element of dx / dlogits
    * (0 in the padded columns [v, vp)) instead of adding, without reading it first. Without
    * them mpt_op_*_beta with beta 0 zero-fills, then adds. */

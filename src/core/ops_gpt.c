@@ -187,3 +187,48 @@ mpt_status mpt_op_xent_vocab_backward_beta(mpt_stream *stream, const float *logi
   MPT_RETURN_IF(mpt_op_fill(stream, dlogits, n * vp, 0.0f));
   return mpt_op_xent_vocab_backward(stream, logits, targets, n, vp, v, lse, dloss, dlogits);
 }
+
+mpt_status mpt_op_add_layernorm(mpt_stream *stream, const float *a, const float *b,
+                                int64_t rows, int64_t c, const float *w, const float *bias,
+                                float eps, float *sum, float *y, float *mean, float *rstd) {
+  REQUIRE_EXTENT(rows);
+  REQUIRE_EXTENT(c);
+  REQUIRE(eps >= 0.0f && eps < 1e30f, "eps = %g must be finite and >= 0", (double)eps);
+  if (rows == 0) return MPT_OK;
+  REQUIRE(c >= 1, "c = %lld must be >= 1", (long long)c);
+  REQUIRE_PTR(a);
+  REQUIRE_PTR(b);
+  REQUIRE_PTR(w);
+  REQUIRE_PTR(bias);
+  REQUIRE_PTR(sum);
+  REQUIRE_PTR(y);
+  REQUIRE_PTR(mean);
+  REQUIRE_PTR(rstd);
+  REQUIRE(y != a && y != b && y != sum, "y must not be a, b or sum (%s)", "in place");
+  DISPATCH(add_layernorm, a, b, rows, c, w, bias, eps, sum, y, mean, rstd);
+}
+
+mpt_status mpt_op_bias_gelu(mpt_stream *stream, float *y, const float *x, const float *bias,
+                            int64_t rows, int64_t cols) {
+  REQUIRE_EXTENT(rows);
+  REQUIRE_EXTENT(cols);
+  if (rows == 0 || cols == 0) return MPT_OK;
+  REQUIRE_PTR(y);
+  REQUIRE_PTR(x);
+  REQUIRE_PTR(bias);
+  DISPATCH(bias_gelu, y, x, bias, rows, cols);
+}
+
+mpt_status mpt_op_bias_gelu_backward(mpt_stream *stream, float *dx, const float *dy,
+                                     const float *x, const float *bias, int64_t rows,
+                                     int64_t cols, float *dbias) {
+  REQUIRE_EXTENT(rows);
+  REQUIRE_EXTENT(cols);
+  if (rows == 0 || cols == 0) return MPT_OK;
+  REQUIRE_PTR(dx);
+  REQUIRE_PTR(dy);
+  REQUIRE_PTR(x);
+  REQUIRE_PTR(bias);
+  REQUIRE(dx != dy && dx != x, "dx must not be dy or x (%s)", "written while they are read");
+  DISPATCH(bias_gelu_backward, dx, dy, x, bias, rows, cols, dbias);
+}

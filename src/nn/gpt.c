@@ -91,30 +91,38 @@ static mpt_status gpt_forward(mpt_model *model, mpt_tape *tape, void *vctx, mpt_
     return MPT_FAIL(MPT_ESHAPE, "gpt: input %s %s, want int32 tokens [B, T] with 1 <= T <= %d",
                     mpt_dtype_name(tok->dtype), mpt_shape_str(tok->ndim, tok->shape, xs, sizeof xs),
                     c->max_seq_len);
-  mpt_var *p[2 + PER_LAYER + 2] = {0};
+  mpt_var *p[2 + PER_LAYER] = {0}; /* wte, wpe, then one block's (num_layers >= 1) */
   mpt_var *x = NULL, *h = NULL, *a = NULL;
   MPT_RETURN_IF(mpt_tape_param(tape, 0, &p[0]));
   MPT_RETURN_IF(mpt_tape_param(tape, 1, &p[1]));
   MPT_RETURN_IF(mpt_nn_embedding_gpt(tape, tok, c->vocab_size, p[0], p[1], &x));
+  /* Each residual add is fused with the LayerNorm that follows it (the next block's ln1, or
+   * lnf), and the MLP's fc with its GELU: the same bits as the unfused ops (transformer.h). */
+  mpt_var **q = p + FIRST_LAYER_KIND;
+  for (int k = 0; k < 2; k++)
+    MPT_RETURN_IF(mpt_tape_param(tape, gpt_index(c, FIRST_LAYER_KIND + k, 0), &q[k]));
+  MPT_RETURN_IF(mpt_nn_layernorm(tape, x, q[0], q[1], GPT_LN_EPS, &h));
   for (int l = 0; l < c->num_layers; l++) {
-    mpt_var **q = p + FIRST_LAYER_KIND;
-    for (int k = 0; k < PER_LAYER; k++)
+    for (int k = 2; k < PER_LAYER; k++)
       MPT_RETURN_IF(mpt_tape_param(tape, gpt_index(c, FIRST_LAYER_KIND + k, l), &q[k]));
-    MPT_RETURN_IF(mpt_nn_layernorm(tape, x, q[0], q[1], GPT_LN_EPS, &h));
     MPT_RETURN_IF(mpt_nn_linear_nd(tape, h, q[2], q[3], &h));
     MPT_RETURN_IF(mpt_nn_causal_attention(tape, h, c->num_heads, &a));
     MPT_RETURN_IF(mpt_nn_linear_nd(tape, a, q[4], q[5], &a));
-    MPT_RETURN_IF(mpt_nn_add(tape, x, a, &x));
-    MPT_RETURN_IF(mpt_nn_layernorm(tape, x, q[6], q[7], GPT_LN_EPS, &h));
-    MPT_RETURN_IF(mpt_nn_linear_nd(tape, h, q[8], q[9], &h));
-    MPT_RETURN_IF(mpt_nn_gelu(tape, h, &h));
+    MPT_RETURN_IF(mpt_nn_add_layernorm(tape, x, a, q[6], q[7], GPT_LN_EPS, &x, &h));
+    MPT_RETURN_IF(mpt_nn_linear_gelu(tape, h, q[8], q[9], &h));
     MPT_RETURN_IF(mpt_nn_linear_nd(tape, h, q[10], q[11], &h));
-    MPT_RETURN_IF(mpt_nn_add(tape, x, h, &x));
+    /* the next block's ln1, or lnf after the last block */
+    mpt_var *nw = NULL, *nb = NULL;
+    const int last = l + 1 == c->num_layers;
+    MPT_RETURN_IF(mpt_tape_param(tape, last ? gpt_index(c, LNF_KIND, 0)
+                                            : gpt_index(c, FIRST_LAYER_KIND, l + 1), &nw));
+    MPT_RETURN_IF(mpt_tape_param(tape, last ? gpt_index(c, LNF_KIND + 1, 0)
+                                            : gpt_index(c, FIRST_LAYER_KIND + 1, l + 1), &nb));
+    MPT_RETURN_IF(mpt_nn_add_layernorm(tape, x, h, nw, nb, GPT_LN_EPS, &x, &h));
+    q[0] = nw;
+    q[1] = nb;
   }
-  MPT_RETURN_IF(mpt_tape_param(tape, gpt_index(c, LNF_KIND, 0), &p[LNF_KIND]));
-  MPT_RETURN_IF(mpt_tape_param(tape, gpt_index(c, LNF_KIND + 1, 0), &p[LNF_KIND + 1]));
-  MPT_RETURN_IF(mpt_nn_layernorm(tape, x, p[LNF_KIND], p[LNF_KIND + 1], GPT_LN_EPS, &x));
-  return mpt_nn_linear_nd(tape, x, p[0], NULL, output); /* the head, tied to wte */
+  return mpt_nn_linear_nd(tape, h, p[0], NULL, output); /* the head, tied to wte */
 }
 
 /* Registers parameter (kind, layer) with its shape and initial value. */

@@ -179,16 +179,14 @@ typedef struct linnd_ctx {
 } linnd_ctx;
 _Static_assert(sizeof(linnd_ctx) <= MPT_NODE_CTX_BYTES, "linnd_ctx too large");
 
-static mpt_status linnd_backward(mpt_tape *tape, mpt_node *node) {
-  const linnd_ctx *k = mpt_node_ctx(node);
+/* dx (of input x) and dW (of weight w) from dy [rows, out]: the products of linear_nd's and
+ * linear_gelu's backward. */
+static mpt_status linnd_grads(mpt_tape *tape, const linnd_ctx *k, mpt_var *x, mpt_var *w,
+                              const float *dy) {
   mpt_stream *s = mpt_tape_stream(tape);
-  mpt_var *x = mpt_node_input(node, 0), *w = mpt_node_input(node, 1);
-  mpt_var *b = mpt_node_num_inputs(node) > 2 ? mpt_node_input(node, 2) : NULL;
-  const float *dy = mpt_node_grad_output(node);
-  float *dx = NULL, *dw = NULL, *db = NULL, beta_x = 1.0f;
+  float *dx = NULL, *dw = NULL, beta_x = 1.0f;
   MPT_RETURN_IF(mpt_var_grad_beta(tape, x, &dx, &beta_x));
   MPT_RETURN_IF(mpt_var_grad_acc(tape, w, &dw));
-  if (b) MPT_RETURN_IF(mpt_var_grad_acc(tape, b, &db));
   if (k->x16)
     MPT_RETURN_IF(mpt__linear_backward_bf16(tape, k->x16, k->w16, dy, k->rows, k->in, k->out,
                                             beta_x, dx, dw));
@@ -198,15 +196,25 @@ static mpt_status linnd_backward(mpt_tape *tape, mpt_node *node) {
   /* dW [out, in] += dy^T [out, rows] x [rows, in] */
   if (dw && !k->x16) MPT_RETURN_IF(mpt_op_gemm_ex(s, k->precision, 1, 0, k->out, k->in, k->rows, 1.0f, dy, k->out,
                                        VAL(x), k->in, 1.0f, dw, k->in));
-  if (db) MPT_RETURN_IF(mpt_op_bias_backward(s, db, dy, k->rows, k->out, 1));
   return MPT_OK;
 }
 
-mpt_status mpt_nn_linear_nd(mpt_tape *tape, mpt_var *x, mpt_var *weight, mpt_var *bias,
-                            mpt_var **y) {
-  static const char op[] = "linear_nd";
-  if (!tape || !y) return MPT_FAIL(MPT_EINVAL, "%s: NULL tape or output", op);
-  *y = NULL;
+static mpt_status linnd_backward(mpt_tape *tape, mpt_node *node) {
+  const linnd_ctx *k = mpt_node_ctx(node);
+  mpt_var *b = mpt_node_num_inputs(node) > 2 ? mpt_node_input(node, 2) : NULL;
+  const float *dy = mpt_node_grad_output(node);
+  float *db = NULL;
+  if (b) MPT_RETURN_IF(mpt_var_grad_acc(tape, b, &db));
+  MPT_RETURN_IF(linnd_grads(tape, k, mpt_node_input(node, 0), mpt_node_input(node, 1), dy));
+  if (db) MPT_RETURN_IF(mpt_op_bias_backward(mpt_tape_stream(tape), db, dy, k->rows, k->out, 1));
+  return MPT_OK;
+}
+
+/* linear_nd's and linear_gelu's checks and product: *o (a new var [..., out]) = x W^T (no
+ * bias), in `into` when not NULL (then *o's value is left unwritten), and the context of
+ * backward in *k. */
+static mpt_status linnd_forward(mpt_tape *tape, const char *op, mpt_var *x, mpt_var *weight,
+                                mpt_var *bias, float *into, mpt_var **o, linnd_ctx *k) {
   MPT_RETURN_IF(mpt__gpt_check_var(op, "x", x));
   MPT_RETURN_IF(mpt__gpt_check_var(op, "weight", weight));
   if (bias) MPT_RETURN_IF(mpt__gpt_check_var(op, "bias", bias));
@@ -223,26 +231,150 @@ mpt_status mpt_nn_linear_nd(mpt_tape *tape, mpt_var *x, mpt_var *weight, mpt_var
   int64_t shape[MPT_MAX_DIMS];
   memcpy(shape, xt->shape, sizeof shape);
   shape[xt->ndim - 1] = out;
-  mpt_var *o = NULL;
   mpt_stream *s = mpt_tape_stream(tape);
-  MPT_RETURN_IF(mpt_tape_new_var(tape, xt->ndim, shape, MPT_F32, &o));
+  MPT_RETURN_IF(mpt_tape_new_var(tape, xt->ndim, shape, MPT_F32, o));
+  float *y = into ? into : VAL(*o);
   const mpt_precision pr = mpt_tape_precision(tape);
   const uint16_t *x16 = NULL, *w16 = NULL;
   if (pr == MPT_PRECISION_BF16 && mpt_op_bf16_rounded_available(s))
-    MPT_RETURN_IF(mpt__linear_forward_bf16(tape, xt->data, wt->data, rows, in, out, VAL(o), &x16,
+    MPT_RETURN_IF(mpt__linear_forward_bf16(tape, xt->data, wt->data, rows, in, out, y, &x16,
                                            &w16));
   else
     MPT_RETURN_IF(mpt_op_gemm_ex(s, pr, 0, 1, rows, out, in, 1.0f, xt->data, in, wt->data, in,
-                                 0.0f, VAL(o), out));
-  if (bias) MPT_RETURN_IF(mpt_op_bias_add(s, VAL(o), VAL(bias), rows, out, 1));
+                                 0.0f, y, out));
+  *k = (linnd_ctx){.rows = rows, .in = in, .out = out, .precision = pr, .x16 = x16, .w16 = w16};
+  return MPT_OK;
+}
+
+mpt_status mpt_nn_linear_nd(mpt_tape *tape, mpt_var *x, mpt_var *weight, mpt_var *bias,
+                            mpt_var **y) {
+  static const char op[] = "linear_nd";
+  if (!tape || !y) return MPT_FAIL(MPT_EINVAL, "%s: NULL tape or output", op);
+  *y = NULL;
+  mpt_var *o = NULL;
+  linnd_ctx k;
+  MPT_RETURN_IF(linnd_forward(tape, op, x, weight, bias, NULL, &o, &k));
+  if (bias)
+    MPT_RETURN_IF(mpt_op_bias_add(mpt_tape_stream(tape), VAL(o), VAL(bias), k.rows, k.out, 1));
   mpt_var *inputs[3] = {x, weight, bias};
   const int ninputs = bias ? 3 : 2;
   if (mpt_tape_needs_grad(tape, inputs, ninputs)) {
     mpt_node *node = NULL;
     MPT_RETURN_IF(mpt_tape_record(tape, op, linnd_backward, inputs, ninputs, o, &node));
-    *(linnd_ctx *)mpt_node_ctx(node) = (linnd_ctx){.rows = rows, .in = in, .out = out,
-                                                   .precision = pr, .x16 = x16, .w16 = w16};
+    *(linnd_ctx *)mpt_node_ctx(node) = k;
   }
+  *y = o;
+  return MPT_OK;
+}
+
+/* ---- Linear + bias + GELU, fused ---- */
+
+typedef struct lingelu_ctx {
+  linnd_ctx lin;
+  const float *pre; /* [rows, out] x W^T without the bias, in the arena */
+} lingelu_ctx;
+_Static_assert(sizeof(lingelu_ctx) <= MPT_NODE_CTX_BYTES, "lingelu_ctx too large");
+
+/* dpre = dy gelu'(pre + b) (new arena memory: the unfused pre-activation's gradient) and
+ * db += its column sums in one pass, then dx and dW from dpre as linear_nd's backward. */
+static mpt_status lingelu_backward(mpt_tape *tape, mpt_node *node) {
+  const lingelu_ctx *k = mpt_node_ctx(node);
+  mpt_var *b = mpt_node_input(node, 2);
+  float *db = NULL, *dpre = NULL;
+  MPT_RETURN_IF(mpt_var_grad_acc(tape, b, &db));
+  MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)(k->lin.rows * k->lin.out) * sizeof(float),
+                               (void **)&dpre));
+  MPT_RETURN_IF(mpt_op_bias_gelu_backward(mpt_tape_stream(tape), dpre,
+                                          mpt_node_grad_output(node), k->pre, VAL(b),
+                                          k->lin.rows, k->lin.out, db));
+  return linnd_grads(tape, &k->lin, mpt_node_input(node, 0), mpt_node_input(node, 1), dpre);
+}
+
+mpt_status mpt_nn_linear_gelu(mpt_tape *tape, mpt_var *x, mpt_var *weight, mpt_var *bias,
+                              mpt_var **y) {
+  static const char op[] = "linear_gelu";
+  if (!tape || !y) return MPT_FAIL(MPT_EINVAL, "%s: NULL tape or output", op);
+  *y = NULL;
+  if (!bias) return MPT_FAIL(MPT_EINVAL, "%s: bias is NULL (use linear_nd, then gelu)", op);
+  MPT_RETURN_IF(mpt__gpt_check_var(op, "weight", weight));
+  const mpt_tensor *wt = mpt_var_value(weight), *xt = mpt_var_value(x);
+  float *pre = NULL;
+  if (xt && wt->ndim == 2 && xt->ndim >= 1 && xt->shape[xt->ndim - 1] >= 1)
+    MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)(xt->count / xt->shape[xt->ndim - 1] *
+                                                wt->shape[0]) * sizeof(float), (void **)&pre));
+  mpt_var *o = NULL;
+  lingelu_ctx k = {.pre = pre};
+  MPT_RETURN_IF(linnd_forward(tape, op, x, weight, bias, pre, &o, &k.lin));
+  MPT_RETURN_IF(mpt_op_bias_gelu(mpt_tape_stream(tape), VAL(o), pre, VAL(bias), k.lin.rows,
+                                 k.lin.out));
+  mpt_var *inputs[3] = {x, weight, bias};
+  if (mpt_tape_needs_grad(tape, inputs, 3)) {
+    mpt_node *node = NULL;
+    MPT_RETURN_IF(mpt_tape_record(tape, op, lingelu_backward, inputs, 3, o, &node));
+    *(lingelu_ctx *)mpt_node_ctx(node) = k;
+  }
+  *y = o;
+  return MPT_OK;
+}
+
+/* ---- residual add + LayerNorm, fused forward ---- */
+
+/* The add's backward (as mpt_nn_add's): dy to both inputs, a copy where the gradient is new. */
+static mpt_status residual_backward(mpt_tape *tape, mpt_node *node) {
+  const mpt_var *y = mpt_node_output(node);
+  const float *dy = mpt_node_grad_output(node);
+  const int64_t n = mpt_var_value(y)->count;
+  for (int i = 0; i < 2; i++) {
+    float *d = NULL, beta = 1.0f;
+    MPT_RETURN_IF(mpt_var_grad_beta(tape, mpt_node_input(node, i), &d, &beta));
+    if (d && beta == 0.0f)
+      MPT_RETURN_IF(mpt_op_copy(mpt_tape_stream(tape), d, dy, n));
+    else if (d)
+      MPT_RETURN_IF(mpt_op_axpy(mpt_tape_stream(tape), n, 1.0f, dy, d));
+  }
+  return MPT_OK;
+}
+
+mpt_status mpt_nn_add_layernorm(mpt_tape *tape, mpt_var *a, mpt_var *b, mpt_var *weight,
+                                mpt_var *bias, float eps, mpt_var **sum, mpt_var **y) {
+  static const char op[] = "add_layernorm";
+  if (!tape || !sum || !y) return MPT_FAIL(MPT_EINVAL, "%s: NULL tape or output", op);
+  *sum = *y = NULL;
+  MPT_RETURN_IF(mpt__gpt_check_var(op, "a", a));
+  MPT_RETURN_IF(mpt__gpt_check_var(op, "b", b));
+  MPT_RETURN_IF(mpt__gpt_check_var(op, "weight", weight));
+  MPT_RETURN_IF(mpt__gpt_check_var(op, "bias", bias));
+  if (!(eps >= 0.0f) || !isfinite(eps))
+    return MPT_FAIL(MPT_EINVAL, "%s: eps %g must be finite and >= 0", op, (double)eps);
+  const mpt_tensor *at = mpt_var_value(a), *bt = mpt_var_value(b);
+  const mpt_tensor *wt = mpt_var_value(weight), *lt = mpt_var_value(bias);
+  char as[128], bs[128], ws[128], ls[128];
+  const int64_t c = at->ndim >= 1 ? at->shape[at->ndim - 1] : 0;
+  int same = at->ndim == bt->ndim;
+  for (int d = 0; same && d < at->ndim; d++) same = at->shape[d] == bt->shape[d];
+  if (!same || c < 1 || wt->ndim != 1 || wt->shape[0] != c || lt->ndim != 1 || lt->shape[0] != c)
+    return MPT_FAIL(MPT_ESHAPE, "%s: a %s, b %s, weight %s, bias %s (want [..., C] twice, [C], "
+                    "[C], C >= 1)", op, SHAPE(a, as), SHAPE(b, bs), SHAPE(weight, ws),
+                    SHAPE(bias, ls));
+  const int64_t rows = at->count / c;
+  mpt_var *s = NULL, *o = NULL;
+  float *mean = NULL, *rstd = NULL;
+  MPT_RETURN_IF(mpt_tape_new_var(tape, at->ndim, at->shape, MPT_F32, &s));
+  MPT_RETURN_IF(mpt_tape_new_var(tape, at->ndim, at->shape, MPT_F32, &o));
+  MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)rows * sizeof(float), (void **)&mean));
+  MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)rows * sizeof(float), (void **)&rstd));
+  MPT_RETURN_IF(mpt_op_add_layernorm(mpt_tape_stream(tape), at->data, bt->data, rows, c,
+                                     wt->data, lt->data, eps, VAL(s), VAL(o), mean, rstd));
+  mpt_var *add_in[2] = {a, b};
+  if (mpt_tape_needs_grad(tape, add_in, 2))
+    MPT_RETURN_IF(mpt_tape_record(tape, "add", residual_backward, add_in, 2, s, NULL));
+  mpt_var *ln_in[3] = {s, weight, bias};
+  if (mpt_tape_needs_grad(tape, ln_in, 3)) {
+    mpt_node *node = NULL;
+    MPT_RETURN_IF(mpt_tape_record(tape, "layernorm", ln_backward, ln_in, 3, o, &node));
+    *(ln_ctx *)mpt_node_ctx(node) = (ln_ctx){.mean = mean, .rstd = rstd, .rows = rows, .c = c};
+  }
+  *sum = s;
   *y = o;
   return MPT_OK;
 }

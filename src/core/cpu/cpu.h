@@ -85,6 +85,9 @@ mpt_status mpt__cpu_layernorm_backward(mpt_stream *s, const float *dy, const flo
 mpt_status mpt__cpu_gelu(mpt_stream *s, float *y, const float *x, int64_t count);
 mpt_status mpt__cpu_gelu_backward(mpt_stream *s, float *dx, const float *dy, const float *x, int64_t count);
 mpt_status mpt__cpu_gelu_backward_write(mpt_stream *s, float *dx, const float *dy, const float *x, int64_t count);
+mpt_status mpt__cpu_add_layernorm(mpt_stream *s, const float *a, const float *b, int64_t rows, int64_t c, const float *w, const float *bias, float eps, float *sum, float *y, float *mean, float *rstd);
+mpt_status mpt__cpu_bias_gelu(mpt_stream *s, float *y, const float *x, const float *bias, int64_t rows, int64_t cols);
+mpt_status mpt__cpu_bias_gelu_backward(mpt_stream *s, float *dx, const float *dy, const float *x, const float *bias, int64_t rows, int64_t cols, float *dbias);
 mpt_status mpt__cpu_causal_softmax(mpt_stream *s, float *a, int64_t planes, int64_t t);
 mpt_status mpt__cpu_causal_softmax_backward(mpt_stream *s, const float *a, float *d, int64_t planes, int64_t t);
 mpt_status mpt__cpu_xent_vocab(mpt_stream *s, const float *logits, const int32_t *targets, int64_t n, int64_t vp, int64_t v, float *lse, float *loss);

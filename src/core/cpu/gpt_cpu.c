@@ -95,34 +95,54 @@ mpt_status mpt__cpu_embedding_gpt_backward(mpt_stream *s, const int32_t *tokens,
   return MPT_OK;
 }
 
-/* Row statistics in double: the lane-wise sums of vmath.h (the same bits at every width). */
+/* One row's LayerNorm; row statistics in double: the lane-wise sums of vmath.h (the same bits
+ * at every width). Inlined into each clone of its callers. */
+static inline void layernorm_row(const float *restrict xr, int64_t c, const float *restrict w,
+                                 const float *restrict bias, float eps, float *restrict yr,
+                                 float *restrict mean, float *restrict rstd) {
+  const float m = (float)(mpt__vsum_d(xr, c) / (double)c);
+  double acc[MPT_VLANES] = {0};
+  int64_t i = 0;
+  for (; i + MPT_VLANES <= c; i += MPT_VLANES)
+    for (int j = 0; j < MPT_VLANES; j++) {
+      const double d = (double)(xr[i + j] - m);
+      acc[j] += d * d;
+    }
+  for (int j = 0; i < c; i++, j++) acc[j] += (double)(xr[i] - m) * (double)(xr[i] - m);
+  double var = 0.0;
+  for (int j = 0; j < MPT_VLANES; j++) var += acc[j];
+  const float rs = (float)(1.0 / sqrt(var / (double)c + (double)eps));
+  for (i = 0; i < c; i++) yr[i] = (xr[i] - m) * rs * w[i] + bias[i];
+  *mean = m;
+  *rstd = rs;
+}
+
 MPT_VEC_CLONES
 static void layernorm_kernel(const float *restrict x, int64_t rows, int64_t c,
                              const float *restrict w, const float *restrict bias, float eps,
                              float *restrict y, float *restrict mean, float *restrict rstd) {
+  for (int64_t r = 0; r < rows; r++)
+    layernorm_row(x + r * c, c, w, bias, eps, y + r * c, mean + r, rstd + r);
+}
+
+/* The residual add then LayerNorm, row by row: the sum row is normalised while in cache. a, b
+ * and sum may alias (not restrict); y does not. */
+MPT_VEC_CLONES
+static void add_layernorm_kernel(const float *a, const float *b, int64_t rows, int64_t c,
+                                 const float *restrict w, const float *restrict bias, float eps,
+                                 float *sum, float *restrict y, float *restrict mean,
+                                 float *restrict rstd) {
   for (int64_t r = 0; r < rows; r++) {
-    const float *xr = x + r * c;
-    float *yr = y + r * c;
-    const float m = (float)(mpt__vsum_d(xr, c) / (double)c);
-    double acc[MPT_VLANES] = {0};
-    int64_t i = 0;
-    for (; i + MPT_VLANES <= c; i += MPT_VLANES)
-      for (int j = 0; j < MPT_VLANES; j++) {
-        const double d = (double)(xr[i + j] - m);
-        acc[j] += d * d;
-      }
-    for (int j = 0; i < c; i++, j++) acc[j] += (double)(xr[i] - m) * (double)(xr[i] - m);
-    double var = 0.0;
-    for (int j = 0; j < MPT_VLANES; j++) var += acc[j];
-    const float rs = (float)(1.0 / sqrt(var / (double)c + (double)eps));
-    for (i = 0; i < c; i++) yr[i] = (xr[i] - m) * rs * w[i] + bias[i];
-    mean[r] = m;
-    rstd[r] = rs;
+    const float *ar = a + r * c, *br = b + r * c;
+    float *sr = sum + r * c;
+    for (int64_t i = 0; i < c; i++) sr[i] = ar[i] + br[i];
+    layernorm_row(sr, c, w, bias, eps, y + r * c, mean + r, rstd + r);
   }
 }
 
 typedef struct ln_job {
-  const float *x, *dy, *w, *bias, *mean_in, *rstd_in;
+  const float *x, *dy, *w, *bias, *mean_in, *rstd_in, *b; /* b: add_layernorm's second term */
+  float *sum;
   int64_t rows, c;
   float eps;
   float *y, *mean, *rstd, *dx, *dw, *dbias;
@@ -142,6 +162,23 @@ mpt_status mpt__cpu_layernorm(mpt_stream *s, const float *x, int64_t rows, int64
   ln_job j = {.x = x, .w = w, .bias = bias, .rows = rows, .c = c, .eps = eps, .y = y,
               .mean = mean, .rstd = rstd};
   mpt__cpu_parallel_for(rows, chunk_of(rows, 520.0 * c, 1), ln_rows, &j);
+  return MPT_OK;
+}
+
+static void add_ln_rows(void *arg, int64_t r0, int64_t r1) {
+  const ln_job *j = arg;
+  const int64_t c = j->c;
+  add_layernorm_kernel(j->x + r0 * c, j->b + r0 * c, r1 - r0, c, j->w, j->bias, j->eps,
+                       j->sum + r0 * c, j->y + r0 * c, j->mean + r0, j->rstd + r0);
+}
+
+mpt_status mpt__cpu_add_layernorm(mpt_stream *s, const float *a, const float *b, int64_t rows,
+                                  int64_t c, const float *w, const float *bias, float eps,
+                                  float *sum, float *y, float *mean, float *rstd) {
+  (void)s;
+  ln_job j = {.x = a, .b = b, .w = w, .bias = bias, .rows = rows, .c = c, .eps = eps,
+              .sum = sum, .y = y, .mean = mean, .rstd = rstd};
+  mpt__cpu_parallel_for(rows, chunk_of(rows, 620.0 * c, 1), add_ln_rows, &j);
   return MPT_OK;
 }
 
@@ -338,6 +375,101 @@ mpt_status mpt__cpu_gelu_backward_write(mpt_stream *s, float *dx, const float *d
                                         const float *x, int64_t count) {
   (void)s;
   gelu_backward_par(dx, dy, x, count, 1);
+  return MPT_OK;
+}
+
+/* y = gelu(x + bias) over rows [r0, r1) of [rows, cols]; y may equal x. */
+MPT_VEC_CLONES
+static void bias_gelu_kernel(float *y, const float *x, const float *restrict bias, int64_t rows,
+                             int64_t cols) {
+  for (int64_t r = 0; r < rows; r++) {
+    const float *xr = x + r * cols;
+    float *yr = y + r * cols;
+    for (int64_t i = 0; i < cols; i++) {
+      float om, du;
+      const float v = xr[i] + bias[i];
+      yr[i] = v * gelu_sig(v, &om, &du);
+    }
+  }
+}
+
+/* dx = dy gelu'(x + bias) over `rows` rows, and (part not NULL) part[j] += dx[r, j] row by
+ * row: mpt__cpu_bias_backward's additions in its order. */
+MPT_VEC_CLONES
+static void bias_gelu_backward_kernel(float *restrict dx, const float *restrict dy,
+                                      const float *restrict x, const float *restrict bias,
+                                      int64_t rows, int64_t cols, float *restrict part) {
+  for (int64_t r = 0; r < rows; r++) {
+    const float *xr = x + r * cols, *gr = dy + r * cols;
+    float *dr = dx + r * cols;
+    for (int64_t i = 0; i < cols; i++) {
+      float om, du;
+      const float v = xr[i] + bias[i], sg = gelu_sig(v, &om, &du);
+      dr[i] = gr[i] * (sg + 2.0f * v * sg * om * du);
+    }
+    if (part)
+      for (int64_t i = 0; i < cols; i++) part[i] += dr[i];
+  }
+}
+
+typedef struct bias_gelu_job {
+  float *y, *part; /* part: [blocks, cols] the blocks' bias gradients (backward) */
+  const float *x, *dy, *bias;
+  int64_t rows, cols;
+} bias_gelu_job;
+
+static void bias_gelu_rows(void *arg, int64_t r0, int64_t r1) {
+  const bias_gelu_job *j = arg;
+  bias_gelu_kernel(j->y + r0 * j->cols, j->x + r0 * j->cols, j->bias, r1 - r0, j->cols);
+}
+
+mpt_status mpt__cpu_bias_gelu(mpt_stream *s, float *y, const float *x, const float *bias,
+                              int64_t rows, int64_t cols) {
+  (void)s;
+  bias_gelu_job j = {.y = y, .x = x, .bias = bias, .rows = rows, .cols = cols};
+  mpt__cpu_parallel_for(rows, chunk_of(rows, 1200.0 * cols, 1), bias_gelu_rows, &j);
+  return MPT_OK;
+}
+
+/* Blocks [k0, k1) of MPT__CPU_SUM_ROWS rows: their dx, and each block's bias gradient summed
+ * from 0 into its own partial (or none when part is NULL). */
+static void bias_gelu_back_blocks(void *arg, int64_t k0, int64_t k1) {
+  const bias_gelu_job *j = arg;
+  const int64_t cols = j->cols;
+  for (int64_t k = k0; k < k1; k++) {
+    const int64_t r0 = k * MPT__CPU_SUM_ROWS;
+    const int64_t r1 = r0 + MPT__CPU_SUM_ROWS < j->rows ? r0 + MPT__CPU_SUM_ROWS : j->rows;
+    float *p = j->part ? j->part + k * cols : NULL;
+    if (p) memset(p, 0, (size_t)cols * sizeof *p);
+    bias_gelu_backward_kernel(j->y + r0 * cols, j->dy + r0 * cols, j->x + r0 * cols, j->bias,
+                              r1 - r0, cols, p);
+  }
+}
+
+/* As mpt__cpu_layernorm_backward's dw: up to one block, the one-pass kernel straight into
+ * dbias; more, blocks summed apart (on the threads), then added to dbias in block order. */
+mpt_status mpt__cpu_bias_gelu_backward(mpt_stream *s, float *dx, const float *dy,
+                                       const float *x, const float *bias, int64_t rows,
+                                       int64_t cols, float *dbias) {
+  (void)s;
+  const int64_t blocks = (rows + MPT__CPU_SUM_ROWS - 1) / MPT__CPU_SUM_ROWS;
+  bias_gelu_job j = {.y = dx, .dy = dy, .x = x, .bias = bias, .rows = rows, .cols = cols};
+  if (dbias && blocks <= 1) {
+    bias_gelu_backward_kernel(dx, dy, x, bias, rows, cols, dbias);
+    return MPT_OK;
+  }
+  if (dbias && !(j.part = malloc((size_t)(blocks * cols) * sizeof *j.part)))
+    return MPT_FAIL(MPT_ENOMEM, "bias_gelu_backward: %lld floats of partial sums",
+                    (long long)(blocks * cols));
+  const int64_t per_block = chunk_of(rows, 1500.0 * cols, 1) < rows ? 1 : blocks;
+  mpt__cpu_parallel_for(blocks, per_block, bias_gelu_back_blocks, &j);
+  if (dbias) {
+    for (int64_t k = 0; k < blocks; k++) {
+      const float *restrict p = j.part + k * cols;
+      for (int64_t i = 0; i < cols; i++) dbias[i] += p[i];
+    }
+    free(j.part);
+  }
   return MPT_OK;
 }
 

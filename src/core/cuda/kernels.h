@@ -116,6 +116,14 @@ cudaError_t mpt__cuk_layernorm_backward(cudaStream_t s, const float *dy, const f
 cudaError_t mpt__cuk_gelu(cudaStream_t s, float *y, const float *x, int64_t n);
 cudaError_t mpt__cuk_gelu_backward(cudaStream_t s, float *dx, const float *dy, const float *x,
                                    int64_t n);
+cudaError_t mpt__cuk_add_layernorm(cudaStream_t s, const float *a, const float *b, int64_t rows,
+                                   int64_t c, const float *w, const float *bias, float eps,
+                                   float *sum, float *y, float *mean, float *rstd);
+cudaError_t mpt__cuk_bias_gelu(cudaStream_t s, float *y, const float *x, const float *bias,
+                               int64_t rows, int64_t cols);
+cudaError_t mpt__cuk_bias_gelu_backward(cudaStream_t s, float *dx, const float *dy,
+                                        const float *x, const float *bias, int64_t rows,
+                                        int64_t cols, float *dbias);
 cudaError_t mpt__cuk_causal_softmax(cudaStream_t s, float *a, int64_t planes, int64_t t);
 cudaError_t mpt__cuk_causal_softmax_backward(cudaStream_t s, const float *a, float *d,
                                              int64_t planes, int64_t t);

@@ -151,6 +151,30 @@ __global__ void k_gelu_backward(float *dx, const float *dy, const float *x, int6
   }
 }
 
+/* The fused ops: elementwise kernels, then the unfused kernels' reductions (LayerNorm's rows,
+ * the bias gradient's columns), so the results match the unfused CUDA ops. */
+__global__ void k_add3(float *sum, const float *a, const float *b, int64_t n) {
+  MPT_CUK_FOR(i, n) sum[i] = a[i] + b[i];
+}
+
+__global__ void k_bias_gelu(float *y, const float *x, const float *bias, int64_t n,
+                            int64_t cols) {
+  MPT_CUK_FOR(i, n) {
+    float om, du;
+    const float v = x[i] + bias[i % cols];
+    y[i] = v * gelu_sig(v, &om, &du);
+  }
+}
+
+__global__ void k_bias_gelu_backward(float *dx, const float *dy, const float *x,
+                                     const float *bias, int64_t n, int64_t cols) {
+  MPT_CUK_FOR(i, n) {
+    float om, du;
+    const float v = x[i] + bias[i % cols], sg = gelu_sig(v, &om, &du);
+    dx[i] = dy[i] * (sg + 2.0f * v * sg * om * du);
+  }
+}
+
 /* One warp per row r of the [planes * t, t] matrix; row i = r % t keeps columns [0, i]. */
 __global__ void k_causal_softmax(float *a, int64_t rows, int64_t t) {
   const int lane = threadIdx.x & 31;
@@ -292,6 +316,33 @@ cudaError_t mpt__cuk_gelu_backward(cudaStream_t s, float *dx, const float *dy, c
   k_gelu_backward<<<mpt_cuk_grid(n, MPT_CUK_BLOCK, MPT_CUK_MAX_GRID), MPT_CUK_BLOCK, 0, s>>>(
       dx, dy, x, n);
   return cudaGetLastError();
+}
+
+cudaError_t mpt__cuk_add_layernorm(cudaStream_t s, const float *a, const float *b, int64_t rows,
+                                   int64_t c, const float *w, const float *bias, float eps,
+                                   float *sum, float *y, float *mean, float *rstd) {
+  k_add3<<<mpt_cuk_grid(rows * c, MPT_CUK_BLOCK, MPT_CUK_MAX_GRID), MPT_CUK_BLOCK, 0, s>>>(
+      sum, a, b, rows * c);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  return mpt__cuk_layernorm(s, sum, rows, c, w, bias, eps, y, mean, rstd);
+}
+
+cudaError_t mpt__cuk_bias_gelu(cudaStream_t s, float *y, const float *x, const float *bias,
+                               int64_t rows, int64_t cols) {
+  k_bias_gelu<<<mpt_cuk_grid(rows * cols, MPT_CUK_BLOCK, MPT_CUK_MAX_GRID), MPT_CUK_BLOCK, 0,
+                s>>>(y, x, bias, rows * cols, cols);
+  return cudaGetLastError();
+}
+
+cudaError_t mpt__cuk_bias_gelu_backward(cudaStream_t s, float *dx, const float *dy,
+                                        const float *x, const float *bias, int64_t rows,
+                                        int64_t cols, float *dbias) {
+  k_bias_gelu_backward<<<mpt_cuk_grid(rows * cols, MPT_CUK_BLOCK, MPT_CUK_MAX_GRID),
+                         MPT_CUK_BLOCK, 0, s>>>(dx, dy, x, bias, rows * cols, cols);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess || !dbias) return e;
+  return mpt__cuk_bias_backward(s, dbias, dx, rows, cols, 1);
 }
 
 cudaError_t mpt__cuk_causal_softmax(cudaStream_t s, float *a, int64_t planes, int64_t t) {

@@ -49,6 +49,23 @@ mpt_status mpt__cuda_gelu_backward(mpt_stream *s, float *dx, const float *dy, co
   LAUNCH(s, mpt__cuk_gelu_backward(s->cs, dx, dy, x, count));
 }
 
+mpt_status mpt__cuda_add_layernorm(mpt_stream *s, const float *a, const float *b, int64_t rows,
+                                   int64_t c, const float *w, const float *bias, float eps,
+                                   float *sum, float *y, float *mean, float *rstd) {
+  LAUNCH(s, mpt__cuk_add_layernorm(s->cs, a, b, rows, c, w, bias, eps, sum, y, mean, rstd));
+}
+
+mpt_status mpt__cuda_bias_gelu(mpt_stream *s, float *y, const float *x, const float *bias,
+                               int64_t rows, int64_t cols) {
+  LAUNCH(s, mpt__cuk_bias_gelu(s->cs, y, x, bias, rows, cols));
+}
+
+mpt_status mpt__cuda_bias_gelu_backward(mpt_stream *s, float *dx, const float *dy,
+                                        const float *x, const float *bias, int64_t rows,
+                                        int64_t cols, float *dbias) {
+  LAUNCH(s, mpt__cuk_bias_gelu_backward(s->cs, dx, dy, x, bias, rows, cols, dbias));
+}
+
 mpt_status mpt__cuda_causal_softmax(mpt_stream *s, float *a, int64_t planes, int64_t t) {
   LAUNCH(s, mpt__cuk_causal_softmax(s->cs, a, planes, t));
 }
