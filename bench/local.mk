@@ -28,3 +28,8 @@ noinst_PROGRAMS += mpt_gemm_bench
 mpt_gemm_bench_SOURCES = bench/gemm_bench.c
 mpt_gemm_bench_LDADD = libmpitrain_all.la
 endif
+
+# The fused GPT ops (ops_gpt.h) against the unfused ops they replace (not installed).
+noinst_PROGRAMS += mpt_fused_bench
+mpt_fused_bench_SOURCES = bench/fused_bench.c
+mpt_fused_bench_LDADD = libmpitrain_all.la
