@@ -50,13 +50,15 @@ MPT_API mpt_status mpt_op_gelu_backward(mpt_stream *stream, float *dx, const flo
                                         const float *x, int64_t count);
 
 /* Fused ops (bit for bit the unfused compositions they replace, on the CPU; tests/
- * test_gpt_fused.c checks it at 1 and 2 threads).
+ * test_gpt_fused.c checks it at 1 and 2 threads). CUDA runs them as an elementwise kernel
+ * followed by the unfused op's reduction kernel (same results as the unfused CUDA ops).
  *
  * The residual add and the LayerNorm that follows it, in one pass over the rows:
  * sum = a + b (as mpt_op_copy then mpt_op_axpy with alpha 1), then mpt_op_layernorm of sum
  * into y, mean, rstd. a, b, sum and y are [rows, c]; sum may equal a or b; y must not
  * overlap a, b or sum. Threads: rows split (independent). Saves the copy, and LayerNorm's
- * read of sum from memory (each row is normalised while it is in cache). */
+ * read of sum from memory (each row is normalised while it is in cache). Errors: MPT_EINVAL
+ * (NULL pointers, eps, negative sizes, y equal to a, b or sum), MPT_ENOTSUP. */
 MPT_API mpt_status mpt_op_add_layernorm(mpt_stream *stream, const float *a, const float *b,
                                         int64_t rows, int64_t c, const float *w,
                                         const float *bias, float eps, float *sum, float *y,
@@ -65,7 +67,8 @@ MPT_API mpt_status mpt_op_add_layernorm(mpt_stream *stream, const float *a, cons
 /* The GELU of a Linear's output with its bias: y[r, j] = gelu(x[r, j] + bias[j]) for x
  * [rows, cols] (the product x W^T, without the bias) and bias [cols]; x is not modified, so
  * backward recomputes x + bias instead of reading a stored pre-activation. The same bits as
- * mpt_op_bias_add (inner 1) then mpt_op_gelu; y may equal x. Threads: rows split. */
+ * mpt_op_bias_add (inner 1) then mpt_op_gelu; y may equal x. Threads: rows split.
+ * Errors: MPT_EINVAL (NULL pointers, negative sizes), MPT_ENOTSUP. */
 MPT_API mpt_status mpt_op_bias_gelu(mpt_stream *stream, float *y, const float *x,
                                     const float *bias, int64_t rows, int64_t cols);
 /* Its backward: dx[r, j] = dy[r, j] gelu'(x[r, j] + bias[j]), WRITTEN (dx is not read: the
@@ -74,7 +77,8 @@ MPT_API mpt_status mpt_op_bias_gelu(mpt_stream *stream, float *y, const float *x
  * into dbias; more: blocks of 256 rows each summed from 0, the blocks added in order): the same
  * bits as mpt_op_gelu_backward_beta (beta 0) of x + bias then mpt_op_bias_backward, in one pass
  * over dy and x. dx must not overlap dy, x or bias. Threads: blocks of 256 rows (the same bits
- * at every thread count). Errors: MPT_EINVAL, MPT_ENOMEM (the blocks' partial sums), ENOTSUP. */
+ * at every thread count). Errors: MPT_EINVAL (NULL pointers, negative sizes, dx equal to dy or
+ * x), MPT_ENOMEM (the blocks' partial sums), MPT_ENOTSUP. */
 MPT_API mpt_status mpt_op_bias_gelu_backward(mpt_stream *stream, float *dx, const float *dy,
                                              const float *x, const float *bias, int64_t rows,
                                              int64_t cols, float *dbias);
