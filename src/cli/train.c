@@ -739,6 +739,15 @@ int mpt_cli_train(const mpt_cli_options *o) {
   mpt_comm_config cc = mpt_comm_config_default();
   cc.timeout_ms = o->timeout_s * 1e3;
   cc.check_collectives = o->check_collectives;
+  /* The preemption signals are caught from the start: one that arrives during start-up (a
+   * loaded machine's MPI_Init can take seconds) stops the run after its first step, exit 75,
+   * instead of killing the rank and, with it, the job. */
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_sigterm;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGUSR1, &sa, NULL); /* mpirun forwards USR1/USR2 to every rank, not TERM */
   /* --timeout covers MPI_Init_thread too, with a floor: a short collective deadline must not
    * kill a healthy start-up (a singleton's MPI_Init alone takes about 0.5 s here) */
   trainer_watchdog *wd = NULL;
@@ -753,12 +762,6 @@ int mpt_cli_train(const mpt_cli_options *o) {
   t.world = mpt_comm_world_size(t.comm);
   st = trainer_log_setup(&t); /* --log-file, --quiet: before anything looks at stderr */
   t.progress = t.rank == 0 && (o->progress == 1 || (o->progress == -1 && isatty(2)));
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_sigterm;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGTERM, &sa, NULL);
-  sigaction(SIGUSR1, &sa, NULL); /* mpirun forwards USR1/USR2 to every rank, not TERM */
   if (st == MPT_OK) st = train_run(&t);
   if (st != MPT_OK) {
     mpt_log(MPT_LOG_ERROR, "%s: %s", mpt_status_message(st), mpt_last_error());
