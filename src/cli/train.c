@@ -661,9 +661,12 @@ static mpt_status train_run(trainer *t) {
               ? "oneDNN" : "im2col + GEMM");
   if (t->ddp)
     mpt_log(MPT_LOG_INFO, "DDP: %d bucket(s) (first cap %g MiB, cap %g MiB), overlap %s, "
-            "gradients %s on the wire%s", mpt_ddp_num_buckets(t->ddp), o->ddp.first_bucket_cap_mb,
-            o->ddp.bucket_cap_mb, o->ddp.overlap ? "on" : "off",
-            mpt_ddp_grad_comm_name(o->ddp.grad_comm), o->ddp.zero ? ", ZeRO-1" : "");
+            "gradients %s on the wire, %s%s", mpt_ddp_num_buckets(t->ddp),
+            o->ddp.first_bucket_cap_mb, o->ddp.bucket_cap_mb, o->ddp.overlap ? "on" : "off",
+            mpt_ddp_grad_comm_name(o->ddp.grad_comm),
+            o->ddp.zero ? "ZeRO-1 (reduce-scatter, all-gather of the parameters)"
+                        : "all-reduce ",
+            o->ddp.zero ? "" : mpt_ddp_allreduce_algo_name(o->ddp.allreduce));
   trainer_log_configuration(t);
   MPT_RETURN_IF(trainer_memory_report(t->comm, "at start", t->model, t->opt, t->ddp, 0));
 
