@@ -345,6 +345,69 @@ START_TEST(test_add_layernorm_gradients_match_finite_differences) {
 }
 END_TEST
 
+/* The same on intermediate vars (the residual stream in the GPT is one): a = gelu(p0) and
+ * b = gelu(p1) are new vars, so the add's backward hands a its gradient storage
+ * (mpt_var_grad_take) instead of a copy; _i = 1 adds a to itself (a is b). */
+static mpt_status add_ln_inner_build(fx *f, mpt_var **out) {
+  mpt_var *a = NULL, *b = NULL;
+  MPT_RETURN_IF(mpt_nn_gelu(f->tape, pv(f, 0), &a));
+  if (f->np == 5) /* the a-is-b variant: p1 unused as a term */
+    b = a;
+  else
+    MPT_RETURN_IF(mpt_nn_gelu(f->tape, pv(f, 1), &b));
+  if (f->fused)
+    return mpt_nn_add_layernorm(f->tape, a, b, pv(f, 2), pv(f, 3), 1e-5f, &out[1], &out[0]);
+  MPT_RETURN_IF(mpt_nn_add(f->tape, a, b, &out[1]));
+  return mpt_nn_layernorm(f->tape, out[1], pv(f, 2), pv(f, 3), 1e-5f, &out[0]);
+}
+
+static void add_ln_inner_fx(fx *f, int same) {
+  const int64_t shapes[5][2] = {{NR, NCH}, {NR, NCH}, {NCH, 0}, {NCH, 0}, {1, 0}};
+  const int ndims[5] = {2, 2, 1, 1, 1};
+  /* the a-is-b variant registers a fifth (unused) parameter to tell the build */
+  fx_init(f, NR, shapes, ndims, same ? 5 : 4, 2, NR * NCH, NR * NCH);
+}
+
+START_TEST(test_add_layernorm_of_intermediate_vars_equals_unfused_and_differences) {
+  fx f;
+  add_ln_inner_fx(&f, _i);
+  check_fused_equals_unfused(&f, add_ln_inner_build);
+  check_finite_differences(&f, add_ln_inner_build);
+  fx_free(&f);
+}
+END_TEST
+
+/* mpt_var_grad_take: only a new var without gradient storage takes a new var's storage. */
+START_TEST(test_var_grad_take_moves_storage_only_between_new_vars) {
+  fx f;
+  add_ln_fx(&f, NR);
+  mpt_tape_reset(f.tape, 7);
+  mpt_var *p = pv(&f, 0), *u = NULL, *v = NULL, *w = NULL;
+  OK(mpt_nn_gelu(f.tape, p, &u)); /* u, v, w: new vars that need gradients */
+  OK(mpt_nn_gelu(f.tape, u, &v));
+  OK(mpt_nn_gelu(f.tape, v, &w));
+  int taken = -1;
+  OK(mpt_var_grad_take(f.tape, u, w, &taken)); /* w has no storage yet */
+  ck_assert_int_eq(taken, 0);
+  ck_assert_ptr_null(mpt_var_grad(u)->data);
+  float *gw = NULL;
+  OK(mpt_var_grad_acc(f.tape, w, &gw));
+  OK(mpt_var_grad_take(f.tape, p, w, &taken)); /* a parameter keeps the model's storage */
+  ck_assert_int_eq(taken, 0);
+  ck_assert_ptr_eq(mpt_var_grad(p)->data, mpt_model_grad(f.model, 0).data);
+  OK(mpt_var_grad_take(f.tape, v, w, &taken));
+  ck_assert_int_eq(taken, 1);
+  ck_assert_ptr_eq(mpt_var_grad(v)->data, gw);
+  float *gu = NULL;
+  OK(mpt_var_grad_acc(f.tape, u, &gu));
+  OK(mpt_var_grad_take(f.tape, u, w, &taken)); /* u has storage of its own now */
+  ck_assert_int_eq(taken, 0);
+  ck_assert_ptr_ne(gu, gw);
+  ck_assert_int_eq(mpt_var_grad_take(f.tape, NULL, w, &taken), MPT_EINVAL);
+  fx_free(&f);
+}
+END_TEST
+
 START_TEST(test_fused_tape_ops_reject_bad_arguments) {
   fx f;
   add_ln_fx(&f, NR);
@@ -383,6 +446,9 @@ int main(void) {
   tcase_add_test(tt, test_linear_gelu_gradients_match_finite_differences);
   tcase_add_loop_test(tt, test_add_layernorm_equals_add_then_layernorm_bit_for_bit, 0, 2);
   tcase_add_test(tt, test_add_layernorm_gradients_match_finite_differences);
+  tcase_add_loop_test(tt, test_add_layernorm_of_intermediate_vars_equals_unfused_and_differences,
+                      0, 2);
+  tcase_add_test(tt, test_var_grad_take_moves_storage_only_between_new_vars);
   tcase_add_test(tt, test_fused_tape_ops_reject_bad_arguments);
   suite_add_tcase(s, tt);
   SRunner *sr = srunner_create(s);

@@ -107,6 +107,16 @@ MPT_API mpt_status mpt_var_grad_acc(mpt_tape *tape, mpt_var *var, float **grad);
  * and a read of the buffer. A view's storage is its base's, which the view covers whole.
  * *grad = NULL (and *beta = 1) when var needs no gradient. Errors as mpt_var_grad_acc. */
 MPT_API mpt_status mpt_var_grad_beta(mpt_tape *tape, mpt_var *var, float **grad, float *beta);
+/* For a backward whose gradient for input `var` is its output's gradient unchanged (a
+ * residual add): when var needs a gradient and has no storage for it yet in this pass, var
+ * TAKES the storage of `from` (the node's output, of the same element count), *taken = 1, and
+ * var's gradient starts as from's, with no copy. from's gradient storage is then var's: the
+ * contributions of var's other uses (run later in backward) are added to it, so from's gradient
+ * must not be read after this call (nothing on the tape reads an output's gradient after its
+ * node's backward). Taken only between vars the ops made (mpt_tape_new_var: not a view, an input
+ * or a parameter) and when from has gradient storage; otherwise *taken = 0 and nothing changes
+ * (use mpt_var_grad_beta). Errors: MPT_EINVAL (NULL arguments). */
+MPT_API mpt_status mpt_var_grad_take(mpt_tape *tape, mpt_var *var, mpt_var *from, int *taken);
 /* 1 if the var needs a gradient (a parameter, or the output of a recorded node). */
 MPT_API int mpt_var_requires_grad(const mpt_var *var);
 /* The parameter index of a var made by mpt_tape_param, else -1. */

@@ -319,13 +319,19 @@ mpt_status mpt_nn_linear_gelu(mpt_tape *tape, mpt_var *x, mpt_var *weight, mpt_v
 
 /* ---- residual add + LayerNorm, fused forward ---- */
 
-/* The add's backward (as mpt_nn_add's): dy to both inputs, a copy where the gradient is new. */
+/* The add's backward (as mpt_nn_add's): dy to both inputs, a copy where the gradient is new
+ * (b first), except that a new gradient of a (the residual stream) takes dy's storage
+ * (mpt_var_grad_take): one copy of [rows, C] fewer. b before a, so that when a is b the copy
+ * is made first and a then adds to it. */
 static mpt_status residual_backward(mpt_tape *tape, mpt_node *node) {
-  const mpt_var *y = mpt_node_output(node);
+  mpt_var *y = mpt_node_output(node);
   const float *dy = mpt_node_grad_output(node);
   const int64_t n = mpt_var_value(y)->count;
-  for (int i = 0; i < 2; i++) {
+  for (int i = 1; i >= 0; i--) {
     float *d = NULL, beta = 1.0f;
+    int taken = 0;
+    if (i == 0) MPT_RETURN_IF(mpt_var_grad_take(tape, mpt_node_input(node, 0), y, &taken));
+    if (taken) continue;
     MPT_RETURN_IF(mpt_var_grad_beta(tape, mpt_node_input(node, i), &d, &beta));
     if (d && beta == 0.0f)
       MPT_RETURN_IF(mpt_op_copy(mpt_tape_stream(tape), d, dy, n));

@@ -520,6 +520,20 @@ mpt_status mpt_var_grad_beta(mpt_tape *tape, mpt_var *var, float **grad, float *
   return MPT_OK;
 }
 
+mpt_status mpt_var_grad_take(mpt_tape *tape, mpt_var *var, mpt_var *from, int *taken) {
+  if (!tape || !var || !from || !taken) return MPT_FAIL(MPT_EINVAL, "var_grad_take: NULL argument");
+  *taken = 0;
+  /* Only between two of this pass's new vars (a view's storage is its base's, a parameter's
+   * is the model's), from's storage already made, var's not yet. */
+  if (var == from || !var->requires_grad || var->kind != VAR_NEW || var->grad.data ||
+      from->kind != VAR_NEW || !from->grad.data || var->value.count != from->value.count ||
+      var->value.dtype != MPT_F32)
+    return MPT_OK;
+  var->grad.data = from->grad.data;
+  *taken = 1;
+  return MPT_OK;
+}
+
 mpt_status mpt_var_item(mpt_tape *tape, const mpt_var *var, float *value) {
   if (!tape || !var || !value) return MPT_FAIL(MPT_EINVAL, "var_item: NULL argument");
   if (var->value.count != 1 || var->value.dtype != MPT_F32) {
