@@ -28,3 +28,7 @@ noinst_PROGRAMS += mpt_gemm_bench
 mpt_gemm_bench_SOURCES = bench/gemm_bench.c
 mpt_gemm_bench_LDADD = libmpitrain_all.la
 endif
+# The fp32 causal attention: the reference against the fused op (not installed: a measuring tool).
+noinst_PROGRAMS += mpt_attn_bench
+mpt_attn_bench_SOURCES = bench/attn_bench.c
+mpt_attn_bench_LDADD = libmpitrain_all.la

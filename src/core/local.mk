@@ -8,7 +8,8 @@ libmpitrain_all_la_SOURCES += \
 	src/core/cpu/cpu.h src/core/cpu/vec.h src/core/cpu/vmath.h src/core/cpu/cpu_backend.c \
 	src/core/cpu/stream_cpu.c \
 	src/core/cpu/ops_cpu.c src/core/cpu/cpu_threads.c src/core/cpu/conv_cpu.c \
-	src/core/cpu/norm_cpu.c src/core/cpu/optim_cpu.c src/core/ops_gpt.c src/core/cpu/gpt_cpu.c
+	src/core/cpu/norm_cpu.c src/core/cpu/optim_cpu.c src/core/ops_gpt.c src/core/cpu/gpt_cpu.c \
+	src/core/cpu/attn_cpu.c
 if HAVE_ONEDNN
 libmpitrain_all_la_SOURCES += src/core/cpu/conv_dnnl.c src/core/cpu/gemm_dnnl.c src/core/cpu/dnnl_check.h \
 	src/core/cpu/sgemm_dnnl.c
