@@ -11,7 +11,9 @@
  * the gradient: beta 1). A wrong mask, scale, block bound, statistics row or beta breaks
  * equality at once; a fused kernel that merely rounds differently would also fail here, which
  * is the point: its contract is the reference's bits.
- * Also: the op's argument checks and a case small enough to know by hand. */
+ * Independently of the reference: central finite differences of L = sum(y * r) in double
+ * against the fused backward at T = 70 (across a block boundary), and the op's argument checks
+ * and a case small enough to know by hand. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -134,6 +136,40 @@ START_TEST(test_fused_attention_accumulates_into_a_gradient_used_twice) {
 }
 END_TEST
 
+/* L = sum_i y_i r_i in double, y the fused op's output. */
+static double objective(const float *qkv, const float *r, int64_t b, int64_t t, int64_t c,
+                        int64_t nh, float *y, float *st) {
+  OK(mpt_op_causal_attention(NULL, qkv, b, t, c, nh, y, st));
+  double sum = 0;
+  for (int64_t i = 0; i < b * t * c; i++) sum += (double)y[i] * r[i];
+  return sum;
+}
+
+/* The tolerance of tests/test_gpt_ops.c's gradient checks (eps 1e-2; rounding ~1e-5,
+ * truncation ~1e-5; a wrong term moves an entry by 5-100 %). */
+START_TEST(test_fused_attention_gradients_match_finite_differences) {
+  enum { B = 1, T = 70, C = 8, H = 2, N = B * T * 3 * C, NY = B * T * C };
+  static float x[N], r[NY], y[NY], st[B * H * T * 2], g[N];
+  fill_uniform(x, N, 2.0f, 5);
+  fill_uniform(r, NY, 1.0f, 6);
+  OK(mpt_op_causal_attention(NULL, x, B, T, C, H, y, st));
+  OK(mpt_op_causal_attention_backward(NULL, x, st, r, B, T, C, H, 0.0f, g));
+  const double eps = 1e-2;
+  for (int i = 0; i < N; i += 3) {
+    const float saved = x[i];
+    x[i] = (float)(saved + eps);
+    const double up = (double)x[i] - saved, lp = objective(x, r, B, T, C, H, y, st);
+    x[i] = (float)(saved - eps);
+    const double down = (double)saved - x[i], lm = objective(x, r, B, T, C, H, y, st);
+    x[i] = saved;
+    const double numeric = (lp - lm) / (up + down), err = fabs(numeric - g[i]);
+    const double tol = 2e-3 * fmax(fabs(numeric), fabs(g[i])) + 1e-4;
+    ck_assert_msg(err <= tol, "d/dqkv[%d]: fused %.6g, numeric %.6g (err %.3g > %.3g)", i,
+                  g[i], numeric, err, tol);
+  }
+}
+END_TEST
+
 START_TEST(test_fused_attention_op_rejects_bad_arguments) {
   float x[3 * 8 * 2], y[8 * 2], st[2 * 2 * 2], g[3 * 8 * 2];
   memset(x, 0, sizeof x);
@@ -168,6 +204,7 @@ static Suite *attention_fused_suite(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_loop_test(tc, test_fused_attention_gives_the_reference_bits, 0, NSHAPES);
   tcase_add_test(tc, test_fused_attention_accumulates_into_a_gradient_used_twice);
+  tcase_add_test(tc, test_fused_attention_gradients_match_finite_differences);
   tcase_add_test(tc, test_fused_attention_op_rejects_bad_arguments);
   suite_add_tcase(s, tc);
   return s;

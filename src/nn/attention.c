@@ -3,7 +3,8 @@
  * that op, which keeps only each row's softmax max and 1 / sum ([B, H, T, 2]) for backward
  * instead of the attention matrix, and gives the same bits as the reference below
  * (src/core/cpu/attn_cpu.c). Elsewhere (CUDA; bf16 tapes: attention_bf16.c), and for
- * mpt__causal_attention_reference (the tests' oracle), the reference version that materialises
+ * mpt__causal_attention_reference (the tests' oracle) and with the environment variable
+ * MPT_ATTENTION=reference (for side-by-side measurements), the reference version that materialises
  * the attention matrix [B, H, T, T]:
  *
  * For each sequence b and head h the q, k, v of the head are strided views into qkv [B, T, 3C]
@@ -20,6 +21,8 @@
  * backward (4 B H T^2 bytes); dA / dS use one T x T scratch allocated per backward. The masked
  * softmax and its backward are core ops (ops_gpt.h); all work goes on the tape's stream. */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "mpitrain/ops.h"
 #include "mpitrain/ops_bf16.h"
@@ -149,7 +152,9 @@ static mpt_status attention(mpt_tape *tape, mpt_var *qkv, int n_head, int fused,
 }
 
 mpt_status mpt_nn_causal_attention(mpt_tape *tape, mpt_var *qkv, int n_head, mpt_var **y) {
-  return attention(tape, qkv, n_head, 1, y);
+  /* MPT_ATTENTION=reference: the reference everywhere (to measure one against the other) */
+  const char *env = getenv("MPT_ATTENTION");
+  return attention(tape, qkv, n_head, !(env && strcmp(env, "reference") == 0), y);
 }
 
 mpt_status mpt__causal_attention_reference(mpt_tape *tape, mpt_var *qkv, int n_head,

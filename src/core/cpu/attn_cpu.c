@@ -64,10 +64,16 @@ typedef struct attn_job {
   atomic_int failed; /* the first failing GEMM's status (oneDNN), 0 while none */
 } attn_job;
 
-/* C = alpha op(A) op(B) + beta C on the calling thread alone (row-major, as cblas_sgemm). */
+/* C = alpha op(A) op(B) + beta C on the calling thread alone (row-major, as cblas_sgemm),
+ * routed as mpt__cpu_gemm routes it (the same library, so the same bits): oneDNN's sgemm,
+ * except a product with m or n of 1, which goes to OpenBLAS (too small to be threaded there). */
 static int gemm1(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                  int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
 #ifdef MPT_HAVE_ONEDNN
+  if (!mpt__cpu_sgemm_dnnl_wanted(m, n, k))
+    return mpt__cpu_gemm(NULL, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) == MPT_OK
+               ? 0
+               : -1;
   if (omp_get_max_threads() != 1) omp_set_num_threads(1);
   const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b,
                                       ldb, beta, c, ldc);
