@@ -86,7 +86,8 @@ int main(int argc, char **argv) {
   }
   if (argc >= 6) threads = atoi(argv[5]);
   if (argc >= 7) reps = atoi(argv[6]);
-  const int only = argc >= 8 ? (!strcmp(argv[7], "fused") ? 1 : !strcmp(argv[7], "reference") ? 2 : -1) : 0;
+  int only = 0; /* 1: fused alone, 2: reference alone */
+  if (argc >= 8) only = !strcmp(argv[7], "fused") ? 1 : !strcmp(argv[7], "reference") ? 2 : -1;
   if (only < 0) {
     fprintf(stderr, "mpt_attn_bench: only: fused or reference, not %s\n", argv[7]);
     return 2;
@@ -106,7 +107,8 @@ int main(int argc, char **argv) {
   DIE_IF(mpt_tape_init(&r.tape, r.model, NULL));
   const int64_t ycount = nb * nt * c, gcount = nb * nt * 3 * c;
   float *dyv = malloc((size_t)ycount * sizeof *dyv);
-  float *yref = malloc((size_t)ycount * sizeof *yref), *gref = malloc((size_t)gcount * sizeof *gref);
+  float *yref = malloc((size_t)ycount * sizeof *yref);
+  float *gref = malloc((size_t)gcount * sizeof *gref);
   double *tr = malloc((size_t)reps * sizeof *tr), *tf = malloc((size_t)reps * sizeof *tf);
   double *cr = malloc((size_t)reps * sizeof *cr), *cf = malloc((size_t)reps * sizeof *cf);
   if (!dyv || !yref || !gref || !tr || !tf || !cr || !cf) return 1;
@@ -139,8 +141,9 @@ int main(int argc, char **argv) {
   memcpy(yref, mpt_var_value(y)->data, (size_t)ycount * sizeof *yref);
   DIE_IF(mpt_nn_causal_attention(r.tape, qkv, (int)nh, &y));
   const int same_y = !memcmp(yref, mpt_var_value(y)->data, (size_t)ycount * sizeof *yref);
-  printf("# mpt_attn_bench: causal attention fp32, forward + backward, B %lld T %lld C %lld H %lld, "
-         "%d thread(s), %d reps alternating, medians (ms): wall, and CPU time of all threads\n",
+  printf("# mpt_attn_bench: causal attention fp32, forward + backward, B %lld T %lld C %lld "
+         "H %lld, %d thread(s), %d reps alternating, medians (ms): wall, and CPU time of all "
+         "threads\n",
          (long long)nb, (long long)nt, (long long)c, (long long)nh, threads, reps);
   const int m = reps / 2;
   printf("%10s %10s %8s %10s %10s %8s %8s %8s\n", "wall-ref", "wall-fused", "ratio", "cpu-ref",

@@ -3,8 +3,9 @@
  * that calls a parallel kernel and two callers at once both complete; and every split op
  * (embedding, LayerNorm, GELU, causal softmax, the fused causal attention (its (sequence,
  * head) pairs split over the threads, each with one-thread GEMMs), vocabulary cross-entropy,
- * each with its backward; fill, copy, axpy, scale, bias add and bias gradient; AdamW) gives the bits of one
- * thread at 2 and 3 threads, each run at a thread count repeated until a worker took part. */
+ * each with its backward; fill, copy, axpy, scale, bias add and bias gradient; AdamW) gives the
+ * bits of one thread at 2 and 3 threads, each run at a thread count repeated until a worker took
+ * part. */
 #include <check.h>
 #include <pthread.h>
 #include <stdatomic.h>

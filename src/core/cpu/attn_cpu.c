@@ -28,7 +28,8 @@
  * threads, and each output element is computed by one thread in a fixed order, so the results
  * do not depend on the thread count. Scratch: one slot (forward 64 T floats, backward 2 T^2)
  * per thread, claimed by the chunk that runs; malloc'd per call (glibc then keeps blocks of that
- * size for reuse). Without oneDNN the pairs run on the calling thread through mpt__cpu_gemm (OpenBLAS, its own threads). */
+ * size for reuse). Without oneDNN the pairs run on the calling thread through mpt__cpu_gemm
+ * (OpenBLAS, its own threads). */
 #include "config.h"
 
 #include <math.h>
