@@ -6,7 +6,7 @@
  * differences (tests/test_gpt_ops.c, which now runs the fused path). The fused op does the
  * reference's GEMMs and float operations in the reference's order (attn_cpu.c), so the
  * tolerance is zero: y and every element of dqkv are compared bit for bit, at 1, 2 and 3
- * threads, on shapes that cover T = 1, T below, at and across the 64-row block (63, 64, 65,
+ * threads (the op splits its (b, h) pairs over an OpenMP team of that size), on shapes that cover T = 1, T below, at and across the 64-row block (63, 64, 65,
  * 150), H = 1, H = 3 with an odd head size, and a qkv used twice (the second backward adds into
  * the gradient: beta 1). A wrong mask, scale, block bound, statistics row or beta breaks
  * equality at once; a fused kernel that merely rounds differently would also fail here, which

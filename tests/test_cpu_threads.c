@@ -1,11 +1,9 @@
 /* Tests of the CPU ops' thread pool (src/core/cpu/cpu_pool.c, pool.h) and of the kernels that
  * split their work over it: every chunk runs exactly once, workers really take chunks, a chunk
  * that calls a parallel kernel and two callers at once both complete; and every split op
- * (embedding, LayerNorm, GELU, causal softmax, the fused causal attention (its (sequence,
- * head) pairs split over the threads, each with one-thread GEMMs), vocabulary cross-entropy,
- * each with its backward; fill, copy, axpy, scale, bias add and bias gradient; AdamW) gives the
- * bits of one thread at 2 and 3 threads, each run at a thread count repeated until a worker took
- * part. */
+ * (embedding, LayerNorm, GELU, causal softmax, vocabulary cross-entropy, each with its
+ * backward; fill, copy, axpy, scale, bias add and bias gradient; AdamW) gives the bits of one
+ * thread at 2 and 3 threads, each run at a thread count repeated until a worker took part. */
 #include <check.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -213,19 +211,6 @@ static void case_causal_softmax(float *out, size_t *n) {
   *n = 2 * (size_t)(SP * ST * ST);
 }
 
-enum { AB = 3, AT = 130, AC = 32, AH = 2 };
-static void case_causal_attention(float *out, size_t *n) {
-  static float qkv[AB * AT * 3 * AC], dy[AB * AT * AC];
-  fill_uniform(qkv, AB * AT * 3 * AC, 3.0f, 35);
-  fill_uniform(dy, AB * AT * AC, 1.0f, 36);
-  float *y = out, *st = y + AB * AT * AC, *g = st + AB * AH * AT * 2, *g2 = g + AB * AT * 3 * AC;
-  OK(mpt_op_causal_attention(NULL, qkv, AB, AT, AC, AH, y, st));
-  OK(mpt_op_causal_attention_backward(NULL, qkv, st, dy, AB, AT, AC, AH, 0.0f, g));
-  fill_uniform(g2, AB * AT * 3 * AC, 0.5f, 37);
-  OK(mpt_op_causal_attention_backward(NULL, qkv, st, dy, AB, AT, AC, AH, 1.0f, g2));
-  *n = (size_t)(AB * AT * AC + AB * AH * AT * 2 + 2 * AB * AT * 3 * AC);
-}
-
 enum { XN = 400, XVP = 384, XV = 300 };
 static void case_xent_vocab(float *out, size_t *n) {
   static float l[XN * XVP];
@@ -286,8 +271,6 @@ START_TEST(test_split_ops_give_the_bits_of_one_thread) {
   check_same_bits("layernorm (+ backward)", case_layernorm, 3 * LR * LC + 2 * LR + 3 * LC);
   check_same_bits("gelu (+ backward)", case_gelu, 3 * GN);
   check_same_bits("causal_softmax (+ backward)", case_causal_softmax, 2 * SP * ST * ST);
-  check_same_bits("causal_attention (+ backward)", case_causal_attention,
-                  AB * AT * AC + AB * AH * AT * 2 + 2 * AB * AT * 3 * AC);
   check_same_bits("xent_vocab (+ backward)", case_xent_vocab, XN + 1 + 2 * XN * XVP);
   check_same_bits("fill, copy, axpy, scale", case_elementwise, 3 * EN);
   check_same_bits("bias_add, bias_backward", case_bias, BR * BC + BC);

@@ -23,11 +23,15 @@
  * it; the products are oneDNN's sgemm on one thread, as the reference's blocks of at most
  * 2^22 multiply-adds are, src/core/cpu/sgemm_dnnl.c).
  *
- * Threads: the pairs are split over the pool (pool.h), one pair per chunk, each pair's GEMMs on
- * the thread that runs it, single-threaded (an OpenMP team of one for oneDNN): no nested
- * threads, and each output element is computed by one thread in a fixed order, so the results
- * do not depend on the thread count. Scratch: one slot (forward 64 T floats, backward 2 T^2)
- * per thread, claimed by the chunk that runs; malloc'd per call (glibc then keeps blocks of that
+ * Threads: the pairs are split over an OpenMP team of mpt_cpu_threads() threads, the team that
+ * oneDNN's GEMMs of the other layers use (this file is built with -fopenmp, src/core/local.mk),
+ * one pair at a time per thread, each pair's GEMMs on the thread that runs it (oneDNN runs a
+ * GEMM called inside a parallel region on the calling thread). Not the CPU ops' pool (pool.h):
+ * its workers would compete for the cores with the OpenMP threads that libgomp keeps spinning
+ * after each GEMM (measured: up to 1.6x the CPU time of a gpt-mini step at 2 threads with
+ * OMP_WAIT_POLICY unset). Each output element is computed by one thread in a fixed order, so
+ * the results do not depend on the thread count or the schedule. Scratch: one slot (forward
+ * 64 T floats, backward 2 T^2) per thread, malloc'd per call (glibc then keeps blocks of that
  * size for reuse). Without oneDNN the pairs run on the calling thread through mpt__cpu_gemm
  * (OpenBLAS, its own threads). */
 #include "config.h"
@@ -38,7 +42,6 @@
 #include <string.h>
 
 #include "core/cpu/cpu.h"
-#include "core/cpu/pool.h"
 #include "core/cpu/vmath.h"
 #include "core/error.h"
 
@@ -49,8 +52,6 @@
 
 /* Rows per block of the triangular products: src/nn/attention.c's BLOCK (the same products). */
 #define BLOCK 64
-/* Scratch slots: at most this many threads run pairs at once; more threads share the slots. */
-enum { MAX_SLOTS = 64 };
 
 typedef struct attn_job {
   const float *qkv, *dy;
@@ -58,10 +59,8 @@ typedef struct attn_job {
   float *stats;     /* [B, H, T, 2]: max, 1 / sum (forward writes, backward reads) */
   int64_t t, c, nh; /* T, C, heads */
   float scale, beta;
-  float *scratch;   /* [nslots, slot]: forward BLOCK T floats a slot, backward 2 T T */
+  float *scratch;   /* [threads, slot]: forward BLOCK T floats a slot, backward 2 T T */
   int64_t slot;
-  int nslots;
-  atomic_int slot_busy[MAX_SLOTS];
   atomic_int failed; /* the first failing GEMM's status (oneDNN), 0 while none */
 } attn_job;
 
@@ -152,26 +151,6 @@ static void softmax_backward_block(const float *a, float *d, int64_t r0, int64_t
   }
 }
 
-/* A free scratch slot for the running chunk, or NULL (then it mallocs its own). */
-static float *slot_claim(attn_job *j, int *index) {
-  for (int i = 0; i < j->nslots; i++) {
-    int expected = 0;
-    if (atomic_compare_exchange_strong(&j->slot_busy[i], &expected, 1)) {
-      *index = i;
-      return j->scratch + (int64_t)i * j->slot;
-    }
-  }
-  *index = -1;
-  return NULL;
-}
-
-static void slot_release(attn_job *j, int index, float *own) {
-  if (index >= 0)
-    atomic_store(&j->slot_busy[index], 0);
-  else
-    free(own);
-}
-
 static void forward_pair(attn_job *j, int64_t pair, float *p) {
   const int64_t t = j->t, c = j->c, c3 = 3 * c, hs = c / j->nh;
   const int64_t b = pair / j->nh, h = pair % j->nh;
@@ -214,47 +193,39 @@ static void backward_pair(attn_job *j, int64_t pair, float *p) {
   }
 }
 
-static void run_pairs(attn_job *j, int64_t p0, int64_t p1, int backward) {
-  int slot = -1;
-  float *s = slot_claim(j, &slot);
-  if (!s && !(s = malloc((size_t)j->slot * sizeof *s))) {
-    int zero = 0;
-    atomic_compare_exchange_strong(&j->failed, &zero, -2);
-    return;
-  }
-  for (int64_t pair = p0; pair < p1 && !atomic_load(&j->failed); pair++)
-    if (backward)
-      backward_pair(j, pair, s);
-    else
-      forward_pair(j, pair, s);
-  slot_release(j, slot, s);
-}
-
-static void forward_range(void *arg, int64_t p0, int64_t p1) { run_pairs(arg, p0, p1, 0); }
-static void backward_range(void *arg, int64_t p0, int64_t p1) { run_pairs(arg, p0, p1, 1); }
-
-/* Splits the b * nh pairs over the pool (one per chunk) with a scratch slot per thread. */
+/* Runs every pair on `threads` threads (an OpenMP team with oneDNN; else the calling thread),
+ * each with its scratch slot. */
 static mpt_status run(attn_job *j, int64_t b, int backward) {
   const int64_t pairs = b * j->nh;
-  int64_t chunk = pairs;
+  int threads = 1;
 #ifdef MPT_HAVE_ONEDNN
-  chunk = 1; /* a pair is >= ~10 us of work at T >= 64 (hs >= 16); below that one chunk */
-  if (j->t * j->t * (j->c / j->nh) < 64 * 64 * 16) chunk = pairs;
+  /* a pair is >= ~10 us of work at T >= 64 (hs >= 16); below that, one thread */
+  if (j->t * j->t * (j->c / j->nh) >= 64 * 64 * 16 && !omp_in_parallel()) threads = mpt_cpu_threads();
+  if (threads > pairs) threads = (int)pairs;
+  if (threads < 1) threads = 1;
 #endif
-  const int threads = mpt__cpu_parallel_would_split(pairs, chunk) ? mpt_cpu_threads() : 1;
-  j->nslots = threads < MAX_SLOTS ? threads : MAX_SLOTS;
   j->slot = backward ? 2 * j->t * j->t : (j->t < BLOCK ? j->t : BLOCK) * j->t;
-  const size_t nbytes = (size_t)j->nslots * (size_t)j->slot * sizeof(float);
+  const size_t nbytes = (size_t)threads * (size_t)j->slot * sizeof(float);
   if (!(j->scratch = malloc(nbytes)))
     return MPT_FAIL(MPT_ENOMEM, "causal_attention: %zu bytes of scratch", nbytes);
-  for (int i = 0; i < MAX_SLOTS; i++) atomic_init(&j->slot_busy[i], 0);
   atomic_init(&j->failed, 0);
-  mpt__cpu_parallel_for(pairs, chunk, backward ? backward_range : forward_range, j);
+#ifdef MPT_HAVE_ONEDNN
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+#endif
+  for (int64_t pair = 0; pair < pairs; pair++) {
+    if (atomic_load(&j->failed)) continue;
+#ifdef MPT_HAVE_ONEDNN
+    float *slot = j->scratch + (int64_t)omp_get_thread_num() * j->slot;
+#else
+    float *slot = j->scratch;
+#endif
+    if (backward)
+      backward_pair(j, pair, slot);
+    else
+      forward_pair(j, pair, slot);
+  }
   free(j->scratch);
   const int failed = atomic_load(&j->failed);
-  if (failed == -2)
-    return MPT_FAIL(MPT_ENOMEM, "causal_attention: %lld floats of scratch for a chunk",
-                    (long long)j->slot);
   if (failed != 0)
     return MPT_FAIL(MPT_EDEVICE, "causal_attention%s: a block GEMM failed (status %d)",
                     backward ? "_backward" : "", failed);
