@@ -74,10 +74,17 @@ if [ "${1:-}" = check ]; then
   pass=$(printf '%s\n' "$results" | grep -c '^:test-result: PASS' || true)
   fail=$(printf '%s\n' "$results" | grep -c -E '^:test-result: (FAIL|ERROR|XPASS)' || true)
   skip=$(printf '%s\n' "$results" | grep -c '^:test-result: SKIP' || true)
-  if [ "$status" -ne 0 ] && [ -f test-suite.log ]; then
-    echo "---- failures (test-suite.log) ----"
-    tail -n 80 test-suite.log
-  fi
+  # Each failed test's own failure lines and its last lines, short, so that the end of the
+  # output (all a CI page may keep) says what failed in every failed test, not only the last.
+  for trs in tests/*.trs bench/*.trs; do
+    [ -f "$trs" ] || continue
+    grep -q -E '^:test-result: (FAIL|ERROR|XPASS)' "$trs" || continue
+    log=${trs%.trs}.log
+    echo "---- $log: failure lines, then its last lines ----"
+    grep -E '(^| )(FAIL|not ok)|:F:|:E:|[Ee]rror' "$log" | head -n 12 || true
+    echo "  ..."
+    tail -n 6 "$log"
+  done
   echo "$pass passed, $fail failed, $skip skipped"
   [ "$fail" -eq 0 ] || status=1
   exit "$status"

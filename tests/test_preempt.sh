@@ -13,20 +13,32 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 # One process.
+# wait_for FILE PATTERN SECONDS: until FILE has a line with PATTERN (a loaded machine's start-up
+# can take tens of seconds: the signal must not be sent before the run has started).
+wait_for() {
+  end=$(($(date +%s) + $3))
+  while [ "$(date +%s)" -lt "$end" ]; do
+    grep -q "$2" "$1" 2>/dev/null && return 0
+    sleep 0.2
+  done
+  return 1
+}
 ./mpitrain $args >"$tmp/single.log" 2>&1 &
 pid=$!
-for _ in $(seq 1 100); do grep -q "model mlp" "$tmp/single.log" 2>/dev/null && break; sleep 0.2; done
+wait_for "$tmp/single.log" "model mlp" 120 || bad "single process: no 'model mlp' line within 120 s"
 sleep 1
 kill -TERM "$pid"
 wait "$pid"
 rc=$?
 [ "$rc" -eq 75 ] && ok || bad "single process exited $rc after SIGTERM, want 75"
 grep -q "preempted" "$tmp/single.log" && ok || bad "single process did not say it was preempted"
+[ "$fail" -eq 0 ] || tail -n 20 "$tmp/single.log"
 
 # Two ranks; the signal goes to rank 1 only.
-MPT_MPIRUN_ARGS="--tag-output" "$dir/mpirun.sh" 2 120 ./mpitrain $args >"$tmp/ddp.log" 2>&1 &
+f0=$fail
+MPT_MPIRUN_ARGS="--tag-output" "$dir/mpirun.sh" 2 300 ./mpitrain $args >"$tmp/ddp.log" 2>&1 &
 job=$!
-for _ in $(seq 1 150); do grep -q "DDP:" "$tmp/ddp.log" 2>/dev/null && break; sleep 0.2; done
+wait_for "$tmp/ddp.log" "DDP:" 120 || bad "mpirun -np 2: no 'DDP:' line within 120 s"
 sleep 1
 # Rank 1 among the descendants of this job (other jobs may run mpitrain on the same machine).
 descendants() {
@@ -47,6 +59,6 @@ steps=$(grep -o "stopping after step [0-9]*" "$tmp/ddp.log" | sort -u | wc -l)
 n=$(grep -c "stopping after step" "$tmp/ddp.log")
 [ "$n" -eq 2 ] && [ "$steps" -eq 1 ] && ok ||
   bad "ranks did not stop after the same step: $(grep -o 'stopping after step [0-9]*' "$tmp/ddp.log" | tr '\n' ' ')"
-[ "$fail" -eq 0 ] || tail -n 20 "$tmp/ddp.log"
+[ "$fail" -eq "$f0" ] || tail -n 20 "$tmp/ddp.log"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -73,6 +73,11 @@ for np in 3 4; do
     bad "mlp at $np ranks: the ZeRO-1 parameters are not the rs-ag plain DDP run's bytes"
   fi
 done
+# the start-up line says which gradient collectives run
+has "$(cat "$tmp/mlp3.0.out")" "DDP: .*, all-reduce rs-ag" && ok ||
+  bad "the DDP line of --allreduce-algo rs-ag does not name it"
+has "$(cat "$tmp/mlp3.1.out")" "DDP: .*, ZeRO-1 (reduce-scatter, all-gather" && ok ||
+  bad "the DDP line of --zero 1 does not name ZeRO-1's collectives"
 
 # tiny GPT at 2 ranks (clipping on by default)
 awk 'BEGIN { srand(3); for (i = 0; i < 400; i++) { s = "";

@@ -661,9 +661,12 @@ static mpt_status train_run(trainer *t) {
               ? "oneDNN" : "im2col + GEMM");
   if (t->ddp)
     mpt_log(MPT_LOG_INFO, "DDP: %d bucket(s) (first cap %g MiB, cap %g MiB), overlap %s, "
-            "gradients %s on the wire%s", mpt_ddp_num_buckets(t->ddp), o->ddp.first_bucket_cap_mb,
-            o->ddp.bucket_cap_mb, o->ddp.overlap ? "on" : "off",
-            mpt_ddp_grad_comm_name(o->ddp.grad_comm), o->ddp.zero ? ", ZeRO-1" : "");
+            "gradients %s on the wire, %s%s", mpt_ddp_num_buckets(t->ddp),
+            o->ddp.first_bucket_cap_mb, o->ddp.bucket_cap_mb, o->ddp.overlap ? "on" : "off",
+            mpt_ddp_grad_comm_name(o->ddp.grad_comm),
+            o->ddp.zero ? "ZeRO-1 (reduce-scatter, all-gather of the parameters)"
+                        : "all-reduce ",
+            o->ddp.zero ? "" : mpt_ddp_allreduce_algo_name(o->ddp.allreduce));
   trainer_log_configuration(t);
   MPT_RETURN_IF(trainer_memory_report(t->comm, "at start", t->model, t->opt, t->ddp, 0));
 
@@ -739,6 +742,15 @@ int mpt_cli_train(const mpt_cli_options *o) {
   mpt_comm_config cc = mpt_comm_config_default();
   cc.timeout_ms = o->timeout_s * 1e3;
   cc.check_collectives = o->check_collectives;
+  /* The preemption signals are caught from the start: one that arrives during start-up (a
+   * loaded machine's MPI_Init can take seconds) stops the run after its first step, exit 75,
+   * instead of killing the rank and, with it, the job. */
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_sigterm;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGUSR1, &sa, NULL); /* mpirun forwards USR1/USR2 to every rank, not TERM */
   /* --timeout covers MPI_Init_thread too, with a floor: a short collective deadline must not
    * kill a healthy start-up (a singleton's MPI_Init alone takes about 0.5 s here) */
   trainer_watchdog *wd = NULL;
@@ -753,12 +765,6 @@ int mpt_cli_train(const mpt_cli_options *o) {
   t.world = mpt_comm_world_size(t.comm);
   st = trainer_log_setup(&t); /* --log-file, --quiet: before anything looks at stderr */
   t.progress = t.rank == 0 && (o->progress == 1 || (o->progress == -1 && isatty(2)));
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_sigterm;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGTERM, &sa, NULL);
-  sigaction(SIGUSR1, &sa, NULL); /* mpirun forwards USR1/USR2 to every rank, not TERM */
   if (st == MPT_OK) st = train_run(&t);
   if (st != MPT_OK) {
     mpt_log(MPT_LOG_ERROR, "%s: %s", mpt_status_message(st), mpt_last_error());
