@@ -33,3 +33,8 @@ endif
 noinst_PROGRAMS += mpt_fused_bench
 mpt_fused_bench_SOURCES = bench/fused_bench.c
 mpt_fused_bench_LDADD = libmpitrain_all.la
+
+# The fp32 causal attention: the reference against the fused op (not installed: a measuring tool).
+noinst_PROGRAMS += mpt_attn_bench
+mpt_attn_bench_SOURCES = bench/attn_bench.c
+mpt_attn_bench_LDADD = libmpitrain_all.la

@@ -92,6 +92,28 @@ MPT_API mpt_status mpt_op_causal_softmax(mpt_stream *stream, float *s, int64_t p
 MPT_API mpt_status mpt_op_causal_softmax_backward(mpt_stream *stream, const float *a, float *d,
                                                   int64_t planes, int64_t t);
 
+/* Causal multi-head self-attention, fused (transformer.h mpt_nn_causal_attention's formulas):
+ * qkv [b, t, 3c] holds q, k, v in channels [0, c), [c, 2c), [2c, 3c); head h of nh is channels
+ * [h hs, (h + 1) hs) of each, hs = c / nh. Writes y [b, t, c] = softmax over t2 <= t of
+ * q k^T / sqrt(hs), times v, per head; and stats [b, nh, t, 2], each row's softmax maximum and
+ * 1 / sum, which backward needs. The attention matrix is never stored (scratch of O(t^2) floats
+ * per thread). On the CPU the results are those of the reference (src/nn/attention.c: the
+ * blocked GEMMs with mpt_op_causal_softmax) bit for bit. Only where
+ * mpt_op_causal_attention_available; else MPT_ENOTSUP. Errors also: MPT_EINVAL (extents, nh not
+ * dividing c, NULL pointers), MPT_ENOMEM (scratch). */
+MPT_API mpt_status mpt_op_causal_attention(mpt_stream *stream, const float *qkv, int64_t b,
+                                           int64_t t, int64_t c, int64_t nh, float *y,
+                                           float *stats);
+/* dqkv [b, t, 3c] = beta dqkv + the gradient of sum(y * dy) with respect to qkv, from dy
+ * [b, t, c], qkv and forward's stats (the softmax is recomputed); beta 0 (dqkv is written, not
+ * read) or 1 (added). */
+MPT_API mpt_status mpt_op_causal_attention_backward(mpt_stream *stream, const float *qkv,
+                                                    const float *stats, const float *dy,
+                                                    int64_t b, int64_t t, int64_t c, int64_t nh,
+                                                    float beta, float *dqkv);
+/* 1 when the stream's backend has the two ops above (the CPU), 0 otherwise. */
+MPT_API int mpt_op_causal_attention_available(mpt_stream *stream);
+
 /* Cross-entropy of logits [n, vp] against targets [n] in [0, v), v <= vp, over the columns
  * [0, v) only: lse[r] = logsumexp_{j < v} logits[r, j] (written for backward), *loss (one float
  * on the device) = mean_r (lse[r] - logits[r, targets[r]]), summed in double. */

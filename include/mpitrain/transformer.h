@@ -94,9 +94,13 @@ MPT_API mpt_status mpt_nn_add_layernorm(mpt_tape *tape, mpt_var *a, mpt_var *b,
  * hs = C / n_head channels, for each b, head h and position t:
  *   att[b, h, t, t2] = softmax over t2 <= t of (q[b, t, h] . k[b, t2, h]) / sqrt(hs), 0 for t2 > t
  *   y[b, t, h*hs + i] = sum_t2 att[b, h, t, t2] v[b, t2, h*hs + i],   y [B, T, C].
- * A reference implementation: the scores are materialised ([B, H, T, T], saved for backward;
- * 4 B H T^2 bytes) and the products are GEMMs per (b, h) over blocks of rows that stop at the
- * diagonal (the part above it is never computed). Backward is the chain rule through
+ * On a float32 tape on the CPU the layer is the fused op mpt_op_causal_attention (ops_gpt.h):
+ * per (b, h), split over the CPU threads, the scores live only in a per-thread scratch and
+ * backward recomputes them from each row's saved max and 1 / sum ([B, H, T, 2]), with the same
+ * results as the reference bit for bit. Elsewhere (CUDA, bf16 tapes) the reference: the scores
+ * are materialised ([B, H, T, T], saved for backward; 4 B H T^2 bytes). Both compute GEMMs per
+ * (b, h) over blocks of rows that stop at the diagonal (the part above it is never computed).
+ * Backward is the chain rule through
  * the softmax (datt = dy v^T; dpre = att * (datt - rowsum(att * datt)); dq += dpre k / sqrt(hs);
  * dk += dpre^T q / sqrt(hs); dv += att^T dy).
  * Errors: MPT_EINVAL (n_head < 1), MPT_ESHAPE (qkv not [B, T, 3C], or C not a multiple of

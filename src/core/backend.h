@@ -180,6 +180,13 @@ typedef struct mpt__device_backend {
                                           const int32_t *targets, int64_t n, int64_t vp,
                                           int64_t v, const float *lse, const float *dloss,
                                           float *dlogits);
+  /* Optional: the fused causal attention of ops_gpt.h (mpt_op_causal_attention_available);
+   * without it the layer runs the reference (src/nn/attention.c) on gemm and causal_softmax. */
+  mpt_status (*causal_attention)(mpt_stream *s, const float *qkv, int64_t b, int64_t t,
+                                 int64_t c, int64_t nh, float *y, float *stats);
+  mpt_status (*causal_attention_backward)(mpt_stream *s, const float *qkv, const float *stats,
+                                          const float *dy, int64_t b, int64_t t, int64_t c,
+                                          int64_t nh, float beta, float *dqkv);
 } mpt__device_backend;
 
 /* The registry: the backend for a device type, or NULL when it was not built. */

@@ -9,6 +9,17 @@ libmpitrain_all_la_SOURCES += \
 	src/core/cpu/stream_cpu.c \
 	src/core/cpu/ops_cpu.c src/core/cpu/cpu_threads.c src/core/cpu/conv_cpu.c \
 	src/core/cpu/norm_cpu.c src/core/cpu/optim_cpu.c src/core/ops_gpt.c src/core/cpu/gpt_cpu.c
+# The fused attention (src/core/cpu/attn_cpu.c) runs its (b, h) pairs on OpenMP's team, the
+# threads of oneDNN's GEMMs: with oneDNN it is built with -fopenmp (its own convenience library,
+# for the flag), without oneDNN it is plain C on the calling thread.
+if HAVE_ONEDNN
+noinst_LTLIBRARIES += libmpt_attn.la
+libmpt_attn_la_SOURCES = src/core/cpu/attn_cpu.c
+libmpt_attn_la_CFLAGS = $(AM_CFLAGS) -fopenmp
+libmpitrain_all_la_LIBADD += libmpt_attn.la
+else
+libmpitrain_all_la_SOURCES += src/core/cpu/attn_cpu.c
+endif
 if HAVE_ONEDNN
 libmpitrain_all_la_SOURCES += src/core/cpu/conv_dnnl.c src/core/cpu/gemm_dnnl.c src/core/cpu/dnnl_check.h \
 	src/core/cpu/sgemm_dnnl.c

@@ -232,3 +232,42 @@ mpt_status mpt_op_bias_gelu_backward(mpt_stream *stream, float *dx, const float 
   REQUIRE(dx != dy && dx != x, "dx must not be dy or x (%s)", "written while they are read");
   DISPATCH(bias_gelu_backward, dx, dy, x, bias, rows, cols, dbias);
 }
+
+int mpt_op_causal_attention_available(mpt_stream *stream) {
+  const mpt__device_backend *b = mpt__backend_of_stream(stream);
+  return b && b->causal_attention && b->causal_attention_backward;
+}
+
+/* The shape checks of both directions: extents, C a positive multiple of nh. */
+#define ATTENTION_CHECK()                                                                    \
+  do {                                                                                       \
+    REQUIRE_EXTENT(b);                                                                       \
+    REQUIRE_EXTENT(t);                                                                       \
+    REQUIRE_EXTENT(c);                                                                       \
+    REQUIRE(nh >= 1 && nh <= c && c % nh == 0, "nh = %lld must divide c = %lld", (long long)nh, \
+            (long long)c);                                                                   \
+  } while (0)
+
+mpt_status mpt_op_causal_attention(mpt_stream *stream, const float *qkv, int64_t b, int64_t t,
+                                   int64_t c, int64_t nh, float *y, float *stats) {
+  ATTENTION_CHECK();
+  if (b == 0 || t == 0) return MPT_OK;
+  REQUIRE_PTR(qkv);
+  REQUIRE_PTR(y);
+  REQUIRE_PTR(stats);
+  DISPATCH(causal_attention, qkv, b, t, c, nh, y, stats);
+}
+
+mpt_status mpt_op_causal_attention_backward(mpt_stream *stream, const float *qkv,
+                                            const float *stats, const float *dy, int64_t b,
+                                            int64_t t, int64_t c, int64_t nh, float beta,
+                                            float *dqkv) {
+  ATTENTION_CHECK();
+  REQUIRE(beta == 0.0f || beta == 1.0f, "beta = %g must be 0 or 1", (double)beta);
+  if (b == 0 || t == 0) return MPT_OK;
+  REQUIRE_PTR(qkv);
+  REQUIRE_PTR(stats);
+  REQUIRE_PTR(dy);
+  REQUIRE_PTR(dqkv);
+  DISPATCH(causal_attention_backward, qkv, stats, dy, b, t, c, nh, beta, dqkv);
+}

@@ -1,5 +1,11 @@
-/* Causal multi-head self-attention (include/mpitrain/transformer.h), the reference version that
- * materialises the attention matrix [B, H, T, T].
+/* Causal multi-head self-attention (include/mpitrain/transformer.h). On a float32 tape whose
+ * backend has the fused op (mpt_op_causal_attention_available, ops_gpt.h: the CPU) the layer is
+ * that op, which keeps only each row's softmax max and 1 / sum ([B, H, T, 2]) for backward
+ * instead of the attention matrix, and gives the same bits as the reference below
+ * (src/core/cpu/attn_cpu.c). Elsewhere (CUDA; bf16 tapes: attention_bf16.c), and for
+ * mpt__causal_attention_reference (the tests' oracle) and with the environment variable
+ * MPT_ATTENTION=reference (for side-by-side measurements), the reference version that materialises
+ * the attention matrix [B, H, T, T]:
  *
  * For each sequence b and head h the q, k, v of the head are strided views into qkv [B, T, 3C]
  * (leading dimension 3C), and the output of the head is a strided view into y [B, T, C]
@@ -15,6 +21,8 @@
  * backward (4 B H T^2 bytes); dA / dS use one T x T scratch allocated per backward. The masked
  * softmax and its backward are core ops (ops_gpt.h); all work goes on the tape's stream. */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "mpitrain/ops.h"
 #include "mpitrain/ops_bf16.h"
@@ -27,6 +35,7 @@
 
 typedef struct attn_ctx {
   const float *att; /* [B, H, T, T] softmax, 0 above the diagonal, in the arena */
+  const float *stats; /* [B, H, T, 2] the fused op's row max and 1 / sum (att is NULL) */
   const uint16_t *x16, *a16; /* bf16 qkv, att (attention_bf16.c) when the products are bf16 */
   int64_t b, t, c, nh;
 } attn_ctx;
@@ -43,6 +52,8 @@ static mpt_status attn_backward(mpt_tape *tape, mpt_node *node) {
   const int64_t nt = k->t, c = k->c, c3 = 3 * c, hs = c / k->nh;
   const float scale = (float)(1.0 / sqrt((double)hs));
   const float *dy = mpt_node_grad_output(node), *x = mpt_var_value(qkv)->data;
+  if (k->stats)
+    return mpt_op_causal_attention_backward(s, x, k->stats, dy, k->b, nt, c, k->nh, beta, dqkv);
   if (k->x16) return mpt__attn_backward_bf16(tape, k->x16, k->a16, k->att, dy, k->b, nt, c,
                                              k->nh, beta, dqkv);
   MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)(nt * nt) * sizeof(float), (void **)&ds));
@@ -75,7 +86,9 @@ static mpt_status attn_backward(mpt_tape *tape, mpt_node *node) {
   return MPT_OK;
 }
 
-mpt_status mpt_nn_causal_attention(mpt_tape *tape, mpt_var *qkv, int n_head, mpt_var **y) {
+/* The layer; `fused`: through mpt_op_causal_attention where the tape is float32 and the backend
+ * has it. */
+static mpt_status attention(mpt_tape *tape, mpt_var *qkv, int n_head, int fused, mpt_var **y) {
   static const char op[] = "causal_attention";
   if (!tape || !y) return MPT_FAIL(MPT_EINVAL, "%s: NULL tape or output", op);
   *y = NULL;
@@ -90,18 +103,26 @@ mpt_status mpt_nn_causal_attention(mpt_tape *tape, mpt_var *qkv, int n_head, mpt
   const int64_t nh = n_head, hs = c / nh;
   const int64_t shape[3] = {nb, nt, c};
   mpt_var *o = NULL;
-  float *att = NULL;
+  float *att = NULL, *stats = NULL;
   mpt_stream *s = mpt_tape_stream(tape);
   MPT_RETURN_IF(mpt_tape_new_var(tape, 3, shape, MPT_F32, &o));
-  MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)(nb * nh * nt * nt) * sizeof(float), (void **)&att));
   const float scale = (float)(1.0 / sqrt((double)hs));
   const float *x = xt->data;
   float *out = mpt_var_value(o)->data;
   const uint16_t *x16 = NULL, *a16 = NULL;
+  const int bf16 =
+      mpt_tape_precision(tape) == MPT_PRECISION_BF16 && mpt_op_bf16_rounded_available(s);
+  if (fused && !bf16 && mpt_op_causal_attention_available(s)) {
+    MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)(nb * nh * nt * 2) * sizeof(float),
+                                 (void **)&stats));
+    MPT_RETURN_IF(mpt_op_causal_attention(s, x, nb, nt, c, nh, out, stats));
+  } else {
+    MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)(nb * nh * nt * nt) * sizeof(float),
+                                 (void **)&att));
+  }
   /* bf16 products where the backend takes bf16 operands (attention_bf16.c); else float32 */
-  if (mpt_tape_precision(tape) == MPT_PRECISION_BF16 && mpt_op_bf16_rounded_available(s))
-    MPT_RETURN_IF(mpt__attn_forward_bf16(tape, x, nb, nt, c, nh, att, out, &x16, &a16));
-  for (int64_t b = 0; !x16 && b < nb; b++)
+  if (bf16) MPT_RETURN_IF(mpt__attn_forward_bf16(tape, x, nb, nt, c, nh, att, out, &x16, &a16));
+  for (int64_t b = 0; att && !x16 && b < nb; b++)
     for (int64_t h = 0; h < nh; h++) {
       const float *q = x + b * nt * c3 + h * hs, *kk = q + c, *v = q + 2 * c;
       float *a = att + (b * nh + h) * nt * nt;
@@ -123,8 +144,20 @@ mpt_status mpt_nn_causal_attention(mpt_tape *tape, mpt_var *qkv, int n_head, mpt
     mpt_node *node = NULL;
     MPT_RETURN_IF(mpt_tape_record(tape, op, attn_backward, &qkv, 1, o, &node));
     *(attn_ctx *)mpt_node_ctx(node) =
-        (attn_ctx){.att = att, .x16 = x16, .a16 = a16, .b = nb, .t = nt, .c = c, .nh = nh};
+        (attn_ctx){.att = att, .stats = stats, .x16 = x16, .a16 = a16, .b = nb, .t = nt,
+                   .c = c, .nh = nh};
   }
   *y = o;
   return MPT_OK;
+}
+
+mpt_status mpt_nn_causal_attention(mpt_tape *tape, mpt_var *qkv, int n_head, mpt_var **y) {
+  /* MPT_ATTENTION=reference: the reference everywhere (to measure one against the other) */
+  const char *env = getenv("MPT_ATTENTION");
+  return attention(tape, qkv, n_head, !(env && strcmp(env, "reference") == 0), y);
+}
+
+mpt_status mpt__causal_attention_reference(mpt_tape *tape, mpt_var *qkv, int n_head,
+                                           mpt_var **y) {
+  return attention(tape, qkv, n_head, 0, y);
 }

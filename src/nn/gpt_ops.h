@@ -7,6 +7,11 @@
 /* MPT_EINVAL unless `v` is a float32 var with data. `op` and `what` name it in the message. */
 mpt_status mpt__gpt_check_var(const char *op, const char *what, const mpt_var *v);
 
+/* mpt_nn_causal_attention (transformer.h) always as the reference that materialises the
+ * attention matrix (attention.c), never the fused op: the tests' and benchmarks' oracle. */
+mpt_status mpt__causal_attention_reference(mpt_tape *tape, mpt_var *qkv, int n_head,
+                                           mpt_var **y);
+
 /* The causal attention's products in bf16 (attention_bf16.c), for a tape of precision bf16
  * whose backend has mpt_op_bf16_rounded_available. Forward: out [B, T, C] and the softmax att
  * [B, H, T, T] from qkv [B, T, 3C]; *x16 ([3, B, H, T, hs]) and *a16 ([B, H, T, T]) are qkv

@@ -101,4 +101,6 @@ const mpt__device_backend mpt__cpu_backend = {
     .xent_vocab = mpt__cpu_xent_vocab,
     .xent_vocab_backward = mpt__cpu_xent_vocab_backward,
     .xent_vocab_backward_write = mpt__cpu_xent_vocab_backward_write,
+    .causal_attention = mpt__cpu_causal_attention,
+    .causal_attention_backward = mpt__cpu_causal_attention_backward,
 };
