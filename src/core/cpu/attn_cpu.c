@@ -129,26 +129,12 @@ static void probs_block(float *s, int64_t r0, int64_t rows, int64_t t, const flo
 }
 
 /* d = a * (d - rowsum(a * d)) on rows [r0, r0 + rows) (leading dimension t), columns [0, i],
- * 0 after to the end of the block (gpt_cpu.c's causal_softmax_backward_kernel's operations). */
+ * 0 after to the end of the block (mpt__softmax_backward_row, as the reference). */
 MPT_VEC_CLONES
 static void softmax_backward_block(const float *a, float *d, int64_t r0, int64_t rows,
                                    int64_t t) {
   const int64_t cols = r0 + rows;
-  for (int64_t r = 0; r < rows; r++) {
-    const int64_t i = r0 + r;
-    const float *restrict ar = a + r * t;
-    float *restrict dr = d + r * t;
-    double acc[MPT_VLANES] = {0};
-    int64_t j = 0;
-    for (; j + MPT_VLANES <= i + 1; j += MPT_VLANES)
-      for (int l = 0; l < MPT_VLANES; l++) acc[l] += (double)ar[j + l] * dr[j + l];
-    for (int l = 0; j <= i; j++, l++) acc[l] += (double)ar[j] * dr[j];
-    double dot = 0.0;
-    for (int l = 0; l < MPT_VLANES; l++) dot += acc[l];
-    const float fd = (float)dot;
-    for (j = 0; j <= i; j++) dr[j] = ar[j] * (dr[j] - fd);
-    for (j = i + 1; j < cols; j++) dr[j] = 0.0f;
-  }
+  for (int64_t r = 0; r < rows; r++) mpt__softmax_backward_row(a + r * t, d + r * t, r0 + r, cols);
 }
 
 static void forward_pair(attn_job *j, int64_t pair, float *p) {
@@ -200,7 +186,8 @@ static mpt_status run(attn_job *j, int64_t b, int backward) {
   int threads = 1;
 #ifdef MPT_HAVE_ONEDNN
   /* a pair is >= ~10 us of work at T >= 64 (hs >= 16); below that, one thread */
-  if (j->t * j->t * (j->c / j->nh) >= 64 * 64 * 16 && !omp_in_parallel()) threads = mpt_cpu_threads();
+  if (j->t * j->t * (j->c / j->nh) >= 64 * 64 * 16 && !omp_in_parallel())
+    threads = mpt_cpu_threads();
   if (threads > pairs) threads = (int)pairs;
   if (threads < 1) threads = 1;
 #endif

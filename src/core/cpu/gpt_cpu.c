@@ -509,21 +509,7 @@ mpt_status mpt__cpu_causal_softmax(mpt_stream *s, float *a, int64_t planes, int6
 MPT_VEC_CLONES
 static void causal_softmax_backward_kernel(const float *a, float *d, int64_t r0, int64_t r1,
                                            int64_t t) {
-  for (int64_t r = r0; r < r1; r++) {
-    const int64_t i = r % t;
-    const float *restrict ar = a + r * t;
-    float *restrict dr = d + r * t;
-    double acc[MPT_VLANES] = {0};
-    int64_t j = 0;
-    for (; j + MPT_VLANES <= i + 1; j += MPT_VLANES)
-      for (int l = 0; l < MPT_VLANES; l++) acc[l] += (double)ar[j + l] * dr[j + l];
-    for (int l = 0; j <= i; j++, l++) acc[l] += (double)ar[j] * dr[j];
-    double dot = 0.0;
-    for (int l = 0; l < MPT_VLANES; l++) dot += acc[l];
-    const float fd = (float)dot;
-    for (j = 0; j <= i; j++) dr[j] = ar[j] * (dr[j] - fd);
-    for (j = i + 1; j < t; j++) dr[j] = 0.0f;
-  }
+  for (int64_t r = r0; r < r1; r++) mpt__softmax_backward_row(a + r * t, d + r * t, r % t, t);
 }
 
 static void causal_softmax_backward_rows(void *arg, int64_t r0, int64_t r1) {

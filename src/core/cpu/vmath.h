@@ -92,4 +92,21 @@ static inline float mpt__vmax(const float *x, int64_t n) {
   return mx;
 }
 
+/* One row of the causal softmax's backward: d[j] = a[j] * (d[j] - sum_{k <= i} a[k] d[k]) for
+ * j <= i (the sum in double, lanes as mpt__vsum_d), then d[j] = 0 for i < j < end. Shared by
+ * the reference (gpt_cpu.c) and the fused attention (attn_cpu.c), so both give the same bits. */
+static inline void mpt__softmax_backward_row(const float *restrict a, float *restrict d,
+                                             int64_t i, int64_t end) {
+  double acc[MPT_VLANES] = {0};
+  int64_t j = 0;
+  for (; j + MPT_VLANES <= i + 1; j += MPT_VLANES)
+    for (int l = 0; l < MPT_VLANES; l++) acc[l] += (double)a[j + l] * d[j + l];
+  for (int l = 0; j <= i; j++, l++) acc[l] += (double)a[j] * d[j];
+  double dot = 0.0;
+  for (int l = 0; l < MPT_VLANES; l++) dot += acc[l];
+  const float fd = (float)dot;
+  for (j = 0; j <= i; j++) d[j] = a[j] * (d[j] - fd);
+  for (j = i + 1; j < end; j++) d[j] = 0.0f;
+}
+
 #endif
