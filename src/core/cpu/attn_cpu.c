@@ -103,13 +103,8 @@ static void softmax_block(float *s, int64_t r0, int64_t rows, int64_t t, float *
   const int64_t cols = r0 + rows;
   for (int64_t r = 0; r < rows; r++) {
     const int64_t i = r0 + r;
-    float *restrict row = s + r * t;
-    const float mx = mpt__vmax(row, i + 1);
-    for (int64_t j = 0; j <= i; j++) row[j] = mpt__vexpf(row[j] - mx);
-    const float inv = (float)(1.0 / mpt__vsum_d(row, i + 1));
-    for (int64_t j = 0; j <= i; j++) row[j] *= inv;
-    for (int64_t j = i + 1; j < cols; j++) row[j] = 0.0f;
-    stats[2 * i] = mx;
+    float inv;
+    stats[2 * i] = mpt__softmax_row(s + r * t, i, cols, &inv);
     stats[2 * i + 1] = inv;
   }
 }

@@ -476,15 +476,9 @@ mpt_status mpt__cpu_bias_gelu_backward(mpt_stream *s, float *dx, const float *dy
 /* Rows [r0, r1) of the planes' rows (row r is row r % t of plane r / t). */
 MPT_VEC_CLONES
 static void causal_softmax_kernel(float *a, int64_t r0, int64_t r1, int64_t t) {
-  for (int64_t r = r0; r < r1; r++) {
-    const int64_t i = r % t; /* the row within its plane: columns [0, i] take part */
-    float *restrict row = a + r * t;
-    const float mx = mpt__vmax(row, i + 1);
-    for (int64_t j = 0; j <= i; j++) row[j] = mpt__vexpf(row[j] - mx);
-    const float inv = (float)(1.0 / mpt__vsum_d(row, i + 1));
-    for (int64_t j = 0; j <= i; j++) row[j] *= inv;
-    for (int64_t j = i + 1; j < t; j++) row[j] = 0.0f;
-  }
+  float inv;
+  for (int64_t r = r0; r < r1; r++) /* row r % t of its plane: columns [0, r % t] take part */
+    mpt__softmax_row(a + r * t, r % t, t, &inv);
 }
 
 typedef struct softmax_job {

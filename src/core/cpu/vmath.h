@@ -92,6 +92,19 @@ static inline float mpt__vmax(const float *x, int64_t n) {
   return mx;
 }
 
+/* One row of the causal softmax in place: row[0, i] becomes exp(row - max) / sum (the sum in
+ * double, as mpt__vsum_d), row(i, end) becomes 0; returns the max, *inv gets 1 / sum. Shared by
+ * the reference (gpt_cpu.c) and the fused attention (attn_cpu.c), so both give the same bits. */
+static inline float mpt__softmax_row(float *restrict row, int64_t i, int64_t end, float *inv) {
+  const float mx = mpt__vmax(row, i + 1);
+  for (int64_t j = 0; j <= i; j++) row[j] = mpt__vexpf(row[j] - mx);
+  const float v = (float)(1.0 / mpt__vsum_d(row, i + 1));
+  for (int64_t j = 0; j <= i; j++) row[j] *= v;
+  for (int64_t j = i + 1; j < end; j++) row[j] = 0.0f;
+  *inv = v;
+  return mx;
+}
+
 /* One row of the causal softmax's backward: d[j] = a[j] * (d[j] - sum_{k <= i} a[k] d[k]) for
  * j <= i (the sum in double, lanes as mpt__vsum_d), then d[j] = 0 for i < j < end. Shared by
  * the reference (gpt_cpu.c) and the fused attention (attn_cpu.c), so both give the same bits. */
