@@ -339,21 +339,35 @@ printf '%s' "$out" | grep -q "step " && bad "--save-model into a missing folder:
 # being killed by the kernel once they are touched. The limit is fixed with ulimit -v (2 GiB) so
 # the case is the same on any machine: 16 layers of C 1024 are N = 201,869,312 parameters;
 # parameters, gradients and AdamW's state 16 N bytes, the forward's B T = 512 tokens at least
-# 4 x 512 x (14 x 16 x 1024 + 256) bytes, the attention matrices 4 x 16 x 8 x 4 x 64 x 64
-# bytes: 3.5 GiB. A long sequence of a small model is refused for its attention matrices
-# ([B, H, T, T] per layer: 4 x 2 x 8 x 8192^2 bytes = 4 GiB of 4.1). The tiny GPT still trains
+# 4 x 512 x (14 x 16 x 1024 + 256) bytes, the fused attention's statistics and scratch a few
+# MiB: 3.4 GiB. With the reference attention (MPT_ATTENTION=reference), a long sequence of a
+# small model is refused for its attention matrices ([B, H, T, T] per layer: 4 x 2 x 8 x 8192^2
+# bytes = 4 GiB of 4.1). The fused attention (the default on the CPU) keeps 8 bytes a row and
+# one 8 T^2-byte scratch per thread: a run whose matrices would take 2 GiB (2 layers, 16 heads,
+# T 4096) trains under the same 2 GiB limit (it was refused by a bound that counted the
+# matrices whichever attention ran), and is refused with the reference. The tiny GPT still trains
 # under a limit (3 GiB: the libraries mapped, CUDA's and NCCL's included, and OpenBLAS's 128 MiB
 # per thread take about 1.5 GiB of address space before the model).
 # shellcheck disable=SC2086
-expect 1 "(201869312 parameters, B 8 x T 64) needs at least 3.5 GiB per rank .* this host has 2.0 GiB for 1 rank" \
+expect 1 "(201869312 parameters, B 8 x T 64) needs at least 3.4 GiB per rank .* this host has 2.0 GiB for 1 rank" \
   "train: a GPT larger than the memory" -- sh -c "ulimit -v 2097152 && exec \"\$0\" \"\$@\"" \
   "$prog" train --model gpt --n-layer 16 --n-head 4 --n-embd 1024 --seq-len 64 \
   --vocab-size 256 $shards --max-steps 1
 # shellcheck disable=SC2086
 expect 1 "(640768 parameters, B 1 x T 8192) needs at least 4.1 GiB per rank" \
-  "train: attention matrices larger than the memory" -- \
+  "train: attention matrices larger than the memory" -- env MPT_ATTENTION=reference \
   sh -c "ulimit -v 2097152 && exec \"\$0\" \"\$@\"" "$prog" train --model gpt --n-layer 2 \
   --n-head 8 --n-embd 64 --seq-len 8192 --vocab-size 256 $shards --batch-size 1 --max-steps 1
+long="--model gpt --n-layer 2 --n-head 16 --n-embd 64 --seq-len 4096 --vocab-size 256"
+# shellcheck disable=SC2086
+expect 1 "(378624 parameters, B 1 x T 4096) needs at least 2.0 GiB per rank" \
+  "train: T 4096, reference attention's matrices past the memory" -- \
+  env MPT_ATTENTION=reference sh -c "ulimit -v 2097152 && exec \"\$0\" \"\$@\"" "$prog" \
+  train $long $shards --batch-size 1 --max-steps 1 --threads 1
+# shellcheck disable=SC2086
+expect 0 "step      1/1" "train: T 4096 with the fused attention, under the same limit" -- \
+  sh -c "ulimit -v 2097152 && exec \"\$0\" \"\$@\"" "$prog" \
+  train $long $shards --batch-size 1 --max-steps 1 --threads 1
 # shellcheck disable=SC2086
 expect 0 "step      1/1" "train: the tiny GPT under ulimit -v 3 GiB" -- \
   sh -c "ulimit -v 3145728 && exec \"\$0\" \"\$@\"" "$prog" train $tiny $shards --max-steps 1 \

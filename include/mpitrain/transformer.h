@@ -108,6 +108,18 @@ MPT_API mpt_status mpt_nn_add_layernorm(mpt_tape *tape, mpt_var *a, mpt_var *b,
 MPT_API mpt_status mpt_nn_causal_attention(mpt_tape *tape, mpt_var *qkv, int n_head,
                                            mpt_var **y);
 
+/* The memory mpt_nn_causal_attention takes for qkv [b, t, 3c] with nh heads on a tape of
+ * `precision` whose stream is `stream` (NULL: the CPU), in bytes: *saved, what one layer keeps
+ * from forward to backward (the fused op's stats, 8 b nh t bytes; the reference's scores,
+ * 4 b nh t^2); *scratch, the most it allocates while it runs and frees before returning (the
+ * fused op's per-thread slots: 8 t^2 bytes each in backward, for up to min(`threads`, b nh)
+ * threads; 0 for the reference). The choice between the two is the layer's own (the
+ * MPT_ATTENTION environment variable included), so a caller can bound a run's memory before
+ * allocating it. Either output may be NULL. Thread-safe; no device work. */
+MPT_API void mpt_nn_causal_attention_memory(mpt_stream *stream, mpt_precision precision,
+                                            int64_t b, int64_t t, int64_t nh, int threads,
+                                            double *saved, double *scratch);
+
 /* Fused softmax cross-entropy over a (padded) vocabulary: logits [B, T, Vp] (or [N, Vp]),
  * targets int32 [B, T] (or [N]; on the model's device, valid until backward has run), each in
  * [0, vocab_size), vocab_size <= Vp. Only columns [0, vocab_size) take part in the softmax (the

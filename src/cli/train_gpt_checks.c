@@ -14,8 +14,9 @@
  * N parameters and N gradients (fp32), AdamW's 2 N (SGD with momentum N) divided by the ranks
  * (a sharded optimizer holds its part), per token of the B T the 14 C values per layer the
  * forward keeps (the LayerNorm outputs, qkv, attention output, fc and GELU) and the Vp logits,
- * and per layer the attention matrix [B, H, T, T] that the reference attention saves for its
- * backward (src/nn/attention.c; drop the term if attention stops saving it). */
+ * and what the attention layer keeps and takes as it runs (mpt_nn_causal_attention_memory: the
+ * fused CPU attention's row statistics per layer and its backward's per-thread scratch; the
+ * reference's attention matrix [B, H, T, T] per layer, for bf16 or MPT_ATTENTION=reference). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,8 +53,10 @@ mpt_status trainer_gpt_check_memory(const mpt_cli_options *o, const mpt_gpt_conf
   const double Vp = cfg->padded_vocab_size ? cfg->padded_vocab_size
                                            : (double)mpt_gpt_padded_vocab(cfg->vocab_size);
   double state = o->optim.kind == MPT_OPTIM_ADAMW ? 2 * n : o->optim.momentum > 0 ? n : 0;
-  const double att = L * (double)cfg->num_heads * tokens * cfg->max_seq_len; /* L B H T T */
-  const double need = 4 * (2 * n + state / world + tokens * (14 * L * C + Vp) + att);
+  double saved = 0, scratch = 0; /* bytes: one layer's, and the largest while it runs */
+  mpt_nn_causal_attention_memory(NULL, o->precision, o->batch_size, cfg->max_seq_len,
+                                 cfg->num_heads, mpt_cpu_threads(), &saved, &scratch);
+  const double need = 4 * (2 * n + state / world + tokens * (14 * L * C + Vp)) + L * saved + scratch;
   const double have = host_memory_nbytes();
   const double gib = 1024.0 * 1024.0 * 1024.0;
   if (have <= 0 || need * local_ranks <= have) return MPT_OK;

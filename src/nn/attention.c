@@ -86,6 +86,21 @@ static mpt_status attn_backward(mpt_tape *tape, mpt_node *node) {
   return MPT_OK;
 }
 
+/* 0 with MPT_ATTENTION=reference: the reference everywhere (to measure one against the other) */
+static int fused_wanted(void) {
+  const char *env = getenv("MPT_ATTENTION");
+  return !(env && strcmp(env, "reference") == 0);
+}
+
+/* Whether attention() takes bf16 products / the fused op on this stream and precision. */
+static int bf16_used(mpt_stream *s, mpt_precision precision) {
+  return precision == MPT_PRECISION_BF16 && mpt_op_bf16_rounded_available(s);
+}
+
+static int fused_used(mpt_stream *s, mpt_precision precision, int fused) {
+  return fused && !bf16_used(s, precision) && mpt_op_causal_attention_available(s);
+}
+
 /* The layer; `fused`: through mpt_op_causal_attention where the tape is float32 and the backend
  * has it. */
 static mpt_status attention(mpt_tape *tape, mpt_var *qkv, int n_head, int fused, mpt_var **y) {
@@ -110,9 +125,8 @@ static mpt_status attention(mpt_tape *tape, mpt_var *qkv, int n_head, int fused,
   const float *x = xt->data;
   float *out = mpt_var_value(o)->data;
   const uint16_t *x16 = NULL, *a16 = NULL;
-  const int bf16 =
-      mpt_tape_precision(tape) == MPT_PRECISION_BF16 && mpt_op_bf16_rounded_available(s);
-  if (fused && !bf16 && mpt_op_causal_attention_available(s)) {
+  const int bf16 = bf16_used(s, mpt_tape_precision(tape));
+  if (fused_used(s, mpt_tape_precision(tape), fused)) {
     MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)(nb * nh * nt * 2) * sizeof(float),
                                  (void **)&stats));
     MPT_RETURN_IF(mpt_op_causal_attention(s, x, nb, nt, c, nh, out, stats));
@@ -152,9 +166,18 @@ static mpt_status attention(mpt_tape *tape, mpt_var *qkv, int n_head, int fused,
 }
 
 mpt_status mpt_nn_causal_attention(mpt_tape *tape, mpt_var *qkv, int n_head, mpt_var **y) {
-  /* MPT_ATTENTION=reference: the reference everywhere (to measure one against the other) */
-  const char *env = getenv("MPT_ATTENTION");
-  return attention(tape, qkv, n_head, !(env && strcmp(env, "reference") == 0), y);
+  return attention(tape, qkv, n_head, fused_wanted(), y);
+}
+
+void mpt_nn_causal_attention_memory(mpt_stream *stream, mpt_precision precision, int64_t b,
+                                    int64_t t, int64_t nh, int threads, double *saved,
+                                    double *scratch) {
+  const double rows = (double)b * (double)nh * (double)t;
+  const int fused = fused_used(stream, precision, fused_wanted());
+  double team = threads < 1 ? 1 : threads;
+  if (team > (double)b * (double)nh) team = (double)b * (double)nh;
+  if (saved) *saved = fused ? 8 * rows : 4 * rows * (double)t; /* stats [b, nh, t, 2] : att */
+  if (scratch) *scratch = fused ? team * 8 * (double)t * (double)t : 0; /* 2 t^2 floats */
 }
 
 mpt_status mpt__causal_attention_reference(mpt_tape *tape, mpt_var *qkv, int n_head,
