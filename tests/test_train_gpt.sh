@@ -11,7 +11,8 @@
 # backward). Checkpoints on 2
 # ranks: stopping at step 10 and resuming gives the bytes of the straight run. --accumulate 2
 # with B 4 trains as B 8 (1 and 2 ranks) and resumes exactly from a checkpoint; --device cuda
-# without a GPU is a clear error. Prints "N passed, N failed".
+# without a GPU is a clear error. --profile prints the op table (nodes per step exact). Prints
+# "N passed, N failed".
 set -u
 prog=${MPITRAIN:-./mpitrain}
 srcdir=${srcdir:-.}
@@ -187,6 +188,29 @@ else
     "$(tail -n 3 "$tmp/kres.log")"
 fi
 
+# --profile: the op table after the run, with each op's nodes per step exact for 2 layers
+# (linear_nd: qkv, attproj, fcproj per layer and the head; add and layernorm: the fused
+# add + LayerNorm records both, plus ln1 of the first block), over the steps after the first;
+# on 2 ranks DDP's bucket launches appear as the grad-ready hooks' row.
+for np in 1 2; do
+  if [ "$np" -eq 1 ]; then launch="$prog"; else launch="$srcdir/tests/mpirun.sh 2 60 $prog"; fi
+  # shellcheck disable=SC2086
+  $launch train $run_args --max-steps 3 --profile > "$tmp/prof$np.log" 2>&1
+  rc=$?
+  missing=""
+  for row in "linear_nd +7.0 " "linear_gelu +2.0 " "causal_attention +2.0 " "add +4.0 " \
+             "layernorm +5.0 " "embedding_gpt +1.0 " "cross_entropy_vocab +1.0 " "all ops " \
+             "rest of the step " "mean of 2 steps after the first"; do
+    grep -Eq "$row" "$tmp/prof$np.log" || missing="$missing '$row'"
+  done
+  if [ "$np" -eq 2 ]; then grep -q "grad-ready hooks" "$tmp/prof$np.log" || missing="$missing hooks"; fi
+  if [ $rc -eq 0 ] && [ -z "$missing" ]; then
+    ok
+  else
+    bad "--profile np $np (status $rc), missing:$missing: $(cat "$tmp/prof$np.log")"
+  fi
+done
+
 # Bad inputs: status and message.
 expect() { # STATUS PATTERN DESCRIPTION -- ARGS...
   want=$1 pattern=$2 what=$3
@@ -244,6 +268,7 @@ expect 2 "not a multiple of --n-head" "C not a multiple of H" -- \
   "$prog" train --model gpt --n-embd 30 --n-head 4 --shards x
 expect 2 "is a preset" "sizes with a preset" -- "$prog" train --model gpt2 --n-layer 2 --shards x
 expect 2 "need --model gpt" "GPT option with the MLP" -- "$prog" train --model mlp --shards x
+expect 2 "need --model gpt" "--profile with the MLP" -- "$prog" train --model mlp --profile
 expect 2 "unknown model 'gpt3'" "unknown model" -- "$prog" train --model gpt3
 
 echo "$pass passed, $fail failed"

@@ -264,6 +264,36 @@ MPT_API void mpt_tape_set_model_hooks(mpt_tape *tape, int enabled);
 MPT_API int mpt_tape_model_hooks(const mpt_tape *tape);
 /* Installs the grad-ready hook (NULL to remove). */
 MPT_API void mpt_tape_set_grad_hook(mpt_tape *tape, mpt_grad_ready_fn fn, void *user);
+
+/* Op profiling: where a pass's time goes, by op name (as PyTorch's profiler's table).
+ * With profiling on, the tape adds to one row per node name (mpt_tape_record's `name`):
+ *   forward_ms: the wall time from the previous mark to the node's record, where a mark is the
+ *     start of mpt_model_forward or the previous record (an op computes its output, then
+ *     records: the interval is its forward, and whatever the caller did in between);
+ *   backward_ms: the wall time of the node's backward function;
+ * and the row "grad-ready hooks" the time of the hooks that backward calls between nodes (DDP's
+ * bucket launches). A mark first synchronizes the tape's stream (waits for its queued work, up
+ * to 10 minutes; its error is the op's), so on CUDA the times are the ops' work, not their
+ * launches, and the ops run one after another while profiling. Only recorded nodes count:
+ * with gradients disabled nothing is timed. At most MPT_TAPE_PROFILE_MAX_OPS names (further
+ * names are not counted); names are cut to MPT_OP_NAME_MAX - 1 bytes. */
+#define MPT_OP_NAME_MAX 32
+#define MPT_TAPE_PROFILE_MAX_OPS 64
+typedef struct mpt_op_time {
+  char name[MPT_OP_NAME_MAX];
+  int64_t nodes;          /* nodes of this name recorded */
+  int64_t backward_nodes; /* backward functions of this name run (hook calls: batches) */
+  double forward_ms;      /* summed over the nodes, wall clock (mpt_time_ms) */
+  double backward_ms;
+} mpt_op_time;
+/* Turns profiling on (the rows start empty) or off (the rows are dropped). Errors: MPT_EINVAL
+ * (NULL tape), MPT_ENOMEM. */
+MPT_API mpt_status mpt_tape_set_profiling(mpt_tape *tape, int on);
+/* Empties the rows (after warm-up steps, say); profiling stays on. No-op when it is off. */
+MPT_API void mpt_tape_clear_op_times(mpt_tape *tape);
+/* Copies up to max_rows rows, in the order their names were first seen, into rows (NULL: none)
+ * and returns how many rows there are (0 when profiling is off). */
+MPT_API int mpt_tape_op_times(const mpt_tape *tape, mpt_op_time *rows, int max_rows);
 /* Wraps a tensor on the model's device as a value that needs no gradient (the batch). The
  * tensor's memory must stay valid until the next reset. */
 MPT_API mpt_status mpt_tape_input(mpt_tape *tape, const mpt_tensor *value, mpt_var **var);

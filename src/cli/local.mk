@@ -13,7 +13,7 @@ mpitrain_SOURCES += src/cli/train_precision.c
 # issue 13: mpitrain tokenize (text to llm.c token shards)
 mpitrain_SOURCES += src/cli/tokenize.c src/cli/tokenize.h
 # issue 13: mpitrain train --model gpt|gpt-mini|gpt2
-mpitrain_SOURCES += src/cli/train_gpt.c src/cli/train_gpt_checks.c src/cli/generate.c \
+mpitrain_SOURCES += src/cli/train_gpt.c src/cli/train_gpt_checks.c src/cli/train_profile.c src/cli/generate.c \
 	src/cli/generate.h
 # issue 14: ZeRO-1 and the memory report in the trainers
 mpitrain_SOURCES += src/cli/train_zero.c src/cli/train_zero.h

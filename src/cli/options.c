@@ -27,7 +27,7 @@ enum {
   OPT_VERSION, OPT_NO_DECAY_BIAS_NORM, OPT_LOG_FILE, OPT_QUIET, OPT_PROGRESS_INTERVAL,
   OPT_GRAD_COMM, OPT_N_LAYER, OPT_N_HEAD, OPT_N_EMBD, OPT_SEQ_LEN, OPT_VOCAB_SIZE, OPT_SHARDS,
   OPT_VAL_SHARDS, OPT_INIT_FROM, OPT_SAVE_MODEL, OPT_GRAD_CLIP, OPT_VAL_EVERY, OPT_VAL_STEPS,
-  OPT_LOG_EVERY, OPT_ZERO, OPT_PRECISION,
+  OPT_LOG_EVERY, OPT_ZERO, OPT_PRECISION, OPT_PROFILE,
   OPT_ALLREDUCE_ALGO,
 };
 
@@ -101,6 +101,7 @@ static const struct option long_options[] = {
     {"init-from", required_argument, NULL, OPT_INIT_FROM},
     {"save-model", required_argument, NULL, OPT_SAVE_MODEL},
     {"grad-clip", required_argument, NULL, OPT_GRAD_CLIP},
+    {"profile", no_argument, NULL, OPT_PROFILE},
     {"val-every", required_argument, NULL, OPT_VAL_EVERY},
     {"val-steps", required_argument, NULL, OPT_VAL_STEPS},
     {"log-every", required_argument, NULL, OPT_LOG_EVERY},
@@ -130,6 +131,8 @@ const char *mpt_cli_usage(void) {
          "  --val-every N              validation every N steps (default 0: start and end)\n"
          "  --val-steps N              at most N validation windows per rank (default 20)\n"
          "  --log-every N              loss and tokens/s every N steps (default 10)\n"
+         "  --profile                  at the end, each op's forward and backward time per\n"
+         "                             step (rank 0, steps after the first; see README)\n"
          "  --init-from FILE           start from an llm.c model file of the same sizes\n"
          "  --save-model FILE          write the final model as an llm.c model file (rank 0)\n"
          "  --grad-clip F              clip the global gradient L2 norm to F (0 = off;\n"
@@ -659,6 +662,10 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
         given_gpt_only = 1;
         if (!(r = parse_i64(name, a, 1, INT64_C(1) << 40, &i64, msg, n))) o->val_steps = i64;
         break;
+      case OPT_PROFILE:
+        given_gpt_only = 1;
+        o->profile = 1;
+        break;
       case OPT_LOG_EVERY:
         given_gpt_only = 1;
         if (!(r = parse_i64(name, a, 1, INT64_C(1) << 40, &i64, msg, n))) o->log_every = i64;
@@ -729,7 +736,8 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
     o->no_decay_bias_norm = 1;
   } else if (given_gpt_only) {
     fail(msg, n, "--n-layer, --n-head, --n-embd, --seq-len, --vocab-size, --shards, --val-shards, "
-         "--init-from, --save-model, --grad-clip, --val-every, --val-steps and --log-every need "
+         "--init-from, --save-model, --grad-clip, --val-every, --val-steps, --log-every and "
+         "--profile need "
          "--model gpt, gpt-mini or gpt2");
     return MPT_CLI_EXIT_USAGE;
   }

@@ -64,6 +64,7 @@ typedef struct mpt_cli_options {
   int64_t val_every;        /* validation every N steps (0 = at the start and the end only) */
   int64_t val_steps;        /* at most this many validation windows per rank */
   int64_t log_every;        /* a loss / tokens-per-second line every N steps */
+  int profile;              /* --profile: per-op times at the end (mpt_tape_set_profiling) */
   int argc;                 /* the command line as given (compared across ranks) */
   char **argv;
 } mpt_cli_options;

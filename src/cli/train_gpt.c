@@ -67,6 +67,8 @@ typedef struct gpt_trainer {
   int64_t k;                                 /* optimizer steps taken */
   int64_t start_epoch, start_step_in_epoch;  /* where a resumed run continues */
   double fwd_s, bwd_s, opt_s; /* summed over the steps (this rank) */
+  double prof_s;              /* --profile: wall time of the profiled steps */
+  int64_t prof_steps;         /* --profile: steps profiled (every step after the first) */
 } gpt_trainer;
 
 static double now_s(void) {
@@ -316,6 +318,7 @@ static mpt_status setup(gpt_trainer *g) {
   }
   MPT_RETURN_IF(mpt_tape_init(&g->tape, g->model, g->stream));
   MPT_RETURN_IF(trainer_set_precision(g->tape, o->precision));
+  if (o->profile) MPT_RETURN_IF(mpt_tape_set_profiling(g->tape, 1));
 
   int64_t per_epoch = mpt_token_loader_num_steps(g->train_loader) / o->accumulate;
   if (per_epoch < 1)
@@ -498,8 +501,15 @@ static mpt_status run(gpt_trainer *g) {
     for (; i < g->per_epoch && !stop; i++) {
       float loss = 0, norm = NAN;
       int ended = 0;
+      const double t_step = now_s();
       MPT_RETURN_IF(step(g, k, &loss, &norm, &ended));
       if (ended) break;
+      if (o->profile && k == k0) { /* the first step (arena growth, page faults) is not timed */
+        mpt_tape_clear_op_times(g->tape);
+      } else if (o->profile) {
+        g->prof_s += now_s() - t_step;
+        g->prof_steps++;
+      }
       g->k = ++k;
       interval_steps++;
       sums[0] += loss;
@@ -556,6 +566,7 @@ static mpt_status run(gpt_trainer *g) {
             100 * flops * (double)(k * tokens_per_step) / elapsed * 1e-9 / peak);
   }
   report_ddp(g);
+  if (o->profile) trainer_report_op_times(g->tape, g->prof_steps, g->prof_s * 1e3);
   if (g->rank == 0 && o->save_model[0]) {
     MPT_RETURN_IF(mpt_gpt_save(g->model, &g->cfg, o->save_model));
     mpt_log(MPT_LOG_INFO, "model written to %s", o->save_model);

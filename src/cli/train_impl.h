@@ -154,6 +154,10 @@ mpt_status trainer_check_run_options(const mpt_cli_options *o);
  * one log line with the effective configuration. */
 void trainer_log_configuration(trainer *t);
 
+/* --profile: logs the tape's op times (mpt_tape_op_times) as a table, per step over `steps`
+ * profiled steps that took `wall_ms` in all, sorted by total time, with the rest of the step
+ * (train_profile.c). */
+void trainer_report_op_times(const mpt_tape *tape, int64_t steps, double wall_ms);
 /* --precision: sets the tape's arithmetic (fp32: nothing to do); bf16 fails with the reason
  * where the device cannot run it natively (train_precision.c). */
 mpt_status trainer_set_precision(mpt_tape *tape, mpt_precision precision);

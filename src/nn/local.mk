@@ -2,7 +2,7 @@
 mpitraininclude_HEADERS += include/mpitrain/nn.h include/mpitrain/autograd.h \
 	include/mpitrain/transformer.h
 libmpitrain_all_la_SOURCES += \
-	src/nn/tape.h src/nn/tape.c src/nn/model.c src/nn/ops_basic.c \
+	src/nn/tape.h src/nn/tape.c src/nn/tape_profile.c src/nn/model.c src/nn/ops_basic.c \
 	src/nn/conv.c src/nn/pool.c src/nn/dropout.c src/nn/batchnorm.c src/nn/models.c \
 	src/nn/eval.c src/nn/gpt_ops.h src/nn/gpt_ops.c src/nn/attention.c src/nn/gpt.c \
 	src/nn/attention_bf16.c src/nn/linear_bf16.c
@@ -48,6 +48,11 @@ tests_test_tape_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 tests_test_layers_SOURCES = tests/test_layers.c
 tests_test_layers_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_layers_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+check_PROGRAMS += tests/test_tape_profile
+TESTS += tests/test_tape_profile
+tests_test_tape_profile_SOURCES = tests/test_tape_profile.c
+tests_test_tape_profile_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_tape_profile_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 tests_test_hooks_SOURCES = tests/test_hooks.c
 tests_test_hooks_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_hooks_LDADD = libmpitrain_all.la $(CHECK_LIBS)

@@ -412,6 +412,7 @@ mpt_status mpt_model_forward(mpt_model *model, mpt_tape *tape, mpt_var *input,
       MPT_RETURN_IF(model->hooks.before_forward(model->hooks.user, tape));
     model->grads_state = MPT_GRADS_PENDING;
   }
+  MPT_RETURN_IF(mpt__tape_profile_start_forward(tape));
   return model->forward(model, tape, model->ctx, input, output);
 }
 

@@ -101,6 +101,7 @@ struct mpt_tape {
   void *hook_user;
   uint64_t seed;
   uint64_t seed_counter;
+  mpt__tape_profile *prof; /* op profiling, NULL when off */
 };
 
 /* ---- pools ---- */
@@ -256,6 +257,7 @@ void mpt_tape_free(mpt_tape *tape) {
   free(tape->chunks);
   pool_free(&tape->vars);
   pool_free(&tape->nodes);
+  mpt__tape_profile_free(tape->prof);
   free(tape->param_vars);
   free(tape->uses);
   free(tape->remaining);
@@ -600,6 +602,7 @@ mpt_status mpt_tape_record(mpt_tape *tape, const char *name, mpt_backward_fn bac
   n->output = output;
   output->requires_grad = 1;
   if (node) *node = n;
+  if (tape->prof) MPT_RETURN_IF(mpt__tape_profile_forward(tape->prof, tape->stream, n->name));
   return MPT_OK;
 }
 
@@ -644,6 +647,9 @@ static mpt_status run_backward(mpt_tape *tape, mpt_var *loss, float scale,
   MPT_RETURN_IF(mpt_var_grad_acc(tape, loss, &dloss));
   MPT_RETURN_IF(mpt_op_fill(tape->stream, dloss, 1, scale));
   for (int i = 0; i < tape->nparams; i++) tape->remaining[i] = tape->uses[i];
+  double t_ms = 0; /* profiling: the end of the last timed interval */
+  if (tape->prof) MPT_RETURN_IF(mpt__tape_profile_mark(tape->prof, tape->stream));
+  if (tape->prof) t_ms = mpt_time_ms();
 
   /* Every node, the ones after the loss too: they got no gradient, but their parameter uses
    * must be released for the hook to fire. */
@@ -658,16 +664,51 @@ static mpt_status run_backward(mpt_tape *tape, mpt_var *loss, float scale,
         return MPT_FAIL(st, "tape_backward: node %lld ('%s'): %s", (long long)i, node->name,
                         inner);
       }
+      if (tape->prof)
+        MPT_RETURN_IF(mpt__tape_profile_backward(tape->prof, tape->stream, node->name, t_ms,
+                                                 &t_ms));
     }
+    int fired = 0;
     for (int k = 0; k < node->ninputs; k++) {
       const mpt_var *in = node->inputs[k];
       if (!in || in->param_index < 0) continue;
       if (--tape->remaining[in->param_index] != 0) continue;
+      fired = 1;
       if (tape->hook) tape->hook(tape->hook_user, in->param_index);
       if (hooks && hooks->grad_ready) hooks->grad_ready(hooks->user, in->param_index);
     }
+    if (tape->prof && fired && (tape->hook || (hooks && hooks->grad_ready)))
+      MPT_RETURN_IF(mpt__tape_profile_backward(tape->prof, tape->stream, "grad-ready hooks",
+                                               t_ms, &t_ms));
+    else if (tape->prof)
+      t_ms = mpt_time_ms(); /* a skipped node's bookkeeping is nobody's time */
   }
   return MPT_OK;
+}
+
+/* ---- op profiling (tape_profile.c) ---- */
+
+mpt_status mpt_tape_set_profiling(mpt_tape *tape, int on) {
+  if (!tape) return MPT_FAIL(MPT_EINVAL, "tape_set_profiling: NULL tape");
+  if (!on) {
+    mpt__tape_profile_free(tape->prof);
+    tape->prof = NULL;
+    return MPT_OK;
+  }
+  if (!tape->prof) MPT_RETURN_IF(mpt__tape_profile_init(&tape->prof));
+  return MPT_OK;
+}
+
+void mpt_tape_clear_op_times(mpt_tape *tape) {
+  if (tape && tape->prof) mpt__tape_profile_clear(tape->prof);
+}
+
+int mpt_tape_op_times(const mpt_tape *tape, mpt_op_time *rows, int max_rows) {
+  return tape && tape->prof ? mpt__tape_profile_rows(tape->prof, rows, max_rows) : 0;
+}
+
+mpt_status mpt__tape_profile_start_forward(mpt_tape *tape) {
+  return tape->prof ? mpt__tape_profile_mark(tape->prof, tape->stream) : MPT_OK;
 }
 
 /* ---- the public op API's accessors (include/mpitrain/autograd.h) ---- */

@@ -13,4 +13,20 @@ size_t mpt__tape_arena_allocations(const mpt_tape *tape);
  * to MPT_GRADS_READY (model.c). */
 void mpt__model_backward_done(mpt_model *model, mpt_status status);
 
+/* Op profiling (tape_profile.c; the public side is nn.h mpt_tape_set_profiling). */
+typedef struct mpt__tape_profile mpt__tape_profile;
+mpt_status mpt__tape_profile_init(mpt__tape_profile **p);
+void mpt__tape_profile_free(mpt__tape_profile *p);
+void mpt__tape_profile_clear(mpt__tape_profile *p);
+/* Sets the mark to now, after the stream's queued work. */
+mpt_status mpt__tape_profile_mark(mpt__tape_profile *p, mpt_stream *s);
+/* Adds now - mark to row `name`'s forward and moves the mark to now. */
+mpt_status mpt__tape_profile_forward(mpt__tape_profile *p, mpt_stream *s, const char *name);
+/* Adds now - start_ms to row `name`'s backward; *end_ms = now. */
+mpt_status mpt__tape_profile_backward(mpt__tape_profile *p, mpt_stream *s, const char *name,
+                                      double start_ms, double *end_ms);
+int mpt__tape_profile_rows(const mpt__tape_profile *p, mpt_op_time *rows, int max_rows);
+/* Called by mpt_model_forward at its start: the first op's forward is timed from here. */
+mpt_status mpt__tape_profile_start_forward(mpt_tape *tape);
+
 #endif
