@@ -19,6 +19,8 @@
 # FLOPs per token as llm.c counts them, 6 N + 6 L C T; the fraction of the SGEMM peak that the
 # trainer measures at the end of each run (512^3 SGEMMs on all ranks at once, the same threads),
 # the median over the mpitrain runs of the same ranks and threads, is used for both sides.
+# mpitrain runs with --profile (no cost on the CPU but two clock reads per op): after the
+# summary, each configuration's first run's table of where its steps went, op by op.
 #
 #   bench/compare_gpt.sh --model gpt-mini,gpt2 --np 1,2 --torch both --json gpt.json
 #   bench/compare_gpt.sh --model gpt2 --np 2 --torch none --bucket-cap-mb 5,25,100 --overlap both
@@ -193,7 +195,7 @@ run_mpitrain() { # repeat
   _log=$out/mpitrain_${cfg}_r$1.log
   # shellcheck disable=SC2086 # word lists on purpose
   set -- "$1" train $mpt_model --shards "$shard_glob" --batch-size "$B" --threads "$thr" \
-    --max-steps $((W + S)) --epochs 1 --log-every 1 --bucket-cap-mb "$cap"
+    --max-steps $((W + S)) --epochs 1 --log-every 1 --bucket-cap-mb "$cap" --profile
   [ "$ov" = off ] && set -- "$@" --no-overlap
   [ "$prec" = bf16 ] && set -- "$@" --precision bf16
   _r=$1
@@ -274,3 +276,13 @@ done
 set -- --manifest "$manifest" --build "$MPT_BUILD"
 [ -n "$json" ] && set -- "$@" --json "$json"
 "$PY" "$BENCH_SRCDIR/bench/summarize_gpt.py" "$@"
+_st=$?
+# Where mpitrain's steps went: the --profile table of each configuration's first run (rank 0).
+for _log in "$out"/mpitrain_*_r1.log; do
+  [ -f "$_log" ] || continue
+  grep -q "op times on this rank" "$_log" || continue
+  echo
+  echo "# mpitrain --profile, $(basename "$_log" _r1.log | sed 's/^mpitrain_//'), repeat 1:"
+  sed -n '/op times on this rank/,/rest of the step/p' "$_log" | sed 's/^mpitrain[^:]*: //'
+done
+exit $_st

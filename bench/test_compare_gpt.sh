@@ -74,6 +74,9 @@ EOF
 if [ $? -eq 0 ]; then ok; else bad "summary: $(cat "$tmp/check.txt")"; fi
 grep -q "model gpt: 6 layers" "$tmp"/runs/mpitrain_gpt-mini_np1_fp32_*_r1.log &&
   grep -q "^gpt-mini  1   1    16" "$tmp/out.txt" && ok || bad "table or mpitrain log: $(head -5 "$tmp/out.txt")"
+# each configuration's --profile table (here 2 steps: the second is profiled)
+grep -q "^# mpitrain --profile, gpt-mini_np2_fp32_cap25_ovon, repeat 1:" "$tmp/out.txt" &&
+  grep -Eq "^  linear_nd +19.0 " "$tmp/out.txt" && ok || bad "profile tables: $(tail -20 "$tmp/out.txt")"
 
 for args in "--model gpt3" "--np 0" "--torch conda" "--precision fp16" "--overlap maybe" \
   "--bucket-cap-mb x" "--steps"; do
