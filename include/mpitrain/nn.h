@@ -267,9 +267,10 @@ MPT_API void mpt_tape_set_grad_hook(mpt_tape *tape, mpt_grad_ready_fn fn, void *
 
 /* Op profiling: where a pass's time goes, by op name (as PyTorch's profiler's table).
  * With profiling on, the tape adds to one row per node name (mpt_tape_record's `name`):
- *   forward_ms: the wall time from the previous mark to the node's record, where a mark is the
- *     start of mpt_model_forward or the previous record (an op computes its output, then
- *     records: the interval is its forward, and whatever the caller did in between);
+ *   forward_ms: the wall time from the previous mark to the node's record, where a mark is
+ *     mpt_tape_reset, the start of mpt_model_forward or the previous record (an op computes
+ *     its output, then records: the interval is its forward, and whatever the caller did in
+ *     between);
  *   backward_ms: the wall time of the node's backward function;
  * and the row "grad-ready hooks" the time of the hooks that backward calls between nodes (DDP's
  * bucket launches). A mark first synchronizes the tape's stream (waits for its queued work, up

@@ -280,6 +280,7 @@ void mpt_tape_reset(mpt_tape *tape, uint64_t seed) {
     tape->remaining[i] = 0;
   }
   tape->backward_done = 0;
+  if (tape->prof) (void)mpt__tape_profile_mark(tape->prof, NULL); /* no stream wait: no error */
   tape->seed = seed;
   tape->seed_counter = 0;
 }
