@@ -649,8 +649,10 @@ static mpt_status run_backward(mpt_tape *tape, mpt_var *loss, float scale,
   MPT_RETURN_IF(mpt_op_fill(tape->stream, dloss, 1, scale));
   for (int i = 0; i < tape->nparams; i++) tape->remaining[i] = tape->uses[i];
   double t_ms = 0; /* profiling: the end of the last timed interval */
-  if (tape->prof) MPT_RETURN_IF(mpt__tape_profile_mark(tape->prof, tape->stream));
-  if (tape->prof) t_ms = mpt_time_ms();
+  if (tape->prof) {
+    MPT_RETURN_IF(mpt__tape_profile_mark(tape->prof, tape->stream)); /* forward's work done */
+    t_ms = mpt_time_ms();
+  }
 
   /* Every node, the ones after the loss too: they got no gradient, but their parameter uses
    * must be released for the hook to fire. */
