@@ -204,6 +204,14 @@ for np in 1 2; do
     grep -Eq "$row" "$tmp/prof$np.log" || missing="$missing '$row'"
   done
   if [ "$np" -eq 2 ]; then grep -q "grad-ready hooks" "$tmp/prof$np.log" || missing="$missing hooks"; fi
+  # how each rank was launched, and the configuration once (the mlp/cnn trainer's lines)
+  [ "$(grep -c "^mpitrain: rank [0-9]/$np local rank [0-9] host .* launcher" "$tmp/prof$np.log")" \
+    -eq "$np" ] || missing="$missing rank-lines"
+  [ "$(grep -c "configuration: schedule cosine to 0 over 3 steps, warm-up 2 steps from lr / 3" \
+    "$tmp/prof$np.log")" -eq 1 ] || missing="$missing configuration"
+  # --warmup-steps 5 over 3 steps: warned once, by rank 0 (every rank warned before)
+  [ "$(grep -c "warmup-steps 5 is not below the run's 3 steps" "$tmp/prof$np.log")" -eq 1 ] ||
+    missing="$missing one-warm-up-warning"
   if [ $rc -eq 0 ] && [ -z "$missing" ]; then
     ok
   else
@@ -267,8 +275,15 @@ expect 2 "needs --shards" "no --shards" -- "$prog" train --model gpt-mini
 expect 2 "not a multiple of --n-head" "C not a multiple of H" -- \
   "$prog" train --model gpt --n-embd 30 --n-head 4 --shards x
 expect 2 "is a preset" "sizes with a preset" -- "$prog" train --model gpt2 --n-layer 2 --shards x
-expect 2 "need --model gpt" "GPT option with the MLP" -- "$prog" train --model mlp --shards x
-expect 2 "need --model gpt" "--profile with the MLP" -- "$prog" train --model mlp --profile
+expect 2 "^mpitrain: --shards needs --model gpt" "GPT option with the MLP" -- \
+  "$prog" train --model mlp --shards x
+expect 2 "^mpitrain: --profile needs --model gpt" "--profile with the MLP" -- \
+  "$prog" train --model mlp --profile
+expect 2 "Quote it, as in --shards 'DIR/train_\*.bin'" "a shard glob the shell expanded" -- \
+  "$prog" train $tiny --shards "$tmp/shards/train_000000.bin" "$tmp/shards/val_000000.bin"
+# shellcheck disable=SC2086
+expect 0 "give --max-steps 2 or more for a table" "--profile with one step: warned at the start" -- \
+  "$prog" train $run_args --max-steps 1 --profile
 expect 2 "unknown model 'gpt3'" "unknown model" -- "$prog" train --model gpt3
 
 echo "$pass passed, $fail failed"

@@ -39,6 +39,15 @@ mpt_status trainer_log_setup(trainer *t) {
   return MPT_OK;
 }
 
+void trainer_log_rank_line(mpt_comm *comm, mpt_device device, int quiet) {
+  char devname[32];
+  if (quiet) return;
+  fprintf(stderr, "mpitrain: rank %d/%d local rank %d host %s device %s launcher %s\n",
+          mpt_comm_rank(comm), mpt_comm_world_size(comm), mpt_comm_local_rank(comm),
+          mpt_comm_hostname(comm), mpt_device_str(device, devname, sizeof devname),
+          mpt_launcher_name(mpt_comm_launcher(comm)));
+}
+
 void trainer_log_failure_note(trainer *t, mpt_status st) {
   if (!t->o->log_file[0] || t->terminal_fd <= 2) return;
   dprintf(t->terminal_fd, "mpitrain [rank %d/%d] error: %s: %s (log: %s.%d)\n", t->rank, t->world,

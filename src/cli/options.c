@@ -151,7 +151,8 @@ const char *mpt_cli_usage(void) {
          "  --weight-decay F           L2 weight decay (default 0.0005)\n"
          "  --no-decay-bias-norm       no weight decay on biases and norm parameters (1-D)\n"
          "  --schedule constant|step|cosine   learning-rate schedule (default cosine)\n"
-         "  --warmup-steps N           linear warm-up steps (default 0)\n"
+         "  --warmup-steps N           linear warm-up from lr / 3 to lr over N steps, as\n"
+         "                             PyTorch's LinearLR (default 0)\n"
          "  --step-size N, --gamma F   step schedule (default 1 epoch, 0.1)\n"
          "  --min-lr F                 cosine final learning rate (default 0)\n"
          "  --seed N                   seed of initialisation, shuffling, dropout (default 1)\n"
@@ -397,7 +398,7 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
    * GPT defaults apply only where the user said nothing */
   int64_t gpt_size[5] = {0, 0, 0, 0, 0}; /* layers, heads, channels, seq len, vocab */
   int given_opt = 0, given_lr = 0, given_wd = 0, given_batch = 0, given_epochs = 0;
-  int given_gpt_only = 0;
+  const char *given_gpt_only = NULL; /* the first GPT-only option given */
   const char *given_not_gpt = NULL; /* the first mlp/cnn-only option given */
   for (;;) {
     int longindex = -1;
@@ -630,44 +631,44 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
       case OPT_VOCAB_SIZE: {
         static const int64_t hi[5] = {1024, 1024, 1 << 16, 1 << 20, 65536};
         int k = c - OPT_N_LAYER;
-        given_gpt_only = 1;
+        if (!given_gpt_only) given_gpt_only = name;
         if (!(r = parse_i64(name, a, 1, hi[k], &i64, msg, n))) gpt_size[k] = i64;
         break;
       }
       case OPT_SHARDS:
-        given_gpt_only = 1;
+        if (!given_gpt_only) given_gpt_only = name;
         r = copy_str(name, a, o->shards, sizeof o->shards, msg, n);
         break;
       case OPT_VAL_SHARDS:
-        given_gpt_only = 1;
+        if (!given_gpt_only) given_gpt_only = name;
         r = copy_str(name, a, o->val_shards, sizeof o->val_shards, msg, n);
         break;
       case OPT_INIT_FROM:
-        given_gpt_only = 1;
+        if (!given_gpt_only) given_gpt_only = name;
         r = copy_str(name, a, o->init_from, sizeof o->init_from, msg, n);
         break;
       case OPT_SAVE_MODEL:
-        given_gpt_only = 1;
+        if (!given_gpt_only) given_gpt_only = name;
         r = copy_str(name, a, o->save_model, sizeof o->save_model, msg, n);
         break;
       case OPT_GRAD_CLIP:
-        given_gpt_only = 1;
+        if (!given_gpt_only) given_gpt_only = name;
         if (!(r = parse_f64(name, a, 0, 1e9, &f64, msg, n))) o->grad_clip = f64;
         break;
       case OPT_VAL_EVERY:
-        given_gpt_only = 1;
+        if (!given_gpt_only) given_gpt_only = name;
         if (!(r = parse_i64(name, a, 0, INT64_C(1) << 40, &i64, msg, n))) o->val_every = i64;
         break;
       case OPT_VAL_STEPS:
-        given_gpt_only = 1;
+        if (!given_gpt_only) given_gpt_only = name;
         if (!(r = parse_i64(name, a, 1, INT64_C(1) << 40, &i64, msg, n))) o->val_steps = i64;
         break;
       case OPT_PROFILE:
-        given_gpt_only = 1;
+        if (!given_gpt_only) given_gpt_only = name;
         o->profile = 1;
         break;
       case OPT_LOG_EVERY:
-        given_gpt_only = 1;
+        if (!given_gpt_only) given_gpt_only = name;
         if (!(r = parse_i64(name, a, 1, INT64_C(1) << 40, &i64, msg, n))) o->log_every = i64;
         break;
       case OPT_HELP:
@@ -690,7 +691,13 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
     if (r) return MPT_CLI_EXIT_USAGE;
   }
   if (optind < sub_argc) {
-    fail(msg, n, "unexpected argument '%s'", sub_argv[optind]);
+    const char *extra = sub_argv[optind];
+    const size_t len = strlen(extra);
+    if (len > 4 && strcmp(extra + len - 4, ".bin") == 0) /* the shell expanded a shard glob */
+      fail(msg, n, "unexpected argument '%s': an unquoted --shards or --val-shards glob that the "
+           "shell expanded? Quote it, as in --shards 'DIR/train_*.bin'", extra);
+    else
+      fail(msg, n, "unexpected argument '%s'", extra);
     return MPT_CLI_EXIT_USAGE;
   }
   if (o->optim.nesterov && (o->optim.momentum <= 0 || o->optim.dampening != 0)) {
@@ -735,10 +742,8 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
     o->optim.beta2 = 0.95f;
     o->no_decay_bias_norm = 1;
   } else if (given_gpt_only) {
-    fail(msg, n, "--n-layer, --n-head, --n-embd, --seq-len, --vocab-size, --shards, --val-shards, "
-         "--init-from, --save-model, --grad-clip, --val-every, --val-steps, --log-every and "
-         "--profile need "
-         "--model gpt, gpt-mini or gpt2");
+    fail(msg, n, "--%s needs --model gpt, gpt-mini or gpt2: it applies to language models only, "
+         "not to --model %s", given_gpt_only, o->model);
     return MPT_CLI_EXIT_USAGE;
   }
   o->ddp.timeout_ms = o->timeout_s * 1e3;

@@ -641,12 +641,7 @@ static mpt_status train_run(trainer *t) {
     if (t->dp) mpt_dp_set_trace(t->dp, t->trace);
   }
 
-  char devname[32];
-  if (!o->quiet)
-    fprintf(stderr, "mpitrain: rank %d/%d local rank %d host %s device %s launcher %s\n",
-            t->rank, t->world, mpt_comm_local_rank(t->comm), mpt_comm_hostname(t->comm),
-            mpt_device_str(t->device, devname, sizeof devname),
-            mpt_launcher_name(mpt_comm_launcher(t->comm)));
+  trainer_log_rank_line(t->comm, t->device, o->quiet);
   mpt_log(MPT_LOG_INFO,
           "model %s: %" PRId64 " parameters; %" PRId64 " training and %" PRId64
           " test samples; batch %" PRId64 " per rank x %d rank(s) x %d micro-batch(es); "

@@ -186,6 +186,17 @@ static void warn_unused(const mpt_cli_options *o, const char *name, const char *
   if (given(o, name)) mpt_log(MPT_LOG_WARN, "--%s has no effect: %s", name, why);
 }
 
+void trainer_schedule_str(const mpt_lr_schedule *s, char *sched, size_t n) {
+  if (s->kind == MPT_LR_STEP)
+    snprintf(sched, n, "step (x%g every %" PRId64 " steps)", (double)s->gamma,
+             (int64_t)s->step_size);
+  else if (s->kind == MPT_LR_COSINE)
+    snprintf(sched, n, "cosine to %g over %" PRId64 " steps", (double)s->min_lr,
+             (int64_t)s->total_steps);
+  else
+    snprintf(sched, n, "constant");
+}
+
 void trainer_log_configuration(trainer *t) {
   const mpt_cli_options *o = t->o;
   if (t->rank != 0) return;
@@ -235,14 +246,7 @@ void trainer_log_configuration(trainer *t) {
              (double)o->optim.lr);
   char sched[256];
   const mpt_lr_schedule *s = &t->schedule;
-  if (s->kind == MPT_LR_STEP)
-    snprintf(sched, sizeof sched, "step (x%g every %" PRId64 " steps)", (double)s->gamma,
-             (int64_t)s->step_size);
-  else if (s->kind == MPT_LR_COSINE)
-    snprintf(sched, sizeof sched, "cosine to %g over %" PRId64 " steps", (double)s->min_lr,
-             (int64_t)s->total_steps);
-  else
-    snprintf(sched, sizeof sched, "constant");
+  trainer_schedule_str(s, sched, sizeof sched);
   mpt_log(MPT_LOG_INFO,
           "configuration: model %s%s%s%s, dropout %g; %s, weight decay %g%s; schedule "
           "%s, warm-up %" PRId64 " steps; %" PRId64 " epoch(s) x %" PRId64 " steps, batch %"

@@ -306,7 +306,7 @@ static mpt_status setup(gpt_trainer *g) {
     mpt_status sst = trainer_opt_whole_done(g->ddp, g->opt, whole, st == MPT_OK);
     MPT_RETURN_IF(st);
     MPT_RETURN_IF(sst);
-    if (meta.world_size != g->world)
+    if (meta.world_size != g->world && g->rank == 0)
       mpt_log(MPT_LOG_WARN, "--resume: the checkpoint was written by %d ranks, this run has %d: "
               "the windows of the rest of the epoch are dealt differently", meta.world_size,
               g->world);
@@ -325,7 +325,7 @@ static mpt_status setup(gpt_trainer *g) {
     return MPT_FAIL(MPT_EINVAL, "--accumulate %d: an epoch has only %lld window(s) of B T + 1 "
                     "tokens per rank", o->accumulate,
                     (long long)mpt_token_loader_num_steps(g->train_loader));
-  if (o->max_steps > per_epoch)
+  if (o->max_steps > per_epoch && g->rank == 0) /* the same on every rank: warned once */
     mpt_log(MPT_LOG_WARN, "--max-steps %lld is more than the %lld steps of an epoch (windows of "
             "B T + 1 tokens per rank): the run ends after %lld epoch(s) of %lld steps (--epochs)",
             (long long)o->max_steps, (long long)per_epoch, (long long)o->epochs,
@@ -337,13 +337,18 @@ static mpt_status setup(gpt_trainer *g) {
   g->sched.total_steps = g->total_steps;
   if (g->sched.kind == MPT_LR_STEP && g->sched.step_size == 0) g->sched.step_size = per_epoch;
   if (g->sched.kind == MPT_LR_COSINE && g->sched.total_steps <= g->sched.warmup_steps) {
-    mpt_log(MPT_LOG_WARN, "--warmup-steps %lld is not below the run's %lld steps: the warm-up "
-            "takes %lld", (long long)g->sched.warmup_steps, (long long)g->total_steps,
-            (long long)(g->total_steps - 1));
+    if (g->rank == 0)
+      mpt_log(MPT_LOG_WARN, "--warmup-steps %lld is not below the run's %lld steps: the warm-up "
+              "takes %lld", (long long)g->sched.warmup_steps, (long long)g->total_steps,
+              (long long)(g->total_steps - 1));
     g->sched.warmup_steps = g->total_steps - 1;
   }
+  if (o->profile && g->total_steps - g->k < 2 && g->rank == 0)
+    mpt_log(MPT_LOG_WARN, "--profile times the steps after the first, and this run takes %lld: "
+            "give --max-steps 2 or more for a table", (long long)(g->total_steps - g->k));
   MPT_RETURN_IF(mpt_lr_schedule_validate(&g->sched));
   char devname[32];
+  trainer_log_rank_line(g->comm, g->device, o->quiet);
   mpt_log(MPT_LOG_INFO, "model %s: %d layers, %d heads, %d channels, T %d, vocabulary %d (padded "
           "%d): %lld parameters; %d rank%s on %s%s%s, B %lld per rank x %d micro-batch(es), %lld "
           "windows, %lld steps",
@@ -354,6 +359,14 @@ static mpt_status setup(gpt_trainer *g) {
           g->grad_comm ? mpt_comm_backend_name(mpt_comm_backend_kind(g->grad_comm)) : "",
           (long long)o->batch_size, o->accumulate,
           (long long)mpt_token_data_num_windows(g->train_data), (long long)g->total_steps);
+  char sched[256];
+  trainer_schedule_str(&g->sched, sched, sizeof sched);
+  char warm[64] = "no warm-up";
+  if (g->sched.warmup_steps > 0)
+    snprintf(warm, sizeof warm, "warm-up %lld steps from lr / 3", (long long)g->sched.warmup_steps);
+  mpt_log(MPT_LOG_INFO, "configuration: schedule %s, %s; seed %llu; timeout %g s; checkpoints "
+          "%s%s", sched, warm, (unsigned long long)o->seed, o->timeout_s,
+          o->checkpoint_dir[0] ? o->checkpoint_dir : "off", o->profile ? "; --profile on" : "");
   return trainer_memory_report(g->comm, "at start", g->model, g->opt, g->ddp, 0);
 }
 

@@ -120,6 +120,9 @@ mpt_status trainer_resume(trainer *t);
 /* After the comm is up: --log-file (this rank's stdout and stderr to FILE.RANK, info lines on
  * every rank), --quiet (warnings and errors only). Errors: MPT_EIO naming the file. */
 mpt_status trainer_log_setup(trainer *t);
+/* Every rank's line of how it was launched: rank, world, local rank, host, device, launcher
+ * (stderr; nothing with --quiet). */
+void trainer_log_rank_line(mpt_comm *comm, mpt_device device, int quiet);
 /* Rank 0, stderr not a terminal: one progress line (steps, samples/s, ETA) at most every
  * --progress-interval seconds. `sums` are this epoch's (loss * rows, correct, rows) so far. */
 void trainer_progress_line(trainer *t, int64_t epoch, int64_t step, const float *sums);
@@ -153,6 +156,8 @@ mpt_status trainer_check_run_options(const mpt_cli_options *o);
 /* Warnings (rank 0) for options given on the command line that have no effect in this run, and
  * one log line with the effective configuration. */
 void trainer_log_configuration(trainer *t);
+/* The schedule in words ("cosine to 0 over 500 steps"), into sched[n] (train_auto.c). */
+void trainer_schedule_str(const mpt_lr_schedule *s, char *sched, size_t n);
 
 /* --profile: logs the tape's op times (mpt_tape_op_times) as a table, per step over `steps`
  * profiled steps that took `wall_ms` in all, sorted by total time, with the rest of the step

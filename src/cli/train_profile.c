@@ -13,8 +13,8 @@ static int by_total_desc(const void *a, const void *b) {
 }
 
 void trainer_report_op_times(const mpt_tape *tape, int64_t steps, double wall_ms) {
-  if (steps < 1) {
-    mpt_log(MPT_LOG_WARN, "--profile: no step after the first was run, so no op was timed");
+  if (steps < 1) { /* warned at the start when the run was known to be this short */
+    mpt_log(MPT_LOG_INFO, "--profile: no step after the first was run, so no op was timed");
     return;
   }
   mpt_op_time rows[MPT_TAPE_PROFILE_MAX_OPS];
