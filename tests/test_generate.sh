@@ -5,8 +5,8 @@
 # logits are wte[:, 0] whatever the input: greedy (--temperature 0) writes only 'B'; --top-k 1
 # only 'B'; --top-k 2 only 'B' and 'C' (each about half); without top-k the other bytes hold
 # 254 / (254 + e^5 + e^4.9) = 47 % of the mass and appear. The same seed gives the same text, another
-# seed another; bad uses exit 2, a missing or malformed file 1. Needs python3 to write the
-# file (skipped without it). Prints "N passed, N failed".
+# seed another; under mpirun -np 2 the text once; bad uses exit 2, a missing or malformed file 1.
+# Needs python3 to write the file (skipped without it). Prints "N passed, N failed".
 set -u
 prog=${MPITRAIN:-./mpitrain}
 command -v python3 > /dev/null 2>&1 || { echo "no python3: skipped"; exit 77; }
@@ -49,6 +49,14 @@ nother=$(tr -d 'BC' < "$tmp/all.txt" | wc -c) # 2 newlines + about 47 % of 300
 [ "$nother" -gt 90 ] && [ "$nother" -lt 200 ] && ok || bad "no top-k: $nother other bytes of 300"
 gen --tokens 300 --seed 5 | cmp -s - "$tmp/all.txt" && ok || bad "the same seed gave other text"
 gen --tokens 300 --seed 6 | cmp -s - "$tmp/all.txt" && bad "another seed gave the same text" || ok
+# under mpirun -np 2 only rank 0 generates: the same text once (it was printed by every rank)
+srcdir=${srcdir:-.}
+if command -v mpirun > /dev/null 2>&1; then
+  "$srcdir/tests/mpirun.sh" 2 60 "$prog" generate --model-file "$tmp/m.bin" --tokens 300 \
+    --seed 5 > "$tmp/np2.txt" 2> "$tmp/np2.err"
+  cmp -s "$tmp/np2.txt" "$tmp/all.txt" && ok ||
+    bad "mpirun -np 2 generate: $(wc -c < "$tmp/np2.txt") bytes, not the 1-process text"
+fi
 # bad uses
 expect() { # STATUS PATTERN -- ARGS...
   want=$1 pattern=$2

@@ -17,6 +17,12 @@
 int main(int argc, char **argv) {
   static mpt_cli_options opts;
   static char msg[8192];
+  /* tokenize and generate are one-process commands: under mpirun -np N (or srun) rank 0 does
+   * the work and the other ranks exit at once (N copies of the text, or N writers racing on
+   * one output folder, before) */
+  const int single = argc > 1 && (strcmp(argv[1], "tokenize") == 0 ||
+                                  strcmp(argv[1], "generate") == 0);
+  if (single && mpt_cli_launcher_rank() > 0) return 0;
   if (argc > 1 && strcmp(argv[1], "tokenize") == 0) /* issue 13: text to token shards */
     return mpt_cli_tokenize(argc - 1, argv + 1);
   if (argc > 1 && strcmp(argv[1], "generate") == 0) /* issue 13: sample from a GPT model file */
