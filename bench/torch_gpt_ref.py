@@ -25,7 +25,8 @@ Timing: --warmup steps, a barrier, --steps timed steps, a barrier. Prints one li
 `torch tokens_per_sec=<all ranks' timed tokens / timed seconds> ...` and writes --json:
 tokens/s, per-step times of rank 0, FLOPs per token as llm.c counts them (6 N + 6 L C T, N the
 parameter count including the padded rows of wte), the losses, and every rank's peak resident
-memory (getrusage ru_maxrss).
+memory (getrusage ru_maxrss). --profile prints rank 0's torch.profiler table of the timed steps (by self
+CPU time), to set beside mpitrain's `--profile`.
 """
 import argparse
 import glob
@@ -129,10 +130,14 @@ def run(rank, args, cfg, q):
     total = args.warmup + args.steps
     losses, step_s = [], []
     t0 = None
+    prof = None  # --profile: torch.profiler over the timed steps, rank 0
     for step in range(total):
         if step == args.warmup:
             if world > 1:
                 dist.barrier()
+            if args.profile and rank == 0:
+                prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+                prof.__enter__()
             t0 = time.perf_counter()
         ts = time.perf_counter()
         w = int(mine[step % mine.numel()])
@@ -152,6 +157,11 @@ def run(rank, args, cfg, q):
     if world > 1:
         dist.barrier()
     seconds = time.perf_counter() - t0
+    if prof is not None:
+        prof.__exit__(None, None, None)
+        print(f"# torch.profiler, rank 0, {args.steps} timed steps (self CPU time, the ops that "
+              f"did the work; profiling slows the steps):", flush=True)
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=18), flush=True)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     q.put((rank, rss, seconds, step_s, losses, nparams))
     if world > 1:
@@ -180,6 +190,8 @@ def main():
     p.add_argument("--shards", required=True, help="glob of llm.c token shards")
     p.add_argument("--port", type=int, default=29561)
     p.add_argument("--json")
+    p.add_argument("--profile", action="store_true",
+                   help="rank 0: torch.profiler's table of the timed steps (slows them)")
     args = p.parse_args()
     if args.attn == "auto":
         args.attn = "sdpa" if hasattr(F, "scaled_dot_product_attention") else "manual"
