@@ -283,6 +283,7 @@ for _log in "$out"/mpitrain_*_r1.log; do
   grep -q "op times on this rank" "$_log" || continue
   echo
   echo "# mpitrain --profile, $(basename "$_log" _r1.log | sed 's/^mpitrain_//'), repeat 1:"
-  sed -n '/op times on this rank/,/rest of the step/p' "$_log" | sed 's/^mpitrain[^:]*: //'
+  { sed -n '/op times on this rank/,/rest of the step/p' "$_log"
+    grep -h "GEMMs inside the ops" "$_log"; } | sed 's/^mpitrain[^:]*: //'
 done
 exit $_st

@@ -8,7 +8,9 @@
  *   wall time of the passes (the intervals partition it): under load the figures only grow,
  *   and both bounds still hold;
  * - mpt_tape_clear_op_times empties the rows, profiling off drops them, a forward with
- *   gradients disabled times nothing, and names are cut to MPT_OP_NAME_MAX - 1 bytes. */
+ *   gradients disabled times nothing, and names are cut to MPT_OP_NAME_MAX - 1 bytes;
+ * - mpt_op_gemm_counting counts calls and 2 m n k FLOPs exactly while on, nothing while off,
+ *   and starts from zero when turned on again. */
 #include <check.h>
 #include <string.h>
 #include <time.h>
@@ -16,6 +18,7 @@
 #include "mpitrain/autograd.h"
 #include "mpitrain/core.h"
 #include "mpitrain/nn.h"
+#include "mpitrain/ops.h"
 
 #define OK(expr)                                                                          \
   do {                                                                                    \
@@ -197,6 +200,32 @@ START_TEST(test_long_names_are_cut) {
 }
 END_TEST
 
+START_TEST(test_gemm_counting) {
+  float a[4 * 6], b[6 * 5], c[4 * 5];
+  for (int i = 0; i < 24; i++) a[i] = (float)i;
+  for (int i = 0; i < 30; i++) b[i] = 1.0f;
+  int64_t calls = -1;
+  double ms = -1, flop = -1;
+  mpt_op_gemm_counting(1);
+  for (int r = 0; r < 3; r++)
+    OK(mpt_op_gemm(NULL, 0, 0, 4, 5, 6, 1.0f, a, 6, b, 5, 0.0f, c, 5));
+  mpt_op_gemm_counted(&calls, &ms, &flop);
+  ck_assert_int_eq(calls, 3);
+  ck_assert(flop == 3 * 2.0 * 4 * 5 * 6);
+  ck_assert(ms >= 0);
+  ck_assert(c[0] == 15.0f); /* row 0 of a sums 0..5 */
+  mpt_op_gemm_counting(0); /* off: not counted, totals kept */
+  OK(mpt_op_gemm(NULL, 0, 0, 4, 5, 6, 1.0f, a, 6, b, 5, 0.0f, c, 5));
+  mpt_op_gemm_counted(&calls, NULL, NULL);
+  ck_assert_int_eq(calls, 3);
+  mpt_op_gemm_counting(1); /* on again: from zero */
+  mpt_op_gemm_counted(&calls, &ms, &flop);
+  ck_assert_int_eq(calls, 0);
+  ck_assert(ms == 0 && flop == 0);
+  mpt_op_gemm_counting(0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("tape_profile");
   TCase *tc = tcase_create("profile");
@@ -204,6 +233,7 @@ int main(void) {
   tcase_add_test(tc, test_counts_and_times_bound_the_sleeps);
   tcase_add_test(tc, test_clear_off_and_no_grad);
   tcase_add_test(tc, test_long_names_are_cut);
+  tcase_add_test(tc, test_gemm_counting);
   suite_add_tcase(s, tc);
   SRunner *r = srunner_create(s);
   srunner_run_all(r, CK_NORMAL);

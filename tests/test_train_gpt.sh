@@ -190,7 +190,8 @@ fi
 
 # --profile: the op table after the run, with each op's nodes per step exact for 2 layers
 # (linear_nd: qkv, attproj, fcproj per layer and the head; add and layernorm: the fused
-# add + LayerNorm records both, plus ln1 of the first block), over the steps after the first;
+# add + LayerNorm records both, plus ln1 of the first block), over the steps after the first,
+# and the GEMMs inside them (9 linears x forward, dX, dW = 27 mpt_op_gemm calls per step);
 # on 2 ranks DDP's bucket launches appear as the grad-ready hooks' row.
 for np in 1 2; do
   if [ "$np" -eq 1 ]; then launch="$prog"; else launch="$srcdir/tests/mpirun.sh 2 60 $prog"; fi
@@ -200,7 +201,8 @@ for np in 1 2; do
   missing=""
   for row in "linear_nd +7.0 " "linear_gelu +2.0 " "causal_attention +2.0 " "add +4.0 " \
              "layernorm +5.0 " "embedding_gpt +1.0 " "cross_entropy_vocab +1.0 " "all ops " \
-             "rest of the step " "mean of 2 steps after the first"; do
+             "rest of the step " "mean of 2 steps after the first" \
+             "GEMMs inside the ops +27.0 .*GFLOP/s"; do
     grep -Eq "$row" "$tmp/prof$np.log" || missing="$missing '$row'"
   done
   if [ "$np" -eq 2 ]; then grep -q "grad-ready hooks" "$tmp/prof$np.log" || missing="$missing hooks"; fi

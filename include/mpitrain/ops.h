@@ -39,6 +39,16 @@ MPT_API mpt_status mpt_op_gemm(mpt_stream *stream, int trans_a, int trans_b, int
                                int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                                const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 
+/* GEMM accounting, for profiles: while counting is on, every mpt_op_gemm on the CPU adds its
+ * wall time (mpt_time_ms) and its 2 m n k FLOPs to process-wide totals. Any thread may call
+ * (atomic totals; calls running at once on several threads each add their own time). Not
+ * counted: GEMMs on CUDA streams (asynchronous: host time would be the launch), and products
+ * the fused ops make inside (mpt_op_causal_attention's). mpt_op_gemm_counting(1) zeroes the
+ * totals and starts counting, (0) stops; mpt_op_gemm_counted reads them (any pointer may be
+ * NULL). Cost while on: two clock reads per call. */
+MPT_API void mpt_op_gemm_counting(int on);
+MPT_API void mpt_op_gemm_counted(int64_t *calls, double *ms, double *flop);
+
 /* x[i] = value. */
 MPT_API mpt_status mpt_op_fill(mpt_stream *stream, float *x, int64_t count, float value);
 /* dst[i] = src[i] (same device; the ranges must not overlap). */

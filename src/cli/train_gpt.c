@@ -69,6 +69,8 @@ typedef struct gpt_trainer {
   double fwd_s, bwd_s, opt_s; /* summed over the steps (this rank) */
   double prof_s;              /* --profile: wall time of the profiled steps */
   int64_t prof_steps;         /* --profile: steps profiled (every step after the first) */
+  int64_t gemm_calls;         /* --profile: mpt_op_gemm calls in the profiled steps, */
+  double gemm_ms, gemm_flop;  /* their time and FLOPs (mpt_op_gemm_counted) */
 } gpt_trainer;
 
 static double now_s(void) {
@@ -318,7 +320,10 @@ static mpt_status setup(gpt_trainer *g) {
   }
   MPT_RETURN_IF(mpt_tape_init(&g->tape, g->model, g->stream));
   MPT_RETURN_IF(trainer_set_precision(g->tape, o->precision));
-  if (o->profile) MPT_RETURN_IF(mpt_tape_set_profiling(g->tape, 1));
+  if (o->profile) {
+    MPT_RETURN_IF(mpt_tape_set_profiling(g->tape, 1));
+    mpt_op_gemm_counting(1);
+  }
 
   int64_t per_epoch = mpt_token_loader_num_steps(g->train_loader) / o->accumulate;
   if (per_epoch < 1)
@@ -515,6 +520,9 @@ static mpt_status run(gpt_trainer *g) {
       float loss = 0, norm = NAN;
       int ended = 0;
       const double t_step = now_s();
+      int64_t calls0 = 0, calls1 = 0;
+      double ms0 = 0, ms1 = 0, flop0 = 0, flop1 = 0;
+      if (o->profile) mpt_op_gemm_counted(&calls0, &ms0, &flop0);
       MPT_RETURN_IF(step(g, k, &loss, &norm, &ended));
       if (ended) break;
       if (o->profile && k == k0) { /* the first step (arena growth, page faults) is not timed */
@@ -522,6 +530,10 @@ static mpt_status run(gpt_trainer *g) {
       } else if (o->profile) {
         g->prof_s += now_s() - t_step;
         g->prof_steps++;
+        mpt_op_gemm_counted(&calls1, &ms1, &flop1); /* this step's, validation's not */
+        g->gemm_calls += calls1 - calls0;
+        g->gemm_ms += ms1 - ms0;
+        g->gemm_flop += flop1 - flop0;
       }
       g->k = ++k;
       interval_steps++;
@@ -579,7 +591,11 @@ static mpt_status run(gpt_trainer *g) {
             100 * flops * (double)(k * tokens_per_step) / elapsed * 1e-9 / peak);
   }
   report_ddp(g);
-  if (o->profile) trainer_report_op_times(g->tape, g->prof_steps, g->prof_s * 1e3);
+  if (o->profile) {
+    mpt_op_gemm_counting(0);
+    trainer_report_op_times(g->tape, g->prof_steps, g->prof_s * 1e3, g->gemm_calls, g->gemm_ms,
+                            g->gemm_flop);
+  }
   if (g->rank == 0 && o->save_model[0]) {
     MPT_RETURN_IF(mpt_gpt_save(g->model, &g->cfg, o->save_model));
     mpt_log(MPT_LOG_INFO, "model written to %s", o->save_model);

@@ -160,9 +160,11 @@ void trainer_log_configuration(trainer *t);
 void trainer_schedule_str(const mpt_lr_schedule *s, char *sched, size_t n);
 
 /* --profile: logs the tape's op times (mpt_tape_op_times) as a table, per step over `steps`
- * profiled steps that took `wall_ms` in all, sorted by total time, with the rest of the step
- * (train_profile.c). */
-void trainer_report_op_times(const mpt_tape *tape, int64_t steps, double wall_ms);
+ * profiled steps that took `wall_ms` in all, sorted by total time, with the rest of the step,
+ * and the GEMMs inside the ops (mpt_op_gemm_counted over those steps: calls, ms, FLOPs; none
+ * counted on a GPU) (train_profile.c). */
+void trainer_report_op_times(const mpt_tape *tape, int64_t steps, double wall_ms,
+                             int64_t gemm_calls, double gemm_ms, double gemm_flop);
 /* --precision: sets the tape's arithmetic (fp32: nothing to do); bf16 fails with the reason
  * where the device cannot run it natively (train_precision.c). */
 mpt_status trainer_set_precision(mpt_tape *tape, mpt_precision precision);

@@ -12,7 +12,8 @@ static int by_total_desc(const void *a, const void *b) {
   return tx < ty ? 1 : tx > ty ? -1 : 0;
 }
 
-void trainer_report_op_times(const mpt_tape *tape, int64_t steps, double wall_ms) {
+void trainer_report_op_times(const mpt_tape *tape, int64_t steps, double wall_ms,
+                             int64_t gemm_calls, double gemm_ms, double gemm_flop) {
   if (steps < 1) { /* warned at the start when the run was known to be this short */
     mpt_log(MPT_LOG_INFO, "--profile: no step after the first was run, so no op was timed");
     return;
@@ -38,4 +39,8 @@ void trainer_report_op_times(const mpt_tape *tape, int64_t steps, double wall_ms
   mpt_log(MPT_LOG_INFO, "  %-24s %8s %11s %11s %10.2f %7.1f%%",
           "rest of the step", "", "", "", step_ms - fwd - bwd,
           100 * (step_ms - fwd - bwd) / step_ms);
+  if (gemm_calls > 0) /* CPU only: a GPU's GEMMs are asynchronous and not counted */
+    mpt_log(MPT_LOG_INFO, "  %-24s %8.1f %11s %11s %10.2f %7.1f%%  (%.1f GFLOP/s)",
+            "GEMMs inside the ops", (double)gemm_calls * per, "", "", gemm_ms * per,
+            100 * gemm_ms * per / step_ms, gemm_ms > 0 ? gemm_flop / gemm_ms * 1e-6 : 0.0);
 }

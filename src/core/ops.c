@@ -7,6 +7,7 @@
  * for everything it must touch, a resolved geometry, and at least one element of work (except
  * gemm with k == 0, where C = beta * C, and sum, whose empty result 0 must still be written).
  * Runs on the calling thread; the wrappers keep no state. */
+#include <stdatomic.h>
 #include <string.h>
 
 #include "core/backend.h"
@@ -99,6 +100,25 @@ mpt_status mpt_op_memcpy(mpt_stream *stream, mpt_device dst_device, void *dst,
   DISPATCH(memcpy, dst_device, dst, src_device, src, nbytes);
 }
 
+/* mpt_op_gemm_counting's totals: nanoseconds and FLOPs as integers (atomic adds). */
+static atomic_int gemm_counting;
+static atomic_int_fast64_t gemm_calls, gemm_ns, gemm_flop;
+
+void mpt_op_gemm_counting(int on) {
+  atomic_store(&gemm_counting, 0);
+  if (!on) return;
+  atomic_store(&gemm_calls, 0);
+  atomic_store(&gemm_ns, 0);
+  atomic_store(&gemm_flop, 0);
+  atomic_store(&gemm_counting, 1);
+}
+
+void mpt_op_gemm_counted(int64_t *calls, double *ms, double *flop) {
+  if (calls) *calls = (int64_t)atomic_load(&gemm_calls);
+  if (ms) *ms = 1e-6 * (double)atomic_load(&gemm_ns);
+  if (flop) *flop = (double)atomic_load(&gemm_flop);
+}
+
 mpt_status mpt_op_gemm(mpt_stream *stream, int trans_a, int trans_b, int64_t m, int64_t n,
                        int64_t k, float alpha, const float *a, int64_t lda, const float *b,
                        int64_t ldb, float beta, float *c, int64_t ldc) {
@@ -112,6 +132,16 @@ mpt_status mpt_op_gemm(mpt_stream *stream, int trans_a, int trans_b, int64_t m, 
     REQUIRE_PTR(a);
     REQUIRE_PTR(b);
     MPT_RETURN_IF(check_lds(__func__, trans_a, trans_b, m, n, k, lda, ldb));
+  }
+  if (atomic_load_explicit(&gemm_counting, memory_order_relaxed) &&
+      mpt__backend_of_stream(stream) == &mpt__cpu_backend) { /* synchronous: timed here */
+    const double t0 = mpt_time_ms();
+    const mpt_status st = mpt__cpu_backend.gemm(stream, trans_a, trans_b, m, n, k, alpha, a, lda,
+                                                b, ldb, beta, c, ldc);
+    atomic_fetch_add(&gemm_ns, (int_fast64_t)(1e6 * (mpt_time_ms() - t0)));
+    atomic_fetch_add(&gemm_flop, (int_fast64_t)2 * m * n * k);
+    atomic_fetch_add(&gemm_calls, 1);
+    return st;
   }
   DISPATCH(gemm, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
