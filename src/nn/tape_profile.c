@@ -2,8 +2,8 @@
  * table PyTorch's profiler prints by op name, for finding where a training step's time goes.
  *
  * Attribution. Forward: an op computes its output, then records its node; the time from the
- * previous mark (the start of mpt_model_forward, or the previous node's record) to this record
- * is the op's forward. Backward: each node's backward function is timed alone, and the
+ * previous mark (mpt_tape_reset, the start of mpt_model_forward, or the previous node's record)
+ * to this record is the op's forward. Backward: each node's backward function is timed alone, and the
  * grad-ready hooks it releases (DDP's bucket launches) are a row of their own. On a stream that
  * runs asynchronously (CUDA, a CPU worker stream) every mark synchronizes the stream first, so
  * the time is the op's work and not its launch; that serializes the ops while profiling.
@@ -19,7 +19,6 @@
 struct mpt__tape_profile {
   mpt_op_time rows[MPT_TAPE_PROFILE_MAX_OPS];
   int nrows;
-  int64_t dropped; /* nodes whose name found no free row */
   double mark_ms;  /* end of the last attributed interval (mpt_time_ms) */
 };
 
@@ -35,7 +34,6 @@ void mpt__tape_profile_free(mpt__tape_profile *p) { free(p); }
 void mpt__tape_profile_clear(mpt__tape_profile *p) {
   memset(p->rows, 0, sizeof p->rows);
   p->nrows = 0;
-  p->dropped = 0;
   p->mark_ms = mpt_time_ms();
 }
 
@@ -64,11 +62,9 @@ mpt_status mpt__tape_profile_forward(mpt__tape_profile *p, mpt_stream *s, const 
   double t;
   MPT_RETURN_IF(synced_now(s, &t));
   mpt_op_time *r = row_of(p, name);
-  if (r) {
+  if (r) { /* NULL past MPT_TAPE_PROFILE_MAX_OPS names: not counted (nn.h) */
     r->nodes++;
     r->forward_ms += t - p->mark_ms;
-  } else {
-    p->dropped++;
   }
   p->mark_ms = t;
   return MPT_OK;
@@ -81,8 +77,6 @@ mpt_status mpt__tape_profile_backward(mpt__tape_profile *p, mpt_stream *s, const
   if (r) {
     r->backward_nodes++;
     r->backward_ms += *end_ms - start_ms;
-  } else {
-    p->dropped++;
   }
   return MPT_OK;
 }
