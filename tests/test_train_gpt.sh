@@ -209,7 +209,7 @@ for np in 1 2; do
   # how each rank was launched, and the configuration once (the mlp/cnn trainer's lines)
   [ "$(grep -c "^mpitrain: rank [0-9]/$np local rank [0-9] host .* launcher" "$tmp/prof$np.log")" \
     -eq "$np" ] || missing="$missing rank-lines"
-  [ "$(grep -c "configuration: schedule cosine to 0 over 3 steps, warm-up 2 steps from lr / 3" \
+  [ "$(grep -c "configuration: schedule cosine to 0 over 3 steps, warm-up 2 steps from 0.3333 x lr" \
     "$tmp/prof$np.log")" -eq 1 ] || missing="$missing configuration"
   # --warmup-steps 5 over 3 steps: warned once, by rank 0 (every rank warned before)
   [ "$(grep -c "warmup-steps 5 is not below the run's 3 steps" "$tmp/prof$np.log")" -eq 1 ] ||

@@ -368,7 +368,8 @@ static mpt_status setup(gpt_trainer *g) {
   trainer_schedule_str(&g->sched, sched, sizeof sched);
   char warm[64] = "no warm-up";
   if (g->sched.warmup_steps > 0)
-    snprintf(warm, sizeof warm, "warm-up %lld steps from lr / 3", (long long)g->sched.warmup_steps);
+    snprintf(warm, sizeof warm, "warm-up %lld steps from %.4g x lr",
+             (long long)g->sched.warmup_steps, (double)g->sched.warmup_start_factor);
   mpt_log(MPT_LOG_INFO, "configuration: schedule %s, %s; seed %llu; timeout %g s; checkpoints "
           "%s%s", sched, warm, (unsigned long long)o->seed, o->timeout_s,
           o->checkpoint_dir[0] ? o->checkpoint_dir : "off", o->profile ? "; --profile on" : "");
