@@ -3,7 +3,8 @@
 #   - no internal symbol: nothing named mpt__ (the prefix of cross-file internals), and nothing
 #     outside the mpt_ prefix, is defined in the dynamic symbol table of .libs/libmpitrain.so;
 #   - every function a public header declares with MPT_API (include/mpitrain.h and
-#     include/mpitrain/*.h) is exported, and every exported function is declared there.
+#     include/mpitrain/*.h) is exported, and every exported function is declared there;
+#   - (not an export, but read from the same table) no vmath.h helper has an out-of-line copy.
 # So the test fails both when the visibility control leaks internals and when it hides part of
 # the API. Run from the build folder (make check); $srcdir holds the headers.
 set -u
@@ -55,6 +56,19 @@ if [ -n "$undeclared" ]; then
   echo "FAIL: exported by $lib but declared by no public header:"
   printf '%s\n' "$undeclared" | head -n 20 | sed 's/^/  /'
   fail=1
+fi
+
+# The vector helpers of src/core/cpu/vmath.h are inlined into the AVX-512 / AVX2 clones of their
+# callers: an out-of-line copy (a local symbol) would be built for the default target (SSE2),
+# so the clones would run it at a quarter of the vector width. Local symbols are listed only
+# while the library is not stripped (a build tree's is not).
+if nm "$lib" 2> /dev/null | grep -q ' [tT] '; then
+  outline=$(nm "$lib" | awk '$2 ~ /^[tT]$/ {print $3}' |
+            grep -E '^mpt__(vselect|vexpf|vsum_d|vmax|softmax_row|softmax_backward_row)$' || true)
+  if [ -n "$outline" ]; then
+    echo "FAIL: vmath.h helpers built out of line (the default target's code): $outline"
+    fail=1
+  fi
 fi
 
 echo "$lib: $n_exported exported symbols, $n_declared public declarations"
