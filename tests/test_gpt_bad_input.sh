@@ -192,6 +192,50 @@ mkshard "$tmp/one.bin" 20240520 1 129 129 5
 expect 0 "step      1/1" "train on a shard of one window" -- \
   "$prog" train $tiny --shards "$tmp/one.bin" --max-steps 1
 
+# Two ranks whose relative --shards glob reads other files (mpirun MPMD with -wdir): with other
+# window counts the ranks ran different numbers of steps and their collectives crossed (an
+# all-reduce of 2 floats met a gradient bucket: MPI_ERR_TRUNCATE, or a bus error, signal 7);
+# with the same counts and other tokens they trained silently. Now every rank stops before
+# training, naming the rank, what differs and the files. Shards of 600000 tokens (1.2 MB, above
+# the 1 MiB the check reads whole) that differ in their last token only are caught by its
+# sampled blocks; identical copies train.
+case $prog in /*) abs=$prog ;; *) abs=$(pwd)/$prog ;; esac
+# mkdiff OUT COUNT VALUE LAST: COUNT tokens of VALUE, the last one LAST
+mkdiff() {
+  python3 -c 'import struct, sys
+n, v, z = (int(x) for x in sys.argv[2:])
+open(sys.argv[1], "wb").write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)) +
+                              struct.pack("<%dH" % n, *([v] * (n - 1) + [z])))' "$@"
+}
+for r in a b c d e f; do mkdir -p "$tmp/r$r/d"; done
+mkdiff "$tmp/ra/d/t.bin" 2000 5 5
+mkdiff "$tmp/rb/d/t.bin" 1000 5 5
+mkdiff "$tmp/rc/d/t.bin" 2000 6 6
+cp "$tmp/ra/d/t.bin" "$tmp/rd/d/t.bin" && mkdiff "$tmp/rd/d/v.bin" 500 5 5
+mkdiff "$tmp/ra/d/v.bin" 400 5 5
+mkdiff "$tmp/re/d/t.bin" 600000 5 5
+mkdiff "$tmp/rf/d/t.bin" 600000 5 9
+# two A B EXTRA...: rank 0 in $tmp/rA, rank 1 in $tmp/rB, the same command line (a script, for
+# expect's timeout)
+cat > "$tmp/two.sh" <<EOF
+#!/bin/sh
+a=\$1 b=\$2
+shift 2
+exec "${srcdir:-.}/tests/mpirun.sh" 1 60 -wdir "$tmp/r\$a" "$abs" train $tiny --shards d/t.bin \\
+  --max-steps 1 "\$@" : -np 1 -wdir "$tmp/r\$b" "$abs" train $tiny --shards d/t.bin \\
+  --max-steps 1 "\$@"
+EOF
+chmod +x "$tmp/two.sh"
+expect 1 "ranks read different token shards (--shards, the number of tokens): rank 1 has 1000 from 'd/t.bin' (first shard $tmp/rb/d/t.bin) on .*, rank 0 has 2000" \
+  "2 ranks, shards of other sizes" -- "$tmp/two.sh" a b
+expect 1 "(--shards, the tokens (a sample of each shard)): rank 1 has CRC-32" \
+  "2 ranks, shards of other tokens" -- "$tmp/two.sh" a c
+expect 1 "(--val-shards, the number of tokens): rank 1 has 500" \
+  "2 ranks, validation shards of other sizes" -- "$tmp/two.sh" a d --val-shards d/v.bin
+expect 1 "(--shards, the tokens (a sample of each shard)): rank 1 has CRC-32" \
+  "2 ranks, 1.2 MB shards differing in the last token" -- "$tmp/two.sh" e f
+expect 0 "step      1/1" "2 ranks, identical copies" -- "$tmp/two.sh" a d
+
 # ---- train: sizes (status 2, the option and its range named) --------------------------------
 for case in "--n-embd 0|--n-embd: 0 is outside \[1, 65536\]" \
             "--n-head 7 --n-embd 384|--n-embd 384 is not a multiple of --n-head 7" \

@@ -15,5 +15,7 @@ mpitrain_SOURCES += src/cli/tokenize.c src/cli/tokenize.h
 # issue 13: mpitrain train --model gpt|gpt-mini|gpt2
 mpitrain_SOURCES += src/cli/train_gpt.c src/cli/train_gpt_checks.c src/cli/train_profile.c src/cli/generate.c \
 	src/cli/generate.h
+# the ranks read the same token shards
+mpitrain_SOURCES += src/cli/train_gpt_data.c
 # issue 14: ZeRO-1 and the memory report in the trainers
 mpitrain_SOURCES += src/cli/train_zero.c src/cli/train_zero.h

@@ -143,6 +143,14 @@ mpt_status trainer_gpt_check_disjoint(const mpt_token_data *train, const mpt_tok
 /* A warning for each option given that has no effect in a GPT run of `world` ranks. */
 void trainer_gpt_warn_unused(const mpt_cli_options *o, int world);
 
+/* train_gpt_data.c */
+/* With several ranks: every rank fingerprints its training and validation shards (counts and
+ * a CRC-32 of a sample of each shard) and the ranks compare. MPT_EMISMATCH on every rank,
+ * naming the rank, what differs and the shards each read, when they differ; MPT_EIO when this
+ * rank cannot read a shard. Collective over `comm`. */
+mpt_status trainer_gpt_check_same_data(mpt_comm *comm, const mpt_cli_options *o,
+                                       const mpt_token_data *train, const mpt_token_data *val);
+
 /* train_auto.c */
 /* --resume auto: rank 0 looks into --checkpoint-dir; when it holds a checkpoint every rank
  * resumes from it (t->o then points at t->resolved with --resume DIR), otherwise the run starts
