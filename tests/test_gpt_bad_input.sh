@@ -377,6 +377,24 @@ expect 1 "--save-params '$tmp/nodir/p.bin': its folder" "mlp --save-params into 
 out=$("$prog" train $tiny $shards --max-steps 1 --save-model "$tmp/nodir/m.bin" 2>&1)
 printf '%s' "$out" | grep -q "step " && bad "--save-model into a missing folder: trained first" || ok
 
+# --save-model onto an existing file that is not a model file (a slip of the path: the training
+# shard, a checkpoint, a text) replaced it at the end of the run, the data lost; now refused
+# before the first step, the file kept. A model file (and an empty file) is still replaced.
+cp "$tmp/sh/train_000000.bin" "$tmp/keep.bin"
+for case in "keep.bin|it is a token shard" "text.txt|it does not start with the magic 20240326" \
+            "ck/ckpt-step00000003.mpt|it is an mpitrain checkpoint"; do
+  cp "$tmp/${case%%|*}" "$tmp/orig"
+  # shellcheck disable=SC2086
+  expect 1 "--save-model '$tmp/${case%%|*}' exists and is not an llm.c model file (${case#*|})" \
+    "train --save-model onto ${case%%|*}" -- "$prog" train $tiny $shards --max-steps 1 \
+    --save-model "$tmp/${case%%|*}"
+  cmp -s "$tmp/orig" "$tmp/${case%%|*}" && ok || bad "--save-model replaced ${case%%|*}"
+done
+cp "$tmp/ok.bin" "$tmp/prev.bin"
+# shellcheck disable=SC2086
+expect 0 "model written to $tmp/prev.bin" "train --save-model onto a model file" -- \
+  "$prog" train $tiny $shards --max-steps 1 --save-model "$tmp/prev.bin"
+
 # ---- train: memory --------------------------------------------------------------------------
 # Sizes past the host's memory: refused before any allocation with the bound and the host's
 # memory named, rather than failing at some allocation, or, where every allocation fits alone,

@@ -241,8 +241,10 @@ static mpt_status setup(gpt_trainer *g) {
   if (o->init_from[0] && o->resume[0]) /* --resume auto: a new run starts from --init-from */
     mpt_log(MPT_LOG_INFO, "--resume auto found a checkpoint: --init-from %s is not read (it "
             "starts a new run only)", o->init_from);
-  if (g->rank == 0 && o->save_model[0])
+  if (g->rank == 0 && o->save_model[0]) {
     MPT_RETURN_IF(trainer_check_output_path("--save-model", o->save_model));
+    MPT_RETURN_IF(trainer_gpt_check_save_model(o->save_model));
+  }
   if (g->rank == 0 && o->checkpoint_dir[0]) MPT_RETURN_IF(trainer_check_checkpoint_dir(o));
   if (g->rank == 0 && (o->checkpoint_dir[0] || o->resume[0])) /* a resume with other options */
     MPT_RETURN_IF(trainer_check_run_options(o));

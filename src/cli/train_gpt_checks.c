@@ -131,3 +131,21 @@ void trainer_gpt_warn_unused(const mpt_cli_options *o, int world) {
     warn_unused(o, "check-collectives", "one rank: no collective to compare");
   }
 }
+
+mpt_status trainer_gpt_check_save_model(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return MPT_OK; /* a new file (or one trainer_check_output_path judged) */
+  unsigned char head[8];
+  const size_t got = fread(head, 1, sizeof head, f);
+  fclose(f);
+  if (got == 0) return MPT_OK; /* empty: nothing to lose */
+  const uint32_t magic = got >= 4 ? (uint32_t)head[0] | (uint32_t)head[1] << 8 |
+                                        (uint32_t)head[2] << 16 | (uint32_t)head[3] << 24
+                                  : 0;
+  if (got >= 4 && magic == MPT_GPT_FILE_MAGIC) return MPT_OK; /* a model file: replaced */
+  return MPT_FAIL(MPT_EINVAL, "--save-model '%s' exists and is not an llm.c model file (%s): "
+                  "refusing to replace it; remove it or give another path", path,
+                  got >= 4 && magic == MPT_SHARD_MAGIC ? "it is a token shard"
+                  : got == 8 && memcmp(head, "MPTCKPT", 8) == 0 ? "it is an mpitrain checkpoint"
+                                                               : "it does not start with the magic 20240326");
+}

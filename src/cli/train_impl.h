@@ -140,6 +140,10 @@ mpt_status trainer_gpt_check_memory(const mpt_cli_options *o, const mpt_gpt_conf
 /* MPT_EINVAL, naming the file, when a shard of `val` is also one of `train` (the same device
  * and inode); MPT_ENOMEM. */
 mpt_status trainer_gpt_check_disjoint(const mpt_token_data *train, const mpt_token_data *val);
+/* --save-model's path, if it exists, must hold an llm.c model file (or nothing): MPT_EINVAL,
+ * naming what it holds (a token shard, a checkpoint, anything else), so that a slip of the
+ * path does not replace the training data. Call after trainer_check_output_path. */
+mpt_status trainer_gpt_check_save_model(const char *path);
 /* A warning for each option given that has no effect in a GPT run of `world` ranks. */
 void trainer_gpt_warn_unused(const mpt_cli_options *o, int world);
 
