@@ -140,6 +140,31 @@ for case in "l0.bin|layers 0 outside 1..4096" "h0.bin|heads 0 outside" \
   expect 1 "${case#*|}" "generate: model file ${case%%|*}" -- \
     "$prog" generate --model-file "$tmp/${case%%|*}" --tokens 2
 done
+# generate and memory: a model file's parameters (held three times: the parameters, their
+# gradients and the file's copy) or a long context (the logits [context, Vp]) past the host's
+# memory are refused before any allocation, naming the bound and the host's memory. Without a
+# limit (a sparse 1.6 GB file of 4 bytes on disk is enough to ask for 4.8 GB) each allocation
+# alone fits and touching them all ended in the kernel's OOM killer; as in the train cases
+# below, the limit is fixed with ulimit -v (2 GiB) so the case is the same on any machine.
+python3 - "$tmp/sparse.bin" <<'PY'
+import struct, sys
+T, V, L, H, C, Vp = 16, 256, 2, 1, 4096, 256
+n = Vp * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240326, 3, T, V, L, H, C, Vp, *([0] * 248)))
+    f.truncate(1024 + 4 * n)
+PY
+expect 1 "model file '$tmp/sparse.bin' (403881984 parameters, a context of 3 tokens) needs at least 4.5 GiB to sample from .* this host has 2.0 GiB" \
+  "generate: a model larger than the memory" -- sh -c "ulimit -v 2097152 && exec \"\$0\" \"\$@\"" \
+  "$prog" generate --model-file "$tmp/sparse.bin" --tokens 2
+mkmodel "$tmp/v64k.bin" 65536 65536 1 1 1 65536 0.01
+ids=$(python3 -c 'print(" ".join(["1"] * 30000))')
+expect 1 "(131099 parameters, a context of 30001 tokens) needs at least 7.3 GiB .*: give fewer --tokens or a shorter --prompt" \
+  "generate: a context larger than the memory" -- sh -c "ulimit -v 2097152 && exec \"\$0\" \"\$@\"" \
+  "$prog" generate --model-file "$tmp/v64k.bin" --prompt "$ids" --tokens 1
+expect 0 "" "generate: a small model under ulimit -v 3 GiB" -- sh -c "ulimit -v 3145728 && exec \"\$0\" \"\$@\"" \
+  "$prog" generate --model-file "$tmp/ok.bin" --tokens 5
+rm -f "$tmp/sparse.bin"
 # generate's arguments (status 2): the value and its range named
 for case in "--tokens 0|--tokens '0' must be an integer in \[1, 1000000\]" \
             "--tokens 2000000|--tokens '2000000'" "--temperature nan|--temperature 'nan'" \

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "cli/generate.h"
+#include "cli/train_impl.h"
 #include "mpitrain.h"
 
 static const char *usage_text =
@@ -163,14 +164,10 @@ int mpt_cli_generate(int argc, char **argv) {
   double *probs = NULL;
   mpt_gpt_config cfg;
   mpt_status st = mpt_gpt_file_read_header(path, &cfg);
-  if (st == MPT_OK) st = mpt_model_init_gpt(&model, mpt_device_cpu(), &cfg, 0);
-  if (st == MPT_OK) st = mpt_gpt_load(model, &cfg, path);
-  if (st == MPT_OK) st = mpt_tape_init(&tape, model, NULL);
   if (st != MPT_OK) {
     fprintf(stderr, "mpitrain generate: %s: %s\n", mpt_status_message(st), mpt_last_error());
     goto out;
   }
-  mpt_tape_set_grad_enabled(tape, 0);
   const int64_t T = cfg.max_seq_len, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
   const int64_t plen = prompt ? (int64_t)strlen(prompt) + 1 : 1;
   const int64_t cap = plen + (int64_t)ntok;
@@ -189,6 +186,16 @@ int mpt_cli_generate(int argc, char **argv) {
     rc = usage_error("--prompt is empty");
     goto out;
   }
+  /* before the model's allocations: refused rather than killed for memory */
+  st = trainer_gpt_check_generate_memory(path, &cfg, n + (int64_t)ntok < T ? n + (int64_t)ntok : T);
+  if (st == MPT_OK) st = mpt_model_init_gpt(&model, mpt_device_cpu(), &cfg, 0);
+  if (st == MPT_OK) st = mpt_gpt_load(model, &cfg, path);
+  if (st == MPT_OK) st = mpt_tape_init(&tape, model, NULL);
+  if (st != MPT_OK) {
+    fprintf(stderr, "mpitrain generate: %s: %s\n", mpt_status_message(st), mpt_last_error());
+    goto out;
+  }
+  mpt_tape_set_grad_enabled(tape, 0);
   const int bytes = V == 256;
   for (int64_t i = 0; i < n && bytes; i++) putchar(ctx[i]);
   mpt_rng rng;

@@ -149,3 +149,23 @@ mpt_status trainer_gpt_check_save_model(const char *path) {
                   : got == 8 && memcmp(head, "MPTCKPT", 8) == 0 ? "it is an mpitrain checkpoint"
                                                                : "it does not start with the magic 20240326");
 }
+
+mpt_status trainer_gpt_check_generate_memory(const char *path, const mpt_gpt_config *cfg,
+                                             int64_t context) {
+  mpt_gpt_layout lay;
+  MPT_RETURN_IF(mpt_gpt_layout_compute(cfg, &lay));
+  const double Vp = cfg->padded_vocab_size ? cfg->padded_vocab_size
+                                           : (double)mpt_gpt_padded_vocab(cfg->vocab_size);
+  /* the parameters, their gradients (the model holds both), the file's staging copy, and the
+   * logits [context, Vp] of the last forward */
+  const double need = 4 * (3 * (double)lay.total + (double)context * Vp);
+  const double have = host_memory_nbytes();
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  if (have <= 0 || need <= have) return MPT_OK;
+  return MPT_FAIL(MPT_ENOMEM, "model file '%s' (%lld parameters, a context of %lld tokens) "
+                  "needs at least %.1f GiB to sample from (parameters, gradients, the file's "
+                  "copy and the logits); this host has %.1f GiB%s", path, (long long)lay.total,
+                  (long long)context, need / gib, have / gib,
+                  (double)context * Vp > 3 * (double)lay.total
+                      ? ": give fewer --tokens or a shorter --prompt" : "");
+}

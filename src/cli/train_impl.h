@@ -137,6 +137,12 @@ void trainer_log_failure_note(trainer *t, mpt_status st);
  * limit is unknown. MPT_EINVAL for an invalid config. */
 mpt_status trainer_gpt_check_memory(const mpt_cli_options *o, const mpt_gpt_config *cfg,
                                     int world, int local_ranks);
+/* mpitrain generate, before the model's allocations: MPT_ENOMEM (naming the file, the sizes,
+ * the bound and the host's memory) when a lower bound of what sampling from `cfg` with a context
+ * of `context` tokens takes (parameters, gradients, the loader's staging copy, the logits)
+ * exceeds the host's memory limit (as trainer_gpt_check_memory); MPT_EINVAL for a bad config. */
+mpt_status trainer_gpt_check_generate_memory(const char *path, const mpt_gpt_config *cfg,
+                                             int64_t context);
 /* MPT_EINVAL, naming the file, when a shard of `val` is also one of `train` (the same device
  * and inode); MPT_ENOMEM. */
 mpt_status trainer_gpt_check_disjoint(const mpt_token_data *train, const mpt_token_data *val);
