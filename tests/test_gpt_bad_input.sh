@@ -326,6 +326,19 @@ ln -s "$tmp/sh/train_000000.bin" "$tmp/link.bin"
 # shellcheck disable=SC2086
 expect 1 "validation shard (--val-shards, as '$tmp/link.bin')" "train: validation = training, linked" -- \
   "$prog" train $tiny $shards --val-shards "$tmp/link.bin" --max-steps 1
+# A glob that takes one shard twice (a symbolic or a hard link beside it) trained its windows
+# twice in every epoch, silently; the same in --val-shards counted them
+# twice in the loss. Refused naming both paths.
+mkdir "$tmp/dup" && cp "$tmp/sh/train_000000.bin" "$tmp/dup/a.bin"
+ln "$tmp/dup/a.bin" "$tmp/dup/b.bin" && ln -s a.bin "$tmp/dup/c.bin"
+# shellcheck disable=SC2086
+expect 1 "--shards: '$tmp/dup/a.bin' and '$tmp/dup/b.bin' are the same file (a link)" \
+  "train: a shard twice (hard link)" -- "$prog" train $tiny --shards "$tmp/dup/*.bin" --max-steps 1
+rm "$tmp/dup/b.bin"
+# shellcheck disable=SC2086
+expect 1 "--val-shards: '$tmp/dup/a.bin' and '$tmp/dup/c.bin' are the same file (a link)" \
+  "train: a validation shard twice (symbolic link)" -- "$prog" train $tiny \
+  --shards "$tmp/sh/train_*.bin" --val-shards "$tmp/dup/*.bin" --max-steps 1
 # shellcheck disable=SC2086
 expect 0 "val loss" "train: disjoint validation shards" -- \
   "$prog" train $tiny $shards --val-shards "$tmp/sh/val_*.bin" --max-steps 1

@@ -260,6 +260,8 @@ static mpt_status setup(gpt_trainer *g) {
   dc.vocab_size = g->cfg.vocab_size;
   MPT_RETURN_IF(mpt_token_data_init(&g->train_data, o->shards, &dc));
   if (o->val_shards[0]) MPT_RETURN_IF(mpt_token_data_init(&g->val_data, o->val_shards, &dc));
+  MPT_RETURN_IF(trainer_gpt_check_distinct(g->train_data, "--shards"));
+  if (g->val_data) MPT_RETURN_IF(trainer_gpt_check_distinct(g->val_data, "--val-shards"));
   if (g->val_data) MPT_RETURN_IF(trainer_gpt_check_disjoint(g->train_data, g->val_data));
   MPT_RETURN_IF(trainer_gpt_check_same_data(g->comm, o, g->train_data, g->val_data));
   mpt_sampler_config sc = mpt_sampler_config_default();

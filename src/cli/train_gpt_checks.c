@@ -169,3 +169,42 @@ mpt_status trainer_gpt_check_generate_memory(const char *path, const mpt_gpt_con
                   (double)context * Vp > 3 * (double)lay.total
                       ? ": give fewer --tokens or a shorter --prompt" : "");
 }
+
+typedef struct shard_id {
+  dev_t dev;
+  ino_t ino;
+  int index;
+} shard_id;
+
+static int shard_id_cmp(const void *a, const void *b) {
+  const shard_id *x = a, *y = b;
+  if (x->dev != y->dev) return x->dev < y->dev ? -1 : 1;
+  if (x->ino != y->ino) return x->ino < y->ino ? -1 : 1;
+  return (x->index > y->index) - (x->index < y->index);
+}
+
+mpt_status trainer_gpt_check_distinct(const mpt_token_data *d, const char *option) {
+  const int n = mpt_token_data_num_shards(d);
+  shard_id *ids = malloc((size_t)n * sizeof *ids);
+  if (!ids) return MPT_FAIL(MPT_ENOMEM, "out of host memory for %d shards", n);
+  int m = 0;
+  for (int i = 0; i < n; i++) {
+    struct stat sb;
+    if (stat(mpt_token_data_shard_path(d, i), &sb) != 0) continue;
+    ids[m].dev = sb.st_dev;
+    ids[m].ino = sb.st_ino;
+    ids[m++].index = i;
+  }
+  qsort(ids, (size_t)m, sizeof *ids, shard_id_cmp);
+  mpt_status st = MPT_OK;
+  for (int k = 1; k < m; k++)
+    if (ids[k].dev == ids[k - 1].dev && ids[k].ino == ids[k - 1].ino) {
+      st = MPT_FAIL(MPT_EINVAL, "%s: '%s' and '%s' are the same file (a link): its windows would "
+                    "count twice; give a glob that takes each shard once", option,
+                    mpt_token_data_shard_path(d, ids[k - 1].index),
+                    mpt_token_data_shard_path(d, ids[k].index));
+      break;
+    }
+  free(ids);
+  return st;
+}

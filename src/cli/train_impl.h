@@ -150,6 +150,9 @@ mpt_status trainer_gpt_check_disjoint(const mpt_token_data *train, const mpt_tok
  * naming what it holds (a token shard, a checkpoint, anything else), so that a slip of the
  * path does not replace the training data. Call after trainer_check_output_path. */
 mpt_status trainer_gpt_check_save_model(const char *path);
+/* MPT_EINVAL, naming both paths, when two shards of `d` are one file (the same device and
+ * inode: a symbolic or hard link that the glob took too); `option` names the set. MPT_ENOMEM. */
+mpt_status trainer_gpt_check_distinct(const mpt_token_data *d, const char *option);
 /* A warning for each option given that has no effect in a GPT run of `world` ranks. */
 void trainer_gpt_warn_unused(const mpt_cli_options *o, int world);
 
