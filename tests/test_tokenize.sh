@@ -72,6 +72,13 @@ check 1 "cannot read '$tmp/missing.txt'" --bytes -o "$tmp/x" "$tmp/missing.txt"
 check 1 "'$tmp' is not a regular file (it is a directory" --bytes -o "$tmp/y" "$tmp"
 check 1 "already holds shards" --bytes -o "$tmp/out/sub" "$tmp/a.txt"
 check 1 "cannot create the folder" --bytes -o "$tmp/a.txt/dir" "$tmp/a.txt"
+# A folder whose name holds glob characters: it was looked into as a glob ('g[1]' matches
+# 'g1'), so a second run into it was not refused and left the first run's train_000001.bin
+# among its own shards. Now refused, the first run's shards untouched.
+"$prog" tokenize --bytes --val-fraction 0 --shard-tokens 10 -o "$tmp/g[1]" "$tmp/a.txt" > /dev/null 2>&1
+check 1 "'$tmp/g\[1\]' already holds shards" --bytes -o "$tmp/g[1]" "$tmp/b.txt"
+[ "$(header "$tmp/g[1]/train_000000.bin")" = "20240520 1 10" ] &&
+  [ "$(ls "$tmp/g[1]" | wc -l)" -eq 3 ] && ok || bad "tokenize into 'g[1]' twice: $(ls "$tmp/g[1]")"
 : > "$tmp/empty.txt"
 check 1 "no training text" --bytes -o "$tmp/z" "$tmp/empty.txt"
 check 0 "usage: mpitrain tokenize" --help

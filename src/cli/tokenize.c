@@ -13,7 +13,7 @@
  * a time; memory is the two shard buffers (at most 2 x --shard-tokens uint16). */
 #include <errno.h>
 #include <getopt.h>
-#include <glob.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +68,12 @@ static int stream_put(stream *s, const unsigned char *bytes, int64_t n) {
     s->buf[s->fill++] = bytes[i];
   }
   return 0;
+}
+
+/* Whether `name` is PREFIX*.bin (what a glob 'DIR/PREFIX*.bin' over DIR takes). */
+static int is_shard_name(const char *name, const char *prefix) {
+  const size_t n = strlen(name), p = strlen(prefix);
+  return n >= p + 4 && strncmp(name, prefix, p) == 0 && strcmp(name + n - 4, ".bin") == 0;
 }
 
 /* mkdir -p */
@@ -216,20 +222,24 @@ int mpt_cli_tokenize(int argc, char **argv) {
     fprintf(stderr, "mpitrain tokenize: cannot create the folder '%s': %s\n", dir, strerror(e));
     return 1;
   }
-  for (int k = 0; k < 2; k++) {
-    char pattern[4200];
-    snprintf(pattern, sizeof pattern, "%s/%s_*.bin", dir, k ? "val" : "train");
-    glob_t g;
-    int grc = glob(pattern, 0, NULL, &g);
-    size_t found = grc == 0 ? g.gl_pathc : 0;
-    if (found) {
-      fprintf(stderr, "mpitrain tokenize: '%s' already holds shards (%s, ...): remove them or "
-              "choose another -o folder\n", dir, g.gl_pathv[0]);
-      globfree(&g);
-      return 1;
-    }
-    globfree(&g);
+  /* Read as a folder, not as a glob: a DIR with glob characters ('data[1]') matched other
+   * folders and the check passed while DIR held shards. */
+  const char *held = NULL;
+  DIR *dp = opendir(dir);
+  if (!dp) {
+    fprintf(stderr, "mpitrain tokenize: cannot read the folder '%s': %s\n", dir, strerror(errno));
+    return 1;
   }
+  for (struct dirent *de; !held && (de = readdir(dp)) != NULL;)
+    if (is_shard_name(de->d_name, "train_") || is_shard_name(de->d_name, "val_"))
+      held = de->d_name;
+  if (held) {
+    fprintf(stderr, "mpitrain tokenize: '%s' already holds shards (%s/%s, ...): remove them or "
+            "choose another -o folder\n", dir, dir, held);
+    closedir(dp);
+    return 1;
+  }
+  closedir(dp);
 
   int rc = 1;
   stream st[2] = {{dir, "train", NULL, 0, shard_tokens, 0, 0}, {dir, "val", NULL, 0, shard_tokens, 0, 0}};
