@@ -17,6 +17,8 @@
  * and what the attention layer keeps and takes as it runs (mpt_nn_causal_attention_memory: the
  * fused CPU attention's row statistics per layer and its backward's per-thread scratch; the
  * reference's attention matrix [B, H, T, T] per layer, for bf16 or MPT_ATTENTION=reference). */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,6 +135,17 @@ void trainer_gpt_warn_unused(const mpt_cli_options *o, int world) {
 }
 
 mpt_status trainer_gpt_check_save_model(const char *path) {
+  /* The file is written as PATH.tmp.PID then renamed (core/atomic_file.c): create and remove
+   * that file now, so that a folder that refuses it although access(2) allowed it (procfs,
+   * NFS with root squashed) fails here rather than after the whole run. */
+  char probe[4200];
+  snprintf(probe, sizeof probe, "%s.tmp.%ld", path, (long)getpid());
+  int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return MPT_FAIL(MPT_EINVAL, "--save-model '%s': cannot create '%s' (%s): the model could "
+                    "not be written at the end of the run", path, probe, strerror(errno));
+  close(fd);
+  unlink(probe);
   FILE *f = fopen(path, "rb");
   if (!f) return MPT_OK; /* a new file (or one trainer_check_output_path judged) */
   unsigned char head[8];
