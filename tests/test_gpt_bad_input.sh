@@ -173,6 +173,13 @@ for case in "--tokens 0|--tokens '0' must be an integer in \[1, 1000000\]" \
   expect 2 "${case#*|}" "generate ${case%%|*}" -- \
     "$prog" generate --model-file "$tmp/ok.bin" ${case%%|*}
 done
+# A seed past 2^53 was refused as "not a non-negative integer", and a temperature that
+# underflows a double ('1e-310', strtod's ERANGE) as outside [0, 100]: the range is named, and
+# the tiny temperature samples.
+expect 2 "--seed '18446744073709551615' must be an integer in \[0, 9007199254740992\]" \
+  "generate --seed 2^64 - 1" -- "$prog" generate --model-file "$tmp/ok.bin" --seed 18446744073709551615
+n=$("$prog" generate --model-file "$tmp/ok.bin" --temperature 1e-310 --tokens 20 --prompt a | wc -c)
+[ "$n" -eq 22 ] && ok || bad "generate --temperature 1e-310: $n bytes, expected 22"
 expect 2 "--prompt is empty" "generate --prompt ''" -- \
   "$prog" generate --model-file "$tmp/ok.bin" --prompt ""
 # A vocabulary of more than bytes takes token ids as the prompt: text, or an id past V, is named.

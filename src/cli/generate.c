@@ -48,6 +48,7 @@ static int parse_num(const char *name, const char *s, double lo, double hi, doub
   char *end;
   errno = 0;
   double v = strtod(s, &end);
+  if (errno == ERANGE && fabs(v) < 1) errno = 0; /* an underflow ('1e-310') is a small number */
   if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) return -1;
   (void)name;
   *out = v;
@@ -147,7 +148,7 @@ int mpt_cli_generate(int argc, char **argv) {
         break;
       case 's':
         if (parse_num("seed", optarg, 0, 9007199254740992.0, &seed) || seed != floor(seed))
-          return usage_error("--seed '%s' must be a non-negative integer", optarg);
+          return usage_error("--seed '%s' must be an integer in [0, 9007199254740992]", optarg);
         break;
       case 'h': printf("%s", usage_text); return 0;
       case ':': return usage_error("option '%s' needs a value", argv[optind - 1]);
