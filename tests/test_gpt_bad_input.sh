@@ -278,6 +278,17 @@ for case in "--n-embd 0|--n-embd: 0 is outside \[1, 65536\]" \
   expect 2 "${case#*|}" "train ${case%%|*}" -- "$prog" train --model gpt $shards ${case%%|*}
 done
 
+# A number that underflows a double ('1e-310': strtod's ERANGE) was refused as "not a finite
+# number" (train) or outside [0, 1) (tokenize); it is the small number it is.
+# shellcheck disable=SC2086
+expect 0 "optimizer adamw: lr 0, " "train --lr 1e-310" -- "$prog" train $tiny $shards --max-steps 1 \
+  --lr 1e-310
+# shellcheck disable=SC2086
+expect 0 "optimizer adamw: lr 0, " "train --lr -1e-400 (-0)" -- "$prog" train $tiny $shards \
+  --max-steps 1 --lr -1e-400
+expect 0 "validation fraction 1e-310" "tokenize --val-fraction 1e-310" -- \
+  "$prog" tokenize --bytes --val-fraction 1e-310 -o "$tmp/uf" "$tmp/text.txt"
+
 # --top-k near the vocabulary (GPT-2's 50257): the k-th largest logit was found in k passes
 # over V, about 2.5e9 steps (a second or more) per token; now a sort. 60 tokens within 15 s
 # (before: a minute on these machines).

@@ -289,10 +289,10 @@ static int parse_f64(const char *name, const char *s, double lo, double hi, doub
   char *end;
   errno = 0;
   double v = strtod(s, &end);
-  if (end == s || *end != '\0' || errno == ERANGE || !isfinite(v))
+  if (end == s || *end != '\0' || (errno == ERANGE && fabs(v) >= 1) || !isfinite(v))
     return fail(msg, n, "--%s: '%s' is not a finite number", name, s);
   if (v < lo || v > hi) return fail(msg, n, "--%s: %g is outside [%g, %g]", name, v, lo, hi);
-  *out = v;
+  *out = v == 0 ? 0 : v; /* -0 (an underflow of '-1e-400') as 0 */
   return 0;
 }
 

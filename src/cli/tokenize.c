@@ -187,6 +187,7 @@ int mpt_cli_tokenize(int argc, char **argv) {
       case 'v':
         errno = 0;
         frac = strtod(optarg, &end);
+        if (errno == ERANGE && frac < 1 && frac > -1) errno = 0; /* an underflow: ~0 */
         if (errno || end == optarg || *end || !(frac >= 0.0 && frac < 1.0))
           return usage_error("--val-fraction '%s' must be a number in [0, 1)", optarg);
         break;
