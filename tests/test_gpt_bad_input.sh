@@ -223,6 +223,12 @@ mkshard "$tmp/one.bin" 20240520 1 129 129 5
 # shellcheck disable=SC2086
 expect 0 "step      1/1" "train on a shard of one window" -- \
   "$prog" train $tiny --shards "$tmp/one.bin" --max-steps 1
+# ... on 2 ranks with --drop-last no rank has a window: the error blamed "--accumulate 1",
+# which was not given; it names the windows, the ranks and --drop-last.
+# shellcheck disable=SC2086
+expect 1 "an epoch has 0 window(s) of B T + 1 tokens per rank (1 in the shards, 2 rank(s), --drop-last)" \
+  "train: 1 window, 2 ranks, --drop-last" -- "${srcdir:-.}/tests/mpirun.sh" 2 60 "$prog" train \
+  $tiny --shards "$tmp/one.bin" --max-steps 1 --drop-last
 
 # Two ranks whose relative --shards glob reads other files (mpirun MPMD with -wdir): with other
 # window counts the ranks ran different numbers of steps and their collectives crossed (an

@@ -266,7 +266,8 @@ else
   bad "12 layers (status $rc): $(cat "$tmp/deep.log")"
 fi
 # shellcheck disable=SC2086
-expect 1 "accumulate 1000: an epoch has only 688 window" "--accumulate beyond the epoch" -- \
+expect 1 "an epoch has 688 window(s) of B T + 1 tokens per rank (688 in the shards, 1 rank(s)), fewer than the 1000 a step takes" \
+  "--accumulate beyond the epoch" -- \
   "$prog" train $tiny $data --batch-size 4 --accumulate 1000 --max-steps 1
 if ! nvidia-smi -L 2>/dev/null | grep -q GPU; then # no GPU: --device cuda is refused
   # shellcheck disable=SC2086

@@ -332,9 +332,12 @@ static mpt_status setup(gpt_trainer *g) {
 
   int64_t per_epoch = mpt_token_loader_num_steps(g->train_loader) / o->accumulate;
   if (per_epoch < 1)
-    return MPT_FAIL(MPT_EINVAL, "--accumulate %d: an epoch has only %lld window(s) of B T + 1 "
-                    "tokens per rank", o->accumulate,
-                    (long long)mpt_token_loader_num_steps(g->train_loader));
+    return MPT_FAIL(MPT_EINVAL, "an epoch has %lld window(s) of B T + 1 tokens per rank (%lld "
+                    "in the shards, %d rank(s)%s), fewer than the %d a step takes (--accumulate): "
+                    "give more text, a smaller --batch-size or --seq-len, or fewer ranks",
+                    (long long)mpt_token_loader_num_steps(g->train_loader),
+                    (long long)mpt_token_data_num_windows(g->train_data), g->world,
+                    o->drop_last ? ", --drop-last" : "", o->accumulate);
   if (o->max_steps > per_epoch && g->rank == 0) /* the same on every rank: warned once */
     mpt_log(MPT_LOG_WARN, "--max-steps %lld is more than the %lld steps of an epoch (windows of "
             "B T + 1 tokens per rank): the run ends after %lld epoch(s) of %lld steps (--epochs)",
