@@ -400,6 +400,15 @@ expect 1 "--accumulate 1 in the checkpointed run, 2 now" "--resume with --accumu
 expect 0 "resumed at step 3 (epoch 0, 3 steps into it)" "--resume with the same options" -- \
   "$prog" train $tiny $shards --batch-size 2 --max-steps 6 --resume "$tmp/ck"
 
+# Resumed on shards shorter than the position the checkpoint holds (other data: 65 tokens are
+# 2 windows of B 2 x T 16 + 1, the checkpoint is 3 steps into its epoch): the run said "resumed
+# at step 3", trained nothing and exited 0. Refused naming both positions.
+mkshard "$tmp/two.bin" 20240520 1 65 65 5
+# shellcheck disable=SC2086
+expect 1 "--resume: the checkpoint is 3 steps into epoch 0, but an epoch here has 2 steps (2 windows" \
+  "--resume on shorter shards" -- "$prog" train $tiny --shards "$tmp/two.bin" --batch-size 2 \
+  --max-steps 6 --resume "$tmp/ck"
+
 # A checkpoint given as a model file (to sample from it): named as such, with what to do.
 expect 1 "this is an mpitrain checkpoint: continue it with --resume, or write a model file" \
   "generate --model-file CHECKPOINT" -- \

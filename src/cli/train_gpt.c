@@ -66,6 +66,7 @@ typedef struct gpt_trainer {
   int64_t total_steps, per_epoch;
   int64_t k;                                 /* optimizer steps taken */
   int64_t start_epoch, start_step_in_epoch;  /* where a resumed run continues */
+  int resumed_world;                         /* the ranks that wrote the checkpoint */
   double fwd_s, bwd_s, opt_s; /* summed over the steps (this rank) */
   double prof_s;              /* --profile: wall time of the profiled steps */
   int64_t prof_steps;         /* --profile: steps profiled (every step after the first) */
@@ -320,6 +321,7 @@ static mpt_status setup(gpt_trainer *g) {
     g->k = meta.global_step;
     g->start_epoch = meta.epoch;
     g->start_step_in_epoch = meta.step_in_epoch;
+    g->resumed_world = meta.world_size;
     mpt_log(MPT_LOG_INFO, "resumed at step %lld (epoch %lld, %lld steps into it)",
             (long long)meta.global_step, (long long)meta.epoch, (long long)meta.step_in_epoch);
   }
@@ -345,6 +347,15 @@ static mpt_status setup(gpt_trainer *g) {
             (long long)per_epoch);
   if (o->max_steps > 0 && o->max_steps < per_epoch) per_epoch = o->max_steps;
   g->per_epoch = per_epoch;
+  if (g->start_step_in_epoch > per_epoch) /* the same on every rank */
+    return MPT_FAIL(MPT_EINVAL, "--resume: the checkpoint is %lld steps into epoch %lld, but an "
+                    "epoch here has %lld steps (%lld windows of B T + 1 tokens in the shards, %d "
+                    "rank(s)): %s", (long long)g->start_step_in_epoch, (long long)g->start_epoch,
+                    (long long)per_epoch, (long long)mpt_token_data_num_windows(g->train_data),
+                    g->world, g->resumed_world != g->world
+                                  ? "the checkpoint was written by another number of ranks; "
+                                    "resume with those ranks until the epoch ends"
+                                  : "other shards than the checkpointed run's?");
   g->total_steps = per_epoch * o->epochs;
   g->sched = o->schedule;
   g->sched.total_steps = g->total_steps;
