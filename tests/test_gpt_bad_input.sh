@@ -273,6 +273,13 @@ expect 1 "(--val-shards, the number of tokens): rank 1 has 500" \
 expect 1 "(--shards, the tokens (a sample of each shard)): rank 1 has CRC-32" \
   "2 ranks, 1.2 MB shards differing in the last token" -- "$tmp/two.sh" e f
 expect 0 "step      1/1" "2 ranks, identical copies" -- "$tmp/two.sh" a d
+# Two ranks started with other options (MPMD): another --lr (the same shapes) trained
+# silently, each replica its own way; the mlp/cnn trainer's check of the command lines now runs
+# in the GPT trainer too.
+# shellcheck disable=SC2086
+expect 1 "ranks were started with different options: rank 1 has '0.1' where rank 0 has '0.001' (after '--lr')" \
+  "2 ranks, other --lr" -- "${srcdir:-.}/tests/mpirun.sh" 1 60 "$prog" train $tiny $shards \
+  --max-steps 1 --lr 0.001 : -np 1 "$prog" train $tiny $shards --max-steps 1 --lr 0.1
 
 # ---- train: sizes (status 2, the option and its range named) --------------------------------
 for case in "--n-embd 0|--n-embd: 0 is outside \[1, 65536\]" \

@@ -246,10 +246,14 @@ static void arg_hash(const mpt_cli_options *o, int i, int32_t out[2]) {
  * (all-gathered with the count); when they differ, the hashes of each argument find the first
  * that differs from rank 0's, and it is named (with the argument before it), cut at WORD bytes. */
 mpt_status trainer_check_same_options(trainer *t) {
-  if (t->world == 1) return MPT_OK;
+  return trainer_check_same_options_on(t->comm, t->o);
+}
+
+mpt_status trainer_check_same_options_on(mpt_comm *comm, const mpt_cli_options *o) {
+  const int world = mpt_comm_world_size(comm);
+  if (world == 1) return MPT_OK;
   enum { WORD = 256 };
-  const mpt_cli_options *o = t->o;
-  const size_t W = (size_t)t->world;
+  const size_t W = (size_t)world;
   mpt_status st = MPT_OK;
   int32_t *all = NULL, *hashes = NULL;
   char *words = NULL, *mine = NULL;
@@ -257,7 +261,7 @@ mpt_status trainer_check_same_options(trainer *t) {
   for (int i = 1; i < o->argc; i++) h = fnv1a(h, o->argv[i], strlen(o->argv[i]) + 1);
   int32_t head[3] = {o->argc - 1, (int32_t)(uint32_t)h, (int32_t)(uint32_t)(h >> 32)};
   if (!(all = malloc(sizeof(int32_t) * 3 * W))) goto nomem;
-  MPT_CHECK(mpt_comm_allgather_sync(t->comm, head, all, 3, MPT_I32), done);
+  MPT_CHECK(mpt_comm_allgather_sync(comm, head, all, 3, MPT_I32), done);
   int same = 1, nmax = 0;
   for (size_t r = 0; r < W; r++) {
     same = same && memcmp(all + 3 * r, all, sizeof head) == 0;
@@ -269,7 +273,7 @@ mpt_status trainer_check_same_options(trainer *t) {
   if (!(hashes = malloc(sizeof(int32_t) * (per ? per : 1) * (W + 1)))) goto nomem;
   int32_t *my_hashes = hashes + per * W;
   for (int i = 0; i < nmax; i++) arg_hash(o, i, my_hashes + 2 * i);
-  MPT_CHECK(mpt_comm_allgather_sync(t->comm, my_hashes, hashes, (int64_t)per, MPT_I32), done);
+  MPT_CHECK(mpt_comm_allgather_sync(comm, my_hashes, hashes, (int64_t)per, MPT_I32), done);
   int bad = -1, at = 0;
   for (size_t r = 1; r < W && bad < 0; r++)
     for (int i = 0; i < nmax; i++)
@@ -290,7 +294,7 @@ mpt_status trainer_check_same_options(trainer *t) {
     int i = at - 1 + j;
     if (i >= 0 && i + 1 < o->argc) snprintf(mine + j * WORD, WORD, "%s", o->argv[i + 1]);
   }
-  MPT_CHECK(mpt_comm_allgather_sync(t->comm, mine, words, 2 * WORD, MPT_U8), done);
+  MPT_CHECK(mpt_comm_allgather_sync(comm, mine, words, 2 * WORD, MPT_U8), done);
   const char *a = words + WORD, *b = words + 2 * WORD * (size_t)bad + WORD;
   const char *prev = at > 0 ? words : NULL;
   st = MPT_FAIL(MPT_EMISMATCH,

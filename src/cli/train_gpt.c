@@ -237,6 +237,7 @@ static mpt_status setup(gpt_trainer *g) {
   if (o->init_from[0] && o->resume[0] && strcmp(o->resume, "auto") != 0)
     return MPT_FAIL(MPT_EINVAL, "--init-from and --resume: give one (a checkpoint already "
                     "holds the parameters)");
+  MPT_RETURN_IF(trainer_check_same_options_on(g->comm, o)); /* before any other collective */
   MPT_RETURN_IF(resolve_resume_auto(g));
   o = g->o;
   if (o->init_from[0] && o->resume[0]) /* --resume auto: a new run starts from --init-from */

@@ -86,6 +86,8 @@ mpt_status trainer_check_checkpoint_dir(const mpt_cli_options *o);
 mpt_status trainer_check_model_fits(trainer *t, int ndev);
 mpt_status trainer_save_params(trainer *t, const char *path);
 mpt_status trainer_check_same_options(trainer *t);
+/* The same, for a trainer without a `trainer` (the GPT's): every rank of `comm`. */
+mpt_status trainer_check_same_options_on(mpt_comm *comm, const mpt_cli_options *o);
 
 /* train_watchdog.c */
 typedef struct trainer_watchdog trainer_watchdog;
