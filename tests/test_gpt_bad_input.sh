@@ -4,9 +4,10 @@
 # a hostile file would give them. Each case expects an exit status (2 a usage error, 1 a failure,
 # 0 where the input is legal) and a message naming the problem; none may crash, hang, answer
 # silently wrong or leave a partial output behind. Uses a 1-layer GPT of 7664 parameters on a
-# 19 kB text; about 80 runs of the program, most of the time in MPI start-up (40-50 s on two
-# loaded cores). Needs python3 for the hand-made files (skipped without it). docs/faults.md
-# F25-F33 lists what these cases found. Prints "N passed, N failed".
+# 19 kB text; about 110 runs of the program (some under mpirun with 2 ranks), most of the time
+# in MPI start-up (about 60 s on two loaded cores). Needs python3 for the hand-made files
+# (skipped without it). docs/faults.md F25-F33 and F35-F41 list what these cases found. Prints
+# "N passed, N failed".
 set -u
 prog=${MPITRAIN:-./mpitrain}
 command -v python3 > /dev/null 2>&1 || { echo "no python3: skipped"; exit 77; }
