@@ -511,6 +511,19 @@ expect 1 "(640768 parameters, B 1 x T 8192) needs at least 4.1 GiB per rank" \
   "train: attention matrices larger than the memory" -- env MPT_ATTENTION=reference \
   sh -c "ulimit -v 2097152 && exec \"\$0\" \"\$@\"" "$prog" train --model gpt --n-layer 2 \
   --n-head 8 --n-embd 64 --seq-len 8192 --vocab-size 256 $shards --batch-size 1 --max-steps 1
+# The sampler holds every window's index (8 bytes each, on every rank) and was allocated before
+# the bound was checked, which did not count it: a shard of 2^31 - 1 tokens (a sparse file,
+# 4 GiB long, nothing on disk) in windows of B 1 x T 1 + 1 asks for 16 GiB. Refused by the
+# bound, naming the windows and what makes them fewer.
+python3 -c 'import struct, sys
+f = open(sys.argv[1], "wb")
+f.write(struct.pack("<256i", 20240520, 1, 2147483647, *([0] * 253)))
+f.truncate(1024 + 2 * 2147483647)' "$tmp/huge.bin"
+expect 1 "needs at least 16.0 GiB per rank (.* 8 bytes for each of the shards' 2147483646 windows); this host has 2.0 GiB for 1 rank: give fewer shards, or a larger --batch-size or --seq-len" \
+  "train: windows past the memory" -- sh -c "ulimit -v 2097152 && exec \"\$0\" \"\$@\"" \
+  "$prog" train --model gpt --n-layer 1 --n-head 1 --n-embd 4 --seq-len 1 --batch-size 1 \
+  --vocab-size 256 --shards "$tmp/huge.bin" --max-steps 1
+rm -f "$tmp/huge.bin"
 long="--model gpt --n-layer 2 --n-head 16 --n-embd 64 --seq-len 4096 --vocab-size 256"
 # shellcheck disable=SC2086
 expect 1 "(378624 parameters, B 1 x T 4096) needs at least 2.0 GiB per rank" \

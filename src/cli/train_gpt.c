@@ -266,6 +266,11 @@ static mpt_status setup(gpt_trainer *g) {
   if (g->val_data) MPT_RETURN_IF(trainer_gpt_check_distinct(g->val_data, "--val-shards"));
   if (g->val_data) MPT_RETURN_IF(trainer_gpt_check_disjoint(g->train_data, g->val_data));
   MPT_RETURN_IF(trainer_gpt_check_same_data(g->comm, o, g->train_data, g->val_data));
+  if (!g->stream) /* on the CPU: refused rather than killed for memory (before the sampler) */
+    MPT_RETURN_IF(trainer_gpt_check_memory(
+        o, &g->cfg, g->world, mpt_comm_local_size(g->comm),
+        mpt_token_data_num_windows(g->train_data) +
+            (g->val_data ? mpt_token_data_num_windows(g->val_data) : 0)));
   mpt_sampler_config sc = mpt_sampler_config_default();
   sc.num_replicas = g->world;
   sc.rank = g->rank;
@@ -276,8 +281,6 @@ static mpt_status setup(gpt_trainer *g) {
   lc.timeout_ms = o->timeout_s * 1e3;
   MPT_RETURN_IF(mpt_token_loader_init(&g->train_loader, g->train_data, &sc, &lc));
 
-  if (!g->stream) /* on the CPU: refused rather than killed for memory */
-    MPT_RETURN_IF(trainer_gpt_check_memory(o, &g->cfg, g->world, mpt_comm_local_size(g->comm)));
   MPT_RETURN_IF(mpt_model_init_gpt(&g->model, g->device, &g->cfg, o->seed));
   if (o->init_from[0] && !o->resume[0])
     MPT_RETURN_IF(mpt_gpt_load(g->model, &g->cfg, o->init_from));

@@ -47,7 +47,7 @@ static double host_memory_nbytes(void) {
 }
 
 mpt_status trainer_gpt_check_memory(const mpt_cli_options *o, const mpt_gpt_config *cfg,
-                                    int world, int local_ranks) {
+                                    int world, int local_ranks, int64_t windows) {
   mpt_gpt_layout lay;
   MPT_RETURN_IF(mpt_gpt_layout_compute(cfg, &lay));
   const double n = (double)lay.total, C = cfg->channels, L = cfg->num_layers;
@@ -58,16 +58,21 @@ mpt_status trainer_gpt_check_memory(const mpt_cli_options *o, const mpt_gpt_conf
   double saved = 0, scratch = 0; /* bytes: one layer's, and the largest while it runs */
   mpt_nn_causal_attention_memory(NULL, o->precision, o->batch_size, cfg->max_seq_len,
                                  cfg->num_heads, mpt_cpu_threads(), &saved, &scratch);
-  const double need = 4 * (2 * n + state / world + tokens * (14 * L * C + Vp)) + L * saved + scratch;
+  /* the samplers' order: 8 bytes per window, whole on every rank (mpt_sampler) */
+  const double need = 4 * (2 * n + state / world + tokens * (14 * L * C + Vp)) + L * saved +
+                      scratch + 8 * (double)windows;
   const double have = host_memory_nbytes();
   const double gib = 1024.0 * 1024.0 * 1024.0;
   if (have <= 0 || need * local_ranks <= have) return MPT_OK;
   return MPT_FAIL(MPT_ENOMEM, "--model %s (%.0f parameters, B %lld x T %d) needs at least %.1f "
-                  "GiB per rank (parameters, gradients, optimizer state and the forward's "
-                  "activations); this host has %.1f GiB for %d rank%s: give a smaller "
-                  "--batch-size or model, or fewer ranks per host", o->model, n,
-                  (long long)o->batch_size, cfg->max_seq_len, need / gib, have / gib,
-                  local_ranks, local_ranks == 1 ? "" : "s");
+                  "GiB per rank (parameters, gradients, optimizer state, the forward's "
+                  "activations and 8 bytes for each of the shards' %lld windows); this host has "
+                  "%.1f GiB for %d rank%s: give %s", o->model, n, (long long)o->batch_size,
+                  cfg->max_seq_len, need / gib, (long long)windows, have / gib, local_ranks,
+                  local_ranks == 1 ? "" : "s",
+                  8 * (double)windows > need / 2
+                      ? "fewer shards, or a larger --batch-size or --seq-len (fewer windows)"
+                      : "a smaller --batch-size or model, or fewer ranks per host");
 }
 
 mpt_status trainer_gpt_check_disjoint(const mpt_token_data *train, const mpt_token_data *val) {

@@ -135,10 +135,11 @@ void trainer_log_failure_note(trainer *t, mpt_status st);
 /* train_gpt_checks.c */
 /* Before the GPT's allocations: MPT_ENOMEM (naming the sizes, the bound and the host's memory)
  * when a lower bound of one rank's memory (parameters, gradients, optimizer state, forward
- * activations) times `local_ranks` exceeds the host's memory limit; MPT_OK when it fits or the
- * limit is unknown. MPT_EINVAL for an invalid config. */
+ * activations, the samplers' 8 bytes for each of the training and validation `windows`) times
+ * `local_ranks` exceeds the host's memory limit; MPT_OK when it fits or the limit is unknown.
+ * MPT_EINVAL for an invalid config. */
 mpt_status trainer_gpt_check_memory(const mpt_cli_options *o, const mpt_gpt_config *cfg,
-                                    int world, int local_ranks);
+                                    int world, int local_ranks, int64_t windows);
 /* mpitrain generate, before the model's allocations: MPT_ENOMEM (naming the file, the sizes,
  * the bound and the host's memory) when a lower bound of what sampling from `cfg` with a context
  * of `context` tokens takes (parameters, gradients, the loader's staging copy, the logits)
