@@ -375,6 +375,24 @@ expect 1 "--val-shards: '$tmp/dup/a.bin' and '$tmp/dup/c.bin' are the same file 
 expect 0 "val loss" "train: disjoint validation shards" -- \
   "$prog" train $tiny $shards --val-shards "$tmp/sh/val_*.bin" --max-steps 1
 
+# Validation over many windows: the window losses were summed in float, whose sum of 100000
+# losses of about 5.5 rounds every addition by up to 2^-5: over 100000 windows of one token pair
+# (all the same loss) the mean came to 5.5402 where each window's is 5.5452. Summed in double,
+# the mean is the window's.
+python3 -c 'import struct, sys
+n = 100001
+open(sys.argv[1], "wb").write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)) +
+                              struct.pack("<%dH" % n, *([7] * n)))' "$tmp/same.bin"
+one="--model gpt --n-layer 1 --n-head 1 --n-embd 1 --seq-len 1 --batch-size 1 --vocab-size 256"
+# shellcheck disable=SC2086
+v1=$("$prog" train $one $shards --val-shards "$tmp/same.bin" --val-steps 1 --max-steps 1 \
+  --threads 1 2>&1 | grep -m1 "step      0  val loss")
+# shellcheck disable=SC2086
+vn=$("$prog" train $one $shards --val-shards "$tmp/same.bin" --val-steps 100000 --max-steps 1 \
+  --threads 1 2>&1 | grep -m1 "step      0  val loss")
+[ -n "$v1" ] && [ "$v1" = "$vn" ] && ok ||
+  bad "validation over 100000 equal windows: '$vn', one window: '$v1'"
+
 # ---- train: --resume with other options ----------------------------------------------------
 # A checkpoint after 3 steps of B 2; resuming it with another --accumulate, --batch-size or --lr
 # continued silently (the epoch position then counts other windows), and with --n-head 4 or

@@ -124,7 +124,8 @@ static mpt_status validate(gpt_trainer *g, double *loss_out) {
   lc.timeout_ms = o->timeout_s * 1e3;
   mpt_token_loader *loader = NULL;
   mpt_status st = mpt_token_loader_init(&loader, g->val_data, &sc, &lc);
-  float sums[2] = {0, 0}; /* sum of window losses, windows */
+  double acc[2] = {0, 0}; /* sum of window losses, windows: in double (a float sum of 400000
+                           * equal losses of 5.5452 came to a mean of 5.5239) */
   mpt_tape_set_grad_enabled(g->tape, 0);
   for (int64_t i = 0; st == MPT_OK && i < o->val_steps; i++) {
     mpt_token_batch b;
@@ -145,14 +146,15 @@ static mpt_status validate(gpt_trainer *g, double *loss_out) {
     if (st == MPT_OK)
       st = mpt_nn_cross_entropy_vocab(g->tape, logits, &tgt, g->cfg.vocab_size, &loss);
     if (st == MPT_OK) st = mpt_var_item(g->tape, loss, &l);
-    sums[0] += l;
-    sums[1] += 1;
+    acc[0] += l;
+    acc[1] += 1;
   }
   mpt_tape_set_grad_enabled(g->tape, 1);
   mpt_token_loader_free(loader);
   MPT_RETURN_IF(st);
+  float sums[2] = {(float)acc[0], (float)acc[1]}; /* each rank's, rounded once */
   MPT_RETURN_IF(sum_ranks(g, sums, 2));
-  *loss_out = sums[1] > 0 ? sums[0] / sums[1] : NAN;
+  *loss_out = sums[1] > 0 ? (double)sums[0] / sums[1] : NAN;
   return MPT_OK;
 }
 
