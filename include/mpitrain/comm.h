@@ -141,6 +141,7 @@ typedef struct mpt_comm_config {
   mpt_device device;
 } mpt_comm_config;
 
+/* The defaults noted on each field (MPI backend on cpu:0, 300 s, blocking, agreement on). */
 MPT_API mpt_comm_config mpt_comm_config_default(void);
 
 /* ---- lifetime ---------------------------------------------------------------------------- */
@@ -191,19 +192,25 @@ MPT_API void mpt_comm_abort(const mpt_comm *comm, int code);
 
 /* ---- properties (constant after init; any thread) ---------------------------------------- */
 
+/* This rank in the comm (= its MPI_COMM_WORLD rank) and the number of ranks. comm must not be
+ * NULL (as for every property below). */
 MPT_API int mpt_comm_rank(const mpt_comm *comm);
 MPT_API int mpt_comm_world_size(const mpt_comm *comm);
 /* Rank among the processes of this host (from MPI_COMM_TYPE_SHARED) and their number. */
 MPT_API int mpt_comm_local_rank(const mpt_comm *comm);
 MPT_API int mpt_comm_local_size(const mpt_comm *comm);
-/* This host's name (gethostname). */
+/* This host's name (gethostname); owned by the comm. */
 MPT_API const char *mpt_comm_hostname(const mpt_comm *comm);
+/* How the processes were started ("Processes" above). */
 MPT_API mpt_launcher mpt_comm_launcher(const mpt_comm *comm);
+/* config.backend. */
 MPT_API mpt_comm_backend mpt_comm_backend_kind(const mpt_comm *comm);
-/* The agreed settings (after the env variable and the agreement across ranks). */
+/* The agreed settings (after the env variable and the agreement across ranks): 1 when checked
+ * mode is on. */
 MPT_API int mpt_comm_checked(const mpt_comm *comm);
 /* 1 in blocking mode, 0 in polling mode (config.blocking as agreed). */
 MPT_API int mpt_comm_blocking(const mpt_comm *comm);
+/* config.timeout_ms: each collective's deadline, in milliseconds. */
 MPT_API double mpt_comm_timeout_ms(const mpt_comm *comm);
 /* The comm's own worker stream, where collectives go when no stream is given. */
 MPT_API mpt_stream *mpt_comm_stream(mpt_comm *comm);
@@ -413,7 +420,7 @@ MPT_API void mpt_device_claim_set_ids(mpt_device_claim *claim,
  * the rank's list, uid = its identity), or none (index -1). Claims without identities keep
  * index = local rank when below visible_count, else -1 (mpt_device_pick). Every rank that
  * assigns the same claims gets the same result. Errors: MPT_EINVAL for NULL claims with n > 0
- * or n < 0. */
+ * or n < 0; MPT_ENOMEM. */
 MPT_API mpt_status mpt_device_assign(mpt_device_claim *claims, int n);
 
 /* Pure: checks the claims of n ranks, in this order, and reports every offender of the first
@@ -434,7 +441,8 @@ MPT_API mpt_status mpt_device_claims_check(const mpt_device_claim *claims, int n
  * deadline) and checks them with mpt_device_claims_check, so every rank returns the same
  * verdict and words. `device` is this rank's device; its index may be anything (fake devices
  * in tests); its type must be the same on every rank. Errors: those of the check, and of the
- * all-gather (MPT_ECOMM, MPT_ETIMEOUT); MPT_EINVAL for a NULL comm or a comm on a device. */
+ * all-gather (MPT_ECOMM, MPT_ETIMEOUT); MPT_EINVAL for a NULL comm or a comm on a device;
+ * MPT_ENOMEM. */
 MPT_API mpt_status mpt_comm_check_devices(mpt_comm *comm, mpt_device device);
 
 /* Collective (same comm rules): binds this rank to a device of `type`. CUDA: with
@@ -448,7 +456,7 @@ MPT_API mpt_status mpt_comm_check_devices(mpt_comm *comm, mpt_device device);
  * CUDA contexts then appear on this device only). CPU: *device = cpu:0, no collective.
  * Errors: as mpt_device_claims_check (MPT_EINVAL: a local rank beyond the visible devices;
  * MPT_EMISMATCH: two ranks on one device of one host), of the all-gather, of set_current;
- * MPT_EINVAL for NULL arguments. On error *device is cpu:0. Call before creating the NCCL comm
+ * MPT_EINVAL for NULL arguments; MPT_ENOMEM. On error *device is cpu:0. Call before creating the NCCL comm
  * (config.device = *device). */
 MPT_API mpt_status mpt_comm_bind_device(mpt_comm *comm, mpt_device_type type, int visible_count,
                                         mpt_device *device);
