@@ -456,8 +456,8 @@ MPT_API mpt_status mpt_comm_check_devices(mpt_comm *comm, mpt_device device);
  * CUDA contexts then appear on this device only). CPU: *device = cpu:0, no collective.
  * Errors: as mpt_device_claims_check (MPT_EINVAL: a local rank beyond the visible devices;
  * MPT_EMISMATCH: two ranks on one device of one host), of the all-gather, of set_current;
- * MPT_EINVAL for NULL arguments; MPT_ENOMEM. On error *device is cpu:0. Call before creating the NCCL comm
- * (config.device = *device). */
+ * MPT_EINVAL for NULL arguments; MPT_ENOMEM. On error *device is cpu:0. Call before creating the
+ * NCCL comm (config.device = *device). */
 MPT_API mpt_status mpt_comm_bind_device(mpt_comm *comm, mpt_device_type type, int visible_count,
                                         mpt_device *device);
 

@@ -5,12 +5,12 @@
  * recent error on the calling thread (failing statement, file:line, rank, device) is kept in a
  * thread-local string read with mpt_last_error(). The library never exits or aborts.
  *
- * Streams and events (docs/comm.md for the comm stream): work on a stream runs in submission order; ordering
- * between streams is an event record on one plus a wait on the other; every host-side wait takes
- * a deadline in milliseconds. On the CPU there are two kinds of stream: the inline stream runs
- * work immediately on the calling thread (its events are complete when recorded), and a worker
- * stream owns a thread with an in-order queue (used for communication, so that an all-reduce
- * runs while the caller goes on computing). */
+ * Streams and events (docs/comm.md for the comm stream): work on a stream runs in submission
+ * order; ordering between streams is an event record on one plus a wait on the other; every
+ * host-side wait takes a deadline in milliseconds. On the CPU there are two kinds of stream: the
+ * inline stream runs work immediately on the calling thread (its events are complete when
+ * recorded), and a worker stream owns a thread with an in-order queue (used for communication, so
+ * that an all-reduce runs while the caller goes on computing). */
 #ifndef MPITRAIN_CORE_H
 #define MPITRAIN_CORE_H
 

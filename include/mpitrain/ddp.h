@@ -177,11 +177,11 @@ MPT_API void mpt_ddp_set_sync(mpt_ddp *ddp, int sync);
  * buckets are launched in index order on the comm stream after the work enqueued so far on the
  * compute stream, and the call waits for the last one (deadline: config.timeout_ms). For
  * gradients computed without the engine's hooks, e.g. by DataParallel inside the rank (dp.h:
- * hybrid data parallelism): call it once per optimizer step, after mpt_dp_step. Gradients are divided by the world size exactly once, by the
- * all-reduce's average. Collective. Counted in the stats as a pass with no overlap (backward_ms
- * and hidden_ms 0, exposed_comm_ms the whole wait). Errors: MPT_EINVAL (NULL), MPT_ESTATE
- * (called during a backward pass), MPT_ETIMEOUT / MPT_ECOMM from the
- * collectives; on error every launched bucket has completed before the call returns. */
+ * hybrid data parallelism): call it once per optimizer step, after mpt_dp_step. Gradients are
+ * divided by the world size exactly once, by the all-reduce's average. Collective. Counted in the
+ * stats as a pass with no overlap (backward_ms and hidden_ms 0, exposed_comm_ms the whole wait).
+ * Errors: MPT_EINVAL (NULL), MPT_ESTATE (called during a backward pass), MPT_ETIMEOUT / MPT_ECOMM
+ * from the collectives; on error every launched bucket has completed before the call returns. */
 MPT_API mpt_status mpt_ddp_allreduce_grads(mpt_ddp *ddp);
 /* The check that every rank has the same number of batches this epoch (uneven inputs: each
  * rank passes its count; MPT_EMISMATCH names the ranks that would run out). Collective.
@@ -277,9 +277,10 @@ MPT_API mpt_status mpt_ddp_grads_nonfinite(mpt_ddp *ddp, mpt_stream *stream, int
  * kind, host memory) with every rank's shard of `shard`'s state and its step count
  * (collective). `whole` may be NULL on any rank: that rank only takes part (e.g. every rank but
  * the checkpoint's writer); the state travels bucket by bucket through a staging buffer of the
- * largest bucket, so a rank without `whole` holds one bucket more, not the whole state. scatter: copies this rank's shard of `whole`'s state and its step count into
- * `shard` (local). With ZeRO off both copy the whole state. Errors: MPT_EINVAL (optimizers of
- * another kind or size), MPT_ENOMEM (gather's staging buffer), comm errors. */
+ * largest bucket, so a rank without `whole` holds one bucket more, not the whole state. scatter:
+ * copies this rank's shard of `whole`'s state and its step count into `shard` (local). With ZeRO
+ * off both copy the whole state. Errors: MPT_EINVAL (optimizers of another kind or size),
+ * MPT_ENOMEM (gather's staging buffer), comm errors. */
 MPT_API mpt_status mpt_ddp_optimizer_gather(mpt_ddp *ddp, mpt_optimizer *shard,
                                             mpt_optimizer *whole);
 MPT_API mpt_status mpt_ddp_optimizer_scatter(mpt_ddp *ddp, mpt_optimizer *whole,

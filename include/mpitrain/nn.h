@@ -469,9 +469,10 @@ typedef struct mpt_eval_sums {
  * the rows after it are the DistributedSampler's padding (repeats that make every rank's share
  * equal), and skipping them is what makes the sums over W ranks equal to one process's over the
  * whole dataset (docs/faults.md, F01). num_real == 0 adds nothing and runs nothing. Afterwards the
- * model's training flag and the tape's grad flag are back as they were. Synchronises the tape's stream (it reads the
- * loss and the count). Errors: MPT_EINVAL (NULL arguments, num_real outside [0, count], inputs
- * or labels not on the model's device, labels not I32 [count]); errors of the forward and ops. */
+ * model's training flag and the tape's grad flag are back as they were. Synchronises the tape's
+ * stream (it reads the loss and the count). Errors: MPT_EINVAL (NULL arguments, num_real outside
+ * [0, count], inputs or labels not on the model's device, labels not I32 [count]); errors of the
+ * forward and ops. */
 MPT_API mpt_status mpt_eval_batch(mpt_tape *tape, const mpt_tensor *inputs,
                                   const mpt_tensor *labels, int64_t num_real,
                                   mpt_eval_sums *sums);

@@ -4,9 +4,10 @@
  * overwrite their outputs, backward ops ACCUMULATE (+=) into their gradient outputs, arguments
  * are checked (MPT_EINVAL: NULL pointers with work to do, extents outside [0, 2^31), a bad
  * scalar) and empty work returns MPT_OK at once; a backend without the op gives MPT_ENOTSUP;
- * CUDA errors as in ops.h. Asynchronous on CUDA (none of these waits for the stream). Index arrays (tokens, targets) are int32 on the same device; the CPU checks their
- * range (MPT_EINVAL naming the position), CUDA does not read them back (an index out of range
- * is never used to address memory: its output is NaN there).
+ * CUDA errors as in ops.h. Asynchronous on CUDA (none of these waits for the stream). Index arrays
+ * (tokens, targets) are int32 on the same device; the CPU checks their range (MPT_EINVAL naming
+ * the position), CUDA does not read them back (an index out of range is never used to address
+ * memory: its output is NaN there).
  *
  * Every result is deterministic: sums over rows go in a fixed order (no atomics), on every
  * backend. Formulas: GPT-2 as llm.c (Karpathy, train_gpt2.c) writes it; see transformer.h. */

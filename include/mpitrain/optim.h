@@ -108,8 +108,9 @@ MPT_API void mpt_optimizer_free(mpt_optimizer *opt);
 
 /* One optimizer step with learning rate `lr` (normally mpt_lr_at(schedule, cfg.lr, step count)),
  * enqueued on `stream` (NULL = the CPU, run now; otherwise a stream of the optimizer's device:
- * the same type, and for CUDA the same ordinal; CPU replicas share memory, so any CPU stream). param[count] is updated in place from grad[count]; both are on the optimizer's device.
- * On success the step count goes up by one.
+ * the same type, and for CUDA the same ordinal; CPU replicas share memory, so any CPU stream).
+ * param[count] is updated in place from grad[count]; both are on the optimizer's device. On
+ * success the step count goes up by one.
  *   SGD   (torch.optim.SGD): g = grad + wd*param; with momentum: buf = g on the first step
  *         (step count 0), else buf = momentum*buf + (1-dampening)*g; g = nesterov ? g +
  *         momentum*buf : buf; param -= lr*g.

@@ -48,7 +48,8 @@ MPT_API mpt_status mpt_nn_embedding_gpt(mpt_tape *tape, const mpt_tensor *tokens
  *   mean = sum_c x / C,  rstd = 1 / sqrt(sum_c (x - mean)^2 / C + eps)   (biased variance)
  *   y = (x - mean) * rstd * weight + bias,  weight and bias [C];
  * GPT-2 uses eps = 1e-5 (PyTorch's default). mean and rstd of each row are saved for backward:
- *   dx += rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)),  g = dy * weight, xhat = (x - mean) * rstd
+ *   dx += rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)),
+ *   g = dy * weight, xhat = (x - mean) * rstd
  *   dweight += sum over rows of dy * xhat,  dbias += sum over rows of dy.
  * Errors: MPT_EINVAL (eps < 0 or not finite), MPT_ESHAPE (x of rank 0 or C = 0; weight or
  * bias not [C]), MPT_ENOTSUP. */
@@ -128,8 +129,8 @@ MPT_API void mpt_nn_causal_attention_memory(mpt_stream *stream, mpt_precision pr
  * a scalar in nats, summed in double. Saves logsumexp [N] only, and recomputes the
  * probabilities in backward: dlogits[n, j] += dloss / N * (p[n, j] - [j == target]) for j < V.
  * Errors: MPT_EINVAL (a target outside [0, vocab_size), naming its position, on the CPU;
- * vocab_size outside [1, Vp]), MPT_ESHAPE (targets' shape is not that of logits without its last dimension; no
- * position), MPT_ENOTSUP. */
+ * vocab_size outside [1, Vp]), MPT_ESHAPE (targets' shape is not that of logits without its last
+ * dimension; no position), MPT_ENOTSUP. */
 MPT_API mpt_status mpt_nn_cross_entropy_vocab(mpt_tape *tape, mpt_var *logits,
                                               const mpt_tensor *targets, int64_t vocab_size,
                                               mpt_var **loss);
