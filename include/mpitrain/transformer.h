@@ -105,7 +105,7 @@ MPT_API mpt_status mpt_nn_add_layernorm(mpt_tape *tape, mpt_var *a, mpt_var *b,
  * the softmax (datt = dy v^T; dpre = att * (datt - rowsum(att * datt)); dq += dpre k / sqrt(hs);
  * dk += dpre^T q / sqrt(hs); dv += att^T dy).
  * Errors: MPT_EINVAL (n_head < 1), MPT_ESHAPE (qkv not [B, T, 3C], or C not a multiple of
- * n_head), MPT_ENOTSUP. */
+ * n_head), MPT_ENOMEM (the fused op's scratch, the arena), MPT_ENOTSUP. */
 MPT_API mpt_status mpt_nn_causal_attention(mpt_tape *tape, mpt_var *qkv, int n_head,
                                            mpt_var **y);
 
@@ -178,7 +178,9 @@ MPT_API mpt_status mpt_model_init_gpt(mpt_model **model, mpt_device device,
  * The draws are taken in the model file's order (kind by kind: wte, wpe, then qkvw of layers
  * 0..L-1, attprojw of each layer, ...), not in the registration order, so each named tensor
  * gets the values it had when the registration followed the file's order.
- * Errors: MPT_EINVAL, MPT_ESHAPE (the model is not a finalised GPT of `config`). */
+ * Draws on the host; on a device each tensor is copied over. Errors: MPT_EINVAL, MPT_ESHAPE
+ * (the model is not a finalised GPT of `config`), MPT_ENOMEM (the host buffer), errors of
+ * mpt_model_init_params and of the copies. */
 MPT_API mpt_status mpt_gpt_init_weights(mpt_model *model, const mpt_gpt_config *config,
                                         uint64_t seed);
 
