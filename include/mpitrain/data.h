@@ -96,7 +96,8 @@ MPT_API mpt_dataset_config mpt_dataset_config_default(void);
  * (IDX ubyte [N]). `config` NULL means the defaults. On success *ds owns its tensors.
  * Errors: those of mpt_idx_read; MPT_ESHAPE the two files hold different numbers of items (names
  * both files and counts); MPT_EFORMAT a label >= num_classes (names the file, the index and the
- * value); MPT_EINVAL bad config (std <= 0, num_classes < 1, limit < 0); MPT_ENOMEM.
+ * value), or an images file of other than 3 or 4 dimensions; MPT_EINVAL bad config (std <= 0,
+ * num_classes < 1, limit < 0) or NULL arguments; MPT_ENOMEM.
  * On error *ds is zeroed. */
 MPT_API mpt_status mpt_dataset_load_idx(const char *images_path, const char *labels_path,
                                         const mpt_dataset_config *config, mpt_dataset *ds);
@@ -105,8 +106,8 @@ MPT_API mpt_status mpt_dataset_load_idx(const char *images_path, const char *lab
  * train-labels-idx1-ubyte, "test" the t10k-* files; each name is tried with ".gz" first, then
  * without. `dir` NULL means mpt_data_default_dir(). Errors: MPT_ENOENT the folder or a file is
  * missing (the message names the path and says "install Debian's dataset-fashion-mnist package
- * (apt-get install dataset-fashion-mnist) or pass --data DIR"); MPT_EINVAL an unknown split;
- * everything mpt_dataset_load_idx returns. */
+ * (apt-get install dataset-fashion-mnist) or pass --data DIR"); MPT_EINVAL an unknown or NULL
+ * split, a NULL ds, a folder path too long; everything mpt_dataset_load_idx returns. */
 MPT_API mpt_status mpt_dataset_load_fashion_mnist(const char *dir, const char *split,
                                                   const mpt_dataset_config *config,
                                                   mpt_dataset *ds);
