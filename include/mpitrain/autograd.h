@@ -70,7 +70,8 @@ MPT_API mpt_status mpt_tape_new_var(mpt_tape *tape, int ndim, const int64_t *sha
  * view is recorded as a node (named "view", with nothing to do in backward), so the view needs
  * a gradient too and a viewed parameter's grad-ready hook fires only after every use of the
  * view.
- * Errors: MPT_ESHAPE (counts differ), MPT_EINVAL. */
+ * Errors: MPT_ESHAPE (counts differ), MPT_EINVAL (NULL arguments, a bad rank or shape),
+ * MPT_ENOMEM. */
 MPT_API mpt_status mpt_tape_view_var(mpt_tape *tape, mpt_var *of, int ndim,
                                      const int64_t *shape, mpt_var **var);
 /* Scratch or saved memory on the model's device from the tape's arena, 64-byte aligned, valid

@@ -153,14 +153,15 @@ MPT_API mpt_status mpt_ckpt_read_meta(const char *path, mpt_ckpt_meta *meta, int
  * higher step than the one written (left by an earlier run: mpt_ckpt_find_latest would pick
  * it). path_out (may be NULL) receives the path written (path_nbytes
  * bytes, always NUL-terminated). Errors: those of mpt_ckpt_save; MPT_EIO (cannot create dir);
- * MPT_EINVAL (NULL dir, path longer than path_nbytes or PATH_MAX). */
+ * MPT_EINVAL (NULL dir, path longer than path_nbytes or PATH_MAX); MPT_ENOMEM (the listing). */
 MPT_API mpt_status mpt_ckpt_save_dir(const char *dir, int keep_last_k, mpt_model *model,
                                      mpt_optimizer *optimizer, const mpt_ckpt_meta *meta,
                                      char *path_out, size_t path_nbytes);
 
 /* The path of the checkpoint with the highest step in `dir`, into buf[nbytes]. It is not
  * opened: mpt_ckpt_load validates it. Errors: MPT_ENOENT (dir missing or without a
- * checkpoint); MPT_EIO (cannot read dir); MPT_EINVAL (NULL arguments, buf too small). */
+ * checkpoint); MPT_EIO (cannot read dir); MPT_EINVAL (NULL arguments, buf too small);
+ * MPT_ENOMEM. */
 MPT_API mpt_status mpt_ckpt_find_latest(const char *dir, char *buf, size_t nbytes);
 
 /* For --resume FILE|DIR: a directory gives mpt_ckpt_find_latest, anything else is copied as
@@ -196,7 +197,8 @@ MPT_API mpt_status mpt_ckpt_save_collective(mpt_comm *comm, const char *dir, int
  * MPT_EMISMATCH naming rank 0's and the other rank's CRC, models untouched. Otherwise every
  * rank copies the values to its device, and a last all-reduce makes sure every copy worked
  * (if one failed, every rank returns its status and must not train: the replicas may then
- * differ). Errors: the above; the comm's errors; MPT_EINVAL (NULL comm), MPT_ENOMEM. */
+ * differ). Errors: the above (a rank's own: those of mpt_ckpt_resolve and mpt_ckpt_load);
+ * the comm's errors; MPT_EINVAL (NULL comm), MPT_ENOMEM. */
 MPT_API mpt_status mpt_ckpt_load_collective(mpt_comm *comm, const char *path, mpt_model *model,
                                             mpt_optimizer *optimizer, mpt_ckpt_meta *meta);
 

@@ -156,7 +156,8 @@ MPT_API mpt_comm_config mpt_comm_config_default(void);
  * or MPI provides a thread level below MPI_THREAD_MULTIPLE: the detail names both levels);
  * MPT_EMISMATCH (the launcher says N > 1 tasks but MPI sees a world of 1: srun without a working
  * PMI plugin, or mpirun from a different MPI; the detail names the variable, N and the fix);
- * MPT_ETIMEOUT (not every rank reached the bootstrap in time); MPT_ENOMEM.
+ * MPT_ETIMEOUT (not every rank reached the bootstrap in time); MPT_ESTATE (MPI was already
+ * finalized); MPT_ENOMEM.
  * On error *comm is NULL and MPI stays initialised (call mpt_comm_finalize or mpt_comm_abort).
  * Thread rules: call from one thread; not concurrently with other MPI use. */
 MPT_API mpt_status mpt_comm_init(mpt_comm **comm, const mpt_comm_config *config);
