@@ -342,7 +342,8 @@ MPT_API mpt_status mpt_comm_barrier(mpt_comm *comm, mpt_stream *stream);
  * stream has started no collective for timeout_ms, with "all-reduce #17 (count 4096 float32
  * sum) did not complete within 300 s on rank 1" (the same words as polling mode), and the comm
  * is marked unusable; then abort (see "Progress"). Concurrent calls are serialised. Not for the
- * training step (they block). */
+ * training step (they block), and never from a host function running on the comm's own stream
+ * (mpt_comm_stream: the comm thread), which they would wait for. */
 MPT_API mpt_status mpt_comm_allreduce_sync(mpt_comm *comm, const void *sendbuf, void *recvbuf,
                                            int64_t count, mpt_dtype dtype, mpt_reduce_op op);
 MPT_API mpt_status mpt_comm_broadcast_sync(mpt_comm *comm, void *buf, int64_t count,

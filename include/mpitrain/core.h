@@ -213,7 +213,8 @@ MPT_API mpt_status mpt_stream_launch_host(mpt_stream *stream, mpt_host_fn fn, vo
 /* Blocks until everything enqueued so far has run, at most `timeout_ms` (negative: no deadline;
  * a comm's collectives on the stream still end the wait by their own deadline, comm.h).
  * Returns the stream's sticky error, or MPT_ETIMEOUT (the stream is not marked failed: the work
- * may still finish). NULL: MPT_OK at once. */
+ * may still finish). NULL: MPT_OK at once. Not from a host function running on the same stream:
+ * it would wait for itself (until the deadline). */
 MPT_API mpt_status mpt_stream_synchronize(mpt_stream *stream, double timeout_ms);
 /* The stream's sticky error (MPT_OK if none, and for NULL). Does not wait. */
 MPT_API mpt_status mpt_stream_error(const mpt_stream *stream);
@@ -308,7 +309,7 @@ MPT_API void mpt_tensor_free(mpt_tensor *t);
 MPT_API size_t mpt_tensor_nbytes(const mpt_tensor *t);
 /* 1 if both have the same ndim and extents. */
 MPT_API int mpt_tensor_same_shape(const mpt_tensor *a, const mpt_tensor *b);
-/* Writes "[64, 1, 28, 28]" into buf (nbytes long; truncated, always NUL-terminated). Returns
+/* Writes "[64, 1, 28, 28]" into buf (nbytes >= 1 long; truncated, always NUL-terminated). Returns
  * buf. */
 MPT_API const char *mpt_shape_str(int ndim, const int64_t *shape, char *buf, size_t nbytes);
 
