@@ -149,7 +149,8 @@ MPT_API mpt_status mpt_op_conv2d_backward_weights(mpt_stream *stream, const mpt_
                                                   int64_t n, int64_t o, const float *x,
                                                   const float *dy, float *dw, float *db);
 
-/* Max pooling over planes = N*C images of [H, W] (g->channels is ignored; pad must be 0):
+/* Max pooling (as PyTorch's MaxPool2d without padding or dilation) over planes = N*C images of
+ * [H, W] (g->channels is ignored; pad must be 0):
  * y [planes, out_h, out_w], argmax [planes, out_h, out_w] = index within the plane (h*W + w) of
  * the first maximum (NaN wins, as in PyTorch). Errors also: MPT_EINVAL (pad != 0, planes < 0,
  * a plane too large for the int32 argmax). */
@@ -186,7 +187,8 @@ MPT_API mpt_status mpt_op_batchnorm_backward(mpt_stream *stream, const float *dy
                                              const float *save_invstd, float *dx, float *dgamma,
                                              float *dbeta);
 
-/* Softmax cross-entropy over logits [n, k] with integer labels [n] in [0, k):
+/* Softmax cross-entropy (as PyTorch's cross_entropy, mean reduction) over logits [n, k] with
+ * integer labels [n] in [0, k):
  * probs[n, k] = softmax(logits) (max-subtracted), *loss = mean_i -log probs[i, label_i] (one
  * float on the device). Errors: MPT_EINVAL (n or k < 1, k beyond int32; CPU: a label outside
  * [0, k)). CUDA does not synchronize to check labels: a bad label gives a NaN loss. */
@@ -204,8 +206,9 @@ MPT_API mpt_status mpt_op_count_correct(mpt_stream *stream, const float *logits,
                                         const int32_t *labels, int64_t n, int64_t k,
                                         int64_t *correct);
 
-/* Inverted dropout: mask[i] = (u(seed, i) >= p) / (1 - p), y = x * mask, where u is a counter-
- * based uniform in [0,1) (splitmix64 of seed and i), so CPU and CUDA draw the same mask.
+/* Inverted dropout (Srivastava et al., 2014; scaled at training time as PyTorch):
+ * mask[i] = (u(seed, i) >= p) / (1 - p), y = x * mask, where u is a counter-based uniform in
+ * [0,1) (splitmix64 of seed and i), so CPU and CUDA draw the same mask.
  * 0 <= p < 1 (else MPT_EINVAL). mask has count floats. */
 MPT_API mpt_status mpt_op_dropout(mpt_stream *stream, const float *x, float *y, float *mask,
                                   int64_t count, float p, uint64_t seed);
