@@ -330,7 +330,8 @@ MPT_API uint64_t mpt_rng_next(mpt_rng *rng);
 MPT_API float mpt_rng_uniform(mpt_rng *rng);
 /* Uniform integer in [0, n), n > 0, without modulo bias. */
 MPT_API uint64_t mpt_rng_below(mpt_rng *rng, uint64_t n);
-/* Fills x[0..count) with uniform values in [lo, hi). */
+/* Fills x[0..count) with uniform values in [lo, hi), lo < hi: lo + (hi - lo) mpt_rng_uniform, and
+ * the largest float below hi where that sum rounds up to hi. */
 MPT_API void mpt_rng_fill_uniform(mpt_rng *rng, float *x, int64_t count, float lo, float hi);
 
 /* ------------------------------------------------------------------------------------------ */
