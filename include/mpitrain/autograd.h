@@ -46,6 +46,7 @@
 extern "C" {
 #endif
 
+/* One recorded op of a pass (opaque): owned by the tape, valid until the next reset. */
 typedef struct mpt_node mpt_node;
 
 /* A node's backward: accumulate into the gradients of the node's inputs (see above). Return

@@ -72,6 +72,7 @@
 extern "C" {
 #endif
 
+/* A process group (opaque): mpt_comm_init / mpt_comm_free. */
 typedef struct mpt_comm mpt_comm;
 
 /* Reductions of all-reduce. AVG is SUM followed by a division by the world size on every rank
@@ -99,6 +100,7 @@ typedef enum {
 /* "plain process", "mpirun", "srun"; "unknown" otherwise. */
 MPT_API const char *mpt_launcher_name(mpt_launcher launcher);
 
+/* Which library runs the collectives (config.backend). */
 typedef enum {
   MPT_COMM_BACKEND_MPI = 0,  /* collectives over MPI: host memory or staged CUDA memory */
   MPT_COMM_BACKEND_NCCL = 1, /* NCCL on one CUDA device per rank (MPT_ENOTSUP if not built) */
@@ -107,6 +109,7 @@ typedef enum {
 /* "mpi", "nccl"; "unknown" otherwise. */
 MPT_API const char *mpt_comm_backend_name(mpt_comm_backend backend);
 
+/* mpt_comm_init's settings: start from mpt_comm_config_default() and change fields. */
 typedef struct mpt_comm_config {
   mpt_comm_backend backend; /* MPT_COMM_BACKEND_MPI */
   /* Deadline of each collective, counted from when it starts running on its stream; also the
@@ -383,11 +386,12 @@ MPT_API mpt_status mpt_comm_barrier_sync(mpt_comm *comm);
 MPT_API mpt_status mpt_device_pick(int local_rank, int local_size, int visible_count,
                                    int *index);
 
-/* One rank's claim on a device, as gathered across ranks (a plain, fixed-size record). */
+/* Sizes of a claim's device identities. */
 enum {
   MPT_DEVICE_UID_NBYTES = 16, /* a CUDA device UUID; a PCI bus id when the UUID is unknown */
   MPT_DEVICE_LIST_MAX = 16,   /* visible devices whose identity a claim carries */
 };
+/* One rank's claim on a device, as gathered across ranks (a plain, fixed-size record). */
 typedef struct mpt_device_claim {
   int32_t rank;
   int32_t local_rank;

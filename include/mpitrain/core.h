@@ -51,6 +51,7 @@ extern "C" {
   X(EUNUSED, -14, "parameters received no gradient")                                   \
   X(EINTERRUPTED, -15, "interrupted")
 
+/* The status codes of the table above: MPT_OK (0), MPT_EINVAL (-1), ... */
 typedef enum {
 #define MPT__STATUS_ENUM(name, value, msg) MPT_##name = value,
   MPT_STATUS_MAP(MPT__STATUS_ENUM)
@@ -97,6 +98,7 @@ MPT_API mpt_status mpt_error_set_at(mpt_status status, const char *file, int lin
 /* ------------------------------------------------------------------------------------------ */
 /* Logging                                                                                    */
 
+/* Log levels, most severe first; a level prints the levels before it too. */
 typedef enum {
   MPT_LOG_ERROR = 0,
   MPT_LOG_WARN = 1,
@@ -128,11 +130,13 @@ MPT_API double mpt_time_ms(void);
 /* ------------------------------------------------------------------------------------------ */
 /* Devices                                                                                    */
 
+/* The kinds of device a build may have (mpt_device_available says which are present). */
 typedef enum {
   MPT_DEVICE_CPU = 0,
   MPT_DEVICE_CUDA = 1,
 } mpt_device_type;
 
+/* A device: its kind and index. A plain value, compared field by field. */
 typedef struct mpt_device {
   mpt_device_type type;
   int index; /* CUDA ordinal; for CPU "devices" (DP mode) a replica number, memory is shared */
@@ -170,9 +174,12 @@ MPT_API void mpt_device_free(mpt_device device, void *ptr);
 /* ------------------------------------------------------------------------------------------ */
 /* Streams and events                                                                         */
 
+/* A stream (an in-order queue of device work) and an event (a position in a stream), both
+ * opaque and owned by the device that made them (see the top of this file). */
 typedef struct mpt_stream mpt_stream;
 typedef struct mpt_event mpt_event;
 
+/* What mpt_stream_init makes. */
 typedef enum {
   MPT_STREAM_INLINE = 0, /* CPU: runs work on the calling thread; CUDA: a compute stream */
   MPT_STREAM_WORKER = 1, /* CPU: a thread with an in-order queue; CUDA: a non-blocking stream */
@@ -250,6 +257,7 @@ MPT_API mpt_status mpt_event_elapsed_ms(mpt_event *start, mpt_event *end, double
 /* ------------------------------------------------------------------------------------------ */
 /* Tensors                                                                                    */
 
+/* Element types of tensors and collectives (mpt_dtype_size gives the bytes). */
 typedef enum {
   MPT_F32 = 0,
   MPT_I32 = 1,
@@ -337,6 +345,7 @@ MPT_API void mpt_rng_fill_uniform(mpt_rng *rng, float *x, int64_t count, float l
 /* ------------------------------------------------------------------------------------------ */
 /* Trace (Chrome trace event format, "X" complete events; opens in Perfetto / chrome://tracing) */
 
+/* A bounded, thread-safe list of trace events of this process (opaque). */
 typedef struct mpt_trace mpt_trace;
 
 /* A trace of this process, shown as process `rank`. Holds at most `capacity` events (later ones

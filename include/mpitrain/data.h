@@ -42,6 +42,7 @@ extern "C" {
 #define MPT_IDX_MAX_EXTENT 1000000000LL
 #define MPT_IDX_MAX_NBYTES (8LL << 30)
 
+/* The contents of an IDX file (mpt_idx_read). */
 typedef struct mpt_idx {
   int ndim;
   int64_t shape[MPT_IDX_MAX_DIMS]; /* extents, shape[0] = number of items */
@@ -81,6 +82,7 @@ typedef struct mpt_dataset {
   float mean, std; /* the normalisation that was applied */
 } mpt_dataset;
 
+/* mpt_dataset_load_idx's settings: start from mpt_dataset_config_default(). */
 typedef struct mpt_dataset_config {
   float mean;      /* subtracted from pixel / 255 (default MPT_FASHION_MNIST_MEAN) */
   float std;       /* then divided by this, > 0 (default MPT_FASHION_MNIST_STD) */
@@ -148,6 +150,7 @@ MPT_API int64_t mpt_dataset_sample_count(const mpt_dataset *ds);
  * r3 {3,7,1} (r2 and r3 have 2 real samples); with drop_last {0,4} {1,5} {2,6} {3,7}. */
 typedef struct mpt_sampler mpt_sampler;
 
+/* mpt_sampler_init's settings: start from mpt_sampler_config_default(). */
 typedef struct mpt_sampler_config {
   int num_replicas; /* W, the world size, >= 1 (default 1) */
   int rank;         /* in [0, W) (default 0) */
@@ -205,6 +208,7 @@ MPT_API mpt_status mpt_sampler_fill(const mpt_sampler *sampler, int64_t start, i
  * every wait on it has the config's deadline. */
 typedef struct mpt_loader mpt_loader;
 
+/* mpt_loader_init's settings: start from mpt_loader_config_default(). */
 typedef struct mpt_loader_config {
   int64_t batch_size; /* rows per batch, >= 1 (default 64) */
   int drop_last;      /* non-zero: skip the last batch of the epoch if it is partial (default 0) */
@@ -285,6 +289,8 @@ typedef mpt_status (*mpt_data_read_fn)(void *user, int64_t index, void *input, i
 
 #define MPT_DATA_MAX_DIMS 4 /* dimensions of one sample's input (a batch adds one in front) */
 
+/* What a data source is: start from mpt_data_source_desc_default(); mpt_data_source_init
+ * copies it. */
 typedef struct mpt_data_source_desc {
   int64_t count;                           /* N, >= 0 */
   mpt_dtype input_dtype;                   /* MPT_F32, MPT_I32 or MPT_U8 */
@@ -299,6 +305,7 @@ typedef struct mpt_data_source_desc {
   void *user;                              /* passed to the callbacks */
 } mpt_data_source_desc;
 
+/* A data source (opaque): mpt_data_source_init / mpt_data_source_free. */
 typedef struct mpt_data_source mpt_data_source;
 
 /* A zeroed description with label_count 1 and input_dtype MPT_F32: set count, input_ndim,
@@ -351,6 +358,7 @@ MPT_API mpt_status mpt_loader_init_source(mpt_loader **loader, const mpt_data_so
 #define MPT_SHARD_HEADER_NBYTES 1024
 #define MPT_SHARD_MAX_TOKENS 2147483647LL
 
+/* A whole token shard in host memory (mpt_token_shard_read). */
 typedef struct mpt_token_shard {
   int64_t count;    /* N */
   uint16_t *tokens; /* [N], owned (free with mpt_token_shard_free); NULL when N is 0 */
@@ -394,6 +402,7 @@ MPT_API mpt_status mpt_token_shard_write(const char *path, const uint16_t *token
  * against the vocabulary as it is read. Thread-safe for reads (pread on shared descriptors). */
 typedef struct mpt_token_data mpt_token_data;
 
+/* mpt_token_data_init's settings: start from mpt_token_data_config_default(). */
 typedef struct mpt_token_data_config {
   int64_t batch_size; /* B, rows per window, >= 1 (default 4) */
   int64_t seq_len;    /* T, >= 1 (default 64) */
@@ -440,6 +449,7 @@ MPT_API mpt_status mpt_token_data_source(mpt_token_data *data, mpt_data_source *
  * [B, T] tensors. */
 typedef struct mpt_token_loader mpt_token_loader;
 
+/* One step of a token loader: a window as inputs and targets. */
 typedef struct mpt_token_batch {
   mpt_tensor inputs;  /* I32 [B, T], CPU (a view, valid until the next call on the loader) */
   mpt_tensor targets; /* I32 [B, T], CPU (a view) */

@@ -65,9 +65,11 @@
 extern "C" {
 #endif
 
+/* The process group (comm.h) and the DDP engine (opaque: mpt_ddp_init / mpt_ddp_free). */
 typedef struct mpt_comm mpt_comm;
 typedef struct mpt_ddp mpt_ddp;
 
+/* What happens to the model's buffers before each training forward (config.buffers). */
 typedef enum {
   MPT_DDP_BUFFERS_BROADCAST = 0, /* rank 0's buffers before each forward (PyTorch default) */
   MPT_DDP_BUFFERS_AVERAGE = 1,   /* the average over ranks before each forward */
@@ -121,6 +123,7 @@ MPT_API mpt_status mpt_ddp_grad_comm_parse(const char *text, mpt_ddp_grad_comm *
 /* "fp32", "bf16"; "unknown" otherwise. */
 MPT_API const char *mpt_ddp_grad_comm_name(mpt_ddp_grad_comm mode);
 
+/* mpt_ddp_init's settings: start from mpt_ddp_config_default(). */
 typedef struct mpt_ddp_config {
   double bucket_cap_mb;       /* 25 (MiB, 2^20 bytes) */
   double first_bucket_cap_mb; /* 1 */
@@ -293,7 +296,9 @@ MPT_API double mpt_ddp_sent_bytes(const mpt_ddp *ddp);
 /* The same for one synchronised step (every bucket once, plus the all-gather with ZeRO-1). */
 MPT_API double mpt_ddp_step_bytes(const mpt_ddp *ddp);
 
+/* A trace of core.h. */
 typedef struct mpt_trace mpt_trace;
+
 /* Trace recording (Chrome trace event format, core.h): when `trace` is set, the engine records
  * each bucket's all-reduce (start and end, on the comm thread) into it; NULL turns it off.
  * The trace is borrowed and must outlive the recording. */

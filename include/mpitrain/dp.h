@@ -56,8 +56,10 @@ extern "C" {
 /* Most devices in one list (CPU device indices must be below it too). */
 #define MPT_DP_MAX_DEVICES 64
 
+/* DataParallel over the devices of one process (opaque: mpt_dp_init / mpt_dp_free). */
 typedef struct mpt_dp mpt_dp;
 
+/* mpt_dp_init's settings: start from mpt_dp_config_default(). */
 typedef struct mpt_dp_config {
   int output_device;  /* index IN THE DEVICE LIST where outputs are gathered (0: the first) */
   int gather_outputs; /* 1: gather the logits every step (DataParallel does); 0: skip it */

@@ -36,6 +36,7 @@ extern "C" {
 #define MPT_GPT_MAX_SEQ_LEN (1 << 24)
 #define MPT_GPT_MAX_VOCAB (1 << 24)
 
+/* A GPT-2 configuration: the model file's header fields (transformer.h builds models of it). */
 typedef struct mpt_gpt_config {
   int max_seq_len;       /* T */
   int vocab_size;        /* V */

@@ -35,6 +35,8 @@
 extern "C" {
 #endif
 
+/* A model (parameters, buffers, forward function), a tape (records one pass at a time) and a
+ * value on a tape (a var: value and gradient), all opaque. */
 typedef struct mpt_model mpt_model;
 typedef struct mpt_tape mpt_tape;
 typedef struct mpt_var mpt_var;
@@ -217,6 +219,7 @@ MPT_API const mpt_model_hooks *mpt_model_get_hooks(const mpt_model *model);
 
 #define MPT_MLP_MAX_HIDDEN 8
 
+/* mpt_model_init_mlp's settings (defaults on each field: mpt_mlp_config_default()). */
 typedef struct mpt_mlp_config {
   int64_t input_size;                 /* 784 */
   int num_hidden;                     /* 2 */
@@ -236,6 +239,7 @@ MPT_API mpt_mlp_config mpt_mlp_config_default(void);
 MPT_API mpt_status mpt_model_init_mlp(mpt_model **model, mpt_device device,
                                       const mpt_mlp_config *config, uint64_t seed);
 
+/* mpt_model_init_cnn's settings (defaults on each field: mpt_cnn_config_default()). */
 typedef struct mpt_cnn_config {
   int64_t in_channels, height, width; /* 1, 28, 28 */
   int64_t conv1_channels;             /* 16 */
@@ -319,6 +323,7 @@ MPT_API void mpt_tape_set_grad_hook(mpt_tape *tape, mpt_grad_ready_fn fn, void *
  * names are not counted); names are cut to MPT_OP_NAME_MAX - 1 bytes. */
 #define MPT_OP_NAME_MAX 32
 #define MPT_TAPE_PROFILE_MAX_OPS 64
+/* One row of the profile: an op name's nodes and times. */
 typedef struct mpt_op_time {
   char name[MPT_OP_NAME_MAX];
   int64_t nodes;          /* nodes of this name recorded */
@@ -483,6 +488,7 @@ MPT_API double mpt_eval_sums_accuracy(const mpt_eval_sums *sums);
 /* ------------------------------------------------------------------------------------------ */
 /* Layers with parameters: registration helpers used by models                                */
 
+/* A Linear layer of a model: what mpt_linear_add registered, for mpt_linear_forward. */
 typedef struct mpt_linear {
   int weight, bias; /* parameter indices; bias -1 when absent */
   int64_t in_features, out_features;
@@ -498,6 +504,8 @@ MPT_API mpt_status mpt_linear_add(mpt_model *model, const char *name, int64_t in
 MPT_API mpt_status mpt_linear_forward(mpt_tape *tape, const mpt_linear *layer, mpt_var *x,
                                       mpt_var **y);
 
+/* A Conv2d layer of a model (mpt_conv2d_add, mpt_conv2d_forward): parameter indices (bias -1
+ * when absent) and geometry. */
 typedef struct mpt_conv2d {
   int weight, bias;
   int64_t in_channels, out_channels, kernel, stride, pad;
@@ -514,6 +522,8 @@ MPT_API mpt_status mpt_conv2d_add(mpt_model *model, const char *name, int64_t in
 MPT_API mpt_status mpt_conv2d_forward(mpt_tape *tape, const mpt_conv2d *layer, mpt_var *x,
                                       mpt_var **y);
 
+/* A BatchNorm layer of a model (mpt_batchnorm_add, mpt_batchnorm_forward): parameter and
+ * buffer indices, and its constants. */
 typedef struct mpt_batchnorm {
   int weight, bias;                /* parameters [C] */
   int running_mean, running_var;   /* buffers [C] */
