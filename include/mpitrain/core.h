@@ -98,7 +98,7 @@ MPT_API mpt_status mpt_error_set_at(mpt_status status, const char *file, int lin
 /* ------------------------------------------------------------------------------------------ */
 /* Logging                                                                                    */
 
-/* Log levels, most severe first; a level prints the levels before it too. */
+/* Log levels, most severe first (the configured level prints itself and those above it). */
 typedef enum {
   MPT_LOG_ERROR = 0,
   MPT_LOG_WARN = 1,
@@ -168,7 +168,9 @@ MPT_API mpt_status mpt_device_set_current(mpt_device device);
  * MPT_ENOTSUP (device type not built), MPT_ENOMEM, MPT_EDEVICE. CPU memory is 64-byte aligned
  * (aligned_alloc); CUDA memory comes from the backend's caching allocator. Any thread. */
 MPT_API mpt_status mpt_device_alloc(mpt_device device, size_t nbytes, void **ptr);
-/* Frees memory from mpt_device_alloc on the same device; NULL is a no-op. */
+/* Frees memory from mpt_device_alloc on the same device; NULL is a no-op. CUDA: the block
+ * returns to the cache and is reused only once the work queued on the device's streams when it
+ * was freed has completed, so a buffer may be freed with work on it still queued. */
 MPT_API void mpt_device_free(mpt_device device, void *ptr);
 
 /* ------------------------------------------------------------------------------------------ */
@@ -221,7 +223,7 @@ MPT_API mpt_status mpt_stream_launch_host(mpt_stream *stream, mpt_host_fn fn, vo
  * a comm's collectives on the stream still end the wait by their own deadline, comm.h).
  * Returns the stream's sticky error, or MPT_ETIMEOUT (the stream is not marked failed: the work
  * may still finish). NULL: MPT_OK at once. Not from a host function running on the same stream:
- * it would wait for itself (until the deadline). */
+ * it would wait for itself (until the deadline, if any). */
 MPT_API mpt_status mpt_stream_synchronize(mpt_stream *stream, double timeout_ms);
 /* The stream's sticky error (MPT_OK if none, and for NULL). Does not wait. */
 MPT_API mpt_status mpt_stream_error(const mpt_stream *stream);
