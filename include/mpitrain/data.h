@@ -399,7 +399,7 @@ MPT_API mpt_status mpt_token_shard_write(const char *path, const uint16_t *token
  * positions r, r + W, ...; one epoch is one pass over the windows), so each step every rank
  * reads its own window. Shards are opened once (headers and sizes checked) and windows are
  * read with pread(2) at 64-bit offsets when asked for; each window's token ids are checked
- * against the vocabulary as it is read. Thread-safe for reads (pread on shared descriptors). */
+ * against the vocabulary as it is read (and all of them at once by mpt_token_data_check_ids). Thread-safe for reads (pread on shared descriptors). */
 typedef struct mpt_token_data mpt_token_data;
 
 /* mpt_token_data_init's settings: start from mpt_token_data_config_default(). */
@@ -439,6 +439,16 @@ MPT_API mpt_token_data_config mpt_token_data_config_get(const mpt_token_data *da
  * MPT_ENOMEM (a window's read buffer). Any thread. */
 MPT_API mpt_status mpt_token_data_read_window(const mpt_token_data *data, int64_t window,
                                               int32_t *inputs, int32_t *targets);
+/* Checks every token id that a window can read (tokens [0, windows B T + 1) of each shard)
+ * against vocab_size, up front, so that bad data stops a run at start-up instead of when the
+ * window holding it comes up, possibly hours in. Checks the shards i with i % nparts == part
+ * (a rank checks its share: part = rank, nparts = world size; the caller then agrees on the
+ * result across ranks), reading each in 4 MiB preads (the cost is one sequential read of
+ * those shards). Tokens after a shard's last window are never read, so they are not checked.
+ * Errors: MPT_EINVAL NULL data or part outside [0, nparts); MPT_EIO a read failed or came
+ * short; MPT_EFORMAT the first bad id (as mpt_token_data_read_window: shard, token index, byte
+ * offset, value); MPT_ENOMEM. Thread-safe with reads. */
+MPT_API mpt_status mpt_token_data_check_ids(const mpt_token_data *data, int part, int nparts);
 /* The windows as a data source (for mpt_loader_init_source): sample i is window i, its input
  * I32 [B, T] (the inputs) and its B T labels the targets (num_classes = vocab_size). `data`
  * is borrowed and must outlive the source. Errors: MPT_EINVAL, MPT_ENOMEM. */

@@ -259,6 +259,8 @@ static mpt_status setup(gpt_trainer *g) {
   MPT_RETURN_IF(mpt_token_data_init(&g->train_data, o->shards, &dc));
   if (o->val_shards[0]) MPT_RETURN_IF(mpt_token_data_init(&g->val_data, o->val_shards, &dc));
   if (g->val_data) MPT_RETURN_IF(trainer_gpt_check_disjoint(g->train_data, g->val_data));
+  MPT_RETURN_IF(trainer_gpt_check_token_ids(g->comm, g->rank, g->world, g->train_data,
+                                            g->val_data));
   mpt_sampler_config sc = mpt_sampler_config_default();
   sc.num_replicas = g->world;
   sc.rank = g->rank;
