@@ -399,7 +399,8 @@ MPT_API mpt_status mpt_token_shard_write(const char *path, const uint16_t *token
  * positions r, r + W, ...; one epoch is one pass over the windows), so each step every rank
  * reads its own window. Shards are opened once (headers and sizes checked) and windows are
  * read with pread(2) at 64-bit offsets when asked for; each window's token ids are checked
- * against the vocabulary as it is read (and all of them at once by mpt_token_data_check_ids). Thread-safe for reads (pread on shared descriptors). */
+ * against the vocabulary as it is read (and all of them at once by mpt_token_data_check_ids).
+ * Thread-safe for reads (pread on shared descriptors). */
 typedef struct mpt_token_data mpt_token_data;
 
 /* mpt_token_data_init's settings: start from mpt_token_data_config_default(). */
