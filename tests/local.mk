@@ -46,3 +46,6 @@ EXTRA_DIST += tests/test_precision.sh
 # issue 13: bad inputs and misuse of tokenize, token shards, model files, train --model gpt, generate
 TESTS += tests/test_gpt_bad_input.sh
 EXTRA_DIST += tests/test_gpt_bad_input.sh
+# every MPT_API declaration in include/ has a comment block directly above it
+TESTS += tests/test_header_docs.sh
+EXTRA_DIST += tests/test_header_docs.sh

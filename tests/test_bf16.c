@@ -1,7 +1,7 @@
 /* Tests of bf16 compute (include/mpitrain/ops_bf16.h; src/core/cpu/gemm_dnnl.c, conv_dnnl.c;
  * the tape's precision, src/nn/tape.c, ops_basic.c, gpt_ops.c).
  *
- * Bounds (ops_bf16.h): each input rounded to bf16 has relative error at most u = 2^-9; a product
+ * Bounds (ops_bf16.h): each input rounded to bf16 has relative error at most u = 2^-8; a product
  * of two bf16 values is exact in float; K products summed in float add at most gamma_K =
  * K 2^-24 / (1 - K 2^-24) relative to sum |a||b|. So every element of a bf16 GEMM is within
  *   (2u + u^2 + gamma_K (1 + u)^2) |alpha| sum_k |a_ik b_kj|  (+ 2^-23 |beta c| for beta C)
@@ -31,7 +31,7 @@
 
 #define OK(expr) ck_assert_msg((expr) == MPT_OK, "%s failed: %s", #expr, mpt_last_error())
 
-static const double U = 1.0 / 512; /* 2^-9 */
+static const double U = 1.0 / 256; /* 2^-8: bf16 keeps 8 significant bits */
 
 static double gamma_k(int64_t k) {
   const double e = ldexp((double)k, -24);
@@ -550,9 +550,9 @@ END_TEST
  * adds 2u + u^2 and the accumulation's gamma_T. Hence
  *   |y_bf16 - y| <= ((E - 1) + (2u + u^2 + gamma_T) E) sum_j A_ij |v_jd|,  E = exp(2 e s_i),
  * plus 1e-4 of the same sum for the float32 reference's own rounding (a 20th of one bf16 step).
- * Backward (dY = random weights through mul + sum): dQ, dK, dV each within 2^-5 of its largest
- * float32 magnitude (six roundings of 2^-9 along dY, V -> dA -> dS -> dS K, with the
- * cancellation of dS = A (dA - rowsum(A dA)) at most doubling them: 6 * 2 * 2^-9 < 2^-5), and
+ * Backward (dY = random weights through mul + sum): dQ, dK, dV each within 2^-4 of its largest
+ * float32 magnitude (six roundings of 2^-8 along dY, V -> dA -> dS -> dS K, with the
+ * cancellation of dS = A (dA - rowsum(A dA)) at most doubling them: 6 * 2 * 2^-8 < 2^-4), and
  * farther than 2^-12 somewhere (the products were bf16, not float32). */
 static mpt_status attn_loss(mpt_tape *tape, int nh, mpt_precision pr, mpt_var **y,
                             mpt_var **loss) {
@@ -634,8 +634,8 @@ START_TEST(test_bf16_tape_attention_close_to_fp32) {
         big = fmax(big, fabs(g[0][r * c3 + j]));
         diff = fmax(diff, fabs((double)g[1][r * c3 + j] - g[0][r * c3 + j]));
       }
-    ck_assert_msg(big > 0 && diff <= 0x1p-5 * big && diff > 0x1p-12 * big, "section %d of dqkv: "
-                  "largest |fp32| %.3g, largest difference %.3g (want in (2^-12, 2^-5] of it)",
+    ck_assert_msg(big > 0 && diff <= 0x1p-4 * big && diff > 0x1p-12 * big, "section %d of dqkv: "
+                  "largest |fp32| %.3g, largest difference %.3g (want in (2^-12, 2^-4] of it)",
                   sec, big, diff);
   }
   free(a);

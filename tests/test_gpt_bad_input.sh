@@ -6,7 +6,7 @@
 # silently wrong or leave a partial output behind. Uses a 1-layer GPT of 7664 parameters on a
 # 19 kB text; about 110 runs of the program (some under mpirun with 2 ranks), most of the time
 # in MPI start-up (about 60 s on two loaded cores). Needs python3 for the hand-made files
-# (skipped without it). docs/faults.md F25-F33 and F35-F41 list what these cases found. Prints
+# (skipped without it). docs/faults.md F25-F33 and F35-F43 list what these cases found. Prints
 # "N passed, N failed".
 set -u
 prog=${MPITRAIN:-./mpitrain}
@@ -281,6 +281,31 @@ expect 0 "step      1/1" "2 ranks, identical copies" -- "$tmp/two.sh" a d
 expect 1 "ranks were started with different options: rank 1 has '0.1' where rank 0 has '0.001' (after '--lr')" \
   "2 ranks, other --lr" -- "${srcdir:-.}/tests/mpirun.sh" 1 60 "$prog" train $tiny $shards \
   --max-steps 1 --lr 0.001 : -np 1 "$prog" train $tiny $shards --max-steps 1 --lr 0.1
+
+# A token outside the vocabulary in the last window only is found at start-up, before step 1,
+# on one rank and on two (where rank 1 checks the second shard and rank 0 names rank 1), not
+# when that window comes up (before: only if the sampler drew it).
+mkdir "$tmp/late"
+python3 -c 'import struct, sys
+for name, bad in (("a", 5), ("b", 300)):
+    toks = [5] * 6400 + [bad]  # 50 windows of B 8 x T 16 + 1 tokens; the last id is `bad`
+    open(sys.argv[1] + "/lt_" + name + ".bin", "wb").write(
+        struct.pack("<256i", 20240520, 1, len(toks), *([0] * 253)) + struct.pack("<%dH" % len(toks), *toks))' "$tmp/late"
+# shellcheck disable=SC2086
+expect 1 "lt_b.bin': token 6400 (byte offset 13824) is 300, outside the vocabulary of 256" \
+  "a bad id in the last window, found at start-up" -- \
+  "$prog" train $tiny --shards "$tmp/late/lt_b.bin" --max-steps 1
+# shellcheck disable=SC2086
+out=$(timeout 120 "${srcdir:-.}/tests/mpirun.sh" 2 60 "$prog" train $tiny \
+      --shards "$tmp/late/lt_*.bin" --max-steps 1 2>&1)
+rc=$?
+if [ $rc -ne 0 ] && printf '%s\n' "$out" | grep -q "rank 1 found bad token data" &&
+   printf '%s\n' "$out" | grep -q "lt_b.bin': token 6400 (byte offset 13824) is 300" &&
+   ! printf '%s\n' "$out" | grep -q "step      1/1"; then
+  ok
+else
+  bad "a bad id in rank 1's shard, 2 ranks (status $rc): $(printf '%s' "$out" | tail -n 4)"
+fi
 
 # ---- train: sizes (status 2, the option and its range named) --------------------------------
 for case in "--n-embd 0|--n-embd: 0 is outside \[1, 65536\]" \

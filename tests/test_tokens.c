@@ -414,6 +414,35 @@ START_TEST(test_token_loader_reports_a_bad_token_with_its_shard_and_offset) {
 }
 END_TEST
 
+/* mpt_token_data_check_ids: every id a window can read, by part; ids after the last window
+ * are never read and not checked. */
+START_TEST(test_check_ids_finds_a_bad_token_up_front_in_its_part_only) {
+  uint16_t t[45];
+  for (int i = 0; i < 45; i++) t[i] = (uint16_t)i;
+  ck_assert_int_eq(mpt_token_shard_write(path_of("c_0.bin"), t, 41), MPT_OK);
+  t[33] = 999; /* inside the windows of c_1 (B T = 10: 4 windows read tokens 0 .. 40) */
+  ck_assert_int_eq(mpt_token_shard_write(path_of("c_1.bin"), t, 41), MPT_OK);
+  t[33] = 33;
+  t[44] = 999; /* after c_2's last window (45 tokens: 4 windows, tokens 0 .. 40 read) */
+  ck_assert_int_eq(mpt_token_shard_write(path_of("c_2.bin"), t, 45), MPT_OK);
+  mpt_token_data_config cfg = {2, 5, 256};
+  mpt_token_data *d;
+  ck_assert_int_eq(mpt_token_data_init(&d, path_of("c_*.bin"), &cfg), MPT_OK);
+  ck_assert_int_eq(mpt_token_data_num_shards(d), 3);
+  ASSERT_ERR(mpt_token_data_check_ids(d, 0, 1), MPT_EFORMAT, "c_1.bin",
+             "token 33 (byte offset 1090) is 999, outside the vocabulary of 256");
+  ck_assert_int_eq(mpt_token_data_check_ids(d, 0, 2), MPT_OK); /* c_0 and c_2 */
+  ASSERT_ERR(mpt_token_data_check_ids(d, 1, 2), MPT_EFORMAT, "c_1.bin", "token 33");
+  ck_assert_int_eq(mpt_token_data_check_ids(d, 2, 3), MPT_OK);
+  ck_assert_int_eq(mpt_token_data_check_ids(d, 3, 4), MPT_OK); /* no shard in this part */
+  ASSERT_ERR(mpt_token_data_check_ids(d, 2, 2), MPT_EINVAL, "part 2 outside [0, 2)");
+  ASSERT_ERR(mpt_token_data_check_ids(d, -1, 2), MPT_EINVAL, "part -1");
+  ASSERT_ERR(mpt_token_data_check_ids(d, 0, 0), MPT_EINVAL, "outside [0, 0)");
+  ASSERT_ERR(mpt_token_data_check_ids(NULL, 0, 1), MPT_EINVAL, "NULL");
+  mpt_token_data_free(d);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("tokens");
   TCase *tc = tcase_create("tokens");
@@ -428,6 +457,7 @@ int main(void) {
   tcase_add_test(tc, test_windows_reject_empty_globs_small_shards_and_bad_shards);
   tcase_add_test(tc, test_token_loader_shards_windows_like_the_distributed_sampler);
   tcase_add_test(tc, test_token_loader_reports_a_bad_token_with_its_shard_and_offset);
+  tcase_add_test(tc, test_check_ids_finds_a_bad_token_up_front_in_its_part_only);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

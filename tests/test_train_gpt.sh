@@ -249,7 +249,8 @@ head -c 5000 "$tmp/m1.bin" > "$tmp/short.bin"
 expect 1 "short.bin" "truncated model file" -- \
   "$prog" train $run_args --init-from "$tmp/short.bin" --max-steps 1
 # shellcheck disable=SC2086
-expect 1 "is 115, outside the vocabulary of 100" "token outside the vocabulary" -- \
+expect 1 "token 0 (byte offset 1024) is 111, outside the vocabulary of 100" \
+  "token outside the vocabulary (the first, found at start-up)" -- \
   "$prog" train --model gpt --n-layer 2 --n-head 2 --n-embd 32 --seq-len 32 --vocab-size 100 \
   $data --max-steps 1
 # shellcheck disable=SC2086

@@ -46,10 +46,13 @@
 extern "C" {
 #endif
 
+/* One recorded op of a pass (opaque): owned by the tape, valid until the next reset. */
 typedef struct mpt_node mpt_node;
 
 /* A node's backward: accumulate into the gradients of the node's inputs (see above). Return
- * MPT_OK or an error (MPT_FAIL); the tape adds the node's index and name to the detail. */
+ * MPT_OK or an error (MPT_FAIL); the tape adds the node's index and name to the detail. It is
+ * called only when the node's output received a gradient (a node that did not lead to the loss
+ * is skipped, its parameter uses still released). */
 typedef mpt_status (*mpt_backward_fn)(mpt_tape *tape, mpt_node *node);
 
 /* Most inputs of one node. */
@@ -68,11 +71,12 @@ MPT_API mpt_status mpt_tape_new_var(mpt_tape *tape, int ndim, const int64_t *sha
  * view is recorded as a node (named "view", with nothing to do in backward), so the view needs
  * a gradient too and a viewed parameter's grad-ready hook fires only after every use of the
  * view.
- * Errors: MPT_ESHAPE (counts differ), MPT_EINVAL. */
+ * Errors: MPT_ESHAPE (counts differ), MPT_EINVAL (NULL arguments, a bad rank or shape),
+ * MPT_ENOMEM. */
 MPT_API mpt_status mpt_tape_view_var(mpt_tape *tape, mpt_var *of, int ndim,
                                      const int64_t *shape, mpt_var **var);
 /* Scratch or saved memory on the model's device from the tape's arena, 64-byte aligned, valid
- * until the next mpt_tape_reset (contents undefined). Errors: MPT_ENOMEM. */
+ * until the next mpt_tape_reset (contents undefined). Errors: MPT_EINVAL (NULL), MPT_ENOMEM. */
 MPT_API mpt_status mpt_tape_alloc(mpt_tape *tape, size_t nbytes, void **ptr);
 /* Temporary memory for one op's own use inside its forward or backward function: the same
  * block (from the arena, 64-byte aligned) each call, grown when a call asks for more, so
@@ -87,8 +91,9 @@ MPT_API int mpt_tape_needs_grad(const mpt_tape *tape, mpt_var *const *inputs, in
  * `ninputs` (0..MPT_NODE_MAX_INPUTS) inputs (NULL entries allowed: an absent bias) and the
  * `output` (a var this op made). Marks the output as needing a gradient and counts one use of
  * every parameter input. *node (may be NULL) receives the node to fill its context.
- * Errors: MPT_EINVAL (bad arguments, a parameter var of another pass), MPT_ESTATE (gradients
- * disabled), MPT_ENOMEM. */
+ * Errors: MPT_EINVAL (NULL tape, backward or output; ninputs out of range; an output that is
+ * not a var this op made in this pass, or is one of the inputs; an input of another tape or a
+ * parameter var of another pass), MPT_ESTATE (gradients disabled), MPT_ENOMEM. */
 MPT_API mpt_status mpt_tape_record(mpt_tape *tape, const char *name, mpt_backward_fn backward,
                                    mpt_var *const *inputs, int ninputs, mpt_var *output,
                                    mpt_node **node);
@@ -99,13 +104,16 @@ MPT_API uint64_t mpt_tape_next_seed(mpt_tape *tape);
 
 /* Inside a backward function: the gradient storage of `var` to ACCUMULATE into, float32 with
  * var's element count, or *grad = NULL when var needs no gradient. Allocated (zeroed) on first
- * use. Errors: MPT_EINVAL (a non-float32 var that needs a gradient), MPT_ENOMEM. */
+ * use (the zero-fill is enqueued on the tape's stream). Errors: MPT_EINVAL (NULL arguments, a
+ * non-float32 var that needs a gradient), MPT_ESTATE (a view that needs a gradient of a base
+ * that does not), MPT_ENOMEM. */
 MPT_API mpt_status mpt_var_grad_acc(mpt_tape *tape, mpt_var *var, float **grad);
 /* As mpt_var_grad_acc, for a backward that writes EVERY element of the gradient: *beta = 0
  * when this call allocated the storage (not zeroed: write it, e.g. a GEMM with beta 0 or a
  * copy), 1 when it already holds other nodes' contributions (add to it). Saves the zero-fill
  * and a read of the buffer. A view's storage is its base's, which the view covers whole.
- * *grad = NULL (and *beta = 1) when var needs no gradient. Errors as mpt_var_grad_acc. */
+ * *grad = NULL (and *beta = 1) when var needs no gradient. Errors as mpt_var_grad_acc
+ * (MPT_EINVAL also for a NULL beta). */
 MPT_API mpt_status mpt_var_grad_beta(mpt_tape *tape, mpt_var *var, float **grad, float *beta);
 /* For a backward whose gradient for input `var` is its output's gradient unchanged (a
  * residual add): when var needs a gradient and has no storage for it yet in this pass, var
@@ -117,13 +125,14 @@ MPT_API mpt_status mpt_var_grad_beta(mpt_tape *tape, mpt_var *var, float **grad,
  * or a parameter) and when from has gradient storage; otherwise *taken = 0 and nothing changes
  * (use mpt_var_grad_beta). Errors: MPT_EINVAL (NULL arguments). */
 MPT_API mpt_status mpt_var_grad_take(mpt_tape *tape, mpt_var *var, mpt_var *from, int *taken);
-/* 1 if the var needs a gradient (a parameter, or the output of a recorded node). */
+/* 1 if the var needs a gradient (a parameter, or the output of a recorded node); 0 for NULL. */
 MPT_API int mpt_var_requires_grad(const mpt_var *var);
 /* The parameter index of a var made by mpt_tape_param, else -1. */
 MPT_API int mpt_var_param_index(const mpt_var *var);
 
-/* The node's inputs as recorded (entries may be NULL), its output, and dL/d(output) (float32,
- * the output's element count; valid inside its backward function). */
+/* The node's inputs as recorded (entries may be NULL; NULL for an index out of range), its
+ * output, dL/d(output) (float32, the output's element count, never NULL inside its backward
+ * function; device memory of the arena) and its name. For a NULL node: 0 / NULL. */
 MPT_API int mpt_node_num_inputs(const mpt_node *node);
 MPT_API mpt_var *mpt_node_input(const mpt_node *node, int index);
 MPT_API mpt_var *mpt_node_output(const mpt_node *node);

@@ -101,7 +101,7 @@ typedef struct mpt_ckpt_meta {
   mpt_rng rngs[MPT_CKPT_MAX_RNGS];
 } mpt_ckpt_meta;
 
-/* All zero, world_size 1. */
+/* The meta of a run that has not started: all zero, world_size 1. */
 MPT_API mpt_ckpt_meta mpt_ckpt_meta_default(void);
 
 /* ---- one file --------------------------------------------------------------------------- */
@@ -135,8 +135,9 @@ MPT_API mpt_status mpt_ckpt_load(const char *path, mpt_model *model, mpt_optimiz
                                  mpt_ckpt_meta *meta);
 
 /* Validates the whole file (everything mpt_ckpt_load checks except the fit to a model) and
- * returns its meta; *has_optimizer (may be NULL) tells whether it holds optimizer state.
- * Errors as mpt_ckpt_load, without MPT_ESHAPE. */
+ * returns its meta (meta may be NULL); *has_optimizer (may be NULL) tells whether it holds
+ * optimizer state. Errors as mpt_ckpt_load, without MPT_ESHAPE and MPT_ESTATE (MPT_EINVAL:
+ * NULL path). */
 MPT_API mpt_status mpt_ckpt_read_meta(const char *path, mpt_ckpt_meta *meta, int *has_optimizer);
 
 /* ---- a directory of checkpoints ------------------------------------------------------------
@@ -152,18 +153,20 @@ MPT_API mpt_status mpt_ckpt_read_meta(const char *path, mpt_ckpt_meta *meta, int
  * higher step than the one written (left by an earlier run: mpt_ckpt_find_latest would pick
  * it). path_out (may be NULL) receives the path written (path_nbytes
  * bytes, always NUL-terminated). Errors: those of mpt_ckpt_save; MPT_EIO (cannot create dir);
- * MPT_EINVAL (NULL dir, path longer than path_nbytes or PATH_MAX). */
+ * MPT_EINVAL (NULL dir, path longer than path_nbytes or PATH_MAX); MPT_ENOMEM (the listing). */
 MPT_API mpt_status mpt_ckpt_save_dir(const char *dir, int keep_last_k, mpt_model *model,
                                      mpt_optimizer *optimizer, const mpt_ckpt_meta *meta,
                                      char *path_out, size_t path_nbytes);
 
 /* The path of the checkpoint with the highest step in `dir`, into buf[nbytes]. It is not
  * opened: mpt_ckpt_load validates it. Errors: MPT_ENOENT (dir missing or without a
- * checkpoint); MPT_EIO (cannot read dir); MPT_EINVAL (NULL arguments, buf too small). */
+ * checkpoint); MPT_EIO (cannot read dir); MPT_EINVAL (NULL arguments, buf too small);
+ * MPT_ENOMEM. */
 MPT_API mpt_status mpt_ckpt_find_latest(const char *dir, char *buf, size_t nbytes);
 
 /* For --resume FILE|DIR: a directory gives mpt_ckpt_find_latest, anything else is copied as
- * is. Errors: those of mpt_ckpt_find_latest; MPT_ENOENT (path does not exist); MPT_EINVAL. */
+ * is. Errors: those of mpt_ckpt_find_latest; MPT_ENOENT (path does not exist); MPT_EIO (stat
+ * failed otherwise); MPT_EINVAL (NULL arguments, nbytes 0, a path longer than buf). */
 MPT_API mpt_status mpt_ckpt_resolve(const char *path, char *buf, size_t nbytes);
 
 /* ---- data-parallel wrappers (collective: every rank of comm calls them, in the same order) --
@@ -176,7 +179,8 @@ MPT_API mpt_status mpt_ckpt_resolve(const char *path, char *buf, size_t nbytes);
  * knows the file is complete and renamed; when the write failed every rank returns rank 0's
  * status with the detail "rank 0 could not write the checkpoint: <rank 0's detail>". path_out
  * (may be NULL) receives the path on every rank. Errors: rank 0's save errors (on every rank);
- * the comm's errors (MPT_ECOMM, MPT_ETIMEOUT: e.g. rank 0 died). */
+ * the comm's errors (MPT_ECOMM, MPT_ETIMEOUT: e.g. rank 0 died); MPT_EINVAL (NULL comm; on
+ * other ranks, a path longer than path_nbytes). */
 MPT_API mpt_status mpt_ckpt_save_collective(mpt_comm *comm, const char *dir, int keep_last_k,
                                             mpt_model *model, mpt_optimizer *optimizer,
                                             const mpt_ckpt_meta *meta, char *path_out,
@@ -193,7 +197,8 @@ MPT_API mpt_status mpt_ckpt_save_collective(mpt_comm *comm, const char *dir, int
  * MPT_EMISMATCH naming rank 0's and the other rank's CRC, models untouched. Otherwise every
  * rank copies the values to its device, and a last all-reduce makes sure every copy worked
  * (if one failed, every rank returns its status and must not train: the replicas may then
- * differ). Errors: the above; the comm's errors; MPT_EINVAL (NULL comm), MPT_ENOMEM. */
+ * differ). Errors: the above (a rank's own: those of mpt_ckpt_resolve and mpt_ckpt_load);
+ * the comm's errors; MPT_EINVAL (NULL comm), MPT_ENOMEM. */
 MPT_API mpt_status mpt_ckpt_load_collective(mpt_comm *comm, const char *path, mpt_model *model,
                                             mpt_optimizer *optimizer, mpt_ckpt_meta *meta);
 

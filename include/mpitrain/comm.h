@@ -72,6 +72,7 @@
 extern "C" {
 #endif
 
+/* A process group (opaque): mpt_comm_init / mpt_comm_free. */
 typedef struct mpt_comm mpt_comm;
 
 /* Reductions of all-reduce. AVG is SUM followed by a division by the world size on every rank
@@ -99,6 +100,7 @@ typedef enum {
 /* "plain process", "mpirun", "srun"; "unknown" otherwise. */
 MPT_API const char *mpt_launcher_name(mpt_launcher launcher);
 
+/* Which library runs the collectives (config.backend). */
 typedef enum {
   MPT_COMM_BACKEND_MPI = 0,  /* collectives over MPI: host memory or staged CUDA memory */
   MPT_COMM_BACKEND_NCCL = 1, /* NCCL on one CUDA device per rank (MPT_ENOTSUP if not built) */
@@ -107,6 +109,7 @@ typedef enum {
 /* "mpi", "nccl"; "unknown" otherwise. */
 MPT_API const char *mpt_comm_backend_name(mpt_comm_backend backend);
 
+/* mpt_comm_init's settings: start from mpt_comm_config_default() and change fields. */
 typedef struct mpt_comm_config {
   mpt_comm_backend backend; /* MPT_COMM_BACKEND_MPI */
   /* Deadline of each collective, counted from when it starts running on its stream; also the
@@ -141,6 +144,7 @@ typedef struct mpt_comm_config {
   mpt_device device;
 } mpt_comm_config;
 
+/* The defaults noted on each field (MPI backend on cpu:0, 300 s, blocking, agreement on). */
 MPT_API mpt_comm_config mpt_comm_config_default(void);
 
 /* ---- lifetime ---------------------------------------------------------------------------- */
@@ -155,7 +159,8 @@ MPT_API mpt_comm_config mpt_comm_config_default(void);
  * or MPI provides a thread level below MPI_THREAD_MULTIPLE: the detail names both levels);
  * MPT_EMISMATCH (the launcher says N > 1 tasks but MPI sees a world of 1: srun without a working
  * PMI plugin, or mpirun from a different MPI; the detail names the variable, N and the fix);
- * MPT_ETIMEOUT (not every rank reached the bootstrap in time); MPT_ENOMEM.
+ * MPT_ETIMEOUT (not every rank reached the bootstrap in time); MPT_ESTATE (MPI was already
+ * finalized); MPT_ENOMEM.
  * On error *comm is NULL and MPI stays initialised (call mpt_comm_finalize or mpt_comm_abort).
  * Thread rules: call from one thread; not concurrently with other MPI use. */
 MPT_API mpt_status mpt_comm_init(mpt_comm **comm, const mpt_comm_config *config);
@@ -191,19 +196,25 @@ MPT_API void mpt_comm_abort(const mpt_comm *comm, int code);
 
 /* ---- properties (constant after init; any thread) ---------------------------------------- */
 
+/* This rank in the comm (= its MPI_COMM_WORLD rank) and the number of ranks. comm must not be
+ * NULL (as for every property below). */
 MPT_API int mpt_comm_rank(const mpt_comm *comm);
 MPT_API int mpt_comm_world_size(const mpt_comm *comm);
 /* Rank among the processes of this host (from MPI_COMM_TYPE_SHARED) and their number. */
 MPT_API int mpt_comm_local_rank(const mpt_comm *comm);
 MPT_API int mpt_comm_local_size(const mpt_comm *comm);
-/* This host's name (gethostname). */
+/* This host's name (gethostname); owned by the comm. */
 MPT_API const char *mpt_comm_hostname(const mpt_comm *comm);
+/* How the processes were started ("Processes" above). */
 MPT_API mpt_launcher mpt_comm_launcher(const mpt_comm *comm);
+/* config.backend. */
 MPT_API mpt_comm_backend mpt_comm_backend_kind(const mpt_comm *comm);
-/* The agreed settings (after the env variable and the agreement across ranks). */
+/* The agreed settings (after the env variable and the agreement across ranks): 1 when checked
+ * mode is on. */
 MPT_API int mpt_comm_checked(const mpt_comm *comm);
 /* 1 in blocking mode, 0 in polling mode (config.blocking as agreed). */
 MPT_API int mpt_comm_blocking(const mpt_comm *comm);
+/* config.timeout_ms: each collective's deadline, in milliseconds. */
 MPT_API double mpt_comm_timeout_ms(const mpt_comm *comm);
 /* The comm's own worker stream, where collectives go when no stream is given. */
 MPT_API mpt_stream *mpt_comm_stream(mpt_comm *comm);
@@ -334,7 +345,8 @@ MPT_API mpt_status mpt_comm_barrier(mpt_comm *comm, mpt_stream *stream);
  * stream has started no collective for timeout_ms, with "all-reduce #17 (count 4096 float32
  * sum) did not complete within 300 s on rank 1" (the same words as polling mode), and the comm
  * is marked unusable; then abort (see "Progress"). Concurrent calls are serialised. Not for the
- * training step (they block). */
+ * training step (they block), and never from a host function running on the comm's own stream
+ * (mpt_comm_stream: the comm thread), which they would wait for. */
 MPT_API mpt_status mpt_comm_allreduce_sync(mpt_comm *comm, const void *sendbuf, void *recvbuf,
                                            int64_t count, mpt_dtype dtype, mpt_reduce_op op);
 MPT_API mpt_status mpt_comm_broadcast_sync(mpt_comm *comm, void *buf, int64_t count,
@@ -374,11 +386,12 @@ MPT_API mpt_status mpt_comm_barrier_sync(mpt_comm *comm);
 MPT_API mpt_status mpt_device_pick(int local_rank, int local_size, int visible_count,
                                    int *index);
 
-/* One rank's claim on a device, as gathered across ranks (a plain, fixed-size record). */
+/* Sizes of a claim's device identities. */
 enum {
   MPT_DEVICE_UID_NBYTES = 16, /* a CUDA device UUID; a PCI bus id when the UUID is unknown */
   MPT_DEVICE_LIST_MAX = 16,   /* visible devices whose identity a claim carries */
 };
+/* One rank's claim on a device, as gathered across ranks (a plain, fixed-size record). */
 typedef struct mpt_device_claim {
   int32_t rank;
   int32_t local_rank;
@@ -413,7 +426,7 @@ MPT_API void mpt_device_claim_set_ids(mpt_device_claim *claim,
  * the rank's list, uid = its identity), or none (index -1). Claims without identities keep
  * index = local rank when below visible_count, else -1 (mpt_device_pick). Every rank that
  * assigns the same claims gets the same result. Errors: MPT_EINVAL for NULL claims with n > 0
- * or n < 0. */
+ * or n < 0; MPT_ENOMEM. */
 MPT_API mpt_status mpt_device_assign(mpt_device_claim *claims, int n);
 
 /* Pure: checks the claims of n ranks, in this order, and reports every offender of the first
@@ -434,7 +447,8 @@ MPT_API mpt_status mpt_device_claims_check(const mpt_device_claim *claims, int n
  * deadline) and checks them with mpt_device_claims_check, so every rank returns the same
  * verdict and words. `device` is this rank's device; its index may be anything (fake devices
  * in tests); its type must be the same on every rank. Errors: those of the check, and of the
- * all-gather (MPT_ECOMM, MPT_ETIMEOUT); MPT_EINVAL for a NULL comm or a comm on a device. */
+ * all-gather (MPT_ECOMM, MPT_ETIMEOUT); MPT_EINVAL for a NULL comm or a comm on a device;
+ * MPT_ENOMEM. */
 MPT_API mpt_status mpt_comm_check_devices(mpt_comm *comm, mpt_device device);
 
 /* Collective (same comm rules): binds this rank to a device of `type`. CUDA: with
@@ -448,8 +462,8 @@ MPT_API mpt_status mpt_comm_check_devices(mpt_comm *comm, mpt_device device);
  * CUDA contexts then appear on this device only). CPU: *device = cpu:0, no collective.
  * Errors: as mpt_device_claims_check (MPT_EINVAL: a local rank beyond the visible devices;
  * MPT_EMISMATCH: two ranks on one device of one host), of the all-gather, of set_current;
- * MPT_EINVAL for NULL arguments. On error *device is cpu:0. Call before creating the NCCL comm
- * (config.device = *device). */
+ * MPT_EINVAL for NULL arguments; MPT_ENOMEM. On error *device is cpu:0. Call before creating the
+ * NCCL comm (config.device = *device). */
 MPT_API mpt_status mpt_comm_bind_device(mpt_comm *comm, mpt_device_type type, int visible_count,
                                         mpt_device *device);
 

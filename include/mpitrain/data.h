@@ -42,6 +42,7 @@ extern "C" {
 #define MPT_IDX_MAX_EXTENT 1000000000LL
 #define MPT_IDX_MAX_NBYTES (8LL << 30)
 
+/* The contents of an IDX file (mpt_idx_read). */
 typedef struct mpt_idx {
   int ndim;
   int64_t shape[MPT_IDX_MAX_DIMS]; /* extents, shape[0] = number of items */
@@ -56,7 +57,8 @@ typedef struct mpt_idx {
  * cannot be opened or read (not a regular file, permission, corrupt gzip stream); MPT_EFORMAT
  * empty file, short header, wrong magic / element type / number of dimensions, an extent of 0
  * or above the limits, data shorter than the header says (names expected and got bytes), bytes
- * after the data (names how many); MPT_ENOMEM. On error *idx is zeroed. */
+ * after the data (names how many); MPT_ENOMEM; MPT_EINVAL NULL path or idx, expected_ndim
+ * outside 0..MPT_IDX_MAX_DIMS. On error *idx is zeroed. */
 MPT_API mpt_status mpt_idx_read(const char *path, int expected_ndim, mpt_idx *idx);
 /* Frees the data and zeroes the struct. NULL or a zeroed struct is a no-op. */
 MPT_API void mpt_idx_free(mpt_idx *idx);
@@ -80,6 +82,7 @@ typedef struct mpt_dataset {
   float mean, std; /* the normalisation that was applied */
 } mpt_dataset;
 
+/* mpt_dataset_load_idx's settings: start from mpt_dataset_config_default(). */
 typedef struct mpt_dataset_config {
   float mean;      /* subtracted from pixel / 255 (default MPT_FASHION_MNIST_MEAN) */
   float std;       /* then divided by this, > 0 (default MPT_FASHION_MNIST_STD) */
@@ -88,13 +91,15 @@ typedef struct mpt_dataset_config {
                       file is still read and validated. */
 } mpt_dataset_config;
 
+/* The defaults noted on each field (Fashion-MNIST normalisation, 10 classes, all samples). */
 MPT_API mpt_dataset_config mpt_dataset_config_default(void);
 
 /* Loads an images file (IDX ubyte, [N, H, W] giving C = 1, or [N, C, H, W]) and a labels file
  * (IDX ubyte [N]). `config` NULL means the defaults. On success *ds owns its tensors.
  * Errors: those of mpt_idx_read; MPT_ESHAPE the two files hold different numbers of items (names
  * both files and counts); MPT_EFORMAT a label >= num_classes (names the file, the index and the
- * value); MPT_EINVAL bad config (std <= 0, num_classes < 1, limit < 0); MPT_ENOMEM.
+ * value), or an images file of other than 3 or 4 dimensions; MPT_EINVAL bad config (std <= 0,
+ * num_classes < 1, limit < 0) or NULL arguments; MPT_ENOMEM.
  * On error *ds is zeroed. */
 MPT_API mpt_status mpt_dataset_load_idx(const char *images_path, const char *labels_path,
                                         const mpt_dataset_config *config, mpt_dataset *ds);
@@ -103,8 +108,8 @@ MPT_API mpt_status mpt_dataset_load_idx(const char *images_path, const char *lab
  * train-labels-idx1-ubyte, "test" the t10k-* files; each name is tried with ".gz" first, then
  * without. `dir` NULL means mpt_data_default_dir(). Errors: MPT_ENOENT the folder or a file is
  * missing (the message names the path and says "install Debian's dataset-fashion-mnist package
- * (apt-get install dataset-fashion-mnist) or pass --data DIR"); MPT_EINVAL an unknown split;
- * everything mpt_dataset_load_idx returns. */
+ * (apt-get install dataset-fashion-mnist) or pass --data DIR"); MPT_EINVAL an unknown or NULL
+ * split, a NULL ds, a folder path too long; everything mpt_dataset_load_idx returns. */
 MPT_API mpt_status mpt_dataset_load_fashion_mnist(const char *dir, const char *split,
                                                   const mpt_dataset_config *config,
                                                   mpt_dataset *ds);
@@ -145,6 +150,7 @@ MPT_API int64_t mpt_dataset_sample_count(const mpt_dataset *ds);
  * r3 {3,7,1} (r2 and r3 have 2 real samples); with drop_last {0,4} {1,5} {2,6} {3,7}. */
 typedef struct mpt_sampler mpt_sampler;
 
+/* mpt_sampler_init's settings: start from mpt_sampler_config_default(). */
 typedef struct mpt_sampler_config {
   int num_replicas; /* W, the world size, >= 1 (default 1) */
   int rank;         /* in [0, W) (default 0) */
@@ -153,6 +159,7 @@ typedef struct mpt_sampler_config {
   int drop_last;    /* non-zero: drop the tail instead of padding (default 0) */
 } mpt_sampler_config;
 
+/* The defaults noted on each field (one replica, shuffled, seed 0, padded). */
 MPT_API mpt_sampler_config mpt_sampler_config_default(void);
 
 /* Creates a sampler over `dataset_count` samples (>= 0), at epoch 0. Allocates N indices once.
@@ -163,8 +170,10 @@ MPT_API mpt_status mpt_sampler_init(mpt_sampler **sampler, int64_t dataset_count
 MPT_API void mpt_sampler_free(mpt_sampler *sampler);
 
 /* Sets the epoch (>= 0) and, with shuffle, redraws the order (O(N)). Call it with the same value
- * on every rank before each epoch, as with PyTorch's set_epoch. Errors: MPT_EINVAL epoch < 0. */
+ * on every rank before each epoch, as with PyTorch's set_epoch. Errors: MPT_EINVAL epoch < 0
+ * or NULL sampler. */
 MPT_API mpt_status mpt_sampler_set_epoch(mpt_sampler *sampler, int64_t epoch);
+/* The current epoch. */
 MPT_API int64_t mpt_sampler_epoch(const mpt_sampler *sampler);
 
 /* This rank's number of positions (num_samples above), the same on every rank. */
@@ -177,6 +186,7 @@ MPT_API int64_t mpt_sampler_num_real(const mpt_sampler *sampler);
 MPT_API int64_t mpt_sampler_total_size(const mpt_sampler *sampler);
 /* N, as given to init. */
 MPT_API int64_t mpt_sampler_dataset_count(const mpt_sampler *sampler);
+/* A copy of the configuration the sampler was made with. */
 MPT_API mpt_sampler_config mpt_sampler_config_get(const mpt_sampler *sampler);
 
 /* The dataset index at position i (0 <= i < num_samples) of this rank's list in the current
@@ -198,6 +208,7 @@ MPT_API mpt_status mpt_sampler_fill(const mpt_sampler *sampler, int64_t start, i
  * every wait on it has the config's deadline. */
 typedef struct mpt_loader mpt_loader;
 
+/* mpt_loader_init's settings: start from mpt_loader_config_default(). */
 typedef struct mpt_loader_config {
   int64_t batch_size; /* rows per batch, >= 1 (default 64) */
   int drop_last;      /* non-zero: skip the last batch of the epoch if it is partial (default 0) */
@@ -206,6 +217,7 @@ typedef struct mpt_loader_config {
   double timeout_ms;  /* deadline of every wait on the prefetch thread, > 0 (default 60000) */
 } mpt_loader_config;
 
+/* The defaults noted on each field (batch 64, padded last batch, prefetch, 60 s). */
 MPT_API mpt_loader_config mpt_loader_config_default(void);
 
 /* One batch: views into the loader's buffers, valid until the next mpt_loader_next,
@@ -241,13 +253,15 @@ MPT_API void mpt_loader_free(mpt_loader *loader);
  * a negative status: MPT_ETIMEOUT the prefetch thread did not deliver within timeout_ms, or the
  * error hit while filling this batch (a read of a data source's callback that failed, with
  * the batch and sample named), which is sticky: later calls, start_epoch and reset return it
- * too. Batches before the failing one are handed out normally, with or without prefetch. */
+ * too. Batches before the failing one are handed out normally, with or without prefetch.
+ * MPT_EINVAL for a NULL loader or batch. */
 MPT_API int mpt_loader_next(mpt_loader *loader, mpt_batch *batch);
 /* Starts epoch `epoch` (>= 0): waits for the prefetch thread to go idle, calls
  * mpt_sampler_set_epoch, and restarts from the first batch. Errors: MPT_EINVAL epoch < 0,
  * MPT_ETIMEOUT, a sticky prefetch error. */
 MPT_API mpt_status mpt_loader_start_epoch(mpt_loader *loader, int64_t epoch);
-/* Restarts the current epoch from its first batch (same order). Errors as start_epoch. */
+/* Restarts the current epoch from its first batch (same order). Errors as start_epoch, and
+ * MPT_EINVAL for NULL. */
 MPT_API mpt_status mpt_loader_reset(mpt_loader *loader);
 /* Batches per epoch: ceil(num_samples / batch_size), or floor with drop_last. */
 MPT_API int64_t mpt_loader_num_batches(const mpt_loader *loader);
@@ -275,6 +289,8 @@ typedef mpt_status (*mpt_data_read_fn)(void *user, int64_t index, void *input, i
 
 #define MPT_DATA_MAX_DIMS 4 /* dimensions of one sample's input (a batch adds one in front) */
 
+/* What a data source is: start from mpt_data_source_desc_default(); mpt_data_source_init
+ * copies it. */
 typedef struct mpt_data_source_desc {
   int64_t count;                           /* N, >= 0 */
   mpt_dtype input_dtype;                   /* MPT_F32, MPT_I32 or MPT_U8 */
@@ -289,6 +305,7 @@ typedef struct mpt_data_source_desc {
   void *user;                              /* passed to the callbacks */
 } mpt_data_source_desc;
 
+/* A data source (opaque): mpt_data_source_init / mpt_data_source_free. */
 typedef struct mpt_data_source mpt_data_source;
 
 /* A zeroed description with label_count 1 and input_dtype MPT_F32: set count, input_ndim,
@@ -315,14 +332,16 @@ MPT_API int64_t mpt_data_source_input_nbytes(const mpt_data_source *source);
 /* Reads sample `index` through the callback and checks its labels, as the loader does.
  * Errors: MPT_EINVAL (index outside [0, N), NULL buffers); the callback's status with a
  * message naming the sample; MPT_EFORMAT a label outside [0, num_classes) (names sample,
- * position and value). */
+ * position and value); MPT_EIO the callback returned a positive value (not a status). */
 MPT_API mpt_status mpt_data_source_read(const mpt_data_source *source, int64_t index,
                                         void *input, int32_t *label);
 
 /* A loader over a data source (borrowed: it must outlive the loader), as mpt_loader_init over
  * a dataset. Its batches: images [count, input_shape...] of input_dtype (the inputs, whatever
  * they are), labels I32 [count] when label_count is 1, else [count, label_count]. Errors: as
- * mpt_loader_init (MPT_ESHAPE: the sampler covers another number of samples than the source). */
+ * mpt_loader_init (MPT_EINVAL NULL arguments or bad config; MPT_ESHAPE the sampler covers
+ * another number of samples than the source; MPT_ENOMEM, also for a batch whose size overflows;
+ * MPT_EIO the prefetch thread could not start). */
 MPT_API mpt_status mpt_loader_init_source(mpt_loader **loader, const mpt_data_source *source,
                                           mpt_sampler *sampler, const mpt_loader_config *config);
 
@@ -339,6 +358,7 @@ MPT_API mpt_status mpt_loader_init_source(mpt_loader **loader, const mpt_data_so
 #define MPT_SHARD_HEADER_NBYTES 1024
 #define MPT_SHARD_MAX_TOKENS 2147483647LL
 
+/* A whole token shard in host memory (mpt_token_shard_read). */
 typedef struct mpt_token_shard {
   int64_t count;    /* N */
   uint16_t *tokens; /* [N], owned (free with mpt_token_shard_free); NULL when N is 0 */
@@ -348,7 +368,8 @@ typedef struct mpt_token_shard {
  * Errors (the detail names the file): MPT_ENOENT missing; MPT_EIO cannot open or read, not a
  * regular file; MPT_EFORMAT shorter than the header, wrong magic (names it, and the model
  * file's magic 20240326 as such), wrong version, a negative count, a size other than
- * 1024 + 2 N (names both sizes: a truncated shard or bytes after the data). */
+ * 1024 + 2 N (names both sizes: a truncated shard or bytes after the data); MPT_EINVAL NULL
+ * arguments. */
 MPT_API mpt_status mpt_token_shard_read_header(const char *path, int64_t *count);
 /* Reads a whole shard into memory (in chunks of 1 MiB) and checks every token id against
  * `vocab_size` (1 .. 65536). Errors: those of mpt_token_shard_read_header; MPT_EFORMAT a token
@@ -361,7 +382,7 @@ MPT_API void mpt_token_shard_free(mpt_token_shard *shard);
 /* Writes `count` tokens (0 .. MPT_SHARD_MAX_TOKENS) as a shard, atomically: a temporary file
  * "<path>.tmp.<pid>" that is fsynced and then renamed over `path` (and the directory fsynced),
  * so `path` is never a partial shard. Errors: MPT_EINVAL (count out of range, NULL tokens with
- * count > 0, empty path); MPT_EIO naming the step that failed. */
+ * count > 0, empty path); MPT_EIO naming the step that failed; MPT_ENOMEM. */
 MPT_API mpt_status mpt_token_shard_write(const char *path, const uint16_t *tokens, int64_t count);
 
 /* ------------------------------------------------------------------------------------------ */
@@ -378,15 +399,18 @@ MPT_API mpt_status mpt_token_shard_write(const char *path, const uint16_t *token
  * positions r, r + W, ...; one epoch is one pass over the windows), so each step every rank
  * reads its own window. Shards are opened once (headers and sizes checked) and windows are
  * read with pread(2) at 64-bit offsets when asked for; each window's token ids are checked
- * against the vocabulary as it is read. Thread-safe for reads (pread on shared descriptors). */
+ * against the vocabulary as it is read (and all of them at once by mpt_token_data_check_ids).
+ * Thread-safe for reads (pread on shared descriptors). */
 typedef struct mpt_token_data mpt_token_data;
 
+/* mpt_token_data_init's settings: start from mpt_token_data_config_default(). */
 typedef struct mpt_token_data_config {
   int64_t batch_size; /* B, rows per window, >= 1 (default 4) */
   int64_t seq_len;    /* T, >= 1 (default 64) */
   int vocab_size;     /* token ids must be below this, 1 .. 65536 (default 50257) */
 } mpt_token_data_config;
 
+/* The defaults noted on each field (B 4, T 64, GPT-2's vocabulary of 50257). */
 MPT_API mpt_token_data_config mpt_token_data_config_default(void);
 
 /* Opens every shard matching `pattern` (a glob(3) pattern, or one file name) and checks its
@@ -394,7 +418,7 @@ MPT_API mpt_token_data_config mpt_token_data_config_default(void);
  * Errors: MPT_EINVAL bad config or NULL arguments; MPT_ENOENT nothing matches the pattern
  * (names it); the errors of mpt_token_shard_read_header (naming the shard); MPT_EFORMAT the
  * shards together hold no window (names the pattern, the total tokens and B T + 1);
- * MPT_ENOMEM. On error *data is NULL. */
+ * MPT_ENOMEM; MPT_EIO the glob itself failed. On error *data is NULL. */
 MPT_API mpt_status mpt_token_data_init(mpt_token_data **data, const char *pattern,
                                        const mpt_token_data_config *config);
 /* Closes the shards. NULL is a no-op. */
@@ -407,13 +431,25 @@ MPT_API int mpt_token_data_num_shards(const mpt_token_data *data);
 MPT_API int64_t mpt_token_data_num_tokens(const mpt_token_data *data);
 MPT_API const char *mpt_token_data_shard_path(const mpt_token_data *data, int i);
 MPT_API int64_t mpt_token_data_shard_tokens(const mpt_token_data *data, int i);
+/* A copy of the configuration the data was opened with. */
 MPT_API mpt_token_data_config mpt_token_data_config_get(const mpt_token_data *data);
 /* Reads window `window` into inputs[B T] and targets[B T] (int32, row-major [B, T]).
  * Errors: MPT_EINVAL window outside [0, num_windows) or NULL buffers; MPT_EIO the read failed
  * or came short (names the shard and the byte offset); MPT_EFORMAT a token id >= vocab_size
- * (names the shard, the token's index in the shard, its byte offset and its value). */
+ * (names the shard, the token's index in the shard, its byte offset and its value);
+ * MPT_ENOMEM (a window's read buffer). Any thread. */
 MPT_API mpt_status mpt_token_data_read_window(const mpt_token_data *data, int64_t window,
                                               int32_t *inputs, int32_t *targets);
+/* Checks every token id that a window can read (tokens [0, windows B T + 1) of each shard)
+ * against vocab_size, up front, so that bad data stops a run at start-up instead of when the
+ * window holding it comes up, possibly hours in. Checks the shards i with i % nparts == part
+ * (a rank checks its share: part = rank, nparts = world size; the caller then agrees on the
+ * result across ranks), reading each in 4 MiB preads (the cost is one sequential read of
+ * those shards). Tokens after a shard's last window are never read, so they are not checked.
+ * Errors: MPT_EINVAL NULL data or part outside [0, nparts); MPT_EIO a read failed or came
+ * short; MPT_EFORMAT the first bad id (as mpt_token_data_read_window: shard, token index, byte
+ * offset, value); MPT_ENOMEM. Thread-safe with reads. */
+MPT_API mpt_status mpt_token_data_check_ids(const mpt_token_data *data, int part, int nparts);
 /* The windows as a data source (for mpt_loader_init_source): sample i is window i, its input
  * I32 [B, T] (the inputs) and its B T labels the targets (num_classes = vocab_size). `data`
  * is borrowed and must outlive the source. Errors: MPT_EINVAL, MPT_ENOMEM. */
@@ -424,6 +460,7 @@ MPT_API mpt_status mpt_token_data_source(mpt_token_data *data, mpt_data_source *
  * [B, T] tensors. */
 typedef struct mpt_token_loader mpt_token_loader;
 
+/* One step of a token loader: a window as inputs and targets. */
 typedef struct mpt_token_batch {
   mpt_tensor inputs;  /* I32 [B, T], CPU (a view, valid until the next call on the loader) */
   mpt_tensor targets; /* I32 [B, T], CPU (a view) */
@@ -437,17 +474,19 @@ typedef struct mpt_token_batch {
 /* Creates the loader over `data` (borrowed) with a sampler from `sampler_config` (NULL: the
  * defaults, i.e. one rank, shuffled, seed 0) and loader settings from `loader_config` (NULL:
  * the defaults; batch_size and drop_last are ignored: one window per step). Starts at epoch 0.
- * Errors: those of mpt_sampler_init, mpt_data_source_init and mpt_loader_init_source. */
+ * Errors: MPT_EINVAL NULL loader or data; MPT_ENOMEM; those of mpt_sampler_init,
+ * mpt_data_source_init and mpt_loader_init_source. */
 MPT_API mpt_status mpt_token_loader_init(mpt_token_loader **loader, mpt_token_data *data,
                                          const mpt_sampler_config *sampler_config,
                                          const mpt_loader_config *loader_config);
 /* NULL is a no-op. */
 MPT_API void mpt_token_loader_free(mpt_token_loader *loader);
 /* The next window of the epoch: MPT_OK with *batch set, MPT_LOADER_END at the end of the
- * epoch, or a negative status (as mpt_loader_next; a bad token names shard and offset). */
+ * epoch, or a negative status (as mpt_loader_next; a bad token names shard and offset;
+ * MPT_EINVAL for NULL). */
 MPT_API int mpt_token_loader_next(mpt_token_loader *loader, mpt_token_batch *batch);
 /* Starts epoch `epoch` (>= 0) on this rank: the same call with the same value on every rank.
- * Errors: as mpt_loader_start_epoch. */
+ * Errors: as mpt_loader_start_epoch (MPT_EINVAL also for NULL). */
 MPT_API mpt_status mpt_token_loader_start_epoch(mpt_token_loader *loader, int64_t epoch);
 /* Steps (windows) per epoch on each rank: ceil(windows / W), or floor with drop_last. */
 MPT_API int64_t mpt_token_loader_num_steps(const mpt_token_loader *loader);

@@ -65,9 +65,11 @@
 extern "C" {
 #endif
 
+/* The process group (comm.h) and the DDP engine (opaque: mpt_ddp_init / mpt_ddp_free). */
 typedef struct mpt_comm mpt_comm;
 typedef struct mpt_ddp mpt_ddp;
 
+/* What happens to the model's buffers before each training forward (config.buffers). */
 typedef enum {
   MPT_DDP_BUFFERS_BROADCAST = 0, /* rank 0's buffers before each forward (PyTorch default) */
   MPT_DDP_BUFFERS_AVERAGE = 1,   /* the average over ranks before each forward */
@@ -121,6 +123,7 @@ MPT_API mpt_status mpt_ddp_grad_comm_parse(const char *text, mpt_ddp_grad_comm *
 /* "fp32", "bf16"; "unknown" otherwise. */
 MPT_API const char *mpt_ddp_grad_comm_name(mpt_ddp_grad_comm mode);
 
+/* mpt_ddp_init's settings: start from mpt_ddp_config_default(). */
 typedef struct mpt_ddp_config {
   double bucket_cap_mb;       /* 25 (MiB, 2^20 bytes) */
   double first_bucket_cap_mb; /* 1 */
@@ -133,6 +136,7 @@ typedef struct mpt_ddp_config {
   mpt_ddp_allreduce_algo allreduce; /* MPT_DDP_ALLREDUCE_NATIVE (plain DDP; ZeRO-1 ignores it) */
 } mpt_ddp_config;
 
+/* The defaults noted on each field (PyTorch's bucket caps, overlap on, broadcast buffers). */
 MPT_API mpt_ddp_config mpt_ddp_config_default(void);
 /* Parses "broadcast" | "average" | "none". Errors: MPT_EINVAL. */
 MPT_API mpt_status mpt_ddp_buffer_mode_parse(const char *text, mpt_ddp_buffer_mode *mode);
@@ -141,8 +145,10 @@ MPT_API mpt_status mpt_ddp_buffer_mode_parse(const char *text, mpt_ddp_buffer_mo
  * (NULL: the CPU, inline). Collective: every rank calls it. Verifies the model signature across
  * ranks (MPT_EMISMATCH naming the first rank and parameter that differ), broadcasts rank 0's
  * parameters and buffers, and installs DDP's hooks on the model (see the top of this file).
- * Finish the model (and load its weights) first. Errors: MPT_EINVAL bad config, MPT_EMISMATCH,
- * MPT_ESTATE (the model is already wrapped), comm errors. */
+ * Finish the model (and load its weights) first. Errors: MPT_EINVAL (NULL ddp, model or comm;
+ * bad config), MPT_ENOTSUP (bf16 gradients, ZeRO-1 or the rs-ag all-reduce with gradients
+ * outside host memory), MPT_EMISMATCH, MPT_ESTATE (the model is not finalised, or already
+ * wrapped), MPT_ENOMEM, comm errors (MPT_ECOMM, MPT_ETIMEOUT). */
 MPT_API mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm,
                                 mpt_stream *compute, const mpt_ddp_config *config);
 /* Removes the hooks (the model trains alone again) and frees the engine. Free it before the
@@ -155,13 +161,17 @@ typedef struct mpt_ddp_bucket_info {
   int first_param, last_param;  /* parameter indices covered: last_param <= first_param */
 } mpt_ddp_bucket_info;
 
+/* The number of buckets, and bucket `index` (0 = the first launched; NULL out of range; owned
+ * by the engine). */
 MPT_API int mpt_ddp_num_buckets(const mpt_ddp *ddp);
 MPT_API const mpt_ddp_bucket_info *mpt_ddp_bucket(const mpt_ddp *ddp, int index);
-/* Index of the bucket holding parameter `param`. */
+/* Index of the bucket holding parameter `param`; -1 out of range. */
 MPT_API int mpt_ddp_param_bucket(const mpt_ddp *ddp, int param);
 
 /* Synchronises buffers as configured now (the hook does it before every training forward;
- * call it yourself only for a forward DDP does not see, e.g. DataParallel's). Collective. */
+ * call it yourself only for a forward DDP does not see, e.g. DataParallel's). Collective; the
+ * collective runs after the work enqueued on the compute stream and is waited for (deadline).
+ * Nothing to do at W = 1 or without buffers. Errors: comm errors (MPT_ECOMM, MPT_ETIMEOUT). */
 MPT_API mpt_status mpt_ddp_sync_buffers(mpt_ddp *ddp);
 /* 0: following backward passes accumulate locally, without any collective (no_sync: gradient
  * accumulation over micro-batches); 1: synchronise (default). Read when a backward starts. */
@@ -170,14 +180,15 @@ MPT_API void mpt_ddp_set_sync(mpt_ddp *ddp, int sync);
  * buckets are launched in index order on the comm stream after the work enqueued so far on the
  * compute stream, and the call waits for the last one (deadline: config.timeout_ms). For
  * gradients computed without the engine's hooks, e.g. by DataParallel inside the rank (dp.h:
- * hybrid data parallelism): call it once per optimizer step, after mpt_dp_step. Gradients are divided by the world size exactly once, by the
- * all-reduce's average. Collective. Counted in the stats as a pass with no overlap (backward_ms
- * and hidden_ms 0, exposed_comm_ms the whole wait). Errors: MPT_EINVAL (NULL), MPT_ESTATE
- * (called during a backward pass), MPT_ETIMEOUT / MPT_ECOMM from the
- * collectives; on error every launched bucket has completed before the call returns. */
+ * hybrid data parallelism): call it once per optimizer step, after mpt_dp_step. Gradients are
+ * divided by the world size exactly once, by the all-reduce's average. Collective. Counted in the
+ * stats as a pass with no overlap (backward_ms and hidden_ms 0, exposed_comm_ms the whole wait).
+ * Errors: MPT_EINVAL (NULL), MPT_ESTATE (called during a backward pass), MPT_ETIMEOUT / MPT_ECOMM
+ * from the collectives; on error every launched bucket has completed before the call returns. */
 MPT_API mpt_status mpt_ddp_allreduce_grads(mpt_ddp *ddp);
 /* The check that every rank has the same number of batches this epoch (uneven inputs: each
- * rank passes its count; MPT_EMISMATCH names the ranks that would run out). Collective. */
+ * rank passes its count; MPT_EMISMATCH names the ranks that would run out). Collective.
+ * Errors also: MPT_EINVAL (NULL, a count outside [0, INT32_MAX]), MPT_ENOMEM, comm errors. */
 MPT_API mpt_status mpt_ddp_check_batches(mpt_ddp *ddp, int64_t local_batches);
 
 /* Timings of the last synchronised pass and their running sums, in milliseconds. */
@@ -194,6 +205,7 @@ typedef struct mpt_ddp_stats {
  * only once they exist, so this may wait for the last pass to finish (deadline:
  * config.timeout_ms; a pass whose timings never come is dropped with a warning). */
 MPT_API mpt_ddp_stats mpt_ddp_get_stats(mpt_ddp *ddp);
+/* Zeroes the stats (the last pass and the sums; a pass whose timings are pending is dropped). */
 MPT_API void mpt_ddp_reset_stats(mpt_ddp *ddp);
 
 /* ---- ZeRO-1 (config.zero = 1): sharded optimizer state ----------------------------------------
@@ -244,7 +256,7 @@ MPT_API int mpt_ddp_shard(const mpt_ddp *ddp, const mpt_optim_range **ranges);
 MPT_API int64_t mpt_ddp_shard_count(const mpt_ddp *ddp);
 /* Creates the optimizer of this rank: ZeRO-1, mpt_optimizer_init_ranges over the shard (a
  * rank that owns nothing gets one empty range: no state); off, mpt_optimizer_init of the whole
- * model. Errors: those of the optimizer. */
+ * model. Errors: MPT_EINVAL (NULL ddp or opt); those of the optimizer. */
 MPT_API mpt_status mpt_ddp_optimizer_init(mpt_ddp *ddp, mpt_optimizer **opt,
                                           const mpt_optimizer_config *cfg, mpt_device device);
 /* The optimizer step: ZeRO-1, mpt_optimizer_step_model (the shard), then the all-gather of
@@ -257,19 +269,21 @@ MPT_API mpt_status mpt_ddp_optimizer_step(mpt_ddp *ddp, mpt_optimizer *opt, mpt_
  * rank's shard sum computed locally, added in rank order), then the whole buffer scaled; plain
  * DDP otherwise: mpt_clip_grad_norm. A non-finite norm is returned (the same on every rank)
  * and nothing is scaled.
- * Errors: MPT_EINVAL (max_norm not > 0), comm errors. */
+ * Errors: MPT_EINVAL (NULL, max_norm not > 0), MPT_ENOMEM, comm errors. */
 MPT_API mpt_status mpt_ddp_clip_grad_norm(mpt_ddp *ddp, mpt_stream *stream, float max_norm,
                                           float *total_norm);
 /* *nonfinite = 1 when any averaged gradient is NaN or infinite, on every rank alike
- * (ZeRO-1: each shard checked, then an all-reduce max: collective). */
+ * (ZeRO-1: each shard checked, then an all-reduce max: collective; off: local, as
+ * mpt_op_check_finite). Errors: MPT_EINVAL (NULL), those of the check, comm errors. */
 MPT_API mpt_status mpt_ddp_grads_nonfinite(mpt_ddp *ddp, mpt_stream *stream, int *nonfinite);
 /* Checkpoints. gather: fills `whole` (mpt_optimizer_init of the model's parameter count, same
  * kind, host memory) with every rank's shard of `shard`'s state and its step count
  * (collective). `whole` may be NULL on any rank: that rank only takes part (e.g. every rank but
  * the checkpoint's writer); the state travels bucket by bucket through a staging buffer of the
- * largest bucket, so a rank without `whole` holds one bucket more, not the whole state. scatter: copies this rank's shard of `whole`'s state and its step count into
- * `shard` (local). With ZeRO off both copy the whole state. Errors: MPT_EINVAL (optimizers of
- * another kind or size), comm errors. */
+ * largest bucket, so a rank without `whole` holds one bucket more, not the whole state. scatter:
+ * copies this rank's shard of `whole`'s state and its step count into `shard` (local). With ZeRO
+ * off both copy the whole state. Errors: MPT_EINVAL (optimizers of another kind or size),
+ * MPT_ENOMEM (gather's staging buffer), comm errors. */
 MPT_API mpt_status mpt_ddp_optimizer_gather(mpt_ddp *ddp, mpt_optimizer *shard,
                                             mpt_optimizer *whole);
 MPT_API mpt_status mpt_ddp_optimizer_scatter(mpt_ddp *ddp, mpt_optimizer *whole,
@@ -282,9 +296,12 @@ MPT_API double mpt_ddp_sent_bytes(const mpt_ddp *ddp);
 /* The same for one synchronised step (every bucket once, plus the all-gather with ZeRO-1). */
 MPT_API double mpt_ddp_step_bytes(const mpt_ddp *ddp);
 
-/* Trace recording (Chrome trace event format): when enabled, the engine records each
- * bucket's all-reduce (start and end, on the comm thread) into `trace`. */
+/* A trace of core.h. */
 typedef struct mpt_trace mpt_trace;
+
+/* Trace recording (Chrome trace event format, core.h): when `trace` is set, the engine records
+ * each bucket's all-reduce (start and end, on the comm thread) into it; NULL turns it off.
+ * The trace is borrowed and must outlive the recording. */
 MPT_API void mpt_ddp_set_trace(mpt_ddp *ddp, mpt_trace *trace);
 
 #ifdef __cplusplus

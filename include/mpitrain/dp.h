@@ -56,8 +56,10 @@ extern "C" {
 /* Most devices in one list (CPU device indices must be below it too). */
 #define MPT_DP_MAX_DEVICES 64
 
+/* DataParallel over the devices of one process (opaque: mpt_dp_init / mpt_dp_free). */
 typedef struct mpt_dp mpt_dp;
 
+/* mpt_dp_init's settings: start from mpt_dp_config_default(). */
 typedef struct mpt_dp_config {
   int output_device;  /* index IN THE DEVICE LIST where outputs are gathered (0: the first) */
   int gather_outputs; /* 1: gather the logits every step (DataParallel does); 0: skip it */
@@ -66,6 +68,7 @@ typedef struct mpt_dp_config {
                             * (default) or BF16; mpt_dp_init fails as that call does */
 } mpt_dp_config;
 
+/* The defaults noted on each field (output on the first device, gathered, 300 s, FP32). */
 MPT_API mpt_dp_config mpt_dp_config_default(void);
 
 /* Parses a device list into devices[0..*n). Items are separated by commas:
@@ -105,8 +108,9 @@ MPT_API mpt_status mpt_dp_init(mpt_dp **dp, mpt_model *model, const mpt_device *
  * leaked rather than freed under it. NULL is a no-op. */
 MPT_API void mpt_dp_free(mpt_dp *dp);
 
+/* The number of devices in the list (0 for NULL). */
 MPT_API int mpt_dp_num_devices(const mpt_dp *dp);
-/* Device `index` of the list (devices[0] for an index out of range). */
+/* Device `index` of the list (devices[0] for an index out of range; cpu:0 for NULL). */
 MPT_API mpt_device mpt_dp_device(const mpt_dp *dp, int index);
 /* The replica on device `index`: 0 is the model itself; NULL out of range. Read it only
  * between steps. */
@@ -127,7 +131,8 @@ MPT_API mpt_model *mpt_dp_replica(mpt_dp *dp, int index);
  * number of rows whose argmax is the label. Replicas run in the model's training mode
  * (mpt_model_set_training on the model applies to all of them).
  * Errors: MPT_EINVAL (NULL arguments, B < 1, a bad dtype, tensors on another device), MPT_ESHAPE
- * (labels not [B]), MPT_ESTATE (the mpt_dp failed earlier with a timeout), MPT_ETIMEOUT (a
+ * (labels not [B], or replicas that disagree on the number of classes), MPT_ESTATE (the mpt_dp
+ * failed earlier with a timeout), MPT_ETIMEOUT (a
  * replica missed the deadline: the detail names its device), or the first failing replica's
  * error (in device order), its detail prefixed with the device ("cpu:2: ..."). After an error
  * the model's gradients are undefined; every replica that ran has finished. */
@@ -165,7 +170,9 @@ typedef struct mpt_dp_stats {
   double sum_replica_ms[MPT_DP_MAX_DEVICES];
 } mpt_dp_stats;
 
+/* A copy of the stats (zeroed for NULL); read between steps. */
 MPT_API mpt_dp_stats mpt_dp_get_stats(const mpt_dp *dp);
+/* Zeroes the stats, the sums included. NULL is a no-op. */
 MPT_API void mpt_dp_reset_stats(mpt_dp *dp);
 
 /* When `trace` is set, each step records "dp broadcast", "dp gather", "dp reduce" on lane 0 and

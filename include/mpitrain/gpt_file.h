@@ -36,6 +36,7 @@ extern "C" {
 #define MPT_GPT_MAX_SEQ_LEN (1 << 24)
 #define MPT_GPT_MAX_VOCAB (1 << 24)
 
+/* A GPT-2 configuration: the model file's header fields (transformer.h builds models of it). */
 typedef struct mpt_gpt_config {
   int max_seq_len;       /* T */
   int vocab_size;        /* V */
@@ -63,7 +64,7 @@ MPT_API int64_t mpt_gpt_padded_vocab(int64_t vocab_size);
  * < 1 or above its MPT_GPT_MAX_*, Vp < V, C not a multiple of H). */
 MPT_API mpt_status mpt_gpt_layout_compute(const mpt_gpt_config *config, mpt_gpt_layout *layout);
 
-/* "wte", "wpe", ..., "lnfb" for 0..15; "?" otherwise. */
+/* "wte", "wpe", ..., "lnfb" for 0..15; "?" otherwise. A static string. */
 MPT_API const char *mpt_gpt_tensor_name(int i);
 
 /* Reads a model file's header into *config and checks it: magic, version, a valid config
@@ -71,7 +72,8 @@ MPT_API const char *mpt_gpt_tensor_name(int i);
  * Errors (the detail names the file): MPT_ENOENT missing; MPT_EIO unreadable or not a regular
  * file; MPT_EFORMAT shorter than the header, wrong magic (a token shard's magic is named as
  * such), wrong version (version 5, llm.c's bf16 files, is named), an invalid config, or a size
- * that does not match the header (names both sizes and the parameter count). */
+ * that does not match the header (names both sizes and the parameter count); MPT_EINVAL NULL
+ * arguments. *config is zeroed first. */
 MPT_API mpt_status mpt_gpt_file_read_header(const char *path, mpt_gpt_config *config);
 
 /* Reads the header (as above) and all N parameters into params[capacity], in the order above.
@@ -86,7 +88,8 @@ MPT_API mpt_status mpt_gpt_file_read(const char *path, const mpt_gpt_config *exp
 /* Writes a model file for `config` (checked as mpt_gpt_layout_compute; a zero Vp becomes
  * mpt_gpt_padded_vocab(V) in the header) with the N = layout.total floats of `params`,
  * atomically: a temporary file that is fsynced, renamed over `path`, and the directory
- * fsynced. Errors: MPT_EINVAL (bad config, NULL arguments); MPT_EIO naming the step. */
+ * fsynced. Errors: MPT_EINVAL (bad config, NULL arguments); MPT_EIO naming the step;
+ * MPT_ENOMEM (the write buffer). On error `path` is unchanged. */
 MPT_API mpt_status mpt_gpt_file_write(const char *path, const mpt_gpt_config *config,
                                       const float *params);
 

@@ -35,6 +35,8 @@
 extern "C" {
 #endif
 
+/* A model (parameters, buffers, forward function), a tape (records one pass at a time) and a
+ * value on a tape (a var: value and gradient), all opaque. */
 typedef struct mpt_model mpt_model;
 typedef struct mpt_tape mpt_tape;
 typedef struct mpt_var mpt_var;
@@ -58,7 +60,7 @@ typedef mpt_status (*mpt_forward_fn)(mpt_model *model, mpt_tape *tape, void *ctx
                                      mpt_var *input, mpt_var **output);
 
 /* An empty model on `device`, to which parameters and buffers are added before
- * mpt_model_finalize. Errors: MPT_ENOMEM. */
+ * mpt_model_finalize. Errors: MPT_EINVAL (model NULL), MPT_ENOMEM. */
 MPT_API mpt_status mpt_model_init(mpt_model **model, mpt_device device);
 /* Frees the model, its flat buffers and its forward context (if one was given with a free
  * function). NULL is a no-op. */
@@ -74,54 +76,75 @@ typedef enum {
 } mpt_init_kind;
 
 /* Registers a float32 parameter initialised as `init` (fan_in is used by MPT_INIT_FAN_IN);
- * *index receives its index (0, 1, ... in registration order). Errors: MPT_ESTATE after
- * finalize, MPT_EINVAL on a bad shape, a duplicate name or fan_in < 1 with MPT_INIT_FAN_IN. */
+ * *index receives its index (0, 1, ... in registration order). `name` is copied. Errors:
+ * MPT_ESTATE after finalize; MPT_EINVAL on a NULL model or name, an empty name, ndim outside
+ * [0, MPT_MAX_DIMS], an extent < 1, an unknown init kind, a duplicate name (parameters and
+ * buffers share one namespace) or fan_in < 1 with MPT_INIT_FAN_IN; MPT_ENOMEM. */
 MPT_API mpt_status mpt_model_add_param(mpt_model *model, const char *name, int ndim,
                                        const int64_t *shape, mpt_init_kind init, int64_t fan_in,
                                        int *index);
 /* Registers a float32 buffer (state that is not trained: BatchNorm running statistics),
- * initialised as `init` (MPT_INIT_ZEROS or MPT_INIT_ONES). */
+ * initialised as `init` (MPT_INIT_ZEROS or MPT_INIT_ONES). Errors: as mpt_model_add_param;
+ * MPT_EINVAL for MPT_INIT_FAN_IN. */
 MPT_API mpt_status mpt_model_add_buffer(mpt_model *model, const char *name, int ndim,
                                         const int64_t *shape, mpt_init_kind init, int *index);
 /* Sets the forward function and its context; free_ctx (may be NULL) is called on ctx by
- * mpt_model_free. */
+ * mpt_model_free. Replacing the forward raises mpt_model_generation and frees the previous
+ * context (with its free_ctx) when it differs. NULL model: no-op. */
 MPT_API void mpt_model_set_forward(mpt_model *model, mpt_forward_fn forward, void *ctx,
                                    void (*free_ctx)(void *ctx));
-/* Allocates the flat parameter, gradient and buffer storage (gradients zeroed, parameters and
- * buffers zeroed: call an init function or mpt_model_init_params after). */
+/* Allocates the flat parameter, gradient and buffer storage on the model's device (gradients
+ * zeroed, parameters and buffers zeroed: call an init function or mpt_model_init_params after).
+ * Errors: MPT_EINVAL (NULL), MPT_ESTATE (already finalised), those of mpt_device_alloc. */
 MPT_API mpt_status mpt_model_finalize(mpt_model *model);
 /* Initialises every parameter and buffer as registered, drawing from one mpt_rng seeded with
- * `seed`, parameters in registration order (so the same seed gives bit-identical models). */
+ * `seed`, parameters in registration order (so the same seed gives bit-identical models).
+ * Values are drawn on the host and copied to the device (synchronously). Raises
+ * mpt_model_generation. Errors: MPT_EINVAL (NULL), MPT_ESTATE (not finalised), MPT_ENOMEM,
+ * errors of the copy. */
 MPT_API mpt_status mpt_model_init_params(mpt_model *model, uint64_t seed);
 
+/* The model's device, and the number of parameters / buffers registered (for NULL: cpu:0, 0). */
 MPT_API mpt_device mpt_model_device(const mpt_model *model);
 MPT_API int mpt_model_num_params(const mpt_model *model);
 MPT_API int mpt_model_num_buffers(const mpt_model *model);
-/* Total float32 elements in the flat parameter (= gradient) buffer, and the buffer buffer. */
+/* Total float32 elements in the flat parameter (= gradient) buffer, and the buffer buffer (0
+ * before finalize). */
 MPT_API int64_t mpt_model_param_count(const mpt_model *model);
 MPT_API int64_t mpt_model_buffer_count(const mpt_model *model);
-/* Description of parameter / buffer `index`; NULL when out of range. */
+/* Description of parameter / buffer `index` (owned by the model); NULL when out of range. */
 MPT_API const mpt_param_info *mpt_model_param_info(const mpt_model *model, int index);
 MPT_API const mpt_param_info *mpt_model_buffer_info(const mpt_model *model, int index);
-/* The flat buffers (device memory, mpt_model_param_count / buffer_count floats). */
+/* The flat buffers (device memory, mpt_model_param_count / buffer_count floats, owned by the
+ * model; NULL before finalize). */
 MPT_API float *mpt_model_params(mpt_model *model);
 MPT_API float *mpt_model_grads(mpt_model *model);
 MPT_API float *mpt_model_buffers(mpt_model *model);
-/* Views of one parameter / its gradient / one buffer. */
+/* Views of one parameter / its gradient / one buffer (a zeroed tensor when out of range or
+ * before finalize). */
 MPT_API mpt_tensor mpt_model_param(mpt_model *model, int index);
 MPT_API mpt_tensor mpt_model_grad(mpt_model *model, int index);
 MPT_API mpt_tensor mpt_model_buffer(mpt_model *model, int index);
-/* Zeroes the flat gradient buffer on `stream`. */
+/* Zeroes the flat gradient buffer on `stream` (a stream of the model's device; NULL: the CPU,
+ * inline) and sets the state to MPT_GRADS_ZERO. Errors: MPT_EINVAL (NULL model, a stream of
+ * another device type), MPT_ESTATE (not finalised; a wrapper's refusal, see below), errors of
+ * the memset. */
 MPT_API mpt_status mpt_model_zero_grad(mpt_model *model, mpt_stream *stream);
-/* Training mode (BatchNorm batch statistics, dropout on) or evaluation mode. Default: training. */
+/* Training mode (BatchNorm batch statistics, dropout on) or evaluation mode. Default: training.
+ * NULL: no-op (and 0 from mpt_model_training). */
 MPT_API void mpt_model_set_training(mpt_model *model, int training);
 MPT_API int mpt_model_training(const mpt_model *model);
-/* Runs the model's forward function on `input` ([N, ...] float32 on the model's device). */
+/* Runs the model's forward function on `input` ([N, ...] float32 on the model's device),
+ * recording on `tape` (which must belong to this model), after the wrapper's before_forward
+ * hook. Errors: MPT_EINVAL (NULL arguments, a tape of another model), MPT_ESTATE (not
+ * finalised, no forward function, a training forward over applied gradients: see the state
+ * below), the hook's and the forward function's errors. */
 MPT_API mpt_status mpt_model_forward(mpt_model *model, mpt_tape *tape, mpt_var *input,
                                      mpt_var **output);
 /* A replica of `src` on `device`: same parameters, buffers and forward function (the forward
  * context is shared, read-only), its own flat storage, parameters and buffers copied. Used by
- * DP mode. Errors: MPT_ESTATE if src is not finalised, MPT_ENOMEM. */
+ * DP mode. Errors: MPT_EINVAL (NULL), MPT_ESTATE if src is not finalised, MPT_ENOMEM,
+ * errors of the allocation and copy on `device`. */
 MPT_API mpt_status mpt_model_replicate(const mpt_model *src, mpt_device device,
                                        mpt_model **replica);
 
@@ -147,11 +170,13 @@ typedef enum {
   MPT_GRADS_APPLIED = 3, /* an optimizer step used them: zero them before the next forward */
 } mpt_grads_state;
 
+/* The model's gradient state (above). */
 MPT_API mpt_grads_state mpt_model_grads_state(const mpt_model *model);
 /* Declares that a step has used the gradients (applied them, or skipped them on purpose).
  * Errors: MPT_ESTATE naming the missing call when the state is not MPT_GRADS_READY (no
  * backward since zero_grad, a forward whose backward did not finish, a second step on the same
- * gradients), or a wrapper's refusal (DDP: gradients not averaged over the ranks). */
+ * gradients), or a wrapper's refusal (DDP: gradients not averaged over the ranks); MPT_EINVAL
+ * (NULL). */
 MPT_API mpt_status mpt_model_consume_grads(mpt_model *model);
 /* Counts changes a wrapper must know about: it goes up when the parameters are initialised
  * (mpt_model_init_params) or the forward function is replaced (mpt_model_set_forward). DDP
@@ -184,9 +209,9 @@ typedef struct mpt_model_hooks {
 } mpt_model_hooks;
 
 /* Installs `hooks` (copied), or removes them with NULL. One wrapper at a time: MPT_ESTATE when
- * hooks with another `user` are installed. */
+ * hooks with another `user` are installed; MPT_EINVAL for a NULL model. */
 MPT_API mpt_status mpt_model_set_hooks(mpt_model *model, const mpt_model_hooks *hooks);
-/* The installed hooks, or NULL. */
+/* The installed hooks (owned by the model), or NULL. */
 MPT_API const mpt_model_hooks *mpt_model_get_hooks(const mpt_model *model);
 
 /* ------------------------------------------------------------------------------------------ */
@@ -194,6 +219,7 @@ MPT_API const mpt_model_hooks *mpt_model_get_hooks(const mpt_model *model);
 
 #define MPT_MLP_MAX_HIDDEN 8
 
+/* mpt_model_init_mlp's settings (defaults on each field: mpt_mlp_config_default()). */
 typedef struct mpt_mlp_config {
   int64_t input_size;                 /* 784 */
   int num_hidden;                     /* 2 */
@@ -202,13 +228,18 @@ typedef struct mpt_mlp_config {
   float dropout;                      /* 0: none; else dropout after each hidden ReLU */
 } mpt_mlp_config;
 
+/* The defaults noted on each field (784-512-512-10, no dropout). */
 MPT_API mpt_mlp_config mpt_mlp_config_default(void);
 /* Linear -> ReLU [-> Dropout] per hidden layer, then Linear to num_classes. The input is
  * flattened from [N, ...] to [N, input_size]. Parameters: fc{i}.weight [out, in], fc{i}.bias
- * [out], i = 1.. . Initialised from `seed`. */
+ * [out], i = 1.. . Initialised from `seed` (mpt_model_init_params), finalised. The forward
+ * fails with MPT_ESHAPE when the input does not flatten to [N, input_size]. Errors:
+ * MPT_EINVAL (NULL arguments, a config field out of range: extents < 1, num_hidden outside
+ * [0, MPT_MLP_MAX_HIDDEN], dropout outside [0, 1)), MPT_ENOMEM, errors of the model calls. */
 MPT_API mpt_status mpt_model_init_mlp(mpt_model **model, mpt_device device,
                                       const mpt_mlp_config *config, uint64_t seed);
 
+/* mpt_model_init_cnn's settings (defaults on each field: mpt_cnn_config_default()). */
 typedef struct mpt_cnn_config {
   int64_t in_channels, height, width; /* 1, 28, 28 */
   int64_t conv1_channels;             /* 16 */
@@ -220,10 +251,15 @@ typedef struct mpt_cnn_config {
   float dropout;                      /* 0: none; else before the last Linear */
 } mpt_cnn_config;
 
+/* The defaults noted on each field (the Fashion-MNIST CNN, no BatchNorm, no dropout). */
 MPT_API mpt_cnn_config mpt_cnn_config_default(void);
 /* [Conv2d -> (BatchNorm2d) -> ReLU -> MaxPool2d(2)] x 2 -> Flatten -> Linear(hidden) -> ReLU
  * -> (Dropout) -> Linear(num_classes). Parameters conv1.weight [c1, in, k, k], conv1.bias, ...,
- * fc1.weight, fc1.bias, fc2.weight, fc2.bias. */
+ * fc1.weight, fc1.bias, fc2.weight, fc2.bias (with BatchNorm also bn1.*, bn2.* and their
+ * running statistics as buffers). Initialised from `seed`, finalised. The forward fails with
+ * MPT_ESHAPE on an input other than [N, in_channels, height, width]. Errors: MPT_EINVAL (NULL
+ * arguments, a config field out of range, an input too small for two conv + 2x2 pool stages),
+ * MPT_ENOMEM, errors of the model calls. */
 MPT_API mpt_status mpt_model_init_cnn(mpt_model **model, mpt_device device,
                                       const mpt_cnn_config *config, uint64_t seed);
 
@@ -235,15 +271,20 @@ MPT_API mpt_status mpt_model_init_cnn(mpt_model **model, mpt_device device,
 typedef void (*mpt_grad_ready_fn)(void *user, int param_index);
 
 /* A tape for `model`, issuing ops on `stream` (a stream of the model's device; NULL = CPU now).
- * Errors: MPT_ENOMEM. */
+ * The model and stream are borrowed and must outlive the tape. Errors: MPT_EINVAL (NULL tape or
+ * model, a stream of another device type), MPT_ENOMEM. */
 MPT_API mpt_status mpt_tape_init(mpt_tape **tape, mpt_model *model, mpt_stream *stream);
+/* Frees the tape and its arena (every var of it becomes invalid). Work it queued on its stream
+ * must have completed. NULL is a no-op. */
 MPT_API void mpt_tape_free(mpt_tape *tape);
+/* The tape's stream and model, as given to mpt_tape_init. */
 MPT_API mpt_stream *mpt_tape_stream(const mpt_tape *tape);
 MPT_API mpt_model *mpt_tape_model(const mpt_tape *tape);
 /* Starts a new forward pass: forgets the recorded nodes and values (the arena is kept), and
  * zeroes the parameter use counts. `seed` feeds dropout masks of this pass. */
 MPT_API void mpt_tape_reset(mpt_tape *tape, uint64_t seed);
-/* With grad disabled, ops compute values but record nothing (evaluation). Default: enabled. */
+/* With grad disabled, ops compute values but record nothing (evaluation). Default: enabled.
+ * mpt_tape_grad_enabled reads the flag. */
 MPT_API void mpt_tape_set_grad_enabled(mpt_tape *tape, int enabled);
 MPT_API int mpt_tape_grad_enabled(const mpt_tape *tape);
 /* The arithmetic of the GEMMs and convolutions this tape records (ops_bf16.h): Linear
@@ -254,15 +295,17 @@ MPT_API int mpt_tape_grad_enabled(const mpt_tape *tape);
  * backward matches its forward; set it between passes. Default: MPT_PRECISION_FP32. Errors:
  * MPT_EINVAL (NULL tape, unknown precision), MPT_ENOTSUP when the tape's device cannot run bf16
  * natively (mpt_op_bf16_check: a CPU without AVX-512 BF16, a build without oneDNN); the tape
- * then keeps its precision. */
+ * then keeps its precision. mpt_tape_precision reads it. */
 MPT_API mpt_status mpt_tape_set_precision(mpt_tape *tape, mpt_precision precision);
 MPT_API mpt_precision mpt_tape_precision(const mpt_tape *tape);
 /* With 0, this tape does not call the model's wrapper hooks (mpt_model_set_hooks): for a tape
  * that a wrapper drives itself, as DataParallel's replica on the model, whose gradients DDP
- * then reduces with mpt_ddp_allreduce_grads. The gradient state is still kept. Default: 1. */
+ * then reduces with mpt_ddp_allreduce_grads. The gradient state is still kept. Default: 1.
+ * mpt_tape_model_hooks reads the flag. */
 MPT_API void mpt_tape_set_model_hooks(mpt_tape *tape, int enabled);
 MPT_API int mpt_tape_model_hooks(const mpt_tape *tape);
-/* Installs the grad-ready hook (NULL to remove). */
+/* Installs the tape's own grad-ready hook (NULL to remove): called on the backward thread,
+ * between two nodes, just before the model's grad_ready hook for the same parameter. */
 MPT_API void mpt_tape_set_grad_hook(mpt_tape *tape, mpt_grad_ready_fn fn, void *user);
 
 /* Op profiling: where a pass's time goes, by op name (as PyTorch's profiler's table).
@@ -280,6 +323,7 @@ MPT_API void mpt_tape_set_grad_hook(mpt_tape *tape, mpt_grad_ready_fn fn, void *
  * names are not counted); names are cut to MPT_OP_NAME_MAX - 1 bytes. */
 #define MPT_OP_NAME_MAX 32
 #define MPT_TAPE_PROFILE_MAX_OPS 64
+/* One row of the profile: an op name's nodes and times. */
 typedef struct mpt_op_time {
   char name[MPT_OP_NAME_MAX];
   int64_t nodes;          /* nodes of this name recorded */
@@ -296,35 +340,54 @@ MPT_API void mpt_tape_clear_op_times(mpt_tape *tape);
  * and returns how many rows there are (0 when profiling is off). */
 MPT_API int mpt_tape_op_times(const mpt_tape *tape, mpt_op_time *rows, int max_rows);
 /* Wraps a tensor on the model's device as a value that needs no gradient (the batch). The
- * tensor's memory must stay valid until the next reset. */
+ * tensor's memory must stay valid until the next reset (it is not copied). Errors: MPT_EINVAL
+ * (NULL arguments, a tensor on another device type, elements without data), MPT_ENOMEM. */
 MPT_API mpt_status mpt_tape_input(mpt_tape *tape, const mpt_tensor *value, mpt_var **var);
 /* The value of parameter `index` for this pass: its value and gradient are the model's flat
- * buffer views; using it in an op counts one use. */
+ * buffer views; using it in an op counts one use. Errors: MPT_EINVAL (NULL, index out of
+ * range), MPT_ESTATE (model not finalised), MPT_ENOMEM. */
 MPT_API mpt_status mpt_tape_param(mpt_tape *tape, int index, mpt_var **var);
-/* How many recorded nodes use parameter `index` in this pass (0 = unused). */
+/* How many recorded nodes use parameter `index` in this pass (0 = unused or out of range). */
 MPT_API int mpt_tape_param_uses(const mpt_tape *tape, int index);
 /* Backpropagates from the scalar `loss` with d(loss) = scale (1 for a plain step, 1/K for one
  * of K accumulated micro-batches). Parameter gradients are ACCUMULATED into the model's flat
  * gradient buffer (zero it first for a fresh step). The grad-ready hook fires for every used
- * parameter exactly once, in the order gradients become final. Errors: MPT_ESTATE (loss not a
- * scalar recorded on this tape), errors of the ops. */
+ * parameter exactly once, in the order gradients become final. Runs on the calling thread,
+ * issuing the backward ops on the tape's stream (it does not synchronize it; the wrapper's
+ * after_backward hook may, DDP does). Errors: MPT_EINVAL (NULL), MPT_ESTATE (backward already
+ * ran for this pass, loss not one float32 recorded on this tape, gradients already applied:
+ * see the gradient state), MPT_EUNUSED (DDP: parameters without a gradient, named), the
+ * hooks' errors, errors of the ops (the detail names the node). */
 MPT_API mpt_status mpt_tape_backward(mpt_tape *tape, mpt_var *loss, float scale);
 
-/* The value and gradient of a var (gradient data is NULL until backward reached it). */
+/* The value and gradient of a var (gradient data is NULL until backward reached it). Owned by
+ * the tape, valid until its next reset. */
 MPT_API const mpt_tensor *mpt_var_value(const mpt_var *var);
 MPT_API const mpt_tensor *mpt_var_grad(const mpt_var *var);
-/* Copies a scalar var's value to the host (synchronises the tape's stream). */
+/* Copies a scalar var's value to the host (synchronises the tape's stream). Errors: MPT_EINVAL
+ * (NULL, a var that is not one float32), errors of the copy and of the stream. */
 MPT_API mpt_status mpt_var_item(mpt_tape *tape, const mpt_var *var, float *value);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Ops on the tape (each records one node when grad is enabled and an input needs a gradient) */
 
-/* y [N, out] = x [N, in] W^T + b; W [out, in], b [out] (b may be NULL). */
+/* Common rules. Inputs are float32 vars of this tape's pass on the model's device, row-major;
+ * *y is a new var of the tape's arena (valid until the next reset). The op is issued on the
+ * tape's stream and does not synchronize (on the CPU it has run on return). Errors: MPT_EINVAL
+ * (NULL tape, input or output; a non-float32 input; a bad scalar argument), MPT_ESHAPE
+ * (inputs whose shapes do not fit, the detail naming them and what was wanted), MPT_ENOMEM
+ * (the arena), and the device's errors from the underlying ops (ops.h). Each backward
+ * ACCUMULATES into the inputs' gradients. */
+
+/* y [N, out] = x [N, in] W^T + b; W [out, in], b [out] (b may be NULL), as PyTorch's
+ * nn.functional.linear; GEMMs through mpt_op_gemm (bf16 inputs with MPT_PRECISION_BF16). */
 MPT_API mpt_status mpt_nn_linear(mpt_tape *tape, mpt_var *x, mpt_var *w, mpt_var *b,
                                  mpt_var **y);
 /* y [N, O, OH, OW] = conv2d(x [N, C, H, W], W [O, C, kh, kw]) + b [O] (b may be NULL), computed
  * as mpt_nn_set_conv_algo chose: whole-batch library convolutions (ops.h mpt_op_conv2d_*:
- * oneDNN on the CPU), or im2col + GEMM per image (Chellapilla et al., 2006). */
+ * oneDNN on the CPU), or im2col + GEMM per image (Chellapilla et al., 2006). OH = (H + 2 pad -
+ * kh) / stride + 1, likewise OW. Errors also: MPT_EINVAL (stride < 1, pad < 0, a window larger
+ * than the padded input), MPT_ENOTSUP (MPT_CONV_ALGO_LIBRARY where the library is missing). */
 MPT_API mpt_status mpt_nn_conv2d(mpt_tape *tape, mpt_var *x, mpt_var *w, mpt_var *b,
                                  int64_t stride, int64_t pad, mpt_var **y);
 
@@ -335,28 +398,48 @@ MPT_API mpt_status mpt_nn_conv2d(mpt_tape *tape, mpt_var *x, mpt_var *w, mpt_var
  * training (an atomic store; it is read once per conv2d call). Errors: MPT_EINVAL (not one of
  * the three). */
 typedef enum { MPT_CONV_ALGO_AUTO, MPT_CONV_ALGO_IM2COL, MPT_CONV_ALGO_LIBRARY } mpt_conv_algo;
+/* Sets the choice above (any thread). */
 MPT_API mpt_status mpt_nn_set_conv_algo(mpt_conv_algo algo);
+/* The current choice (an atomic load). */
 MPT_API mpt_conv_algo mpt_nn_conv_algo(void);
 /* Max pooling with a k x k window and the given stride, no padding: [N, C, H, W] -> [N, C,
- * (H-k)/stride+1, (W-k)/stride+1]. */
+ * (H-k)/stride+1, (W-k)/stride+1], as PyTorch's MaxPool2d. Backward routes dy to the first
+ * maximum of each window (ties: the lowest index). Errors also: MPT_ESHAPE (x not 4-D),
+ * MPT_EINVAL (kernel or stride < 1, a window larger than the plane). */
 MPT_API mpt_status mpt_nn_maxpool2d(mpt_tape *tape, mpt_var *x, int64_t kernel, int64_t stride,
                                     mpt_var **y);
+/* y = max(x, 0), any shape; backward passes dy where x > 0. */
 MPT_API mpt_status mpt_nn_relu(mpt_tape *tape, mpt_var *x, mpt_var **y);
-/* [N, d1, d2, ...] -> [N, d1*d2*...] (a view, no copy). */
+/* [N, d1, d2, ...] -> [N, d1*d2*...] (a view, no copy). Errors also: MPT_ESHAPE (x has fewer
+ * than 2 dimensions). */
 MPT_API mpt_status mpt_nn_flatten(mpt_tape *tape, mpt_var *x, mpt_var **y);
-/* Inverted dropout with probability p when the model is training, identity otherwise. */
+/* Inverted dropout (Srivastava et al., 2014, scaled at training time as PyTorch's Dropout):
+ * with the model training and p > 0, y = x * mask, mask[i] = (u_i >= p) / (1 - p), u from
+ * mpt_op_dropout seeded by the pass seed (mpt_tape_reset) and the op's position in the pass, so
+ * one seed gives one set of masks. Otherwise the identity: *y = x, nothing recorded. Errors
+ * also: MPT_EINVAL (p outside [0, 1)). */
 MPT_API mpt_status mpt_nn_dropout(mpt_tape *tape, mpt_var *x, float p, mpt_var **y);
 /* Batch normalisation over [N, C] or [N, C, H, W] with weight/bias [C] and running statistics
  * mean/var [C] (buffer indices of the model). Training: batch statistics, running statistics
- * updated with `momentum` (PyTorch default 0.1); evaluation: running statistics. */
+ * updated with `momentum` (PyTorch default 0.1); evaluation: running statistics. Ioffe &
+ * Szegedy (2015) with PyTorch's BatchNorm1d/2d semantics: biased batch variance normalises,
+ * the unbiased one goes into running_var; the running buffers are updated in place even with
+ * gradients disabled. weight and bias may be NULL (no affine part). Errors also: MPT_ESHAPE (x
+ * not 2-D or 4-D, no channels, weight / bias / buffers not float32 [C]), MPT_EINVAL (a buffer
+ * index out of range, eps < 0, momentum outside [0, 1], training with one value per channel). */
 MPT_API mpt_status mpt_nn_batchnorm(mpt_tape *tape, mpt_var *x, mpt_var *weight, mpt_var *bias,
                                     int running_mean_buffer, int running_var_buffer,
                                     float momentum, float eps, mpt_var **y);
-/* Mean softmax cross-entropy of logits [N, K] against labels (int32 [N], values in [0, K)):
- * a scalar. */
+/* Mean softmax cross-entropy of logits [N, K] against labels (int32 [N], values in [0, K), on
+ * the logits' device): a scalar, as PyTorch's nn.functional.cross_entropy with mean reduction
+ * (max-subtracted softmax, mpt_op_softmax_xent). `labels` is read again by backward: keep it
+ * valid until then. Errors also: MPT_ESHAPE (logits not [N, K] with N, K >= 1, labels not
+ * int32 [N]), MPT_EINVAL (labels on another device; a label outside [0, K), checked on the
+ * CPU). */
 MPT_API mpt_status mpt_nn_cross_entropy(mpt_tape *tape, mpt_var *logits,
                                         const mpt_tensor *labels, mpt_var **loss);
-/* Elementwise a + b and a * b (same shapes); sum of all elements (a scalar); mean (a scalar). */
+/* Elementwise a + b and a * b (same shapes, no broadcasting: MPT_ESHAPE otherwise); sum of
+ * all elements (a scalar); mean (a scalar; NaN for an empty x, as PyTorch). */
 MPT_API mpt_status mpt_nn_add(mpt_tape *tape, mpt_var *a, mpt_var *b, mpt_var **y);
 MPT_API mpt_status mpt_nn_mul(mpt_tape *tape, mpt_var *a, mpt_var *b, mpt_var **y);
 MPT_API mpt_status mpt_nn_sum(mpt_tape *tape, mpt_var *x, mpt_var **y);
@@ -391,9 +474,10 @@ typedef struct mpt_eval_sums {
  * the rows after it are the DistributedSampler's padding (repeats that make every rank's share
  * equal), and skipping them is what makes the sums over W ranks equal to one process's over the
  * whole dataset (docs/faults.md, F01). num_real == 0 adds nothing and runs nothing. Afterwards the
- * model's training flag and the tape's grad flag are back as they were. Synchronises the tape's stream (it reads the
- * loss and the count). Errors: MPT_EINVAL (NULL arguments, num_real outside [0, count], inputs
- * or labels not on the model's device, labels not I32 [count]); errors of the forward and ops. */
+ * model's training flag and the tape's grad flag are back as they were. Synchronises the tape's
+ * stream (it reads the loss and the count). Errors: MPT_EINVAL (NULL arguments, num_real outside
+ * [0, count], inputs or labels not on the model's device, labels not I32 [count]); errors of the
+ * forward and ops. */
 MPT_API mpt_status mpt_eval_batch(mpt_tape *tape, const mpt_tensor *inputs,
                                   const mpt_tensor *labels, int64_t num_real,
                                   mpt_eval_sums *sums);
@@ -404,29 +488,42 @@ MPT_API double mpt_eval_sums_accuracy(const mpt_eval_sums *sums);
 /* ------------------------------------------------------------------------------------------ */
 /* Layers with parameters: registration helpers used by models                                */
 
+/* A Linear layer of a model: what mpt_linear_add registered, for mpt_linear_forward. */
 typedef struct mpt_linear {
   int weight, bias; /* parameter indices; bias -1 when absent */
   int64_t in_features, out_features;
 } mpt_linear;
 
-/* Registers "<name>.weight" [out, in] and "<name>.bias" [out] (when bias != 0). */
+/* Registers "<name>.weight" [out, in] and "<name>.bias" [out] (when bias != 0), initialised
+ * as PyTorch's nn.Linear (MPT_INIT_FAN_IN, fan_in = in). Errors: MPT_EINVAL (NULL arguments,
+ * features < 1, a name too long), those of mpt_model_add_param. */
 MPT_API mpt_status mpt_linear_add(mpt_model *model, const char *name, int64_t in_features,
                                   int64_t out_features, int bias, mpt_linear *layer);
+/* mpt_nn_linear with the layer's parameters (mpt_tape_param). Errors: MPT_EINVAL (NULL tape or
+ * layer), those of mpt_tape_param and mpt_nn_linear. */
 MPT_API mpt_status mpt_linear_forward(mpt_tape *tape, const mpt_linear *layer, mpt_var *x,
                                       mpt_var **y);
 
+/* A Conv2d layer of a model (mpt_conv2d_add, mpt_conv2d_forward): parameter indices (bias -1
+ * when absent) and geometry. */
 typedef struct mpt_conv2d {
   int weight, bias;
   int64_t in_channels, out_channels, kernel, stride, pad;
 } mpt_conv2d;
 
-/* Registers "<name>.weight" [out, in, k, k] and "<name>.bias" [out]. */
+/* Registers "<name>.weight" [out, in, k, k] and "<name>.bias" [out] (when bias != 0),
+ * initialised as PyTorch's nn.Conv2d (fan_in = in k k). Errors: MPT_EINVAL (NULL arguments,
+ * extents or stride < 1, pad < 0, a name too long), those of mpt_model_add_param. */
 MPT_API mpt_status mpt_conv2d_add(mpt_model *model, const char *name, int64_t in_channels,
                                   int64_t out_channels, int64_t kernel, int64_t stride,
                                   int64_t pad, int bias, mpt_conv2d *layer);
+/* mpt_nn_conv2d with the layer's parameters, stride and padding. Errors: MPT_EINVAL (NULL tape
+ * or layer), those of mpt_tape_param and mpt_nn_conv2d. */
 MPT_API mpt_status mpt_conv2d_forward(mpt_tape *tape, const mpt_conv2d *layer, mpt_var *x,
                                       mpt_var **y);
 
+/* A BatchNorm layer of a model (mpt_batchnorm_add, mpt_batchnorm_forward): parameter and
+ * buffer indices, and its constants. */
 typedef struct mpt_batchnorm {
   int weight, bias;                /* parameters [C] */
   int running_mean, running_var;   /* buffers [C] */
@@ -435,9 +532,12 @@ typedef struct mpt_batchnorm {
 } mpt_batchnorm;
 
 /* Registers "<name>.weight", "<name>.bias" (parameters) and "<name>.running_mean",
- * "<name>.running_var" (buffers). */
+ * "<name>.running_var" (buffers), initialised 1, 0, 0, 1; momentum 0.1, eps 1e-5. Errors:
+ * MPT_EINVAL (NULL arguments, channels < 1, a name too long), those of mpt_model_add_param. */
 MPT_API mpt_status mpt_batchnorm_add(mpt_model *model, const char *name, int64_t channels,
                                      mpt_batchnorm *layer);
+/* mpt_nn_batchnorm with the layer's parameters, buffers, momentum and eps. Errors: MPT_EINVAL
+ * (NULL tape or layer), those of mpt_tape_param and mpt_nn_batchnorm. */
 MPT_API mpt_status mpt_batchnorm_forward(mpt_tape *tape, const mpt_batchnorm *layer,
                                          mpt_var *x, mpt_var **y);
 

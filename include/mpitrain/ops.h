@@ -5,10 +5,17 @@
  * - All arrays are float32, row-major, contiguous, on the stream's device. Counts are elements.
  * - Forward ops overwrite their outputs. Backward ops ACCUMULATE into their gradient outputs
  *   (dx += ...), so a tensor used twice in a forward pass gets the sum of both contributions.
- * - Every wrapper checks its arguments (MPT_EINVAL on a NULL pointer with a non-zero count or a
- *   negative extent) and returns MPT_OK at once when there is nothing to do.
+ * - Every wrapper checks its arguments (MPT_EINVAL on a NULL pointer with a non-zero count, a
+ *   negative extent, or extents whose product overflows int64) and returns MPT_OK at once when
+ *   there is nothing to do.
+ * - Errors common to every op: MPT_EINVAL as above; MPT_ENOTSUP when the stream's backend lacks
+ *   the op (or was not built); CUDA: MPT_EDEVICE (MPT_ENOMEM for an allocation) when a launch
+ *   or library call fails, and a stream that already failed returns its sticky error. A fault
+ *   inside a CUDA kernel shows at the next synchronize. Ops that write a host value
+ *   (count_correct, check_finite) wait for the stream (deadline 10 minutes, MPT_ETIMEOUT).
  * - On the CPU the work runs on the calling thread before the call returns. On CUDA it is
- *   enqueued on the stream.
+ *   enqueued on the stream. Ops are reentrant: several threads may issue ops on their own
+ *   streams at once.
  * - Edge cases: sum with count 0 writes 0; check_finite with count 0 reports 0; gemm with k = 0
  *   sets C = beta * C (A and B may then be NULL; beta = 0 overwrites NaN); relu and maxpool
  *   pass NaN through (as PyTorch); batchnorm_train refuses one value per channel (n*inner == 1);
@@ -26,7 +33,9 @@
 extern "C" {
 #endif
 
-/* Copies nbytes between two buffers, each on its own device (CPU <-> CPU is memcpy). */
+/* Copies nbytes bytes between two buffers, each on its own device (CPU <-> CPU is memcpy;
+ * CUDA: cudaMemcpyAsync on the stream with cudaMemcpyDefault; the host side may be pageable).
+ * The ranges must not overlap. nbytes 0 is a no-op. */
 MPT_API mpt_status mpt_op_memcpy(mpt_stream *stream, mpt_device dst_device, void *dst,
                                  mpt_device src_device, const void *src, size_t nbytes);
 
@@ -34,7 +43,9 @@ MPT_API mpt_status mpt_op_memcpy(mpt_stream *stream, mpt_device dst_device, void
  * trans_a != 0 means A is stored K x M (lda >= M), else M x K (lda >= K); same for B.
  * CPU, row-major: oneDNN's sgemm when the library was built with oneDNN (faster than OpenBLAS on
  * these machines; results equal OpenBLAS's to fp32 rounding, not bit for bit), OpenBLAS's
- * cblas_sgemm without it and for dot products (M = N = 1). CUDA: cublasSgemm. */
+ * cblas_sgemm without it and for dot products (M = N = 1). CUDA: cublasSgemm. Errors also:
+ * MPT_EINVAL (lda / ldb below the minimum above, ldc < N), MPT_ENOTSUP (CUDA: extents beyond
+ * cuBLAS's int). */
 MPT_API mpt_status mpt_op_gemm(mpt_stream *stream, int trans_a, int trans_b, int64_t m,
                                int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                                const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
@@ -47,6 +58,7 @@ MPT_API mpt_status mpt_op_gemm(mpt_stream *stream, int trans_a, int trans_b, int
  * totals and starts counting, (0) stops; mpt_op_gemm_counted reads them (any pointer may be
  * NULL). Cost while on: two clock reads per call. */
 MPT_API void mpt_op_gemm_counting(int on);
+/* Reads the totals: calls, wall time in ms, FLOPs. */
 MPT_API void mpt_op_gemm_counted(int64_t *calls, double *ms, double *flop);
 
 /* x[i] = value. */
@@ -64,7 +76,8 @@ MPT_API mpt_status mpt_op_mul(mpt_stream *stream, float *y, const float *a, cons
 /* da[i] += dy[i] * b[i]  (backward of mul with respect to a). */
 MPT_API mpt_status mpt_op_mul_backward(mpt_stream *stream, float *da, const float *dy,
                                        const float *b, int64_t count);
-/* *out = sum_i x[i] (one float on the stream's device; accumulated in double on the CPU). */
+/* *out = sum_i x[i] (one float on the stream's device, not synchronized; accumulated in double
+ * on the CPU). */
 MPT_API mpt_status mpt_op_sum(mpt_stream *stream, const float *x, int64_t count, float *out);
 /* dx[i] += scale * (*dy)  (backward of sum with a scalar upstream gradient on the device). */
 MPT_API mpt_status mpt_op_sum_backward(mpt_stream *stream, float *dx, int64_t count,
@@ -93,7 +106,7 @@ typedef struct mpt_conv_geom {
 } mpt_conv_geom;
 
 /* Fills out_h/out_w from the other fields. Errors: MPT_EINVAL when the window does not fit or
- * a field is not positive (pad >= 0). */
+ * a field is not positive (pad >= 0), or an extent is 2^31 or more; NULL g. */
 MPT_API mpt_status mpt_conv_geom_resolve(mpt_conv_geom *g);
 
 /* One image x [C, H, W] -> col [C*kh*kw, out_h*out_w]; row (c, i, j) holds x[c, oy*stride - pad
@@ -101,7 +114,8 @@ MPT_API mpt_status mpt_conv_geom_resolve(mpt_conv_geom *g);
  * 2014), so that conv forward is W [O, C*kh*kw] x col. */
 MPT_API mpt_status mpt_op_im2col(mpt_stream *stream, const mpt_conv_geom *g, const float *x,
                                  float *col);
-/* The adjoint of im2col: dx [C, H, W] += scatter of col. */
+/* The adjoint of im2col: dx [C, H, W] += scatter of col (overlapping windows add up). g must
+ * be resolved. */
 MPT_API mpt_status mpt_op_col2im(mpt_stream *stream, const mpt_conv_geom *g, const float *col,
                                  float *dx);
 
@@ -122,7 +136,8 @@ MPT_API mpt_status mpt_op_col2im(mpt_stream *stream, const mpt_conv_geom *g, con
  * buffers are cached per calling thread and per shape (created on first use, a few ms; reused
  * after), so concurrent calls from several threads (DataParallel replicas) are safe. Errors:
  * MPT_EINVAL (geometry, NULL, n or o < 1), MPT_ENOTSUP (no library convolution on this backend),
- * MPT_ENOMEM, MPT_EDEVICE (a oneDNN call failed: the message names it and its status). */
+ * MPT_ENOMEM, MPT_EDEVICE (a oneDNN call failed: the message names it and its status).
+ * mpt_op_conv2d_available: 1 when the stream's backend has these convolutions, else 0. */
 MPT_API int mpt_op_conv2d_available(mpt_stream *stream);
 MPT_API mpt_status mpt_op_conv2d_forward(mpt_stream *stream, const mpt_conv_geom *g, int64_t n,
                                          int64_t o, const float *x, const float *w,
@@ -134,12 +149,14 @@ MPT_API mpt_status mpt_op_conv2d_backward_weights(mpt_stream *stream, const mpt_
                                                   int64_t n, int64_t o, const float *x,
                                                   const float *dy, float *dw, float *db);
 
-/* Max pooling over planes = N*C images of [H, W] (g->channels is ignored; pad must be 0):
+/* Max pooling (as PyTorch's MaxPool2d without padding or dilation) over planes = N*C images of
+ * [H, W] (g->channels is ignored; pad must be 0):
  * y [planes, out_h, out_w], argmax [planes, out_h, out_w] = index within the plane (h*W + w) of
- * the first maximum. */
+ * the first maximum (NaN wins, as in PyTorch). Errors also: MPT_EINVAL (pad != 0, planes < 0,
+ * a plane too large for the int32 argmax). */
 MPT_API mpt_status mpt_op_maxpool(mpt_stream *stream, const mpt_conv_geom *g, int64_t planes,
                                   const float *x, float *y, int32_t *argmax);
-/* dx[plane, argmax] += dy[plane, o]. */
+/* dx[plane, argmax] += dy[plane, o]. Errors also: MPT_EINVAL (an argmax outside the plane). */
 MPT_API mpt_status mpt_op_maxpool_backward(mpt_stream *stream, const mpt_conv_geom *g,
                                            int64_t planes, const float *dy, const int32_t *argmax,
                                            float *dx);
@@ -148,28 +165,33 @@ MPT_API mpt_status mpt_op_maxpool_backward(mpt_stream *stream, const mpt_conv_ge
  * channel c over n*inner values. Training: mean and biased variance of the batch normalise x;
  * save_mean[c] and save_invstd[c] = 1/sqrt(var + eps) are kept for backward; running statistics
  * are updated as PyTorch does: running = (1 - momentum) * running + momentum * batch, with the
- * unbiased variance (n*inner/(n*inner-1)) for running_var. running_* may be NULL. */
+ * unbiased variance (n*inner/(n*inner-1)) for running_var. running_* may be NULL. gamma, beta,
+ * running_*, save_* are [c]; x, y [n, c, inner]. Errors also: MPT_EINVAL (eps < 0,
+ * n*inner == 1). */
 MPT_API mpt_status mpt_op_batchnorm_train(mpt_stream *stream, const float *x, int64_t n,
                                           int64_t c, int64_t inner, const float *gamma,
                                           const float *beta, float eps, float momentum,
                                           float *running_mean, float *running_var, float *y,
                                           float *save_mean, float *save_invstd);
-/* Evaluation: y = gamma * (x - running_mean) / sqrt(running_var + eps) + beta. */
+/* Evaluation: y = gamma * (x - running_mean) / sqrt(running_var + eps) + beta (all [c]). */
 MPT_API mpt_status mpt_op_batchnorm_eval(mpt_stream *stream, const float *x, int64_t n,
                                          int64_t c, int64_t inner, const float *gamma,
                                          const float *beta, float eps, const float *running_mean,
                                          const float *running_var, float *y);
 /* Backward of the training forward: dx += ..., dgamma += sum(dy * xhat), dbeta += sum(dy).
- * dx, dgamma, dbeta may each be NULL (not needed). */
+ * dx, dgamma, dbeta may each be NULL (not needed). The formula of Ioffe & Szegedy (2015), in
+ * the per-channel closed form PyTorch uses. */
 MPT_API mpt_status mpt_op_batchnorm_backward(mpt_stream *stream, const float *dy, const float *x,
                                              int64_t n, int64_t c, int64_t inner,
                                              const float *gamma, const float *save_mean,
                                              const float *save_invstd, float *dx, float *dgamma,
                                              float *dbeta);
 
-/* Softmax cross-entropy over logits [n, k] with integer labels [n] in [0, k):
+/* Softmax cross-entropy (as PyTorch's cross_entropy, mean reduction) over logits [n, k] with
+ * integer labels [n] in [0, k):
  * probs[n, k] = softmax(logits) (max-subtracted), *loss = mean_i -log probs[i, label_i] (one
- * float on the device). Errors: MPT_EINVAL on a label outside [0, k) (CPU checks). */
+ * float on the device). Errors: MPT_EINVAL (n or k < 1, k beyond int32; CPU: a label outside
+ * [0, k)). CUDA does not synchronize to check labels: a bad label gives a NaN loss. */
 MPT_API mpt_status mpt_op_softmax_xent(mpt_stream *stream, const float *logits,
                                        const int32_t *labels, int64_t n, int64_t k, float *probs,
                                        float *loss);
@@ -177,14 +199,17 @@ MPT_API mpt_status mpt_op_softmax_xent(mpt_stream *stream, const float *logits,
 MPT_API mpt_status mpt_op_softmax_xent_backward(mpt_stream *stream, const float *probs,
                                                 const int32_t *labels, int64_t n, int64_t k,
                                                 const float *dloss, float *dlogits);
-/* *correct += number of rows whose argmax (first maximum) equals the label; host int64. */
+/* *correct += number of rows whose argmax (first maximum) equals the label; host int64, so on
+ * CUDA it waits for the stream. Errors also: MPT_EINVAL (a label outside [0, k), naming the
+ * row). */
 MPT_API mpt_status mpt_op_count_correct(mpt_stream *stream, const float *logits,
                                         const int32_t *labels, int64_t n, int64_t k,
                                         int64_t *correct);
 
-/* Inverted dropout: mask[i] = (u(seed, i) >= p) / (1 - p), y = x * mask, where u is a counter-
- * based uniform in [0,1) (splitmix64 of seed and i), so CPU and CUDA draw the same mask.
- * 0 <= p < 1. */
+/* Inverted dropout (Srivastava et al., 2014; scaled at training time as PyTorch):
+ * mask[i] = (u(seed, i) >= p) / (1 - p), y = x * mask, where u is a counter-based uniform in
+ * [0,1) (splitmix64 of seed and i), so CPU and CUDA draw the same mask.
+ * 0 <= p < 1 (else MPT_EINVAL). mask has count floats. */
 MPT_API mpt_status mpt_op_dropout(mpt_stream *stream, const float *x, float *y, float *mask,
                                   int64_t count, float p, uint64_t seed);
 
@@ -192,18 +217,22 @@ MPT_API mpt_status mpt_op_dropout(mpt_stream *stream, const float *x, float *y, 
  *   g = grad + weight_decay * param
  *   buf = first ? g : momentum * buf + (1 - dampening) * g      (when momentum != 0)
  *   g = nesterov ? g + momentum * buf : buf
- *   param -= lr * g */
+ *   param -= lr * g
+ * All buffers hold count floats; momentum_buf may be NULL when momentum is 0. Errors also:
+ * MPT_EINVAL for the arguments PyTorch rejects (see Conventions). */
 MPT_API mpt_status mpt_op_sgd_step(mpt_stream *stream, float *param, const float *grad,
                                    float *momentum_buf, int64_t count, float lr, float momentum,
                                    float dampening, float weight_decay, int nesterov, int first);
 /* AdamW step (Loshchilov & Hutter, 2019), PyTorch's torch.optim.AdamW semantics, step >= 1:
  *   param *= 1 - lr * weight_decay
  *   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
- *   param -= lr * (m / (1 - beta1^step)) / (sqrt(v / (1 - beta2^step)) + eps) */
+ *   param -= lr * (m / (1 - beta1^step)) / (sqrt(v / (1 - beta2^step)) + eps)
+ * All buffers hold count floats. Errors also: MPT_EINVAL for the arguments PyTorch rejects. */
 MPT_API mpt_status mpt_op_adamw_step(mpt_stream *stream, float *param, const float *grad,
                                      float *m, float *v, int64_t count, float lr, float beta1,
                                      float beta2, float eps, float weight_decay, int64_t step);
-/* *nonfinite (host int) = 1 if any x[i] is NaN or infinite, else 0. */
+/* *nonfinite (host int) = 1 if any x[i] is NaN or infinite, else 0 (on CUDA it waits for the
+ * stream). */
 MPT_API mpt_status mpt_op_check_finite(mpt_stream *stream, const float *x, int64_t count,
                                        int *nonfinite);
 
@@ -218,11 +247,12 @@ MPT_API mpt_status mpt_op_check_finite(mpt_stream *stream, const float *x, int64
  * Without a call: OpenBLAS's default (OPENBLAS_NUM_THREADS, else all cores). Errors:
  * MPT_EINVAL (n < 1). */
 MPT_API mpt_status mpt_cpu_set_threads(int n);
+/* The current count (openblas_get_num_threads). */
 MPT_API int mpt_cpu_threads(void);
-/* The cores of this host divided by local_ranks x devices (each taken as at least 1), at
- * least 1. */
+/* The online cores of this host (sysconf) divided by local_ranks x devices (each taken as at
+ * least 1), at least 1. */
 MPT_API int mpt_cpu_threads_per_rank(int local_ranks, int devices);
-/* The BLAS kernel in use ("Haswell", "SkylakeX"...). */
+/* The BLAS kernel in use ("Haswell", "SkylakeX"...): OpenBLAS's core name, a static string. */
 MPT_API const char *mpt_cpu_blas_name(void);
 /* The sum of x[i]^2 over i in [0, count), in double, for x in host memory, on the calling
  * thread. The order is fixed: lane j (of 16) adds the x[i] with i mod 16 = j in increasing i,

@@ -7,7 +7,8 @@
  * (mpt_tape_set_precision, nn.h); these are the ops they call.
  *
  * Rounding: float32 -> bf16 rounds to nearest even (mpt_bf16_from_f32, core.h). A bf16 value has
- * 8 significant bits, so its relative rounding error is at most u = 2^-9; the product of two
+ * 8 significant bits (7 stored), so its relative rounding error is at most u = 2^-8 (half an
+ * ulp; 1 + 2^-8 + 2^-23 rounds to 1 + 2^-7, an error of about 2^-8); the product of two
  * bf16 values is exact in float32 (16 <= 24 bits); the sum of K products in float32 adds at most
  * gamma_K = K 2^-24 / (1 - K 2^-24) relative to sum |a||b|. Hence, for each element of C:
  *   |C_bf16 - C_exact| <= (2u + u^2 + gamma_K (1 + u)^2) |alpha| sum_k |a_ik| |b_kj|
@@ -41,7 +42,8 @@ MPT_API const char *mpt_precision_name(mpt_precision p);
 /* Parses "fp32" or "bf16" into *p. Errors: MPT_EINVAL (anything else; NULL). */
 MPT_API mpt_status mpt_precision_parse(const char *text, mpt_precision *p);
 
-/* MPT_OK when the stream's device runs bf16 GEMMs and convolutions natively. Else MPT_ENOTSUP
+/* MPT_OK when the stream's device runs bf16 GEMMs and convolutions natively (NULL: the CPU).
+ * Else MPT_ENOTSUP
  * with a message that says why: a CPU without AVX-512 BF16 (checked by cpuid and by oneDNN's
  * effective ISA; the library refuses a slow emulation), a build without oneDNN, a backend
  * without bf16 ops. Cheap after the first call; any thread. */
@@ -49,7 +51,8 @@ MPT_API mpt_status mpt_op_bf16_check(mpt_stream *stream);
 
 /* mpt_op_gemm (ops.h: same arguments, shapes, leading dimensions and k == 0 rule) with A and B
  * rounded to bf16 and the products accumulated in float32:
- *   C (M x N) = alpha * bf16(op(A)) bf16(op(B)) + beta * C. */
+ *   C (M x N) = alpha * bf16(op(A)) bf16(op(B)) + beta * C.
+ * Errors: those of mpt_op_gemm; MPT_ENOTSUP (mpt_op_bf16_check, or CUDA extents beyond int). */
 MPT_API mpt_status mpt_op_gemm_bf16(mpt_stream *stream, int trans_a, int trans_b, int64_t m,
                                     int64_t n, int64_t k, float alpha, const float *a,
                                     int64_t lda, const float *b, int64_t ldb, float beta,
@@ -108,8 +111,9 @@ MPT_API mpt_status mpt_op_heads_merge(mpt_stream *stream, const float *x, int64_
 /* The library convolutions of ops.h (mpt_op_conv2d_*: same shapes, accumulation and errors)
  * with x, w and dy rounded to bf16 and float32 accumulation; y, dx, dw and db are float32, the
  * bias is added in float32. CPU: oneDNN's bf16 convolutions (the reorders into its blocked
- * layouts round to nearest even). */
-/* 1 when the stream's backend has the bf16 library convolutions below (the CPU with oneDNN),
+ * layouts round to nearest even). Errors: those of mpt_op_conv2d_*, MPT_ENOTSUP where
+ * mpt_op_conv2d_bf16_available is 0 or mpt_op_bf16_check fails.
+ * mpt_op_conv2d_bf16_available: 1 when the stream's backend has them (the CPU with oneDNN),
  * else 0 (the layers then use im2col + mpt_op_gemm_bf16). */
 MPT_API int mpt_op_conv2d_bf16_available(mpt_stream *stream);
 MPT_API mpt_status mpt_op_conv2d_forward_bf16(mpt_stream *stream, const mpt_conv_geom *g,

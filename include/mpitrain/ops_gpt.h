@@ -2,10 +2,12 @@
  * the tape from these and mpt_op_gemm). The conventions of ops.h hold: float32 row-major
  * arrays on the stream's device (a NULL stream is the CPU, now), element counts, forward ops
  * overwrite their outputs, backward ops ACCUMULATE (+=) into their gradient outputs, arguments
- * are checked (MPT_EINVAL) and empty work returns MPT_OK at once; a backend without the op gives
- * MPT_ENOTSUP. Index arrays (tokens, targets) are int32 on the same device; the CPU checks their
- * range (MPT_EINVAL naming the position), CUDA does not read them back (an index out of range
- * is never used to address memory: its output is NaN there).
+ * are checked (MPT_EINVAL: NULL pointers with work to do, extents outside [0, 2^31), a bad
+ * scalar) and empty work returns MPT_OK at once; a backend without the op gives MPT_ENOTSUP;
+ * CUDA errors as in ops.h. Asynchronous on CUDA (none of these waits for the stream). Index arrays
+ * (tokens, targets) are int32 on the same device; the CPU checks their range (MPT_EINVAL naming
+ * the position), CUDA does not read them back (an index out of range is never used to address
+ * memory: its output is NaN there).
  *
  * Every result is deterministic: sums over rows go in a fixed order (no atomics), on every
  * backend. Formulas: GPT-2 as llm.c (Karpathy, train_gpt2.c) writes it; see transformer.h. */
@@ -19,7 +21,8 @@ extern "C" {
 #endif
 
 /* y[r, :] = wte[tokens[r], :] + wpe[r % t, :] for the rows r of a [b, t] token array; wte
- * [>= vocab, c], wpe [>= t, c], y [b*t, c]. The CPU refuses a token outside [0, vocab). */
+ * [>= vocab, c], wpe [>= t, c], y [b*t, c]. As llm.c's encoder_forward. The CPU refuses a
+ * token outside [0, vocab) (MPT_EINVAL naming the position); vocab >= 1. */
 MPT_API mpt_status mpt_op_embedding_gpt(mpt_stream *stream, const int32_t *tokens, int64_t b,
                                         int64_t t, int64_t c, int64_t vocab, const float *wte,
                                         const float *wpe, float *y);
@@ -29,21 +32,25 @@ MPT_API mpt_status mpt_op_embedding_gpt_backward(mpt_stream *stream, const int32
                                                  int64_t b, int64_t t, int64_t c, int64_t vocab,
                                                  const float *dy, float *dwte, float *dwpe);
 
-/* Layer normalisation of the rows of x [rows, c] (biased variance, eps >= 0):
+/* Layer normalisation (Ba et al., 2016; llm.c's layernorm_forward) of the rows of x [rows, c]
+ * (c >= 1; biased variance; eps finite and >= 0, else MPT_EINVAL); w, bias [c]:
  * y = (x - mean) * rstd * w + bias; mean [rows] and rstd [rows] = 1/sqrt(var + eps) are written
  * for backward. Row statistics are summed in double. */
 MPT_API mpt_status mpt_op_layernorm(mpt_stream *stream, const float *x, int64_t rows, int64_t c,
                                     const float *w, const float *bias, float eps, float *y,
                                     float *mean, float *rstd);
 /* dx += rstd (g - mean_c(g) - xhat mean_c(g xhat)), g = dy w; dw += sum_rows dy xhat;
- * dbias += sum_rows dy. dx, dw, dbias may each be NULL. */
+ * dbias += sum_rows dy (llm.c's layernorm_backward). dx, dw, dbias may each be NULL. Errors
+ * also: MPT_ENOMEM (the CPU's partial sums of dw, dbias). */
 MPT_API mpt_status mpt_op_layernorm_backward(mpt_stream *stream, const float *dy, const float *x,
                                              int64_t rows, int64_t c, const float *w,
                                              const float *mean, const float *rstd, float *dx,
                                              float *dw, float *dbias);
 
-/* y = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), computed as x * sigmoid(2u) (the
- * same function: one expf instead of a tanhf); y may equal x. */
+/* The tanh approximation of GELU (Hendrycks & Gimpel, 2016), as GPT-2, llm.c's gelu_forward and
+ * PyTorch's GELU(approximate='tanh'): y = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715
+ * x^3), computed as x * sigmoid(2u) (the same function: one expf instead of a tanhf); y may
+ * equal x. */
 MPT_API mpt_status mpt_op_gelu(mpt_stream *stream, float *y, const float *x, int64_t count);
 /* dx += dy * gelu'(x). */
 MPT_API mpt_status mpt_op_gelu_backward(mpt_stream *stream, float *dx, const float *dy,
@@ -97,7 +104,9 @@ MPT_API mpt_status mpt_op_causal_softmax_backward(mpt_stream *stream, const floa
  * [h hs, (h + 1) hs) of each, hs = c / nh. Writes y [b, t, c] = softmax over t2 <= t of
  * q k^T / sqrt(hs), times v, per head; and stats [b, nh, t, 2], each row's softmax maximum and
  * 1 / sum, which backward needs. The attention matrix is never stored (scratch of O(t^2) floats
- * per thread). On the CPU the results are those of the reference (src/nn/attention.c: the
+ * per thread): backward recomputes it from q, k and the stats, the recomputation of
+ * FlashAttention (Dao et al., 2022) without its online softmax (a block of rows sees all its
+ * columns at once). On the CPU the results are those of the reference (src/nn/attention.c: the
  * blocked GEMMs with mpt_op_causal_softmax) bit for bit. Only where
  * mpt_op_causal_attention_available; else MPT_ENOTSUP. Errors also: MPT_EINVAL (extents, nh not
  * dividing c, NULL pointers), MPT_ENOMEM (scratch). */
@@ -106,7 +115,7 @@ MPT_API mpt_status mpt_op_causal_attention(mpt_stream *stream, const float *qkv,
                                            float *stats);
 /* dqkv [b, t, 3c] = beta dqkv + the gradient of sum(y * dy) with respect to qkv, from dy
  * [b, t, c], qkv and forward's stats (the softmax is recomputed); beta 0 (dqkv is written, not
- * read) or 1 (added). */
+ * read) or 1 (added). Errors: as the forward, and MPT_EINVAL for another beta. */
 MPT_API mpt_status mpt_op_causal_attention_backward(mpt_stream *stream, const float *qkv,
                                                     const float *stats, const float *dy,
                                                     int64_t b, int64_t t, int64_t c, int64_t nh,
@@ -116,7 +125,9 @@ MPT_API int mpt_op_causal_attention_available(mpt_stream *stream);
 
 /* Cross-entropy of logits [n, vp] against targets [n] in [0, v), v <= vp, over the columns
  * [0, v) only: lse[r] = logsumexp_{j < v} logits[r, j] (written for backward), *loss (one float
- * on the device) = mean_r (lse[r] - logits[r, targets[r]]), summed in double. */
+ * on the device) = mean_r (lse[r] - logits[r, targets[r]]), summed in double. The padded
+ * vocabulary of llm.c (vp = 50304 for GPT-2's v = 50257): the padding columns never count.
+ * n >= 1. The CPU refuses a target outside [0, v) (MPT_EINVAL naming the row). */
 MPT_API mpt_status mpt_op_xent_vocab(mpt_stream *stream, const float *logits,
                                      const int32_t *targets, int64_t n, int64_t vp, int64_t v,
                                      float *lse, float *loss);

@@ -26,6 +26,7 @@ extern "C" {
 /* ------------------------------------------------------------------------------------------ */
 /* Optimizers                                                                                 */
 
+/* The optimizer kinds (config.kind). */
 typedef enum {
   MPT_OPTIM_SGD = 0,   /* torch.optim.SGD */
   MPT_OPTIM_ADAMW = 1, /* torch.optim.AdamW (Loshchilov & Hutter, "Decoupled Weight Decay
@@ -64,6 +65,7 @@ MPT_API mpt_status mpt_optimizer_kind_parse(const char *text, mpt_optim_kind *ki
 /* "sgd" / "adamw"; "unknown" for a value outside the enum. Never NULL. */
 MPT_API const char *mpt_optimizer_kind_name(mpt_optim_kind kind);
 
+/* An optimizer and its state (opaque: mpt_optimizer_init / mpt_optimizer_free). */
 typedef struct mpt_optimizer mpt_optimizer;
 
 /* Creates an optimizer for `count` parameters on `device`. Allocates the state with
@@ -108,8 +110,9 @@ MPT_API void mpt_optimizer_free(mpt_optimizer *opt);
 
 /* One optimizer step with learning rate `lr` (normally mpt_lr_at(schedule, cfg.lr, step count)),
  * enqueued on `stream` (NULL = the CPU, run now; otherwise a stream of the optimizer's device:
- * the same type, and for CUDA the same ordinal; CPU replicas share memory, so any CPU stream). param[count] is updated in place from grad[count]; both are on the optimizer's device.
- * On success the step count goes up by one.
+ * the same type, and for CUDA the same ordinal; CPU replicas share memory, so any CPU stream).
+ * param[count] is updated in place from grad[count]; both are on the optimizer's device. On
+ * success the step count goes up by one.
  *   SGD   (torch.optim.SGD): g = grad + wd*param; with momentum: buf = g on the first step
  *         (step count 0), else buf = momentum*buf + (1-dampening)*g; g = nesterov ? g +
  *         momentum*buf : buf; param -= lr*g.
@@ -141,6 +144,7 @@ MPT_API const mpt_optimizer_config *mpt_optimizer_get_config(const mpt_optimizer
  * Names are PyTorch's state keys, so a checkpoint reads like a torch state_dict. */
 #define MPT_OPTIM_MAX_STATE 2
 
+/* A view of an optimizer's state (mpt_optimizer_get_state). */
 typedef struct mpt_optimizer_state {
   int nbuffers;                            /* 0 (plain SGD), 1 (SGD momentum), 2 (AdamW) */
   const char *names[MPT_OPTIM_MAX_STATE];  /* "momentum_buffer"; or "exp_avg", "exp_avg_sq" */
@@ -211,6 +215,7 @@ MPT_API mpt_status mpt_param_groups_split_decay(const mpt_model *model, float we
 /* ------------------------------------------------------------------------------------------ */
 /* Learning-rate schedules                                                                    */
 
+/* The main learning-rate schedules (mpt_lr_schedule.kind). */
 typedef enum {
   MPT_LR_CONSTANT = 0, /* lr = base_lr */
   MPT_LR_STEP = 1,     /* torch StepLR: base_lr * gamma^floor(t / step_size) */

@@ -48,7 +48,8 @@ MPT_API mpt_status mpt_nn_embedding_gpt(mpt_tape *tape, const mpt_tensor *tokens
  *   mean = sum_c x / C,  rstd = 1 / sqrt(sum_c (x - mean)^2 / C + eps)   (biased variance)
  *   y = (x - mean) * rstd * weight + bias,  weight and bias [C];
  * GPT-2 uses eps = 1e-5 (PyTorch's default). mean and rstd of each row are saved for backward:
- *   dx += rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)),  g = dy * weight, xhat = (x - mean) * rstd
+ *   dx += rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)),
+ *   g = dy * weight, xhat = (x - mean) * rstd
  *   dweight += sum over rows of dy * xhat,  dbias += sum over rows of dy.
  * Errors: MPT_EINVAL (eps < 0 or not finite), MPT_ESHAPE (x of rank 0 or C = 0; weight or
  * bias not [C]), MPT_ENOTSUP. */
@@ -104,7 +105,7 @@ MPT_API mpt_status mpt_nn_add_layernorm(mpt_tape *tape, mpt_var *a, mpt_var *b,
  * the softmax (datt = dy v^T; dpre = att * (datt - rowsum(att * datt)); dq += dpre k / sqrt(hs);
  * dk += dpre^T q / sqrt(hs); dv += att^T dy).
  * Errors: MPT_EINVAL (n_head < 1), MPT_ESHAPE (qkv not [B, T, 3C], or C not a multiple of
- * n_head), MPT_ENOTSUP. */
+ * n_head), MPT_ENOMEM (the fused op's scratch, the arena), MPT_ENOTSUP. */
 MPT_API mpt_status mpt_nn_causal_attention(mpt_tape *tape, mpt_var *qkv, int n_head,
                                            mpt_var **y);
 
@@ -128,8 +129,8 @@ MPT_API void mpt_nn_causal_attention_memory(mpt_stream *stream, mpt_precision pr
  * a scalar in nats, summed in double. Saves logsumexp [N] only, and recomputes the
  * probabilities in backward: dlogits[n, j] += dloss / N * (p[n, j] - [j == target]) for j < V.
  * Errors: MPT_EINVAL (a target outside [0, vocab_size), naming its position, on the CPU;
- * vocab_size outside [1, Vp]), MPT_ESHAPE (targets' shape is not that of logits without its last dimension; no
- * position), MPT_ENOTSUP. */
+ * vocab_size outside [1, Vp]), MPT_ESHAPE (targets' shape is not that of logits without its last
+ * dimension; no position), MPT_ENOTSUP. */
 MPT_API mpt_status mpt_nn_cross_entropy_vocab(mpt_tape *tape, mpt_var *logits,
                                               const mpt_tensor *targets, int64_t vocab_size,
                                               mpt_var **loss);
@@ -177,7 +178,9 @@ MPT_API mpt_status mpt_model_init_gpt(mpt_model **model, mpt_device device,
  * The draws are taken in the model file's order (kind by kind: wte, wpe, then qkvw of layers
  * 0..L-1, attprojw of each layer, ...), not in the registration order, so each named tensor
  * gets the values it had when the registration followed the file's order.
- * Errors: MPT_EINVAL, MPT_ESHAPE (the model is not a finalised GPT of `config`). */
+ * Draws on the host; on a device each tensor is copied over. Errors: MPT_EINVAL, MPT_ESHAPE
+ * (the model is not a finalised GPT of `config`), MPT_ENOMEM (the host buffer), errors of
+ * mpt_model_init_params and of the copies. */
 MPT_API mpt_status mpt_gpt_init_weights(mpt_model *model, const mpt_gpt_config *config,
                                         uint64_t seed);
 

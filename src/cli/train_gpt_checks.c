@@ -98,6 +98,19 @@ mpt_status trainer_gpt_check_disjoint(const mpt_token_data *train, const mpt_tok
   return st;
 }
 
+mpt_status trainer_gpt_check_token_ids(mpt_comm *comm, int rank, int world,
+                                       const mpt_token_data *train, const mpt_token_data *val) {
+  mpt_status st = mpt_token_data_check_ids(train, rank, world);
+  if (st == MPT_OK && val) st = mpt_token_data_check_ids(val, rank, world);
+  if (world == 1) return st;
+  int32_t first_bad = st == MPT_OK ? world : rank; /* the lowest failing rank, or world */
+  MPT_RETURN_IF(mpt_comm_allreduce_sync(comm, &first_bad, &first_bad, 1, MPT_I32,
+                                        MPT_REDUCE_MIN));
+  if (st != MPT_OK || first_bad == world) return st; /* a failing rank keeps its own error */
+  return MPT_FAIL(MPT_EFORMAT, "rank %d found bad token data (its error names the shard and "
+                  "the offset); every rank stops", (int)first_bad);
+}
+
 /* Whether the option `name` was given (also abbreviated, as getopt_long allows). */
 static int given(const mpt_cli_options *o, const char *name) {
   for (int i = 1; i < o->argc; i++) {

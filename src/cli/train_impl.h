@@ -156,6 +156,12 @@ mpt_status trainer_gpt_check_save_model(const char *path);
 /* MPT_EINVAL, naming both paths, when two shards of `d` are one file (the same device and
  * inode: a symbolic or hard link that the glob took too); `option` names the set. MPT_ENOMEM. */
 mpt_status trainer_gpt_check_distinct(const mpt_token_data *d, const char *option);
+/* Every token id the windows can read, checked against the vocabulary before training: rank r
+ * checks the shards i with i % world == r (mpt_token_data_check_ids), then the ranks agree
+ * (one all-reduce), so all stop together; a failing rank returns its own error, the others one
+ * naming the lowest failing rank. */
+mpt_status trainer_gpt_check_token_ids(mpt_comm *comm, int rank, int world,
+                                       const mpt_token_data *train, const mpt_token_data *val);
 /* A warning for each option given that has no effect in a GPT run of `world` ranks. */
 void trainer_gpt_warn_unused(const mpt_cli_options *o, int world);
 

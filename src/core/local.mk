@@ -42,6 +42,11 @@ TESTS += tests/test_trace
 tests_test_trace_SOURCES = tests/test_trace.c
 tests_test_trace_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_trace_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+check_PROGRAMS += tests/test_rng
+TESTS += tests/test_rng
+tests_test_rng_SOURCES = tests/test_rng.c
+tests_test_rng_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_rng_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 endif
 # issue 13: atomic whole-file writes (token shards, llm.c model files)
 libmpitrain_all_la_SOURCES += src/core/atomic_file.h src/core/atomic_file.c

@@ -1,5 +1,7 @@
 /* xoshiro256** seeded by splitmix64 (Blackman & Vigna 2021; public-domain reference algorithm,
  * written from the paper's description). */
+#include <math.h>
+
 #include "mpitrain/core.h"
 
 static uint64_t splitmix64(uint64_t *x) {
@@ -43,5 +45,12 @@ uint64_t mpt_rng_below(mpt_rng *rng, uint64_t n) {
 }
 
 void mpt_rng_fill_uniform(mpt_rng *rng, float *x, int64_t count, float lo, float hi) {
-  for (int64_t i = 0; i < count; i++) x[i] = lo + (hi - lo) * mpt_rng_uniform(rng);
+  /* lo + (hi - lo) u with u <= 1 - 2^-24 is below hi exactly, but the float sum can round up
+   * to hi (lo 1, hi 2: 2 - 2^-24 is a tie that goes to 2): such a value becomes the largest
+   * float below hi, so the range stays [lo, hi) as documented. */
+  const float below_hi = nextafterf(hi, lo);
+  for (int64_t i = 0; i < count; i++) {
+    const float v = lo + (hi - lo) * mpt_rng_uniform(rng);
+    x[i] = v >= hi && hi > lo ? below_hi : v;
+  }
 }

@@ -165,6 +165,33 @@ out:
   return st;
 }
 
+enum { CHECK_CHUNK_TOKENS = 1 << 21 }; /* 4 MiB a pread */
+
+mpt_status mpt_token_data_check_ids(const mpt_token_data *d, int part, int nparts) {
+  if (!d) return MPT_FAIL(MPT_EINVAL, "mpt_token_data_check_ids: data is NULL");
+  if (nparts < 1 || part < 0 || part >= nparts)
+    return MPT_FAIL(MPT_EINVAL, "mpt_token_data_check_ids: part %d outside [0, %d)", part,
+                    nparts);
+  uint8_t *buf = malloc(2 * (size_t)CHECK_CHUNK_TOKENS);
+  if (!buf) return MPT_FAIL(MPT_ENOMEM, "token data: out of host memory for the id check");
+  mpt_status st = MPT_OK;
+  const int64_t bt = d->cfg.batch_size * d->cfg.seq_len;
+  for (int i = part; i < d->num_shards; i += nparts) {
+    const int64_t windows = d->first_window[i + 1] - d->first_window[i];
+    const int64_t end = windows > 0 ? windows * bt + 1 : 0; /* the tokens windows read */
+    for (int64_t t = 0; t < end; t += CHECK_CHUNK_TOKENS) {
+      const int64_t m = end - t < CHECK_CHUNK_TOKENS ? end - t : CHECK_CHUNK_TOKENS;
+      MPT_CHECK(mpt__shard_pread(d->fds[i], d->paths[i], buf, 2 * m,
+                                 MPT_SHARD_HEADER_NBYTES + 2 * t), out);
+      MPT_CHECK(mpt__shard_check_tokens(d->paths[i], buf, m, t, d->cfg.vocab_size, NULL, NULL),
+                out);
+    }
+  }
+out:
+  free(buf);
+  return st;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* As a data source, and the per-rank loader                                                 */
 
