@@ -268,13 +268,14 @@ static mpt_status setup(gpt_trainer *g) {
   if (g->val_data) MPT_RETURN_IF(trainer_gpt_check_distinct(g->val_data, "--val-shards"));
   if (g->val_data) MPT_RETURN_IF(trainer_gpt_check_disjoint(g->train_data, g->val_data));
   MPT_RETURN_IF(trainer_gpt_check_same_data(g->comm, o, g->train_data, g->val_data));
-  MPT_RETURN_IF(trainer_gpt_check_token_ids(g->comm, g->rank, g->world, g->train_data,
-                                            g->val_data));
   if (!g->stream) /* on the CPU: refused rather than killed for memory (before the sampler) */
     MPT_RETURN_IF(trainer_gpt_check_memory(
         o, &g->cfg, g->world, mpt_comm_local_size(g->comm),
         mpt_token_data_num_windows(g->train_data) +
             (g->val_data ? mpt_token_data_num_windows(g->val_data) : 0)));
+  /* reads every token: after the checks that cost nothing */
+  MPT_RETURN_IF(trainer_gpt_check_token_ids(g->comm, g->rank, g->world, g->train_data,
+                                            g->val_data));
   mpt_sampler_config sc = mpt_sampler_config_default();
   sc.num_replicas = g->world;
   sc.rank = g->rank;
