@@ -188,7 +188,8 @@ int mpt_cli_generate(int argc, char **argv) {
     goto out;
   }
   /* before the model's allocations: refused rather than killed for memory */
-  st = trainer_gpt_check_generate_memory(path, &cfg, n + (int64_t)ntok < T ? n + (int64_t)ntok : T);
+  const int64_t context = n + (int64_t)ntok < T ? n + (int64_t)ntok : T;
+  st = trainer_gpt_check_generate_memory(path, &cfg, context);
   if (st == MPT_OK) st = mpt_model_init_gpt(&model, mpt_device_cpu(), &cfg, 0);
   if (st == MPT_OK) st = mpt_gpt_load(model, &cfg, path);
   if (st == MPT_OK) st = mpt_tape_init(&tape, model, NULL);

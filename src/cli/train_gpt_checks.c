@@ -16,7 +16,12 @@
  * forward keeps (the LayerNorm outputs, qkv, attention output, fc and GELU) and the Vp logits,
  * and what the attention layer keeps and takes as it runs (mpt_nn_causal_attention_memory: the
  * fused CPU attention's row statistics per layer and its backward's per-thread scratch; the
- * reference's attention matrix [B, H, T, T] per layer, for bf16 or MPT_ATTENTION=reference). */
+ * reference's attention matrix [B, H, T, T] per layer, for bf16 or MPT_ATTENTION=reference),
+ * and the samplers' 8 bytes per window; the same for `mpitrain generate` (the parameters held
+ * three times and the logits of the context);
+ * - --save-model: an existing file there must be a model file, and the writer's temporary file
+ *   can be created in its folder;
+ * - no shard is taken twice by a glob (a link beside it). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -174,11 +179,12 @@ mpt_status trainer_gpt_check_save_model(const char *path) {
                                         (uint32_t)head[2] << 16 | (uint32_t)head[3] << 24
                                   : 0;
   if (got >= 4 && magic == MPT_GPT_FILE_MAGIC) return MPT_OK; /* a model file: replaced */
+  const char *what = got >= 4 && magic == MPT_SHARD_MAGIC ? "it is a token shard"
+                     : got == 8 && memcmp(head, "MPTCKPT", 8) == 0
+                         ? "it is an mpitrain checkpoint"
+                         : "it does not start with the magic 20240326";
   return MPT_FAIL(MPT_EINVAL, "--save-model '%s' exists and is not an llm.c model file (%s): "
-                  "refusing to replace it; remove it or give another path", path,
-                  got >= 4 && magic == MPT_SHARD_MAGIC ? "it is a token shard"
-                  : got == 8 && memcmp(head, "MPTCKPT", 8) == 0 ? "it is an mpitrain checkpoint"
-                                                               : "it does not start with the magic 20240326");
+                  "refusing to replace it; remove it or give another path", path, what);
 }
 
 mpt_status trainer_gpt_check_generate_memory(const char *path, const mpt_gpt_config *cfg,

@@ -2,11 +2,13 @@
  * with the same --shards glob from different working directories (or on hosts whose copies of
  * the shards differ) hold different windows: with different window counts each rank's sampler
  * deals a different epoch, so the ranks run different numbers of steps and their collectives no
- * longer pair up (one rank's all-reduce of 2 floats met another's gradient bucket: MPI_ERR_TRUNCATE,
- * or a bus error in the shared-memory transport); with the same counts and other text they
- * train silently on data that was not meant. Before training, each rank fingerprints its
- * training and validation shards and the ranks compare (one all-gather of a few integers); a
- * difference stops every rank, naming the rank, what differs and the first shard each read.
+ * longer pair up (one rank's all-reduce of 2 floats met another's gradient bucket:
+ * MPI_ERR_TRUNCATE, or a bus error in the shared-memory transport); with the same counts and
+ * other text they train silently on data that was not meant. Before training, each rank
+ * fingerprints its training and validation shards and the ranks compare (one all-gather of a few
+ * integers); a difference stops every rank, naming the rank, what differs and the first shard
+ * each read. (The start-up token id check, trainer_gpt_check_token_ids, reads every token but
+ * each rank only its share of the shards, so it does not compare them.)
  *
  * The fingerprint of a set of shards: the number of shards, of tokens and of windows, and a
  * CRC-32 (zlib) over each shard's token count and a sample of its bytes: the whole shard up to
