@@ -405,7 +405,7 @@ expect 0 "val loss" "train: disjoint validation shards" -- \
 # (all the same loss) the mean came to 5.5402 where each window's is 5.5452. Summed in double,
 # the mean is the window's.
 python3 -c 'import struct, sys
-n = 100001
+n = 100001  # windows of B 1 x T 1 + 1: 100000
 open(sys.argv[1], "wb").write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)) +
                               struct.pack("<%dH" % n, *([7] * n)))' "$tmp/same.bin"
 one="--model gpt --n-layer 1 --n-head 1 --n-embd 1 --seq-len 1 --batch-size 1 --vocab-size 256"
@@ -417,6 +417,16 @@ vn=$("$prog" train $one $shards --val-shards "$tmp/same.bin" --val-steps 100000 
   --threads 1 2>&1 | grep -m1 "step      0  val loss")
 [ -n "$v1" ] && [ "$v1" = "$vn" ] && ok ||
   bad "validation over 100000 equal windows: '$vn', one window: '$v1'"
+# The training loss of a logging interval alike: with --lr 0 every step has the same loss, and
+# the mean over a --log-every of 100000 steps came to 5.5402 where one step's is 5.5452.
+# shellcheck disable=SC2086
+t1=$("$prog" train $one --shards "$tmp/same.bin" --lr 0 --max-steps 1 --threads 1 2>&1 |
+  grep -m1 "step      1/1  loss" | sed 's/  norm.*//; s/.*loss/loss/')
+# shellcheck disable=SC2086
+tn=$("$prog" train $one --shards "$tmp/same.bin" --lr 0 --max-steps 100000 --log-every 100000 \
+  --threads 1 2>&1 | grep -m1 "step 100000/100000  loss" | sed 's/  norm.*//; s/.*loss/loss/')
+[ -n "$t1" ] && [ "$t1" = "$tn" ] && ok ||
+  bad "training loss over 100000 equal steps: '$tn', one step: '$t1'"
 
 # ---- train: --resume with other options ----------------------------------------------------
 # A checkpoint after 3 steps of B 2; resuming it with another --accumulate, --batch-size or --lr

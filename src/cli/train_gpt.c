@@ -533,6 +533,7 @@ static mpt_status run(gpt_trainer *g) {
   int64_t k = g->k, k0 = g->k, interval_steps = 0;
   int stop = 0;
   float sums[2] = {0, 0}; /* loss sum over this interval's steps, norm of the last */
+  double loss_sum = 0;    /* the interval's, in double (as validate's) until the all-reduce */
   double t_start = now_s(), t_interval = t_start;
   for (int64_t epoch = g->start_epoch; epoch < o->epochs && !stop; epoch++) {
     MPT_RETURN_IF(mpt_token_loader_start_epoch(g->train_loader, epoch));
@@ -566,9 +567,10 @@ static mpt_status run(gpt_trainer *g) {
       }
       g->k = ++k;
       interval_steps++;
-      sums[0] += loss;
+      loss_sum += loss;
       sums[1] = norm;
       if (k % o->log_every == 0 || k == g->total_steps) {
+        sums[0] = (float)loss_sum;
         MPT_RETURN_IF(sum_ranks(g, sums, 2));
         double now = now_s();
         mpt_log(MPT_LOG_INFO, "step %6lld/%lld  loss %.4f  norm %.3f  lr %.3e  %.0f tokens/s",
@@ -577,6 +579,7 @@ static mpt_status run(gpt_trainer *g) {
                 (double)mpt_lr_at(&g->sched, o->optim.lr, k - 1),
                 (double)(interval_steps * tokens_per_step) / (now - t_interval));
         sums[0] = sums[1] = 0;
+        loss_sum = 0;
         interval_steps = 0;
         t_interval = now_s();
       }
