@@ -49,3 +49,6 @@ EXTRA_DIST += tests/test_gpt_bad_input.sh
 # every MPT_API declaration in include/ has a comment block directly above it
 TESTS += tests/test_header_docs.sh
 EXTRA_DIST += tests/test_header_docs.sh
+# bad inputs and misuse of the mlp/cnn trainer and the shared command line (faults.md F44-)
+TESTS += tests/test_bad_input.sh
+EXTRA_DIST += tests/test_bad_input.sh

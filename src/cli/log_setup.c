@@ -55,7 +55,7 @@ void trainer_log_failure_note(trainer *t, mpt_status st) {
 }
 
 /* ETA from the steps this process has run so far (resumed steps do not count). */
-void trainer_progress_line(trainer *t, int64_t epoch, int64_t step, const float *sums) {
+void trainer_progress_line(trainer *t, int64_t epoch, int64_t step, const double *sums) {
   const mpt_cli_options *o = t->o;
   if (t->rank != 0 || t->progress || o->progress_interval_s <= 0) return;
   double now = mpt_time_ms();

@@ -127,7 +127,7 @@ mpt_status trainer_log_setup(trainer *t);
 void trainer_log_rank_line(mpt_comm *comm, mpt_device device, int quiet);
 /* Rank 0, stderr not a terminal: one progress line (steps, samples/s, ETA) at most every
  * --progress-interval seconds. `sums` are this epoch's (loss * rows, correct, rows) so far. */
-void trainer_progress_line(trainer *t, int64_t epoch, int64_t step, const float *sums);
+void trainer_progress_line(trainer *t, int64_t epoch, int64_t step, const double *sums);
 /* --log-file: the failure's one line also on the stderr the rank was started with (the
  * launcher's), naming the log file, so that a failed job does not end silently there. */
 void trainer_log_failure_note(trainer *t, mpt_status st);
