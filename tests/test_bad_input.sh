@@ -61,5 +61,20 @@ te=$(printf '%s' "$line" | sed -n 's/.*test loss \([0-9.]*\) .*/\1/p')
   bad "training loss over 100000 equal steps $tr, the test loss of the same samples $te"
 rm -rf "$tmp/same"
 
+# ---- option values ---------------------------------------------------------------------------
+# F45: values that are valid doubles but that the trainers use in float: --lr 1e-50 trained
+# with lr 0, --momentum 1e-50 ran SGD without momentum, --grad-clip 1e-310 failed at step 1.
+mkidx "$tmp/d100" 100
+for o in lr momentum weight-decay min-lr dropout; do
+  expect 2 "--$o: 1e-50 is below the smallest normal float" "--$o 1e-50" -- \
+    "$prog" train --data "$tmp/d100" --$o 1e-50 $small
+done
+expect 2 "--weight-decay: 1e-40 is below the smallest normal float" "--weight-decay 1e-40" -- \
+  "$prog" train --data "$tmp/d100" --weight-decay 1e-40 $small
+expect 2 "--grad-clip: 1e-310 is below the smallest normal float" "gpt --grad-clip 1e-310" -- \
+  "$prog" train --model gpt --shards "$tmp/none.bin" --grad-clip 1e-310
+expect 0 "sgd lr 1.2e-38, momentum 0, weight decay 1.2e-38" "--lr 1.2e-38" -- \
+  "$prog" train --data "$tmp/d100" --lr 1.2e-38 --momentum 0 --weight-decay 1.2e-38 $small
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

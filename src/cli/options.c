@@ -4,6 +4,7 @@
 #include "cli/options.h"
 
 #include <errno.h>
+#include <float.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
@@ -296,6 +297,24 @@ static int parse_f64(const char *name, const char *s, double lo, double hi, doub
   return 0;
 }
 
+/* A value the trainers keep in float (learning rates, momentum, weight decay, dropout,
+ * --grad-clip...): parse_f64's checks, then a non-zero value below float's smallest normal is
+ * refused, as it would become 0 (--lr 1e-50 trained with lr 0, --grad-clip 1e-310 failed at
+ * step 1, --momentum 1e-50 ran plain SGD: faults.md F45) or a subnormal (slow, few digits). */
+static int parse_f32(const char *name, const char *s, double lo, double hi, double *out,
+                     char *msg, size_t n) {
+  double v;
+  if (parse_f64(name, s, lo, hi, &v, msg, n) != 0) return -1;
+  if (v != 0 && fabs(v) < FLT_MIN)
+    return fail(msg, n, "--%s: %g is below the smallest normal float, %g (the value is used in "
+                "single precision): give 0 or a value of at least 1.2e-38", name, v, (double)FLT_MIN);
+  if (fabs(v) > FLT_MAX)
+    return fail(msg, n, "--%s: %g is beyond the largest float, %g (the value is used in single "
+                "precision)", name, v, (double)FLT_MAX);
+  *out = v;
+  return 0;
+}
+
 static int copy_str(const char *name, const char *s, char *dst, size_t cap, char *msg,
                     size_t n) {
   if (strlen(s) >= cap) return fail(msg, n, "--%s: value longer than %zu bytes", name, cap - 1);
@@ -426,7 +445,7 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
         break;
       case OPT_LR:
         given_lr = 1;
-        if (!(r = parse_f64(name, a, 0, 1e3, &f64, msg, n))) o->optim.lr = (float)f64;
+        if (!(r = parse_f32(name, a, 0, 1e3, &f64, msg, n))) o->optim.lr = (float)f64;
         break;
       case OPT_OPTIMIZER:
         given_opt = 1;
@@ -434,11 +453,11 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
           r = fail(msg, n, "--optimizer: unknown optimizer '%s' (expected sgd or adamw)", a);
         break;
       case OPT_MOMENTUM:
-        if (!(r = parse_f64(name, a, 0, 1, &f64, msg, n))) o->optim.momentum = (float)f64;
+        if (!(r = parse_f32(name, a, 0, 1, &f64, msg, n))) o->optim.momentum = (float)f64;
         break;
       case OPT_WD:
         given_wd = 1;
-        if (!(r = parse_f64(name, a, 0, 1e3, &f64, msg, n))) o->optim.weight_decay = (float)f64;
+        if (!(r = parse_f32(name, a, 0, 1e3, &f64, msg, n))) o->optim.weight_decay = (float)f64;
         break;
       case OPT_NESTEROV:
         o->optim.nesterov = 1;
@@ -459,10 +478,10 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
           o->schedule.step_size = i64;
         break;
       case OPT_GAMMA:
-        if (!(r = parse_f64(name, a, 1e-9, 1e3, &f64, msg, n))) o->schedule.gamma = (float)f64;
+        if (!(r = parse_f32(name, a, 1e-9, 1e3, &f64, msg, n))) o->schedule.gamma = (float)f64;
         break;
       case OPT_MIN_LR:
-        if (!(r = parse_f64(name, a, 0, 1e3, &f64, msg, n))) o->schedule.min_lr = (float)f64;
+        if (!(r = parse_f32(name, a, 0, 1e3, &f64, msg, n))) o->schedule.min_lr = (float)f64;
         break;
       case OPT_SEED:
         if (!(r = parse_i64(name, a, 0, INT64_MAX, &i64, msg, n))) o->seed = (uint64_t)i64;
@@ -504,7 +523,7 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
         o->cnn.batchnorm = 1;
         break;
       case OPT_DROPOUT:
-        if (!(r = parse_f64(name, a, 0, 0.99, &f64, msg, n)))
+        if (!(r = parse_f32(name, a, 0, 0.99, &f64, msg, n)))
           o->mlp.dropout = o->cnn.dropout = (float)f64;
         break;
       case OPT_MAX_STEPS:
@@ -653,7 +672,7 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
         break;
       case OPT_GRAD_CLIP:
         if (!given_gpt_only) given_gpt_only = name;
-        if (!(r = parse_f64(name, a, 0, 1e9, &f64, msg, n))) o->grad_clip = f64;
+        if (!(r = parse_f32(name, a, 0, 1e9, &f64, msg, n))) o->grad_clip = f64;
         break;
       case OPT_VAL_EVERY:
         if (!given_gpt_only) given_gpt_only = name;
