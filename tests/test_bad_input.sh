@@ -76,5 +76,17 @@ expect 2 "--grad-clip: 1e-310 is below the smallest normal float" "gpt --grad-cl
 expect 0 "sgd lr 1.2e-38, momentum 0, weight decay 1.2e-38" "--lr 1.2e-38" -- \
   "$prog" train --data "$tmp/d100" --lr 1.2e-38 --momentum 0 --weight-decay 1.2e-38 $small
 
+# ---- IDX data ----------------------------------------------------------------------------------
+# F46: test images of another size than the training images (or than --model takes) failed
+# only after the first epoch's training, at the evaluation; now at start-up, naming the file.
+mkidx "$tmp/mixed" 100 rand 10 14 14
+for m in mlp cnn; do
+  out=$(timeout 120 "$prog" train --model $m --data "$tmp/mixed" $small 2>&1)
+  got=$?
+  [ $got -eq 1 ] && printf '%s' "$out" | grep -q "mixed/t10k-images-idx3-ubyte.gz' holds images of 1 x 14 x 14" &&
+    ! printf '%s' "$out" | grep -q "epoch   1/1" && ok ||
+    bad "--model $m, test images of 14 x 14: status $got: $(printf '%s' "$out" | tail -n 2)"
+done
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

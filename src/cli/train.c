@@ -589,6 +589,7 @@ static mpt_status train_run(trainer *t) {
   MPT_RETURN_IF(mpt_event_init(&t->stop_event, mpt_device_cpu()));
   MPT_RETURN_IF(trainer_check_model_fits(t, ndev));
   MPT_RETURN_IF(load_data(t));
+  MPT_RETURN_IF(trainer_check_data_shape(t));
   MPT_RETURN_IF(trainer_check_same_data(t));
   MPT_RETURN_IF(make_model(t));
   MPT_RETURN_IF(trainer_tape_init(t));

@@ -138,3 +138,33 @@ done:
   free(paths);
   return st;
 }
+
+/* See train_impl.h. (faults.md F46) */
+mpt_status trainer_check_data_shape(trainer *t) {
+  const mpt_cli_options *o = t->o;
+  const int cnn = strcmp(o->model, "cnn") == 0;
+  static const char *const file[2] = {"train-images-idx3-ubyte", "t10k-images-idx3-ubyte"};
+  const mpt_dataset *set[2] = {&t->train, &t->test};
+  for (int i = 0; i < 2; i++) {
+    const mpt_dataset *d = set[i];
+    int fits = cnn ? d->channels == o->cnn.in_channels && d->height == o->cnn.height &&
+                     d->width == o->cnn.width
+                   : mpt_dataset_sample_count(d) == o->mlp.input_size;
+    if (fits) continue;
+    char path[PATH_BYTES], want[96];
+    if (o->synthetic)
+      snprintf(path, sizeof path, "synthetic data");
+    else
+      data_file(o->data_dir[0] ? o->data_dir : mpt_data_default_dir(), file[i], path,
+                sizeof path);
+    if (cnn)
+      snprintf(want, sizeof want, "images of %" PRId64 " x %" PRId64 " x %" PRId64,
+               (int64_t)o->cnn.in_channels, (int64_t)o->cnn.height, (int64_t)o->cnn.width);
+    else
+      snprintf(want, sizeof want, "images of %" PRId64 " values", (int64_t)o->mlp.input_size);
+    return MPT_FAIL(MPT_ESHAPE, "'%s' holds images of %d x %d x %d (channels x height x width), "
+                    "--model %s takes %s", path, d->channels, d->height, d->width, o->model,
+                    want);
+  }
+  return MPT_OK;
+}

@@ -104,6 +104,11 @@ void trainer_watchdog_stop(trainer_watchdog *w);
  * MPT_EMISMATCH on every rank, naming what differs, the first rank that differs from rank 0 and
  * the file each of the two read; MPT_ENOMEM. */
 mpt_status trainer_check_same_data(trainer *t);
+/* Local, after loading the data: the training and test images have the shape --model takes
+ * (cnn: [C, H, W] of its configuration; mlp: C x H x W values, its input size), so a folder
+ * whose test images differ fails at start-up, not after the first epoch. Errors: MPT_ESHAPE
+ * naming the file, its image shape and the model's. */
+mpt_status trainer_check_data_shape(trainer *t);
 
 /* train_ckpt.c */
 /* Stops (MPT_ENONFINITE, naming `when` and the learning rate) a model no longer fit to train or
