@@ -449,6 +449,9 @@ int main(int argc, char **argv) {
   b.rank = mpt_comm_rank(b.comm);
   b.world = mpt_comm_world_size(b.comm);
   b.cs = mpt_comm_stream(b.comm);
+  char why[512];
+  if (b.rank == 0 && b.o.json[0] && bench_json_probe(b.o.json, why, sizeof why) != 0)
+    die("--json: cannot write '%s': %s", b.o.json, why); /* before measuring (faults.md F47) */
   b.inject_wrong = getenv("MPT_BENCH_INJECT_WRONG") && atoi(getenv("MPT_BENCH_INJECT_WRONG"));
   b.mdt = b.o.dtype == MPT_F32 ? MPI_FLOAT : b.o.dtype == MPT_BF16 ? MPI_UINT16_T : MPI_INT32_T;
   b.mop = b.o.op == MPT_REDUCE_MIN ? MPI_MIN : b.o.op == MPT_REDUCE_MAX ? MPI_MAX : MPI_SUM;
@@ -593,7 +596,7 @@ int main(int argc, char **argv) {
       bench_config cfg = {type,        redop,     raw_name,   b.o.iters, b.o.warmup,
                           b.o.repeats, b.o.check, b.o.blocking, confirm_on};
       if (bench_write_json(b.o.json, &info, all, &cfg, rows, nrows, &sum) != 0)
-        die("cannot write the JSON file '%s'", b.o.json);
+        die("cannot write the JSON file '%s': %s", b.o.json, mpt_last_error());
     }
   }
   int64_t wrong_total = sum.wrong_total;

@@ -11,7 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include "core/atomic_file.h"
 
 /* A value in [0, 64) that changes from element to element (Knuth's multiplicative hash). */
 static inline int32_t pattern(int64_t i) { return (int32_t)(((uint32_t)i * 2654435761u) >> 26); }
@@ -290,8 +293,9 @@ static void json_variant(FILE *f, const char *name, const bench_row *r, int v, d
 int bench_write_json(const char *path, const bench_run_info *info, const bench_rank_info *ranks,
                      const bench_config *cfg, const bench_row *rows, int64_t nrows,
                      const bench_summary *s) {
-  FILE *f = fopen(path, "w");
-  if (!f) return -1;
+  mpt__afile af; /* atomic: a failed write leaves an earlier file whole */
+  if (mpt__afile_open(&af, path, "JSON file") != MPT_OK) return -1;
+  FILE *f = af.f;
   double factor = bench_bus_factor(info->coll, info->world);
   fprintf(f, "{\n  \"benchmark\": \"%s\",\n  \"mpitrain_version\": ",
           bench_coll_name(info->coll));
@@ -360,7 +364,24 @@ int bench_write_json(const char *path, const bench_run_info *info, const bench_r
   fprintf(f, ", \"ratio_ge_1mib_min\": ");
   json_num(f, s->ratio_min);
   fprintf(f, ", \"wrong\": %lld}\n}\n", (long long)s->wrong_total);
-  int bad = ferror(f);
-  if (fclose(f) != 0 || bad) return -1;
+  if (ferror(f) || mpt__afile_commit(&af) != MPT_OK) {
+    mpt__afile_abort(&af);
+    return -1;
+  }
+  return 0;
+}
+
+int bench_json_probe(const char *path, char *why, size_t n) {
+  struct stat sb;
+  if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+    snprintf(why, n, "it exists and is not a regular file");
+    return -1;
+  }
+  mpt__afile af;
+  if (mpt__afile_open(&af, path, "JSON file") != MPT_OK) {
+    snprintf(why, n, "%s", mpt_last_error());
+    return -1;
+  }
+  mpt__afile_abort(&af);
   return 0;
 }

@@ -110,9 +110,14 @@ void bench_print_header(FILE *f, const char *raw_name);
 void bench_print_row(FILE *f, const bench_row *r, const char *type, const char *redop,
                      double factor);
 
-/* Writes the whole run as JSON. 0 ok, -1 on an I/O error. */
+/* Writes the whole run as JSON, atomically (a temporary file renamed over path). 0 ok, -1 on
+ * an I/O error (the message in mpt_last_error()). */
 int bench_write_json(const char *path, const bench_run_info *info, const bench_rank_info *ranks,
                      const bench_config *cfg, const bench_row *rows, int64_t nrows,
                      const bench_summary *s);
+/* Whether the JSON file can be written: path is not a folder or other non-regular file, and its
+ * temporary file can be created (and is removed again). Run before the measurements, so that a
+ * bad --json fails at once, not after them. 0 ok, -1 with the reason in why[n]. */
+int bench_json_probe(const char *path, char *why, size_t n);
 
 #endif

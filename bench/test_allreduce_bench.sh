@@ -132,5 +132,14 @@ run 1 0 "usage: mpirun" --help
 if ! grep -q "define MPT_HAVE_NCCL 1" config.h 2>/dev/null; then
   run 1 2 "has no NCCL" --backend nccl
 fi
+# faults.md F47: a --json the run cannot write (a folder, a missing folder) failed only after
+# every size was measured; now at once, before the table. The file is written atomically.
+for j in "$tmp" "$tmp/no/such/dir/r.json"; do
+  out=$("$mpirun_sh" 2 60 "$prog" -b 8 -e 8 --json "$j" 2>&1)
+  got=$?
+  [ "$got" -eq 1 ] && printf '%s' "$out" | grep -q -- "--json: cannot write '$j'" &&
+    ! printf '%s' "$out" | grep -q "Avg bus bandwidth" && ok ||
+    bad "--json $j: status $got: $(printf '%s' "$out" | grep -v '^\[' | tail -n 2)"
+done
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
