@@ -88,5 +88,18 @@ for m in mlp cnn; do
     bad "--model $m, test images of 14 x 14: status $got: $(printf '%s' "$out" | tail -n 2)"
 done
 
+# ---- output paths --------------------------------------------------------------------------
+# F48: --save-params (or --metrics-json, --trace) onto a --data file replaced the training
+# images at the end of the run; two outputs on one path lost one of them. Refused at start-up.
+cp "$tmp/d100/train-images-idx3-ubyte.gz" "$tmp/images.orig"
+expect 1 "--save-params '$tmp/d100/train-images-idx3-ubyte.gz' is a --data file" \
+  "--save-params onto the training images" -- \
+  "$prog" train --data "$tmp/d100" --save-params "$tmp/d100/train-images-idx3-ubyte.gz" $small
+cmp -s "$tmp/images.orig" "$tmp/d100/train-images-idx3-ubyte.gz" && ok ||
+  bad "--save-params replaced the training images"
+expect 1 "--metrics-json '$tmp/out' and --trace '$tmp/./out' are the same file" \
+  "--metrics-json and --trace on one path" -- \
+  "$prog" train --data "$tmp/d100" --metrics-json "$tmp/out" --trace "$tmp/./out" $small
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -550,6 +550,7 @@ static mpt_status train_run(trainer *t) {
   if (t->rank == 0 && o->metrics_json[0])
     MPT_RETURN_IF(trainer_check_output_path("--metrics-json", o->metrics_json));
   if (t->rank == 0 && o->trace[0]) MPT_RETURN_IF(trainer_check_output_path("--trace", o->trace));
+  if (t->rank == 0) MPT_RETURN_IF(trainer_check_outputs(o));
   if (t->rank == 0 && o->checkpoint_dir[0]) MPT_RETURN_IF(trainer_check_checkpoint_dir(o));
   if (t->rank == 0 && (o->checkpoint_dir[0] || o->resume[0]))
     MPT_RETURN_IF(trainer_check_run_options(o));

@@ -22,9 +22,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include "cli/train_impl.h"
+#include "mpitrain/ckpt.h"
 
 
 enum {
@@ -165,6 +167,51 @@ mpt_status trainer_check_data_shape(trainer *t) {
     return MPT_FAIL(MPT_ESHAPE, "'%s' holds images of %d x %d x %d (channels x height x width), "
                     "--model %s takes %s", path, d->channels, d->height, d->width, o->model,
                     want);
+  }
+  return MPT_OK;
+}
+
+/* Whether two paths name the same file: both exist with the same device and inode, or neither
+ * exists and they spell the same path once their folders are resolved. */
+static int same_file(const char *a, const char *b) {
+  struct stat sa, sb;
+  int ea = stat(a, &sa) == 0, eb = stat(b, &sb) == 0;
+  if (ea || eb) return ea && eb && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  char da[PATH_MAX], db[PATH_MAX], ra[PATH_MAX], rb[PATH_MAX];
+  snprintf(da, sizeof da, "%s", a);
+  snprintf(db, sizeof db, "%s", b);
+  char *ba = strrchr(da, '/'), *bb = strrchr(db, '/');
+  const char *na = ba ? ba + 1 : a, *nb = bb ? bb + 1 : b;
+  if (strcmp(na, nb) != 0) return 0;
+  if (ba) ba[ba == da] = '\0'; /* "/x" -> "/" */
+  if (bb) bb[bb == db] = '\0';
+  return realpath(ba ? da : ".", ra) && realpath(bb ? db : ".", rb) && strcmp(ra, rb) == 0;
+}
+
+/* See train_impl.h. (faults.md F48) */
+mpt_status trainer_check_outputs(const mpt_cli_options *o) {
+  enum { NOUT = 3, NIN = 5 };
+  const char *out_name[NOUT] = {"--save-params", "--metrics-json", "--trace"};
+  const char *out[NOUT] = {o->save_params, o->metrics_json, o->trace};
+  static const char *const base[4] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                                      "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
+  char in[NIN][PATH_MAX];
+  const char *in_name[NIN] = {"a --data file", "a --data file", "a --data file",
+                              "a --data file", "the --resume checkpoint"};
+  const char *dir = o->data_dir[0] ? o->data_dir : mpt_data_default_dir();
+  for (int i = 0; i < NIN; i++) in[i][0] = '\0';
+  for (int i = 0; i < 4 && dir && !o->synthetic; i++) data_file(dir, base[i], in[i], PATH_MAX);
+  if (o->resume[0] && mpt_ckpt_resolve(o->resume, in[4], PATH_MAX) != MPT_OK) in[4][0] = '\0';
+  for (int k = 0; k < NOUT; k++) {
+    if (!out[k][0]) continue;
+    for (int i = 0; i < NIN; i++)
+      if (in[i][0] && same_file(out[k], in[i]))
+        return MPT_FAIL(MPT_EINVAL, "%s '%s' is %s ('%s'): the run would replace its own input "
+                        "(give another path)", out_name[k], out[k], in_name[i], in[i]);
+    for (int j = 0; j < k; j++)
+      if (out[j][0] && same_file(out[k], out[j]))
+        return MPT_FAIL(MPT_EINVAL, "%s '%s' and %s '%s' are the same file: one would replace "
+                        "the other (give two paths)", out_name[j], out[j], out_name[k], out[k]);
   }
   return MPT_OK;
 }

@@ -109,6 +109,11 @@ mpt_status trainer_check_same_data(trainer *t);
  * whose test images differ fails at start-up, not after the first epoch. Errors: MPT_ESHAPE
  * naming the file, its image shape and the model's. */
 mpt_status trainer_check_data_shape(trainer *t);
+/* Rank 0, at start-up: --save-params, --metrics-json and --trace are none of the run's inputs
+ * (the four --data files, the --resume checkpoint) and no two of them the same file (by device
+ * and inode, or by path for files not yet there): each is replaced at the end of the run.
+ * Errors: MPT_EINVAL naming the option, the path and what it holds. */
+mpt_status trainer_check_outputs(const mpt_cli_options *o);
 
 /* train_ckpt.c */
 /* Stops (MPT_ENONFINITE, naming `when` and the learning rate) a model no longer fit to train or
