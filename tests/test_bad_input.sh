@@ -101,5 +101,16 @@ expect 1 "--metrics-json '$tmp/out' and --trace '$tmp/./out' are the same file" 
   "--metrics-json and --trace on one path" -- \
   "$prog" train --data "$tmp/d100" --metrics-json "$tmp/out" --trace "$tmp/./out" $small
 
+# ---- checkpoints ---------------------------------------------------------------------------
+# F49: a run-options.txt that records none of the options (junk in the checkpoint folder) let a
+# --resume with another --epochs (another schedule) through without a word, where a missing
+# file warns. It warns alike now.
+"$prog" train --data "$tmp/d100" --batch-size 50 --checkpoint-dir "$tmp/ck" $small > /dev/null 2>&1 ||
+  bad "a run with --checkpoint-dir failed"
+echo "junk" > "$tmp/ck/run-options.txt"
+expect 0 "run-options.txt records none of the options" "--resume past a junk run-options.txt" -- \
+  "$prog" train --data "$tmp/d100" --batch-size 50 --resume "$tmp/ck" --threads 1 --epochs 2 \
+  --progress-interval 0
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

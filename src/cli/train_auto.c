@@ -88,9 +88,12 @@ static size_t format_run_options(const mpt_cli_options *o, char *buf, size_t n) 
 }
 
 /* Compares the file's lines with ours; appends "--name: A in the checkpointed run, B now" for
- * each difference to diff[n]. Returns the number of differences. */
-static int compare_run_options(const char *theirs, const char *ours, char *diff, size_t n) {
+ * each difference to diff[n]. Returns the number of differences; *known: how many of our names
+ * the file has (0: it is no run-options file). */
+static int compare_run_options(const char *theirs, const char *ours, char *diff, size_t n,
+                               int *known) {
   int count = 0;
+  *known = 0;
   size_t used = 0;
   const char *p = ours;
   while (*p) {
@@ -111,6 +114,7 @@ static int compare_run_options(const char *theirs, const char *ours, char *diff,
       const char *mine = sp + 1;
       size_t mlen = len - klen - 1;
       size_t flen = found ? strcspn(found, "\n") : 0;
+      *known += found != NULL;
       if (found && (flen != mlen || strncmp(found, mine, mlen) != 0)) {
         count++;
         if (used < n)
@@ -146,7 +150,12 @@ mpt_status trainer_check_run_options(const mpt_cli_options *o) {
       theirs[got] = '\0';
       fclose(f);
       char diff[4096] = "";
-      int count = compare_run_options(theirs, ours, diff, sizeof diff);
+      int known;
+      int count = compare_run_options(theirs, ours, diff, sizeof diff, &known);
+      if (known == 0) /* faults.md F49 */
+        mpt_log(MPT_LOG_WARN, "--resume: %s records none of the options (empty, or not written "
+                "by mpitrain): the options of this run are not compared with the checkpointed "
+                "run's; give the same ones", path);
       if (count > 0)
         return MPT_FAIL(MPT_EINVAL, "--resume '%s': %d option(s) differ from the run that "
                         "wrote the checkpoint (%s); they would change what the checkpointed "
