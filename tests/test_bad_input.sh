@@ -112,5 +112,13 @@ expect 0 "run-options.txt records none of the options" "--resume past a junk run
   "$prog" train --data "$tmp/d100" --batch-size 50 --resume "$tmp/ck" --threads 1 --epochs 2 \
   --progress-interval 0
 
+# F50: a --log-file on a full disk lost every line and the run exited 0. The log's write
+# errors now fail the run, named on the launcher's stderr (FILE.0 -> /dev/full: ENOSPC).
+if [ -c /dev/full ]; then
+  ln -s /dev/full "$tmp/full.0"
+  expect 1 "--log-file: writing '$tmp/full.0' failed on rank 0" "--log-file on a full disk" -- \
+    "$prog" train --data "$tmp/d100" --log-file "$tmp/full" $small
+fi
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -74,3 +74,12 @@ void trainer_progress_line(trainer *t, int64_t epoch, int64_t step, const double
           t->steps_per_epoch, t->global_step, total, sums[2] > 0 ? sums[0] / sums[2] : 0.0,
           sps, (int)(eta_s / 3600), (int)(eta_s / 60) % 60, (int)eta_s % 60);
 }
+
+/* See train_impl.h. (faults.md F50) */
+mpt_status trainer_log_check(trainer *t) {
+  if (!t->o->log_file[0]) return MPT_OK;
+  int bad = fflush(stdout) != 0 || fflush(stderr) != 0;
+  if (!bad && !ferror(stdout) && !ferror(stderr)) return MPT_OK;
+  return MPT_FAIL(MPT_EIO, "--log-file: writing '%s.%d' failed on rank %d (a full disk?): its "
+                  "log is incomplete", t->o->log_file, t->rank, t->rank);
+}

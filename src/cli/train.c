@@ -767,6 +767,7 @@ int mpt_cli_train(const mpt_cli_options *o) {
   st = trainer_log_setup(&t); /* --log-file, --quiet: before anything looks at stderr */
   t.progress = t.rank == 0 && (o->progress == 1 || (o->progress == -1 && isatty(2)));
   if (st == MPT_OK) st = train_run(&t);
+  if (st == MPT_OK) st = trainer_log_check(&t);
   if (st != MPT_OK) {
     mpt_log(MPT_LOG_ERROR, "%s: %s", mpt_status_message(st), mpt_last_error());
     trainer_log_failure_note(&t, st);

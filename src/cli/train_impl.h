@@ -141,6 +141,10 @@ void trainer_progress_line(trainer *t, int64_t epoch, int64_t step, const double
 /* --log-file: the failure's one line also on the stderr the rank was started with (the
  * launcher's), naming the log file, so that a failed job does not end silently there. */
 void trainer_log_failure_note(trainer *t, mpt_status st);
+/* At the end of a run with --log-file: MPT_EIO when a write to this rank's log failed (stdio's
+ * error flags on stdout and stderr, after a flush), so that a log lost to a full disk is not
+ * an exit status of 0; trainer_log_failure_note then names it on the launcher's stderr. */
+mpt_status trainer_log_check(trainer *t);
 
 /* train_gpt_checks.c */
 /* Before the GPT's allocations: MPT_ENOMEM (naming the sizes, the bound and the host's memory)
