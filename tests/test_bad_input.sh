@@ -97,6 +97,7 @@ expect 1 "--save-params '$tmp/d100/train-images-idx3-ubyte.gz' is a --data file"
   "$prog" train --data "$tmp/d100" --save-params "$tmp/d100/train-images-idx3-ubyte.gz" $small
 cmp -s "$tmp/images.orig" "$tmp/d100/train-images-idx3-ubyte.gz" && ok ||
   bad "--save-params replaced the training images"
+cp "$tmp/images.orig" "$tmp/d100/train-images-idx3-ubyte.gz" # (for the cases below)
 expect 1 "--metrics-json '$tmp/out' and --trace '$tmp/./out' are the same file" \
   "--metrics-json and --trace on one path" -- \
   "$prog" train --data "$tmp/d100" --metrics-json "$tmp/out" --trace "$tmp/./out" $small
@@ -118,6 +119,26 @@ if [ -c /dev/full ]; then
   ln -s /dev/full "$tmp/full.0"
   expect 1 "--log-file: writing '$tmp/full.0' failed on rank 0" "--log-file on a full disk" -- \
     "$prog" train --data "$tmp/d100" --log-file "$tmp/full" $small
+fi
+
+# F51: --metrics-json was written in place: on a full disk the earlier file was left cut (the
+# metrics of 30 epochs, 7 kB, past the 4 kB block the earlier file freed). It is written to a
+# temporary file and renamed, so the earlier file stays whole. The full disk is
+# a 16 KiB tmpfs in a private mount namespace (unshare; skipped where that is not allowed).
+echo '{"earlier": 1}' > "$tmp/m.json"
+mkdir "$tmp/mnt"
+if unshare -rm true 2> /dev/null; then
+  out=$(unshare -rm sh -c 'mount -t tmpfs -o size=16k tmpfs "$1" || exit 77
+cp "$2" "$1/m.json"; head -c 100000 /dev/zero > "$1/fill" 2> /dev/null
+"$3" train --data "$4" --metrics-json "$1/m.json" --epochs 30 --batch-size 100 --threads 1 \
+  --progress-interval 0
+st=$?; cat "$1/m.json"; ls "$1"; exit $st' sh "$tmp/mnt" "$tmp/m.json" "$prog" "$tmp/d100" 2>&1)
+  got=$?
+  if [ $got -ne 77 ]; then
+    [ $got -eq 1 ] && printf '%s' "$out" | grep -q "cannot write metrics file .*No space left" &&
+      printf '%s' "$out" | grep -q '^{"earlier": 1}$' && ! printf '%s' "$out" | grep -q "m.json.tmp" &&
+      ok || bad "--metrics-json on a full disk: status $got: $(printf '%s' "$out" | tail -n 4)"
+  fi
 fi
 
 echo "$pass passed, $fail failed"

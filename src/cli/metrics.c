@@ -2,7 +2,11 @@
 #include "cli/metrics.h"
 
 #include <inttypes.h>
+#include <errno.h>
 #include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
 
 /* JSON has no NaN/Infinity: write null for them. */
@@ -16,8 +20,13 @@ static void json_num(FILE *f, double v) {
 mpt_status mpt_metrics_write_json(const char *path, const mpt_run_info *info,
                                   const mpt_epoch_metrics *epochs, int64_t nepochs,
                                   const mpt_step_breakdown *b) {
-  FILE *f = fopen(path, "w");
-  if (!f) return MPT_FAIL(MPT_EIO, "cannot open metrics file '%s' for writing", path);
+  /* to "<path>.tmp.<pid>", renamed over path once complete: a failed write (a full disk)
+   * leaves an earlier file whole, not an empty one (faults.md F51) */
+  char tmp[4200];
+  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+  FILE *f = fopen(tmp, "w");
+  if (!f) return MPT_FAIL(MPT_EIO, "cannot open metrics file '%s' for writing: %s", tmp,
+                          strerror(errno));
   fprintf(f, "{\n  \"config\": {\"model\": \"%s\", \"batch_size\": %" PRId64
              ", \"world_size\": %d, \"seed\": %" PRIu64
              ", \"optimizer\": \"%s\", \"lr\": ",
@@ -71,8 +80,20 @@ mpt_status mpt_metrics_write_json(const char *path, const mpt_run_info *info,
   json_num(f, b->hidden_fraction);
   fprintf(f, ", \"steps\": %" PRId64 ", \"forward_includes_backward\": %s}\n}\n", b->steps,
           b->forward_includes_backward ? "true" : "false");
-  int bad = ferror(f);
-  if (fclose(f) != 0 || bad) return MPT_FAIL(MPT_EIO, "cannot write metrics file '%s'", path);
+  int bad = fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0;
+  int e = errno;
+  if (fclose(f) != 0 && !bad) {
+    bad = 1;
+    e = errno;
+  }
+  if (!bad && rename(tmp, path) != 0) {
+    bad = 1;
+    e = errno;
+  }
+  if (bad) {
+    remove(tmp);
+    return MPT_FAIL(MPT_EIO, "cannot write metrics file '%s': %s", path, strerror(e));
+  }
   return MPT_OK;
 }
 
