@@ -3,8 +3,9 @@
 # hostile file would give them: IDX files, option values, checkpoints, output paths. Each case
 # expects an exit status (2 a usage error, 1 a failure, 0 where the input is legal) and a
 # message naming the problem; none may crash, hang or answer silently wrong. Uses hand-made
-# IDX data sets (python3; skipped without it). docs/faults.md F44- list what these cases found.
-# Prints "N passed, N failed".
+# IDX data sets (python3; skipped without it); about 20 runs of the program, one process each
+# (about 30 s on two loaded cores). docs/faults.md F44-F51 list what these cases found (F47 is
+# in bench/test_allreduce_bench.sh). Prints "N passed, N failed".
 set -u
 prog=${MPITRAIN:-./mpitrain}
 command -v python3 > /dev/null 2>&1 || { echo "no python3: skipped"; exit 77; }
