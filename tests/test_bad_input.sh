@@ -1,5 +1,5 @@
 #!/bin/sh
-# shellcheck disable=SC2086,SC2015,SC2016 # $small is a list of words; A && ok || bad is meant; sh -c .$1. on purpose
+# shellcheck disable=SC2086,SC2015,SC2016 # word lists; A && ok || bad; sh -c in single quotes
 # Bad inputs and misuse of the mlp/cnn trainer and the shared command line, as a user and as a
 # hostile file would give them: IDX files, option values, checkpoints, output paths. Each case
 # expects an exit status (2 a usage error, 1 a failure, 0 where the input is legal) and a
