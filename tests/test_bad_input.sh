@@ -85,7 +85,8 @@ mkidx "$tmp/mixed" 100 rand 10 14 14
 for m in mlp cnn; do
   out=$(timeout 120 "$prog" train --model $m --data "$tmp/mixed" $small 2>&1)
   got=$?
-  [ $got -eq 1 ] && printf '%s' "$out" | grep -q "mixed/t10k-images-idx3-ubyte.gz' holds images of 1 x 14 x 14" &&
+  [ $got -eq 1 ] &&
+    printf '%s' "$out" | grep -q "mixed/t10k-images-idx3-ubyte.gz' holds images of 1 x 14 x 14" &&
     ! printf '%s' "$out" | grep -q "epoch   1/1" && ok ||
     bad "--model $m, test images of 14 x 14: status $got: $(printf '%s' "$out" | tail -n 2)"
 done
@@ -108,8 +109,8 @@ expect 1 "--metrics-json '$tmp/out' and --trace '$tmp/./out' are the same file" 
 # F49: a run-options.txt that records none of the options (junk in the checkpoint folder) let a
 # --resume with another --epochs (another schedule) through without a word, where a missing
 # file warns. It warns alike now.
-"$prog" train --data "$tmp/d100" --batch-size 50 --checkpoint-dir "$tmp/ck" $small > /dev/null 2>&1 ||
-  bad "a run with --checkpoint-dir failed"
+"$prog" train --data "$tmp/d100" --batch-size 50 --checkpoint-dir "$tmp/ck" $small \
+  > /dev/null 2>&1 || bad "a run with --checkpoint-dir failed"
 echo "junk" > "$tmp/ck/run-options.txt"
 expect 0 "run-options.txt records none of the options" "--resume past a junk run-options.txt" -- \
   "$prog" train --data "$tmp/d100" --batch-size 50 --resume "$tmp/ck" --threads 1 --epochs 2 \
@@ -138,7 +139,8 @@ st=$?; cat "$1/m.json"; ls "$1"; exit $st' sh "$tmp/mnt" "$tmp/m.json" "$prog" "
   got=$?
   if [ $got -ne 77 ]; then
     [ $got -eq 1 ] && printf '%s' "$out" | grep -q "cannot write metrics file .*No space left" &&
-      printf '%s' "$out" | grep -q '^{"earlier": 1}$' && ! printf '%s' "$out" | grep -q "m.json.tmp" &&
+      printf '%s' "$out" | grep -q '^{"earlier": 1}$' &&
+      ! printf '%s' "$out" | grep -q "m.json.tmp" &&
       ok || bad "--metrics-json on a full disk: status $got: $(printf '%s' "$out" | tail -n 4)"
   fi
 fi

@@ -307,7 +307,8 @@ static int parse_f32(const char *name, const char *s, double lo, double hi, doub
   if (parse_f64(name, s, lo, hi, &v, msg, n) != 0) return -1;
   if (v != 0 && fabs(v) < FLT_MIN)
     return fail(msg, n, "--%s: %g is below the smallest normal float, %g (the value is used in "
-                "single precision): give 0 or a value of at least 1.2e-38", name, v, (double)FLT_MIN);
+                "single precision): give 0 or a value of at least 1.2e-38", name, v,
+                (double)FLT_MIN);
   if (fabs(v) > FLT_MAX)
     return fail(msg, n, "--%s: %g is beyond the largest float, %g (the value is used in single "
                 "precision)", name, v, (double)FLT_MAX);
