@@ -27,18 +27,34 @@ mpitrain \\- data-parallel training of neural networks over MPI (DDP, DataParall
 .B srun \\-\\-mpi=pmix mpitrain train
 [\\fIoptions\\fR]
 .br
+.B mpitrain tokenize \\-\\-bytes
+[\\fIoptions\\fR]
+.B \\-o
+.I DIR FILE...
+.br
+.B mpitrain generate \\-\\-model\\-file
+.I FILE
+[\\fIoptions\\fR]
+.br
 .B mpitrain \\-\\-help | \\-\\-version
 .SH DESCRIPTION
 .B mpitrain train
-trains a model (an MLP or a CNN) on Fashion-MNIST, in one process or, started by
+trains a model, an MLP or a CNN on Fashion-MNIST or a GPT-2-class language model on token
+shards (\\-\\-model gpt*), in one process or, started by
 .BR mpirun (1)
 or
 .BR srun (1),
 as a DistributedDataParallel job: each rank trains on its shard of the data and the gradients
 are averaged over the ranks by an all-reduce that overlaps the backward pass.
-.B train
-is the only command.
-Rank 0 prints one line per epoch and, at the end, a per-step time breakdown.
+Rank 0 prints one line per epoch (GPT: every \\-\\-log\\-every steps) and, at the end, a per-step
+time breakdown.
+.PP
+.B mpitrain tokenize
+turns plain text into byte-level token shards in llm.c's format, for \\-\\-shards and
+\\-\\-val\\-shards;
+.B mpitrain generate
+samples text from a GPT model file (such as one written by \\-\\-save\\-model).
+Each lists its own options with \\-\\-help.
 .SH OPTIONS
 HEAD
 "$prog" --help | awk '
@@ -65,7 +81,7 @@ cat <<'TAIL'
 .SH EXIT STATUS
 .TP
 .B 0
-training finished
+success (training finished, shards written, text generated)
 .TP
 .B 1
 a failure at run time; the message names the rank and the cause, and the other ranks are aborted
@@ -100,6 +116,9 @@ other options is refused)
 mpitrain train \-\-model mlp \-\-epochs 10
 mpirun \-np 4 mpitrain train \-\-model cnn \-\-epochs 15 \-\-metrics\-json m.json
 srun \-\-mpi=pmix mpitrain train \-\-checkpoint\-dir ck \-\-resume auto
+mpitrain tokenize \-\-bytes \-o data/text corpus.txt
+mpirun \-np 2 mpitrain train \-\-model gpt\-mini \-\-shards 'data/text/train_*.bin' \-\-save\-model m.bin
+mpitrain generate \-\-model\-file m.bin \-\-prompt 'Q: ' \-\-tokens 100
 .fi
 .SH SEE ALSO
 .BR mpirun (1),

@@ -1,6 +1,7 @@
 #!/bin/sh
 # The manual page doc/mpitrain.1 is in sync with `mpitrain --help` (regenerating it gives the
 # same bytes; after changing --help run `make man`), renders without roff warnings, and shows
+# every command (train, tokenize, generate: the list the program prints without one),
 # the options, the exit statuses and the version. Prints "N passed, N failed".
 set -u
 srcdir=${srcdir:-.}
@@ -26,6 +27,14 @@ if command -v groff >/dev/null 2>&1; then
     printf '%s\n' "$text" | grep -q -- "$o" || missing="$missing $o"
   done
   [ -z "$missing" ] && ok || bad "options missing from the rendered page:$missing"
+  # every command the program accepts (its "expected: ..." list) is in the synopsis and described
+  cmds=$("$prog" 2>&1 >/dev/null | sed -n 's/.*(expected: \(.*\))$/\1/p' | sed 's/,/ /g; s/ or / /')
+  [ -n "$cmds" ] || bad "mpitrain without a command does not list the commands"
+  missing=""
+  for c in $cmds; do
+    [ "$(printf '%s\n' "$text" | grep -cE -- "mpitrain +$c")" -ge 2 ] || missing="$missing $c"
+  done
+  [ -z "$missing" ] && ok || bad "commands missing from the synopsis or the description:$missing"
   v=$("$prog" --version | sed -n '1s/^mpitrain //p')
   printf '%s\n' "$text" | grep -q "mpitrain $v" && printf '%s\n' "$text" | grep -q "EXIT STATUS" && ok ||
     bad "the rendered page lacks the version $v or the exit statuses"
