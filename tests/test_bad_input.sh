@@ -75,6 +75,8 @@ expect 2 "--weight-decay: 1e-40 is below the smallest normal float" "--weight-de
   "$prog" train --data "$tmp/d100" --weight-decay 1e-40 $small
 expect 2 "--grad-clip: 1e-310 is below the smallest normal float" "gpt --grad-clip 1e-310" -- \
   "$prog" train --model gpt --shards "$tmp/none.bin" --grad-clip 1e-310
+expect 2 "--lr: 1e-400 is below the smallest normal float" "--lr 1e-400 (0 in a double)" -- \
+  "$prog" train --data "$tmp/d100" --lr 1e-400 $small
 expect 0 "sgd lr 1.2e-38, momentum 0, weight decay 1.2e-38" "--lr 1.2e-38" -- \
   "$prog" train --data "$tmp/d100" --lr 1.2e-38 --momentum 0 --weight-decay 1.2e-38 $small
 

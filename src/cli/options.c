@@ -300,14 +300,17 @@ static int parse_f64(const char *name, const char *s, double lo, double hi, doub
 /* A value the trainers keep in float (learning rates, momentum, weight decay, dropout,
  * --grad-clip...): parse_f64's checks, then a non-zero value below float's smallest normal is
  * refused, as it would become 0 (--lr 1e-50 trained with lr 0, --grad-clip 1e-310 failed at
- * step 1, --momentum 1e-50 ran plain SGD: faults.md F45) or a subnormal (slow, few digits). */
+ * step 1, --momentum 1e-50 ran plain SGD: faults.md F45) or a subnormal (slow, few digits);
+ * so is one below a double's ('1e-400', which strtod rounds to 0). */
 static int parse_f32(const char *name, const char *s, double lo, double hi, double *out,
                      char *msg, size_t n) {
   double v;
   if (parse_f64(name, s, lo, hi, &v, msg, n) != 0) return -1;
-  if (v != 0 && fabs(v) < FLT_MIN)
-    return fail(msg, n, "--%s: %g is below the smallest normal float, %g (the value is used in "
-                "single precision): give 0 or a value of at least 1.2e-38", name, v,
+  errno = 0;
+  double raw = strtod(s, NULL);
+  if ((v != 0 && fabs(v) < FLT_MIN) || (raw == 0 && errno == ERANGE)) /* or under a double's */
+    return fail(msg, n, "--%s: %s is below the smallest normal float, %g (the value is used in "
+                "single precision): give 0 or a value of at least 1.2e-38", name, s,
                 (double)FLT_MIN);
   if (fabs(v) > FLT_MAX)
     return fail(msg, n, "--%s: %g is beyond the largest float, %g (the value is used in single "
