@@ -1,6 +1,6 @@
 #!/bin/sh
 # The mpitrain program's command line: bad options and values exit 2 with a one-line error
-# naming the problem plus the usage; --help and --version exit 0; a missing data folder exits 1
+# naming the problem and a line saying which --help lists the options (not the usage); --help and --version exit 0; a missing data folder exits 1
 # naming the path and the package to install. Prints "N passed, N failed".
 set -u
 prog=${MPITRAIN:-./mpitrain}
@@ -34,7 +34,8 @@ check 2 "hidden" train --hidden 512,,3
 check 2 "nesterov needs --momentum" train --nesterov --momentum 0
 check 2 "unknown optimizer 'adam'" train --optimizer adam
 check 2 "unknown schedule" train --schedule linear
-check 2 "usage: mpitrain train" train --model resnet
+check 2 "mpitrain train --help. lists the options" train --model resnet
+check 2 "mpitrain generate --help. list the options" fly
 check 0 "usage: mpitrain train" --help
 check 0 "mpitrain [0-9]" --version
 check 1 "no/such/dir" train --data /no/such/dir --epochs 1

@@ -38,8 +38,15 @@ int main(int argc, char **argv) {
   }
   if (r == MPT_CLI_EXIT_USAGE) {
     int rank = mpt_cli_launcher_rank();
+    /* the error and where the options are listed, not the 100 lines of usage, which pushed
+     * the error off the screen */
+    const int no_command = strncmp(msg, "unknown command", 15) == 0 ||
+                           strncmp(msg, "no command", 10) == 0;
     if (rank < 0)
-      fprintf(stderr, "mpitrain: %s\n\n%s", msg, mpt_cli_usage());
+      fprintf(stderr, "mpitrain: %s\n(%s)\n", msg,
+              no_command ? "`mpitrain train --help`, `mpitrain tokenize --help` and `mpitrain "
+                           "generate --help` list the options"
+                         : "`mpitrain train --help` lists the options");
     else if (rank == 0)
       fprintf(stderr, "mpitrain: %s\nmpitrain: every rank stops (status 2); `mpitrain train "
               "--help` lists the options\n", msg);
