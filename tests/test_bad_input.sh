@@ -10,25 +10,11 @@
 set -u
 prog=${MPITRAIN:-./mpitrain}
 command -v python3 > /dev/null 2>&1 || { echo "no python3: skipped"; exit 77; }
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+EXPECT_TIMEOUT_S=120
+# shellcheck source=tests/expect.sh
+. "${srcdir:-.}/tests/expect.sh" # pass, fail, ok, bad, expect
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/mpt_bad.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-
-# expect STATUS PATTERN DESCRIPTION -- COMMAND...: the status and a line matching PATTERN
-expect() {
-  want=$1 pattern=$2 what=$3
-  shift 4
-  out=$(timeout 120 "$@" 2>&1)
-  got=$?
-  if [ $got -eq "$want" ] && printf '%s\n' "$out" | grep -q -- "$pattern"; then
-    ok
-  else
-    bad "$what: status $got (want $want, and '$pattern'): $(printf '%s' "$out" | tail -n 3)"
-  fi
-}
 
 # mkidx DIR N [same|rand] [TEST_N] [TEST_H] [TEST_W]: a Fashion-MNIST-like folder of gzipped IDX
 # files, N training images of 28 x 28 (all 0 with label 0 for "same", else random) and TEST_N
