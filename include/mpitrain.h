@@ -16,5 +16,6 @@
 #include "mpitrain/ckpt.h"
 #include "mpitrain/gpt_file.h"
 #include "mpitrain/dp.h"
+#include "mpitrain/trainer.h"
 
 #endif

@@ -5,10 +5,10 @@ TESTS += tests/test_exports.sh tests/test_fault_injection.sh
 EXTRA_DIST += tests/test_exports.sh tests/test_fault_injection.sh tests/fault_injection.sh
 
 if FAULT_INJECTION
-# The program's own objects with both gates closed: tests/fault_off.c replaces src/cli/fault.c
-# (left out of the objects) and src/core/fault.c (never pulled from the archive).
+# The program's own objects with the library's gate closed: tests/fault_off.c replaces
+# src/core/fault.c (never pulled from the archive).
 check_PROGRAMS += tests/mpitrain_nofault
-nofault_objects = $(filter-out src/cli/fault.$(OBJEXT),$(mpitrain_OBJECTS))
+nofault_objects = $(mpitrain_OBJECTS)
 tests_mpitrain_nofault_SOURCES = tests/fault_off.c
 tests_mpitrain_nofault_LDADD = $(nofault_objects) libmpitrain_all.la
 EXTRA_tests_mpitrain_nofault_DEPENDENCIES = $(nofault_objects)

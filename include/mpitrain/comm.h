@@ -142,6 +142,15 @@ typedef struct mpt_comm_config {
    * MPI backend: cpu, or cuda:N (staged through pinned host memory). NCCL backend: cuda:N, this
    * rank's own GPU (the comm's stream is created on it). Other combinations: MPT_EINVAL. */
   mpt_device device;
+  /* Deadline of MPI's initialisation (MPI_Init_thread, when this call makes it), in ms; 0
+   * (default): none. MPI_Init_thread blocks until every process of the job has started and
+   * initialised MPI, and nothing interrupts it: a process of the job that never does (an
+   * mpirun ':' part that is not this program, one stopped or crashed before MPI_Init, a
+   * launcher whose PMI does not connect the processes) would hang it for ever. With a deadline a
+   * watchdog thread prints what the bootstrap waits for (mpt_comm_bootstrap_stage) and this
+   * process's place in the job, and ends the process with status 1 (the only place the library
+   * ends a process: the thread that would return the error is inside MPI). */
+  double init_timeout_ms;
 } mpt_comm_config;
 
 /* The defaults noted on each field (MPI backend on cpu:0, 300 s, blocking, agreement on). */

@@ -428,6 +428,8 @@ MPT_API int64_t mpt_token_data_num_windows(const mpt_token_data *data);
 /* The number of shards, the total token count, and shard i's path and token count (NULL / -1
  * for i out of range). */
 MPT_API int mpt_token_data_num_shards(const mpt_token_data *data);
+/* The glob the data was made from, as given (NULL for NULL data). */
+MPT_API const char *mpt_token_data_pattern(const mpt_token_data *data);
 MPT_API int64_t mpt_token_data_num_tokens(const mpt_token_data *data);
 MPT_API const char *mpt_token_data_shard_path(const mpt_token_data *data, int i);
 MPT_API int64_t mpt_token_data_shard_tokens(const mpt_token_data *data, int i);

@@ -14,11 +14,12 @@
  *      an empty chunk. (torch.chunk, which DataParallel uses, makes chunks of ceil(B/K) and so
  *      can leave devices idle even when B >= K; mpitrain spreads the rows evenly instead.)
  *      Each replica's thread copies its rows into memory of its device.
- *   3. parallel apply: every replica runs forward + mean cross-entropy on its chunk + backward
- *      on its own persistent thread (one per device, created by mpt_dp_init, woken per step).
+ *   3. parallel apply: every replica runs forward + the loss on its chunk (config.loss, by
+ *      default the mean cross-entropy) + backward on its own persistent thread (one per device,
+ *      created by mpt_dp_init, woken per step).
  *      The chunk's loss is scaled by count_k / B, so the gradients add up to those of the mean
  *      over the whole batch (not a mean of per-device means).
- *   4. gather: the replicas' outputs (logits [count_k, C]) are copied, in the original row
+ *   4. gather: the replicas' outputs (logits [count_k, C], or any [count_k, ...]) are copied, in the original row
  *      order, into one [B, C] tensor on the output device (config.output_device).
  *   5. reduce: the replicas' gradients are added onto the model's gradient buffer by the
  *      calling thread in a fixed order (replica 0's backward accumulated into it directly, then
@@ -66,6 +67,9 @@ typedef struct mpt_dp_config {
   double timeout_ms;  /* deadline of every wait for a replica, > 0 (300000) */
   mpt_precision precision; /* every replica's tape (mpt_tape_set_precision, nn.h): FP32
                             * (default) or BF16; mpt_dp_init fails as that call does */
+  mpt_loss_fn loss;        /* each replica's loss of its chunk (nn.h); NULL (default): the mean
+                            * cross-entropy of logits [rows, C] against int32 labels [rows] */
+  void *loss_ctx;          /* passed to `loss` */
 } mpt_dp_config;
 
 /* The defaults noted on each field (output on the first device, gathered, 300 s, FP32). */
@@ -116,22 +120,23 @@ MPT_API mpt_device mpt_dp_device(const mpt_dp *dp, int index);
  * between steps. */
 MPT_API mpt_model *mpt_dp_replica(mpt_dp *dp, int index);
 
-/* One training step on a batch: broadcast, scatter, forward + cross-entropy + backward on
- * every replica in parallel, gather, reduce (see the top of this file).
- *   images: float32 [B, ...] (B >= 1; the model's input shape per row), on the CPU (host) or on
- *           devices[0];
- *   labels: int32 [B] in [0, C), in the same place;
+/* One training step on a batch: broadcast, scatter, forward + loss + backward on every replica
+ * in parallel, gather, reduce (see the top of this file).
+ *   images: the input, float32 or int32 [B, ...] (B >= 1; the model's input shape per row: an
+ *           image, or a row of token ids), on the CPU (host) or on devices[0];
+ *   labels: int32 [B] in [0, C) for the default cross-entropy, or [B, ...] for config.loss (a
+ *           row of next tokens), in the same place;
  *   scale:  multiplies the gradient: 1 for a plain step, 1/M for one of M accumulated
  *           micro-batches (as mpt_tape_backward's scale);
  *   seed:   dropout seed of this step (replica k uses seed + k, so dropout masks differ from
  *           one-device training; without dropout the result does not depend on it).
  * The model's gradients are ACCUMULATED (zero them on `stream` before a fresh step). On return
  * the work is enqueued on `stream` (on the CPU: done); *loss (may be NULL) receives the mean
- * cross-entropy over the whole batch, sum_k count_k * loss_k / B, and *correct (may be NULL) the
- * number of rows whose argmax is the label. Replicas run in the model's training mode
+ * loss over the whole batch, sum_k count_k * loss_k / B, and *correct (may be NULL) the number
+ * of rows whose argmax is the label (logits [B, C] and labels [B] only; else 0). Replicas run in the model's training mode
  * (mpt_model_set_training on the model applies to all of them).
  * Errors: MPT_EINVAL (NULL arguments, B < 1, a bad dtype, tensors on another device), MPT_ESHAPE
- * (labels not [B], or replicas that disagree on the number of classes), MPT_ESTATE (the mpt_dp
+ * (labels not [B, ...], or replicas that disagree on the output's row size), MPT_ESTATE (the mpt_dp
  * failed earlier with a timeout), MPT_ETIMEOUT (a
  * replica missed the deadline: the detail names its device), or the first failing replica's
  * error (in device order), its detail prefixed with the device ("cpu:2: ..."). After an error
@@ -146,8 +151,8 @@ MPT_API mpt_status mpt_dp_step(mpt_dp *dp, const mpt_tensor *images, const mpt_t
 MPT_API mpt_status mpt_dp_forward(mpt_dp *dp, const mpt_tensor *images,
                                   const mpt_tensor *labels, float *loss, int64_t *correct);
 
-/* The gathered outputs of the last step or forward: logits [B, C] on the output device, rows in
- * the batch's order. Valid until the next step, forward or free. NULL when gathering is off or
+/* The gathered outputs of the last step or forward: [B, ...] (logits [B, C] of a classifier) on
+ * the output device, rows in the batch's order. Valid until the next step, forward or free. NULL when gathering is off or
  * nothing has run yet. */
 MPT_API const mpt_tensor *mpt_dp_output(const mpt_dp *dp);
 

@@ -430,6 +430,13 @@ MPT_API mpt_status mpt_nn_dropout(mpt_tape *tape, mpt_var *x, float p, mpt_var *
 MPT_API mpt_status mpt_nn_batchnorm(mpt_tape *tape, mpt_var *x, mpt_var *weight, mpt_var *bias,
                                     int running_mean_buffer, int running_var_buffer,
                                     float momentum, float eps, mpt_var **y);
+/* A loss function of a model's output: records on `tape` the loss of `output` against `target`
+ * (on the output's device) into *loss, a scalar (the mean over the target's units), with
+ * `ctx` the caller's. The trainer (trainer.h) and DataParallel (dp.h) call one per micro-batch,
+ * DataParallel on each replica's thread with that replica's tape. */
+typedef mpt_status (*mpt_loss_fn)(void *ctx, mpt_tape *tape, mpt_var *output,
+                                  const mpt_tensor *target, mpt_var **loss);
+
 /* Mean softmax cross-entropy of logits [N, K] against labels (int32 [N], values in [0, K), on
  * the logits' device): a scalar, as PyTorch's nn.functional.cross_entropy with mean reduction
  * (max-subtracted softmax, mpt_op_softmax_xent). `labels` is read again by backward: keep it

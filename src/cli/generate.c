@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "cli/generate.h"
-#include "cli/train_impl.h"
+#include "cli/checks.h"
 #include "mpitrain.h"
 
 static const char *usage_text =
@@ -189,7 +189,7 @@ int mpt_cli_generate(int argc, char **argv) {
   }
   /* before the model's allocations: refused rather than killed for memory */
   const int64_t context = n + (int64_t)ntok < T ? n + (int64_t)ntok : T;
-  st = trainer_gpt_check_generate_memory(path, &cfg, context);
+  st = mpt_cli_gpt_check_generate_memory(path, &cfg, context);
   if (st == MPT_OK) st = mpt_model_init_gpt(&model, mpt_device_cpu(), &cfg, 0);
   if (st == MPT_OK) st = mpt_gpt_load(model, &cfg, path);
   if (st == MPT_OK) st = mpt_tape_init(&tape, model, NULL);

@@ -54,6 +54,5 @@ int main(int argc, char **argv) {
       sleep(3);
     return 2;
   }
-  if (mpt_cli_is_gpt(&opts)) return mpt_cli_train_gpt(&opts); /* issue 13: train_gpt.c */
   return mpt_cli_train(&opts);
 }

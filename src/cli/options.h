@@ -1,5 +1,10 @@
 /* The mpitrain command line: a pure parser (no I/O besides the returned message) from argv to
- * an options struct, so it can be tested and fuzzed. The program (main.c) prints and exits. */
+ * an options struct, so it can be tested and fuzzed. The program (main.c) prints and exits.
+ *
+ * Every option is one row of one table (options.c): its name, value, parser and range, the
+ * model families that take it and its help. The table makes getopt's list, the usage text (so
+ * the manual page, scripts/make_man.sh) and the refusal of an option a model does not take,
+ * with the reason. Options of the loop (trainer.h) work for every model. */
 #ifndef MPT_CLI_OPTIONS_H
 #define MPT_CLI_OPTIONS_H
 
@@ -12,23 +17,26 @@
 
 typedef enum { MPT_MODE_SINGLE_OR_DDP = 0, MPT_MODE_DP = 1 } mpt_cli_mode;
 
+/* Room for the table's rows in mpt_cli_options.given. */
+#define MPT_CLI_MAX_OPTIONS 128
+
 typedef struct mpt_cli_options {
   char command[16]; /* "train" */
   char model[16];   /* "mlp" | "cnn" | "gpt" | "gpt-mini" | "gpt2" */
   mpt_mlp_config mlp;
   mpt_cnn_config cnn;
   int64_t epochs;
-  int64_t batch_size;     /* per rank */
+  int64_t batch_size;     /* per rank: images, or a GPT window's sequences */
   int64_t max_steps;      /* per epoch; 0 = whole epoch */
   int64_t train_limit;    /* first N training samples; 0 = all */
-  int64_t test_limit;     /* first N test samples; 0 = all */
+  int64_t test_limit;     /* first N evaluation samples; 0 = all */
   mpt_optimizer_config optim;
   int no_decay_bias_norm; /* weight decay on >= 2-D weights only (mpt_param_groups_split_decay) */
   mpt_lr_schedule schedule;
   uint64_t seed;
   char data_dir[4096];    /* "" = Debian's package folder */
   int synthetic;          /* train on synthetic data (benchmarks) */
-  int threads;            /* BLAS threads per rank; 0 = leave OpenBLAS's default */
+  int threads;            /* CPU threads per rank; 0 = the host's cores / its ranks */
   char metrics_json[4096];
   char save_params[4096]; /* write the final flat parameters (raw float32) here */
   char trace[4096];       /* Chrome trace */
@@ -54,26 +62,27 @@ typedef struct mpt_cli_options {
   char log_file[4096];      /* --log-file: each rank writes its output to <this>.<rank> */
   int quiet;                /* --quiet: warnings and errors only */
   double progress_interval_s; /* one-line progress on rank 0 when stderr is not a terminal */
-  /* issue 13: GPT language models (src/cli/train_gpt.c) */
+  /* GPT language models */
   mpt_gpt_config gpt;       /* the preset's sizes, then --n-layer .. --vocab-size */
   char shards[4096];        /* --shards GLOB: training token shards */
   char val_shards[4096];    /* --val-shards GLOB ("" = no validation) */
   char init_from[4096];     /* --init-from FILE: an llm.c model file to start from */
   char save_model[4096];    /* --save-model FILE: the final model as an llm.c model file */
   double grad_clip;         /* max global gradient L2 norm; 0 = off (GPT default 1.0) */
-  int64_t val_every;        /* validation every N steps (0 = at the start and the end only) */
-  int64_t val_steps;        /* at most this many validation windows per rank */
-  int64_t log_every;        /* a loss / tokens-per-second line every N steps */
+  int64_t val_every;        /* evaluation every N steps (0 = at the end of each epoch) */
+  int64_t val_steps;        /* at most this many evaluation batches per rank (0 = all) */
+  int64_t log_every;        /* a loss / throughput line every N steps (0 = none) */
   int profile;              /* --profile: per-op times at the end (mpt_tape_set_profiling) */
+  unsigned char given[MPT_CLI_MAX_OPTIONS]; /* which rows of the table were on the line */
   int argc;                 /* the command line as given (compared across ranks) */
   char **argv;
 } mpt_cli_options;
 
 enum { MPT_CLI_RUN = 0, MPT_CLI_EXIT_OK = 1, MPT_CLI_EXIT_USAGE = 2 };
 
-/* 1 for --model gpt, gpt-mini or gpt2 (trained by mpt_cli_train_gpt). */
+/* 1 for --model gpt, gpt-mini or gpt2. */
 int mpt_cli_is_gpt(const mpt_cli_options *opts);
-/* Fills defaults. */
+/* Fills defaults (those of --model mlp; the GPT's are applied by mpt_cli_parse). */
 void mpt_cli_options_default(mpt_cli_options *opts);
 /* Parses argv (argv[0] is the program, argv[1] the command). Returns MPT_CLI_RUN, or
  * MPT_CLI_EXIT_OK for --help / --version (the text to print is in msg), or MPT_CLI_EXIT_USAGE
@@ -82,7 +91,9 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *opts, char *msg, size_
 /* The long option an argument names, as getopt_long resolves it ("--dev=cpu:2" and "--devices"
  * both give "devices": an exact name, else a unique prefix), or NULL (not an option). */
 const char *mpt_cli_option_name(const char *arg);
-/* The usage text. */
+/* 1 when the option `name` (without dashes) was given on the parsed command line. */
+int mpt_cli_given(const mpt_cli_options *opts, const char *name);
+/* The usage text, generated from the table. */
 const char *mpt_cli_usage(void);
 
 #endif

@@ -85,7 +85,11 @@ static mpt_status bootstrap(mpt_comm *c, const mpt_comm_config *config) {
   if (!initialized) {
     atomic_store(&boot_stage, "MPI_Init_thread, which returns once every process of the job has "
                               "started and initialised MPI");
+    mpt__init_watchdog *wd = NULL;
+    if (config->init_timeout_ms > 0)
+      MPT_RETURN_IF(mpt__init_watchdog_start(config->init_timeout_ms / 1e3, &wd));
     int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
+    mpt__init_watchdog_stop(wd);
     if (rc != MPI_SUCCESS) return MPT_MPI_FAIL(rc, -1, "MPI_Init_thread(MPI_THREAD_MULTIPLE)");
     atomic_store(&mpi_owned, 1);
   } else {

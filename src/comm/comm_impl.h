@@ -225,4 +225,12 @@ mpt_status mpt__comm_bootstrap(mpt_comm *comm, const mpt_comm_config *config);
 /* 1 when mpt__comm_bootstrap called MPI_Init_thread (process-wide). */
 int mpt__comm_mpi_owned(void);
 
+/* init_watchdog.c: a thread that, unless mpt__init_watchdog_stop comes first, prints what the
+ * bootstrap waits for (mpt_comm_bootstrap_stage) after timeout_s and ends the process with
+ * status 1: the deadline of MPI_Init_thread, which has none. Errors: MPT_ENOMEM. */
+typedef struct mpt__init_watchdog mpt__init_watchdog;
+mpt_status mpt__init_watchdog_start(double timeout_s, mpt__init_watchdog **w);
+/* Stops and joins it; NULL is a no-op. */
+void mpt__init_watchdog_stop(mpt__init_watchdog *w);
+
 #endif

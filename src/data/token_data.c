@@ -21,6 +21,7 @@
 
 struct mpt_token_data {
   mpt_token_data_config cfg;
+  char *pattern;         /* the glob as given */
   int num_shards;
   char **paths;          /* [num_shards] */
   int *fds;              /* [num_shards] */
@@ -47,6 +48,7 @@ void mpt_token_data_free(mpt_token_data *d) {
   free(d->fds);
   free(d->counts);
   free(d->first_window);
+  free(d->pattern);
   free(d);
 }
 
@@ -82,7 +84,8 @@ mpt_status mpt_token_data_init(mpt_token_data **out, const char *pattern,
   if (!d || !(d->paths = calloc((size_t)n, sizeof *d->paths)) ||
       !(d->fds = malloc((size_t)n * sizeof *d->fds)) ||
       !(d->counts = calloc((size_t)n, sizeof *d->counts)) ||
-      !(d->first_window = calloc((size_t)n + 1, sizeof *d->first_window))) {
+      !(d->first_window = calloc((size_t)n + 1, sizeof *d->first_window)) ||
+      !(d->pattern = strdup(pattern))) {
     st = MPT_FAIL(MPT_ENOMEM, "token data: out of host memory for %d shards", n);
     goto fail;
   }
@@ -115,6 +118,8 @@ fail:
   mpt_token_data_free(d);
   return st;
 }
+
+const char *mpt_token_data_pattern(const mpt_token_data *d) { return d ? d->pattern : NULL; }
 
 int64_t mpt_token_data_num_windows(const mpt_token_data *d) {
   return d->first_window[d->num_shards];

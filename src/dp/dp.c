@@ -45,7 +45,7 @@ typedef struct replica {
   mpt_tape *tape;
   mpt_stream *stream; /* inline stream of `device`: the replica's thread during a step */
   mpt_event *done;    /* recorded on `stream` at the end of the replica's work */
-  void *x, *y;        /* this replica's rows: images [count, ...] f32, labels [count] i32 */
+  void *x, *y;        /* this replica's rows: inputs [count, ...], labels [count, ...] */
   size_t x_nbytes, y_nbytes; /* their capacities */
   float *stage;       /* [param_count] on devices[0] when `device` is another memory space */
   pthread_t thread;
@@ -78,7 +78,7 @@ struct mpt_dp {
   int stop, broken;
   /* the current job: read-only for the threads during a step */
   const mpt_tensor *images, *labels;
-  int64_t batch, row_elems;
+  int64_t batch, row_elems, label_elems; /* B, and the elements of an input and a label row */
   float scale;
   uint64_t seed;
   int backward, training, active;
@@ -98,6 +98,8 @@ mpt_dp_config mpt_dp_config_default(void) {
   c.gather_outputs = 1;
   c.timeout_ms = 300000.0;
   c.precision = MPT_PRECISION_FP32;
+  c.loss = NULL;
+  c.loss_ctx = NULL;
   return c;
 }
 
@@ -146,20 +148,21 @@ static mpt_status replica_run(replica *r) {
   }
   /* scatter: this replica's rows into its own memory */
   const mpt_tensor *im = dp->images, *lb = dp->labels;
-  size_t xb = (size_t)(r->count * dp->row_elems) * sizeof(float);
-  size_t yb = (size_t)r->count * sizeof(int32_t);
+  size_t xb = (size_t)(r->count * dp->row_elems) * mpt_dtype_size(im->dtype);
+  size_t yb = (size_t)(r->count * dp->label_elems) * sizeof(int32_t);
   MPT_RETURN_IF(ensure_capacity(r->device, &r->x, &r->x_nbytes, xb));
   MPT_RETURN_IF(ensure_capacity(r->device, &r->y, &r->y_nbytes, yb));
+  const size_t xrow = (size_t)dp->row_elems * mpt_dtype_size(im->dtype);
   MPT_RETURN_IF(mpt_op_memcpy(r->stream, r->device, r->x, im->device,
-                              (const float *)im->data + r->first * dp->row_elems, xb));
+                              (const char *)im->data + (size_t)r->first * xrow, xb));
   MPT_RETURN_IF(mpt_op_memcpy(r->stream, r->device, r->y, lb->device,
-                              (const int32_t *)lb->data + r->first, yb));
-  int64_t shape[MPT_MAX_DIMS];
+                              (const int32_t *)lb->data + r->first * dp->label_elems, yb));
+  int64_t shape[MPT_MAX_DIMS], yshape[MPT_MAX_DIMS];
   memcpy(shape, im->shape, sizeof shape);
-  shape[0] = r->count;
-  const int64_t yshape[1] = {r->count};
-  mpt_tensor xt = mpt_tensor_view(r->x, r->device, MPT_F32, im->ndim, shape);
-  mpt_tensor yt = mpt_tensor_view(r->y, r->device, MPT_I32, 1, yshape);
+  memcpy(yshape, lb->shape, sizeof yshape);
+  shape[0] = yshape[0] = r->count;
+  mpt_tensor xt = mpt_tensor_view(r->x, r->device, im->dtype, im->ndim, shape);
+  mpt_tensor yt = mpt_tensor_view(r->y, r->device, MPT_I32, lb->ndim, yshape);
   /* forward, loss, backward; each phase is a trace event on the replica's lane */
   const double f0 = mpt_time_ms();
   mpt_tape_reset(r->tape, dp->seed + (uint64_t)r->index);
@@ -168,16 +171,22 @@ static mpt_status replica_run(replica *r) {
   MPT_RETURN_IF(mpt_tape_input(r->tape, &xt, &in));
   MPT_RETURN_IF(mpt_model_forward(m, r->tape, in, &r->logits));
   const mpt_tensor *lv = mpt_var_value(r->logits);
-  if (lv->ndim != 2 || lv->shape[0] != r->count) {
+  const int classifier = !dp->cfg.loss;
+  if (lv->ndim < 1 || lv->shape[0] != r->count || (classifier && lv->ndim != 2)) {
     char buf[128];
-    return MPT_FAIL(MPT_ESHAPE, "dp: the model's output is %s, want logits [%lld, C]",
-                    mpt_shape_str(lv->ndim, lv->shape, buf, sizeof buf), (long long)r->count);
+    return MPT_FAIL(MPT_ESHAPE, "dp: the model's output is %s, want %s [%lld, ...]",
+                    mpt_shape_str(lv->ndim, lv->shape, buf, sizeof buf),
+                    classifier ? "logits" : "rows", (long long)r->count);
   }
-  MPT_RETURN_IF(mpt_nn_cross_entropy(r->tape, r->logits, &yt, &loss));
+  if (classifier)
+    MPT_RETURN_IF(mpt_nn_cross_entropy(r->tape, r->logits, &yt, &loss));
+  else
+    MPT_RETURN_IF(dp->cfg.loss(dp->cfg.loss_ctx, r->tape, r->logits, &yt, &loss));
   MPT_RETURN_IF(mpt_var_item(r->tape, loss, &r->loss));
   r->correct = 0;
-  MPT_RETURN_IF(mpt_op_count_correct(r->stream, lv->data, r->y, r->count, lv->shape[1],
-                                     &r->correct));
+  if (lv->ndim == 2 && yt.ndim == 1)
+    MPT_RETURN_IF(mpt_op_count_correct(r->stream, lv->data, r->y, r->count, lv->shape[1],
+                                       &r->correct));
   const double f1 = mpt_time_ms();
   if (dp->trace) mpt_trace_add(dp->trace, "forward", 2 + r->index, f0, f1 - f0, r->index);
   if (dp->backward) { /* the chunk's mean weighs count / B in the batch's mean */
@@ -428,19 +437,21 @@ static mpt_status replica_wait(mpt_dp *d, replica *r, uint64_t gen,
   return MPT_OK;
 }
 
-/* Copies replica r's logits to rows [first, first + count) of the gathered output. */
+/* Copies replica r's outputs to rows [first, first + count) of the gathered output. */
 static mpt_status gather_one(mpt_dp *d, replica *r) {
   const mpt_tensor *lv = mpt_var_value(r->logits);
-  int64_t classes = lv->shape[1];
+  const int64_t classes = lv->count / r->count; /* elements per row: C for logits [rows, C] */
   mpt_device out_dev = d->reps[d->cfg.output_device].device;
   if (r->index == 0) {
     size_t need = (size_t)(d->batch * classes) * sizeof(float);
     MPT_RETURN_IF(ensure_capacity(out_dev, &d->out_data, &d->out_nbytes, need));
-    const int64_t shape[2] = {d->batch, classes};
-    d->out = mpt_tensor_view(d->out_data, out_dev, MPT_F32, 2, shape);
-  } else if (classes != d->out.shape[1]) {
-    return MPT_FAIL(MPT_ESHAPE, "dp: replica %d returned %lld classes, replica 0 %lld",
-                    r->index, (long long)classes, (long long)d->out.shape[1]);
+    int64_t shape[MPT_MAX_DIMS];
+    memcpy(shape, lv->shape, sizeof shape);
+    shape[0] = d->batch;
+    d->out = mpt_tensor_view(d->out_data, out_dev, MPT_F32, lv->ndim, shape);
+  } else if (classes != d->out.count / d->batch) {
+    return MPT_FAIL(MPT_ESHAPE, "dp: replica %d returned rows of %lld values, replica 0 %lld",
+                    r->index, (long long)classes, (long long)(d->out.count / d->batch));
   }
   MPT_RETURN_IF(mpt_stream_wait_event(d->stream, r->done, d->cfg.timeout_ms));
   return mpt_op_memcpy(d->stream, out_dev, (float *)d->out_data + r->first * classes, r->device,
@@ -466,17 +477,18 @@ static mpt_status check_inputs(mpt_dp *d, const mpt_tensor *images, const mpt_te
   if (d->broken)
     return MPT_FAIL(MPT_ESTATE, "dp: an earlier step timed out on [%s]; this DataParallel is "
                     "unusable", d->list);
-  if (images->dtype != MPT_F32 || images->ndim < 1 || !images->data || images->shape[0] < 1)
-    return MPT_FAIL(MPT_EINVAL, "dp: images must be float32 [B, ...] with B >= 1 (got %s %s)",
-                    mpt_dtype_name(images->dtype),
+  if ((images->dtype != MPT_F32 && images->dtype != MPT_I32) || images->ndim < 1 ||
+      !images->data || images->shape[0] < 1)
+    return MPT_FAIL(MPT_EINVAL, "dp: images must be float32 or int32 [B, ...] with B >= 1 (got "
+                    "%s %s)", mpt_dtype_name(images->dtype),
                     mpt_shape_str(images->ndim, images->shape, a, sizeof a));
-  if (labels->dtype != MPT_I32 || labels->ndim != 1 || labels->shape[0] != images->shape[0] ||
-      !labels->data)
-    return MPT_FAIL(MPT_ESHAPE, "dp: labels %s %s for images %s (want int32 [%lld])",
+  if (labels->dtype != MPT_I32 || labels->ndim < 1 || labels->shape[0] != images->shape[0] ||
+      (!d->cfg.loss && labels->ndim != 1) || !labels->data)
+    return MPT_FAIL(MPT_ESHAPE, "dp: labels %s %s for images %s (want int32 [%lld%s])",
                     mpt_dtype_name(labels->dtype),
                     mpt_shape_str(labels->ndim, labels->shape, a, sizeof a),
                     mpt_shape_str(images->ndim, images->shape, b, sizeof b),
-                    (long long)images->shape[0]);
+                    (long long)images->shape[0], d->cfg.loss ? ", ..." : "");
   const mpt_tensor *t[2] = {images, labels};
   for (int i = 0; i < 2; i++)
     if (t[i]->device.type != MPT_DEVICE_CPU && !same_memory(t[i]->device, d->reps[0].device))
@@ -518,6 +530,7 @@ static mpt_status dp_run(mpt_dp *d, const mpt_tensor *images, const mpt_tensor *
   d->labels = labels;
   d->batch = batch;
   d->row_elems = images->count / batch;
+  d->label_elems = labels->count / batch;
   d->scale = scale;
   d->seed = seed;
   d->backward = backward;

@@ -1,6 +1,21 @@
-/* Checkpoints of the trainer: the checks at start (--checkpoint-dir), whether the model is fit
- * to be checkpointed (and trained on), writing one, and --resume. Collective where it says so:
- * every rank calls trainer_save_checkpoint and trainer_resume at the same step. */
+/* Checkpoints in the loop: the checks at start (the checkpoint folder belongs to this run,
+ * run-options.txt), --resume auto, whether the model is fit to be checkpointed (and trained
+ * on), writing one, and resuming.
+ *
+ * - --resume auto: resume from the checkpoint folder's latest checkpoint when it has one,
+ *   otherwise start fresh, so one command line serves the first submission of a batch job and
+ *   every later one;
+ * - DIR/run-options.txt: what changes the meaning of the checkpointed state (the model's sizes
+ *   and the data, from the caller's run_options lines; the optimizer, learning rate and
+ *   schedule, epochs, batch and data order, from the loop's config). Written by rank 0 at the
+ *   start of every run with a checkpoint folder; a resume compares the run's lines with the
+ *   file next to the checkpoint and refuses any difference, naming each option and both values
+ *   (another --lr or --epochs silently gives another schedule than the checkpoint was trained
+ *   with, and the resumed parameters then match neither run).
+ *
+ * Collective where it says so: every rank resumes and saves at the same step; rank 0 writes.
+ * ZeRO-1: a checkpoint holds the whole optimizer state (gathered from the ranks' shards), so a
+ * run resumes with or without ZeRO. */
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -12,10 +27,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli/train_impl.h"
-#include "cli/train_zero.h"
-#include "mpitrain/ckpt.h"
-#include "mpitrain/ops.h"
+#include "train/train_impl.h"
+
+#define RUN_OPTIONS_FILE "run-options.txt"
 
 /* realpath of the directory part of path ("." when it has none) into out[PATH_MAX]. */
 static int dir_of(const char *path, char *out) {
@@ -74,7 +88,7 @@ static int make_parents(const char *dir, char *failed) {
   }
 }
 
-mpt_status trainer_check_checkpoint_dir(const mpt_cli_options *o) {
+mpt_status mpt__train_check_checkpoint_dir(const mpt_trainer_config *o) {
   const char *dir = o->checkpoint_dir;
   struct stat sb;
   if (stat(dir, &sb) != 0) {
@@ -125,7 +139,7 @@ enum { BROKEN_AFTER_SKIPS = 3 };
  * statistics) stopped being finite, nor one that gives non-finite gradients on every batch (a
  * finite gradient times a far too large learning rate can overflow): stop, rather than train on
  * or checkpoint it. */
-mpt_status trainer_check_model_healthy(trainer *t, const char *when) {
+mpt_status mpt__train_check_model_healthy(mpt__trainer *t, const char *when) {
   int bad_params = 0, bad_buffers = 0;
   MPT_RETURN_IF(mpt_op_check_finite(t->stream, mpt_model_params(t->model),
                                     mpt_model_param_count(t->model), &bad_params));
@@ -137,21 +151,21 @@ mpt_status trainer_check_model_healthy(trainer *t, const char *when) {
                     ", %" PRId64 " step(s) skipped for non-finite gradients): the learning rate "
                     "%g is probably too high", bad_params ? "parameters" : "buffers (BatchNorm "
                     "running statistics)", when, t->global_step, t->skipped_nonfinite,
-                    (double)t->o->optim.lr);
+                    (double)t->c.optim.lr);
   if (t->consecutive_skipped >= BROKEN_AFTER_SKIPS)
     return MPT_FAIL(MPT_ENONFINITE, "the last %" PRId64 " optimizer steps were all skipped for "
                     "non-finite gradients (stopping %s, global step %" PRId64 "): the model no "
                     "longer trains; the learning rate %g is probably too high",
-                    t->consecutive_skipped, when, t->global_step, (double)t->o->optim.lr);
+                    t->consecutive_skipped, when, t->global_step, (double)t->c.optim.lr);
   return MPT_OK;
 }
 
 /* Writes a checkpoint (rank 0 writes, every rank waits) recording that `step_in_epoch` steps of
  * `epoch` are done (step_in_epoch 0: epoch `epoch` is next, the ones before it are done). */
-mpt_status trainer_save_checkpoint(trainer *t, int64_t epoch, int64_t step_in_epoch) {
-  const mpt_cli_options *o = t->o;
+mpt_status mpt__train_save_checkpoint(mpt__trainer *t, int64_t epoch, int64_t step_in_epoch) {
+  const mpt_trainer_config *o = &t->c;
   MPT_RETURN_IF(mpt_stream_synchronize(t->stream, o->timeout_s * 1e3));
-  MPT_RETURN_IF(trainer_check_model_healthy(t, "before writing a checkpoint"));
+  MPT_RETURN_IF(mpt__train_check_model_healthy(t, "before writing a checkpoint"));
   if (t->consecutive_skipped > 0) {
     /* The model as it stands gave non-finite gradients on its last batch: maybe an accident,
      * maybe the start of a divergence. Do not let it replace (--keep) a good checkpoint. */
@@ -169,10 +183,10 @@ mpt_status trainer_save_checkpoint(trainer *t, int64_t epoch, int64_t step_in_ep
   meta.world_size = t->world;
   char path[4200];
   mpt_optimizer *whole; /* ZeRO-1: the state gathered from every rank (one file) */
-  MPT_RETURN_IF(trainer_opt_whole(t->ddp, t->model, t->opt, 1, t->rank == 0, &whole));
+  MPT_RETURN_IF(mpt__train_opt_whole(t, 1, t->rank == 0, &whole));
   mpt_status st = mpt_ckpt_save_collective(t->comm, o->checkpoint_dir, o->keep, t->model, whole,
                                            &meta, path, sizeof path);
-  trainer_opt_whole_done(t->ddp, t->opt, whole, 0);
+  mpt__train_opt_whole_done(t, whole, 0);
   MPT_RETURN_IF(st);
   if (step_in_epoch == 0)
     mpt_log(MPT_LOG_INFO, "checkpoint %s (end of epoch %" PRId64 ", global step %" PRId64 ")",
@@ -185,13 +199,13 @@ mpt_status trainer_save_checkpoint(trainer *t, int64_t epoch, int64_t step_in_ep
 
 /* --resume: every rank loads the same checkpoint onto its own device, then training continues
  * from the step after it. */
-mpt_status trainer_resume(trainer *t) {
-  const mpt_cli_options *o = t->o;
+mpt_status mpt__train_resume(mpt__trainer *t) {
+  const mpt_trainer_config *o = &t->c;
   mpt_ckpt_meta meta;
   mpt_optimizer *whole; /* ZeRO-1: the whole state is read, this rank keeps its shard */
-  MPT_RETURN_IF(trainer_opt_whole(t->ddp, t->model, t->opt, 0, 1, &whole));
+  MPT_RETURN_IF(mpt__train_opt_whole(t, 0, 1, &whole));
   mpt_status st = mpt_ckpt_load_collective(t->comm, o->resume, t->model, whole, &meta);
-  mpt_status sst = trainer_opt_whole_done(t->ddp, t->opt, whole, st == MPT_OK);
+  mpt_status sst = mpt__train_opt_whole_done(t, whole, st == MPT_OK);
   MPT_RETURN_IF(st);
   MPT_RETURN_IF(sst);
   if (meta.world_size != t->world)
@@ -230,3 +244,180 @@ mpt_status trainer_resume(trainer *t) {
           meta.epoch + 1, meta.global_step);
   return MPT_OK;
 }
+
+mpt_status mpt__train_resolve_resume_auto(mpt__trainer *t) {
+  if (strcmp(t->c.resume, "auto") != 0) return MPT_OK;
+  const char *dir = t->c.checkpoint_dir;
+  int32_t found = 0;
+  char latest[PATH_MAX] = "";
+  if (t->rank == 0) {
+    mpt_status st = mpt_ckpt_find_latest(dir, latest, sizeof latest);
+    if (st != MPT_OK && st != MPT_ENOENT) return st;
+    found = st == MPT_OK;
+  }
+  if (t->world > 1)
+    MPT_RETURN_IF(mpt_comm_allreduce_sync(t->comm, &found, &found, 1, MPT_I32, MPT_REDUCE_MAX));
+  if (found) {
+    t->c.resume = dir;
+    mpt_log(MPT_LOG_INFO, "--resume auto: resuming from %s", t->rank == 0 ? latest : dir);
+  } else {
+    t->c.resume = "";
+    mpt_log(MPT_LOG_INFO, "--resume auto: no checkpoint in %s: starting a new run", dir);
+  }
+  return MPT_OK;
+}
+
+/* The shortest %g text that reads back as the same float (0.05, not 0.0500000007). */
+static const char *float_text(float v, char *buf) {
+  for (int prec = 6; prec <= 9; prec++) {
+    snprintf(buf, 32, "%.*g", prec, (double)v);
+    if (strtof(buf, NULL) == v) break;
+  }
+  return buf;
+}
+
+/* The lines the file records, "name value" each: the caller's (model, data), then the loop's,
+ * in a fixed order. */
+static size_t format_run_options(const mpt_trainer_config *o, char *buf, size_t n) {
+  char f[8][32];
+  const mpt_optimizer_config *oc = &o->optim;
+  const mpt_lr_schedule *s = &o->schedule;
+  int w = snprintf(buf, n,
+                   "%s%sepochs %" PRId64 "\nbatch-size %" PRId64 "\naccumulate %d\nmax-steps %"
+                   PRId64 "\nshuffle %d\ndrop-last %d\noptimizer %s\nlr %s\nmomentum %s\n"
+                   "nesterov %d\nweight-decay %s\nadam-betas %s,%s\nadam-eps %s\n"
+                   "no-decay-bias-norm %d\nschedule %s\nwarmup-steps %" PRId64 "\nstep-size %"
+                   PRId64 "\ngamma %s\nmin-lr %s\ngrad-clip %g\nseed %" PRIu64 "\n",
+                   o->run_options, o->run_options[0] && o->run_options[strlen(o->run_options) - 1]
+                   != '\n' ? "\n" : "", o->epochs, o->batch_size, o->accumulate, o->max_steps,
+                   o->shuffle, o->drop_last, mpt_optimizer_kind_name(oc->kind),
+                   float_text(oc->lr, f[0]), float_text(oc->momentum, f[1]), oc->nesterov,
+                   float_text(oc->weight_decay, f[2]), float_text(oc->beta1, f[3]),
+                   float_text(oc->beta2, f[4]), float_text(oc->eps, f[5]), o->no_decay_bias_norm,
+                   mpt_lr_kind_name(s->kind), (int64_t)s->warmup_steps, (int64_t)s->step_size,
+                   float_text(s->gamma, f[6]), float_text(s->min_lr, f[7]), o->grad_clip,
+                   o->seed);
+  return w < 0 ? 0 : (size_t)w < n ? (size_t)w : n - 1;
+}
+
+/* Compares the file's lines with ours; appends "--name: A in the checkpointed run, B now" for
+ * each difference to diff[n]. Returns the number of differences; *known: how many of our names
+ * the file has (0: it is no run-options file). */
+static int compare_run_options(const char *theirs, const char *ours, char *diff, size_t n,
+                               int *known) {
+  int count = 0;
+  *known = 0;
+  size_t used = 0;
+  const char *p = ours;
+  while (*p) {
+    const char *eol = strchr(p, '\n');
+    size_t len = eol ? (size_t)(eol - p) : strlen(p);
+    const char *sp = memchr(p, ' ', len);
+    if (sp) {
+      size_t klen = (size_t)(sp - p);
+      const char *q = theirs, *found = NULL;
+      while (q && *q) { /* the same name at the start of a line of theirs */
+        if (strncmp(q, p, klen) == 0 && q[klen] == ' ') {
+          found = q + klen + 1;
+          break;
+        }
+        q = strchr(q, '\n');
+        if (q) q++;
+      }
+      const char *mine = sp + 1;
+      size_t mlen = len - klen - 1;
+      size_t flen = found ? strcspn(found, "\n") : 0;
+      *known += found != NULL;
+      if (found && (flen != mlen || strncmp(found, mine, mlen) != 0)) {
+        count++;
+        if (used < n)
+          used += (size_t)snprintf(diff + used, n - used, "%s--%.*s %.*s in the checkpointed "
+                                   "run, %.*s now", count > 1 ? "; " : "", (int)klen, p,
+                                   (int)flen, found, (int)mlen, mine);
+      }
+    }
+    p += len + (eol ? 1 : 0);
+  }
+  return count;
+}
+
+mpt_status mpt__train_check_run_options(mpt__trainer *t) {
+  const mpt_trainer_config *o = &t->c;
+  char ours[8192];
+  size_t ours_len = format_run_options(o, ours, sizeof ours);
+  if (o->resume[0]) {
+    char from[PATH_MAX], dir[PATH_MAX], path[PATH_MAX + 32];
+    MPT_RETURN_IF(mpt_ckpt_resolve(o->resume, from, sizeof from));
+    snprintf(dir, sizeof dir, "%s", from);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    else snprintf(dir, sizeof dir, ".");
+    snprintf(path, sizeof path, "%s/%s", dir, RUN_OPTIONS_FILE);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+      mpt_log(MPT_LOG_WARN, "--resume: %s is missing (written by older versions of mpitrain "
+              "or removed): the options of this run are not compared with the checkpointed "
+              "run's; give the same ones", path);
+    } else {
+      char theirs[8192];
+      size_t got = fread(theirs, 1, sizeof theirs - 1, f);
+      theirs[got] = '\0';
+      fclose(f);
+      char diff[4096] = "";
+      int known;
+      int count = compare_run_options(theirs, ours, diff, sizeof diff, &known);
+      if (known == 0) /* faults.md F49 */
+        mpt_log(MPT_LOG_WARN, "--resume: %s records none of the options (empty, or not written "
+                "by mpitrain): the options of this run are not compared with the checkpointed "
+                "run's; give the same ones", path);
+      if (count > 0)
+        return MPT_FAIL(MPT_EINVAL, "--resume '%s': %d option(s) differ from the run that "
+                        "wrote the checkpoint (%s); they would change what the checkpointed "
+                        "state means (learning-rate schedule, data order, model): resume with "
+                        "the same options (see %s), or start a new run", o->resume, count, diff,
+                        path);
+    }
+  }
+  if (!o->checkpoint_dir[0]) return MPT_OK;
+  char path[PATH_MAX + 32], tmp[PATH_MAX + 64];
+  snprintf(path, sizeof path, "%s/%s", o->checkpoint_dir, RUN_OPTIONS_FILE);
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+  FILE *f = fopen(tmp, "w");
+  if (!f) return MPT_FAIL(MPT_EIO, "cannot write '%s': %s", tmp, strerror(errno));
+  int bad = fwrite(ours, 1, ours_len, f) != ours_len;
+  bad |= fclose(f) != 0;
+  if (bad || rename(tmp, path) != 0) {
+    int e = errno;
+    unlink(tmp);
+    return MPT_FAIL(MPT_EIO, "cannot write '%s': %s", path, strerror(e));
+  }
+  return MPT_OK;
+}
+
+
+mpt_status mpt__train_opt_whole(mpt__trainer *t, int gather, int need, mpt_optimizer **whole) {
+  *whole = t->opt;
+  if (!t->ddp || !mpt_ddp_zero_stage(t->ddp)) return MPT_OK;
+  mpt_optimizer *w = NULL;
+  if (!need) { /* this rank only takes part in the gather */
+    *whole = NULL;
+    return gather ? mpt_ddp_optimizer_gather(t->ddp, t->opt, NULL) : MPT_OK;
+  }
+  MPT_RETURN_IF(mpt_optimizer_init(&w, mpt_optimizer_get_config(t->opt), mpt_device_cpu(),
+                                   mpt_model_param_count(t->model)));
+  mpt_status st = gather ? mpt_ddp_optimizer_gather(t->ddp, t->opt, w) : MPT_OK;
+  if (st != MPT_OK) {
+    mpt_optimizer_free(w);
+    return st;
+  }
+  *whole = w;
+  return MPT_OK;
+}
+
+mpt_status mpt__train_opt_whole_done(mpt__trainer *t, mpt_optimizer *whole, int scatter) {
+  if (whole == t->opt || !whole) return MPT_OK;
+  mpt_status st = scatter ? mpt_ddp_optimizer_scatter(t->ddp, whole, t->opt) : MPT_OK;
+  mpt_optimizer_free(whole);
+  return st;
+}
+

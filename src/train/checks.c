@@ -1,8 +1,9 @@
-/* Checks that every rank agrees (options, epoch, parameters), whether the model fits in memory,
- * output-path and parameter-file helpers, and the fault injection the tests use (MPT_TEST_*
- * variables). Run on the training thread; the checks are collective over the trainer's host comm. */
+/* The ranks' agreement checks of the loop (options, epoch, parameters), the output paths, the
+ * parameter file, and the fault injection the tests use (MPT_TEST_* variables, src/core/fault.h).
+ * Runs on the training thread; the checks are collective over the run's comm. */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -12,13 +13,11 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "cli/train_impl.h"
-#include "cli/fault.h"
-#include "mpitrain/ckpt.h"
-#include "mpitrain/ops.h"
+#include "core/fault.h"
+#include "train/train_impl.h"
 
 /* The parameters on the host: the flat buffer itself on the CPU, else a copy (synchronised). */
-mpt_status trainer_params_on_host(trainer *t, float **host) {
+mpt_status mpt__train_params_on_host(mpt__trainer *t, float **host) {
   if (t->device.type == MPT_DEVICE_CPU) {
     *host = mpt_model_params(t->model);
     return MPT_OK;
@@ -28,43 +27,43 @@ mpt_status trainer_params_on_host(trainer *t, float **host) {
     return MPT_FAIL(MPT_ENOMEM, "cannot allocate a host copy of the parameters");
   MPT_RETURN_IF(mpt_op_memcpy(t->stream, mpt_device_cpu(), t->host_params, t->device,
                               mpt_model_params(t->model), nbytes));
-  MPT_RETURN_IF(mpt_stream_synchronize(t->stream, t->o->timeout_s * 1e3));
+  MPT_RETURN_IF(mpt_stream_synchronize(t->stream, t->c.timeout_s * 1e3));
   *host = t->host_params;
   return MPT_OK;
 }
 
 /* Fault injection for the tests: MPT_TEST_NAN_RANK=r and MPT_TEST_NAN_STEP=s put a NaN into
  * rank r's first micro-batch of global step s. */
-void trainer_maybe_poison(trainer *t, mpt_batch *b, int k) {
-  const char *r = trainer_test_env("MPT_TEST_NAN_RANK");
-  const char *s = trainer_test_env("MPT_TEST_NAN_STEP");
+void mpt__train_maybe_poison(mpt__trainer *t, mpt_train_batch *b, int k) {
+  const char *r = mpt__test_env("MPT_TEST_NAN_RANK");
+  const char *s = mpt__test_env("MPT_TEST_NAN_STEP");
   if (k == 0 && r && s && atoi(r) == t->rank && atoll(s) == t->global_step)
-    ((float *)b->images.data)[0] = NAN;
+    if (b->input.dtype == MPT_F32) ((float *)b->input.data)[0] = NAN;
 }
 
 /* Fault injection for the tests: MPT_TEST_PERTURB_RANK=r and MPT_TEST_PERTURB_STEP=s change one
  * parameter of rank r after global step s, so that its replica diverges. */
-void trainer_maybe_perturb(trainer *t) {
-  const char *r = trainer_test_env("MPT_TEST_PERTURB_RANK");
-  const char *s = trainer_test_env("MPT_TEST_PERTURB_STEP");
+void mpt__train_maybe_perturb(mpt__trainer *t) {
+  const char *r = mpt__test_env("MPT_TEST_PERTURB_RANK");
+  const char *s = mpt__test_env("MPT_TEST_PERTURB_STEP");
   if (!(r && s && atoi(r) == t->rank && atoll(s) == t->global_step)) return;
   float v;
   float *p = mpt_model_params(t->model);
   if (mpt_op_memcpy(t->stream, mpt_device_cpu(), &v, t->device, p, sizeof v) != MPT_OK ||
-      mpt_stream_synchronize(t->stream, t->o->timeout_s * 1e3) != MPT_OK)
+      mpt_stream_synchronize(t->stream, t->c.timeout_s * 1e3) != MPT_OK)
     return;
   v += 1e-3f;
   mpt_op_memcpy(t->stream, t->device, p, mpt_device_cpu(), &v, sizeof v);
-  mpt_stream_synchronize(t->stream, t->o->timeout_s * 1e3);
+  mpt_stream_synchronize(t->stream, t->c.timeout_s * 1e3);
 }
 
 /* --check-replicas: a CRC-32 of the parameter bytes, all-gathered; names the first rank whose
  * replica differs from rank 0's. */
-mpt_status trainer_check_replicas(trainer *t) {
+mpt_status mpt__train_check_replicas(mpt__trainer *t) {
   if (t->world == 1) return MPT_OK;
   uLong crc = crc32(0L, Z_NULL, 0);
   float *host;
-  MPT_RETURN_IF(trainer_params_on_host(t, &host));
+  MPT_RETURN_IF(mpt__train_params_on_host(t, &host));
   const unsigned char *p = (const unsigned char *)host;
   size_t left = (size_t)mpt_model_param_count(t->model) * sizeof(float);
   while (left > 0) {
@@ -88,9 +87,9 @@ mpt_status trainer_check_replicas(trainer *t) {
 
 /* Fault injection for the tests of the failure model (docs/faults.md F10): MPT_TEST_KILL_RANK=r and
  * MPT_TEST_KILL_STEP=s make rank r kill itself with SIGKILL before global step s. */
-void trainer_maybe_kill_self(trainer *t) {
-  const char *r = trainer_test_env("MPT_TEST_KILL_RANK");
-  const char *s = trainer_test_env("MPT_TEST_KILL_STEP");
+void mpt__train_maybe_kill_self(mpt__trainer *t) {
+  const char *r = mpt__test_env("MPT_TEST_KILL_RANK");
+  const char *s = mpt__test_env("MPT_TEST_KILL_STEP");
   if (r && s && atoi(r) == t->rank && atoll(s) == t->global_step) {
     fprintf(stderr, "mpitrain: rank %d: killing itself at step %" PRId64 " (MPT_TEST_KILL_*)\n",
             t->rank, t->global_step);
@@ -100,9 +99,9 @@ void trainer_maybe_kill_self(trainer *t) {
 
 /* Fault case F02: every rank must be at the same epoch (the sampler's shuffle depends on it).
  * For the tests, MPT_TEST_EPOCH_SKEW_RANK=r makes rank r report one epoch ahead. */
-mpt_status trainer_check_epoch(trainer *t, int64_t epoch) {
+mpt_status mpt__train_check_epoch(mpt__trainer *t, int64_t epoch) {
   if (t->world == 1) return MPT_OK;
-  const char *skew = trainer_test_env("MPT_TEST_EPOCH_SKEW_RANK");
+  const char *skew = mpt__test_env("MPT_TEST_EPOCH_SKEW_RANK");
   if (skew && atoi(skew) == t->rank) epoch++;
   int32_t mine = (int32_t)epoch, *all = malloc(sizeof(int32_t) * (size_t)t->world);
   if (!all) return MPT_FAIL(MPT_ENOMEM, "cannot allocate the epoch check");
@@ -118,7 +117,7 @@ mpt_status trainer_check_epoch(trainer *t, int64_t epoch) {
 
 /* An output path may be a new file or a regular file (replaced by rename); never a device, a
  * directory or a symbolic link, which a rename would destroy. */
-mpt_status trainer_check_output_path(const char *option, const char *path) {
+mpt_status mpt__train_check_output_path(const char *option, const char *path) {
   struct stat sb;
   if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
     return MPT_FAIL(MPT_EINVAL, "%s '%s' exists and is not a regular file (%s): refusing to "
@@ -143,79 +142,100 @@ mpt_status trainer_check_output_path(const char *option, const char *path) {
   return MPT_OK;
 }
 
-/* The parameter count the options ask for, computed in double (a --hidden list can exceed
- * int64 products only in theory, but the estimate must not wrap). */
-static double model_params_estimate(const mpt_cli_options *o) {
-  if (strcmp(o->model, "cnn") == 0) {
-    const mpt_cnn_config *c = &o->cnn;
-    const double k2 = (double)c->kernel * (double)c->kernel;
-    const double flat = (double)c->conv2_channels * (double)(c->height / 4) * (double)(c->width / 4);
-    return (double)c->in_channels * c->conv1_channels * k2 + c->conv1_channels +
-           (double)c->conv1_channels * c->conv2_channels * k2 + c->conv2_channels +
-           flat * c->hidden + c->hidden + (double)c->hidden * c->num_classes + c->num_classes;
-  }
-  const mpt_mlp_config *m = &o->mlp;
-  double total = 0, in = (double)m->input_size;
-  for (int i = 0; i < m->num_hidden; i++) {
-    total += in * (double)m->hidden[i] + (double)m->hidden[i];
-    in = (double)m->hidden[i];
-  }
-  return total + in * (double)m->num_classes + (double)m->num_classes;
+/* Whether two paths name the same file: both exist with the same device and inode, or neither
+ * exists and they spell the same path once their folders are resolved. */
+static int same_file(const char *a, const char *b) {
+  struct stat sa, sb;
+  int ea = stat(a, &sa) == 0, eb = stat(b, &sb) == 0;
+  if (ea || eb) return ea && eb && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  char da[PATH_MAX], db[PATH_MAX], ra[PATH_MAX], rb[PATH_MAX];
+  snprintf(da, sizeof da, "%s", a);
+  snprintf(db, sizeof db, "%s", b);
+  char *ba = strrchr(da, '/'), *bb = strrchr(db, '/');
+  const char *na = ba ? ba + 1 : a, *nb = bb ? bb + 1 : b;
+  if (strcmp(na, nb) != 0) return 0;
+  if (ba) ba[ba == da] = '\0'; /* "/x" -> "/" */
+  if (bb) bb[bb == db] = '\0';
+  return realpath(ba ? da : ".", ra) && realpath(bb ? db : ".", rb) && strcmp(ra, rb) == 0;
 }
 
-/* MemAvailable of /proc/meminfo in bytes, or -1 when it cannot be read. */
-static double mem_available_bytes(void) {
-  FILE *f = fopen("/proc/meminfo", "r");
-  if (!f) return -1;
-  char line[256];
-  double kib = -1;
-  while (fgets(line, sizeof line, f))
-    if (sscanf(line, "MemAvailable: %lf kB", &kib) == 1) break;
-  fclose(f);
-  return kib < 0 ? -1 : kib * 1024.0;
-}
-
-/* See train_impl.h. */
-mpt_status trainer_check_model_fits(trainer *t, int ndev) {
-  const mpt_cli_options *o = t->o;
-  if (t->device.type != MPT_DEVICE_CPU) return MPT_OK;
-  const double params = model_params_estimate(o);
-  /* Optimizer state: AdamW 2 floats per parameter, SGD 1; ZeRO-1 keeps 1/W of it per rank. */
-  const int world = t->world > 0 ? t->world : 1;
-  const double states = (o->optim.kind == MPT_OPTIM_ADAMW ? 2.0 : 1.0) / (o->ddp.zero ? world : 1);
-  const double need = params * sizeof(float) * (2.0 + states) * (ndev > 0 ? ndev : 1);
-  const double avail = mem_available_bytes();
-  const int local = mpt_comm_local_size(t->comm) > 0 ? mpt_comm_local_size(t->comm) : 1;
-  if (avail > 0 && need > avail / local)
-    return MPT_FAIL(MPT_ENOMEM, "model %s: %.3g parameters need at least %.1f GiB per rank "
-                    "(parameters, gradients and optimizer state%s), but this host has %.1f GiB "
-                    "available for %d rank(s): use a smaller model (--hidden)",
-                    o->model, params, need / 1073741824.0,
-                    ndev > 1 ? ", per DP replica" : "", avail / 1073741824.0, local);
+/* Rank 0, at start-up (faults.md F48): save_params, metrics_json and trace are none of the
+ * run's inputs (the caller's input files, the resume checkpoint) and no two of them the same file
+ * (by device and inode, or by path for files not yet there): each is replaced at the end. */
+mpt_status mpt__train_check_outputs(const mpt__trainer *t) {
+  const mpt_trainer_config *o = &t->c;
+  enum { NOUT = 3 };
+  const char *out_name[NOUT] = {"--save-params", "--metrics-json", "--trace"};
+  const char *out[NOUT] = {o->save_params, o->metrics_json, o->trace};
+  char ckpt[PATH_MAX] = "";
+  if (o->resume[0] && strcmp(o->resume, "auto") != 0 &&
+      mpt_ckpt_resolve(o->resume, ckpt, sizeof ckpt) != MPT_OK)
+    ckpt[0] = '\0';
+  for (int k = 0; k < NOUT; k++) {
+    if (!out[k][0]) continue;
+    if (ckpt[0] && same_file(out[k], ckpt))
+      return MPT_FAIL(MPT_EINVAL, "%s '%s' is the --resume checkpoint ('%s'): the run would "
+                      "replace its own input (give another path)", out_name[k], out[k], ckpt);
+    for (const char *p = o->input_paths; p && *p;) { /* one path per line */
+      size_t len = strcspn(p, "\n");
+      char in[PATH_MAX];
+      snprintf(in, sizeof in, "%.*s", (int)(len < sizeof in ? len : sizeof in - 1), p);
+      if (in[0] && same_file(out[k], in))
+        return MPT_FAIL(MPT_EINVAL, "%s '%s' is an input of the run ('%s'): the run would "
+                        "replace its own input (give another path)", out_name[k], out[k], in);
+      p += len + (p[len] == '\n');
+    }
+    for (int j = 0; j < k; j++)
+      if (out[j][0] && same_file(out[k], out[j]))
+        return MPT_FAIL(MPT_EINVAL, "%s '%s' and %s '%s' are the same file: one would replace "
+                        "the other (give two paths)", out_name[j], out[j], out_name[k], out[k]);
+  }
   return MPT_OK;
 }
 
-mpt_status trainer_save_params(trainer *t, const char *path) {
-  if (t->rank != 0) return MPT_OK;
-  MPT_RETURN_IF(trainer_check_output_path("--save-params", path));
+/* The parameters on the host: the flat buffer itself on the CPU, else a new copy (synchronised;
+ * *host is then the caller's to free). */
+static mpt_status params_on_host(mpt_model *model, mpt_stream *stream, float **host) {
+  const mpt_device dev = mpt_model_device(model);
+  const size_t nbytes = (size_t)mpt_model_param_count(model) * sizeof(float);
+  *host = NULL;
+  if (dev.type == MPT_DEVICE_CPU) return MPT_OK;
+  float *h = malloc(nbytes ? nbytes : 1);
+  if (!h) return MPT_FAIL(MPT_ENOMEM, "cannot allocate a host copy of the parameters");
+  mpt_status st = mpt_op_memcpy(stream, mpt_device_cpu(), h, dev, mpt_model_params(model), nbytes);
+  if (st == MPT_OK) st = mpt_stream_synchronize(stream, 300000.0);
+  if (st != MPT_OK) {
+    free(h);
+    return st;
+  }
+  *host = h;
+  return MPT_OK;
+}
+
+mpt_status mpt_trainer_save_params(mpt_model *model, mpt_stream *stream, const char *path) {
+  if (!model || !path) return MPT_FAIL(MPT_EINVAL, "mpt_trainer_save_params: NULL argument");
+  MPT_RETURN_IF(mpt__train_check_output_path("--save-params", path));
   char tmp[4200];
   snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
   FILE *f = fopen(tmp, "wb");
   if (!f) return MPT_FAIL(MPT_EIO, "cannot open '%s' for writing", tmp);
-  size_t n = (size_t)mpt_model_param_count(t->model);
-  float *host;
-  mpt_status st = trainer_params_on_host(t, &host);
+  size_t n = (size_t)mpt_model_param_count(model);
+  float *host = NULL;
+  mpt_status st = params_on_host(model, stream, &host);
   if (st != MPT_OK) {
+    free(host);
     fclose(f);
     remove(tmp);
     return st;
   }
-  size_t w = fwrite(host, sizeof(float), n, f);
+  size_t w = fwrite(host ? host : mpt_model_params(model), sizeof(float), n, f);
   int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
   if (fclose(f) != 0 || bad || w != n) {
+    free(host);
     remove(tmp);
     return MPT_FAIL(MPT_EIO, "cannot write parameters to '%s'", tmp);
   }
+  free(host);
   if (rename(tmp, path) != 0) {
     remove(tmp);
     return MPT_FAIL(MPT_EIO, "cannot rename '%s' to '%s'", tmp, path);
@@ -233,8 +253,8 @@ static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
 
 /* Argument i of the options (argv[1..]) as two int32 of its hash (NUL included); a missing
  * argument hashes as a value no argument has (an argument always ends with its NUL). */
-static void arg_hash(const mpt_cli_options *o, int i, int32_t out[2]) {
-  uint64_t h = i + 1 < o->argc ? fnv1a(FNV_OFFSET, o->argv[i + 1], strlen(o->argv[i + 1]) + 1)
+static void arg_hash(int argc, char **argv, int i, int32_t out[2]) {
+  uint64_t h = i + 1 < argc ? fnv1a(FNV_OFFSET, argv[i + 1], strlen(argv[i + 1]) + 1)
                                : FNV_OFFSET;
   out[0] = (int32_t)(uint32_t)h;
   out[1] = (int32_t)(uint32_t)(h >> 32);
@@ -245,11 +265,7 @@ static void arg_hash(const mpt_cli_options *o, int i, int32_t out[2]) {
  * The whole command lines are compared, whatever their length: a 64-bit hash of every argument
  * (all-gathered with the count); when they differ, the hashes of each argument find the first
  * that differs from rank 0's, and it is named (with the argument before it), cut at WORD bytes. */
-mpt_status trainer_check_same_options(trainer *t) {
-  return trainer_check_same_options_on(t->comm, t->o);
-}
-
-mpt_status trainer_check_same_options_on(mpt_comm *comm, const mpt_cli_options *o) {
+mpt_status mpt__train_check_same_options(mpt_comm *comm, int argc, char **argv) {
   const int world = mpt_comm_world_size(comm);
   if (world == 1) return MPT_OK;
   enum { WORD = 256 };
@@ -258,8 +274,8 @@ mpt_status trainer_check_same_options_on(mpt_comm *comm, const mpt_cli_options *
   int32_t *all = NULL, *hashes = NULL;
   char *words = NULL, *mine = NULL;
   uint64_t h = FNV_OFFSET;
-  for (int i = 1; i < o->argc; i++) h = fnv1a(h, o->argv[i], strlen(o->argv[i]) + 1);
-  int32_t head[3] = {o->argc - 1, (int32_t)(uint32_t)h, (int32_t)(uint32_t)(h >> 32)};
+  for (int i = 1; i < argc; i++) h = fnv1a(h, argv[i], strlen(argv[i]) + 1);
+  int32_t head[3] = {argc - 1, (int32_t)(uint32_t)h, (int32_t)(uint32_t)(h >> 32)};
   if (!(all = malloc(sizeof(int32_t) * 3 * W))) goto nomem;
   MPT_CHECK(mpt_comm_allgather_sync(comm, head, all, 3, MPT_I32), done);
   int same = 1, nmax = 0;
@@ -272,7 +288,7 @@ mpt_status trainer_check_same_options_on(mpt_comm *comm, const mpt_cli_options *
   const size_t per = 2 * (size_t)nmax;
   if (!(hashes = malloc(sizeof(int32_t) * (per ? per : 1) * (W + 1)))) goto nomem;
   int32_t *my_hashes = hashes + per * W;
-  for (int i = 0; i < nmax; i++) arg_hash(o, i, my_hashes + 2 * i);
+  for (int i = 0; i < nmax; i++) arg_hash(argc, argv, i, my_hashes + 2 * i);
   MPT_CHECK(mpt_comm_allgather_sync(comm, my_hashes, hashes, (int64_t)per, MPT_I32), done);
   int bad = -1, at = 0;
   for (size_t r = 1; r < W && bad < 0; r++)
@@ -292,7 +308,7 @@ mpt_status trainer_check_same_options_on(mpt_comm *comm, const mpt_cli_options *
   mine = words + 2 * WORD * W;
   for (int j = 0; j < 2; j++) {
     int i = at - 1 + j;
-    if (i >= 0 && i + 1 < o->argc) snprintf(mine + j * WORD, WORD, "%s", o->argv[i + 1]);
+    if (i >= 0 && i + 1 < argc) snprintf(mine + j * WORD, WORD, "%s", argv[i + 1]);
   }
   MPT_CHECK(mpt_comm_allgather_sync(comm, mine, words, 2 * WORD, MPT_U8), done);
   const char *a = words + WORD, *b = words + 2 * WORD * (size_t)bad + WORD;

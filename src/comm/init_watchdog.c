@@ -1,14 +1,20 @@
-/* The start-up watchdog: --timeout (at least 10 s, so that a short collective deadline does
- * not kill a healthy start-up) is also the deadline of MPI's initialisation. MPI_Init_thread
+/* The start-up watchdog of mpt_comm_init (comm.h mpt_comm_config.init_timeout_ms; mpitrain's
+ * --timeout, at least 10 s, so that a short collective deadline does not kill a healthy
+ * start-up): the deadline of MPI's initialisation. MPI_Init_thread
  * blocks until every process of the job has started and initialised MPI, with no deadline and
  * no way to interrupt it: `mpirun -np 1 ./mpitrain train : -np 1 sleep 1000` (a process that
  * never initialises MPI), a rank stopped or stuck before MPI_Init, or a broken PMI would hang
- * with no output. A thread started before mpt_comm_init waits for its end with the deadline; on
+ * with no output. A thread started before MPI_Init_thread waits for its end with the deadline; on
  * expiry it prints what the bootstrap waits for (mpt_comm_bootstrap_stage) and this process's
  * place in the job as the launcher tells it, then ends the process with status 1 (_exit: MPI is
  * not usable, and the main thread is inside it). mpirun / srun then end the other processes.
  *
- * Threads: the watchdog thread, and the training thread that starts and stops it. */
+ * This is the one place where the library ends the process: the thread that would have to
+ * return the error is inside MPI_Init_thread, which nothing interrupts; the deadline is the
+ * caller's choice (0: no watchdog).
+ *
+ * Threads: the watchdog thread (it blocks the preemption signals), and the thread in
+ * mpt_comm_init that starts and stops it. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -16,10 +22,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli/train_impl.h"
+#include <signal.h>
+#include <string.h>
+
+#include "comm/comm_impl.h"
 
 
-struct trainer_watchdog {
+struct mpt__init_watchdog {
   pthread_t thread;
   pthread_mutex_t mutex;
   pthread_cond_t cond; /* on CLOCK_MONOTONIC */
@@ -51,7 +60,7 @@ static void describe_process(char *buf, size_t nbytes) {
 }
 
 static void *watchdog_main(void *arg) {
-  trainer_watchdog *w = arg;
+  mpt__init_watchdog *w = arg;
   struct timespec dl;
   clock_gettime(CLOCK_MONOTONIC, &dl);
   long long ns = (long long)(w->timeout_s * 1e9);
@@ -82,10 +91,9 @@ static void *watchdog_main(void *arg) {
   _exit(1);
 }
 
-/* See train_impl.h. */
-mpt_status trainer_watchdog_start(double timeout_s, trainer_watchdog **out) {
+mpt_status mpt__init_watchdog_start(double timeout_s, mpt__init_watchdog **out) {
   *out = NULL;
-  trainer_watchdog *w = calloc(1, sizeof *w);
+  mpt__init_watchdog *w = calloc(1, sizeof *w);
   if (!w) return MPT_FAIL(MPT_ENOMEM, "cannot allocate the start-up watchdog");
   w->timeout_s = timeout_s;
   pthread_condattr_t ca;
@@ -94,7 +102,17 @@ mpt_status trainer_watchdog_start(double timeout_s, trainer_watchdog **out) {
   pthread_cond_init(&w->cond, &ca);
   pthread_condattr_destroy(&ca);
   pthread_mutex_init(&w->mutex, NULL);
-  if (pthread_create(&w->thread, NULL, watchdog_main, w) != 0) {
+  /* the thread never takes SIGTERM / SIGUSR1 meant for the training thread (trainer.h) */
+  sigset_t block, old;
+  sigemptyset(&block);
+  sigaddset(&block, SIGTERM);
+  sigaddset(&block, SIGUSR1);
+  sigaddset(&block, SIGUSR2);
+  sigaddset(&block, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &block, &old);
+  const int rc = pthread_create(&w->thread, NULL, watchdog_main, w);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc != 0) {
     pthread_cond_destroy(&w->cond);
     pthread_mutex_destroy(&w->mutex);
     free(w);
@@ -104,8 +122,7 @@ mpt_status trainer_watchdog_start(double timeout_s, trainer_watchdog **out) {
   return MPT_OK;
 }
 
-/* See train_impl.h. */
-void trainer_watchdog_stop(trainer_watchdog *w) {
+void mpt__init_watchdog_stop(mpt__init_watchdog *w) {
   if (!w) return;
   pthread_mutex_lock(&w->mutex);
   w->done = 1;
