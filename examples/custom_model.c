@@ -1,14 +1,18 @@
-/* Your own model, trained with DDP on Fashion-MNIST, through the public API only.
+/* Your own model, trained with DDP on Fashion-MNIST by the library's training loop
+ * (mpitrain/trainer.h), through the public API only.
  *
- *   mpirun -np 2 ./examples/custom_model [EPOCHS [TRAIN_LIMIT [MIN_ACCURACY]]]
+ *   mpirun -np 2 ./examples/custom_model [EPOCHS [TRAIN_LIMIT [MIN_ACCURACY [CHECKPOINT_DIR]]]]
  *
  * A residual MLP: h = relu(fc_in(x)), a block of two branches (the identity and
- * fc_b(relu(fc_a(h))), added, relu), then fc_out. h feeds both branches: backward adds both
- * gradients into h's. mpt_ddp_init wraps the model once (same model on every rank, rank 0's
- * parameters broadcast); the step is then the ordinary seven calls with no DDP call in it, and
- * backward returns gradients averaged over the ranks. Leaving out any of the seven is an error
- * at run time or does not compile. Exits 1 if the test accuracy stays below MIN_ACCURACY or
- * the replicas differ at the end. */
+ * fc_b(relu(fc_a(h))), added, relu), then fc_out. The model is yours; the task (what the loop
+ * needs from a model family: the data, the loss of a micro-batch, a metric) is filled here by
+ * hand, as for a family of your own; mpt_trainer_run then does the epochs with DDP (rank 0's
+ * parameters broadcast, gradients averaged in buckets during backward), evaluation, checkpoints
+ * and --resume (with CHECKPOINT_DIR: a second run continues the first), SIGTERM / SIGUSR1
+ * preemption and the logs. examples/hand_loop.c trains the same model with the seven calls of
+ * a step written out. Exits 1 if the test accuracy stays below MIN_ACCURACY or the replicas
+ * differ at the end, 75 when preempted. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -46,37 +50,31 @@ static mpt_status resnet_forward(mpt_model *model, mpt_tape *tape, void *ctx, mp
   return mpt_linear_forward(tape, &r->out, u, y);
 }
 
-/* Test accuracy over all ranks: each rank its shard; mpt_eval_batch runs in evaluation mode
- * and counts the real rows only (not the sampler's padding), so any world size gives the same. */
-static double evaluate(mpt_tape *tape, const mpt_dataset *test) {
-  mpt_sampler_config sc = mpt_sampler_config_default();
-  sc.num_replicas = mpt_comm_world_size(comm);
-  sc.rank = mpt_comm_rank(comm);
-  sc.shuffle = 0;
-  mpt_sampler *sampler;
-  mpt_loader *loader;
-  TRY(mpt_sampler_init(&sampler, test->count, &sc));
-  TRY(mpt_loader_init(&loader, test, sampler, NULL));
-  mpt_eval_sums sums = {0, 0, 0};
-  mpt_batch b;
-  int more;
-  while ((more = mpt_loader_next(loader, &b)) == MPT_OK)
-    TRY(mpt_eval_batch(tape, &b.images, &b.labels, b.num_real, &sums));
-  if (more < 0) TRY((mpt_status)more);
-  TRY(mpt_comm_allreduce_sync(comm, &sums.loss_sum, &sums.loss_sum, 3, MPT_F32, MPT_REDUCE_SUM));
-  mpt_loader_free(loader);
-  mpt_sampler_free(sampler);
-  return mpt_eval_sums_accuracy(&sums);
+/* The task's loss: the mean cross-entropy of the logits against the labels. */
+static mpt_status loss(void *ctx, mpt_tape *tape, mpt_var *logits, const mpt_tensor *labels,
+                       mpt_var **out) {
+  (void)ctx;
+  return mpt_nn_cross_entropy(tape, logits, labels, out);
+}
+
+/* The task's metric: the rows whose largest logit is the label (the loop makes it accuracy). */
+static mpt_status correct(void *ctx, mpt_stream *stream, const mpt_tensor *logits,
+                          const mpt_tensor *labels, int64_t rows, double *sum) {
+  (void)ctx;
+  int64_t n = 0;
+  MPT_RETURN_IF(mpt_op_count_correct(stream, logits->data, labels->data, rows,
+                                     logits->shape[1], &n));
+  *sum = (double)n;
+  return MPT_OK;
 }
 
 int main(int argc, char **argv) {
   const int epochs = argc > 1 ? atoi(argv[1]) : 3;
   const int64_t limit = argc > 2 ? atoll(argv[2]) : 0;
   const double min_accuracy = argc > 3 ? atof(argv[3]) : 0.0;
+  const char *checkpoint_dir = argc > 4 ? argv[4] : NULL;
+  TRY(mpt_trainer_catch_signals()); /* before MPI's start-up: a signal then is not fatal */
   TRY(mpt_comm_init(&comm, NULL));
-  const int rank = mpt_comm_rank(comm), world = mpt_comm_world_size(comm);
-  /* BLAS threads: this host's cores shared by its ranks (else they fight over the cores). */
-  TRY(mpt_cpu_set_threads(mpt_cpu_threads_per_rank(mpt_comm_local_size(comm), 1)));
 
   mpt_dataset train, test;
   mpt_dataset_config dc = mpt_dataset_config_default();
@@ -95,44 +93,32 @@ int main(int argc, char **argv) {
   TRY(mpt_model_finalize(model));
   TRY(mpt_model_init_params(model, 42));
 
-  mpt_ddp *ddp;
-  mpt_tape *tape;
-  mpt_optimizer *opt;
-  TRY(mpt_ddp_init(&ddp, model, comm, NULL, NULL)); /* once: from here on DDP is automatic */
-  TRY(mpt_tape_init(&tape, model, NULL));
-  mpt_optimizer_config oc = mpt_optimizer_config_default();
-  oc.momentum = 0.9f;
-  TRY(mpt_optimizer_init(&opt, &oc, mpt_device_cpu(), mpt_model_param_count(model)));
+  /* The task: data sources over the datasets, the loss and the metric. */
+  mpt_data_source *train_src, *test_src;
+  TRY(mpt_data_source_init_dataset(&train_src, &train));
+  TRY(mpt_data_source_init_dataset(&test_src, &test));
+  mpt_train_task task = {0};
+  task.name = "residual classifier";
+  task.unit = "samples";
+  task.units_per_row = 1;
+  task.eval_name = "test";
+  task.metric_name = "acc";
+  task.train = train_src;
+  task.eval = test_src;
+  task.loss = loss;
+  task.metric = correct;
 
-  mpt_sampler_config sc = mpt_sampler_config_default(); /* this rank's shard, reshuffled */
-  sc.num_replicas = world;
-  sc.rank = rank;
-  mpt_sampler *sampler;
-  mpt_loader *loader;
-  mpt_loader_config lc = mpt_loader_config_default();
-  lc.batch_size = 32; /* per rank */
-  TRY(mpt_sampler_init(&sampler, train.count, &sc));
-  TRY(mpt_loader_init(&loader, &train, sampler, &lc));
-
-  double accuracy = 0;
-  for (int epoch = 0; epoch < epochs; epoch++) {
-    TRY(mpt_loader_start_epoch(loader, epoch));
-    mpt_batch b;
-    int more;
-    while ((more = mpt_loader_next(loader, &b)) == MPT_OK) {
-      mpt_var *x, *logits, *loss;
-      TRY(mpt_model_zero_grad(model, NULL));                         /* 1 */
-      mpt_tape_reset(tape, (uint64_t)b.index);                        /* 2 */
-      TRY(mpt_tape_input(tape, &b.images, &x));                       /* 3 */
-      TRY(mpt_model_forward(model, tape, x, &logits));                /* 4 */
-      TRY(mpt_nn_cross_entropy(tape, logits, &b.labels, &loss));      /* 5 */
-      TRY(mpt_tape_backward(tape, loss, 1.0f));                       /* 6: averaged */
-      TRY(mpt_optimizer_step_model(opt, model, NULL, oc.lr));         /* 7 */
-    }
-    if (more < 0) TRY((mpt_status)more);
-    accuracy = evaluate(tape, &test);
-    if (rank == 0) printf("epoch %d  test accuracy %.4f  (%d ranks)\n", epoch + 1, accuracy, world);
-  }
+  mpt_trainer_config cfg = mpt_trainer_config_default();
+  cfg.epochs = epochs;
+  cfg.batch_size = 32; /* per rank */
+  cfg.optim.lr = 0.01f;
+  cfg.optim.momentum = 0.9f;
+  cfg.model_name = "resnet-mlp";
+  cfg.checkpoint_dir = checkpoint_dir;
+  cfg.resume = checkpoint_dir ? "auto" : NULL; /* a second run continues the first */
+  cfg.progress_interval_s = 0;
+  mpt_train_result res;
+  TRY(mpt_trainer_run(comm, model, &task, &cfg, &res));
 
   /* The replicas must be bit-identical: compare a hash of the parameters across ranks. */
   uint32_t h = 2166136261u;
@@ -142,20 +128,21 @@ int main(int argc, char **argv) {
   int32_t lo = (int32_t)(h >> 1), hi = lo;
   TRY(mpt_comm_allreduce_sync(comm, &lo, &lo, 1, MPT_I32, MPT_REDUCE_MIN));
   TRY(mpt_comm_allreduce_sync(comm, &hi, &hi, 1, MPT_I32, MPT_REDUCE_MAX));
-  const int ok = lo == hi && accuracy >= min_accuracy;
-  if (rank == 0 && !ok)
-    fprintf(stderr, "custom_model: FAILED: replicas %s, accuracy %.4f (want >= %.4f)\n",
-            lo == hi ? "identical" : "DIFFER", accuracy, min_accuracy);
+  const int ok = lo == hi && (res.preempted || res.eval_metric >= min_accuracy);
+  if (mpt_comm_rank(comm) == 0)
+    printf("custom_model: %lld steps, test accuracy %.4f, replicas %s%s\n",
+           (long long)res.global_step, res.eval_metric, lo == hi ? "identical" : "DIFFER",
+           res.preempted ? " (preempted)" : "");
+  if (mpt_comm_rank(comm) == 0 && !ok)
+    fprintf(stderr, "custom_model: FAILED: accuracy %.4f (want >= %.4f)\n", res.eval_metric,
+            min_accuracy);
 
-  mpt_loader_free(loader);
-  mpt_sampler_free(sampler);
-  mpt_optimizer_free(opt);
-  mpt_tape_free(tape);
-  mpt_ddp_free(ddp); /* unwraps the model */
+  mpt_data_source_free(train_src);
+  mpt_data_source_free(test_src);
   mpt_model_free(model);
   mpt_dataset_free(&train);
   mpt_dataset_free(&test);
   mpt_comm_free(comm);
   mpt_comm_finalize();
-  return ok ? 0 : 1;
+  return !ok ? 1 : res.preempted ? MPT_TRAIN_EXIT_PREEMPTED : 0;
 }

@@ -83,7 +83,7 @@ done
 # F48: --save-params (or --metrics-json, --trace) onto a --data file replaced the training
 # images at the end of the run; two outputs on one path lost one of them. Refused at start-up.
 cp "$tmp/d100/train-images-idx3-ubyte.gz" "$tmp/images.orig"
-expect 1 "--save-params '$tmp/d100/train-images-idx3-ubyte.gz' is a --data file" \
+expect 1 "--save-params '$tmp/d100/train-images-idx3-ubyte.gz' is an input of the run" \
   "--save-params onto the training images" -- \
   "$prog" train --data "$tmp/d100" --save-params "$tmp/d100/train-images-idx3-ubyte.gz" $small
 cmp -s "$tmp/images.orig" "$tmp/d100/train-images-idx3-ubyte.gz" && ok ||

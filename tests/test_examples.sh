@@ -1,8 +1,11 @@
 #!/bin/sh
 # The examples (examples/*.c), run as a user would:
 #  - custom_op: a user op's gradients against central differences (one process);
-#  - custom_model: a user's residual model trained with DDP on Fashion-MNIST, 2 ranks, one
-#    epoch on 6000 samples: test accuracy at least 0.70 and bit-identical replicas;
+#  - custom_model: a user's residual model trained by the library's loop (mpt_trainer_run) with
+#    DDP on Fashion-MNIST, 2 ranks, one epoch on 6000 samples: test accuracy at least 0.70 and
+#    bit-identical replicas; then two epochs with a checkpoint folder, the second run resuming
+#    the first (resume auto), whose parameters equal one run of two epochs;
+#  - hand_loop: the same model with the step's seven calls written out, the same checks;
 #  - dp_vs_ddp: DataParallel and DDP side by side, 2 ranks / 2 devices: the same parameters at
 #    the end (1e-4);
 #  - the library installed with `make install DESTDIR=...` (no mpt__ symbol in `nm -D
@@ -23,6 +26,22 @@ if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] &&
 else
   "$here/mpirun.sh" 2 300 "$top/examples/custom_model" 1 6000 0.70 ||
     fail "examples/custom_model under mpirun -np 2"
+  "$here/mpirun.sh" 2 300 "$top/examples/hand_loop" 1 6000 0.70 ||
+    fail "examples/hand_loop under mpirun -np 2"
+  # resume auto: 1 epoch, then a second run to 2 epochs, against 2 epochs in one run
+  ck=$(mktemp -d)
+  out2="" out3=""
+  out1=$("$here/mpirun.sh" 2 300 "$top/examples/custom_model" 1 3000 0 "$ck/a" 2>&1) &&
+    out2=$("$here/mpirun.sh" 2 300 "$top/examples/custom_model" 2 3000 0 "$ck/a" 2>&1) &&
+    out3=$("$here/mpirun.sh" 2 300 "$top/examples/custom_model" 2 3000 0 2>&1) ||
+    fail "examples/custom_model with a checkpoint folder"
+  printf '%s' "$out2" | grep -q "resume auto: resuming from" ||
+    fail "custom_model: the second run did not resume: $(printf '%s' "$out2" | tail -3)"
+  a=$(printf '%s' "$out2" | grep -o 'test accuracy [0-9.]*')
+  b=$(printf '%s' "$out3" | grep -o 'test accuracy [0-9.]*')
+  [ -n "$a" ] && [ "$a" = "$b" ] ||
+    fail "custom_model: 1 + 1 resumed epochs gave '$a', 2 epochs in one run '$b'"
+  rm -rf "$ck"
   "$here/mpirun.sh" 2 300 "$top/examples/dp_vs_ddp" 60 || fail "examples/dp_vs_ddp under mpirun -np 2"
 fi
 

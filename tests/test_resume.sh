@@ -36,7 +36,7 @@ check_resume mlp_1rank_mid 1 5
 check_resume mlp_1rank_boundary 1 16
 check_resume mlp_2ranks_mid 2 5
 check_resume cnn_bn_adamw_2ranks 2 11 --model cnn --batchnorm --optimizer adamw --lr 0.001 \
-  --hidden 32 --dropout 0.2
+  --dropout 0.2
 # Keep-last-K: checkpoints at steps 3, 6, 9, 11 with --keep 3 (the default) leave 3 files.
 n=$(ls "$tmp/cnn_bn_adamw_2ranks.ck" | grep -c '^ckpt-step.*\.mpt$')
 [ "$n" -eq 3 ] && ok || bad "keep-last-3 left $n checkpoints"
@@ -53,7 +53,7 @@ out=$(run 1 $base --resume "$tmp/mlp_1rank_mid.ck" --checkpoint-dir "$d" 2>&1)
   bad "--resume from another directory into $d was not refused: $(printf '%s' "$out" | tail -n 2)"
 # Resuming from an older checkpoint of the directory would overwrite the later ones: refused.
 older=$(ls "$d"/ckpt-step*.mpt | head -n 1)
-out=$(run 2 $base --model cnn --batchnorm --optimizer adamw --lr 0.001 --hidden 32 --dropout 0.2 \
+out=$(run 2 $base --model cnn --batchnorm --optimizer adamw --lr 0.001 --dropout 0.2 \
       --resume "$older" --checkpoint-dir "$d" 2>&1)
 [ $? -eq 1 ] && printf '%s' "$out" | grep -q "is not the latest checkpoint" && ok ||
   bad "--resume of an older checkpoint into $d was not refused: $(printf '%s' "$out" | tail -n 2)"

@@ -318,6 +318,42 @@ check "resume: ... naming the option" \
   has "$work/mpitrain-runs/$j_r3/train.log" "--lr 0.05 in the checkpointed run, 0.1 now"
 unset MPT_CHECKPOINT_DIR MPT_SAVE_PARAMS
 
+# ---- a GPT through the batch script: preempted, resubmitted, bit-identical --------------------
+awk 'BEGIN { srand(3); split("the a cat dog sat on mat ran fast red big and of to in", w, " ");
+     for (i = 0; i < 4000; i++) { n = 5 + int(rand() * 6); s = "";
+       for (j = 0; j < n; j++) s = s w[1 + int(rand() * 15)] " "; print s "." } }' \
+  >"$work/text.txt"
+"$prog" tokenize --bytes --val-fraction 0.1 -o "$work/shards" "$work/text.txt" >/dev/null
+gargs="--model gpt --n-layer 2 --n-head 2 --n-embd 32 --seq-len 32 --batch-size 4 --shards
+  $work/shards/train_000000.bin --val-shards $work/shards/val_000000.bin --max-steps 1500
+  --log-every 1 --checkpoint-every 100 --lr 1e-3 --no-shuffle"
+# shellcheck disable=SC2086
+"$here/mpirun.sh" 2 "$(left 240)" "$prog" train $gargs --save-params "$work/ref_gpt.f32" \
+  >"$work/ref_gpt.log" 2>&1
+check "gpt: uninterrupted reference run exits 0" [ -s "$work/ref_gpt.f32" ]
+gck=$work/ck-gpt
+export MPT_CHECKPOINT_DIR=$gck MPT_SAVE_PARAMS=1
+j_g1=$(MPT_TRAIN_ARGS=$gargs sb train_single_node.sbatch)
+if wait_file 60 "$work/mpitrain-runs/$j_g1/train.log" "step *150/"; then
+  timeout 10 scancel --signal=TERM "$j_g1"
+fi
+check "gpt: first job ended in time" wait_jobs 60 "$j_g1"
+g1=$work/mpitrain-runs/$j_g1
+check "gpt: first job preempted, exit code 75:0" [ "$(job_field "$j_g1" ExitCode)" = 75:0 ]
+check "gpt: both ranks stopped after the same step" \
+  [ "$(grep 'received: stopping after step' "$g1/train.log" | sed 's/.*after step //' |
+    sort -u | wc -l)" = 1 ]
+check "gpt: the first job checkpointed where it stopped" has "$g1/train.log" "checkpoint $gck/ckpt-step"
+j_g2=$(MPT_TRAIN_ARGS=$gargs sb train_single_node.sbatch --time=10)
+check "gpt: resubmitted job ended in time" wait_jobs 240 "$j_g2"
+g2=$work/mpitrain-runs/$j_g2
+check "gpt: resubmitted job exit code 0:0" [ "$(job_field "$j_g2" ExitCode)" = 0:0 ]
+check "gpt: resubmitted job resumed" has "$g2/train.log" "resumed from $gck: epoch 1, global step [1-9]"
+check "gpt: parameters byte-identical to the uninterrupted run" \
+  cmp -s "$work/ref_gpt.f32" "$g2/params.f32"
+if [ $fail -gt 0 ]; then tail -n 5 "$g1/train.log" "$g2/train.log"; fi
+unset MPT_CHECKPOINT_DIR MPT_SAVE_PARAMS
+
 # ---- F14: srun without a PMI plugin -----------------------------------------------------------
 # With Debian's Open MPI, MPI_Init itself refuses a direct launch without PMI; with other MPIs
 # every task would be a world of 1 and mpitrain's own check (the --mpi=pmix hint) fires.

@@ -146,6 +146,7 @@ typedef struct mpt_train_task {
                                 GFLOP/s line and no SGEMM-peak measurement at the end) */
   const char *eval_name;     /* the evaluation set in logs ("test", "val") */
   const char *metric_name;   /* the metric beside the loss ("acc"); NULL: none */
+  const char *loss_unit;     /* the loss's unit in the evaluation lines ("nats/token"); NULL */
   const mpt_data_source *train; /* required: training samples */
   const mpt_data_source *eval;  /* evaluation samples; NULL: no evaluation */
   int64_t samples_per_batch; /* data samples per micro-batch; 0: the config's batch_size (one
@@ -246,6 +247,12 @@ MPT_API mpt_status mpt_trainer_catch_signals(void);
  * same file; mpt_trainer_run calls it. Errors: MPT_EIO naming the file, MPT_EINVAL (another
  * log_file than an earlier call's). */
 MPT_API mpt_status mpt_trainer_log_open(mpt_comm *comm, const mpt_trainer_config *cfg);
+
+/* An output path a program will write at the end of a run, checked at its start: a new file or
+ * a regular one (replaced by rename), never a directory, a device or a symbolic link, in a
+ * folder that exists and can be written now. `option` names it in the message. Local. Errors:
+ * MPT_EINVAL naming the option, the path and why. */
+MPT_API mpt_status mpt_trainer_check_output_path(const char *option, const char *path);
 
 /* Name of a signal the loop stops on ("SIGTERM", "SIGUSR1"), "a signal on another rank" for
  * 0. */

@@ -31,8 +31,9 @@ typedef struct run {
   mpt_dataset train, test;            /* mlp, cnn */
   int have_train, have_test;
   mpt_token_data *tokens, *val_tokens; /* gpt */
+  mpt_gpt_config gpt;                  /* the GPT's sizes (--init-from: the file's padding) */
   mpt_train_task *task;
-  char run_options[1024], inputs[4 * 4200];
+  char run_options[10240], inputs[8 * 4200];
 } run;
 
 static const char *or_null(const char *s) { return s[0] ? s : NULL; }
@@ -232,11 +233,19 @@ static mpt_status setup_images(run *r) {
  * FLOPs per token as llm.c counts them: 6 N + 6 L C T (attention). */
 static mpt_status setup_gpt(run *r) {
   const mpt_cli_options *o = r->o;
-  const mpt_gpt_config *cfg = &o->gpt;
+  mpt_gpt_config gpt = o->gpt;
+  const mpt_gpt_config *cfg = &gpt;
+  if (o->init_from[0]) { /* llm.c reads any padded vocabulary of at least V: so do we */
+    mpt_gpt_config file;
+    MPT_RETURN_IF(mpt_gpt_file_read_header(o->init_from, &file));
+    if (file.vocab_size == gpt.vocab_size && file.padded_vocab_size >= gpt.vocab_size)
+      gpt.padded_vocab_size = file.padded_vocab_size;
+  }
   if (o->init_from[0] && o->resume[0] && strcmp(o->resume, "auto") != 0)
     return MPT_FAIL(MPT_EINVAL, "--init-from and --resume: give one (a checkpoint already "
                     "holds the parameters)");
   if (r->rank == 0 && o->save_model[0]) {
+    MPT_RETURN_IF(mpt_trainer_check_output_path("--save-model", o->save_model));
     MPT_RETURN_IF(mpt_cli_gpt_check_save_model(o->save_model));
     add_input(r, o->save_model); /* neither --save-params nor --metrics-json may be it */
   }
@@ -258,13 +267,23 @@ static mpt_status setup_gpt(run *r) {
         mpt_token_data_num_windows(r->tokens) +
             (r->val_tokens ? mpt_token_data_num_windows(r->val_tokens) : 0)));
   MPT_RETURN_IF(mpt_model_init_gpt(&r->model, r->device, cfg, o->seed));
-  if (o->init_from[0] && !o->resume[0]) {
+  /* --resume auto: a new run starts from --init-from, a resubmitted one from its checkpoint
+   * (the model file is then not read: it may be gone, or be the run's own --save-model) */
+  int32_t resuming = 0;
+  if (o->init_from[0] && strcmp(o->resume, "auto") == 0) {
+    char latest[4200];
+    if (r->rank == 0)
+      resuming = mpt_ckpt_find_latest(o->checkpoint_dir, latest, sizeof latest) == MPT_OK;
+    if (r->world > 1)
+      MPT_RETURN_IF(mpt_comm_allreduce_sync(r->comm, &resuming, &resuming, 1, MPT_I32,
+                                            MPT_REDUCE_MAX));
+  }
+  if (o->init_from[0] && !resuming) {
     MPT_RETURN_IF(mpt_gpt_load(r->model, cfg, o->init_from));
     mpt_log(MPT_LOG_INFO, "--init-from: the parameters were read from %s", o->init_from);
-  } else if (o->init_from[0]) { /* --resume auto: a new run starts from --init-from */
-    MPT_RETURN_IF(mpt_gpt_load(r->model, cfg, o->init_from));
-    mpt_log(MPT_LOG_INFO, "--init-from: the parameters were read from %s (a checkpoint that "
-            "--resume auto finds replaces them)", o->init_from);
+  } else if (o->init_from[0]) {
+    mpt_log(MPT_LOG_INFO, "--resume auto found a checkpoint: --init-from %s is not read (it "
+            "starts a new run only)", o->init_from);
   }
   const double flops = 6 * (double)mpt_model_param_count(r->model) +
                        6.0 * cfg->num_layers * cfg->channels * cfg->max_seq_len;
@@ -273,6 +292,7 @@ static mpt_status setup_gpt(run *r) {
           cfg->num_heads, cfg->channels, cfg->max_seq_len, cfg->vocab_size,
           cfg->padded_vocab_size, (long long)mpt_token_data_num_windows(r->tokens),
           (long long)o->batch_size, cfg->max_seq_len);
+  r->gpt = gpt;
   return mpt_train_task_tokens(&r->task, r->tokens, r->val_tokens, cfg->vocab_size, flops);
 }
 
@@ -289,7 +309,7 @@ static mpt_status train(run *r, mpt_train_result *res) {
   MPT_RETURN_IF(mpt_cli_is_gpt(o) ? setup_gpt(r) : setup_images(r));
   MPT_RETURN_IF(mpt_trainer_run(r->comm, r->model, r->task, &c, res));
   if (mpt_cli_is_gpt(o) && r->rank == 0 && o->save_model[0]) {
-    MPT_RETURN_IF(mpt_gpt_save(r->model, &o->gpt, o->save_model));
+    MPT_RETURN_IF(mpt_gpt_save(r->model, &r->gpt, o->save_model));
     mpt_log(MPT_LOG_INFO, "model written to %s", o->save_model);
   }
   return MPT_OK;

@@ -117,7 +117,7 @@ mpt_status mpt__train_check_epoch(mpt__trainer *t, int64_t epoch) {
 
 /* An output path may be a new file or a regular file (replaced by rename); never a device, a
  * directory or a symbolic link, which a rename would destroy. */
-mpt_status mpt__train_check_output_path(const char *option, const char *path) {
+mpt_status mpt_trainer_check_output_path(const char *option, const char *path) {
   struct stat sb;
   if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
     return MPT_FAIL(MPT_EINVAL, "%s '%s' exists and is not a regular file (%s): refusing to "
@@ -214,7 +214,7 @@ static mpt_status params_on_host(mpt_model *model, mpt_stream *stream, float **h
 
 mpt_status mpt_trainer_save_params(mpt_model *model, mpt_stream *stream, const char *path) {
   if (!model || !path) return MPT_FAIL(MPT_EINVAL, "mpt_trainer_save_params: NULL argument");
-  MPT_RETURN_IF(mpt__train_check_output_path("--save-params", path));
+  MPT_RETURN_IF(mpt_trainer_check_output_path("--save-params", path));
   char tmp[4200];
   snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
   FILE *f = fopen(tmp, "wb");

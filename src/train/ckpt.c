@@ -220,7 +220,7 @@ mpt_status mpt__train_resume(mpt__trainer *t) {
   if (meta.step_in_epoch > t->steps_per_epoch)
     return MPT_FAIL(MPT_EMISMATCH,
                     "checkpoint '%s' is at step %" PRId64 " of an epoch of %" PRId64
-                    " steps: the batch size or data changed",
+                    " steps: the batch size, --accumulate, --max-steps or the data changed",
                     o->resume, meta.step_in_epoch, t->steps_per_epoch);
   if (meta.global_step != meta.epoch * t->steps_per_epoch + meta.step_in_epoch)
     return MPT_FAIL(MPT_EMISMATCH,

@@ -117,18 +117,35 @@ void mpt__train_log_start(mpt__trainer *t) {
   if (t->dp)
     mpt_log(MPT_LOG_INFO, "DataParallel over %d devices (%s) in each rank",
             mpt_dp_num_devices(t->dp), c->dp_devices);
-  char sched[160], warm[64] = "no warm-up";
+  const mpt_optimizer_config *oc = &c->optim;
+  char optim[128], sched[160];
+  if (oc->kind == MPT_OPTIM_SGD)
+    snprintf(optim, sizeof optim, "sgd lr %g, %smomentum %g", (double)oc->lr,
+             oc->nesterov ? "Nesterov " : "", (double)oc->momentum);
+  else
+    snprintf(optim, sizeof optim, "%s lr %g, betas (%g, %g)", mpt_optimizer_kind_name(oc->kind),
+             (double)oc->lr, (double)oc->beta1, (double)oc->beta2);
   mpt__train_schedule_str(&t->schedule, sched, sizeof sched);
+  const char *buffers = c->ddp.buffers == MPT_DDP_BUFFERS_BROADCAST ? "broadcast"
+                        : c->ddp.buffers == MPT_DDP_BUFFERS_AVERAGE ? "average" : "none";
+  char par[96] = "one process";
+  if (t->ddp)
+    snprintf(par, sizeof par, "%s (overlap %s, buffers %s)", t->dp ? "DDP + DP" : "DDP",
+             c->ddp.overlap ? "on" : "off", buffers);
+  else if (t->dp)
+    snprintf(par, sizeof par, "DP");
+  char warm[64] = "";
   if (t->schedule.warmup_steps > 0)
-    snprintf(warm, sizeof warm, "warm-up %" PRId64 " steps from %.4g x lr",
-             (int64_t)t->schedule.warmup_steps, (double)t->schedule.warmup_start_factor);
-  mpt_log(MPT_LOG_INFO, "configuration: schedule %s, %s; %" PRId64 " epoch(s); seed %" PRIu64
-          "; %s; timeout %g s, check-collectives %s; checkpoints %s%s%s%s", sched, warm,
-          c->epochs, c->seed, t->ddp ? (t->dp ? "DDP + DP" : "DDP") : t->dp ? "DP" : "one process",
-          c->timeout_s, c->check_collectives ? "on" : "off",
+    snprintf(warm, sizeof warm, " from %.4g x lr", (double)t->schedule.warmup_start_factor);
+  mpt_log(MPT_LOG_INFO, "configuration: model %s; %s, weight decay %g%s; schedule %s, warm-up %"
+          PRId64 " steps%s; %" PRId64 " epoch(s) x %" PRId64 " steps, batch %" PRId64 " per rank x "
+          "%d micro-batch(es), seed %" PRIu64 "; %s; timeout %g s, check-collectives %s; "
+          "checkpoints %s%s%s", c->model_name, optim, (double)oc->weight_decay,
+          c->no_decay_bias_norm ? " (>= 2-D weights only)" : "", sched,
+          (int64_t)t->schedule.warmup_steps, warm, c->epochs, t->steps_per_epoch, c->batch_size,
+          c->accumulate, c->seed, par, c->timeout_s, c->check_collectives ? "on" : "off",
           c->checkpoint_dir[0] ? c->checkpoint_dir : "off",
-          c->skip_nonfinite ? "; --skip-nonfinite" : "", c->profile ? "; --profile on" : "",
-          c->precision != MPT_PRECISION_FP32 ? "; bf16 GEMMs" : "");
+          c->skip_nonfinite ? "; --skip-nonfinite" : "", c->profile ? "; --profile on" : "");
 }
 
 void mpt__train_progress(mpt__trainer *t, int64_t epoch, int64_t step, const double *sums) {

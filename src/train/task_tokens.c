@@ -323,6 +323,7 @@ mpt_status mpt_train_task_tokens(mpt_train_task **out, mpt_token_data *train, mp
   t->units_per_row = mpt_token_data_config_get(train).seq_len;
   t->flops_per_unit = flops_per_unit;
   t->eval_name = "val";
+  t->loss_unit = "nats/token";
   t->train = k->train_source;
   t->eval = k->val_source;
   t->samples_per_batch = 1;

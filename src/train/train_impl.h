@@ -142,7 +142,6 @@ mpt_status mpt__train_opt_whole_done(mpt__trainer *t, mpt_optimizer *whole, int 
 
 /* ---- checks.c ---- */
 mpt_status mpt__train_check_same_options(mpt_comm *comm, int argc, char **argv);
-mpt_status mpt__train_check_output_path(const char *option, const char *path);
 mpt_status mpt__train_check_outputs(const mpt__trainer *t);
 mpt_status mpt__train_check_epoch(mpt__trainer *t, int64_t epoch);
 mpt_status mpt__train_check_replicas(mpt__trainer *t);

@@ -92,7 +92,7 @@ static mpt_status check_outputs(mpt__trainer *t) {
   const char *names[3] = {"--save-params", "--metrics-json", "--trace"};
   const char *paths[3] = {c->save_params, c->metrics_json, c->trace};
   for (int i = 0; i < 3; i++)
-    if (paths[i][0]) MPT_RETURN_IF(mpt__train_check_output_path(names[i], paths[i]));
+    if (paths[i][0]) MPT_RETURN_IF(mpt_trainer_check_output_path(names[i], paths[i]));
   MPT_RETURN_IF(mpt__train_check_outputs(t));
   if (c->checkpoint_dir[0]) MPT_RETURN_IF(mpt__train_check_checkpoint_dir(c));
   if (c->checkpoint_dir[0] || c->resume[0]) MPT_RETURN_IF(mpt__train_check_run_options(t));
@@ -307,6 +307,22 @@ static mpt_status setup(mpt__trainer *t) {
   return MPT_OK;
 }
 
+/* An evaluation, and its line: "step N  test loss L  acc A" (a language model: "val loss L
+ * nats/token"), at the start, every eval_every steps and at each epoch's end. */
+static mpt_status eval_line(mpt__trainer *t) {
+  if (!t->task->eval) return MPT_OK;
+  MPT_RETURN_IF(mpt__train_evaluate(t));
+  char metric[48] = "";
+  if (t->task->metric)
+    snprintf(metric, sizeof metric, "  %s %.4f", t->task->metric_name ? t->task->metric_name
+                                                                       : "metric",
+             t->eval_metric);
+  mpt_log(MPT_LOG_INFO, "step %6" PRId64 "  %s loss %.4f%s%s%s", t->global_step,
+          t->task->eval_name ? t->task->eval_name : "eval", t->eval_loss,
+          t->task->loss_unit ? " " : "", t->task->loss_unit ? t->task->loss_unit : "", metric);
+  return MPT_OK;
+}
+
 /* The end of an epoch's steps: the epoch's figures over all ranks, evaluation (not after an
  * interruption: the time may be short), the epoch line, the health checks, a checkpoint. */
 static mpt_status end_epoch(mpt__trainer *t, int64_t epoch, int64_t step, double *sums,
@@ -336,7 +352,7 @@ static mpt_status end_epoch(mpt__trainer *t, int64_t epoch, int64_t step, double
   }
   char ev[96] = "";
   if (t->task->eval) {
-    MPT_RETURN_IF(mpt__train_evaluate(t));
+    MPT_RETURN_IF(eval_line(t));
     m->eval_loss = t->eval_loss;
     m->eval_metric = t->eval_metric;
     int used = snprintf(ev, sizeof ev, "  %s loss %.4f", t->task->eval_name ? t->task->eval_name
@@ -361,22 +377,6 @@ static mpt_status end_epoch(mpt__trainer *t, int64_t epoch, int64_t step, double
     MPT_RETURN_IF(mpt__train_save_checkpoint(t, epoch + 1, 0));
     t->train_ms -= mpt_time_ms() - k0;
   }
-  return MPT_OK;
-}
-
-/* Evaluation in the middle of an epoch (eval_every) or at the start: a line of its own. */
-static mpt_status eval_line(mpt__trainer *t) {
-  if (!t->task->eval) return MPT_OK;
-  MPT_RETURN_IF(mpt__train_evaluate(t));
-  char metric[48] = "";
-  if (t->task->metric)
-    snprintf(metric, sizeof metric, "  %s %.4f", t->task->metric_name ? t->task->metric_name
-                                                                       : "metric",
-             t->eval_metric);
-  mpt_log(MPT_LOG_INFO, "step %6" PRId64 "  %s loss %.4f%s%s%s", t->global_step,
-          t->task->eval_name ? t->task->eval_name : "eval", t->eval_loss,
-          strcmp(t->task->unit ? t->task->unit : "", "tokens") == 0 ? " nats/token" : "",
-          metric, "");
   return MPT_OK;
 }
 
