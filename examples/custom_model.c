@@ -1,14 +1,16 @@
 /* Your own model, trained with DDP on Fashion-MNIST by the library's training loop
  * (mpitrain/trainer.h), through the public API only.
  *
- *   mpirun -np 2 ./examples/custom_model [EPOCHS [TRAIN_LIMIT [MIN_ACCURACY [CHECKPOINT_DIR]]]]
+ *   mpirun -np 2 ./examples/custom_model [EPOCHS [TRAIN_LIMIT [MIN_ACCURACY [CHECKPOINT_DIR
+ *                                          [STOP_AT_STEP]]]]]
  *
  * A residual MLP: h = relu(fc_in(x)), a block of two branches (the identity and
  * fc_b(relu(fc_a(h))), added, relu), then fc_out. The model is yours; the task (what the loop
  * needs from a model family: the data, the loss of a micro-batch, a metric) is filled here by
  * hand, as for a family of your own; mpt_trainer_run then does the epochs with DDP (rank 0's
  * parameters broadcast, gradients averaged in buckets during backward), evaluation, checkpoints
- * and --resume (with CHECKPOINT_DIR: a second run continues the first), SIGTERM / SIGUSR1
+ * and resume (with CHECKPOINT_DIR: a run stopped at STOP_AT_STEP, or preempted, is continued
+ * by the next one with the same arguments but STOP_AT_STEP), SIGTERM / SIGUSR1
  * preemption and the logs. examples/hand_loop.c trains the same model with the seven calls of
  * a step written out. Exits 1 if the test accuracy stays below MIN_ACCURACY or the replicas
  * differ at the end, 75 when preempted. */
@@ -73,6 +75,7 @@ int main(int argc, char **argv) {
   const int64_t limit = argc > 2 ? atoll(argv[2]) : 0;
   const double min_accuracy = argc > 3 ? atof(argv[3]) : 0.0;
   const char *checkpoint_dir = argc > 4 ? argv[4] : NULL;
+  const int64_t stop_at_step = argc > 5 ? atoll(argv[5]) : 0;
   TRY(mpt_trainer_catch_signals()); /* before MPI's start-up: a signal then is not fatal */
   TRY(mpt_comm_init(&comm, NULL));
 
@@ -116,6 +119,7 @@ int main(int argc, char **argv) {
   cfg.model_name = "resnet-mlp";
   cfg.checkpoint_dir = checkpoint_dir;
   cfg.resume = checkpoint_dir ? "auto" : NULL; /* a second run continues the first */
+  cfg.stop_at_step = stop_at_step;
   cfg.progress_interval_s = 0;
   mpt_train_result res;
   TRY(mpt_trainer_run(comm, model, &task, &cfg, &res));
@@ -128,7 +132,8 @@ int main(int argc, char **argv) {
   int32_t lo = (int32_t)(h >> 1), hi = lo;
   TRY(mpt_comm_allreduce_sync(comm, &lo, &lo, 1, MPT_I32, MPT_REDUCE_MIN));
   TRY(mpt_comm_allreduce_sync(comm, &hi, &hi, 1, MPT_I32, MPT_REDUCE_MAX));
-  const int ok = lo == hi && (res.preempted || res.eval_metric >= min_accuracy);
+  const int ok = lo == hi && (res.preempted || res.stopped || res.steps_run == 0 ||
+                              res.eval_metric >= min_accuracy);
   if (mpt_comm_rank(comm) == 0)
     printf("custom_model: %lld steps, test accuracy %.4f, replicas %s%s\n",
            (long long)res.global_step, res.eval_metric, lo == hi ? "identical" : "DIFFER",

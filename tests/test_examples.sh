@@ -3,8 +3,8 @@
 #  - custom_op: a user op's gradients against central differences (one process);
 #  - custom_model: a user's residual model trained by the library's loop (mpt_trainer_run) with
 #    DDP on Fashion-MNIST, 2 ranks, one epoch on 6000 samples: test accuracy at least 0.70 and
-#    bit-identical replicas; then two epochs with a checkpoint folder, the second run resuming
-#    the first (resume auto), whose parameters equal one run of two epochs;
+#    bit-identical replicas; then two epochs with a checkpoint folder, stopped at step 60 and
+#    continued by a second run (resume auto), whose accuracy equals one run of two epochs;
 #  - hand_loop: the same model with the step's seven calls written out, the same checks;
 #  - dp_vs_ddp: DataParallel and DDP side by side, 2 ranks / 2 devices: the same parameters at
 #    the end (1e-4);
@@ -28,10 +28,11 @@ else
     fail "examples/custom_model under mpirun -np 2"
   "$here/mpirun.sh" 2 300 "$top/examples/hand_loop" 1 6000 0.70 ||
     fail "examples/hand_loop under mpirun -np 2"
-  # resume auto: 1 epoch, then a second run to 2 epochs, against 2 epochs in one run
+  # resume auto: 2 epochs stopped at step 60, then a second run to the end, against 2 epochs in
+  # one run
   ck=$(mktemp -d)
   out2="" out3=""
-  out1=$("$here/mpirun.sh" 2 300 "$top/examples/custom_model" 1 3000 0 "$ck/a" 2>&1) &&
+  out1=$("$here/mpirun.sh" 2 300 "$top/examples/custom_model" 2 3000 0 "$ck/a" 60 2>&1) &&
     out2=$("$here/mpirun.sh" 2 300 "$top/examples/custom_model" 2 3000 0 "$ck/a" 2>&1) &&
     out3=$("$here/mpirun.sh" 2 300 "$top/examples/custom_model" 2 3000 0 2>&1) ||
     fail "examples/custom_model with a checkpoint folder"

@@ -444,14 +444,25 @@ expect 1 "--accumulate 1 in the checkpointed run, 2 now" "--resume with --accumu
 expect 0 "resumed from .*: epoch 1, global step 3" "--resume with the same options" -- \
   "$prog" train $tiny $shards --batch-size 2 --max-steps 6 --resume "$tmp/ck"
 
-# Resumed on shards shorter than the position the checkpoint holds (other data: 65 tokens are
-# 2 windows of B 2 x T 16 + 1, the checkpoint is 3 steps into its epoch): the run said "resumed
-# at step 3", trained nothing and exited 0. Refused naming both positions.
+# Resumed on other shards, shorter than the position the checkpoint holds (65 tokens are 2
+# windows of B 2 x T 16 + 1, the checkpoint is 3 steps into its epoch): the run said "resumed
+# at step 3", trained nothing and exited 0; another --shards trained on other text without a
+# word. Refused naming both globs (run-options.txt records them).
 mkshard "$tmp/two.bin" 20240520 1 65 65 5
 # shellcheck disable=SC2086
+expect 1 "--shards .* in the checkpointed run, $tmp/two.bin now" \
+  "--resume on other, shorter shards" -- "$prog" train $tiny --shards "$tmp/two.bin" \
+  --batch-size 2 --max-steps 6 --resume "$tmp/ck"
+# ... and the same glob over other, shorter text: refused naming both positions.
+cp "$tmp/sh/train_000000.bin" "$tmp/swap.bin"
+# shellcheck disable=SC2086
+"$prog" train $tiny --shards "$tmp/swap.bin" --batch-size 2 --max-steps 6 --stop-at-step 3 \
+  --checkpoint-dir "$tmp/ck_swap" > /dev/null 2>&1
+cp "$tmp/two.bin" "$tmp/swap.bin"
+# shellcheck disable=SC2086
 expect 1 "' is at step 3 of an epoch of 2 steps: the batch size, --accumulate, --max-steps or the data changed" \
-  "--resume on shorter shards" -- "$prog" train $tiny --shards "$tmp/two.bin" --batch-size 2 \
-  --max-steps 6 --resume "$tmp/ck"
+  "--resume on the same glob over shorter text" -- "$prog" train $tiny --shards "$tmp/swap.bin" \
+  --batch-size 2 --max-steps 6 --resume "$tmp/ck_swap"
 
 # A checkpoint given as a model file (to sample from it): named as such, with what to do.
 expect 1 "this is an mpitrain checkpoint: continue it with --resume, or write a model file" \

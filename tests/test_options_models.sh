@@ -122,7 +122,7 @@ while IFS='|' read -r opts refused what np; do
     case " $refused " in *" $model "*) want=refused ;; *) want=works ;; esac
     if [ "$np" -eq 2 ]; then launch="$mpirun 2 120 $prog"; else launch="$prog"; fi
     # shellcheck disable=SC2086 # word lists on purpose
-    $launch train $base $common $o > "$log" 2>&1
+    $launch train $base $common $o > "$log" 2>&1 < /dev/null # mpirun reads stdin: the rows
     rc=$?
     name=$(printf '%s' "$opts" | cut -d' ' -f1)
     if [ "$want" = refused ]; then
@@ -142,6 +142,9 @@ while IFS='|' read -r opts refused what np; do
     fi
   done
   echo "$line"
+  echo x >> "$tmp/done"
 done < "$tmp/rows"
+[ "$(wc -l < "$tmp/done")" -eq "$(wc -l < "$tmp/rows")" ] ||
+  bad "$(wc -l < "$tmp/done") of the table's $(wc -l < "$tmp/rows") rows were run"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

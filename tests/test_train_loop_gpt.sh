@@ -84,8 +84,13 @@ preempt() {
   fi
   job=$!
   wait_for "$tmp/$case_.log" "step      3/600" 120 || bad "$case_: never reached step 3"
-  if [ "$np" -eq 1 ] || [ "$sig" = USR1 ]; then
+  if [ "$np" -eq 1 ]; then
     kill -"$sig" "$job"
+  elif [ "$sig" = USR1 ]; then # to mpirun itself, which forwards it to every rank
+    p=$(descendants "$job" | while read -r q; do
+      case $(cat "/proc/$q/comm" 2>/dev/null) in mpirun | orterun) echo "$q" ;; esac
+    done | head -n1)
+    if [ -n "$p" ]; then kill -USR1 "$p"; else bad "$case_: no mpirun process"; fi
   else
     p=$(rank_pid "$job" 1)
     if [ -n "$p" ]; then kill -"$sig" "$p"; else bad "$case_: no rank 1 process"; fi

@@ -86,15 +86,6 @@ static mpt_trainer_config config_of(const run *r) {
   return c;
 }
 
-/* The shortest %g text that reads back as the same float (0.05, not 0.0500000007). */
-static const char *float_text(float v, char *buf) {
-  for (int prec = 6; prec <= 9; prec++) {
-    snprintf(buf, 32, "%.*g", prec, (double)v);
-    if (strtof(buf, NULL) == v) break;
-  }
-  return buf;
-}
-
 /* The lines of run-options.txt that are the model's and the data's (the loop adds its own). */
 static void describe_run(run *r) {
   const mpt_cli_options *o = r->o;
@@ -103,12 +94,12 @@ static void describe_run(run *r) {
   for (int i = 0; i < o->mlp.num_hidden && used < sizeof hidden; i++)
     used += (size_t)snprintf(hidden + used, sizeof hidden - used, "%s%" PRId64, i ? "," : "",
                              (int64_t)o->mlp.hidden[i]);
-  char drop[32];
+  /* %g: the dropout as given on the command line (at most 6 digits read back the same) */
   int w = snprintf(r->run_options, sizeof r->run_options, "model %s\nhidden %s\nbatchnorm %d\n"
-                   "dropout %s\ntrain-limit %" PRId64 "\nsynthetic %d\n", o->model,
+                   "dropout %g\ntrain-limit %" PRId64 "\nsynthetic %d\n", o->model,
                    strcmp(o->model, "mlp") == 0 ? hidden : "-",
                    strcmp(o->model, "cnn") == 0 ? o->cnn.batchnorm : 0,
-                   float_text(mpt_cli_is_gpt(o) ? 0.0f : o->mlp.dropout, drop), o->train_limit,
+                   mpt_cli_is_gpt(o) ? 0.0 : (double)o->mlp.dropout, o->train_limit,
                    o->synthetic);
   if (w > 0 && (size_t)w < sizeof r->run_options && mpt_cli_is_gpt(o))
     snprintf(r->run_options + w, sizeof r->run_options - (size_t)w,

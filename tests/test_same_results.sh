@@ -1,0 +1,92 @@
+#!/bin/sh
+# No change in results from the one training loop (trainer.h): the mlp, the cnn (BatchNorm,
+# AdamW) and a tiny GPT, each on 1 and 2 ranks, a few steps with a fixed seed, write the same
+# parameter bytes as the two trainers the loop replaced (src/cli/train.c for mlp/cnn and
+# src/cli/train_gpt.c for the GPT, commit 0d10473 with issue 24's numerics merged). Their
+# SHA-256s are below. Every run forces one arithmetic that does not depend on the CPU's best
+# instruction set: MPT_CPU_ISA=avx2 (our kernels' AVX2 path, oneDNN capped at AVX2), one thread,
+# OpenBLAS's Haswell kernels.
+#
+# The hashes were made on the CPU named in REF_CPU. On another CPU model a mismatch may come
+# from the libraries' kernels (oneDNN and OpenBLAS choose their own block sizes) rather than
+# from the loop: there the test prints what differs and skips (77); on REF_CPU a mismatch fails.
+# Exit 77 also without AVX2 or mpirun. Prints "N passed, N failed".
+set -u
+prog=${MPITRAIN:-./mpitrain}
+srcdir=${srcdir:-.}
+pass=0
+fail=0
+mismatch=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/mpt_same.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+REF_CPU="AMD EPYC (AVX-512, avx512_bf16)"
+
+grep -q ' avx2 ' /proc/cpuinfo 2>/dev/null || { echo "SKIP: no AVX2"; exit 77; }
+command -v mpirun >/dev/null 2>&1 || { echo "SKIP: no mpirun"; exit 77; }
+MPT_CPU_ISA=avx2 OPENBLAS_CORETYPE=Haswell OPENBLAS_NUM_THREADS=1
+export MPT_CPU_ISA OPENBLAS_CORETYPE OPENBLAS_NUM_THREADS
+
+awk 'BEGIN { srand(9); split("the a cat dog sat on mat ran fast slow red blue big small " \
+     "house tree and of to in", w, " ");
+     for (i = 0; i < 3000; i++) { n = 5 + int(rand() * 6); s = "";
+       for (j = 0; j < n; j++) s = s w[1 + int(rand() * 20)] " "; print s "." } }' \
+  > "$tmp/text.txt"
+"$prog" tokenize --bytes --val-fraction 0.1 -o "$tmp/shards" "$tmp/text.txt" > /dev/null ||
+  { echo "FAIL: tokenize"; exit 1; }
+
+common="--threads 1 --no-progress --progress-interval 0 --seed 5"
+mlp="--model mlp --hidden 64 --synthetic --train-limit 640 --test-limit 64 --batch-size 32
+  --epochs 2 --max-steps 5"
+cnn="--model cnn --batchnorm --optimizer adamw --lr 0.001 --synthetic --train-limit 320
+  --test-limit 64 --batch-size 16 --epochs 1 --max-steps 6 --accumulate 2"
+gpt="--model gpt --n-layer 2 --n-head 2 --n-embd 32 --seq-len 32 --vocab-size 256 --batch-size 4
+  --shards $tmp/shards/train_000000.bin --val-shards $tmp/shards/val_000000.bin --val-steps 2
+  --max-steps 6 --accumulate 2 --lr 3e-3 --warmup-steps 2"
+
+# name np args: the SHA-256 of the run's --save-params file
+run() {
+  name=$1 np=$2
+  shift 2
+  if [ "$np" -eq 1 ]; then
+    # shellcheck disable=SC2086 # word lists on purpose
+    "$prog" train "$@" $common --save-params "$tmp/$name.bin" > "$tmp/$name.log" 2>&1
+  else
+    # shellcheck disable=SC2086
+    "$srcdir/tests/mpirun.sh" 2 120 "$prog" train "$@" $common --save-params "$tmp/$name.bin" \
+      > "$tmp/$name.log" 2>&1
+  fi || { bad "$name: the run failed: $(tail -n 3 "$tmp/$name.log")"; return 1; }
+  sha256sum "$tmp/$name.bin" | cut -c1-64
+}
+
+# name hash-of-the-old-trainers
+while read -r name want; do
+  case $name in mlp*) set -- $mlp ;; cnn*) set -- $cnn ;; gpt*) set -- $gpt ;; esac
+  np=${name##*_np}
+  got=$(run "$name" "$np" "$@") || continue
+  if [ "$got" = "$want" ]; then
+    ok
+  else
+    mismatch=$((mismatch + 1))
+    echo "differs: $name: $got, the trainers before the loop wrote $want"
+  fi
+done <<'EOF'
+mlp_np1 MLP1
+mlp_np2 MLP2
+cnn_np1 CNN1
+cnn_np2 CNN2
+gpt_np1 GPT1
+gpt_np2 GPT2
+EOF
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)
+flags="AVX2"
+grep -q ' avx512f ' /proc/cpuinfo && flags="AVX-512"
+grep -q ' avx512_bf16 ' /proc/cpuinfo && flags="$flags, avx512_bf16"
+if [ "$mismatch" -gt 0 ] && [ "$cpu ($flags)" != "$REF_CPU" ]; then
+  echo "SKIP: $mismatch of 6 differ on '$cpu ($flags)'; the hashes were made on '$REF_CPU'"
+  exit 77
+fi
+fail=$((fail + mismatch))
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
