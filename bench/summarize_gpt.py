@@ -29,7 +29,7 @@ GOAL_RATIO = 1.25  # issue 13: ahead of the faster PyTorch by 1.25x, in fp32
 GOAL_PEAK = 0.80   # and 80 % of the SGEMM peak on gpt-mini at 2 ranks and gpt2 in one process
 
 STEP = re.compile(r"step +(\d+)/(\d+) +loss ([0-9.naif]+) .* ([0-9.]+) tokens/s")
-PARAMS = re.compile(r"\): (\d+) parameters;")
+PARAMS = re.compile(r"model gpt[^:]*: (\d+) parameters;")
 PEAK = re.compile(r"SGEMM peak measured now on these ranks: ([0-9.]+) GFLOP/s")
 DONE = re.compile(r"per step on rank 0: forward ([0-9.]+) ms, backward \(all-reduce included\) "
                   r"([0-9.]+) ms, clip \+ optimizer ([0-9.]+) ms")
