@@ -6,6 +6,7 @@ libmpitrain_all_la_SOURCES += \
 	src/core/status.c src/core/log.c src/core/rng.c src/core/device.c src/core/tensor.c \
 	src/core/ops.c src/core/trace.c src/core/bf16.c \
 	src/core/cpu/cpu.h src/core/cpu/vec.h src/core/cpu/vmath.h src/core/cpu/cpu_backend.c \
+	src/core/cpu/isa.h src/core/cpu/isa.c \
 	src/core/cpu/stream_cpu.c \
 	src/core/cpu/ops_cpu.c src/core/cpu/cpu_threads.c src/core/cpu/conv_cpu.c \
 	src/core/cpu/norm_cpu.c src/core/cpu/optim_cpu.c src/core/ops_gpt.c src/core/cpu/gpt_cpu.c

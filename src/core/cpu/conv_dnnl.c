@@ -93,6 +93,7 @@ static void plans_free(void *head) {
 }
 
 static void engine_init(void) {
+  (void)mpt__cpu_isa_resolve(); /* caps oneDNN before its first call (isa.c) */
   engine_status = dnnl_engine_create(&engine, dnnl_cpu, 0);
   if (engine_status == dnnl_success && pthread_key_create(&plans_key, plans_free) != 0)
     engine_status = dnnl_out_of_memory;

@@ -9,6 +9,7 @@
 
 mpt_status mpt_cpu_set_threads(int n) {
   if (n < 1) return MPT_FAIL(MPT_EINVAL, "cpu_set_threads: %d threads (must be >= 1)", n);
+  MPT_RETURN_IF(mpt_cpu_isa_init()); /* a bad MPT_CPU_ISA, before any work (isa.c) */
   openblas_set_num_threads(n);
   return MPT_OK;
 }

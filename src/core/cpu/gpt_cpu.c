@@ -17,6 +17,7 @@
 
 #include "core/cpu/cpu.h"
 #include "core/cpu/pool.h"
+#include "core/cpu/isa.h"
 #include "core/cpu/vmath.h"
 #include "core/error.h"
 
@@ -117,21 +118,22 @@ static inline void layernorm_row(const float *restrict xr, int64_t c, const floa
   *rstd = rs;
 }
 
-MPT_VEC_CLONES
-static void layernorm_kernel(const float *restrict x, int64_t rows, int64_t c,
-                             const float *restrict w, const float *restrict bias, float eps,
-                             float *restrict y, float *restrict mean, float *restrict rstd) {
+MPT_ISA_KERNEL_VOID(layernorm_kernel,
+                    (const float *restrict x, int64_t rows, int64_t c, const float *restrict w,
+                     const float *restrict bias, float eps, float *restrict y, float *restrict mean,
+                     float *restrict rstd),
+                    (x, rows, c, w, bias, eps, y, mean, rstd)) {
   for (int64_t r = 0; r < rows; r++)
     layernorm_row(x + r * c, c, w, bias, eps, y + r * c, mean + r, rstd + r);
 }
 
 /* The residual add then LayerNorm, row by row: the sum row is normalised while in cache. a, b
  * and sum may alias (not restrict); y does not. */
-MPT_VEC_CLONES
-static void add_layernorm_kernel(const float *a, const float *b, int64_t rows, int64_t c,
-                                 const float *restrict w, const float *restrict bias, float eps,
-                                 float *sum, float *restrict y, float *restrict mean,
-                                 float *restrict rstd) {
+MPT_ISA_KERNEL_VOID(add_layernorm_kernel,
+                    (const float *a, const float *b, int64_t rows, int64_t c,
+                     const float *restrict w, const float *restrict bias, float eps, float *sum,
+                     float *restrict y, float *restrict mean, float *restrict rstd),
+                    (a, b, rows, c, w, bias, eps, sum, y, mean, rstd)) {
   for (int64_t r = 0; r < rows; r++) {
     const float *ar = a + r * c, *br = b + r * c;
     float *sr = sum + r * c;
@@ -211,12 +213,12 @@ static inline void ln_back_row(const float *restrict xr, const float *restrict g
     for (i = 0; i < c; i++) dbias[i] += g[i];
 }
 
-MPT_VEC_CLONES
-static void layernorm_backward_kernel(const float *restrict dy, const float *restrict x,
-                                      int64_t rows, int64_t c, const float *restrict w,
-                                      const float *restrict mean, const float *restrict rstd,
-                                      float *restrict dx, float *restrict dw,
-                                      float *restrict dbias) {
+MPT_ISA_KERNEL_VOID(layernorm_backward_kernel,
+                    (const float *restrict dy, const float *restrict x, int64_t rows, int64_t c,
+                     const float *restrict w, const float *restrict mean,
+                     const float *restrict rstd, float *restrict dx, float *restrict dw,
+                     float *restrict dbias),
+                    (dy, x, rows, c, w, mean, rstd, dx, dw, dbias)) {
   for (int64_t r = 0; r < rows; r++) {
     const float *xr = x + r * c, *g = dy + r * c;
     const float m = mean[r], rs = rstd[r];
@@ -307,8 +309,7 @@ static inline float gelu_sig(float v, float *one_minus, float *du) {
   return sg;
 }
 
-MPT_VEC_CLONES
-static void gelu_kernel(float *y, const float *x, int64_t count) {
+MPT_ISA_KERNEL_VOID(gelu_kernel, (float *y, const float *x, int64_t count), (y, x, count)) {
   for (int64_t i = 0; i < count; i++) {
     float om, du;
     const float v = x[i];
@@ -335,9 +336,10 @@ mpt_status mpt__cpu_gelu(mpt_stream *s, float *y, const float *x, int64_t count)
 }
 
 /* dx += dy gelu'(x), or dx = dy gelu'(x) when `write` (dx not read). */
-MPT_VEC_CLONES
-static void gelu_backward_kernel(float *restrict dx, const float *restrict dy,
-                                 const float *restrict x, int64_t count, int write) {
+MPT_ISA_KERNEL_VOID(gelu_backward_kernel,
+                    (float *restrict dx, const float *restrict dy, const float *restrict x,
+                     int64_t count, int write),
+                    (dx, dy, x, count, write)) {
   if (write) {
     for (int64_t i = 0; i < count; i++) {
       float om, du;
@@ -379,9 +381,10 @@ mpt_status mpt__cpu_gelu_backward_write(mpt_stream *s, float *dx, const float *d
 }
 
 /* y = gelu(x + bias) over rows [r0, r1) of [rows, cols]; y may equal x. */
-MPT_VEC_CLONES
-static void bias_gelu_kernel(float *y, const float *x, const float *restrict bias, int64_t rows,
-                             int64_t cols) {
+MPT_ISA_KERNEL_VOID(bias_gelu_kernel,
+                    (float *y, const float *x, const float *restrict bias, int64_t rows,
+                     int64_t cols),
+                    (y, x, bias, rows, cols)) {
   for (int64_t r = 0; r < rows; r++) {
     const float *xr = x + r * cols;
     float *yr = y + r * cols;
@@ -395,10 +398,10 @@ static void bias_gelu_kernel(float *y, const float *x, const float *restrict bia
 
 /* dx = dy gelu'(x + bias) over `rows` rows, and (part not NULL) part[j] += dx[r, j] row by
  * row: mpt__cpu_bias_backward's additions in its order. */
-MPT_VEC_CLONES
-static void bias_gelu_backward_kernel(float *restrict dx, const float *restrict dy,
-                                      const float *restrict x, const float *restrict bias,
-                                      int64_t rows, int64_t cols, float *restrict part) {
+MPT_ISA_KERNEL_VOID(bias_gelu_backward_kernel,
+                    (float *restrict dx, const float *restrict dy, const float *restrict x,
+                     const float *restrict bias, int64_t rows, int64_t cols, float *restrict part),
+                    (dx, dy, x, bias, rows, cols, part)) {
   for (int64_t r = 0; r < rows; r++) {
     const float *xr = x + r * cols, *gr = dy + r * cols;
     float *dr = dx + r * cols;
@@ -474,8 +477,8 @@ mpt_status mpt__cpu_bias_gelu_backward(mpt_stream *s, float *dx, const float *dy
 }
 
 /* Rows [r0, r1) of the planes' rows (row r is row r % t of plane r / t). */
-MPT_VEC_CLONES
-static void causal_softmax_kernel(float *a, int64_t r0, int64_t r1, int64_t t) {
+MPT_ISA_KERNEL_VOID(causal_softmax_kernel, (float *a, int64_t r0, int64_t r1, int64_t t),
+                    (a, r0, r1, t)) {
   float inv;
   for (int64_t r = r0; r < r1; r++) /* row r % t of its plane: columns [0, r % t] take part */
     mpt__softmax_row(a + r * t, r % t, t, &inv);
@@ -500,9 +503,9 @@ mpt_status mpt__cpu_causal_softmax(mpt_stream *s, float *a, int64_t planes, int6
   return MPT_OK;
 }
 
-MPT_VEC_CLONES
-static void causal_softmax_backward_kernel(const float *a, float *d, int64_t r0, int64_t r1,
-                                           int64_t t) {
+MPT_ISA_KERNEL_VOID(causal_softmax_backward_kernel,
+                    (const float *a, float *d, int64_t r0, int64_t r1, int64_t t),
+                    (a, d, r0, r1, t)) {
   for (int64_t r = r0; r < r1; r++) mpt__softmax_backward_row(a + r * t, d + r * t, r % t, t);
 }
 
@@ -522,8 +525,7 @@ mpt_status mpt__cpu_causal_softmax_backward(mpt_stream *s, const float *a, float
 
 /* The sum over j < v of exp(l[j] - mx), in double: blocks of exps (a loop that vectorizes)
  * summed lane-wise (vmath.h), the blocks in order. */
-MPT_VEC_CLONES
-static double sum_exp_kernel(const float *restrict l, int64_t v, float mx) {
+MPT_ISA_KERNEL(double, sum_exp_kernel, (const float *restrict l, int64_t v, float mx), (l, v, mx)) {
   enum { BLK = 256 };
   float e[BLK];
   double sum = 0.0;
@@ -535,8 +537,7 @@ static double sum_exp_kernel(const float *restrict l, int64_t v, float mx) {
   return sum;
 }
 
-MPT_VEC_CLONES
-static float vmax_kernel(const float *x, int64_t n) { return mpt__vmax(x, n); }
+MPT_ISA_KERNEL(float, vmax_kernel, (const float *x, int64_t n), (x, n)) { return mpt__vmax(x, n); }
 
 typedef struct xent_job {
   const float *logits, *lse_in;
@@ -588,9 +589,10 @@ mpt_status mpt__cpu_xent_vocab(mpt_stream *s, const float *logits, const int32_t
 }
 
 /* dr[j] += g exp(lr[j] - lse) for j < v; when `write`, dr[j] = that and 0 for v <= j < vp. */
-MPT_VEC_CLONES
-static void xent_backward_row(const float *restrict lr, float *restrict dr, int64_t v,
-                              int64_t vp, float g, float lse, int write) {
+MPT_ISA_KERNEL_VOID(xent_backward_row,
+                    (const float *restrict lr, float *restrict dr, int64_t v, int64_t vp, float g,
+                     float lse, int write),
+                    (lr, dr, v, vp, g, lse, write)) {
   if (write) {
     for (int64_t j = 0; j < v; j++) dr[j] = g * mpt__vexpf(lr[j] - lse);
     for (int64_t j = v; j < vp; j++) dr[j] = 0.0f;
