@@ -47,41 +47,43 @@ mpt_status mpt__cpu_isa_select(mpt_cpu_isa isa);
 #if defined(__GNUC__) && defined(__x86_64__)
 #define MPT__ISA_CLONES 1
 #define MPT__ISA_INLINE static inline __attribute__((always_inline))
+/* Out of line, as the other two are: inlined, its stack frame would be set up on every path. */
+#define MPT__ISA_BASE __attribute__((noinline))
 
-#define MPT_ISA_KERNEL(ret, name, params, args)                        \
-  MPT__ISA_INLINE ret name##_body params;                              \
-  __attribute__((target("avx512f"))) static ret name##_avx512 params { \
-    return name##_body args;                                           \
-  }                                                                    \
-  __attribute__((target("avx2"))) static ret name##_avx2 params {      \
-    return name##_body args;                                           \
-  }                                                                    \
-  static ret name##_base params { return name##_body args; }           \
-  static ret name params {                                             \
-    switch (mpt__cpu_isa()) {                                          \
-      case MPT_CPU_ISA_AVX512: return name##_avx512 args;              \
-      case MPT_CPU_ISA_AVX2: return name##_avx2 args;                  \
-      default: return name##_base args;                                \
-    }                                                                  \
-  }                                                                    \
+#define MPT_ISA_KERNEL(ret, name, params, args)                                \
+  MPT__ISA_INLINE ret name##_body params;                                      \
+  __attribute__((target("avx512f"))) static ret name##_avx512 params {         \
+    return name##_body args;                                                   \
+  }                                                                            \
+  __attribute__((target("avx2"))) static ret name##_avx2 params {              \
+    return name##_body args;                                                   \
+  }                                                                            \
+  MPT__ISA_BASE static ret name##_base params { return name##_body args; }     \
+  static ret name params {                                                     \
+    switch (mpt__cpu_isa()) {                                                  \
+      case MPT_CPU_ISA_AVX512: return name##_avx512 args;                      \
+      case MPT_CPU_ISA_AVX2: return name##_avx2 args;                          \
+      default: return name##_base args;                                        \
+    }                                                                          \
+  }                                                                            \
   MPT__ISA_INLINE ret name##_body params
 
-#define MPT_ISA_KERNEL_VOID(name, params, args)                         \
-  MPT__ISA_INLINE void name##_body params;                              \
-  __attribute__((target("avx512f"))) static void name##_avx512 params { \
-    name##_body args;                                                   \
-  }                                                                     \
-  __attribute__((target("avx2"))) static void name##_avx2 params {      \
-    name##_body args;                                                   \
-  }                                                                     \
-  static void name##_base params { name##_body args; }                  \
-  static void name params {                                             \
-    switch (mpt__cpu_isa()) {                                           \
-      case MPT_CPU_ISA_AVX512: name##_avx512 args; break;               \
-      case MPT_CPU_ISA_AVX2: name##_avx2 args; break;                   \
-      default: name##_base args; break;                                 \
-    }                                                                   \
-  }                                                                     \
+#define MPT_ISA_KERNEL_VOID(name, params, args)                                \
+  MPT__ISA_INLINE void name##_body params;                                     \
+  __attribute__((target("avx512f"))) static void name##_avx512 params {        \
+    name##_body args;                                                          \
+  }                                                                            \
+  __attribute__((target("avx2"))) static void name##_avx2 params {             \
+    name##_body args;                                                          \
+  }                                                                            \
+  MPT__ISA_BASE static void name##_base params { name##_body args; }           \
+  static void name params {                                                    \
+    switch (mpt__cpu_isa()) {                                                  \
+      case MPT_CPU_ISA_AVX512: name##_avx512 args; break;                      \
+      case MPT_CPU_ISA_AVX2: name##_avx2 args; break;                          \
+      default: name##_base args; break;                                        \
+    }                                                                          \
+  }                                                                            \
   MPT__ISA_INLINE void name##_body params
 #else
 /* One path: the kernel is the plain function. */
