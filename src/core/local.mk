@@ -78,3 +78,18 @@ tests_test_sgemm_dnnl_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -fopenmp
 tests_test_sgemm_dnnl_LDADD = libmpitrain_all.la $(CHECK_LIBS) -lm
 endif
 endif
+# issue 24: one table of op cases run on every CPU instruction-set path and every device
+# backend against the CPU reference (the CUDA half: tests/test_backend_ops_cuda.sh)
+if HAVE_CHECK
+check_PROGRAMS += tests/test_backend_ops
+TESTS += tests/test_backend_ops tests/test_backend_ops_cuda.sh
+EXTRA_DIST += tests/test_backend_ops_cuda.sh
+tests_test_backend_ops_SOURCES = tests/test_backend_ops.c tests/backend_op_cases.c \
+	tests/backend_ops.h
+tests_test_backend_ops_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_backend_ops_LDADD = libmpitrain_all.la $(CHECK_LIBS) -lm
+endif
+# issue 24: the op tests rerun on each CPU instruction-set path (MPT_CPU_ISA) the CPU offers
+TESTS += tests/test_isa_avx512.sh tests/test_isa_avx2.sh tests/test_isa_baseline.sh
+EXTRA_DIST += tests/isa_paths.sh tests/test_isa_avx512.sh tests/test_isa_avx2.sh \
+	tests/test_isa_baseline.sh
