@@ -2,7 +2,7 @@
  * src/core/cpu/gpt_cpu.c) called directly: the wrappers' argument checks and empty work, an
  * exact causal softmax, and GELU against its formula in double on a dense grid. Their
  * gradients are checked by finite differences through the tape in tests/test_gpt_ops.c, and
- * the CUDA kernels against these in tests/test_cuda_gpt_ops.c. */
+ * the CUDA kernels against these in the op table, tests/test_backend_ops.c. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
