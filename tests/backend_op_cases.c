@@ -225,6 +225,21 @@ static mpt_status op_batchnorm(bo_ctx *c, const int64_t *p) {
   return MPT_OK;
 }
 
+/* Training in place (y = x) without running statistics, where the backend allows it: the CPU
+ * kernel's pointers are restrict, so there the output is a separate buffer. */
+static mpt_status op_batchnorm_in_place(bo_ctx *c, const int64_t *p) {
+  const int64_t n = p[0], ch = p[1], inner = p[2], cnt = n * ch * inner;
+  float *x = bo_uniform(c, cnt, -1, 2);
+  const float *gamma = bo_uniform(c, ch, 0.5f, 1.5f), *beta = bo_uniform(c, ch, -0.5f, 0.5f);
+  float *y = bo_device(c).type == MPT_DEVICE_CPU ? bo_filled(c, cnt, 0) : x;
+  float *sm = bo_filled(c, ch, 0), *si = bo_filled(c, ch, 0);
+  MPT_RETURN_IF(mpt_op_batchnorm_train(S, x, n, ch, inner, gamma, beta, 1e-5f, 0.1f, NULL, NULL,
+                                       y, sm, si));
+  bo_out(c, "y", y, cnt);
+  bo_out(c, "save_mean", sm, ch);
+  return MPT_OK;
+}
+
 /* ---- softmax cross-entropy, accuracy ---- */
 
 static mpt_status op_softmax_xent(bo_ctx *c, const int64_t *p) {
@@ -545,6 +560,7 @@ const bo_case bo_cases[] = {
     CASE(batchnorm, "n c inner", {16, 5, 1}, 1e-5, 1e-4, 0),
     CASE(batchnorm, "n c inner", {64, 2, 784}, 1e-5, 1e-4, 0),
     CASE(batchnorm, "n c inner", {2, 1, 1}, 1e-5, 1e-4, 0),
+    CASE(batchnorm_in_place, "n c inner", {8, 3, 25}, 1e-5, 1e-4, 0),
     /* expf within 2 ulp: probabilities within 8 eps; the loss, a mean of terms of size log k,
      * within 1e-6; backward adds g p once (fused) */
     CASE(softmax_xent, "n k", {1, 10}, 8 * E, 1e-6, 0),

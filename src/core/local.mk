@@ -2,7 +2,8 @@
 mpitraininclude_HEADERS += include/mpitrain/core.h include/mpitrain/ops.h include/mpitrain/ops_gpt.h \
 	include/mpitrain/ops_bf16.h
 libmpitrain_all_la_SOURCES += \
-	src/core/error.h src/core/backend.h src/core/fault.h src/core/fault.c src/core/keeper.h \
+	src/core/error.h src/core/backend.h src/core/kernel_math.h src/core/fault.h src/core/fault.c \
+	src/core/keeper.h \
 	src/core/status.c src/core/log.c src/core/rng.c src/core/device.c src/core/tensor.c \
 	src/core/ops.c src/core/trace.c src/core/bf16.c \
 	src/core/cpu/cpu.h src/core/cpu/vec.h src/core/cpu/vmath.h src/core/cpu/cpu_backend.c \

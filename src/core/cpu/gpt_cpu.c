@@ -112,7 +112,7 @@ static inline void layernorm_row(const float *restrict xr, int64_t c, const floa
   for (int j = 0; i < c; i++, j++) acc[j] += (double)(xr[i] - m) * (double)(xr[i] - m);
   double var = 0.0;
   for (int j = 0; j < MPT_VLANES; j++) var += acc[j];
-  const float rs = (float)(1.0 / sqrt(var / (double)c + (double)eps));
+  const float rs = mpt__ln_rstd(var, c, eps);
   for (i = 0; i < c; i++) yr[i] = (xr[i] - m) * rs * w[i] + bias[i];
   *mean = m;
   *rstd = rs;
@@ -229,7 +229,7 @@ MPT_ISA_KERNEL_VOID(layernorm_backward_kernel,
     float *dxr = dx + r * c;
     for (int64_t i = 0; i < c; i++) {
       const float xhat = (xr[i] - m) * rs;
-      dxr[i] += rs * (g[i] * w[i] - gm - xhat * gxm);
+      dxr[i] += mpt__ln_dx(rs, g[i] * w[i], gm, xhat, gxm);
     }
   }
 }
@@ -293,19 +293,16 @@ mpt_status mpt__cpu_layernorm_backward(mpt_stream *s, const float *dy, const flo
   return MPT_OK;
 }
 
-#define GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
-#define GELU_CUBE 0.044715f
-
 /* 0.5 (1 + tanh(u)) = sigmoid(2u) exactly, so gelu(x) = x * sigmoid(2u): one exp instead of
  * a tanh and no cancellation where 1 + tanh(u) is tiny. And 0.5 (1 - tanh(u)^2) = 2 s (1 - s)
  * with s = sigmoid(2u), so gelu'(x) = s + 2 x s (1 - s) u', where 1 - s = e s with
  * e = exp(-2u) (exact, and no cancellation where s is near 1). The exp is vmath.h's (2 ulp),
  * so the loops vectorize. */
 static inline float gelu_sig(float v, float *one_minus, float *du) {
-  const float u = GELU_SCALE * (v + GELU_CUBE * v * v * v), e = mpt__vexpf(-2.0f * u);
+  const float u = mpt__gelu_u(v), e = mpt__vexpf(-2.0f * u);
   const float sg = 1.0f / (1.0f + e);
   *one_minus = mpt__vselect(sg > 0.0f, e * sg, 1.0f); /* e = inf: s = 0 */
-  *du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * v * v);
+  *du = mpt__gelu_du(v);
   return sg;
 }
 
@@ -344,14 +341,14 @@ MPT_ISA_KERNEL_VOID(gelu_backward_kernel,
     for (int64_t i = 0; i < count; i++) {
       float om, du;
       const float v = x[i], sg = gelu_sig(v, &om, &du);
-      dx[i] = dy[i] * (sg + 2.0f * v * sg * om * du);
+      dx[i] = dy[i] * mpt__gelu_grad(v, sg, om, du);
     }
     return;
   }
   for (int64_t i = 0; i < count; i++) {
     float om, du;
     const float v = x[i], sg = gelu_sig(v, &om, &du);
-    dx[i] += dy[i] * (sg + 2.0f * v * sg * om * du);
+    dx[i] += dy[i] * mpt__gelu_grad(v, sg, om, du);
   }
 }
 
@@ -408,7 +405,7 @@ MPT_ISA_KERNEL_VOID(bias_gelu_backward_kernel,
     for (int64_t i = 0; i < cols; i++) {
       float om, du;
       const float v = xr[i] + bias[i], sg = gelu_sig(v, &om, &du);
-      dr[i] = gr[i] * (sg + 2.0f * v * sg * om * du);
+      dr[i] = gr[i] * mpt__gelu_grad(v, sg, om, du);
     }
     if (part)
       for (int64_t i = 0; i < cols; i++) part[i] += dr[i];

@@ -5,13 +5,14 @@
  *
  * SGD works in blocks of SGD_BLOCK elements through a stack buffer so that each pass is a plain
  * loop with its options decided outside it (vectorised at -O2, see vec.h); the block stays in
- * L1. AdamW: GCC does not vectorise sqrtf while it may set errno, so on the AVX-512 path
- * (isa.h: the CPU has it and MPT_CPU_ISA does not ask for less) the loop is written with AVX-512 intrinsics, 16 floats at a time, with
- * the scalar loop's operations in the same order (IEEE add, mul, div and sqrt, no FMA): the
- * same bits as the scalar loop, which does the rest and every other CPU (tests/test_ops_train.c
- * compares them). AdamW splits large calls over the CPU threads (pool.h; elements are
- * independent, so the same bits at every thread count); SGD runs on the calling thread. ops.c
- * has checked the arguments. */
+ * L1. AdamW: GCC does not vectorise sqrtf while it may set errno, so on the AVX-512 path (isa.h:
+ * the CPU has it and MPT_CPU_ISA does not ask for less) the loop is written with AVX-512
+ * intrinsics, 16 floats at a time, with the scalar loop's operations in the same order (IEEE
+ * add, mul, div and sqrt, no FMA; src/core/kernel_math.h's mpt__adamw_element, which CUDA
+ * shares): the same bits as the scalar loop, which does the rest and every other CPU
+ * (tests/test_ops_train.c compares them). AdamW splits large calls over the CPU threads
+ * (pool.h; elements are independent, so the same bits at every thread count); SGD runs on the
+ * calling thread. ops.c has checked the arguments. */
 #include <math.h>
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
@@ -108,14 +109,9 @@ static void adamw_range(void *arg, int64_t i0, int64_t i1) {
     i = adamw_avx512(param, grad, m, v, count, decay, beta1, b1c, beta2, b2c, bc2_sqrt, eps,
                      step_size);
 #endif
-  for (; i < count; i++) {
-    const float g = grad[i];
-    const float p = param[i] * decay;
-    m[i] = beta1 * m[i] + b1c * g;
-    v[i] = beta2 * v[i] + b2c * g * g;
-    const float denom = sqrtf(v[i]) / bc2_sqrt + eps;
-    param[i] = p - step_size * (m[i] / denom);
-  }
+  for (; i < count; i++)
+    param[i] = mpt__adamw_element(param[i] * decay, grad[i], &m[i], &v[i], beta1, b1c, beta2, b2c,
+                                  bc2_sqrt, eps, step_size);
 }
 
 
