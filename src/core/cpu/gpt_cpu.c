@@ -98,9 +98,9 @@ mpt_status mpt__cpu_embedding_gpt_backward(mpt_stream *s, const int32_t *tokens,
 
 /* One row's LayerNorm; row statistics in double: the lane-wise sums of vmath.h (the same bits
  * at every width). Inlined into each clone of its callers. */
-static inline void layernorm_row(const float *restrict xr, int64_t c, const float *restrict w,
-                                 const float *restrict bias, float eps, float *restrict yr,
-                                 float *restrict mean, float *restrict rstd) {
+MPT_VINLINE void layernorm_row(const float *restrict xr, int64_t c, const float *restrict w,
+                               const float *restrict bias, float eps, float *restrict yr,
+                               float *restrict mean, float *restrict rstd) {
   const float m = (float)(mpt__vsum_d(xr, c) / (double)c);
   double acc[MPT_VLANES] = {0};
   int64_t i = 0;
@@ -186,9 +186,9 @@ mpt_status mpt__cpu_add_layernorm(mpt_stream *s, const float *a, const float *b,
 
 /* One row's dw += dy xhat and dbias += dy (either may be NULL), and the row sums of dy w and
  * dy w xhat (lane-wise, in double) into sums[0], sums[1]. */
-static inline void ln_back_row(const float *restrict xr, const float *restrict g, int64_t c,
-                               const float *restrict w, float m, float rs, float *restrict dw,
-                               float *restrict dbias, double *sums) {
+MPT_VINLINE void ln_back_row(const float *restrict xr, const float *restrict g, int64_t c,
+                             const float *restrict w, float m, float rs, float *restrict dw,
+                             float *restrict dbias, double *sums) {
   double a0[MPT_VLANES] = {0}, a1[MPT_VLANES] = {0};
   int64_t i = 0;
   for (; i + MPT_VLANES <= c; i += MPT_VLANES)
