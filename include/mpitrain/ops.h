@@ -260,8 +260,9 @@ MPT_API const char *mpt_cpu_blas_name(void);
  * bf16 conversions, AdamW, mpt_cpu_sum_squares) are compiled three times, for AVX-512F, AVX2
  * and the x86-64 baseline (SSE2), and one of them runs, chosen once per process: the best the
  * CPU has, or the one the environment variable MPT_CPU_ISA names (avx512, avx2 or baseline),
- * so that a machine with AVX-512 also runs (and tests) the paths of older CPUs. The paths give
- * the same bits (tests/test_backend_ops.c compares them). MPT_CPU_ISA also caps oneDNN
+ * so that a machine with AVX-512 also runs (and tests) the paths of older CPUs. These kernels
+ * give the same bits on every path (tests/test_backend_ops.c compares them); oneDNN's kernels
+ * differ by rounding from one ISA to another. MPT_CPU_ISA also caps oneDNN
  * (dnnl_set_max_cpu_isa: avx2 -> AVX2, baseline -> SSE4.1, oneDNN's lowest; avx512 leaves it
  * uncapped, AVX-512 BF16 and AMX included), applied before oneDNN's first use by the library.
  * It does not cap OpenBLAS, which picks its kernels when it is loaded: set OPENBLAS_CORETYPE
@@ -278,9 +279,9 @@ typedef enum {
  * MPT_EINVAL for a value other than avx512, avx2, baseline (or empty: the default), MPT_ENOTSUP
  * for an instruction set this CPU lacks, naming the ones it offers (the kernels then never run
  * it: they fall back to the best the CPU has), MPT_EDEVICE if oneDNN refused the cap (it was
- * used before the library's first CPU call). The library calls it itself before the first CPU
- * allocation, stream, thread setting and GEMM, which return its error; a program may call it
- * first to report a bad setting early. Any thread. */
+ * used before the library's first CPU call). The library calls it itself in its first CPU
+ * allocation, stream, thread setting and oneDNN call (GEMM, convolution, attention), which
+ * return its error; a program may call it first to report a bad setting early. Any thread. */
 MPT_API mpt_status mpt_cpu_isa_init(void);
 /* The path the library's kernels take (after mpt_cpu_isa_init; it calls it). */
 MPT_API mpt_cpu_isa mpt_cpu_isa_active(void);

@@ -121,6 +121,7 @@ static const char *isa_name(dnnl_cpu_isa_t isa) {
 
 mpt_status mpt__cpu_bf16_check(mpt_stream *s) {
   (void)s;
+  MPT_RETURN_IF(mpt_cpu_isa_init()); /* a bad MPT_CPU_ISA (isa.c) */
   pthread_once(&once, init_once);
   const char *forced = mpt__test_env("MPT_TEST_NO_BF16_CPU");
   const int refused = forced && strcmp(forced, "1") == 0;
