@@ -108,6 +108,12 @@ CPU has); an instruction set the CPU lacks stops the run at start; \-\-version s
 OpenBLAS's kernels (Haswell, SkylakeX...), read when the library loads: MPT_CPU_ISA does not
 cap OpenBLAS
 .TP
+.B MPT_GEMM_THREADS=K
+a testing and debugging switch: the GEMMs and convolutions (oneDNN, OpenBLAS) use at most K
+threads while the other CPU ops use \-\-threads. A run gives the same bits run after run at
+the same \-\-threads; across thread counts only with K = 1, since the libraries' GEMMs may sum
+in another order at another count
+.TP
 .B MPT_TEST_*
 fault injection for the test suite (a NaN, a killed rank, a perturbed replica); never set them
 in production

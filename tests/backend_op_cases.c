@@ -416,22 +416,23 @@ static mpt_status op_causal_softmax(bo_ctx *c, const int64_t *p) {
   return MPT_OK;
 }
 
-/* Padding columns hold 1e30: never read, never written. */
+/* Logits in [-scale, scale]; padding columns hold 1e30: never read, never written. */
 static mpt_status op_xent_vocab(bo_ctx *c, const int64_t *p) {
   const int64_t n = p[0], v = p[1], vp = p[2];
-  float *hl = bo_host_uniform(c, n * vp, -5, 5);
+  const float scale = (float)p[3];
+  float *hl = bo_host_uniform(c, n * vp, -scale, scale);
   for (int64_t r = 0; r < n; r++)
     for (int64_t j = v; j < vp; j++) hl[r * vp + j] = 1e30f;
   const float *logits = bo_values(c, hl, n * vp), *dloss = bo_values(c, &(float){0.5f}, 1);
   const int32_t *tg = bo_ids(c, n, v);
-  float *lse = bo_filled(c, n, 0), *loss = bo_filled(c, 1, 0);
+  float *st = bo_filled(c, 2 * n, 0), *loss = bo_filled(c, 1, 0);
   float *dl = bo_uniform(c, n * vp, -1, 1), *dlw = bo_uniform(c, n * vp, -1, 1);
-  MPT_RETURN_IF(mpt_op_xent_vocab(S, logits, tg, n, vp, v, lse, loss));
-  bo_out(c, "lse", lse, n);
+  MPT_RETURN_IF(mpt_op_xent_vocab(S, logits, tg, n, vp, v, st, loss));
+  bo_out(c, "stats (max, 1 / sum)", st, 2 * n);
   bo_out(c, "loss", loss, 1);
-  MPT_RETURN_IF(mpt_op_xent_vocab_backward(S, logits, tg, n, vp, v, lse, dloss, dl));
+  MPT_RETURN_IF(mpt_op_xent_vocab_backward(S, logits, tg, n, vp, v, st, dloss, dl));
   bo_out(c, "dlogits (added)", dl, n * vp);
-  MPT_RETURN_IF(mpt_op_xent_vocab_backward_beta(S, logits, tg, n, vp, v, lse, dloss, dlw, 0.0f));
+  MPT_RETURN_IF(mpt_op_xent_vocab_backward_beta(S, logits, tg, n, vp, v, st, dloss, dlw, 0.0f));
   bo_out(c, "dlogits (written)", dlw, n * vp);
   return MPT_OK;
 }
@@ -590,8 +591,9 @@ const bo_case bo_cases[] = {
     CASE(bias_gelu, "rows cols", {300, 37}, 1e-5, 1e-5, 0),
     CASE(causal_softmax, "planes t", {6, 37}, 1e-5, 1e-7, 0),
     CASE(causal_softmax, "planes t", {2, 130}, 1e-5, 1e-7, 0),
-    CASE(xent_vocab, "n v vp", {21, 50, 64}, 1e-5, 1e-7, 0),
-    CASE(xent_vocab, "n v vp", {5, 1000, 1024}, 1e-5, 1e-7, 0),
+    CASE(xent_vocab, "n v vp scale", {21, 50, 64, 5}, 1e-5, 1e-7, 0),
+    CASE(xent_vocab, "n v vp scale", {5, 1000, 1024, 5}, 1e-5, 1e-7, 0),
+    CASE(xent_vocab, "n v vp scale", {21, 50, 64, 10000}, 1e-5, 1e-7, 0),
     CASE(causal_attention, "b t c heads", {2, 37, 48, 4}, 1e-5, 1e-6, 0),
     CASE(causal_attention, "b t c heads", {1, 130, 64, 2}, 1e-5, 1e-6, 0),
     CASE(bf16_rounded, "b t heads hs", {2, 9, 2, 16}, 1e-5, 1e-5, 0),

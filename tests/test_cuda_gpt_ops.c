@@ -1,8 +1,8 @@
 /* Tests of the CUDA transformer ops (src/core/cuda/kernels_gpt.cu, ops_cuda_gpt.c) beyond the op
  * table (tests/test_backend_ops.c compares each op of include/mpitrain/ops_gpt.h with the CPU):
- * what the embedding does with a bad token, and the transformer layers of transformer.h end to
- * end: a 2-block mini GPT on a CUDA model against the same model on the CPU (loss and every
- * gradient). Exits 77 (automake's SKIP) with "SKIP: no CUDA device" when no GPU is present.
+ * what the embedding does with a bad token, the cross-entropy's gradient at logits of 1e4
+ * (its rows must still sum to 0), and the transformer layers of transformer.h end to end: a
+ * 2-block mini GPT on a CUDA model against the same model on the CPU (loss and every gradient). Exits 77 (automake's SKIP) with "SKIP: no CUDA device" when no GPU is present.
  * Check runs without forking: a CUDA context does not survive fork(). */
 #include <check.h>
 #include <math.h>
@@ -91,6 +91,40 @@ START_TEST(test_embedding_bad_token_gives_nan_row) {
   ck_assert(isnan(y[4 * C]) && isnan(y[5 * C - 1]) && !isnan(y[5 * C]));
   dfree(d_tok), dfree(d_wte), dfree(d_wpe), dfree(d_y);
   free(tok), free(wte), free(wpe), free(y);
+}
+END_TEST
+
+/* Logits of magnitude 1e4 (rows on a large offset, s + [-3, 3], and rows over [-s, s]): the GPU
+ * recomputes the probabilities from the row maximum and 1 / sum as the CPU does, so dlogits
+ * agree within 1e-6 g (g = dloss / n; a few float roundings of a probability <= 1, as in
+ * tests/test_gpt_core.c) and each GPU row sums to 0 within 2e-6 g. A logsumexp kept as a float
+ * would be off by up to 1e4 2^-24 = 6e-4 in every probability. */
+START_TEST(test_xent_vocab_gradient_matches_cpu_at_large_logits) {
+  const int64_t n = B * T;
+  const float s = 1e4f, dloss = 1.0f, g = dloss / (float)n;
+  int32_t *tg = ids(n, V, 25);
+  float *logits = hrand(n * VP, 26, -1, 1), *st = hrand(2 * n, 0, 0, 0), loss = 0;
+  for (int64_t i = 0; i < n * VP; i++)
+    logits[i] = (i / VP) % 2 ? s + 3.0f * logits[i] : s * logits[i];
+  float *dl = hrand(n * VP, 0, 0, 0), *got = hrand(n * VP, 0, 0, 0);
+  int32_t *d_tg = up(tg, n * sizeof *tg);
+  float *d_logits = upf(logits, n * VP), *d_st = upf(st, 2 * n), *d_loss = upf(&loss, 1);
+  float *d_dloss = upf(&dloss, 1), *d_dl = upf(dl, n * VP);
+  OK(mpt_op_xent_vocab(NULL, logits, tg, n, VP, V, st, &loss));
+  OK(mpt_op_xent_vocab(S, d_logits, d_tg, n, VP, V, d_st, d_loss));
+  expect_dev("loss", d_loss, &loss, 1, 1e-6, 0);
+  OK(mpt_op_xent_vocab_backward(NULL, logits, tg, n, VP, V, st, &dloss, dl));
+  OK(mpt_op_xent_vocab_backward(S, d_logits, d_tg, n, VP, V, d_st, d_dloss, d_dl));
+  expect_dev("dlogits", d_dl, dl, n * VP, 0, 1e-6 * g);
+  down(got, d_dl, (size_t)(n * VP) * sizeof *got);
+  for (int64_t r = 0; r < n; r++) {
+    double sum = 0;
+    for (int64_t j = 0; j < V; j++) sum += got[r * VP + j];
+    ck_assert_msg(fabs(sum) <= 2e-6 * g, "row %lld of dlogits sums to %.3g g", (long long)r,
+                  sum / g);
+  }
+  dfree(d_tg), dfree(d_logits), dfree(d_st), dfree(d_loss), dfree(d_dloss), dfree(d_dl);
+  free(tg), free(logits), free(st), free(dl), free(got);
 }
 END_TEST
 
@@ -222,6 +256,7 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, test_embedding_bad_token_gives_nan_row);
+  tcase_add_test(tc, test_xent_vocab_gradient_matches_cpu_at_large_logits);
   tcase_add_test(tc, test_mini_gpt_on_cuda_matches_cpu);
   suite_add_tcase(suite, tc);
   SRunner *sr = srunner_create(suite);
