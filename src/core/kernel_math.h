@@ -7,8 +7,7 @@
  * table's bounds, tests/backend_op_cases.c, allow for that).
  *
  * Every function is inlined (always, on the CPU: the instruction-set clones of src/core/cpu/
- * isa.h must not call an out-of-line copy built for the baseline) and pure. The GPT's
- * vocabulary cross-entropy (xent_vocab) is not here yet: its backward is being reworked. */
+ * isa.h must not call an out-of-line copy built for the baseline) and pure. */
 #ifndef MPT_CORE_KERNEL_MATH_H
 #define MPT_CORE_KERNEL_MATH_H
 
@@ -82,6 +81,10 @@ MPT__HD float mpt__softmax_inv(double z) { return (float)(1.0 / z); }
 MPT__HD double mpt__softmax_xent_row_loss(double z, float x_label, float max) {
   return log(z) - ((double)x_label - max);
 }
+/* The vocabulary cross-entropy (ops_gpt.h mpt_op_xent_vocab) keeps each row's max and 1 / z
+ * (mpt__softmax_inv) for backward, which recomputes p = exp(x - max) (1 / z); its row's
+ * logsumexp is max + log(z), in double. */
+MPT__HD double mpt__softmax_lse(float max, double z) { return (double)max + log(z); }
 
 /* ---- LayerNorm (ops_gpt.h) ----
  * rstd = 1 / sqrt(var + eps) of a row's c values, var = sum((x - mean)^2) / c summed in double;

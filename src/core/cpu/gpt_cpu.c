@@ -554,8 +554,8 @@ static double xent_row(const float *lr, int64_t v, float *st) {
   const float mx = vmax_kernel(lr, v);
   const double sum = sum_exp_kernel(lr, v, mx);
   st[0] = mx;
-  st[1] = (float)(1.0 / sum);
-  return (double)mx + log(sum);
+  st[1] = mpt__softmax_inv(sum);
+  return mpt__softmax_lse(mx, sum);
 }
 
 static void xent_rows(void *arg, int64_t r0, int64_t r1) {

@@ -222,10 +222,10 @@ __global__ void k_xent_vocab(const float *logits, const int32_t *targets, int64_
     double s = 0;
     for (int64_t j = lane; j < v; j += 32) s += expf(lr[j] - mx);
     s = warp_allsum(s);
-    const double l = (double)mx + log(s);
+    const double l = mpt__softmax_lse(mx, s);
     if (lane == 0) {
       stats[2 * r] = mx;
-      stats[2 * r + 1] = (float)(1.0 / s);
+      stats[2 * r + 1] = mpt__softmax_inv(s);
       const int32_t tg = targets[r];
       loss += (tg >= 0 && tg < v) ? l - (double)lr[tg] : CUDART_NAN;
     }
