@@ -17,11 +17,12 @@
 #   configure    the carried, pre-generated configure (no autotools needed), with CUDA;
 #   build-tests  only the CUDA test programs and mpitrain (and the library);
 #   cuda-tests   FIRST, the CUDA tests, which must PASS there (a SKIP is a failure, except in a
-#                dry run): test_cuda_ops (ops against the CPU, convolutions through cuDNN against
-#                im2col), test_cuda_stream (streams, events, the allocator), test_comm_cuda
-#                (NCCL world of 1, DDP on CUDA), test_dp_cuda (DataParallel on CUDA against one
+#                dry run): test_backend_ops_cuda.sh (the op table: every op against the CPU,
+#                tests/test_backend_ops.c), test_cuda_ops (convolutions through cuDNN against
+#                im2col, bad labels), test_cuda_stream (streams, events, the allocator),
+#                test_comm_cuda (NCCL world of 1, DDP on CUDA), test_dp_cuda (DataParallel on CUDA against one
 #                CPU process), test_comm_cuda_np2.sh (2 ranks on the GPU, staged MPI backend),
-#                test_cuda_gpt_ops and test_cuda_gpt (the transformer ops and a tiny GPT on the
+#                test_cuda_gpt_ops and test_cuda_gpt (the transformer layers and a tiny GPT on the
 #                GPU against the CPU), test_train_gpt_cuda.sh (`mpitrain train --model gpt
 #                --device cuda` against --device cpu: SGD, AdamW, --accumulate, resume),
 #                test_cuda_bf16 (the bf16 GEMM through cublasGemmEx);
@@ -368,15 +369,16 @@ setup_cuda() {
   find_lib cudnn cudnn.h || echo "no cuDNN: convolutions on CUDA through im2col + cuBLAS" 
 }
 
-# The CUDA tests, first of all (they need only the library): the ops against the CPU, the
+# The CUDA tests, first of all (they need only the library): the op table against the CPU, the
 # convolutions through cuDNN against im2col, streams and the allocator, NCCL and DDP on CUDA
 # against one process (1 and 2 ranks), DataParallel on CUDA. They must PASS on a GPU; in a dry
 # run without one they SKIP (exit 77), visibly.
-CUDA_TESTS="tests/test_cuda_ops tests/test_cuda_stream tests/test_comm_cuda tests/test_dp_cuda
-tests/test_comm_cuda_np2.sh tests/test_cuda_gpt_ops tests/test_cuda_gpt tests/test_train_gpt_cuda.sh
+CUDA_TESTS="tests/test_backend_ops_cuda.sh tests/test_cuda_ops tests/test_cuda_stream
+tests/test_comm_cuda tests/test_dp_cuda tests/test_comm_cuda_np2.sh tests/test_cuda_gpt_ops
+tests/test_cuda_gpt tests/test_train_gpt_cuda.sh tests/test_cuda_bf16"
+CUDA_TEST_PROGRAMS="tests/test_backend_ops tests/test_cuda_ops tests/test_cuda_stream
+tests/test_comm_cuda tests/test_dp_cuda tests/test_cuda_gpt_ops tests/test_cuda_gpt mpitrain
 tests/test_cuda_bf16"
-CUDA_TEST_PROGRAMS="tests/test_cuda_ops tests/test_cuda_stream tests/test_comm_cuda tests/test_dp_cuda
-tests/test_cuda_gpt_ops tests/test_cuda_gpt mpitrain tests/test_cuda_bf16"
 
 run_tests() {
   local t rc=0 res

@@ -100,6 +100,14 @@ read to report how the program was launched and to cross-check the local rank
 .B MPT_CHECK_COLLECTIVES=1
 the same as \-\-check\-collectives
 .TP
+.B MPT_CPU_ISA=avx512|avx2|baseline
+the instruction-set path of the library's CPU kernels, and oneDNN's cap (default: the best the
+CPU has); an instruction set the CPU lacks stops the run at start; \-\-version shows the path
+.TP
+.B OPENBLAS_CORETYPE
+OpenBLAS's kernels (Haswell, SkylakeX...), read when the library loads: MPT_CPU_ISA does not
+cap OpenBLAS
+.TP
 .B MPT_GEMM_THREADS=K
 a testing and debugging switch: the GEMMs and convolutions (oneDNN, OpenBLAS) use at most K
 threads while the other CPU ops use \-\-threads. A run gives the same bits run after run at

@@ -7,7 +7,7 @@
  *   mpt_gpt_load into a GPU model of another seed gives them back bit for bit.
  * - Forward + backward of the tiny GPT (L 2, H 2, C 16, T 8, V 23 -> Vp 128, B 2): the loss to
  *   1e-5 relative, every gradient to 1e-4 of the largest (cuBLAS runs plain FP32; the CUDA
- *   kernels differ from the CPU's by float rounding, as tests/test_cuda_gpt_ops.c states).
+ *   kernels differ from the CPU's by float rounding, as tests/backend_op_cases.c states).
  * - mpt_clip_grad_norm on the GPU (a GEMM dot product on the model's stream): the norm to 1e-5
  *   relative of the CPU's (double) one, and the clipped gradients as the CPU's.
  * - Training, the trainer's step (src/cli/train_gpt.c) on both devices from the same start:

@@ -1,17 +1,9 @@
-/* Tests of the CUDA transformer ops (src/core/cuda/kernels_gpt.cu, ops_cuda_gpt.c): each op of
- * include/mpitrain/ops_gpt.h on the GPU against the CPU backend (the reference, itself checked
- * by finite differences and exact cases through the tape in tests/test_gpt_ops.c), forward and
- * backward, on random inputs whose sizes are not multiples of the warp (C = 40, T = 37), and
- * the transformer layers of transformer.h end to end: a 2-block mini GPT on a CUDA model
- * against the same model on the CPU (loss and every gradient). Exits 77 (automake's SKIP) with
- * "SKIP: no CUDA device" when no GPU is present.
- *
- * Tolerances. The embedding and its backward do the same float additions in the same order on
- * both backends: EQUAL. Elsewhere the GPU fuses multiply-adds, its expf/tanhf are within 2 ulp
- * and its row sums (in double) add in another order, so results agree to a few float ulps of
- * the magnitudes involved (bounds next to each comparison), far below the O(1) change an
- * indexing or formula error makes. Check runs without forking: a CUDA context does not survive
- * fork(). */
+/* Tests of the CUDA transformer ops (src/core/cuda/kernels_gpt.cu, ops_cuda_gpt.c) beyond the op
+ * table (tests/test_backend_ops.c compares each op of include/mpitrain/ops_gpt.h with the CPU):
+ * what the embedding does with a bad token, the cross-entropy's gradient at logits of 1e4
+ * (its rows must still sum to 0), and the transformer layers of transformer.h end to end: a
+ * 2-block mini GPT on a CUDA model against the same model on the CPU (loss and every gradient). Exits 77 (automake's SKIP) with "SKIP: no CUDA device" when no GPU is present.
+ * Check runs without forking: a CUDA context does not survive fork(). */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -26,7 +18,7 @@
 #define OK(expr) ck_assert_msg((expr) == MPT_OK, "%s failed: %s", #expr, mpt_last_error())
 #define TIMEOUT_MS 60000.0
 
-enum { B = 3, T = 7, C = 40, V = 50, VP = 64, PLANES = 6, TT = 37 };
+enum { B = 3, T = 7, C = 40, V = 50, VP = 64 };
 
 static const mpt_device GPU = {MPT_DEVICE_CUDA, 0};
 static mpt_stream *S;
@@ -44,12 +36,6 @@ static float *hrand(int64_t n, uint64_t seed, float lo, float hi) {
   mpt_rng_seed(&r, seed);
   mpt_rng_fill_uniform(&r, x, n, lo, hi);
   return x;
-}
-static float *hdup(const float *x, int64_t n) {
-  float *y = malloc((size_t)n * sizeof *y);
-  ck_assert_ptr_nonnull(y);
-  memcpy(y, x, (size_t)n * sizeof *y);
-  return y;
 }
 static void *up(const void *h, size_t nbytes) {
   void *d = NULL;
@@ -90,128 +76,21 @@ static int32_t *ids(int64_t n, int64_t limit, uint64_t seed) {
   return t;
 }
 
-START_TEST(test_embedding_matches_cpu_exactly) {
+/* The CUDA embedding does not synchronise to check tokens: a token out of range makes its row
+ * NaN (the CPU refuses it), the other rows stay as the table compares them. */
+START_TEST(test_embedding_bad_token_gives_nan_row) {
   int32_t *tok = ids(B * T, V, 1);
-  float *wte = hrand(VP * C, 2, -1, 1), *wpe = hrand(T * C, 3, -1, 1), *y = hrand(B * T * C, 0, 0, 0);
-  float *dy = hrand(B * T * C, 4, -1, 1), *dwte = hrand(VP * C, 5, -1, 1), *dwpe = hrand(T * C, 6, -1, 1);
-  int32_t *d_tok = up(tok, B * T * sizeof *tok);
-  float *d_wte = upf(wte, VP * C), *d_wpe = upf(wpe, T * C), *d_y = upf(y, B * T * C);
-  float *d_dy = upf(dy, B * T * C), *d_dwte = upf(dwte, VP * C), *d_dwpe = upf(dwpe, T * C);
-  OK(mpt_op_embedding_gpt(NULL, tok, B, T, C, V, wte, wpe, y));
-  OK(mpt_op_embedding_gpt(S, d_tok, B, T, C, V, d_wte, d_wpe, d_y));
-  expect_dev("embedding", d_y, y, B * T * C, 0, 0);
-  OK(mpt_op_embedding_gpt_backward(NULL, tok, B, T, C, V, dy, dwte, dwpe));
-  OK(mpt_op_embedding_gpt_backward(S, d_tok, B, T, C, V, d_dy, d_dwte, d_dwpe));
-  expect_dev("dwte", d_dwte, dwte, VP * C, 0, 0);
-  expect_dev("dwpe", d_dwpe, dwpe, T * C, 0, 0);
-  /* a token out of range: the CPU refuses it, CUDA writes NaN for its row */
+  float *wte = hrand(VP * C, 2, -1, 1), *wpe = hrand(T * C, 3, -1, 1);
+  float *y = hrand(B * T * C, 0, 0, 0);
   tok[4] = V;
   ck_assert_int_eq(mpt_op_embedding_gpt(NULL, tok, B, T, C, V, wte, wpe, y), MPT_EINVAL);
-  OK(mpt_op_memcpy(S, GPU, d_tok, mpt_device_cpu(), tok, B * T * sizeof *tok));
+  int32_t *d_tok = up(tok, B * T * sizeof *tok);
+  float *d_wte = upf(wte, VP * C), *d_wpe = upf(wpe, T * C), *d_y = upf(y, B * T * C);
   OK(mpt_op_embedding_gpt(S, d_tok, B, T, C, V, d_wte, d_wpe, d_y));
   down(y, d_y, B * T * C * sizeof *y);
   ck_assert(isnan(y[4 * C]) && isnan(y[5 * C - 1]) && !isnan(y[5 * C]));
-  dfree(d_tok), dfree(d_wte), dfree(d_wpe), dfree(d_y), dfree(d_dy), dfree(d_dwte), dfree(d_dwpe);
-  free(tok), free(wte), free(wpe), free(y), free(dy), free(dwte), free(dwpe);
-}
-END_TEST
-
-START_TEST(test_layernorm_and_gelu_match_cpu) {
-  const int64_t rows = B * T, n = rows * C;
-  float *x = hrand(n, 7, -2, 3), *w = hrand(C, 8, -1, 1), *b = hrand(C, 9, -1, 1);
-  float *y = hrand(n, 0, 0, 0), *mean = hrand(rows, 0, 0, 0), *rstd = hrand(rows, 0, 0, 0);
-  float *dy = hrand(n, 10, -1, 1), *dx = hrand(n, 11, -1, 1), *dw = hrand(C, 12, -1, 1);
-  float *db = hdup(dw, C);
-  float *d_x = upf(x, n), *d_w = upf(w, C), *d_b = upf(b, C), *d_y = upf(y, n);
-  float *d_mean = upf(mean, rows), *d_rstd = upf(rstd, rows), *d_dy = upf(dy, n);
-  float *d_dx = upf(dx, n), *d_dw = upf(dw, C), *d_db = upf(db, C);
-  OK(mpt_op_layernorm(NULL, x, rows, C, w, b, 1e-5f, y, mean, rstd));
-  OK(mpt_op_layernorm(S, d_x, rows, C, d_w, d_b, 1e-5f, d_y, d_mean, d_rstd));
-  expect_dev("layernorm mean", d_mean, mean, rows, 1e-6, 1e-7);
-  expect_dev("layernorm rstd", d_rstd, rstd, rows, 1e-6, 0);
-  expect_dev("layernorm y", d_y, y, n, 1e-5, 1e-6); /* |y| <= ~5: a few ulp */
-  OK(mpt_op_layernorm_backward(NULL, dy, x, rows, C, w, mean, rstd, dx, dw, db));
-  OK(mpt_op_layernorm_backward(S, d_dy, d_x, rows, C, d_w, d_mean, d_rstd, d_dx, d_dw, d_db));
-  expect_dev("layernorm dx", d_dx, dx, n, 1e-5, 1e-5);
-  expect_dev("layernorm dw", d_dw, dw, C, 1e-5, 1e-5); /* 21 rows of O(1) terms */
-  expect_dev("layernorm db", d_db, db, C, 1e-5, 1e-5);
-  /* GELU over the same x, and its backward */
-  OK(mpt_op_gelu(NULL, y, x, n));
-  OK(mpt_op_gelu(S, d_y, d_x, n));
-  expect_dev("gelu", d_y, y, n, 1e-5, 1e-6);
-  OK(mpt_op_gelu_backward(NULL, dx, dy, x, n));
-  OK(mpt_op_gelu_backward(S, d_dx, d_dy, d_x, n));
-  expect_dev("gelu dx", d_dx, dx, n, 1e-5, 1e-5);
-  dfree(d_x), dfree(d_w), dfree(d_b), dfree(d_y), dfree(d_mean), dfree(d_rstd), dfree(d_dy);
-  dfree(d_dx), dfree(d_dw), dfree(d_db);
-  free(x), free(w), free(b), free(y), free(mean), free(rstd), free(dy), free(dx), free(dw), free(db);
-}
-END_TEST
-
-/* The fused ops (add + LayerNorm, bias + GELU and its backward) on both backends, with the
- * bounds of the unfused ops above (the same kernels' arithmetic). */
-START_TEST(test_fused_ops_match_cpu) {
-  const int64_t rows = B * T, n = rows * C;
-  float *a = hrand(n, 21, -2, 3), *bb = hrand(n, 22, -1, 1), *w = hrand(C, 23, -1, 1);
-  float *lb = hrand(C, 24, -1, 1), *s = hrand(n, 0, 0, 0), *y = hrand(n, 0, 0, 0);
-  float *mean = hrand(rows, 0, 0, 0), *rstd = hrand(rows, 0, 0, 0), *dy = hrand(n, 25, -1, 1);
-  float *dx = hrand(n, 0, 0, 0), *db = hrand(C, 26, -1, 1);
-  float *d_a = upf(a, n), *d_bb = upf(bb, n), *d_w = upf(w, C), *d_lb = upf(lb, C);
-  float *d_s = upf(s, n), *d_y = upf(y, n), *d_mean = upf(mean, rows), *d_rstd = upf(rstd, rows);
-  float *d_dy = upf(dy, n), *d_dx = upf(dx, n), *d_db = upf(db, C);
-  OK(mpt_op_add_layernorm(NULL, a, bb, rows, C, w, lb, 1e-5f, s, y, mean, rstd));
-  OK(mpt_op_add_layernorm(S, d_a, d_bb, rows, C, d_w, d_lb, 1e-5f, d_s, d_y, d_mean, d_rstd));
-  expect_dev("add_layernorm sum", d_s, s, n, 0, 0); /* one float addition */
-  expect_dev("add_layernorm rstd", d_rstd, rstd, rows, 1e-6, 0);
-  expect_dev("add_layernorm y", d_y, y, n, 1e-5, 1e-6);
-  OK(mpt_op_bias_gelu(NULL, y, a, lb, rows, C));
-  OK(mpt_op_bias_gelu(S, d_y, d_a, d_lb, rows, C));
-  expect_dev("bias_gelu", d_y, y, n, 1e-5, 1e-6);
-  OK(mpt_op_bias_gelu_backward(NULL, dx, dy, a, lb, rows, C, db));
-  OK(mpt_op_bias_gelu_backward(S, d_dx, d_dy, d_a, d_lb, rows, C, d_db));
-  expect_dev("bias_gelu dx", d_dx, dx, n, 1e-5, 1e-5);
-  expect_dev("bias_gelu dbias", d_db, db, C, 1e-5, 1e-5); /* 21 rows of O(1) terms */
-  dfree(d_a), dfree(d_bb), dfree(d_w), dfree(d_lb), dfree(d_s), dfree(d_y), dfree(d_mean);
-  dfree(d_rstd), dfree(d_dy), dfree(d_dx), dfree(d_db);
-  free(a), free(bb), free(w), free(lb), free(s), free(y), free(mean), free(rstd), free(dy);
-  free(dx), free(db);
-}
-END_TEST
-
-START_TEST(test_causal_softmax_matches_cpu) {
-  const int64_t n = PLANES * TT * TT;
-  float *s = hrand(n, 13, -4, 4), *d = hrand(n, 14, -1, 1);
-  float *d_s = upf(s, n), *d_d = upf(d, n);
-  OK(mpt_op_causal_softmax(NULL, s, PLANES, TT));
-  OK(mpt_op_causal_softmax(S, d_s, PLANES, TT));
-  expect_dev("causal softmax", d_s, s, n, 1e-5, 1e-7); /* the mask: exact zeros on both */
-  OK(mpt_op_causal_softmax_backward(NULL, s, d, PLANES, TT));
-  OK(mpt_op_causal_softmax_backward(S, d_s, d_d, PLANES, TT));
-  expect_dev("causal softmax backward", d_d, d, n, 1e-5, 1e-7);
-  dfree(d_s), dfree(d_d);
-  free(s), free(d);
-}
-END_TEST
-
-START_TEST(test_xent_vocab_matches_cpu_and_ignores_padding) {
-  const int64_t n = B * T;
-  int32_t *tg = ids(n, V, 15);
-  float *logits = hrand(n * VP, 16, -5, 5), *st = hrand(2 * n, 0, 0, 0), loss = 0, dloss = 0.5f;
-  for (int64_t r = 0; r < n; r++)
-    for (int64_t j = V; j < VP; j++) logits[r * VP + j] = 1e30f; /* padding: never read */
-  float *dl = hrand(n * VP, 17, -1, 1);
-  int32_t *d_tg = up(tg, n * sizeof *tg);
-  float *d_logits = upf(logits, n * VP), *d_st = upf(st, 2 * n), *d_loss = upf(&loss, 1);
-  float *d_dloss = upf(&dloss, 1), *d_dl = upf(dl, n * VP);
-  OK(mpt_op_xent_vocab(NULL, logits, tg, n, VP, V, st, &loss));
-  OK(mpt_op_xent_vocab(S, d_logits, d_tg, n, VP, V, d_st, d_loss));
-  expect_dev("stats (row max, 1 / sum)", d_st, st, 2 * n, 1e-6, 0);
-  expect_dev("loss", d_loss, &loss, 1, 1e-6, 0);
-  OK(mpt_op_xent_vocab_backward(NULL, logits, tg, n, VP, V, st, &dloss, dl));
-  OK(mpt_op_xent_vocab_backward(S, d_logits, d_tg, n, VP, V, d_st, d_dloss, d_dl));
-  expect_dev("dlogits", d_dl, dl, n * VP, 1e-5, 1e-7); /* padding columns: untouched, equal */
-  dfree(d_tg), dfree(d_logits), dfree(d_st), dfree(d_loss), dfree(d_dloss), dfree(d_dl);
-  free(tg), free(logits), free(st), free(dl);
+  dfree(d_tok), dfree(d_wte), dfree(d_wpe), dfree(d_y);
+  free(tok), free(wte), free(wpe), free(y);
 }
 END_TEST
 
@@ -376,11 +255,7 @@ int main(void) {
   TCase *tc = tcase_create("cuda_gpt");
   tcase_set_timeout(tc, 120);
   tcase_add_checked_fixture(tc, setup, teardown);
-  tcase_add_test(tc, test_embedding_matches_cpu_exactly);
-  tcase_add_test(tc, test_layernorm_and_gelu_match_cpu);
-  tcase_add_test(tc, test_fused_ops_match_cpu);
-  tcase_add_test(tc, test_causal_softmax_matches_cpu);
-  tcase_add_test(tc, test_xent_vocab_matches_cpu_and_ignores_padding);
+  tcase_add_test(tc, test_embedding_bad_token_gives_nan_row);
   tcase_add_test(tc, test_xent_vocab_gradient_matches_cpu_at_large_logits);
   tcase_add_test(tc, test_mini_gpt_on_cuda_matches_cpu);
   suite_add_tcase(suite, tc);

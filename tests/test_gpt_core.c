@@ -2,13 +2,14 @@
  * src/core/cpu/gpt_cpu.c) called directly: the wrappers' argument checks and empty work, an
  * exact causal softmax, and GELU against its formula in double on a dense grid. Their
  * gradients are checked by finite differences through the tape in tests/test_gpt_ops.c, and
- * the CUDA kernels against these in tests/test_cuda_gpt_ops.c. */
+ * the CUDA kernels against these in the op table, tests/test_backend_ops.c. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/cpu/isa.h"
 #include "core/cpu/vmath.h"
 #include "mpitrain/ops_gpt.h"
 
@@ -75,9 +76,10 @@ START_TEST(test_gelu_core_op_matches_double_precision_on_a_dense_grid) {
 }
 END_TEST
 
-/* vmath.h's exp over arrays: the kernels' clones (AVX-512 here) and a scalar loop. */
-MPT_VEC_CLONES
-static void vexp_array(float *restrict y, const float *restrict x, int64_t n) {
+/* vmath.h's exp over arrays: the kernels' clones (isa.h: the path MPT_CPU_ISA or the CPU
+ * picks; tests/isa_paths.sh runs this program on each) and a scalar loop. */
+MPT_ISA_KERNEL_VOID(vexp_array, (float *restrict y, const float *restrict x, int64_t n),
+                    (y, x, n)) {
   for (int64_t i = 0; i < n; i++) y[i] = mpt__vexpf(x[i]);
 }
 

@@ -6,6 +6,9 @@
 #   - a build without oneDNN refuses --precision bf16 at start naming oneDNN (only there);
 #   - a CPU without AVX-512 BF16 (forced by MPT_TEST_NO_BF16_CPU=1, fault-injection builds)
 #     stops at start, status 1, naming the missing instructions and before any step;
+#   - MPT_CPU_ISA=avx2 on a CPU with AVX-512 BF16 (oneDNN capped below it) stops at start,
+#     status 1, naming MPT_CPU_ISA; under MPT_CPU_ISA=avx2 or baseline the bf16 runs are
+#     skipped as on a CPU without it;
 #   - short runs with bf16 end with a loss within the stated tolerance of the fp32 run with the
 #     same seed and data: the MLP (Fashion-MNIST, 2 epochs of 64 steps) and the CNN (16 steps)
 #     on the test loss, a tiny GPT (2 layers, 64 channels, T 64, 40 steps) on the validation
@@ -51,17 +54,28 @@ if ! grep -q '^#define MPT_HAVE_ONEDNN 1' "${MPT_CONFIG_H:-config.h}" 2>/dev/nul
   [ "$fail" -eq 0 ] && exit 77
   exit 1
 fi
-if ! grep -q avx512_bf16 /proc/cpuinfo 2>/dev/null; then
+capped=no
+case ${MPT_CPU_ISA:-} in avx2|baseline) capped=yes ;; esac
+if ! grep -q avx512_bf16 /proc/cpuinfo 2>/dev/null || [ $capped = yes ]; then
   out=$("$prog" $small --precision bf16 2>&1)
   [ $? -eq 1 ] && has "$out" "AVX-512 BF16" && ok ||
     bad "a CPU without AVX-512 BF16 did not refuse --precision bf16: $out"
-  echo "SKIP: this CPU has no AVX-512 BF16; $pass passed, $fail failed"
+  if [ $capped = yes ]; then
+    has "$out" "MPT_CPU_ISA=$MPT_CPU_ISA keeps oneDNN below it" && ok ||
+      bad "the refusal under MPT_CPU_ISA=$MPT_CPU_ISA does not name it: $out"
+  fi
+  echo "SKIP: no AVX-512 BF16 here (MPT_CPU_ISA=${MPT_CPU_ISA:-}); $pass passed, $fail failed"
   [ "$fail" -eq 0 ] && exit 77
   exit 1
 fi
 
 out=$("$prog" --version 2>&1)
-has "$out" "^bf16 compute (CPU): yes$" && ok || bad "--version does not say bf16 compute: yes: $out"
+has "$out" "^bf16 compute (CPU): yes" && ok || bad "--version does not say bf16 compute: yes: $out"
+# The CPU has it, MPT_CPU_ISA=avx2 caps oneDNN below it: refused at start, naming the cap.
+out=$(MPT_CPU_ISA=avx2 timeout 60 "$prog" $small --precision bf16 2>&1)
+rc=$?
+[ $rc -eq 1 ] && has "$out" "MPT_CPU_ISA=avx2 keeps oneDNN below it" && ! has "$out" "epoch   1" &&
+  ok || bad "MPT_CPU_ISA=avx2 --precision bf16: status $rc (want 1), output: $out"
 if fault_injection_built; then
   out=$(MPT_TEST_NO_BF16_CPU=1 "$prog" --version 2>&1)
   has "$out" "^bf16 compute (CPU): no: .*AVX-512 BF16" && ok ||

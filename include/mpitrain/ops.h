@@ -267,6 +267,41 @@ MPT_API int mpt_cpu_gemm_threads(void);
 MPT_API int mpt_cpu_threads_per_rank(int local_ranks, int devices);
 /* The BLAS kernel in use ("Haswell", "SkylakeX"...): OpenBLAS's core name, a static string. */
 MPT_API const char *mpt_cpu_blas_name(void);
+
+/* ---- CPU instruction sets ----
+ * The library's own CPU kernels (the transformer ops of ops_gpt.h, the fused attention, the
+ * bf16 conversions, AdamW, mpt_cpu_sum_squares) are compiled three times, for AVX-512F, AVX2
+ * and the x86-64 baseline (SSE2), and one of them runs, chosen once per process: the best the
+ * CPU has, or the one the environment variable MPT_CPU_ISA names (avx512, avx2 or baseline),
+ * so that a machine with AVX-512 also runs (and tests) the paths of older CPUs. These kernels
+ * give the same bits on every path (tests/test_backend_ops.c compares them); oneDNN's kernels
+ * differ by rounding from one ISA to another. MPT_CPU_ISA also caps oneDNN
+ * (dnnl_set_max_cpu_isa: avx2 -> AVX2, baseline -> SSE4.1, oneDNN's lowest; avx512 leaves it
+ * uncapped, AVX-512 BF16 and AMX included), applied before oneDNN's first use by the library.
+ * It does not cap OpenBLAS, which picks its kernels when it is loaded: set OPENBLAS_CORETYPE
+ * (Haswell for AVX2, Prescott for the baseline) in the process's environment for that
+ * (mpt_cpu_blas_name says which it took). Outside x86-64 (or built without GCC-style target
+ * attributes) there is one path, the baseline. */
+typedef enum {
+  MPT_CPU_ISA_BASELINE = 0, /* x86-64 SSE2: every x86-64 CPU */
+  MPT_CPU_ISA_AVX2 = 1,     /* AVX2 (AMD Zen and later, Intel Haswell and later) */
+  MPT_CPU_ISA_AVX512 = 2,   /* AVX-512F (Intel Skylake-SP and later, AMD Zen 4 and later) */
+} mpt_cpu_isa;
+
+/* Reads MPT_CPU_ISA (once per process; later calls return the first answer) and checks it:
+ * MPT_EINVAL for a value other than avx512, avx2, baseline (or empty: the default), MPT_ENOTSUP
+ * for an instruction set this CPU lacks, naming the ones it offers (the kernels then never run
+ * it: they fall back to the best the CPU has), MPT_EDEVICE if oneDNN refused the cap (it was
+ * used before the library's first CPU call). The library calls it itself in its first CPU
+ * allocation, stream, thread setting and oneDNN call (GEMM, convolution, attention), which
+ * return its error; a program may call it first to report a bad setting early. Any thread. */
+MPT_API mpt_status mpt_cpu_isa_init(void);
+/* The path the library's kernels take (after mpt_cpu_isa_init; it calls it). */
+MPT_API mpt_cpu_isa mpt_cpu_isa_active(void);
+/* The best path this CPU can run (cpuid, with the OS's support for the wider registers). */
+MPT_API mpt_cpu_isa mpt_cpu_isa_best(void);
+/* "avx512", "avx2", "baseline" (the MPT_CPU_ISA spellings); "unknown" outside the enum. */
+MPT_API const char *mpt_cpu_isa_name(mpt_cpu_isa isa);
 /* The sum of x[i]^2 over i in [0, count), in double, for x in host memory, on the calling
  * thread. The order is fixed: lane j (of 16) adds the x[i] with i mod 16 = j in increasing i,
  * then the 16 lanes are added in lane order; so the result has the same bits on every CPU,

@@ -6,6 +6,7 @@
 #define MPT_CORE_BACKEND_H
 
 #include "core/keeper.h"
+#include "core/kernel_math.h" /* the per-element arithmetic every backend shares */
 #include "mpitrain/core.h"
 #include "mpitrain/ops.h"
 #include "mpitrain/ops_bf16.h"
@@ -218,14 +219,5 @@ extern const mpt__device_backend mpt__cpu_backend;
 extern const mpt__device_backend mpt__cuda_backend;
 #endif
 
-/* Counter-based uniform in [0, 1) used by dropout on every backend: splitmix64 of seed ^ (i *
- * golden ratio), top 24 bits. */
-static inline float mpt__hash_uniform(uint64_t seed, uint64_t i) {
-  uint64_t z = seed + (i + 1) * 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  z ^= z >> 31;
-  return (float)(z >> 40) * (1.0f / 16777216.0f);
-}
 
 #endif

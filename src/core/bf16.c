@@ -5,6 +5,7 @@
  * Pure functions, any thread. */
 #include <string.h>
 
+#include "core/cpu/isa.h"
 #include "mpitrain/core.h"
 
 uint16_t mpt_bf16_from_f32(float x) {
@@ -23,15 +24,10 @@ float mpt_bf16_to_f32(uint16_t h) {
 }
 
 /* The array loops are written for the vectorizer: a branch-free rounding (the NaN case is a
- * select), blocks of a fixed 32 elements (GCC vectorizes those at -O2), and, on x86-64 with GCC,
- * clones for AVX-512 and AVX2 picked at load time (target_clones), where the 16 <-> 32-bit
+ * select), blocks of a fixed 32 elements (GCC vectorizes those at -O2), and clones for AVX-512
+ * and AVX2 (src/core/cpu/isa.h, the path MPT_CPU_ISA or the CPU picks), where the 16 <-> 32-bit
  * conversions vectorize; measured here 2x faster than the scalar loop for the sum. Same results
  * bit for bit as mpt_bf16_from_f32 (tests/test_comm_shard.c compares them). */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define BF16_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define BF16_CLONES
-#endif
 
 static inline float widen(uint16_t h) {
   const uint32_t u = (uint32_t)h << 16;
@@ -48,18 +44,16 @@ static inline uint16_t round_select(float x) {
   return (uint16_t)((u & 0x7FFFFFFFu) > 0x7F800000u ? nan : rounded);
 }
 
-/* The kernels are static (their clones resolve through an ifunc, which a library's export list
- * does not carry); the public functions call them. */
-BF16_CLONES
-static void round_kernel(const float *src, uint16_t *dst, int64_t n) {
+/* The kernels are static (a clone set and its dispatcher, isa.h); the public functions call
+ * them. */
+MPT_ISA_KERNEL_VOID(round_kernel, (const float *src, uint16_t *dst, int64_t n), (src, dst, n)) {
   int64_t i = 0;
   for (; i + 32 <= n; i += 32)
     for (int j = 0; j < 32; j++) dst[i + j] = round_select(src[i + j]);
   for (; i < n; i++) dst[i] = round_select(src[i]);
 }
 
-BF16_CLONES
-static void add_kernel(const uint16_t *a, uint16_t *b, int64_t n) {
+MPT_ISA_KERNEL_VOID(add_kernel, (const uint16_t *a, uint16_t *b, int64_t n), (a, b, n)) {
   int64_t i = 0;
   for (; i + 32 <= n; i += 32)
     for (int j = 0; j < 32; j++)

@@ -2,10 +2,12 @@
 mpitraininclude_HEADERS += include/mpitrain/core.h include/mpitrain/ops.h include/mpitrain/ops_gpt.h \
 	include/mpitrain/ops_bf16.h
 libmpitrain_all_la_SOURCES += \
-	src/core/error.h src/core/backend.h src/core/fault.h src/core/fault.c src/core/keeper.h \
+	src/core/error.h src/core/backend.h src/core/kernel_math.h src/core/fault.h src/core/fault.c \
+	src/core/keeper.h \
 	src/core/status.c src/core/log.c src/core/rng.c src/core/device.c src/core/tensor.c \
 	src/core/ops.c src/core/trace.c src/core/bf16.c \
 	src/core/cpu/cpu.h src/core/cpu/vec.h src/core/cpu/vmath.h src/core/cpu/cpu_backend.c \
+	src/core/cpu/isa.h src/core/cpu/isa.c \
 	src/core/cpu/stream_cpu.c \
 	src/core/cpu/ops_cpu.c src/core/cpu/cpu_threads.c src/core/cpu/conv_cpu.c \
 	src/core/cpu/norm_cpu.c src/core/cpu/optim_cpu.c src/core/ops_gpt.c src/core/cpu/gpt_cpu.c
@@ -77,3 +79,18 @@ tests_test_sgemm_dnnl_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -fopenmp
 tests_test_sgemm_dnnl_LDADD = libmpitrain_all.la $(CHECK_LIBS) -lm
 endif
 endif
+# issue 24: one table of op cases run on every CPU instruction-set path and every device
+# backend against the CPU reference (the CUDA half: tests/test_backend_ops_cuda.sh)
+if HAVE_CHECK
+check_PROGRAMS += tests/test_backend_ops
+TESTS += tests/test_backend_ops tests/test_backend_ops_cuda.sh
+EXTRA_DIST += tests/test_backend_ops_cuda.sh
+tests_test_backend_ops_SOURCES = tests/test_backend_ops.c tests/backend_op_cases.c \
+	tests/backend_ops.h
+tests_test_backend_ops_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_backend_ops_LDADD = libmpitrain_all.la $(CHECK_LIBS) -lm
+endif
+# issue 24: the op tests rerun on each CPU instruction-set path (MPT_CPU_ISA) the CPU offers
+TESTS += tests/test_isa_avx512.sh tests/test_isa_avx2.sh tests/test_isa_baseline.sh
+EXTRA_DIST += tests/isa_paths.sh tests/test_isa_avx512.sh tests/test_isa_avx2.sh \
+	tests/test_isa_baseline.sh

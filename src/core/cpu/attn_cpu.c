@@ -43,6 +43,7 @@
 #include <string.h>
 
 #include "core/cpu/cpu.h"
+#include "core/cpu/isa.h"
 #include "core/cpu/vmath.h"
 #include "core/error.h"
 
@@ -99,8 +100,8 @@ static int gemm1(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, c
 /* Rows [r0, r0 + rows) of one pair's scores s (leading dimension t) become the causal softmax
  * (src/core/cpu/gpt_cpu.c's causal_softmax_kernel, the same operations), 0 from column i + 1
  * to the end of the block; each row's max and 1 / sum go to stats. */
-MPT_VEC_CLONES
-static void softmax_block(float *s, int64_t r0, int64_t rows, int64_t t, float *stats) {
+MPT_ISA_KERNEL_VOID(softmax_block, (float *s, int64_t r0, int64_t rows, int64_t t, float *stats),
+                    (s, r0, rows, t, stats)) {
   const int64_t cols = r0 + rows;
   for (int64_t r = 0; r < rows; r++) {
     const int64_t i = r0 + r;
@@ -112,8 +113,9 @@ static void softmax_block(float *s, int64_t r0, int64_t rows, int64_t t, float *
 
 /* Rows [r0, r0 + rows) of the scores s (leading dimension t, the rows at s) become the
  * probabilities forward computed, from its stats: exp(s - max) * (1 / sum), bit for bit. */
-MPT_VEC_CLONES
-static void probs_block(float *s, int64_t r0, int64_t rows, int64_t t, const float *stats) {
+MPT_ISA_KERNEL_VOID(probs_block,
+                    (float *s, int64_t r0, int64_t rows, int64_t t, const float *stats),
+                    (s, r0, rows, t, stats)) {
   const int64_t cols = r0 + rows;
   for (int64_t r = 0; r < rows; r++) {
     const int64_t i = r0 + r;
@@ -126,9 +128,9 @@ static void probs_block(float *s, int64_t r0, int64_t rows, int64_t t, const flo
 
 /* d = a * (d - rowsum(a * d)) on rows [r0, r0 + rows) (leading dimension t), columns [0, i],
  * 0 after to the end of the block (mpt__softmax_backward_row, as the reference). */
-MPT_VEC_CLONES
-static void softmax_backward_block(const float *a, float *d, int64_t r0, int64_t rows,
-                                   int64_t t) {
+MPT_ISA_KERNEL_VOID(softmax_backward_block,
+                    (const float *a, float *d, int64_t r0, int64_t rows, int64_t t),
+                    (a, d, r0, rows, t)) {
   const int64_t cols = r0 + rows;
   for (int64_t r = 0; r < rows; r++) mpt__softmax_backward_row(a + r * t, d + r * t, r0 + r, cols);
 }
@@ -178,6 +180,7 @@ static void backward_pair(attn_job *j, int64_t pair, float *p) {
 /* Runs every pair on `threads` threads (an OpenMP team with oneDNN; else the calling thread),
  * each with its scratch slot. */
 static mpt_status run(attn_job *j, int64_t b, int backward) {
+  MPT_RETURN_IF(mpt_cpu_isa_init()); /* caps oneDNN before its first call (isa.c) */
   const int64_t pairs = b * j->nh;
   int threads = 1;
 #ifdef MPT_HAVE_ONEDNN

@@ -93,6 +93,7 @@ static void plans_free(void *head) {
 }
 
 static void engine_init(void) {
+  (void)mpt__cpu_isa_resolve(); /* caps oneDNN before its first call (isa.c) */
   engine_status = dnnl_engine_create(&engine, dnnl_cpu, 0);
   if (engine_status == dnnl_success && pthread_key_create(&plans_key, plans_free) != 0)
     engine_status = dnnl_out_of_memory;
@@ -280,6 +281,7 @@ static mpt_status plan_build(plan *p, const mpt_conv_geom *g, int64_t n, int64_t
  * threads on 2 cores, a step 2.5x slower. */
 static mpt_status plan_get(const mpt_conv_geom *g, int64_t n, int64_t o, int has_bias,
                            pass_kind pass, int bf16, plan **out) {
+  MPT_RETURN_IF(mpt_cpu_isa_init()); /* a bad MPT_CPU_ISA (isa.c) */
   pthread_once(&engine_once, engine_init);
   DNNL_OK(engine_status);
   int threads = openblas_get_num_threads();

@@ -5,6 +5,7 @@
 #define MPT_CORE_CPU_H
 
 #include "core/backend.h"
+#include "core/cpu/isa.h"
 
 int mpt__cpu_count(void);
 mpt_status mpt__cpu_alloc(int index, size_t nbytes, void **ptr);

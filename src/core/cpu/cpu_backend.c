@@ -11,6 +11,8 @@ int mpt__cpu_count(void) { return 1; }
 
 mpt_status mpt__cpu_alloc(int index, size_t nbytes, void **ptr) {
   (void)index;
+  /* A bad MPT_CPU_ISA stops the program at its first CPU memory (isa.c). */
+  MPT_RETURN_IF(mpt_cpu_isa_init());
   /* Round up to the alignment, as aligned_alloc requires. */
   size_t rounded = (nbytes + 63) & ~(size_t)63;
   *ptr = aligned_alloc(64, rounded);

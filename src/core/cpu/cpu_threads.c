@@ -31,6 +31,7 @@ static int gemm_cap_from_env(void) {
 
 mpt_status mpt_cpu_set_threads(int n) {
   if (n < 1) return MPT_FAIL(MPT_EINVAL, "cpu_set_threads: %d threads (must be >= 1)", n);
+  MPT_RETURN_IF(mpt_cpu_isa_init()); /* a bad MPT_CPU_ISA, before any work (isa.c) */
   const int cap = gemm_cap_from_env();
   if (cap < 0)
     return MPT_FAIL(MPT_EINVAL, "cpu_set_threads: MPT_GEMM_THREADS='%s' is not a thread count "

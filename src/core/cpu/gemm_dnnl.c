@@ -18,10 +18,12 @@
  * As for the convolutions (conv_dnnl.c), the OpenMP thread count is set to OpenBLAS's at each
  * call, so a bf16 GEMM uses as many threads as an f32 one.
  *
- * The check refuses a CPU without AVX-512 BF16 (cpuid, and oneDNN's effective ISA): oneDNN
- * would otherwise emulate bf16 with f32 arithmetic and conversions, slower than plain f32 for
- * nothing. In a fault-injection build MPT_TEST_NO_BF16_CPU=1 makes it refuse this CPU too, so
- * the error path is tested on a machine that has the instructions.
+ * The check refuses a CPU without AVX-512 BF16 (cpuid, and oneDNN's effective ISA, which
+ * MPT_CPU_ISA=avx2 or baseline caps below it: src/core/cpu/isa.c): oneDNN would otherwise
+ * emulate bf16 with f32 arithmetic and conversions, slower than plain f32 for nothing; the
+ * message says which of the two is missing. In a fault-injection build MPT_TEST_NO_BF16_CPU=1
+ * makes it refuse this CPU too, so the error path is tested on a machine that has the
+ * instructions.
  * Runs synchronously on the calling thread. */
 #include <cblas.h>
 #include <omp.h>
@@ -61,7 +63,8 @@ static dnnl_engine_t engine;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static dnnl_status_t engine_status = dnnl_runtime_error;
 static pthread_key_t thread_key;
-static int cpu_bf16; /* AVX-512 BF16 by cpuid and by oneDNN's effective ISA */
+static int cpu_by_cpuid; /* AVX-512 BF16 by cpuid */
+static int cpu_bf16;     /* ... and by oneDNN's effective ISA (MPT_CPU_ISA may cap it) */
 static dnnl_cpu_isa_t cpu_isa;
 
 static void gplan_free(gplan *p) {
@@ -85,14 +88,16 @@ static void gthread_free(void *v) {
 }
 
 static void init_once(void) {
+  (void)mpt__cpu_isa_resolve(); /* caps oneDNN before its first call (isa.c) */
 #if defined(__x86_64__) && defined(__GNUC__)
   __builtin_cpu_init();
-  const int by_cpuid = __builtin_cpu_supports("avx512bf16");
+  cpu_by_cpuid = __builtin_cpu_supports("avx512bf16");
 #else
-  const int by_cpuid = 0;
+  cpu_by_cpuid = 0;
 #endif
   cpu_isa = dnnl_get_effective_cpu_isa();
-  cpu_bf16 = by_cpuid && (cpu_isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
+  cpu_bf16 = cpu_by_cpuid &&
+             (cpu_isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
   engine_status = dnnl_engine_create(&engine, dnnl_cpu, 0);
   if (engine_status == dnnl_success && pthread_key_create(&thread_key, gthread_free) != 0)
     engine_status = dnnl_out_of_memory;
@@ -111,16 +116,29 @@ static const char *isa_name(dnnl_cpu_isa_t isa) {
   }
 }
 
+/* Which CPUs run it, for the messages (and the README's "--precision"). */
+#define BF16_CPUS "Intel Xeon Cooper Lake, Sapphire Rapids or later; AMD EPYC Zen 4 or later"
+
 mpt_status mpt__cpu_bf16_check(mpt_stream *s) {
   (void)s;
+  MPT_RETURN_IF(mpt_cpu_isa_init()); /* a bad MPT_CPU_ISA (isa.c) */
   pthread_once(&once, init_once);
   const char *forced = mpt__test_env("MPT_TEST_NO_BF16_CPU");
   const int refused = forced && strcmp(forced, "1") == 0;
-  if (!cpu_bf16 || refused)
+  if (!cpu_by_cpuid || refused)
     return MPT_FAIL(MPT_ENOTSUP, "bf16 compute needs a CPU with AVX-512 BF16 (avx512_bf16 in "
-                    "/proc/cpuinfo); this one has none%s (oneDNN's ISA: %s), and emulating bf16 "
-                    "would be slower than fp32: use --precision fp32",
+                    "/proc/cpuinfo: " BF16_CPUS "); this one has none%s (oneDNN's ISA: %s), and "
+                    "emulating bf16 would be slower than fp32: use --precision fp32 here",
                     refused ? " (MPT_TEST_NO_BF16_CPU=1 says so)" : "", isa_name(cpu_isa));
+  if (!cpu_bf16 && mpt_cpu_isa_active() != MPT_CPU_ISA_AVX512)
+    return MPT_FAIL(MPT_ENOTSUP, "bf16 compute needs AVX-512 BF16: this CPU has it, but "
+                    "MPT_CPU_ISA=%s keeps oneDNN below it (oneDNN's ISA: %s): unset MPT_CPU_ISA "
+                    "(or set it to avx512), or use --precision fp32",
+                    mpt_cpu_isa_name(mpt_cpu_isa_active()), isa_name(cpu_isa));
+  if (!cpu_bf16)
+    return MPT_FAIL(MPT_ENOTSUP, "bf16 compute needs AVX-512 BF16: this CPU has it, but oneDNN "
+                    "may not use it (oneDNN's ISA: %s; is ONEDNN_MAX_CPU_ISA or DNNL_MAX_CPU_ISA "
+                    "set?): lift that cap, or use --precision fp32", isa_name(cpu_isa));
   MPT_DNNL_OK(engine_status);
   return MPT_OK;
 }

@@ -17,6 +17,7 @@
 
 #include "core/cpu/cpu.h"
 #include "core/cpu/pool.h"
+#include "core/cpu/isa.h"
 #include "core/cpu/vmath.h"
 #include "core/error.h"
 
@@ -97,9 +98,9 @@ mpt_status mpt__cpu_embedding_gpt_backward(mpt_stream *s, const int32_t *tokens,
 
 /* One row's LayerNorm; row statistics in double: the lane-wise sums of vmath.h (the same bits
  * at every width). Inlined into each clone of its callers. */
-static inline void layernorm_row(const float *restrict xr, int64_t c, const float *restrict w,
-                                 const float *restrict bias, float eps, float *restrict yr,
-                                 float *restrict mean, float *restrict rstd) {
+MPT_VINLINE void layernorm_row(const float *restrict xr, int64_t c, const float *restrict w,
+                               const float *restrict bias, float eps, float *restrict yr,
+                               float *restrict mean, float *restrict rstd) {
   const float m = (float)(mpt__vsum_d(xr, c) / (double)c);
   double acc[MPT_VLANES] = {0};
   int64_t i = 0;
@@ -111,27 +112,28 @@ static inline void layernorm_row(const float *restrict xr, int64_t c, const floa
   for (int j = 0; i < c; i++, j++) acc[j] += (double)(xr[i] - m) * (double)(xr[i] - m);
   double var = 0.0;
   for (int j = 0; j < MPT_VLANES; j++) var += acc[j];
-  const float rs = (float)(1.0 / sqrt(var / (double)c + (double)eps));
+  const float rs = mpt__ln_rstd(var, c, eps);
   for (i = 0; i < c; i++) yr[i] = (xr[i] - m) * rs * w[i] + bias[i];
   *mean = m;
   *rstd = rs;
 }
 
-MPT_VEC_CLONES
-static void layernorm_kernel(const float *restrict x, int64_t rows, int64_t c,
-                             const float *restrict w, const float *restrict bias, float eps,
-                             float *restrict y, float *restrict mean, float *restrict rstd) {
+MPT_ISA_KERNEL_VOID(layernorm_kernel,
+                    (const float *restrict x, int64_t rows, int64_t c, const float *restrict w,
+                     const float *restrict bias, float eps, float *restrict y, float *restrict mean,
+                     float *restrict rstd),
+                    (x, rows, c, w, bias, eps, y, mean, rstd)) {
   for (int64_t r = 0; r < rows; r++)
     layernorm_row(x + r * c, c, w, bias, eps, y + r * c, mean + r, rstd + r);
 }
 
 /* The residual add then LayerNorm, row by row: the sum row is normalised while in cache. a, b
  * and sum may alias (not restrict); y does not. */
-MPT_VEC_CLONES
-static void add_layernorm_kernel(const float *a, const float *b, int64_t rows, int64_t c,
-                                 const float *restrict w, const float *restrict bias, float eps,
-                                 float *sum, float *restrict y, float *restrict mean,
-                                 float *restrict rstd) {
+MPT_ISA_KERNEL_VOID(add_layernorm_kernel,
+                    (const float *a, const float *b, int64_t rows, int64_t c,
+                     const float *restrict w, const float *restrict bias, float eps, float *sum,
+                     float *restrict y, float *restrict mean, float *restrict rstd),
+                    (a, b, rows, c, w, bias, eps, sum, y, mean, rstd)) {
   for (int64_t r = 0; r < rows; r++) {
     const float *ar = a + r * c, *br = b + r * c;
     float *sr = sum + r * c;
@@ -184,9 +186,9 @@ mpt_status mpt__cpu_add_layernorm(mpt_stream *s, const float *a, const float *b,
 
 /* One row's dw += dy xhat and dbias += dy (either may be NULL), and the row sums of dy w and
  * dy w xhat (lane-wise, in double) into sums[0], sums[1]. */
-static inline void ln_back_row(const float *restrict xr, const float *restrict g, int64_t c,
-                               const float *restrict w, float m, float rs, float *restrict dw,
-                               float *restrict dbias, double *sums) {
+MPT_VINLINE void ln_back_row(const float *restrict xr, const float *restrict g, int64_t c,
+                             const float *restrict w, float m, float rs, float *restrict dw,
+                             float *restrict dbias, double *sums) {
   double a0[MPT_VLANES] = {0}, a1[MPT_VLANES] = {0};
   int64_t i = 0;
   for (; i + MPT_VLANES <= c; i += MPT_VLANES)
@@ -211,12 +213,12 @@ static inline void ln_back_row(const float *restrict xr, const float *restrict g
     for (i = 0; i < c; i++) dbias[i] += g[i];
 }
 
-MPT_VEC_CLONES
-static void layernorm_backward_kernel(const float *restrict dy, const float *restrict x,
-                                      int64_t rows, int64_t c, const float *restrict w,
-                                      const float *restrict mean, const float *restrict rstd,
-                                      float *restrict dx, float *restrict dw,
-                                      float *restrict dbias) {
+MPT_ISA_KERNEL_VOID(layernorm_backward_kernel,
+                    (const float *restrict dy, const float *restrict x, int64_t rows, int64_t c,
+                     const float *restrict w, const float *restrict mean,
+                     const float *restrict rstd, float *restrict dx, float *restrict dw,
+                     float *restrict dbias),
+                    (dy, x, rows, c, w, mean, rstd, dx, dw, dbias)) {
   for (int64_t r = 0; r < rows; r++) {
     const float *xr = x + r * c, *g = dy + r * c;
     const float m = mean[r], rs = rstd[r];
@@ -227,7 +229,7 @@ static void layernorm_backward_kernel(const float *restrict dy, const float *res
     float *dxr = dx + r * c;
     for (int64_t i = 0; i < c; i++) {
       const float xhat = (xr[i] - m) * rs;
-      dxr[i] += rs * (g[i] * w[i] - gm - xhat * gxm);
+      dxr[i] += mpt__ln_dx(rs, g[i] * w[i], gm, xhat, gxm);
     }
   }
 }
@@ -291,24 +293,20 @@ mpt_status mpt__cpu_layernorm_backward(mpt_stream *s, const float *dy, const flo
   return MPT_OK;
 }
 
-#define GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
-#define GELU_CUBE 0.044715f
-
 /* 0.5 (1 + tanh(u)) = sigmoid(2u) exactly, so gelu(x) = x * sigmoid(2u): one exp instead of
  * a tanh and no cancellation where 1 + tanh(u) is tiny. And 0.5 (1 - tanh(u)^2) = 2 s (1 - s)
  * with s = sigmoid(2u), so gelu'(x) = s + 2 x s (1 - s) u', where 1 - s = e s with
  * e = exp(-2u) (exact, and no cancellation where s is near 1). The exp is vmath.h's (2 ulp),
  * so the loops vectorize. */
 static inline float gelu_sig(float v, float *one_minus, float *du) {
-  const float u = GELU_SCALE * (v + GELU_CUBE * v * v * v), e = mpt__vexpf(-2.0f * u);
+  const float u = mpt__gelu_u(v), e = mpt__vexpf(-2.0f * u);
   const float sg = 1.0f / (1.0f + e);
   *one_minus = mpt__vselect(sg > 0.0f, e * sg, 1.0f); /* e = inf: s = 0 */
-  *du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * v * v);
+  *du = mpt__gelu_du(v);
   return sg;
 }
 
-MPT_VEC_CLONES
-static void gelu_kernel(float *y, const float *x, int64_t count) {
+MPT_ISA_KERNEL_VOID(gelu_kernel, (float *y, const float *x, int64_t count), (y, x, count)) {
   for (int64_t i = 0; i < count; i++) {
     float om, du;
     const float v = x[i];
@@ -335,21 +333,22 @@ mpt_status mpt__cpu_gelu(mpt_stream *s, float *y, const float *x, int64_t count)
 }
 
 /* dx += dy gelu'(x), or dx = dy gelu'(x) when `write` (dx not read). */
-MPT_VEC_CLONES
-static void gelu_backward_kernel(float *restrict dx, const float *restrict dy,
-                                 const float *restrict x, int64_t count, int write) {
+MPT_ISA_KERNEL_VOID(gelu_backward_kernel,
+                    (float *restrict dx, const float *restrict dy, const float *restrict x,
+                     int64_t count, int write),
+                    (dx, dy, x, count, write)) {
   if (write) {
     for (int64_t i = 0; i < count; i++) {
       float om, du;
       const float v = x[i], sg = gelu_sig(v, &om, &du);
-      dx[i] = dy[i] * (sg + 2.0f * v * sg * om * du);
+      dx[i] = dy[i] * mpt__gelu_grad(v, sg, om, du);
     }
     return;
   }
   for (int64_t i = 0; i < count; i++) {
     float om, du;
     const float v = x[i], sg = gelu_sig(v, &om, &du);
-    dx[i] += dy[i] * (sg + 2.0f * v * sg * om * du);
+    dx[i] += dy[i] * mpt__gelu_grad(v, sg, om, du);
   }
 }
 
@@ -379,9 +378,10 @@ mpt_status mpt__cpu_gelu_backward_write(mpt_stream *s, float *dx, const float *d
 }
 
 /* y = gelu(x + bias) over rows [r0, r1) of [rows, cols]; y may equal x. */
-MPT_VEC_CLONES
-static void bias_gelu_kernel(float *y, const float *x, const float *restrict bias, int64_t rows,
-                             int64_t cols) {
+MPT_ISA_KERNEL_VOID(bias_gelu_kernel,
+                    (float *y, const float *x, const float *restrict bias, int64_t rows,
+                     int64_t cols),
+                    (y, x, bias, rows, cols)) {
   for (int64_t r = 0; r < rows; r++) {
     const float *xr = x + r * cols;
     float *yr = y + r * cols;
@@ -395,17 +395,17 @@ static void bias_gelu_kernel(float *y, const float *x, const float *restrict bia
 
 /* dx = dy gelu'(x + bias) over `rows` rows, and (part not NULL) part[j] += dx[r, j] row by
  * row: mpt__cpu_bias_backward's additions in its order. */
-MPT_VEC_CLONES
-static void bias_gelu_backward_kernel(float *restrict dx, const float *restrict dy,
-                                      const float *restrict x, const float *restrict bias,
-                                      int64_t rows, int64_t cols, float *restrict part) {
+MPT_ISA_KERNEL_VOID(bias_gelu_backward_kernel,
+                    (float *restrict dx, const float *restrict dy, const float *restrict x,
+                     const float *restrict bias, int64_t rows, int64_t cols, float *restrict part),
+                    (dx, dy, x, bias, rows, cols, part)) {
   for (int64_t r = 0; r < rows; r++) {
     const float *xr = x + r * cols, *gr = dy + r * cols;
     float *dr = dx + r * cols;
     for (int64_t i = 0; i < cols; i++) {
       float om, du;
       const float v = xr[i] + bias[i], sg = gelu_sig(v, &om, &du);
-      dr[i] = gr[i] * (sg + 2.0f * v * sg * om * du);
+      dr[i] = gr[i] * mpt__gelu_grad(v, sg, om, du);
     }
     if (part)
       for (int64_t i = 0; i < cols; i++) part[i] += dr[i];
@@ -474,8 +474,8 @@ mpt_status mpt__cpu_bias_gelu_backward(mpt_stream *s, float *dx, const float *dy
 }
 
 /* Rows [r0, r1) of the planes' rows (row r is row r % t of plane r / t). */
-MPT_VEC_CLONES
-static void causal_softmax_kernel(float *a, int64_t r0, int64_t r1, int64_t t) {
+MPT_ISA_KERNEL_VOID(causal_softmax_kernel, (float *a, int64_t r0, int64_t r1, int64_t t),
+                    (a, r0, r1, t)) {
   float inv;
   for (int64_t r = r0; r < r1; r++) /* row r % t of its plane: columns [0, r % t] take part */
     mpt__softmax_row(a + r * t, r % t, t, &inv);
@@ -500,9 +500,9 @@ mpt_status mpt__cpu_causal_softmax(mpt_stream *s, float *a, int64_t planes, int6
   return MPT_OK;
 }
 
-MPT_VEC_CLONES
-static void causal_softmax_backward_kernel(const float *a, float *d, int64_t r0, int64_t r1,
-                                           int64_t t) {
+MPT_ISA_KERNEL_VOID(causal_softmax_backward_kernel,
+                    (const float *a, float *d, int64_t r0, int64_t r1, int64_t t),
+                    (a, d, r0, r1, t)) {
   for (int64_t r = r0; r < r1; r++) mpt__softmax_backward_row(a + r * t, d + r * t, r % t, t);
 }
 
@@ -522,8 +522,7 @@ mpt_status mpt__cpu_causal_softmax_backward(mpt_stream *s, const float *a, float
 
 /* The sum over j < v of exp(l[j] - mx), in double: blocks of exps (a loop that vectorizes)
  * summed lane-wise (vmath.h), the blocks in order. */
-MPT_VEC_CLONES
-static double sum_exp_kernel(const float *restrict l, int64_t v, float mx) {
+MPT_ISA_KERNEL(double, sum_exp_kernel, (const float *restrict l, int64_t v, float mx), (l, v, mx)) {
   enum { BLK = 256 };
   float e[BLK];
   double sum = 0.0;
@@ -535,8 +534,7 @@ static double sum_exp_kernel(const float *restrict l, int64_t v, float mx) {
   return sum;
 }
 
-MPT_VEC_CLONES
-static float vmax_kernel(const float *x, int64_t n) { return mpt__vmax(x, n); }
+MPT_ISA_KERNEL(float, vmax_kernel, (const float *x, int64_t n), (x, n)) { return mpt__vmax(x, n); }
 
 typedef struct xent_job {
   const float *logits, *stats_in;
@@ -556,8 +554,8 @@ static double xent_row(const float *lr, int64_t v, float *st) {
   const float mx = vmax_kernel(lr, v);
   const double sum = sum_exp_kernel(lr, v, mx);
   st[0] = mx;
-  st[1] = (float)(1.0 / sum);
-  return (double)mx + log(sum);
+  st[1] = mpt__softmax_inv(sum);
+  return mpt__softmax_lse(mx, sum);
 }
 
 static void xent_rows(void *arg, int64_t r0, int64_t r1) {
@@ -594,9 +592,10 @@ mpt_status mpt__cpu_xent_vocab(mpt_stream *s, const float *logits, const int32_t
 
 /* dr[j] += g p[j] for j < v, p[j] = exp(lr[j] - mx) inv (the softmax, as the attention's
  * backward recomputes it); when `write`, dr[j] = that and 0 for v <= j < vp. */
-MPT_VEC_CLONES
-static void xent_backward_row(const float *restrict lr, float *restrict dr, int64_t v,
-                              int64_t vp, float g, float mx, float inv, int write) {
+MPT_ISA_KERNEL_VOID(xent_backward_row,
+                    (const float *restrict lr, float *restrict dr, int64_t v, int64_t vp, float g,
+                     float mx, float inv, int write),
+                    (lr, dr, v, vp, g, mx, inv, write)) {
   if (write) {
     for (int64_t j = 0; j < v; j++) dr[j] = g * (mpt__vexpf(lr[j] - mx) * inv);
     for (int64_t j = v; j < vp; j++) dr[j] = 0.0f;

@@ -4,7 +4,8 @@
  * statistics are per channel over n * inner values.
  *
  * Statistics are accumulated in double (two passes: mean, then squared deviations, which does
- * not cancel like E[x^2] - E[x]^2); the per-element loops are float and vectorise (vec.h,
+ * not cancel like E[x^2] - E[x]^2); each channel's and element's arithmetic is kernel_math.h's,
+ * which the CUDA kernels share; the per-element loops are float and vectorise (vec.h,
  * when inner >= 8: the 2-D case; for inner == 1 the channel stride defeats it). ops.c has
  * checked the arguments (n * inner >= 2 in training). Runs on the calling thread. */
 #include <math.h>
@@ -36,20 +37,17 @@ mpt_status mpt__cpu_batchnorm_train(mpt_stream *s, const float *restrict x, int6
       }
     }
     const double var = ss / N; /* biased: normalises the batch */
-    const double invstd = 1.0 / sqrt(var + eps);
+    const double invstd = mpt__bn_invstd(var, eps);
     save_mean[ch] = (float)mean;
     save_invstd[ch] = (float)invstd;
-    if (running_mean)
-      running_mean[ch] = (float)((1.0 - momentum) * running_mean[ch] + momentum * mean);
-    if (running_var) /* unbiased, as PyTorch keeps it */
-      running_var[ch] =
-          (float)((1.0 - momentum) * running_var[ch] + momentum * var * N / (N - 1.0));
+    if (running_mean) running_mean[ch] = mpt__bn_running_mean(running_mean[ch], momentum, mean);
+    if (running_var) running_var[ch] = mpt__bn_running_var(running_var[ch], momentum, var, N);
 
-    const float m = (float)mean, scale = (float)(gamma[ch] * invstd), b = beta[ch];
+    const float m = (float)mean, scale = mpt__bn_scale(gamma[ch], invstd), b = beta[ch];
     for (int64_t r = 0; r < n; r++) {
       const float *xp = x + (r * c + ch) * inner;
       float *yp = y + (r * c + ch) * inner;
-      MPT_VEC_FOR(i, inner, yp[i] = (xp[i] - m) * scale + b);
+      MPT_VEC_FOR(i, inner, yp[i] = mpt__bn_apply(xp[i], m, scale, b));
     }
   }
   return MPT_OK;
@@ -62,11 +60,11 @@ mpt_status mpt__cpu_batchnorm_eval(mpt_stream *s, const float *restrict x, int64
   (void)s;
   for (int64_t ch = 0; ch < c; ch++) {
     const float m = running_mean[ch], b = beta[ch];
-    const float scale = (float)(gamma[ch] / sqrt((double)running_var[ch] + eps));
+    const float scale = mpt__bn_eval_scale(gamma[ch], running_var[ch], eps);
     for (int64_t r = 0; r < n; r++) {
       const float *xp = x + (r * c + ch) * inner;
       float *yp = y + (r * c + ch) * inner;
-      MPT_VEC_FOR(i, inner, yp[i] = (xp[i] - m) * scale + b);
+      MPT_VEC_FOR(i, inner, yp[i] = mpt__bn_apply(xp[i], m, scale, b));
     }
   }
   return MPT_OK;
@@ -101,7 +99,7 @@ mpt_status mpt__cpu_batchnorm_backward(mpt_stream *s, const float *restrict dy,
       const float *xp = x + (r * c + ch) * inner, *dp = dy + (r * c + ch) * inner;
       float *dxp = dx + (r * c + ch) * inner;
       MPT_VEC_FOR(i, inner,
-                  dxp[i] += k * (dp[i] - mean_dy - (xp[i] - m) * invstd * mean_dy_xhat));
+                  dxp[i] += mpt__bn_dx(k, dp[i], xp[i], m, invstd, mean_dy, mean_dy_xhat));
     }
   }
   return MPT_OK;

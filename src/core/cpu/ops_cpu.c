@@ -367,10 +367,9 @@ mpt_status mpt__cpu_softmax_xent(mpt_stream *s, const float *restrict logits,
       p[j] = expf(x[j] - max);
       z += p[j];
     }
-    const float inv = (float)(1.0 / z);
+    const float inv = mpt__softmax_inv(z);
     MPT_VEC_FOR(j, k, p[j] *= inv);
-    /* -log softmax = log(z) - (x - max): finite even where the probability underflows to 0. */
-    total += log(z) - ((double)x[labels[i]] - max);
+    total += mpt__softmax_xent_row_loss(z, x[labels[i]], max); /* kernel_math.h */
   }
   *loss = (float)(total / (double)n);
   return MPT_OK;
@@ -410,9 +409,9 @@ mpt_status mpt__cpu_count_correct(mpt_stream *s, const float *logits, const int3
 mpt_status mpt__cpu_dropout(mpt_stream *s, const float *x, float *y, float *restrict mask,
                             int64_t count, float p, uint64_t seed) {
   (void)s;
-  const float keep = 1.0f / (1.0f - p);
+  const float keep = mpt__dropout_keep(p);
   for (int64_t i = 0; i < count; i++) {
-    mask[i] = mpt__hash_uniform(seed, (uint64_t)i) >= p ? keep : 0.0f;
+    mask[i] = mpt__dropout_mask(seed, (uint64_t)i, p, keep);
     y[i] = x[i] * mask[i];
   }
   return MPT_OK;

@@ -5,13 +5,14 @@
  *
  * SGD works in blocks of SGD_BLOCK elements through a stack buffer so that each pass is a plain
  * loop with its options decided outside it (vectorised at -O2, see vec.h); the block stays in
- * L1. AdamW: GCC does not vectorise sqrtf while it may set errno, so on x86-64 with AVX-512
- * (checked at run time) the loop is written with AVX-512 intrinsics, 16 floats at a time, with
- * the scalar loop's operations in the same order (IEEE add, mul, div and sqrt, no FMA): the
- * same bits as the scalar loop, which does the rest and every other CPU (tests/test_ops_train.c
- * compares them). AdamW splits large calls over the CPU threads (pool.h; elements are
- * independent, so the same bits at every thread count); SGD runs on the calling thread. ops.c
- * has checked the arguments. */
+ * L1. AdamW: GCC does not vectorise sqrtf while it may set errno, so on the AVX-512 path (isa.h:
+ * the CPU has it and MPT_CPU_ISA does not ask for less) the loop is written with AVX-512
+ * intrinsics, 16 floats at a time, with the scalar loop's operations in the same order (IEEE
+ * add, mul, div and sqrt, no FMA; src/core/kernel_math.h's mpt__adamw_element, which CUDA
+ * shares): the same bits as the scalar loop, which does the rest and every other CPU
+ * (tests/test_ops_train.c compares them). AdamW splits large calls over the CPU threads
+ * (pool.h; elements are independent, so the same bits at every thread count); SGD runs on the
+ * calling thread. ops.c has checked the arguments. */
 #include <math.h>
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
@@ -19,6 +20,7 @@
 #endif
 
 #include "core/cpu/cpu.h"
+#include "core/cpu/isa.h"
 #include "core/cpu/pool.h"
 #include "core/cpu/vec.h"
 #include "core/error.h"
@@ -103,18 +105,13 @@ static void adamw_range(void *arg, int64_t i0, int64_t i1) {
   const float b2c = j->b2c, bc2_sqrt = j->bc2_sqrt, eps = j->eps, step_size = j->step_size;
   int64_t i = 0;
 #ifdef ADAMW_AVX512
-  if (__builtin_cpu_supports("avx512f"))
+  if (mpt__cpu_isa() == MPT_CPU_ISA_AVX512)
     i = adamw_avx512(param, grad, m, v, count, decay, beta1, b1c, beta2, b2c, bc2_sqrt, eps,
                      step_size);
 #endif
-  for (; i < count; i++) {
-    const float g = grad[i];
-    const float p = param[i] * decay;
-    m[i] = beta1 * m[i] + b1c * g;
-    v[i] = beta2 * v[i] + b2c * g * g;
-    const float denom = sqrtf(v[i]) / bc2_sqrt + eps;
-    param[i] = p - step_size * (m[i] / denom);
-  }
+  for (; i < count; i++)
+    param[i] = mpt__adamw_element(param[i] * decay, grad[i], &m[i], &v[i], beta1, b1c, beta2, b2c,
+                                  bc2_sqrt, eps, step_size);
 }
 
 
@@ -133,18 +130,11 @@ mpt_status mpt__cpu_adamw_step(mpt_stream *s, float *restrict param, const float
   return MPT_OK;
 }
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define SQ_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define SQ_CLONES
-#endif
-
 enum { SQ_LANES = 16 };
 
-/* 16 partial sums in double, lane j takes i = j mod 16 in increasing i, added in order. (A
- * static clone set behind the public wrapper: GCC gives the ifunc of a target_clones function
- * local binding, so it would not be exported.) */
-SQ_CLONES static double sum_squares(const float *x, int64_t count) {
+/* 16 partial sums in double, lane j takes i = j mod 16 in increasing i, added in order; one
+ * clone per instruction-set path (isa.h), behind the public wrapper. */
+MPT_ISA_KERNEL(double, sum_squares, (const float *x, int64_t count), (x, count)) {
   double acc[SQ_LANES] = {0};
   int64_t i = 0;
   for (; i + SQ_LANES <= count; i += SQ_LANES)

@@ -50,6 +50,7 @@ int mpt__cpu_sgemm_dnnl_threads(int64_t m, int64_t n, int64_t k) {
 mpt_status mpt__cpu_sgemm_dnnl(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                                float alpha, const float *a, int64_t lda, const float *b,
                                int64_t ldb, float beta, float *c, int64_t ldc) {
+  MPT_RETURN_IF(mpt_cpu_isa_init()); /* caps oneDNN before its first call (isa.c) */
   const int threads = mpt__cpu_sgemm_dnnl_threads(m, n, k);
   if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
   MPT_DNNL_OK(dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb,

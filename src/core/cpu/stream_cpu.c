@@ -240,6 +240,7 @@ static void *stream_worker(void *arg) {
 }
 
 mpt_status mpt__cpu_stream_init(mpt_stream **stream, mpt_device device, mpt_stream_kind kind) {
+  MPT_RETURN_IF(mpt_cpu_isa_init()); /* a bad MPT_CPU_ISA (isa.c) */
   mpt_stream *s = calloc(1, sizeof *s);
   if (!s) return MPT_FAIL(MPT_ENOMEM, "cannot allocate a stream");
   s->h.device = device;

@@ -10,23 +10,16 @@
  * double): within 2 ulp of exp(x) for -86.9 <= x <= 88.72; 0 below -87.3 (libm gives a value
  * under 1.7e-38 there), +inf above 88.73, NaN for NaN. Between -87.3 and -86.9 the result is 0
  * or within 2 ulp. Only +, -, * and bit moves: no FMA contraction (-std=c11 turns it off), so
- * every vector width (the target_clones of the callers) gives the same bits. */
+ * every vector width (the instruction-set clones of the callers, isa.h) gives the same bits. */
 #ifndef MPT_CORE_CPU_VMATH_H
 #define MPT_CORE_CPU_VMATH_H
 
 #include <stdint.h>
 #include <string.h>
 
-/* The AVX-512 and AVX2 clones of a kernel, picked at load time (as src/core/bf16.c). */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define MPT_VEC_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define MPT_VEC_CLONES
-#endif
-
 /* The helpers below are inlined into every caller, always: an out-of-line copy would be built
- * for the default target (SSE2) and the AVX-512 clone of its caller would call it (measured:
- * mpt__softmax_row alone, out of line, took 10 % of the fused attention's samples). */
+ * for the default target (SSE2) and the AVX-512 clone of its caller (isa.h) would call it
+ * (measured: mpt__softmax_row alone, out of line, took 10 % of the fused attention's samples). */
 #if defined(__GNUC__)
 #define MPT_VINLINE static inline __attribute__((always_inline))
 #else

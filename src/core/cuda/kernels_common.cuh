@@ -1,6 +1,6 @@
 /* Device-side helpers shared by the kernels_*.cu files: launch geometry, grid-stride loops, warp
- * and block sums, and the dropout draw (the same arithmetic as mpt__hash_uniform in
- * src/core/backend.h, so CPU and CUDA draw the same mask). Compiled by nvcc only. */
+ * and block sums; and src/core/kernel_math.h, the per-element arithmetic the CPU backend shares
+ * (the dropout draw, batch normalisation, LayerNorm, GELU, AdamW...). Compiled by nvcc only. */
 #ifndef MPT_CORE_CUDA_KERNELS_COMMON_CUH
 #define MPT_CORE_CUDA_KERNELS_COMMON_CUH
 
@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "core/cuda/kernels.h"
+#include "core/kernel_math.h"
 
 /* Threads per block of the elementwise kernels; a multiple of 32. */
 #define MPT_CUK_BLOCK 256
@@ -52,15 +53,6 @@ __device__ __forceinline__ T mpt_cuk_block_sum(T v, T *shared) {
   }
   __syncthreads();
   return shared[0];
-}
-
-/* mpt__hash_uniform (src/core/backend.h), line for line. */
-__device__ __forceinline__ float mpt_cuk_hash_uniform(uint64_t seed, uint64_t i) {
-  uint64_t z = seed + (i + 1) * 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  z ^= z >> 31;
-  return (float)(z >> 40) * (1.0f / 16777216.0f);
 }
 
 #endif

@@ -98,7 +98,7 @@ __global__ void k_relu_backward(float *dx, const float *dy, const float *y, int6
 __global__ void k_dropout(const float *x, float *y, float *mask, int64_t n, float p, float keep,
                           uint64_t seed) {
   MPT_CUK_FOR(i, n) {
-    const float m = mpt_cuk_hash_uniform(seed, (uint64_t)i) >= p ? keep : 0.0f;
+    const float m = mpt__dropout_mask(seed, (uint64_t)i, p, keep);
     mask[i] = m;
     y[i] = x[i] * m;
   }

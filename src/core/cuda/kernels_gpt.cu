@@ -14,9 +14,6 @@
 
 #include "core/cuda/kernels_common.cuh"
 
-#define GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
-#define GELU_CUBE 0.044715f
-
 /* for (row = this warp's first row; row < n; row += all warps of the grid) */
 #define WARP_ROWS(row, n)                                                                   \
   for (int64_t row = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); row < (n); \
@@ -79,7 +76,7 @@ __global__ void k_layernorm(const float *x, int64_t rows, int64_t c, const float
       const double d = (double)(xr[i] - m);
       v += d * d;
     }
-    const float rs = (float)(1.0 / sqrt(warp_allsum(v) / (double)c + (double)eps));
+    const float rs = mpt__ln_rstd(warp_allsum(v), c, eps);
     for (int64_t i = lane; i < c; i += 32) yr[i] = (xr[i] - m) * rs * w[i] + bias[i];
     if (lane == 0) {
       mean[r] = m;
@@ -106,7 +103,7 @@ __global__ void k_layernorm_backward_dx(const float *dy, const float *x, int64_t
     float *dxr = dx + r * c;
     for (int64_t i = lane; i < c; i += 32) {
       const float xhat = (xr[i] - m) * rs;
-      dxr[i] += rs * (g[i] * w[i] - gm - xhat * gxm);
+      dxr[i] += mpt__ln_dx(rs, g[i] * w[i], gm, xhat, gxm);
     }
   }
 }
@@ -129,10 +126,10 @@ __global__ void k_layernorm_backward_params(const float *dy, const float *x, int
 
 /* As src/core/cpu/gpt_cpu.c: 0.5 (1 + tanh(u)) = sigmoid(2u), 1 - s = exp(-2u) s. */
 __device__ __forceinline__ float gelu_sig(float v, float *one_minus, float *du) {
-  const float u = GELU_SCALE * (v + GELU_CUBE * v * v * v), e = expf(-2.0f * u);
+  const float u = mpt__gelu_u(v), e = expf(-2.0f * u);
   const float sg = 1.0f / (1.0f + e);
   *one_minus = sg > 0.0f ? e * sg : 1.0f;
-  *du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * v * v);
+  *du = mpt__gelu_du(v);
   return sg;
 }
 
@@ -147,7 +144,7 @@ __global__ void k_gelu_backward(float *dx, const float *dy, const float *x, int6
   MPT_CUK_FOR(i, n) {
     float om, du;
     const float v = x[i], sg = gelu_sig(v, &om, &du);
-    dx[i] += dy[i] * (sg + 2.0f * v * sg * om * du);
+    dx[i] += dy[i] * mpt__gelu_grad(v, sg, om, du);
   }
 }
 
@@ -171,7 +168,7 @@ __global__ void k_bias_gelu_backward(float *dx, const float *dy, const float *x,
   MPT_CUK_FOR(i, n) {
     float om, du;
     const float v = x[i] + bias[i % cols], sg = gelu_sig(v, &om, &du);
-    dx[i] = dy[i] * (sg + 2.0f * v * sg * om * du);
+    dx[i] = dy[i] * mpt__gelu_grad(v, sg, om, du);
   }
 }
 
@@ -225,10 +222,10 @@ __global__ void k_xent_vocab(const float *logits, const int32_t *targets, int64_
     double s = 0;
     for (int64_t j = lane; j < v; j += 32) s += expf(lr[j] - mx);
     s = warp_allsum(s);
-    const double l = (double)mx + log(s);
+    const double l = mpt__softmax_lse(mx, s);
     if (lane == 0) {
       stats[2 * r] = mx;
-      stats[2 * r + 1] = (float)(1.0 / s);
+      stats[2 * r + 1] = mpt__softmax_inv(s);
       const int32_t tg = targets[r];
       loss += (tg >= 0 && tg < v) ? l - (double)lr[tg] : CUDART_NAN;
     }

@@ -3,7 +3,8 @@
  *
  * Forward: one warp per row. As on the CPU the row maximum starts from x[0], p = expf(x - max)
  * is stored and summed in double (z), p *= (float)(1 / z), and the row's loss is
- * log(z) - (x[label] - max) in double (finite even where the probability underflows). Row
+ * log(z) - (x[label] - max) in double (finite even where the probability underflows): the
+ * last two are src/core/kernel_math.h's, which the CPU reads too. Row
  * losses are summed per block in double into the stream's partials, then one block adds the
  * partials and divides by n: deterministic for a given n.
  *
@@ -38,11 +39,11 @@ __global__ void k_softmax_xent(const float *logits, const int32_t *labels, int64
       z += e;
     }
     for (int off = 16; off > 0; off >>= 1) z += __shfl_xor_sync(full, z, off);
-    const float inv = (float)(1.0 / z);
+    const float inv = mpt__softmax_inv(z);
     for (int64_t j = lane; j < k; j += 32) p[j] *= inv;
     if (lane == 0) {
       const int32_t lab = labels[row];
-      loss += (lab >= 0 && lab < k) ? log(z) - ((double)x[lab] - mx) : CUDART_NAN;
+      loss += (lab >= 0 && lab < k) ? mpt__softmax_xent_row_loss(z, x[lab], mx) : CUDART_NAN;
     }
   }
   loss = mpt_cuk_block_sum(loss, shared);

@@ -1,7 +1,8 @@
 /* CUDA kernels for batch normalisation (Ioffe & Szegedy, 2015) with PyTorch's semantics, and
- * their extern "C" launchers (kernels.h): the same formulas, the same double-precision
- * statistics (two passes: mean, then squared deviations) and the same float roundings as
- * src/core/cpu/norm_cpu.c; only the summation order differs (a block tree instead of a loop).
+ * their extern "C" launchers (kernels.h): the same double-precision statistics (two passes:
+ * mean, then squared deviations) as src/core/cpu/norm_cpu.c, and the same per-channel and
+ * per-element arithmetic (src/core/kernel_math.h, which both read); only the summation order
+ * differs (a block tree instead of a loop).
  *
  * x is viewed as [n, c, inner]; channel ch holds n * inner values, value j of the channel at
  * (j / inner, ch, j % inner). Training and backward run one block per channel (looping over
@@ -33,20 +34,17 @@ __global__ void k_batchnorm_train(const float *x, int64_t n, int64_t c, int64_t 
       ss += d * d;
     }
     const double var = mpt_cuk_block_sum(ss, shared) / N; /* biased: normalises the batch */
-    const double invstd = 1.0 / sqrt(var + eps);
+    const double invstd = mpt__bn_invstd(var, eps);
     if (threadIdx.x == 0) {
       save_mean[ch] = (float)mean;
       save_invstd[ch] = (float)invstd;
-      if (running_mean)
-        running_mean[ch] = (float)((1.0 - momentum) * running_mean[ch] + momentum * mean);
-      if (running_var) /* unbiased, as PyTorch keeps it */
-        running_var[ch] =
-            (float)((1.0 - momentum) * running_var[ch] + momentum * var * N / (N - 1.0));
+      if (running_mean) running_mean[ch] = mpt__bn_running_mean(running_mean[ch], momentum, mean);
+      if (running_var) running_var[ch] = mpt__bn_running_var(running_var[ch], momentum, var, N);
     }
-    const float m = (float)mean, scale = (float)(gamma[ch] * invstd), b = beta[ch];
+    const float m = (float)mean, scale = mpt__bn_scale(gamma[ch], invstd), b = beta[ch];
     for (int64_t j = threadIdx.x; j < per; j += blockDim.x) {
       const int64_t at = at_of(j, c, ch, inner);
-      y[at] = (x[at] - m) * scale + b;
+      y[at] = mpt__bn_apply(x[at], m, scale, b);
     }
   }
 }
@@ -57,8 +55,8 @@ __global__ void k_batchnorm_eval(const float *x, int64_t count, int64_t c, int64
                                  float *y) {
   MPT_CUK_FOR(i, count) {
     const int64_t ch = (i / inner) % c;
-    const float scale = (float)(gamma[ch] / sqrt((double)running_var[ch] + eps));
-    y[i] = (x[i] - running_mean[ch]) * scale + beta[ch];
+    const float scale = mpt__bn_eval_scale(gamma[ch], running_var[ch], eps);
+    y[i] = mpt__bn_apply(x[i], running_mean[ch], scale, beta[ch]);
   }
 }
 
@@ -91,7 +89,7 @@ __global__ void k_batchnorm_backward(const float *dy, const float *x, int64_t n,
     const float mean_dy_xhat = (float)(sum_dy_xhat / N);
     for (int64_t j = threadIdx.x; j < per; j += blockDim.x) {
       const int64_t at = at_of(j, c, ch, inner);
-      dx[at] += k * (dy[at] - mean_dy - (x[at] - m) * invstd * mean_dy_xhat);
+      dx[at] += mpt__bn_dx(k, dy[at], x[at], m, invstd, mean_dy, mean_dy_xhat);
     }
   }
 }

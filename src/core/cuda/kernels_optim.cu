@@ -1,8 +1,9 @@
 /* CUDA kernels for the optimizer steps over flat float buffers, with their extern "C"
  * launchers (kernels.h): PyTorch 1.13's torch.optim.SGD and torch.optim.AdamW (Loshchilov &
- * Hutter, 2019), element for element the formulas of src/core/cpu/optim_cpu.c. The scalars
- * derived from hyper-parameters (bias corrections) arrive precomputed by the caller, rounded as
- * the CPU rounds them. Enqueued on the caller's stream. */
+ * Hutter, 2019), element for element the formulas of src/core/cpu/optim_cpu.c (AdamW's element
+ * is src/core/kernel_math.h's, which both read). The scalars derived from hyper-parameters (bias
+ * corrections) arrive precomputed by the caller, rounded as the CPU rounds them. Enqueued on the
+ * caller's stream. */
 #include "core/cuda/kernels_common.cuh"
 
 /* The options are uniform across the grid, so the branches do not diverge. */
@@ -25,14 +26,8 @@ __global__ void k_adamw_step(float *param, const float *grad, float *m, float *v
                              float decay, float step_size, float bc2_sqrt, float beta1,
                              float beta2, float b1c, float b2c, float eps) {
   MPT_CUK_FOR(i, n) {
-    const float g = grad[i];
-    const float p = param[i] * decay;
-    const float mi = beta1 * m[i] + b1c * g;
-    const float vi = beta2 * v[i] + b2c * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    const float denom = sqrtf(vi) / bc2_sqrt + eps;
-    param[i] = p - step_size * (mi / denom);
+    param[i] = mpt__adamw_element(param[i] * decay, grad[i], &m[i], &v[i], beta1, b1c, beta2, b2c,
+                                  bc2_sqrt, eps, step_size);
   }
 }
 

@@ -45,6 +45,7 @@ libmpitrain_all_la_SOURCES += \
 libmpitrain_all_la_LIBADD += $(CUDA_LIBS) -lstdc++
 
 NVCC_KERNEL_DEPS = $(top_srcdir)/src/core/cuda/kernels_common.cuh \
+	$(top_srcdir)/src/core/kernel_math.h \
 	$(top_srcdir)/src/core/cuda/kernels.h $(top_srcdir)/include/mpitrain/ops.h \
 	$(top_srcdir)/include/mpitrain/core.h $(top_srcdir)/include/mpitrain/ops_gpt.h
 src/core/cuda/kernels_elementwise.lo src/core/cuda/kernels_conv.lo: $(NVCC_KERNEL_DEPS)

@@ -164,7 +164,7 @@ mpt_status mpt__cuda_relu_backward(mpt_stream *s, float *dx, const float *dy, co
 
 mpt_status mpt__cuda_dropout(mpt_stream *s, const float *x, float *y, float *mask, int64_t count,
                              float p, uint64_t seed) {
-  const float keep = 1.0f / (1.0f - p); /* as the CPU computes it */
+  const float keep = mpt__dropout_keep(p); /* as the CPU computes it (kernel_math.h) */
   LAUNCH(s, mpt__cuk_dropout(s->cs, x, y, mask, count, p, keep, seed));
 }
 
