@@ -28,8 +28,8 @@ EXTRA_DIST += tests/test_tokenize.sh
 TESTS += tests/test_train_gpt.sh
 EXTRA_DIST += tests/test_train_gpt.sh
 # the one training loop: a GPT through every feature of the loop, every option with every model
-TESTS += tests/test_train_loop_gpt.sh tests/test_options_models.sh
-EXTRA_DIST += tests/test_train_loop_gpt.sh tests/test_options_models.sh
+TESTS += tests/test_train_loop_gpt.sh tests/test_options_models.sh tests/test_same_results.sh
+EXTRA_DIST += tests/test_train_loop_gpt.sh tests/test_options_models.sh tests/test_same_results.sh
 # issue 13: the GPT trainer gives the same bits with --threads 1, 2 and 3 (the CPU ops' threads)
 TESTS += tests/test_train_gpt_threads.sh
 EXTRA_DIST += tests/test_train_gpt_threads.sh

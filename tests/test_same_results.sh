@@ -2,8 +2,8 @@
 # No change in results from the one training loop (trainer.h): the mlp, the cnn (BatchNorm,
 # AdamW) and a tiny GPT, each on 1 and 2 ranks, a few steps with a fixed seed, write the same
 # parameter bytes as the two trainers the loop replaced (src/cli/train.c for mlp/cnn and
-# src/cli/train_gpt.c for the GPT, commit 0d10473 with issue 24's numerics merged). Their
-# SHA-256s are below. Every run forces one arithmetic that does not depend on the CPU's best
+# src/cli/train_gpt.c for the GPT; commit 79218e8, the last before the loop). Their SHA-256s
+# are below, made by this script with MPITRAIN naming that commit's program. Every run forces one arithmetic that does not depend on the CPU's best
 # instruction set: MPT_CPU_ISA=avx2 (our kernels' AVX2 path, oneDNN capped at AVX2), one thread,
 # OpenBLAS's Haswell kernels.
 #
@@ -45,17 +45,20 @@ gpt="--model gpt --n-layer 2 --n-head 2 --n-embd 32 --seq-len 32 --vocab-size 25
   --shards $tmp/shards/train_000000.bin --val-shards $tmp/shards/val_000000.bin --val-steps 2
   --max-steps 6 --accumulate 2 --lr 3e-3 --warmup-steps 2"
 
-# name np args: the SHA-256 of the run's --save-params file
+# name np args: the SHA-256 of the parameters the run wrote (--save-params; a GPT's llm.c file
+# with --save-model, the one output both old trainers had)
 run() {
   name=$1 np=$2
   shift 2
+  out=--save-params
+  case $name in gpt*) out=--save-model ;; esac
   if [ "$np" -eq 1 ]; then
     # shellcheck disable=SC2086 # word lists on purpose
-    "$prog" train "$@" $common --save-params "$tmp/$name.bin" > "$tmp/$name.log" 2>&1
+    "$prog" train "$@" $common $out "$tmp/$name.bin" > "$tmp/$name.log" 2>&1 < /dev/null
   else
     # shellcheck disable=SC2086
-    "$srcdir/tests/mpirun.sh" 2 120 "$prog" train "$@" $common --save-params "$tmp/$name.bin" \
-      > "$tmp/$name.log" 2>&1
+    "$srcdir/tests/mpirun.sh" 2 120 "$prog" train "$@" $common $out "$tmp/$name.bin" \
+      > "$tmp/$name.log" 2>&1 < /dev/null # mpirun reads stdin: the list below
   fi || { bad "$name: the run failed: $(tail -n 3 "$tmp/$name.log")"; return 1; }
   sha256sum "$tmp/$name.bin" | cut -c1-64
 }
@@ -72,12 +75,12 @@ while read -r name want; do
     echo "differs: $name: $got, the trainers before the loop wrote $want"
   fi
 done <<'EOF'
-mlp_np1 MLP1
-mlp_np2 MLP2
-cnn_np1 CNN1
-cnn_np2 CNN2
-gpt_np1 GPT1
-gpt_np2 GPT2
+mlp_np1 b176473c34738f08a52f11a20a34eb2f11d08e8b66718ae170d21f325f739bd5
+mlp_np2 3b8e8cdd10f2781e2c7a8835cb2d8384e64a0c4f2560a8dbf9b7ba4666f21822
+cnn_np1 b81a17c10436164846452a269fc5d09a4e08c22a7325130908b4e14235cfd501
+cnn_np2 596d824748db2a44e3c88c97571e2e0f4a0399dacb004a49339dff692517958f
+gpt_np1 ce2d32ee2b0746c921d86faa77a23c4d37bcd5cc3aada2bb7edaed1bb83e3cdf
+gpt_np2 aa87ed5dea7335b54b8ec6fc32ba58697f4f43043ab03477d9b30fe988969363
 EOF
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)
 flags="AVX2"
