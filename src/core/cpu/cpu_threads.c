@@ -5,11 +5,17 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/threads.h"
 #include "mpitrain/ops.h"
 
 mpt_status mpt_cpu_set_threads(int n) {
   if (n < 1) return MPT_FAIL(MPT_EINVAL, "cpu_set_threads: %d threads (must be >= 1)", n);
+  /* OpenBLAS starts the threads it lacks from here: they inherit a mask with the asynchronous
+   * signals blocked (core/threads.h) */
+  sigset_t old;
+  mpt__signals_block(&old);
   openblas_set_num_threads(n);
+  mpt__signals_restore(&old);
   return MPT_OK;
 }
 

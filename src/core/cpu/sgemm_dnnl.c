@@ -17,12 +17,14 @@
  * libraries; a small product (at most SMALL_MACS multiply-adds) runs on one thread. oneDNN 2.6
  * gives the same bits at every thread count here (tests/test_sgemm_dnnl.c checks it), as
  * OpenBLAS does, so a run's result does not depend on --threads. Runs synchronously on the
- * calling thread (and its OpenMP team). */
+ * calling thread (and its OpenMP team), with the asynchronous signals blocked (core/threads.h:
+ * oneDNN's fp32 kernels move the stack pointer into the heap). */
 #include <cblas.h>
 #include <omp.h>
 
 #include "core/cpu/cpu.h"
 #include "core/cpu/dnnl_check.h"
+#include "core/threads.h"
 
 /* Products of at most this many multiply-adds run on one thread (mpt__cpu_sgemm_dnnl_threads):
  * 2^22, a 64 x 1024 x 64 attention block at T 1024. Every Linear of the GPTs is above 10^8. */
@@ -49,7 +51,13 @@ mpt_status mpt__cpu_sgemm_dnnl(int trans_a, int trans_b, int64_t m, int64_t n, i
                                int64_t ldb, float beta, float *c, int64_t ldc) {
   const int threads = mpt__cpu_sgemm_dnnl_threads(m, n, k);
   if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
-  MPT_DNNL_OK(dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb,
-                         beta, c, ldc));
+  /* with the asynchronous signals blocked: a signal taken inside oneDNN's JIT kernel corrupts
+   * the heap (core/threads.h); the OpenMP team started from here inherits the mask */
+  sigset_t old;
+  mpt__signals_block(&old);
+  const dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha,
+                                      a, lda, b, ldb, beta, c, ldc);
+  mpt__signals_restore(&old);
+  MPT_DNNL_OK(st);
   return MPT_OK;
 }
