@@ -9,6 +9,8 @@ mpitrain_SOURCES = src/cli/main.c src/cli/options.c src/cli/options.h src/cli/tr
 mpitrain_LDADD = libmpitrain.la $(libmpitrain_all_la_LIBADD)
 # issue 15: the ranks' data agreement check
 mpitrain_SOURCES += src/cli/train_data.c src/cli/train_watchdog.c
+# which thread takes SIGTERM and SIGUSR1 (a thread that only waits for them)
+mpitrain_SOURCES += src/cli/preempt.c src/cli/preempt.h
 mpitrain_SOURCES += src/cli/train_precision.c
 # issue 13: mpitrain tokenize (text to llm.c token shards)
 mpitrain_SOURCES += src/cli/tokenize.c src/cli/tokenize.h

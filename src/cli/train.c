@@ -24,6 +24,7 @@
 #include <zlib.h>
 
 #include "cli/metrics.h"
+#include "cli/preempt.h"
 #include "cli/train_zero.h"
 #include "mpitrain/ckpt.h"
 #include "mpitrain/comm.h"
@@ -36,15 +37,10 @@
 
 #include "cli/train_impl.h"
 
-static volatile sig_atomic_t sigterm_received = 0;
-
-static void on_sigterm(int sig) {
-  sigterm_received = sig; /* SIGTERM or SIGUSR1, named in the log */
-}
-
+/* SIGTERM or SIGUSR1 (src/cli/preempt.c: the thread that takes them), named in the log */
 static const char *stop_signal_name(void) {
-  return sigterm_received == SIGUSR1 ? "SIGUSR1" : sigterm_received ? "SIGTERM"
-                                                 : "a signal on another rank";
+  const int sig = mpt_cli_preempt_signal();
+  return sig == SIGUSR1 ? "SIGUSR1" : sig ? "SIGTERM" : "a signal on another rank";
 }
 
 static mpt_status make_model(trainer *t) {
@@ -356,7 +352,7 @@ static mpt_status train_step(trainer *t, int64_t step, double *sums, int *ran_ou
 /* Starts the agreement on "stop after this step" (asynchronous: it completes on the comm stream
  * while the step computes). */
 static mpt_status stop_vote_start(trainer *t) {
-  t->stop_local = t->stop_global = sigterm_received ? 1 : 0;
+  t->stop_local = t->stop_global = mpt_cli_preempt_signal() ? 1 : 0;
   if (t->world == 1) return MPT_OK;
   mpt_stream *cs = mpt_comm_stream(t->comm);
   MPT_RETURN_IF(mpt_comm_allreduce(t->comm, cs, &t->stop_local, &t->stop_global, 1, MPT_I32,
@@ -745,13 +741,13 @@ int mpt_cli_train(const mpt_cli_options *o) {
   cc.check_collectives = o->check_collectives;
   /* The preemption signals are caught from the start: one that arrives during start-up (a
    * loaded machine's MPI_Init can take seconds) stops the run after its first step, exit 75,
-   * instead of killing the rank and, with it, the job. */
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_sigterm;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGTERM, &sa, NULL);
-  sigaction(SIGUSR1, &sa, NULL); /* mpirun forwards USR1/USR2 to every rank, not TERM */
+   * instead of killing the rank and, with it, the job. Before MPI and every other thread: they
+   * inherit the block, and only the preemption thread takes the signals (src/cli/preempt.c). */
+  mpt_status pst = mpt_cli_preempt_start();
+  if (pst != MPT_OK) {
+    fprintf(stderr, "mpitrain: error: %s: %s\n", mpt_status_message(pst), mpt_last_error());
+    return 1;
+  }
   /* --timeout covers MPI_Init_thread too, with a floor: a short collective deadline must not
    * kill a healthy start-up (a singleton's MPI_Init alone takes about 0.5 s here) */
   trainer_watchdog *wd = NULL;
@@ -778,12 +774,14 @@ int mpt_cli_train(const mpt_cli_options *o) {
     trainer_free(&t);
     mpt_comm_free(t.comm);
     mpt_comm_finalize();
+    mpt_cli_preempt_stop();
     return 1;
   }
   int preempted = t.preempted;
   trainer_free(&t);
   mpt_comm_free(t.comm);
   mpt_comm_finalize();
+  mpt_cli_preempt_stop();
   if (preempted) {
     fprintf(stderr, "mpitrain: preempted (%s): exit status %d\n", stop_signal_name(),
             MPT_EXIT_PREEMPTED);

@@ -8,7 +8,8 @@
  * place in the job as the launcher tells it, then ends the process with status 1 (_exit: MPI is
  * not usable, and the main thread is inside it). mpirun / srun then end the other processes.
  *
- * Threads: the watchdog thread, and the training thread that starts and stops it. */
+ * Threads: the watchdog thread (SIGTERM, SIGUSR1, SIGUSR2 and SIGINT blocked: src/cli/preempt.c
+ * says which thread takes them), and the training thread that starts and stops it. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/preempt.h"
 #include "cli/train_impl.h"
 
 
@@ -94,7 +96,7 @@ mpt_status trainer_watchdog_start(double timeout_s, trainer_watchdog **out) {
   pthread_cond_init(&w->cond, &ca);
   pthread_condattr_destroy(&ca);
   pthread_mutex_init(&w->mutex, NULL);
-  if (pthread_create(&w->thread, NULL, watchdog_main, w) != 0) {
+  if (mpt_cli_thread_create(&w->thread, watchdog_main, w) != 0) { /* no signal taken */
     pthread_cond_destroy(&w->cond);
     pthread_mutex_destroy(&w->mutex);
     free(w);
