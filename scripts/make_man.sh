@@ -100,6 +100,12 @@ read to report how the program was launched and to cross-check the local rank
 .B MPT_CHECK_COLLECTIVES=1
 the same as \-\-check\-collectives
 .TP
+.B MPT_GEMM_THREADS=K
+a testing and debugging switch: the GEMMs and convolutions (oneDNN, OpenBLAS) use at most K
+threads while the other CPU ops use \-\-threads. A run gives the same bits run after run at
+the same \-\-threads; across thread counts only with K = 1, since the libraries' GEMMs may sum
+in another order at another count
+.TP
 .B MPT_TEST_*
 fault injection for the test suite (a NaN, a killed rank, a perturbed replica); never set them
 in production

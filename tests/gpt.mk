@@ -17,3 +17,11 @@ check_PROGRAMS += tests/gpt_torch_helper
 TESTS += tests/test_gpt_torch.sh
 tests_gpt_torch_helper_SOURCES = tests/gpt_torch_helper.c
 tests_gpt_torch_helper_LDADD = libmpitrain_all.la -lm
+
+# The cross-entropy at large logits against PyTorch (skipped without Debian's python3-torch):
+# a helper program writes mpitrain's results, tests/xent_torch.py compares.
+EXTRA_DIST += tests/test_xent_torch.sh tests/xent_torch.py
+check_PROGRAMS += tests/xent_torch_helper
+TESTS += tests/test_xent_torch.sh
+tests_xent_torch_helper_SOURCES = tests/xent_torch_helper.c
+tests_xent_torch_helper_LDADD = libmpitrain_all.la -lm

@@ -196,22 +196,56 @@ END_TEST
 START_TEST(test_xent_vocab_matches_cpu_and_ignores_padding) {
   const int64_t n = B * T;
   int32_t *tg = ids(n, V, 15);
-  float *logits = hrand(n * VP, 16, -5, 5), *lse = hrand(n, 0, 0, 0), loss = 0, dloss = 0.5f;
+  float *logits = hrand(n * VP, 16, -5, 5), *st = hrand(2 * n, 0, 0, 0), loss = 0, dloss = 0.5f;
   for (int64_t r = 0; r < n; r++)
     for (int64_t j = V; j < VP; j++) logits[r * VP + j] = 1e30f; /* padding: never read */
   float *dl = hrand(n * VP, 17, -1, 1);
   int32_t *d_tg = up(tg, n * sizeof *tg);
-  float *d_logits = upf(logits, n * VP), *d_lse = upf(lse, n), *d_loss = upf(&loss, 1);
+  float *d_logits = upf(logits, n * VP), *d_st = upf(st, 2 * n), *d_loss = upf(&loss, 1);
   float *d_dloss = upf(&dloss, 1), *d_dl = upf(dl, n * VP);
-  OK(mpt_op_xent_vocab(NULL, logits, tg, n, VP, V, lse, &loss));
-  OK(mpt_op_xent_vocab(S, d_logits, d_tg, n, VP, V, d_lse, d_loss));
-  expect_dev("lse", d_lse, lse, n, 1e-6, 0);
+  OK(mpt_op_xent_vocab(NULL, logits, tg, n, VP, V, st, &loss));
+  OK(mpt_op_xent_vocab(S, d_logits, d_tg, n, VP, V, d_st, d_loss));
+  expect_dev("stats (row max, 1 / sum)", d_st, st, 2 * n, 1e-6, 0);
   expect_dev("loss", d_loss, &loss, 1, 1e-6, 0);
-  OK(mpt_op_xent_vocab_backward(NULL, logits, tg, n, VP, V, lse, &dloss, dl));
-  OK(mpt_op_xent_vocab_backward(S, d_logits, d_tg, n, VP, V, d_lse, d_dloss, d_dl));
+  OK(mpt_op_xent_vocab_backward(NULL, logits, tg, n, VP, V, st, &dloss, dl));
+  OK(mpt_op_xent_vocab_backward(S, d_logits, d_tg, n, VP, V, d_st, d_dloss, d_dl));
   expect_dev("dlogits", d_dl, dl, n * VP, 1e-5, 1e-7); /* padding columns: untouched, equal */
-  dfree(d_tg), dfree(d_logits), dfree(d_lse), dfree(d_loss), dfree(d_dloss), dfree(d_dl);
-  free(tg), free(logits), free(lse), free(dl);
+  dfree(d_tg), dfree(d_logits), dfree(d_st), dfree(d_loss), dfree(d_dloss), dfree(d_dl);
+  free(tg), free(logits), free(st), free(dl);
+}
+END_TEST
+
+/* Logits of magnitude 1e4 (rows on a large offset, s + [-3, 3], and rows over [-s, s]): the GPU
+ * recomputes the probabilities from the row maximum and 1 / sum as the CPU does, so dlogits
+ * agree within 1e-6 g (g = dloss / n; a few float roundings of a probability <= 1, as in
+ * tests/test_gpt_core.c) and each GPU row sums to 0 within 2e-6 g. A logsumexp kept as a float
+ * would be off by up to 1e4 2^-24 = 6e-4 in every probability. */
+START_TEST(test_xent_vocab_gradient_matches_cpu_at_large_logits) {
+  const int64_t n = B * T;
+  const float s = 1e4f, dloss = 1.0f, g = dloss / (float)n;
+  int32_t *tg = ids(n, V, 25);
+  float *logits = hrand(n * VP, 26, -1, 1), *st = hrand(2 * n, 0, 0, 0), loss = 0;
+  for (int64_t i = 0; i < n * VP; i++)
+    logits[i] = (i / VP) % 2 ? s + 3.0f * logits[i] : s * logits[i];
+  float *dl = hrand(n * VP, 0, 0, 0), *got = hrand(n * VP, 0, 0, 0);
+  int32_t *d_tg = up(tg, n * sizeof *tg);
+  float *d_logits = upf(logits, n * VP), *d_st = upf(st, 2 * n), *d_loss = upf(&loss, 1);
+  float *d_dloss = upf(&dloss, 1), *d_dl = upf(dl, n * VP);
+  OK(mpt_op_xent_vocab(NULL, logits, tg, n, VP, V, st, &loss));
+  OK(mpt_op_xent_vocab(S, d_logits, d_tg, n, VP, V, d_st, d_loss));
+  expect_dev("loss", d_loss, &loss, 1, 1e-6, 0);
+  OK(mpt_op_xent_vocab_backward(NULL, logits, tg, n, VP, V, st, &dloss, dl));
+  OK(mpt_op_xent_vocab_backward(S, d_logits, d_tg, n, VP, V, d_st, d_dloss, d_dl));
+  expect_dev("dlogits", d_dl, dl, n * VP, 0, 1e-6 * g);
+  down(got, d_dl, (size_t)(n * VP) * sizeof *got);
+  for (int64_t r = 0; r < n; r++) {
+    double sum = 0;
+    for (int64_t j = 0; j < V; j++) sum += got[r * VP + j];
+    ck_assert_msg(fabs(sum) <= 2e-6 * g, "row %lld of dlogits sums to %.3g g", (long long)r,
+                  sum / g);
+  }
+  dfree(d_tg), dfree(d_logits), dfree(d_st), dfree(d_loss), dfree(d_dloss), dfree(d_dl);
+  free(tg), free(logits), free(st), free(dl), free(got);
 }
 END_TEST
 
@@ -347,6 +381,7 @@ int main(void) {
   tcase_add_test(tc, test_fused_ops_match_cpu);
   tcase_add_test(tc, test_causal_softmax_matches_cpu);
   tcase_add_test(tc, test_xent_vocab_matches_cpu_and_ignores_padding);
+  tcase_add_test(tc, test_xent_vocab_gradient_matches_cpu_at_large_logits);
   tcase_add_test(tc, test_mini_gpt_on_cuda_matches_cpu);
   suite_add_tcase(suite, tc);
   SRunner *sr = srunner_create(suite);

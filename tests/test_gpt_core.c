@@ -183,16 +183,17 @@ START_TEST(test_causal_softmax_and_backward_match_double_precision) {
 END_TEST
 
 START_TEST(test_xent_vocab_and_backward_match_double_precision) {
-  /* V = 300 real columns of Vp = 384 (a tail of the exp blocks and lanes): lse and the loss
-   * within 1e-6 relative, dlogits within 1e-6 relative + 1e-12; the padding untouched */
+  /* V = 300 real columns of Vp = 384 (a tail of the exp blocks and lanes): the row maximum
+   * exactly, 1 / sum and the loss within 1e-6 relative, dlogits within 1e-6 relative + 1e-12;
+   * the padding untouched */
   enum { N = 5, VP = 384, V = 300 };
-  static float l[N * VP], dl[N * VP], lse[N];
+  static float l[N * VP], dl[N * VP], st[2 * N];
   int32_t tg[N] = {0, 299, 17, 150, 5};
   fill_uniform(l, N * VP, 8.0f, 21);
   for (int i = 0; i < N * VP; i++) dl[i] = 0.25f;
   float loss = 0.0f, dloss = 2.0f;
-  OK(mpt_op_xent_vocab(NULL, l, tg, N, VP, V, lse, &loss));
-  OK(mpt_op_xent_vocab_backward(NULL, l, tg, N, VP, V, lse, &dloss, dl));
+  OK(mpt_op_xent_vocab(NULL, l, tg, N, VP, V, st, &loss));
+  OK(mpt_op_xent_vocab_backward(NULL, l, tg, N, VP, V, st, &dloss, dl));
   double total = 0.0;
   for (int r = 0; r < N; r++) {
     const float *lr = l + r * VP;
@@ -200,8 +201,9 @@ START_TEST(test_xent_vocab_and_backward_match_double_precision) {
     for (int j = 1; j < V; j++) mx = lr[j] > mx ? lr[j] : mx;
     for (int j = 0; j < V; j++) sum += exp(lr[j] - mx);
     const double want = mx + log(sum);
-    ck_assert_msg(fabs(lse[r] - want) <= 1e-6 * fabs(want), "lse[%d] = %.9g, want %.9g", r,
-                  lse[r], want);
+    ck_assert_msg(st[2 * r] == mx, "max[%d] = %.9g, want %.9g", r, st[2 * r], mx);
+    ck_assert_msg(fabs(st[2 * r + 1] - 1.0 / sum) <= 1e-6 / sum, "1 / sum[%d] = %.9g, want %.9g",
+                  r, st[2 * r + 1], 1.0 / sum);
     total += want - lr[tg[r]];
     for (int j = 0; j < VP; j++) {
       const double g = j < V ? 2.0 / N * (exp(lr[j] - want) - (j == tg[r])) : 0.0;
@@ -210,6 +212,65 @@ START_TEST(test_xent_vocab_and_backward_match_double_precision) {
     }
   }
   ck_assert_double_eq_tol(loss, total / N, 1e-6 * total / N);
+}
+END_TEST
+
+START_TEST(test_xent_vocab_gradient_is_right_at_large_logits) {
+  /* Logits of magnitude 10, 1e2, 1e3 and 1e4 (a diverging run, a large output scale): four row
+   * kinds per scale, spread over [-s, s], over [s/2, s], and s or -s plus a spread of a few
+   * units (many comparable probabilities on a large offset). Against exp(l - max) / sum in
+   * double on the same float logits:
+   * - the loss within 1e-6 relative (a double sum rounded to float);
+   * - each dlogits element within 1e-6 g (g = dloss / N; a probability carries a few float
+   *   roundings, vmath.h's exp within 2 ulp and the products by 1 / sum and g: 4e-7 at most,
+   *   plus 2^-24 / e for a rounded l - max);
+   * - each row of dlogits sums to 0 within 2e-6 g (the probabilities sum to 1: those errors
+   *   summed, at most 4e-7 + 2^-24 log V).
+   * A per-row statistic rounded to float at |logit| = s moves every probability of the row by
+   * up to s 2^-24 relative: the row sums then miss 0 by 3e-5 g at s = 1e3, 5e-4 g at 1e4. */
+  enum { N = 8, VP = 384, V = 300 };
+  static const float scales[] = {10.0f, 1e2f, 1e3f, 1e4f};
+  static float l[N * VP], dl[N * VP], stats[2 * N];
+  const int32_t tg[N] = {0, 299, 17, 150, 5, 42, 298, 1};
+  for (int si = 0; si < 4; si++) {
+    const float s = scales[si];
+    fill_uniform(l, N * VP, 1.0f, 51 + (uint32_t)si);
+    for (int r = 0; r < N; r++)
+      for (int j = 0; j < VP; j++) {
+        float *x = &l[r * VP + j];
+        switch (r % 4) {
+        case 0: *x *= s; break;                          /* [-s, s] */
+        case 1: *x = 0.75f * s + 0.25f * s * *x; break;  /* [s/2, s] */
+        case 2: *x = s + 3.0f * *x; break;               /* s + [-3, 3] */
+        default: *x = -s + 3.0f * *x; break;             /* -s + [-3, 3] */
+        }
+      }
+    memset(dl, 0, sizeof dl);
+    const float dloss = 1.0f, g = dloss / N;
+    float loss = 0.0f;
+    OK(mpt_op_xent_vocab(NULL, l, tg, N, VP, V, stats, &loss));
+    OK(mpt_op_xent_vocab_backward(NULL, l, tg, N, VP, V, stats, &dloss, dl));
+    double total = 0.0;
+    for (int r = 0; r < N; r++) {
+      const float *lr = l + r * VP;
+      const float *dr = dl + r * VP;
+      double mx = lr[0], sum = 0.0, rowsum = 0.0;
+      for (int j = 1; j < V; j++) mx = lr[j] > mx ? lr[j] : mx;
+      for (int j = 0; j < V; j++) sum += exp(lr[j] - mx);
+      total += mx + log(sum) - lr[tg[r]];
+      for (int j = 0; j < V; j++) {
+        const double want = g * (exp(lr[j] - mx) / sum - (j == tg[r]));
+        ck_assert_msg(fabs(dr[j] - want) <= 1e-6 * g,
+                      "|logit| %g: dlogits[%d][%d] = %.9g, want %.9g (%.3g g off)", (double)s,
+                      r, j, (double)dr[j], want, fabs(dr[j] - want) / g);
+        rowsum += dr[j];
+      }
+      ck_assert_msg(fabs(rowsum) <= 2e-6 * g, "|logit| %g: row %d of dlogits sums to %.3g g",
+                    (double)s, r, rowsum / g);
+    }
+    ck_assert_msg(fabs(loss - total / N) <= 1e-6 * fabs(total / N),
+                  "|logit| %g: loss %.9g, want %.9g", (double)s, (double)loss, total / N);
+  }
 }
 END_TEST
 
@@ -269,7 +330,7 @@ START_TEST(test_backward_beta_0_writes_what_beta_1_adds_to_zeros) {
   /* GELU and the vocabulary cross-entropy: beta 0 into a NaN-filled buffer gives the bits
    * beta 1 gives into a zero-filled one (so nothing was read), padded columns 0 */
   enum { N = 1000, R = 3, VP = 384, V = 300 };
-  static float x[N], dy[N], a[N], b[N], l[R * VP], da[R * VP], db[R * VP], lse[R];
+  static float x[N], dy[N], a[N], b[N], l[R * VP], da[R * VP], db[R * VP], st[2 * R];
   const int32_t tg[R] = {1, 299, 0};
   fill_uniform(x, N, 4.0f, 41);
   fill_uniform(dy, N, 1.0f, 42);
@@ -279,14 +340,14 @@ START_TEST(test_backward_beta_0_writes_what_beta_1_adds_to_zeros) {
   OK(mpt_op_gelu_backward_beta(NULL, b, dy, x, N, 1.0f));
   ck_assert(memcmp(a, b, sizeof a) == 0);
   float loss = 0.0f, dloss = 1.5f;
-  OK(mpt_op_xent_vocab(NULL, l, tg, R, VP, V, lse, &loss));
+  OK(mpt_op_xent_vocab(NULL, l, tg, R, VP, V, st, &loss));
   for (int i = 0; i < R * VP; i++) da[i] = NAN, db[i] = 0.0f;
-  OK(mpt_op_xent_vocab_backward_beta(NULL, l, tg, R, VP, V, lse, &dloss, da, 0.0f));
-  OK(mpt_op_xent_vocab_backward_beta(NULL, l, tg, R, VP, V, lse, &dloss, db, 1.0f));
+  OK(mpt_op_xent_vocab_backward_beta(NULL, l, tg, R, VP, V, st, &dloss, da, 0.0f));
+  OK(mpt_op_xent_vocab_backward_beta(NULL, l, tg, R, VP, V, st, &dloss, db, 1.0f));
   ck_assert(memcmp(da, db, sizeof da) == 0);
   ck_assert(da[VP - 1] == 0.0f && da[2 * VP + V] == 0.0f);
   ck_assert_int_eq(mpt_op_gelu_backward_beta(NULL, a, dy, x, N, 0.5f), MPT_EINVAL);
-  ck_assert_int_eq(mpt_op_xent_vocab_backward_beta(NULL, l, tg, R, VP, V, lse, &dloss, da, 2.0f),
+  ck_assert_int_eq(mpt_op_xent_vocab_backward_beta(NULL, l, tg, R, VP, V, st, &dloss, da, 2.0f),
                    MPT_EINVAL);
 }
 END_TEST
@@ -300,6 +361,7 @@ static Suite *gpt_core_suite(void) {
   tcase_add_test(tc, test_vexpf_is_within_2_ulp_of_exp_and_the_same_at_every_width);
   tcase_add_test(tc, test_causal_softmax_and_backward_match_double_precision);
   tcase_add_test(tc, test_xent_vocab_and_backward_match_double_precision);
+  tcase_add_test(tc, test_xent_vocab_gradient_is_right_at_large_logits);
   tcase_add_test(tc, test_layernorm_and_backward_match_double_precision);
   tcase_add_test(tc, test_backward_beta_0_writes_what_beta_1_adds_to_zeros);
   suite_add_tcase(s, tc);

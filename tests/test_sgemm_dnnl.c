@@ -178,36 +178,168 @@ START_TEST(test_gemm_goes_to_onednn_and_is_reproducible) {
 }
 END_TEST
 
-/* The result does not depend on the thread count (1, 2, 3): the same bits, as with OpenBLAS,
- * which splits M and N but not K. Training then gives the same model at every --threads (what
- * the trainer's thread tests compare). Shapes: a Linear's forward, dX and dW at M = 2048 (dW
- * sums over K = 2048 rows), a dW over a long K with a small output (where splitting K across
- * threads would pay), and an attention block. */
-START_TEST(test_gemm_same_bits_at_every_thread_count) {
-  static const int64_t cases[][5] = {{0, 1, 2048, 1152, 384}, {0, 0, 2048, 384, 1152},
-                                     {1, 0, 1152, 384, 2048}, {1, 0, 64, 64, 65536},
-                                     {1, 0, 16, 16, 100000},  {0, 1, 64, 256, 64}};
-  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
-    const int ta = (int)cases[ci][0], tb = (int)cases[ci][1];
-    const int64_t m = cases[ci][2], n = cases[ci][3], k = cases[ci][4];
-    float *a = alloc_f(m * k), *b = alloc_f(k * n), *c[4];
-    rand_fill(a, m * k, 41);
-    rand_fill(b, k * n, 43);
+/* GPT-like products for the thread-count tests: a Linear's forward, dX and dW at M = 2048 (dW
+ * sums over K = 2048 rows), a dW over a long K with a small output (where a library may split K
+ * over the threads: oneDNN's AVX2 kernels give other bits at 2 threads than at 1 for the
+ * 64 x 64 x 65536 one), and an attention block. {ta, tb, m, n, k}; beta 1 for the dW
+ * (transposed A) cases, else 0. */
+static const int64_t thread_cases[][5] = {{0, 1, 2048, 1152, 384}, {0, 0, 2048, 384, 1152},
+                                          {1, 0, 1152, 384, 2048}, {1, 0, 64, 64, 65536},
+                                          {1, 0, 16, 16, 100000},  {0, 1, 64, 256, 64}};
+enum { THREAD_CASES = sizeof thread_cases / sizeof thread_cases[0] };
+
+typedef struct tcase {
+  int ta, tb;
+  int64_t m, n, k;
+  float beta;
+  float *a, *b, *c0; /* the operands and C's initial value */
+} tcase;
+
+static tcase tcase_make(int ci) {
+  const int64_t *d = thread_cases[ci];
+  tcase t = {(int)d[0], (int)d[1], d[2], d[3], d[4], d[0] ? 1.0f : 0.0f, NULL, NULL, NULL};
+  t.a = alloc_f(t.m * t.k);
+  t.b = alloc_f(t.k * t.n);
+  t.c0 = alloc_f(t.m * t.n);
+  rand_fill(t.a, t.m * t.k, 41);
+  rand_fill(t.b, t.k * t.n, 43);
+  rand_fill(t.c0, t.m * t.n, 47);
+  return t;
+}
+
+static void tcase_free(tcase *t) {
+  free(t->a);
+  free(t->b);
+  free(t->c0);
+}
+
+/* c = the case's C after mpt_op_gemm at the current thread count (tight leading dimensions). */
+static void tcase_run(const tcase *t, float *c) {
+  memcpy(c, t->c0, (size_t)(t->m * t->n) * sizeof *c);
+  OK(mpt_op_gemm(NULL, t->ta, t->tb, t->m, t->n, t->k, 1.0f, t->a, t->ta ? t->m : t->k, t->b,
+                 t->tb ? t->k : t->n, t->beta, c, t->n));
+}
+
+/* The same thread count gives the same bits, call after call (a run is reproducible at a given
+ * --threads), at 1, 2 and 3 threads. */
+START_TEST(test_gemm_same_bits_run_to_run_at_each_thread_count) {
+  for (int ci = 0; ci < THREAD_CASES; ci++) {
+    tcase t = tcase_make(ci);
+    float *c1 = alloc_f(t.m * t.n), *c2 = alloc_f(t.m * t.n);
     for (int threads = 1; threads <= 3; threads++) {
-      c[threads] = alloc_f(m * n);
-      rand_fill(c[threads], m * n, 47); /* beta 1 for the dW (transposed A) cases */
       OK(mpt_cpu_set_threads(threads));
-      OK(mpt_op_gemm(NULL, ta, tb, m, n, k, 1.0f, a, ta ? m : k, b, tb ? k : n, ta ? 1.0f : 0.0f,
-                     c[threads], n));
+      tcase_run(&t, c1);
+      tcase_run(&t, c2);
+      ck_assert_msg(memcmp(c1, c2, (size_t)(t.m * t.n) * sizeof *c1) == 0,
+                    "ta=%d tb=%d %lld x %lld x %lld at %d threads: two calls differ", t.ta, t.tb,
+                    (long long)t.m, (long long)t.n, (long long)t.k, threads);
     }
-    for (int threads = 2; threads <= 3; threads++)
-      ck_assert_msg(memcmp(c[1], c[threads], (size_t)(m * n) * sizeof(float)) == 0,
-                    "ta=%d tb=%d %lld x %lld x %lld: %d threads give other bits than 1", ta, tb,
-                    (long long)m, (long long)n, (long long)k, threads);
-    free(a);
-    free(b);
-    for (int threads = 1; threads <= 3; threads++) free(c[threads]);
+    free(c1);
+    free(c2);
+    tcase_free(&t);
   }
+  OK(mpt_cpu_set_threads(1));
+}
+END_TEST
+
+/* The GEMMs are not promised the same bits at every thread count (include/mpitrain/ops.h, "CPU
+ * threads"): each count's result must be within the dot-product bound of the exact one instead,
+ * |c - exact| <= gamma_{k+2} (sum_p |a_ip b_pj| + |beta c0|) (file comment), at 1, 2 and 3
+ * threads. The exact result is a double loop (row i of C as a sum of rows of B scaled by
+ * A[i, p], which vectorizes). */
+START_TEST(test_gemm_within_bound_of_exact_at_every_thread_count) {
+  for (int ci = 0; ci < THREAD_CASES; ci++) {
+    tcase t = tcase_make(ci);
+    const int64_t lda = t.ta ? t.m : t.k, ldb = t.tb ? t.k : t.n;
+    double *bd = malloc((size_t)(t.k * t.n) * sizeof(double));
+    double *sum = malloc((size_t)t.n * sizeof(double)), *mag = malloc((size_t)t.n * sizeof(double));
+    double *want = malloc((size_t)(t.m * t.n) * sizeof(double));
+    double *tol = malloc((size_t)(t.m * t.n) * sizeof(double));
+    ck_assert(bd && sum && mag && want && tol);
+    for (int64_t p = 0; p < t.k; p++) /* B as [k, n] in double */
+      for (int64_t j = 0; j < t.n; j++)
+        bd[p * t.n + j] = t.tb ? t.b[j * ldb + p] : t.b[p * ldb + j];
+    const double gam = gamma_n(t.k + 2);
+    for (int64_t i = 0; i < t.m; i++) {
+      for (int64_t j = 0; j < t.n; j++) sum[j] = mag[j] = 0.0;
+      for (int64_t p = 0; p < t.k; p++) {
+        const double av = t.ta ? t.a[p * lda + i] : t.a[i * lda + p];
+        const double *br = bd + p * t.n;
+        for (int64_t j = 0; j < t.n; j++) {
+          sum[j] += av * br[j];
+          mag[j] += fabs(av * br[j]);
+        }
+      }
+      for (int64_t j = 0; j < t.n; j++) {
+        const double cterm = (double)t.beta * t.c0[i * t.n + j];
+        want[i * t.n + j] = sum[j] + cterm;
+        tol[i * t.n + j] = gam * (mag[j] + fabs(cterm));
+      }
+    }
+    float *c = alloc_f(t.m * t.n);
+    for (int threads = 1; threads <= 3; threads++) {
+      OK(mpt_cpu_set_threads(threads));
+      tcase_run(&t, c);
+      for (int64_t e = 0; e < t.m * t.n; e++)
+        if (!(fabs(c[e] - want[e]) <= tol[e]))
+          ck_abort_msg("ta=%d tb=%d %lld x %lld x %lld at %d threads: C[%lld] = %.9g, exact "
+                       "%.9g (tol %.3g)", t.ta, t.tb, (long long)t.m, (long long)t.n,
+                       (long long)t.k, threads, (long long)e, (double)c[e], want[e], tol[e]);
+    }
+    free(c);
+    free(bd);
+    free(sum);
+    free(mag);
+    free(want);
+    free(tol);
+    tcase_free(&t);
+  }
+  OK(mpt_cpu_set_threads(1));
+}
+END_TEST
+
+/* MPT_GEMM_THREADS=1 (ops.h: the testing switch that tests/test_train_gpt_threads.sh uses)
+ * pins the GEMMs to one thread while the library's own ops keep the count: at 2 and 3 threads
+ * every case gives the bits of 1 thread (a GEMM that did not follow the cap would differ on an
+ * AVX2 CPU, or with ONEDNN_MAX_CPU_ISA=AVX2, in the 64 x 64 x 65536 case), and
+ * mpt_cpu_threads() is still the count. A bad value is refused. */
+START_TEST(test_gemm_threads_env_pins_the_gemms_only) {
+  ck_assert_int_eq(setenv("MPT_GEMM_THREADS", "1", 1), 0);
+  for (int ci = 0; ci < THREAD_CASES; ci++) {
+    tcase t = tcase_make(ci);
+    float *c1 = alloc_f(t.m * t.n), *cn = alloc_f(t.m * t.n);
+    OK(mpt_cpu_set_threads(1));
+    tcase_run(&t, c1);
+    for (int threads = 2; threads <= 3; threads++) {
+      OK(mpt_cpu_set_threads(threads));
+      ck_assert_int_eq(mpt_cpu_threads(), threads);
+      ck_assert_int_eq(mpt_cpu_gemm_threads(), 1);
+      ck_assert_int_eq(mpt__cpu_sgemm_dnnl_threads(2048, 384, 256), 1);
+      tcase_run(&t, cn);
+      ck_assert_msg(memcmp(c1, cn, (size_t)(t.m * t.n) * sizeof *c1) == 0,
+                    "ta=%d tb=%d %lld x %lld x %lld: MPT_GEMM_THREADS=1 at %d threads gives "
+                    "other bits than 1 thread", t.ta, t.tb, (long long)t.m, (long long)t.n,
+                    (long long)t.k, threads);
+    }
+    free(c1);
+    free(cn);
+    tcase_free(&t);
+  }
+  ck_assert_int_eq(setenv("MPT_GEMM_THREADS", "2", 1), 0);
+  OK(mpt_cpu_set_threads(3));
+  ck_assert_int_eq(mpt_cpu_gemm_threads(), 2);
+  OK(mpt_cpu_set_threads(1));
+  ck_assert_int_eq(mpt_cpu_gemm_threads(), 1);
+  static const char *const bad[] = {"0", "-1", "two", "1x", " "};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ck_assert_int_eq(setenv("MPT_GEMM_THREADS", bad[i], 1), 0);
+    ck_assert_int_eq(mpt_cpu_set_threads(2), MPT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(mpt_last_error(), "MPT_GEMM_THREADS"));
+  }
+  ck_assert_int_eq(unsetenv("MPT_GEMM_THREADS"), 0);
+  OK(mpt_cpu_set_threads(2));
+  ck_assert_int_eq(mpt_cpu_threads(), 2);
+  ck_assert_int_eq(mpt_cpu_gemm_threads(), 2);
   OK(mpt_cpu_set_threads(1));
 }
 END_TEST
@@ -306,7 +438,9 @@ int main(void) {
   tcase_add_test(tc, test_sgemm_dnnl_within_bound_of_openblas_one_thread);
   tcase_add_test(tc, test_sgemm_dnnl_within_bound_of_openblas_two_threads);
   tcase_add_test(tc, test_gemm_goes_to_onednn_and_is_reproducible);
-  tcase_add_test(tc, test_gemm_same_bits_at_every_thread_count);
+  tcase_add_test(tc, test_gemm_same_bits_run_to_run_at_each_thread_count);
+  tcase_add_test(tc, test_gemm_within_bound_of_exact_at_every_thread_count);
+  tcase_add_test(tc, test_gemm_threads_env_pins_the_gemms_only);
   tcase_add_test(tc, test_gemm_threads_follow_cpu_set_threads);
   tcase_add_test(tc, test_gemm_dot_stays_on_openblas);
   tcase_add_test(tc, test_openblas_thread_without_buffer_memory_fails_at_once);

@@ -240,15 +240,28 @@ MPT_API mpt_status mpt_op_check_finite(mpt_stream *stream, const float *x, int64
  * How many threads the CPU ops of this process use: OpenBLAS's GEMMs, oneDNN's GEMMs and the
  * library convolutions (oneDNN), which follow OpenBLAS's count at each call, and the other large
  * CPU ops (fill, copy, axpy, scale, bias, AdamW, the transformer ops of ops_gpt.h), which split
- * their work over a pool of the library's own threads with results bit-identical at every count
- * (src/core/cpu/pool.h). Process-wide. With several
- * ranks (or DataParallel devices) on one host, give each its share of the cores, or they fight
- * over them: mpt_cpu_set_threads(mpt_cpu_threads_per_rank(mpt_comm_local_size(comm), 1)).
- * Without a call: OpenBLAS's default (OPENBLAS_NUM_THREADS, else all cores). Errors:
- * MPT_EINVAL (n < 1). */
+ * their work over a pool of the library's own threads (src/core/cpu/pool.h). Process-wide. With
+ * several ranks (or DataParallel devices) on one host, give each its share of the cores, or they
+ * fight over them: mpt_cpu_set_threads(mpt_cpu_threads_per_rank(mpt_comm_local_size(comm), 1)).
+ * Without a call: OpenBLAS's default (OPENBLAS_NUM_THREADS, else all cores).
+ *
+ * Reproducibility, as in PyTorch: the same inputs, machine and count give the same bits, run
+ * after run. Across counts, the library's own ops give the same bits by construction (their
+ * work splits and sums do not depend on the count), the GEMMs and convolutions do not: a
+ * library may sum in another order at another count (oneDNN's AVX2 sgemm gives other bits at
+ * 2 threads than at 1 for 64 x 64 outputs of 65536 terms each), so their results, and a run's,
+ * may differ in the last bits from one count to another (each within fp32 rounding of the
+ * exact result).
+ * MPT_GEMM_THREADS=K in the environment (a testing and debugging switch, read by each call)
+ * caps the libraries' count at K while the library's own ops use n: with K = 1 every result is
+ * the same at every n (tests/test_train_gpt_threads.sh checks this of a whole run).
+ * Errors: MPT_EINVAL (n < 1; MPT_GEMM_THREADS set to something other than an integer >= 1). */
 MPT_API mpt_status mpt_cpu_set_threads(int n);
-/* The current count (openblas_get_num_threads). */
+/* The count of the library's own ops: n of the last mpt_cpu_set_threads, else OpenBLAS's. */
 MPT_API int mpt_cpu_threads(void);
+/* The count of the GEMM and convolution libraries (openblas_get_num_threads): the count above,
+ * capped by MPT_GEMM_THREADS when it was set at the last mpt_cpu_set_threads. */
+MPT_API int mpt_cpu_gemm_threads(void);
 /* The online cores of this host (sysconf) divided by local_ranks x devices (each taken as at
  * least 1), at least 1. */
 MPT_API int mpt_cpu_threads_per_rank(int local_ranks, int devices);

@@ -124,18 +124,23 @@ MPT_API mpt_status mpt_op_causal_attention_backward(mpt_stream *stream, const fl
 MPT_API int mpt_op_causal_attention_available(mpt_stream *stream);
 
 /* Cross-entropy of logits [n, vp] against targets [n] in [0, v), v <= vp, over the columns
- * [0, v) only: lse[r] = logsumexp_{j < v} logits[r, j] (written for backward), *loss (one float
- * on the device) = mean_r (lse[r] - logits[r, targets[r]]), summed in double. The padded
- * vocabulary of llm.c (vp = 50304 for GPT-2's v = 50257): the padding columns never count.
- * n >= 1. The CPU refuses a target outside [0, v) (MPT_EINVAL naming the row). */
+ * [0, v) only: *loss (one float on the device) = mean_r (lse_r - logits[r, targets[r]]), with
+ * lse_r = logsumexp_{j < v} logits[r, j] = m_r + log s_r, m_r = max_{j < v} logits[r, j],
+ * s_r = sum_{j < v} exp(logits[r, j] - m_r), in double. Writes stats [n, 2] = (m_r, 1 / s_r)
+ * for backward: the probabilities are recomputed as exp(logits - m_r) / s_r, where logits - m_r
+ * is exact near the maximum whatever the logits' magnitude (a logsumexp kept as a float would
+ * carry its rounding, |lse| 2^-24, into every probability: wrong gradients at large logits).
+ * The padded vocabulary of llm.c (vp = 50304 for GPT-2's v = 50257): the padding columns never
+ * count. n >= 1. The CPU refuses a target outside [0, v) (MPT_EINVAL naming the row). */
 MPT_API mpt_status mpt_op_xent_vocab(mpt_stream *stream, const float *logits,
                                      const int32_t *targets, int64_t n, int64_t vp, int64_t v,
-                                     float *lse, float *loss);
-/* dlogits[r, j] += (*dloss / n) (exp(logits[r, j] - lse[r]) - [j == targets[r]]) for j < v;
+                                     float *stats, float *loss);
+/* dlogits[r, j] += (*dloss / n) (p[r, j] - [j == targets[r]]) for j < v, with the softmax
+ * p[r, j] = exp(logits[r, j] - stats[r, 0]) * stats[r, 1] from mpt_op_xent_vocab's stats [n, 2];
  * columns [v, vp) are untouched. dloss is one float on the device. */
 MPT_API mpt_status mpt_op_xent_vocab_backward(mpt_stream *stream, const float *logits,
                                               const int32_t *targets, int64_t n, int64_t vp,
-                                              int64_t v, const float *lse, const float *dloss,
+                                              int64_t v, const float *stats, const float *dloss,
                                               float *dlogits);
 
 /* The two backwards above with beta 1 (add, as they do) or 0: write every element of dx /
@@ -146,7 +151,7 @@ MPT_API mpt_status mpt_op_gelu_backward_beta(mpt_stream *stream, float *dx, cons
                                              const float *x, int64_t count, float beta);
 MPT_API mpt_status mpt_op_xent_vocab_backward_beta(mpt_stream *stream, const float *logits,
                                                    const int32_t *targets, int64_t n,
-                                                   int64_t vp, int64_t v, const float *lse,
+                                                   int64_t vp, int64_t v, const float *stats,
                                                    const float *dloss, float *dlogits,
                                                    float beta);
 

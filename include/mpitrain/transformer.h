@@ -126,8 +126,9 @@ MPT_API void mpt_nn_causal_attention_memory(mpt_stream *stream, mpt_precision pr
  * [0, vocab_size), vocab_size <= Vp. Only columns [0, vocab_size) take part in the softmax (the
  * padding columns get no probability and a zero gradient):
  *   loss = mean over the N = B*T positions of (logsumexp_{j < V} logits[n, j] - logits[n, target]),
- * a scalar in nats, summed in double. Saves logsumexp [N] only, and recomputes the
- * probabilities in backward: dlogits[n, j] += dloss / N * (p[n, j] - [j == target]) for j < V.
+ * a scalar in nats, summed in double. Saves each row's maximum and 1 / sum of exp(logit - max)
+ * ([N, 2]) only, and recomputes the probabilities in backward from them (right at any logit
+ * magnitude, mpt_op_xent_vocab): dlogits[n, j] += dloss / N * (p[n, j] - [j == target]), j < V.
  * Errors: MPT_EINVAL (a target outside [0, vocab_size), naming its position, on the CPU;
  * vocab_size outside [1, Vp]), MPT_ESHAPE (targets' shape is not that of logits without its last
  * dimension; no position), MPT_ENOTSUP. */

@@ -157,9 +157,9 @@ typedef struct mpt__device_backend {
   mpt_status (*causal_softmax_backward)(mpt_stream *s, const float *a, float *d, int64_t planes,
                                         int64_t t);
   mpt_status (*xent_vocab)(mpt_stream *s, const float *logits, const int32_t *targets,
-                           int64_t n, int64_t vp, int64_t v, float *lse, float *loss);
+                           int64_t n, int64_t vp, int64_t v, float *stats, float *loss);
   mpt_status (*xent_vocab_backward)(mpt_stream *s, const float *logits, const int32_t *targets,
-                                    int64_t n, int64_t vp, int64_t v, const float *lse,
+                                    int64_t n, int64_t vp, int64_t v, const float *stats,
                                     const float *dloss, float *dlogits);
   /* Optional: the fused ops of ops_gpt.h (mpt_op_add_layernorm, mpt_op_bias_gelu and its
    * backward), same meaning and order. */
@@ -178,7 +178,7 @@ typedef struct mpt__device_backend {
                                     int64_t count);
   mpt_status (*xent_vocab_backward_write)(mpt_stream *s, const float *logits,
                                           const int32_t *targets, int64_t n, int64_t vp,
-                                          int64_t v, const float *lse, const float *dloss,
+                                          int64_t v, const float *stats, const float *dloss,
                                           float *dlogits);
   /* Optional: the fused causal attention of ops_gpt.h (mpt_op_causal_attention_available);
    * without it the layer runs the reference (src/nn/attention.c) on gemm and causal_softmax. */

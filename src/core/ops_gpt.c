@@ -122,31 +122,31 @@ mpt_status mpt_op_causal_softmax_backward(mpt_stream *stream, const float *a, fl
 }
 
 mpt_status mpt_op_xent_vocab(mpt_stream *stream, const float *logits, const int32_t *targets,
-                             int64_t n, int64_t vp, int64_t v, float *lse, float *loss) {
+                             int64_t n, int64_t vp, int64_t v, float *stats, float *loss) {
   REQUIRE_EXTENT(n);
   REQUIRE_EXTENT(vp);
   REQUIRE(v >= 1 && v <= vp, "v = %lld outside [1, vp = %lld]", (long long)v, (long long)vp);
   REQUIRE(n >= 1, "n = %lld must be >= 1 (the mean of no position)", (long long)n);
   REQUIRE_PTR(logits);
   REQUIRE_PTR(targets);
-  REQUIRE_PTR(lse);
+  REQUIRE_PTR(stats);
   REQUIRE_PTR(loss);
-  DISPATCH(xent_vocab, logits, targets, n, vp, v, lse, loss);
+  DISPATCH(xent_vocab, logits, targets, n, vp, v, stats, loss);
 }
 
 mpt_status mpt_op_xent_vocab_backward(mpt_stream *stream, const float *logits,
                                       const int32_t *targets, int64_t n, int64_t vp, int64_t v,
-                                      const float *lse, const float *dloss, float *dlogits) {
+                                      const float *stats, const float *dloss, float *dlogits) {
   REQUIRE_EXTENT(n);
   REQUIRE_EXTENT(vp);
   REQUIRE(v >= 1 && v <= vp, "v = %lld outside [1, vp = %lld]", (long long)v, (long long)vp);
   if (n == 0) return MPT_OK;
   REQUIRE_PTR(logits);
   REQUIRE_PTR(targets);
-  REQUIRE_PTR(lse);
+  REQUIRE_PTR(stats);
   REQUIRE_PTR(dloss);
   REQUIRE_PTR(dlogits);
-  DISPATCH(xent_vocab_backward, logits, targets, n, vp, v, lse, dloss, dlogits);
+  DISPATCH(xent_vocab_backward, logits, targets, n, vp, v, stats, dloss, dlogits);
 }
 
 /* beta 0 through the backend's write slot when it has one, else zero-fill and add. */
@@ -167,25 +167,25 @@ mpt_status mpt_op_gelu_backward_beta(mpt_stream *stream, float *dx, const float 
 
 mpt_status mpt_op_xent_vocab_backward_beta(mpt_stream *stream, const float *logits,
                                            const int32_t *targets, int64_t n, int64_t vp,
-                                           int64_t v, const float *lse, const float *dloss,
+                                           int64_t v, const float *stats, const float *dloss,
                                            float *dlogits, float beta) {
   REQUIRE(beta == 0.0f || beta == 1.0f, "beta = %g must be 0 or 1", (double)beta);
   if (beta == 1.0f)
-    return mpt_op_xent_vocab_backward(stream, logits, targets, n, vp, v, lse, dloss, dlogits);
+    return mpt_op_xent_vocab_backward(stream, logits, targets, n, vp, v, stats, dloss, dlogits);
   REQUIRE_EXTENT(n);
   REQUIRE_EXTENT(vp);
   REQUIRE(v >= 1 && v <= vp, "v = %lld outside [1, vp = %lld]", (long long)v, (long long)vp);
   if (n == 0) return MPT_OK;
   REQUIRE_PTR(logits);
   REQUIRE_PTR(targets);
-  REQUIRE_PTR(lse);
+  REQUIRE_PTR(stats);
   REQUIRE_PTR(dloss);
   REQUIRE_PTR(dlogits);
   const mpt__device_backend *b = mpt__backend_of_stream(stream);
   if (b && b->xent_vocab_backward_write)
-    return b->xent_vocab_backward_write(stream, logits, targets, n, vp, v, lse, dloss, dlogits);
+    return b->xent_vocab_backward_write(stream, logits, targets, n, vp, v, stats, dloss, dlogits);
   MPT_RETURN_IF(mpt_op_fill(stream, dlogits, n * vp, 0.0f));
-  return mpt_op_xent_vocab_backward(stream, logits, targets, n, vp, v, lse, dloss, dlogits);
+  return mpt_op_xent_vocab_backward(stream, logits, targets, n, vp, v, stats, dloss, dlogits);
 }
 
 mpt_status mpt_op_add_layernorm(mpt_stream *stream, const float *a, const float *b,

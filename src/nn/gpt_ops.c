@@ -388,7 +388,7 @@ mpt_status mpt_nn_add_layernorm(mpt_tape *tape, mpt_var *a, mpt_var *b, mpt_var 
 /* ---- fused softmax cross-entropy over a padded vocabulary ---- */
 
 typedef struct xentv_ctx {
-  const float *lse;       /* [N] logsumexp over the V real columns, in the arena */
+  const float *stats;     /* [N, 2] each row's max and 1 / sum of exp (ops_gpt.h), arena */
   const int32_t *targets; /* [N], the caller's */
   int64_t n, vp, v;
 } xentv_ctx;
@@ -401,7 +401,7 @@ static mpt_status xentv_backward(mpt_tape *tape, mpt_node *node) {
   MPT_RETURN_IF(mpt_var_grad_beta(tape, logits, &dl, &beta));
   if (!dl) return MPT_OK;
   return mpt_op_xent_vocab_backward_beta(mpt_tape_stream(tape), VAL(logits), k->targets, k->n,
-                                         k->vp, k->v, k->lse, mpt_node_grad_output(node), dl,
+                                         k->vp, k->v, k->stats, mpt_node_grad_output(node), dl,
                                          beta);
 }
 
@@ -428,17 +428,17 @@ mpt_status mpt_nn_cross_entropy_vocab(mpt_tape *tape, mpt_var *logits,
   MPT_RETURN_IF(check_indices(op, "targets", targets, logits));
   static const int64_t scalar[1] = {1};
   mpt_var *o = NULL;
-  float *lse = NULL;
+  float *stats = NULL;
   MPT_RETURN_IF(mpt_tape_new_var(tape, 0, scalar, MPT_F32, &o));
-  MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)n * sizeof(float), (void **)&lse));
+  MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)(2 * n) * sizeof(float), (void **)&stats));
   const int32_t *tg = targets->data;
-  MPT_RETURN_IF(mpt_op_xent_vocab(mpt_tape_stream(tape), lt->data, tg, n, vp, vocab_size, lse,
-                                  VAL(o)));
+  MPT_RETURN_IF(mpt_op_xent_vocab(mpt_tape_stream(tape), lt->data, tg, n, vp, vocab_size,
+                                  stats, VAL(o)));
   if (mpt_tape_needs_grad(tape, &logits, 1)) {
     mpt_node *node = NULL;
     MPT_RETURN_IF(mpt_tape_record(tape, op, xentv_backward, &logits, 1, o, &node));
     *(xentv_ctx *)mpt_node_ctx(node) =
-        (xentv_ctx){.lse = lse, .targets = tg, .n = n, .vp = vp, .v = vocab_size};
+        (xentv_ctx){.stats = stats, .targets = tg, .n = n, .vp = vp, .v = vocab_size};
   }
   *loss = o;
   return MPT_OK;

@@ -24,7 +24,8 @@
  * 2^22 multiply-adds are, src/core/cpu/sgemm_dnnl.c).
  *
  * Threads: the pairs are split over an OpenMP team of mpt_cpu_threads() threads, the team that
- * oneDNN's GEMMs of the other layers use (this file is built with -fopenmp, src/core/local.mk),
+ * oneDNN's GEMMs of the other layers use unless MPT_GEMM_THREADS caps theirs (ops.h; this file
+ * is built with -fopenmp, src/core/local.mk),
  * one pair at a time per thread, each pair's GEMMs on the thread that runs it (oneDNN runs a
  * GEMM called inside a parallel region on the calling thread). Not the CPU ops' pool (pool.h):
  * its workers would compete for the cores with the OpenMP threads that libgomp keeps spinning

@@ -90,11 +90,11 @@ mpt_status mpt__cpu_bias_gelu(mpt_stream *s, float *y, const float *x, const flo
 mpt_status mpt__cpu_bias_gelu_backward(mpt_stream *s, float *dx, const float *dy, const float *x, const float *bias, int64_t rows, int64_t cols, float *dbias);
 mpt_status mpt__cpu_causal_softmax(mpt_stream *s, float *a, int64_t planes, int64_t t);
 mpt_status mpt__cpu_causal_softmax_backward(mpt_stream *s, const float *a, float *d, int64_t planes, int64_t t);
-mpt_status mpt__cpu_xent_vocab(mpt_stream *s, const float *logits, const int32_t *targets, int64_t n, int64_t vp, int64_t v, float *lse, float *loss);
-mpt_status mpt__cpu_xent_vocab_backward(mpt_stream *s, const float *logits, const int32_t *targets, int64_t n, int64_t vp, int64_t v, const float *lse, const float *dloss, float *dlogits);
+mpt_status mpt__cpu_xent_vocab(mpt_stream *s, const float *logits, const int32_t *targets, int64_t n, int64_t vp, int64_t v, float *stats, float *loss);
+mpt_status mpt__cpu_xent_vocab_backward(mpt_stream *s, const float *logits, const int32_t *targets, int64_t n, int64_t vp, int64_t v, const float *stats, const float *dloss, float *dlogits);
 /* attn_cpu.c: the fused causal attention (ops_gpt.h). */
 mpt_status mpt__cpu_causal_attention(mpt_stream *s, const float *qkv, int64_t b, int64_t t, int64_t c, int64_t nh, float *y, float *stats);
 mpt_status mpt__cpu_causal_attention_backward(mpt_stream *s, const float *qkv, const float *stats, const float *dy, int64_t b, int64_t t, int64_t c, int64_t nh, float beta, float *dqkv);
-mpt_status mpt__cpu_xent_vocab_backward_write(mpt_stream *s, const float *logits, const int32_t *targets, int64_t n, int64_t vp, int64_t v, const float *lse, const float *dloss, float *dlogits);
+mpt_status mpt__cpu_xent_vocab_backward_write(mpt_stream *s, const float *logits, const int32_t *targets, int64_t n, int64_t vp, int64_t v, const float *stats, const float *dloss, float *dlogits);
 
 #endif

@@ -539,40 +539,45 @@ MPT_VEC_CLONES
 static float vmax_kernel(const float *x, int64_t n) { return mpt__vmax(x, n); }
 
 typedef struct xent_job {
-  const float *logits, *lse_in;
+  const float *logits, *stats_in;
   const int32_t *targets;
   int64_t vp, v;
-  float *lse, *dlogits, g;
+  float *stats, *dlogits, g;
   double *terms; /* [n] each row's loss, summed in order afterwards */
   int write;
 } xent_job;
 
-/* Row r's logsumexp over the v real columns (in double), its float copy into lse[r]. */
-static double xent_row(const float *lr, int64_t v, float *lse) {
+/* Row r's logsumexp over the v real columns (in double); its maximum and 1 / (the sum of
+ * exp(l - max)) into st[0], st[1] for backward. Not the logsumexp itself as a float: rounded at
+ * |logit| = s it is off by up to s 2^-24, and exp(l - lse) would carry that error into every
+ * probability (the row would no longer sum to 1: 3e-5 off at s = 1e3). The maximum is one of
+ * the logits, so l - max is exact where l is near it, and the sum lies in [1, v]. */
+static double xent_row(const float *lr, int64_t v, float *st) {
   const float mx = vmax_kernel(lr, v);
-  const double l = (double)mx + log(sum_exp_kernel(lr, v, mx));
-  *lse = (float)l;
-  return l;
+  const double sum = sum_exp_kernel(lr, v, mx);
+  st[0] = mx;
+  st[1] = (float)(1.0 / sum);
+  return (double)mx + log(sum);
 }
 
 static void xent_rows(void *arg, int64_t r0, int64_t r1) {
   const xent_job *j = arg;
   for (int64_t r = r0; r < r1; r++) {
     const float *lr = j->logits + r * j->vp;
-    j->terms[r] = xent_row(lr, j->v, j->lse + r) - (double)lr[j->targets[r]];
+    j->terms[r] = xent_row(lr, j->v, j->stats + 2 * r) - (double)lr[j->targets[r]];
   }
 }
 
 /* Split: each row's term goes to a scratch array, added in row order afterwards, as the
  * one-thread loop adds them. */
 mpt_status mpt__cpu_xent_vocab(mpt_stream *s, const float *logits, const int32_t *targets,
-                               int64_t n, int64_t vp, int64_t v, float *lse, float *loss) {
+                               int64_t n, int64_t vp, int64_t v, float *stats, float *loss) {
   (void)s;
   MPT_RETURN_IF(indices_check("xent_vocab", "targets", targets, n, v));
   const int64_t chunk = chunk_of(n, 900.0 * v, 1);
   double total = 0.0, *terms = NULL;
   if (mpt__cpu_parallel_would_split(n, chunk) && (terms = malloc((size_t)n * sizeof *terms))) {
-    xent_job j = {.logits = logits, .targets = targets, .vp = vp, .v = v, .lse = lse,
+    xent_job j = {.logits = logits, .targets = targets, .vp = vp, .v = v, .stats = stats,
                   .terms = terms};
     mpt__cpu_parallel_for(n, chunk, xent_rows, &j);
     for (int64_t r = 0; r < n; r++) total += terms[r];
@@ -580,39 +585,41 @@ mpt_status mpt__cpu_xent_vocab(mpt_stream *s, const float *logits, const int32_t
   } else {
     for (int64_t r = 0; r < n; r++) {
       const float *lr = logits + r * vp;
-      total += xent_row(lr, v, lse + r) - (double)lr[targets[r]];
+      total += xent_row(lr, v, stats + 2 * r) - (double)lr[targets[r]];
     }
   }
   *loss = (float)(total / (double)n);
   return MPT_OK;
 }
 
-/* dr[j] += g exp(lr[j] - lse) for j < v; when `write`, dr[j] = that and 0 for v <= j < vp. */
+/* dr[j] += g p[j] for j < v, p[j] = exp(lr[j] - mx) inv (the softmax, as the attention's
+ * backward recomputes it); when `write`, dr[j] = that and 0 for v <= j < vp. */
 MPT_VEC_CLONES
 static void xent_backward_row(const float *restrict lr, float *restrict dr, int64_t v,
-                              int64_t vp, float g, float lse, int write) {
+                              int64_t vp, float g, float mx, float inv, int write) {
   if (write) {
-    for (int64_t j = 0; j < v; j++) dr[j] = g * mpt__vexpf(lr[j] - lse);
+    for (int64_t j = 0; j < v; j++) dr[j] = g * (mpt__vexpf(lr[j] - mx) * inv);
     for (int64_t j = v; j < vp; j++) dr[j] = 0.0f;
     return;
   }
-  for (int64_t j = 0; j < v; j++) dr[j] += g * mpt__vexpf(lr[j] - lse);
+  for (int64_t j = 0; j < v; j++) dr[j] += g * (mpt__vexpf(lr[j] - mx) * inv);
 }
 
 static void xent_backward_rows(void *arg, int64_t r0, int64_t r1) {
   const xent_job *j = arg;
   for (int64_t r = r0; r < r1; r++) {
     float *dr = j->dlogits + r * j->vp;
-    xent_backward_row(j->logits + r * j->vp, dr, j->v, j->vp, j->g, j->lse_in[r], j->write);
+    const float *st = j->stats_in + 2 * r;
+    xent_backward_row(j->logits + r * j->vp, dr, j->v, j->vp, j->g, st[0], st[1], j->write);
     dr[j->targets[r]] -= j->g;
   }
 }
 
 static mpt_status xent_backward(const float *logits, const int32_t *targets, int64_t n,
-                                int64_t vp, int64_t v, const float *lse, const float *dloss,
+                                int64_t vp, int64_t v, const float *stats, const float *dloss,
                                 float *dlogits, int write) {
   MPT_RETURN_IF(indices_check("xent_vocab_backward", "targets", targets, n, v));
-  xent_job j = {.logits = logits, .lse_in = lse, .targets = targets, .vp = vp, .v = v,
+  xent_job j = {.logits = logits, .stats_in = stats, .targets = targets, .vp = vp, .v = v,
                .dlogits = dlogits, .g = *dloss / (float)n, .write = write};
   mpt__cpu_parallel_for(n, chunk_of(n, 800.0 * v, 1), xent_backward_rows, &j);
   return MPT_OK;
@@ -620,15 +627,16 @@ static mpt_status xent_backward(const float *logits, const int32_t *targets, int
 
 mpt_status mpt__cpu_xent_vocab_backward(mpt_stream *s, const float *logits,
                                         const int32_t *targets, int64_t n, int64_t vp, int64_t v,
-                                        const float *lse, const float *dloss, float *dlogits) {
+                                        const float *stats, const float *dloss,
+                                        float *dlogits) {
   (void)s;
-  return xent_backward(logits, targets, n, vp, v, lse, dloss, dlogits, 0);
+  return xent_backward(logits, targets, n, vp, v, stats, dloss, dlogits, 0);
 }
 
 mpt_status mpt__cpu_xent_vocab_backward_write(mpt_stream *s, const float *logits,
                                               const int32_t *targets, int64_t n, int64_t vp,
-                                              int64_t v, const float *lse, const float *dloss,
-                                              float *dlogits) {
+                                              int64_t v, const float *stats,
+                                              const float *dloss, float *dlogits) {
   (void)s;
-  return xent_backward(logits, targets, n, vp, v, lse, dloss, dlogits, 1);
+  return xent_backward(logits, targets, n, vp, v, stats, dloss, dlogits, 1);
 }

@@ -1,7 +1,7 @@
 /* The CPU ops' own threads (cpu_pool.c): the non-GEMM kernels (GELU, LayerNorm, the causal
  * softmax, the vocabulary cross-entropy, bias, AdamW, fills and copies) split their work over
- * mpt_cpu_threads() threads, the same count as OpenBLAS's GEMMs, so the cores that the GEMMs use
- * do not idle between them.
+ * mpt_cpu_threads() threads, the count the GEMMs use too (unless MPT_GEMM_THREADS caps theirs,
+ * ops.h), so the cores that the GEMMs use do not idle between them.
  *
  * Work is a range [0, n) cut into fixed chunks; each chunk runs exactly once, on the calling
  * thread or on a worker, whichever claims it first (the caller never waits for a worker that has

@@ -12,13 +12,17 @@
  * agree with OpenBLAS to fp32 rounding (tests/test_sgemm_dnnl.c states the bound), not bit for
  * bit.
  *
- * Threads: oneDNN runs on OpenMP; its thread count is set to OpenBLAS's (mpt_cpu_set_threads)
- * at each call, as for the bf16 GEMM and the convolutions, so one setting governs both
- * libraries; a small product (at most SMALL_MACS multiply-adds) runs on one thread. oneDNN 2.6
- * gives the same bits at every thread count here (tests/test_sgemm_dnnl.c checks it), as
- * OpenBLAS does, so a run's result does not depend on --threads. Runs synchronously on the
- * calling thread (and its OpenMP team), with the asynchronous signals blocked (core/threads.h:
- * oneDNN's fp32 kernels move the stack pointer into the heap). */
+ * Threads: oneDNN runs on OpenMP; its thread count is set to OpenBLAS's (mpt_cpu_set_threads,
+ * mpt_cpu_gemm_threads) at each call, as for the bf16 GEMM and the convolutions, so one setting
+ * governs both libraries; a small product (at most SMALL_MACS multiply-adds) runs on one thread.
+ * The same count gives the same bits, call after call; another count may not: oneDNN 2.6 chooses
+ * its work split, and so the order of the sums, from the thread count and the ISA (with
+ * ONEDNN_MAX_CPU_ISA=AVX2, as on an AVX2-only CPU, a 64 x 64 x 65536 product gives other bits
+ * at 2 threads than at 1), so the GEMMs are not promised the same bits across thread counts
+ * (ops.h, "CPU threads"; tests/test_sgemm_dnnl.c checks each count against the exact result
+ * instead). Runs synchronously on the calling thread (and its OpenMP team), with the
+ * asynchronous signals blocked (core/threads.h: oneDNN's fp32 kernels move the stack pointer
+ * into the heap). */
 #include <cblas.h>
 #include <omp.h>
 

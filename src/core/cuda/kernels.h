@@ -128,11 +128,11 @@ cudaError_t mpt__cuk_causal_softmax(cudaStream_t s, float *a, int64_t planes, in
 cudaError_t mpt__cuk_causal_softmax_backward(cudaStream_t s, const float *a, float *d,
                                              int64_t planes, int64_t t);
 cudaError_t mpt__cuk_xent_vocab(cudaStream_t s, const float *logits, const int32_t *targets,
-                                int64_t n, int64_t vp, int64_t v, float *lse, double *partials,
+                                int64_t n, int64_t vp, int64_t v, float *stats, double *partials,
                                 float *loss);
 cudaError_t mpt__cuk_xent_vocab_backward(cudaStream_t s, const float *logits,
                                          const int32_t *targets, int64_t n, int64_t vp,
-                                         int64_t v, const float *lse, const float *dloss,
+                                         int64_t v, const float *stats, const float *dloss,
                                          float *dlogits);
 
 #ifdef __cplusplus

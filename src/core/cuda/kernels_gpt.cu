@@ -208,9 +208,12 @@ __global__ void k_causal_softmax_backward(const float *a, float *d, int64_t rows
   }
 }
 
-/* lse per row and the row losses summed per block (in double) into partials[blockIdx.x]. */
+/* Per row its maximum and 1 / (the sum of exp(l - max)) into stats[2r], stats[2r + 1] (as the
+ * CPU: not the logsumexp as a float, whose rounding at large logits would bias every
+ * probability of backward), and the row losses summed per block (in double) into
+ * partials[blockIdx.x]. */
 __global__ void k_xent_vocab(const float *logits, const int32_t *targets, int64_t n, int64_t vp,
-                             int64_t v, float *lse, double *partials) {
+                             int64_t v, float *stats, double *partials) {
   __shared__ double shared[32];
   const int lane = threadIdx.x & 31;
   double loss = 0; /* this warp's rows, in lane 0 */
@@ -221,9 +224,11 @@ __global__ void k_xent_vocab(const float *logits, const int32_t *targets, int64_
     mx = warp_allmax(mx);
     double s = 0;
     for (int64_t j = lane; j < v; j += 32) s += expf(lr[j] - mx);
-    const double l = (double)mx + log(warp_allsum(s));
+    s = warp_allsum(s);
+    const double l = (double)mx + log(s);
     if (lane == 0) {
-      lse[r] = (float)l;
+      stats[2 * r] = mx;
+      stats[2 * r + 1] = (float)(1.0 / s);
       const int32_t tg = targets[r];
       loss += (tg >= 0 && tg < v) ? l - (double)lr[tg] : CUDART_NAN;
     }
@@ -242,12 +247,12 @@ __global__ void k_xent_vocab_finish(const double *partials, int count, int64_t n
 }
 
 __global__ void k_xent_vocab_backward(const float *logits, const int32_t *targets, int64_t n,
-                                      int64_t vp, int64_t v, const float *lse,
+                                      int64_t vp, int64_t v, const float *stats,
                                       const float *dloss, float *dlogits) {
   const float g = *dloss / (float)n;
   MPT_CUK_FOR(idx, n * v) {
     const int64_t r = idx / v, j = idx - r * v, at = r * vp + j;
-    float d = dlogits[at] + g * expf(logits[at] - lse[r]);
+    float d = dlogits[at] + g * (expf(logits[at] - stats[2 * r]) * stats[2 * r + 1]);
     if (j == targets[r]) d -= g;
     dlogits[at] = d;
   }
@@ -359,10 +364,10 @@ cudaError_t mpt__cuk_causal_softmax_backward(cudaStream_t s, const float *a, flo
 }
 
 cudaError_t mpt__cuk_xent_vocab(cudaStream_t s, const float *logits, const int32_t *targets,
-                                int64_t n, int64_t vp, int64_t v, float *lse, double *partials,
-                                float *loss) {
+                                int64_t n, int64_t vp, int64_t v, float *stats,
+                                double *partials, float *loss) {
   const unsigned g = warp_grid(n, MPT_CUK_MAX_PARTIALS);
-  k_xent_vocab<<<g, MPT_CUK_BLOCK, 0, s>>>(logits, targets, n, vp, v, lse, partials);
+  k_xent_vocab<<<g, MPT_CUK_BLOCK, 0, s>>>(logits, targets, n, vp, v, stats, partials);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   k_xent_vocab_finish<<<1, MPT_CUK_BLOCK, 0, s>>>(partials, (int)g, n, loss);
@@ -371,10 +376,10 @@ cudaError_t mpt__cuk_xent_vocab(cudaStream_t s, const float *logits, const int32
 
 cudaError_t mpt__cuk_xent_vocab_backward(cudaStream_t s, const float *logits,
                                          const int32_t *targets, int64_t n, int64_t vp,
-                                         int64_t v, const float *lse, const float *dloss,
+                                         int64_t v, const float *stats, const float *dloss,
                                          float *dlogits) {
   k_xent_vocab_backward<<<mpt_cuk_grid(n * v, MPT_CUK_BLOCK, MPT_CUK_MAX_GRID), MPT_CUK_BLOCK,
-                          0, s>>>(logits, targets, n, vp, v, lse, dloss, dlogits);
+                          0, s>>>(logits, targets, n, vp, v, stats, dloss, dlogits);
   return cudaGetLastError();
 }
 

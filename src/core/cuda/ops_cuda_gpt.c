@@ -76,15 +76,15 @@ mpt_status mpt__cuda_causal_softmax_backward(mpt_stream *s, const float *a, floa
 }
 
 mpt_status mpt__cuda_xent_vocab(mpt_stream *s, const float *logits, const int32_t *targets,
-                                int64_t n, int64_t vp, int64_t v, float *lse, float *loss) {
+                                int64_t n, int64_t vp, int64_t v, float *stats, float *loss) {
   double *partials = (double *)((char *)s->scratch + MPT__CUDA_SCRATCH_PARTIALS);
-  LAUNCH(s, mpt__cuk_xent_vocab(s->cs, logits, targets, n, vp, v, lse, partials, loss));
+  LAUNCH(s, mpt__cuk_xent_vocab(s->cs, logits, targets, n, vp, v, stats, partials, loss));
 }
 
 mpt_status mpt__cuda_xent_vocab_backward(mpt_stream *s, const float *logits,
                                          const int32_t *targets, int64_t n, int64_t vp,
-                                         int64_t v, const float *lse, const float *dloss,
+                                         int64_t v, const float *stats, const float *dloss,
                                          float *dlogits) {
-  LAUNCH(s, mpt__cuk_xent_vocab_backward(s->cs, logits, targets, n, vp, v, lse, dloss,
+  LAUNCH(s, mpt__cuk_xent_vocab_backward(s->cs, logits, targets, n, vp, v, stats, dloss,
                                          dlogits));
 }
