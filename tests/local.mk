@@ -55,3 +55,8 @@ EXTRA_DIST += tests/test_header_docs.sh
 # bad inputs and misuse of the mlp/cnn trainer and the shared command line (faults.md F44-)
 TESTS += tests/test_bad_input.sh
 EXTRA_DIST += tests/test_bad_input.sh
+# issue 24: SIGUSR1 / SIGTERM at random moments of the first steps, under load, every run exits
+# 75 (a signal handled inside oneDNN's GEMMs corrupted the heap: docs/faults.md F52);
+# MPT_PREEMPT_RUNS runs (default 20)
+TESTS += tests/test_preempt_stress.sh
+EXTRA_DIST += tests/test_preempt_stress.sh

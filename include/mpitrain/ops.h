@@ -255,6 +255,13 @@ MPT_API mpt_status mpt_op_check_finite(mpt_stream *stream, const float *x, int64
  * MPT_GEMM_THREADS=K in the environment (a testing and debugging switch, read by each call)
  * caps the libraries' count at K while the library's own ops use n: with K = 1 every result is
  * the same at every n (tests/test_train_gpt_threads.sh checks this of a whole run).
+ * Signals: every thread the library starts (these pools, the OpenMP team of oneDNN, streams,
+ * loaders, DataParallel replicas) blocks the asynchronous signals, so a signal sent to the
+ * process (SIGTERM, SIGINT, SIGUSR1, a profiler's) is handled on one of the program's own
+ * threads; and the oneDNN calls run with them blocked on the calling thread too (a handler run
+ * inside oneDNN's fp32 GEMM kernels corrupts the heap: src/core/threads.h), so such a signal
+ * waits for the end of the GEMM. The synchronous ones (SIGSEGV, SIGBUS, SIGFPE...) are never
+ * blocked.
  * Errors: MPT_EINVAL (n < 1; MPT_GEMM_THREADS set to something other than an integer >= 1). */
 MPT_API mpt_status mpt_cpu_set_threads(int n);
 /* The count of the library's own ops: n of the last mpt_cpu_set_threads, else OpenBLAS's. */

@@ -231,13 +231,16 @@ MPT_API mpt_status mpt_trainer_run(mpt_comm *comm, mpt_model *model, const mpt_t
 MPT_API mpt_status mpt_trainer_save_params(mpt_model *model, mpt_stream *stream,
                                            const char *path);
 
-/* Installs the handlers of SIGTERM and SIGUSR1 (what Slurm sends before a time limit; mpirun
- * forwards SIGUSR1 to every rank, not SIGTERM) that make a run stop after the same step on
- * every rank. Idempotent; the handlers stay until the process ends (a signal after the run is
- * only recorded). Call it before a slow start-up (MPI initialisation) so that a signal that
- * early stops the run after its first step instead of killing the rank. Process-directed
- * signals are taken by the thread that calls this and the run (the library's own threads block
- * them). Errors: MPT_EIO (sigaction failed). */
+/* Catches SIGTERM and SIGUSR1 (what Slurm sends before a time limit; mpirun forwards SIGUSR1
+ * to every rank, not SIGTERM) so that a run stops after the same step on every rank: blocks
+ * both on the calling thread (and so on every thread started after it) and starts a thread
+ * that takes them with sigwait and only records them; a recording handler covers threads that
+ * other libraries started earlier. No signal handler then runs on a thread that computes (one
+ * inside oneDNN's fp32 GEMM kernels corrupted the heap: docs/faults.md F52). Call it first in
+ * main, before MPI's initialisation and any thread, so that a signal during a slow start-up
+ * stops the run after its first step instead of killing the rank; mpt_trainer_run calls it too
+ * (handle_signals). Idempotent; the thread stays until the process ends (a signal after the run
+ * is only recorded). Errors: MPT_EIO (sigaction failed), MPT_ENOMEM (no thread). */
 MPT_API mpt_status mpt_trainer_catch_signals(void);
 
 /* The run's output as cfg says (log_file: this rank's stdout and stderr appended to

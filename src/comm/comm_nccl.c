@@ -24,8 +24,9 @@
  * cannot know whether it was freed meanwhile); its waits through mpt_comm_wait_event still
  * report the error.
  *
- * Threads: the watchdog on its own thread; the rest on the caller's. One mutex guards every
- * NCCL call on the communicator (comm_nccl_impl.h), so that no abort races an enqueue. */
+ * Threads: the watchdog on its own thread (asynchronous signals blocked, core/threads.h); the
+ * rest on the caller's. One mutex guards every NCCL call on the communicator
+ * (comm_nccl_impl.h), so that no abort races an enqueue. */
 #include <errno.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -36,6 +37,7 @@
 
 #include "comm/comm_nccl_impl.h"
 #include "core/cuda/cuda.h"
+#include "core/threads.h"
 
 _Static_assert(sizeof(ncclUniqueId) == MPT__NCCL_ID_NBYTES, "ncclUniqueId is not 128 bytes");
 
@@ -322,7 +324,7 @@ static mpt_status nccl_init(mpt_comm *comm) {
     s->nc = NULL;
     goto fail;
   }
-  if (pthread_create(&s->watchdog, NULL, watchdog_main, s) != 0) {
+  if (mpt__thread_create(&s->watchdog, NULL, watchdog_main, s) != 0) {
     st = MPT_FAIL(MPT_ENOMEM, "cannot start the NCCL watchdog thread on rank %d", comm->rank);
     (void)ncclCommAbort(s->nc);
     goto fail;

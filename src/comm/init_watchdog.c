@@ -13,8 +13,8 @@
  * return the error is inside MPI_Init_thread, which nothing interrupts; the deadline is the
  * caller's choice (0: no watchdog).
  *
- * Threads: the watchdog thread (it blocks the preemption signals), and the thread in
- * mpt_comm_init that starts and stops it. */
+ * Threads: the watchdog thread (the asynchronous signals blocked: core/threads.h), and the thread
+ * in mpt_comm_init that starts and stops it. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -22,10 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <signal.h>
-#include <string.h>
-
 #include "comm/comm_impl.h"
+#include "core/threads.h"
 
 
 struct mpt__init_watchdog {
@@ -102,16 +100,7 @@ mpt_status mpt__init_watchdog_start(double timeout_s, mpt__init_watchdog **out) 
   pthread_cond_init(&w->cond, &ca);
   pthread_condattr_destroy(&ca);
   pthread_mutex_init(&w->mutex, NULL);
-  /* the thread never takes SIGTERM / SIGUSR1 meant for the training thread (trainer.h) */
-  sigset_t block, old;
-  sigemptyset(&block);
-  sigaddset(&block, SIGTERM);
-  sigaddset(&block, SIGUSR1);
-  sigaddset(&block, SIGUSR2);
-  sigaddset(&block, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &block, &old);
-  const int rc = pthread_create(&w->thread, NULL, watchdog_main, w);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  const int rc = mpt__thread_create(&w->thread, NULL, watchdog_main, w); /* no signal taken */
   if (rc != 0) {
     pthread_cond_destroy(&w->cond);
     pthread_mutex_destroy(&w->mutex);

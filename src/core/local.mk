@@ -5,7 +5,7 @@ libmpitrain_all_la_SOURCES += \
 	src/core/error.h src/core/backend.h src/core/kernel_math.h src/core/fault.h src/core/fault.c \
 	src/core/keeper.h \
 	src/core/status.c src/core/log.c src/core/rng.c src/core/device.c src/core/tensor.c \
-	src/core/ops.c src/core/trace.c src/core/bf16.c \
+	src/core/ops.c src/core/trace.c src/core/bf16.c src/core/threads.h src/core/threads.c \
 	src/core/cpu/cpu.h src/core/cpu/vec.h src/core/cpu/vmath.h src/core/cpu/cpu_backend.c \
 	src/core/cpu/isa.h src/core/cpu/isa.c \
 	src/core/cpu/stream_cpu.c \
@@ -94,3 +94,13 @@ endif
 TESTS += tests/test_isa_avx512.sh tests/test_isa_avx2.sh tests/test_isa_baseline.sh
 EXTRA_DIST += tests/isa_paths.sh tests/test_isa_avx512.sh tests/test_isa_avx2.sh \
 	tests/test_isa_baseline.sh
+# The library's threads and signals (src/core/threads.c): the CPU GEMMs under a signal storm
+# (oneDNN's fp32 kernels move the stack pointer into the heap), and every thread the library
+# starts blocks the signals meant for the process
+if HAVE_CHECK
+check_PROGRAMS += tests/test_signals
+TESTS += tests/test_signals
+tests_test_signals_SOURCES = tests/test_signals.c
+tests_test_signals_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_signals_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+endif

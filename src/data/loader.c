@@ -14,7 +14,8 @@
  *   sampler while it changes.
  * Every wait of the caller on the thread has the config's deadline (CLOCK_MONOTONIC). The
  * thread's own idle wait has none: it is woken by work or by `stop`. Buffers are allocated once
- * at init; nothing is allocated per batch.
+ * at init; nothing is allocated per batch. The thread blocks the asynchronous signals
+ * (core/threads.h): they are for the program's threads.
  * A failed fill of batch k (a source callback's error) is sticky in `error`, and `produced`
  * stays at k: batches before k are still handed out, batch k and every later call get the
  * error, with or without the thread. */
@@ -26,6 +27,7 @@
 #include <time.h>
 
 #include "core/error.h"
+#include "core/threads.h"
 #include "mpitrain/data.h"
 
 struct loader_slot {
@@ -223,7 +225,7 @@ mpt_status mpt_loader_init_source(mpt_loader **loader, const mpt_data_source *sr
   }
   pthread_mutex_init(&l->mutex, NULL);
   if (cfg.prefetch) {
-    rc = pthread_create(&l->thread, NULL, loader_thread, l);
+    rc = mpt__thread_create(&l->thread, NULL, loader_thread, l);
     if (rc != 0) {
       st = MPT_FAIL(MPT_EIO, "loader: cannot start the prefetch thread: %s", strerror(rc));
       goto fail_sync;

@@ -8,7 +8,8 @@
  * reps[k].done, and reports under dp->mutex (finished = generation, status). The caller reads
  * a replica's results only after seeing finished == generation under the mutex, so the
  * mutex orders every hand-over; the job fields of dp are written before the bump and only
- * read by the threads during the step.
+ * read by the threads during the step. The replica threads block the asynchronous signals
+ * (core/threads.h): they run GEMMs, and a signal is the program's thread's to take.
  *
  * Ordering between devices goes through events, never through the host alone: the replicas'
  * streams wait for dp->start (recorded on dp->stream after the caller's earlier work and the
@@ -31,6 +32,7 @@
 #include <time.h>
 
 #include "core/error.h"
+#include "core/threads.h"
 #ifdef MPT_HAVE_CUDA
 #include "core/cuda/cuda.h"
 #endif
@@ -251,7 +253,7 @@ static mpt_status replica_setup(mpt_dp *d, int k, mpt_device device) {
     MPT_RETURN_IF(mpt_device_alloc(first,
                                    (size_t)mpt_model_param_count(d->model) * sizeof(float),
                                    (void **)&r->stage));
-  if (pthread_create(&r->thread, NULL, replica_thread, r) != 0) {
+  if (mpt__thread_create(&r->thread, NULL, replica_thread, r) != 0) {
     char name[32];
     return MPT_FAIL(MPT_EDEVICE, "dp: cannot start the thread of %s",
                     mpt_device_str(device, name, sizeof name));

@@ -1,45 +1,103 @@
-/* Preemption (trainer.h mpt_trainer_catch_signals): SIGTERM and SIGUSR1 (Slurm sends one before
- * the time limit with --signal; mpirun forwards SIGUSR1 to every rank, not SIGTERM) set a flag;
- * the loop starts an all-reduce (max) of the flag on the comm stream before each step and reads
- * it after the step, so every rank stops after the same step, checkpoints, and the run reports
- * the preemption.
+/* Preemption (trainer.h mpt_trainer_catch_signals): SIGTERM (what Slurm sends before a time
+ * limit) and SIGUSR1 (mpirun forwards USR1 and USR2 to every rank, not TERM) ask the run to stop
+ * after its current step: the loop starts an all-reduce (max) of "a signal arrived" on the comm
+ * stream before each step and reads it after the step, so every rank stops after the same step,
+ * checkpoints, and the run reports the preemption (exit 75 in a program).
  *
- * Which thread takes the signal: a process-directed signal goes to a thread that does not block
- * it. The library's own threads (the CPU comm stream's worker, the loaders' prefetch threads,
- * DataParallel's replicas, the op pool, the start-up watchdog) block it, so it is the training
- * thread (or another thread of the caller's) that runs the handler, which only stores the
- * signal number: async-signal-safe, and no system call of a library thread is interrupted. */
+ * Which thread takes them: a thread started here that waits for them with sigwait, and no
+ * other. mpt_trainer_catch_signals blocks both signals on the calling thread, before MPI_Init
+ * and any other thread when a program calls it first (mpitrain does), so every thread started
+ * afterwards inherits the block: MPI's and PMIx's threads, the comm stream's worker, the loaders'
+ * prefetch threads, the CPU ops' pool, DataParallel's replicas, the OpenMP team of oneDNN and
+ * the attention, OpenBLAS's added workers, the start-up watchdog (the library's threads also
+ * block them themselves: src/core/threads.h). A process-directed signal goes to a thread that
+ * does not block it: the waiter.
+ *
+ * Why: a signal handler runs on the stack of the thread that takes the signal, below its stack
+ * pointer. Taken by the training thread (or an OpenMP worker) inside one of oneDNN's fp32 GEMM
+ * kernels, which move the stack pointer into a malloc'd workspace, the handler's frame was
+ * written over malloc's chunk headers: about 1 run in 10 printed "preempted (SIGUSR1)" and then
+ * aborted in free() (src/core/threads.h has the details; docs/faults.md F52). A thread that only
+ * waits for signals computes nothing, and the threads that compute, wait in MPI or write
+ * checkpoints are never interrupted (no EINTR either).
+ *
+ * The workers that OpenBLAS's constructor starts when the library is loaded, before main, keep
+ * an empty mask (nothing of ours runs before them): a signal may still land on one of them, so
+ * the same recording is installed as a handler too (SA_RESTART). They only ever run OpenBLAS's
+ * kernels, which keep the stack pointer on their stack, so a handler there is harmless.
+ *
+ * Threads: the caller starts it once; the waiter only records. */
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <string.h>
 
+#include "core/threads.h"
 #include "train/train_impl.h"
 
-static volatile sig_atomic_t received = 0;
+static atomic_int received; /* lock-free: written by the waiter or by a handler */
+static pthread_t waiter;
+static int started;
 
-static void on_signal(int sig) { received = sig; }
+static void record(int sig) { atomic_store(&received, sig); }
 
-mpt_status mpt_trainer_catch_signals(void) {
-  static int installed = 0;
-  if (installed) return MPT_OK;
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART; /* a read or write of the training thread is not cut short */
-  if (sigaction(SIGTERM, &sa, NULL) != 0 || sigaction(SIGUSR1, &sa, NULL) != 0)
-    return MPT_FAIL(MPT_EIO, "cannot install the SIGTERM / SIGUSR1 handlers");
-  installed = 1;
-  return MPT_OK;
+static void preempt_set(sigset_t *set) {
+  sigemptyset(set);
+  sigaddset(set, SIGTERM);
+  sigaddset(set, SIGUSR1);
 }
 
-int mpt__train_signal(void) { return received; }
+static void *waiter_main(void *arg) {
+  (void)arg;
+  sigset_t set;
+  preempt_set(&set);
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&set, &sig) == 0) record(sig);
+  }
+  return NULL;
+}
+
+mpt_status mpt_trainer_catch_signals(void) {
+  static pthread_mutex_t once = PTHREAD_MUTEX_INITIALIZER;
+  pthread_mutex_lock(&once);
+  mpt_status st = MPT_OK;
+  if (!started) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = record;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigset_t set, old;
+    preempt_set(&set);
+    if (sigaction(SIGTERM, &sa, NULL) != 0 || sigaction(SIGUSR1, &sa, NULL) != 0) {
+      st = MPT_FAIL(MPT_EIO, "cannot install the SIGTERM / SIGUSR1 handlers");
+    } else {
+      pthread_sigmask(SIG_BLOCK, &set, &old); /* this thread and every later one */
+      /* the waiter itself: created with the asynchronous signals blocked, it waits for these */
+      const int rc = mpt__thread_create(&waiter, NULL, waiter_main, NULL);
+      if (rc != 0) {
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        st = MPT_FAIL(MPT_ENOMEM, "cannot start the thread that waits for SIGTERM and SIGUSR1: "
+                      "%s", strerror(rc));
+      } else {
+        pthread_detach(waiter);
+        started = 1;
+      }
+    }
+  }
+  pthread_mutex_unlock(&once);
+  return st;
+}
+
+int mpt__train_signal(void) { return atomic_load(&received); }
 
 const char *mpt_trainer_signal_name(int sig) {
   return sig == SIGUSR1 ? "SIGUSR1" : sig == SIGTERM ? "SIGTERM" : "a signal on another rank";
 }
 
 mpt_status mpt__train_stop_vote_start(mpt__trainer *t) {
-  t->stop_local = t->stop_global = received ? 1 : 0;
+  t->stop_local = t->stop_global = atomic_load(&received) ? 1 : 0;
   if (t->world == 1) return MPT_OK;
   mpt_stream *cs = mpt_comm_stream(t->comm);
   MPT_RETURN_IF(mpt_comm_allreduce(t->comm, cs, &t->stop_local, &t->stop_global, 1, MPT_I32,

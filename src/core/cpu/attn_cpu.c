@@ -46,6 +46,7 @@
 #include "core/cpu/isa.h"
 #include "core/cpu/vmath.h"
 #include "core/error.h"
+#include "core/threads.h"
 
 #ifdef MPT_HAVE_ONEDNN
 #include <omp.h>
@@ -195,6 +196,10 @@ static mpt_status run(attn_job *j, int64_t b, int backward) {
   if (!(j->scratch = malloc(nbytes)))
     return MPT_FAIL(MPT_ENOMEM, "causal_attention: %zu bytes of scratch", nbytes);
   atomic_init(&j->failed, 0);
+  /* oneDNN's GEMMs with the asynchronous signals blocked (core/threads.h), here and on the team
+   * (which inherits the mask when libgomp starts it from here): once per call, not per GEMM */
+  sigset_t old;
+  mpt__signals_block(&old);
 #ifdef MPT_HAVE_ONEDNN
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
 #endif
@@ -210,6 +215,7 @@ static mpt_status run(attn_job *j, int64_t b, int backward) {
     else
       forward_pair(j, pair, slot);
   }
+  mpt__signals_restore(&old);
   free(j->scratch);
   const int failed = atomic_load(&j->failed);
   if (failed != 0)

@@ -30,6 +30,7 @@
 #include "core/cpu/cpu.h"
 #include "core/cpu/dnnl_check.h"
 #include "core/error.h"
+#include "core/threads.h"
 
 /* Returns MPT_EDEVICE naming the oneDNN call and its status from the enclosing function. */
 #define DNNL_OK MPT_DNNL_OK
@@ -330,7 +331,7 @@ static mpt_status plan_get(const mpt_conv_geom *g, int64_t n, int64_t o, int has
 
 /* Runs p's primitive: the moves of its inputs, the primitive with `bias`, the move out (the
  * OpenMP thread count was set by plan_get). */
-static mpt_status plan_run(plan *p, const void *in0, const void *in1, void *out) {
+static mpt_status plan_run_unguarded(plan *p, const void *in0, const void *in1, void *out) {
   DNNL_OK(dnnl_memory_set_data_handle(p->args[0].user, (void *)in0));
   DNNL_OK(dnnl_memory_set_data_handle(p->args[1].user, (void *)in1));
   DNNL_OK(dnnl_memory_set_data_handle(p->args[2].user, out));
@@ -353,6 +354,16 @@ static mpt_status plan_run(plan *p, const void *in0, const void *in1, void *out)
   MPT_RETURN_IF(arg_move_out(p, &p->args[2]));
   DNNL_OK(dnnl_stream_wait(p->stream));
   return MPT_OK;
+}
+
+/* plan_run_unguarded with the asynchronous signals blocked: a gemm-based convolution runs
+ * oneDNN's fp32 GEMM kernels, which move the stack pointer into the heap (core/threads.h). */
+static mpt_status plan_run(plan *p, const void *in0, const void *in1, void *out) {
+  sigset_t old;
+  mpt__signals_block(&old);
+  const mpt_status st = plan_run_unguarded(p, in0, in1, out);
+  mpt__signals_restore(&old);
+  return st;
 }
 
 static mpt_status conv_forward(const mpt_conv_geom *g, int64_t n, int64_t o, const float *x,

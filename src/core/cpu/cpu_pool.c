@@ -14,11 +14,11 @@
  * is timed anyway, 100 ms, and re-checks). */
 #include <pthread.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <time.h>
 
 #include "core/cpu/pool.h"
+#include "core/threads.h"
 #include "mpitrain/ops.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -118,21 +118,19 @@ static void *worker_main(void *varg) {
 /* Starts workers up to `want` (under busy); fewer if the system refuses threads. */
 static void pool_grow(int want) {
   pthread_once(&atfork_once, pool_atfork_register);
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old); /* the workers inherit it: signals go elsewhere */
   while (pool.nworkers < want) {
     pthread_attr_t attr;
     pthread_t th;
     if (pthread_attr_init(&attr) != 0) break;
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, 256 << 10);
-    const int rc = pthread_create(&th, &attr, worker_main, (void *)(intptr_t)(pool.nworkers + 1));
+    /* the asynchronous signals blocked (core/threads.h): signals go to the program's threads */
+    const int rc = mpt__thread_create(&th, &attr, worker_main,
+                                      (void *)(intptr_t)(pool.nworkers + 1));
     pthread_attr_destroy(&attr);
     if (rc != 0) break;
     pool.nworkers++;
   }
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
 static void run_serial(int64_t n, int64_t chunk, mpt__cpu_range_fn fn, void *arg) {

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/threads.h"
 #include "mpitrain/ops.h"
 
 /* The last mpt_cpu_set_threads count; 0 before the first call (then OpenBLAS's count). */
@@ -36,7 +37,12 @@ mpt_status mpt_cpu_set_threads(int n) {
   if (cap < 0)
     return MPT_FAIL(MPT_EINVAL, "cpu_set_threads: MPT_GEMM_THREADS='%s' is not a thread count "
                     ">= 1", getenv("MPT_GEMM_THREADS"));
+  /* OpenBLAS starts the threads it lacks from here: they inherit a mask with the asynchronous
+   * signals blocked (core/threads.h) */
+  sigset_t old;
+  mpt__signals_block(&old);
   openblas_set_num_threads(cap && cap < n ? cap : n);
+  mpt__signals_restore(&old);
   atomic_store(&ops_threads, n);
   return MPT_OK;
 }

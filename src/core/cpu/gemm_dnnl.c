@@ -34,6 +34,7 @@
 #include "core/cpu/cpu.h"
 #include "core/cpu/dnnl_check.h"
 #include "core/fault.h"
+#include "core/threads.h"
 
 enum { PLANS_PER_THREAD = 128, KEY_LEN = 16 };
 
@@ -293,8 +294,12 @@ static mpt_status run_gemm(gthread *t, const int64_t *key, float alpha, float be
   MPT_DNNL_OK(dnnl_memory_set_data_handle(p->c, c));
   dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, p->a}, {DNNL_ARG_WEIGHTS, p->b},
                              {DNNL_ARG_DST, p->c}};
-  MPT_DNNL_OK(dnnl_primitive_execute(p->prim, p->stream, 3, args));
-  MPT_DNNL_OK(dnnl_stream_wait(p->stream));
+  sigset_t old; /* no signal inside oneDNN's kernels (core/threads.h) */
+  mpt__signals_block(&old);
+  dnnl_status_t st = dnnl_primitive_execute(p->prim, p->stream, 3, args);
+  if (st == dnnl_success) st = dnnl_stream_wait(p->stream);
+  mpt__signals_restore(&old);
+  MPT_DNNL_OK(st);
   return MPT_OK;
 }
 

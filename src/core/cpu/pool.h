@@ -12,9 +12,9 @@
  *
  * One job at a time: a caller that finds the pool busy (another thread's job: DataParallel
  * replicas, or a chunk that itself calls a parallel kernel) runs its chunks on its own thread.
- * Workers are created on first use, up to mpt_cpu_threads() - 1, block all signals, and sleep
- * on a condition variable between jobs (timed, re-checked; no spinning). After fork() the child
- * starts with no workers. */
+ * Workers are created on first use, up to mpt_cpu_threads() - 1, block the asynchronous
+ * signals (core/threads.h), and sleep on a condition variable between jobs (timed, re-checked;
+ * no spinning). After fork() the child starts with no workers. */
 #ifndef MPT_CORE_CPU_POOL_H
 #define MPT_CORE_CPU_POOL_H
 

@@ -20,12 +20,15 @@
  * ONEDNN_MAX_CPU_ISA=AVX2, as on an AVX2-only CPU, a 64 x 64 x 65536 product gives other bits
  * at 2 threads than at 1), so the GEMMs are not promised the same bits across thread counts
  * (ops.h, "CPU threads"; tests/test_sgemm_dnnl.c checks each count against the exact result
- * instead). Runs synchronously on the calling thread (and its OpenMP team). */
+ * instead). Runs synchronously on the calling thread (and its OpenMP team), with the
+ * asynchronous signals blocked (core/threads.h: oneDNN's fp32 kernels move the stack pointer
+ * into the heap). */
 #include <cblas.h>
 #include <omp.h>
 
 #include "core/cpu/cpu.h"
 #include "core/cpu/dnnl_check.h"
+#include "core/threads.h"
 
 /* Products of at most this many multiply-adds run on one thread (mpt__cpu_sgemm_dnnl_threads):
  * 2^22, a 64 x 1024 x 64 attention block at T 1024. Every Linear of the GPTs is above 10^8. */
@@ -53,7 +56,13 @@ mpt_status mpt__cpu_sgemm_dnnl(int trans_a, int trans_b, int64_t m, int64_t n, i
   MPT_RETURN_IF(mpt_cpu_isa_init()); /* caps oneDNN before its first call (isa.c) */
   const int threads = mpt__cpu_sgemm_dnnl_threads(m, n, k);
   if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
-  MPT_DNNL_OK(dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb,
-                         beta, c, ldc));
+  /* with the asynchronous signals blocked: a signal taken inside oneDNN's JIT kernel corrupts
+   * the heap (core/threads.h); the OpenMP team started from here inherits the mask */
+  sigset_t old;
+  mpt__signals_block(&old);
+  const dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha,
+                                      a, lda, b, ldb, beta, c, ldc);
+  mpt__signals_restore(&old);
+  MPT_DNNL_OK(st);
   return MPT_OK;
 }

@@ -3,7 +3,8 @@
  * An inline stream runs work on the calling thread: launching a host function runs it now, and
  * recording an event completes it at once. A worker stream owns one thread that takes work from
  * an in-order queue (host functions, event records, event waits); the communication layer uses
- * it so that an all-reduce runs while the caller keeps computing.
+ * it so that an all-reduce runs while the caller keeps computing. The worker blocks the
+ * asynchronous signals (core/threads.h).
  *
  * Invariants: an event is complete when `completed >= recorded` (generation counters, so a
  * re-record resets it). A stream that failed (a host function returned non-zero, or a wait
@@ -40,6 +41,7 @@
 
 #include "core/cpu/cpu.h"
 #include "core/error.h"
+#include "core/threads.h"
 
 enum { WORK_HOST, WORK_RECORD, WORK_WAIT, WORK_WAIT_FOREIGN };
 
@@ -248,7 +250,7 @@ mpt_status mpt__cpu_stream_init(mpt_stream **stream, mpt_device device, mpt_stre
   pthread_mutex_init(&s->mutex, NULL);
   pthread_cond_init(&s->cond, NULL);
   if (kind == MPT_STREAM_WORKER) {
-    if (pthread_create(&s->thread, NULL, stream_worker, s) != 0) {
+    if (mpt__thread_create(&s->thread, NULL, stream_worker, s) != 0) {
       pthread_cond_destroy(&s->cond);
       pthread_mutex_destroy(&s->mutex);
       free(s);
