@@ -135,7 +135,11 @@ sanitizer_stage() {
   progs=$(printf '%s\n' $tests | grep -v '\.sh$' | tr '\n' ' ')
   all_progs=$(printf 'print:\n\t@echo $(check_PROGRAMS)\n' |
                 make -s --no-print-directory -C "$obj" -f Makefile -f - print || true)
-  if ! make -C "$obj" -j"$jobs" all $all_progs >build-asan/build.log 2>&1; then
+  # Two make runs, not one "make all PROGS": automake's "all" is a recursive make, and a second
+  # goal beside it builds the same objects in a second make at the same time (a half-written
+  # .lo then fails the link).
+  if ! { make -C "$obj" -j"$jobs" all && make -C "$obj" -j"$jobs" $all_progs; } \
+       >build-asan/build.log 2>&1; then
     echo "setup.sh: sanitizer stage: the build failed (build-asan/build.log):"
     tail -n 20 build-asan/build.log
     san_fail=1
