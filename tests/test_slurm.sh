@@ -348,7 +348,7 @@ j_g2=$(MPT_TRAIN_ARGS=$gargs sb train_single_node.sbatch --time=10)
 check "gpt: resubmitted job ended in time" wait_jobs 240 "$j_g2"
 g2=$work/mpitrain-runs/$j_g2
 check "gpt: resubmitted job exit code 0:0" [ "$(job_field "$j_g2" ExitCode)" = 0:0 ]
-check "gpt: resubmitted job resumed" has "$g2/train.log" "resumed from $gck: epoch 1, global step [1-9]"
+check "gpt: resubmitted job resumed" has "$g2/train.log" "resumed from $gck: epoch [0-9]*, global step [1-9]"
 check "gpt: parameters byte-identical to the uninterrupted run" \
   cmp -s "$work/ref_gpt.f32" "$g2/params.f32"
 if [ $fail -gt 0 ]; then tail -n 5 "$g1/train.log" "$g2/train.log"; fi
