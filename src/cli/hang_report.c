@@ -42,6 +42,9 @@ typedef struct dump {
   int64_t wall_s, capacity;
   uint64_t next_seq;
   int have_next, complete, from_tmp, bad_lines;
+  int have_gap;              /* its global steps jump (a skipped step) or go back (repeated) */
+  int64_t gap_from, gap_to;  /* the steps of the two collectives on either side */
+  uint64_t gap_seq;          /* the collective after the jump */
   char file[4200];
   coll *c;
   int n, cap;
@@ -131,7 +134,26 @@ static int coll_cmp(const void *a, const void *b) {
   return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
-/* Reads one dump; -1 only when the file cannot be opened or memory runs out. */
+static const char MAGIC[] = "mpitrain-flight-recorder ";
+
+/* The first jump of the global step between two consecutive collectives of d (both tagged
+ * with a step): every step issues its stop vote, so the steps of a healthy run go up by one. */
+static void find_gap(dump *d) {
+  for (int i = 1; i < d->n && !d->have_gap; i++) {
+    const coll *a = &d->c[i - 1], *b = &d->c[i];
+    if (a->step < 0 || b->step < 0 || b->seq != a->seq + 1) continue;
+    if (b->step > a->step + 1 || b->step < a->step) {
+      d->have_gap = 1;
+      d->gap_from = a->step;
+      d->gap_to = b->step;
+      d->gap_seq = b->seq;
+    }
+  }
+}
+
+/* Reads one dump; -1 when the file cannot be opened or memory runs out, -2 when it is not a
+ * flight recorder's dump (its first line says otherwise). An empty file, or one cut inside its
+ * first line, is a dump cut short with nothing in it. */
 static int read_dump(const char *path, int rank_from_name, int from_tmp, dump *d) {
   memset(d, 0, sizeof *d);
   d->rank = rank_from_name;
@@ -148,20 +170,28 @@ static int read_dump(const char *path, int rank_from_name, int from_tmp, dump *d
     if (len == 0) continue;
     if (line[len - 1] != '\n') {
       if (len == sizeof line - 1) { /* a line too long for a dump's: skip the rest of it */
+        if (first) {
+          fclose(f);
+          return -2;
+        }
         int ch;
         while ((ch = fgetc(f)) != EOF && ch != '\n') {
         }
         d->bad_lines++;
         continue;
       }
+      if (first && strncmp(line, MAGIC, len < sizeof MAGIC - 1 ? len : sizeof MAGIC - 1) != 0) {
+        fclose(f);
+        return -2;
+      }
       d->bad_lines++; /* the last line, cut short by a rank killed while writing */
       break;
     }
     if (first) {
       first = 0;
-      if (strncmp(line, "mpitrain-flight-recorder ", 25) != 0) {
-        d->bad_lines++;
-        continue;
+      if (strncmp(line, MAGIC, sizeof MAGIC - 1) != 0) {
+        fclose(f);
+        return -2;
       }
       continue;
     }
@@ -219,6 +249,7 @@ static int read_dump(const char *path, int rank_from_name, int from_tmp, dump *d
   if (d->from_tmp) d->complete = 0;
   if (d->n > 1) qsort(d->c, (size_t)d->n, sizeof *d->c, coll_cmp);
   if (!d->have_next) d->next_seq = d->n ? d->c[d->n - 1].seq + 1 : 0;
+  find_gap(d);
   return 0;
 }
 
@@ -342,13 +373,14 @@ static void print_text(const report *r, const char *dir) {
   printf("hang report for %s: %d dump(s), world of %d rank(s)\n", dir, r->nd, r->world);
   /* the headline lines first */
   const dump *any = r->nd ? &r->d[0] : NULL;
+  const char *every = r->nd < r->world ? "every rank with a dump" : "every rank";
   if (r->have_last && any) {
     const coll *c = NULL;
     for (int i = 0; i < r->nd && !c; i++) c = find(&r->d[i], r->last_done);
     describe(c, what, sizeof what);
-    printf("last collective every rank finished: %s\n", what);
+    printf("last collective %s finished: %s\n", every, what);
   } else {
-    printf("last collective every rank finished: none in the dumps\n");
+    printf("last collective %s finished: none in the dumps\n", every);
   }
   if (r->have_diff) {
     const coll *c = NULL;
@@ -414,6 +446,20 @@ static void print_text(const report *r, const char *dir) {
     free(seen);
     printf(" (a rank that skipped or repeated a step, or synced alone, pairs its collectives "
            "with other steps' collectives)\n");
+  }
+  for (int i = 0; i < r->nd; i++) {
+    const dump *d = &r->d[i];
+    if (!d->have_gap) continue;
+    if (d->gap_to > d->gap_from + 2)
+      printf("rank %d skipped steps %" PRId64 "-%" PRId64, d->rank, d->gap_from + 1,
+             d->gap_to - 1);
+    else if (d->gap_to == d->gap_from + 2)
+      printf("rank %d skipped step %" PRId64, d->rank, d->gap_from + 1);
+    else
+      printf("rank %d went back to step %" PRId64, d->rank, d->gap_to);
+    printf(" (host %s, pid %ld): its collectives go from step %" PRId64 " (#%" PRIu64
+           ") to step %" PRId64 " (#%" PRIu64 ")\n", host_of(r, d->rank), pid_of(r, d->rank),
+           d->gap_from, d->gap_seq - 1, d->gap_to, d->gap_seq);
   }
   printf("per rank:\n");
   for (int i = 0; i < r->nd; i++) {
@@ -525,7 +571,17 @@ static void print_json(const report *r, const char *dir) {
     }
     printf("]}");
   }
-  printf("}\n");
+  printf(", \"step_jumps\": [");
+  int nj = 0;
+  for (int i = 0; i < r->nd; i++) {
+    const dump *d = &r->d[i];
+    if (!d->have_gap) continue;
+    printf("%s{\"rank\": %d, \"host\": ", nj++ ? ", " : "", d->rank);
+    json_str(host_of(r, d->rank));
+    printf(", \"pid\": %ld, \"from_step\": %" PRId64 ", \"to_step\": %" PRId64
+           ", \"seq\": %" PRIu64 "}", pid_of(r, d->rank), d->gap_from, d->gap_to, d->gap_seq);
+  }
+  printf("]}\n");
 }
 
 static int rank_cmp(const void *a, const void *b) {
@@ -542,7 +598,10 @@ static void usage(FILE *f) {
              "Prints the last collective every rank finished, the first where the ranks\n"
              "differ (who is inside it and for how long, who never entered it, with host and\n"
              "pid), ranks whose collectives differ (op, count, dtype, step, purpose), and the\n"
-             "ranks that left no dump. Exit status: 0 report printed, 1 no dump read, 2 usage.\n");
+             "ranks that left no dump.\n"
+             "Exit status: 0 report printed; 1 no dump read, or a file named like one could\n"
+             "not be read or is not a dump (named on stderr; the report of the others is\n"
+             "printed); 2 usage.\n");
 }
 
 int mpt_cli_hang_report(int argc, char **argv) {
@@ -579,7 +638,7 @@ int mpt_cli_hang_report(int argc, char **argv) {
   }
   report r;
   memset(&r, 0, sizeof r);
-  int cap = 0, status = 0;
+  int cap = 0, status = 0, bad_files = 0;
   struct dirent *e;
   while ((e = readdir(dp)) != NULL) {
     int rank = -1, used = 0;
@@ -609,10 +668,18 @@ int mpt_cli_hang_report(int argc, char **argv) {
       }
       r.d = g;
     }
-    if (read_dump(path, rank, tmp, &r.d[r.nd]) != 0) {
-      fprintf(stderr, "mpitrain hang-report: cannot read %s: %s\n", path, strerror(errno));
+    errno = 0;
+    const int rc = read_dump(path, rank, tmp, &r.d[r.nd]);
+    if (rc != 0) {
+      if (rc == -2)
+        fprintf(stderr, "mpitrain hang-report: %s is not a flight recorder dump (its first line "
+                "is not '%s1'): left out\n", path, MAGIC);
+      else
+        fprintf(stderr, "mpitrain hang-report: cannot read %s: %s\n", path,
+                errno ? strerror(errno) : "out of memory");
       free(r.d[r.nd].c);
       free(r.d[r.nd].peers);
+      bad_files++;
       continue;
     }
     r.nd++;
@@ -633,6 +700,7 @@ int mpt_cli_hang_report(int argc, char **argv) {
     } else {
       print_text(&r, dir);
     }
+    if (bad_files) status = 1; /* the report is of the other dumps only: say so by the status */
   }
   for (int i = 0; i < r.nd; i++) {
     free(r.d[i].c);

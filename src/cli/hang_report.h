@@ -4,7 +4,8 @@
 #define MPT_CLI_HANG_REPORT_H
 
 /* Runs `mpitrain hang-report ARGS` with argv[0] = "hang-report". Prints the report to stdout
- * (errors to stderr) and returns the exit status: 0 report printed, 1 no dump could be read,
+ * (errors to stderr) and returns the exit status: 0 report printed, 1 no dump could be read or
+ * a file named like a dump could not be read or is not one (the others' report is printed),
  * 2 bad usage. */
 int mpt_cli_hang_report(int argc, char **argv);
 

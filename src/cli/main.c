@@ -29,7 +29,7 @@ int main(int argc, char **argv) {
     return mpt_cli_tokenize(argc - 1, argv + 1);
   if (argc > 1 && strcmp(argv[1], "generate") == 0) /* issue 13: sample from a GPT model file */
     return mpt_cli_generate(argc - 1, argv + 1);
-  if (argc > 1 && strcmp(argv[1], "hang-report") == 0) /* issue 27: the flight recorder's dumps */
+  if (argc > 1 && strcmp(argv[1], "hang-report") == 0) /* the flight recorder's dumps */
     return mpt_cli_hang_report(argc - 1, argv + 1);
   int r = mpt_cli_parse(argc, argv, &opts, msg, sizeof msg);
   if (r == MPT_CLI_EXIT_OK) {
