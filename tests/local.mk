@@ -60,3 +60,7 @@ EXTRA_DIST += tests/test_bad_input.sh
 # MPT_PREEMPT_RUNS runs (default 20)
 TESTS += tests/test_preempt_stress.sh
 EXTRA_DIST += tests/test_preempt_stress.sh
+# the hang report on hand-made flight-recorder dumps: agreeing, diverging, missing, cut short,
+# garbage (docs/hangs.md)
+TESTS += tests/test_hang_report.sh
+EXTRA_DIST += tests/test_hang_report.sh

@@ -266,6 +266,13 @@ static const coll *find(const dump *d, uint64_t seq) {
 
 static int is_done(const coll *c) { return c && strcmp(c->state, "done") == 0; }
 
+/* Whether d says anything about collective s: a whole dump does (s absent: never entered); one
+ * cut short only up to its last line read, and from the next_seq of its header on. */
+static int known(const dump *d, uint64_t s) {
+  if (d->complete) return 1;
+  return (d->n > 0 && s <= d->c[d->n - 1].seq) || (d->have_next && s >= d->next_seq);
+}
+
 static int same_sig(const coll *a, const coll *b) {
   return strcmp(a->op, b->op) == 0 && strcmp(a->dtype, b->dtype) == 0 && a->count == b->count &&
          a->arg == b->arg && a->step == b->step && strcmp(a->purpose, b->purpose) == 0;
@@ -336,6 +343,7 @@ static int analyse(report *r) {
     const coll *first = NULL;
     int all_done = 1, any = 0;
     for (int i = 0; i < r->nd; i++) {
+      if (!known(&r->d[i], s)) continue; /* cut short before it: no evidence either way */
       const coll *c = find(&r->d[i], s);
       if (!is_done(c)) all_done = 0;
       if (!c) continue;
@@ -358,9 +366,11 @@ static int analyse(report *r) {
   return 0;
 }
 
-/* What `rank` (with a dump) did with collective s: "done", "inside", "queued", "never". */
+/* What `rank` (with a dump) did with collective s: "done", "inside", "queued", "failed",
+ * "never", or "unknown" (its dump was cut short before it). */
 static const char *where(const dump *d, uint64_t s, const coll **c) {
   *c = find(d, s);
+  if (!known(d, s)) return "unknown";
   if (*c && strcmp((*c)->state, "done") == 0) return "done";
   if (*c && strcmp((*c)->state, "running") == 0) return "inside";
   if (*c && strcmp((*c)->state, "failed") == 0) return "failed";
@@ -387,10 +397,12 @@ static void print_text(const report *r, const char *dir) {
     for (int i = 0; i < r->nd && !c; i++) c = find(&r->d[i], r->diff);
     describe(c, what, sizeof what);
     printf("first collective where the ranks differ: %s\n", what);
-    static const char *const kinds[] = {"inside", "queued", "failed", "never", "done"};
+    static const char *const kinds[] = {"inside", "queued", "failed", "never", "done",
+                                        "unknown"};
     static const char *const label[] = {"inside it", "queued behind another (not started)",
-                                        "failed in it", "never entered it", "finished it"};
-    for (int k = 0; k < 5; k++) {
+                                        "failed in it", "never entered it", "finished it",
+                                        "not known (dump cut short before it)"};
+    for (int k = 0; k < 6; k++) {
       int shown = 0;
       for (int i = 0; i < r->nd; i++) {
         const dump *d = &r->d[i];
@@ -537,10 +549,11 @@ static void print_json(const report *r, const char *dir) {
   } else {
     printf("{\"collective\": ");
     json_coll(c);
-    static const char *const kinds[] = {"done", "inside", "queued", "failed", "never"};
+    static const char *const kinds[] = {"done", "inside", "queued", "failed", "never",
+                                        "unknown"};
     static const char *const keys[] = {"finished", "inside", "queued", "failed",
-                                       "never_entered"};
-    for (int k = 0; k < 5; k++) {
+                                       "never_entered", "cut_short"};
+    for (int k = 0; k < 6; k++) {
       printf(", \"%s\": [", keys[k]);
       int n = 0;
       for (int i = 0; i < r->nd; i++) {
