@@ -449,7 +449,41 @@ static void json_num(FILE *f, double v) {
     fprintf(f, "null");
 }
 
-/* Rank 0: {"config": {...}, "epochs": [...], "final": {...}, "breakdown": {...}}, written to
+/* "stragglers": the figures of straggler.c (null ratios when there was no interval: one rank,
+ * or no step line). The ranks' hosts as the comm gathered them. */
+static void write_stragglers(FILE *f, const mpt__trainer *t) {
+  const int have = t->strag_intervals > 0;
+  fprintf(f, "  \"stragglers\": {\"intervals\": %" PRId64 ", \"warnings\": %" PRId64
+          ", \"warn_above\": ", t->strag_intervals, t->strag_warnings);
+  json_num(f, t->c.straggler_warn);
+  const struct {
+    const char *name;
+    int slow, fast;
+    double ratio, slow_ms, fast_ms;
+  } k[2] = {{"last", t->strag_last_slowest, t->strag_last_fastest, t->strag_last_ratio,
+             t->strag_last_slow_ms, t->strag_last_fast_ms},
+            {"max", t->strag_max_slowest, t->strag_max_fastest, t->strag_max_ratio,
+             t->strag_max_slow_ms, t->strag_max_fast_ms}};
+  for (int i = 0; i < 2; i++) {
+    if (!have) {
+      fprintf(f, ", \"%s\": null", k[i].name);
+      continue;
+    }
+    fprintf(f, ", \"%s\": {\"ratio\": ", k[i].name);
+    json_num(f, k[i].ratio);
+    fprintf(f, ", \"slowest_rank\": %d, \"slowest_host\": \"%s\", \"slowest_compute_ms\": ",
+            k[i].slow, mpt_comm_rank_host(t->comm, k[i].slow));
+    json_num(f, k[i].slow_ms);
+    fprintf(f, ", \"fastest_rank\": %d, \"fastest_host\": \"%s\", \"fastest_compute_ms\": ",
+            k[i].fast, mpt_comm_rank_host(t->comm, k[i].fast));
+    json_num(f, k[i].fast_ms);
+    fprintf(f, "}");
+  }
+  fprintf(f, "},\n");
+}
+
+/* Rank 0: {"config": {...}, "epochs": [...], "final": {...}, "stragglers": {...},
+ * "breakdown": {...}}, written to
  * "<path>.tmp.<pid>" and renamed over path once complete (a failed write leaves an earlier
  * file whole: faults.md F51). The keys name a classifier's figures (train_accuracy, test_loss,
  * test_accuracy, samples_per_sec); for another task they hold its metric, its evaluation loss
@@ -503,8 +537,10 @@ mpt_status mpt__train_write_metrics(mpt__trainer *t, const mpt__breakdown *b) {
   json_num(f, t->eval_loss);
   fprintf(f, ", \"samples_per_sec\": ");
   json_num(f, last ? last->units_per_s : NAN);
-  fprintf(f, ", \"global_step\": %" PRId64 ", \"preempted\": %s},\n  \"breakdown\": "
-          "{\"forward_ms\": ", t->global_step, t->preempted ? "true" : "false");
+  fprintf(f, ", \"global_step\": %" PRId64 ", \"preempted\": %s},\n", t->global_step,
+          t->preempted ? "true" : "false");
+  write_stragglers(f, t);
+  fprintf(f, "  \"breakdown\": {\"forward_ms\": ");
   json_num(f, b->forward_ms);
   fprintf(f, ", \"backward_ms\": ");
   json_num(f, b->backward_ms);

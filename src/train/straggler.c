@@ -45,10 +45,16 @@ mpt_status mpt__train_stragglers(mpt__trainer *t) {
   free(all);
   t->strag_intervals++;
   t->strag_last_ratio = ratio;
+  t->strag_last_slowest = slow;
+  t->strag_last_fastest = fast;
+  t->strag_last_slow_ms = slow_ms;
+  t->strag_last_fast_ms = fast_ms;
   if (ratio > t->strag_max_ratio || t->strag_intervals == 1) {
     t->strag_max_ratio = ratio;
     t->strag_max_slowest = slow;
     t->strag_max_fastest = fast;
+    t->strag_max_slow_ms = slow_ms;
+    t->strag_max_fast_ms = fast_ms;
   }
   if (t->trace) /* this rank's compute per step over the interval; n: the ratio x 1000 */
     mpt_trace_add(t->trace, "compute per step (stragglers)", 0, start, compute,

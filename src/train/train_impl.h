@@ -95,7 +95,8 @@ typedef struct mpt__trainer {
   double strag_busy, strag_wait, strag_start_ms;
   int64_t strag_steps, strag_intervals, strag_warnings;
   double strag_last_ratio, strag_max_ratio;
-  int strag_max_slowest, strag_max_fastest;
+  int strag_max_slowest, strag_max_fastest, strag_last_slowest, strag_last_fastest;
+  double strag_last_slow_ms, strag_last_fast_ms, strag_max_slow_ms, strag_max_fast_ms;
   /* the last evaluation */
   double eval_loss, eval_metric;
 } mpt__trainer;
