@@ -64,3 +64,7 @@ EXTRA_DIST += tests/test_preempt_stress.sh
 # garbage (docs/hangs.md)
 TESTS += tests/test_hang_report.sh
 EXTRA_DIST += tests/test_hang_report.sh
+# the flight recorder on 2-rank jobs: a skipped step named by hang-report and by checked mode, a
+# stopped rank's timeout dump, SIGUSR2 dumps of a live job that goes on (docs/hangs.md)
+TESTS += tests/test_flight_np2.sh
+EXTRA_DIST += tests/test_flight_np2.sh
