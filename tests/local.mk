@@ -68,3 +68,6 @@ EXTRA_DIST += tests/test_hang_report.sh
 # stopped rank's timeout dump, SIGUSR2 dumps of a live job that goes on (docs/hangs.md)
 TESTS += tests/test_flight_np2.sh
 EXTRA_DIST += tests/test_flight_np2.sh
+# stragglers: a rank slowed by fault injection is named by rank 0's line and in the metrics JSON
+TESTS += tests/test_straggler_np2.sh
+EXTRA_DIST += tests/test_straggler_np2.sh
