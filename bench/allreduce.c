@@ -420,6 +420,7 @@ int main(int argc, char **argv) {
   mpt_comm_config cc = mpt_comm_config_default();
   if (b.o.confirm >= 0) cc.confirm_collectives = b.o.confirm;
   if (b.o.progress >= 0) cc.blocking = b.o.progress;
+  if (b.o.flight >= 0) cc.flight_recorder = b.o.flight;
   mpt_status st = MPT_OK;
   if (strcmp(b.o.device, "cpu") != 0) { /* a host comm first: binding, timings, rank table */
     st = mpt_comm_init(&b.ctl, &cc);
@@ -519,9 +520,10 @@ int main(int argc, char **argv) {
             b.o.coll == BENCH_COLL_ALLREDUCE || b.o.coll == BENCH_COLL_RSAG ? "2 (n - 1) / n"
                                                                              : "(n - 1) / n");
     fprintf(out, "# mpitrain: %s (%s backend, %s buffers) on the comm stream + "
-                 "event synchronize, confirm_collectives %d%s\n",
+                 "event synchronize, confirm_collectives %d%s, flight recorder %lld\n",
             mpt_name, mpt_comm_backend_name(b.o.backend), devname, mpi_confirm,
-            mpi_confirm ? " (an extra 3 x int64 all-reduce after each collective)" : "");
+            mpi_confirm ? " (an extra 3 x int64 all-reduce after each collective)" : "",
+            (long long)mpt_comm_flight_capacity(b.comm));
     if (b.o.backend == MPT_COMM_BACKEND_NCCL)
       fprintf(out, "# raw: ncclAllReduce on its own NCCL communicator and stream, same device "
                    "buffers\n");

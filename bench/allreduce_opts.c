@@ -47,6 +47,8 @@ const char bench_allreduce_usage[] =
     "                            (confirm_collectives; default: the layer's default, on)\n"
     "      --progress blocking|polling  the MPI backend's progress mode (default: the comm\n"
     "                            layer's, blocking)\n"
+    "      --flight-recorder N   the comm's flight recorder: its last N collectives (default:\n"
+    "                            the layer's, 2000; 0 = off), to measure its cost\n"
     "      --raw allreduce|iallreduce   the raw MPI baseline (default MPI_Allreduce; with\n"
     "                            --backend nccl the baseline is ncclAllReduce)\n"
     "      --json FILE           write the results as JSON (rank 0)\n"
@@ -72,7 +74,7 @@ int bench_allreduce_parse(int argc, char **argv, bench_opts *o, char *msg, size_
       {"confirm", required_argument, 0, 2},      {"raw", required_argument, 0, 3},
       {"json", required_argument, 0, 4},         {"help", no_argument, 0, 'h'},
       {"device", required_argument, 0, 5},       {"progress", required_argument, 0, 6},
-      {"coll", required_argument, 0, 7},
+      {"coll", required_argument, 0, 7},         {"flight-recorder", required_argument, 0, 8},
       {0, 0, 0, 0}};
   memset(o, 0, sizeof *o);
   o->minbytes = o->maxbytes = 32 << 20;
@@ -83,6 +85,7 @@ int bench_allreduce_parse(int argc, char **argv, bench_opts *o, char *msg, size_
   o->repeats = 1;
   o->confirm = -1;
   o->progress = -1;
+  o->flight = -1;
   o->op = MPT_REDUCE_SUM;
   o->dtype = MPT_F32;
   o->backend = MPT_COMM_BACKEND_MPI;
@@ -167,6 +170,12 @@ int bench_allreduce_parse(int argc, char **argv, bench_opts *o, char *msg, size_
         snprintf(o->device, sizeof o->device, "%s", a);
         break;
       }
+      case 8:
+        if (parse_int(a, 0, MPT_COMM_FLIGHT_MAX, &v) != 0)
+          return snprintf(msg, n, "--flight-recorder: '%s' is not a count in [0, %d]", a,
+                          MPT_COMM_FLIGHT_MAX), -1;
+        o->flight = v;
+        break;
       case 6:
         if (strcmp(a, "blocking") == 0) o->progress = 1;
         else if (strcmp(a, "polling") == 0) o->progress = 0;

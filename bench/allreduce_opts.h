@@ -18,6 +18,7 @@ typedef struct bench_opts {
   int iters, warmup, check, blocking, repeats;
   int confirm;       /* -1: the comm layer's default */
   int progress;      /* -1: the comm layer's default (blocking); 1 blocking; 0 polling */
+  int64_t flight;    /* --flight-recorder: -1: the comm layer's default */
   int raw_nonblocking;
   mpt_reduce_op op;
   mpt_dtype dtype;
