@@ -7,9 +7,12 @@
 #      each rank) and rank 1 as the one that skipped step 3, exactly; --json says the same;
 #   2. the same under --check-collectives: the job fails at that first collective, and the error
 #      names it with each rank's step and purpose;
-#   3. rank 1 stopped (SIGSTOP): rank 0 times out after --timeout (5 s), dumps (reason "collective
-#      timeout"), and the report names rank 0 inside the collective for at least 5 s and rank 1,
-#      with its host and pid, as the rank that left no dump;
+#   3. rank 1 stops (SIGSTOP, raised by itself before step 20: MPT_TEST_STOP_RANK / _STEP, so
+#      that it stops between collectives, as a rank stuck in compute; one stopped from outside
+#      inside a collective looks like the ranks waiting in it): rank 0 times out after --timeout
+#      (5 s) in step 20's stop vote, dumps (reason "collective timeout"), and the report names
+#      that collective, rank 0 inside it for at least 5 s, and rank 1, with its host and pid, as
+#      the rank that left no dump;
 #   4. SIGUSR2 to mpirun while the job runs: every rank writes its dump (reason SIGUSR2), the
 #      job goes on to its last epoch and exits 0; the report over those dumps reads them whole.
 # The collective numbers are read from the dumps (they depend on the set-up's collectives); the
@@ -24,9 +27,7 @@ prog=$(pwd)/mpitrain
 [ -x "$prog" ] || { echo "$0: $prog not found (run from the build directory)"; exit 1; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/mpt_flight.XXXXXX")
 job=
-victim=
 cleanup() {
-  [ -n "$victim" ] && kill -CONT "$victim" 2> /dev/null
   [ -n "$job" ] && kill "$job" 2> /dev/null
   rm -rf "$tmp"
 }
@@ -39,16 +40,6 @@ descendants() {
   ps -e -o pid=,ppid= | awk -v root="$1" '{ parent[$1] = $2 }
     END { for (p in parent) { q = p; while ((q in parent) && q != root && q > 1) q = parent[q];
           if (q == root && p != root) print p } }'
-}
-# rank_pid R: the pid of rank R of the background job (from its environment).
-rank_pid() {
-  for p in $(descendants "$job"); do
-    if [ "$(cat /proc/"$p"/comm 2> /dev/null)" = mpitrain ] &&
-      tr '\0' '\n' < /proc/"$p"/environ 2> /dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1"; then
-      echo "$p"
-      return
-    fi
-  done
 }
 # field FILE KEY: the value of a dump's header line "KEY VALUE".
 field() { sed -n "s/^$2 //p" "$1" | head -n 1; }
@@ -119,50 +110,42 @@ rc=$?
 grep -q "error: ranks disagree: collectives disagree across ranks (checked mode): rank 0 all-reduces 1 int32 (max) as collective #[0-9]* at step 3 (stop vote), rank 1 all-reduces 1 int32 (max) as collective #[0-9]* at step 4 (stop vote)" \
   "$tmp/checked.out" && ok || { bad "checked: no error naming steps 3 and 4"; grep error "$tmp/checked.out"; }
 
-# 3. Rank 1 stopped: rank 0 times out and dumps; the report names rank 1.
+# 3. Rank 1 stops itself (SIGSTOP) before step 20: rank 0 times out in step 20's first
+# collective and dumps; the report names rank 1.
 timeout_s=5
 d=$tmp/stop
-"$dir/mpirun.sh" 2 120 "$prog" train --synthetic --train-limit 60000 --test-limit 100 \
-  --epochs 500 --hidden 64 --no-progress --threads 1 --timeout $timeout_s --debug-dir "$d" \
-  > "$tmp/stop.out" 2>&1 &
-job=$!
-i=0
-until grep -q "epoch   1/500" "$tmp/stop.out" || [ $i -ge 600 ]; do sleep 0.1; i=$((i + 1)); done
-victim=$(rank_pid 1)
-if [ -z "$victim" ]; then
-  bad "stop: rank 1 not found (training did not start?)"
-  cat "$tmp/stop.out"
-else
-  kill -STOP "$victim"
-  wait "$job"
+start=$(date +%s)
+# shellcheck disable=SC2086
+MPT_MPIRUN_ARGS="-x MPT_TEST_STOP_RANK=1 -x MPT_TEST_STOP_STEP=20" "$dir/mpirun.sh" 2 120 \
+  $train --epochs 5 --timeout $timeout_s --debug-dir "$d" > "$tmp/stop.out" 2>&1
+rc=$?
+took=$(($(date +%s) - start))
+grep -q "mpitrain: rank 1: stopping itself at step 20" "$tmp/stop.out" && ok ||
+  bad "stop: rank 1 did not stop itself at step 20"
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -le $((timeout_s + 30)) ] && ok ||
+  bad "stop: status $rc after $took s (want non-zero, within $((timeout_s + 30)) s)"
+if [ -f "$d/flight-rank0.txt" ]; then
+  "$prog" hang-report "$d" > "$tmp/stop.report" 2>&1
   rc=$?
-  job=
-  kill -CONT "$victim" 2> /dev/null
-  [ $rc -ne 0 ] && [ $rc -ne 124 ] && ok || bad "stop: status $rc (want non-zero, not the test's timeout)"
-  if [ -f "$d/flight-rank0.txt" ]; then
-    "$prog" hang-report "$d" > "$tmp/stop.report" 2>&1
-    rc=$?
-    cat "$tmp/stop.report"
-    [ $rc -eq 0 ] && ok || bad "stop: hang-report status $rc"
-    h0=$(field "$d/flight-rank0.txt" host)
-    p0=$(field "$d/flight-rank0.txt" pid)
-    # the collective rank 0 was inside: its one "running" entry
-    s=$(sed -n 's/^c seq=\([0-9]*\) .* state=running .*/\1/p' "$d/flight-rank0.txt")
-    grep -q "^reason collective timeout: " "$d/flight-rank0.txt" && ok ||
-      bad "stop: rank 0's dump reason: $(field "$d/flight-rank0.txt" reason)"
-    grep -q "^first collective where the ranks differ: [a-z-]* #$s (" "$tmp/stop.report" &&
-      ok || bad "stop: the first difference is not #$s, the collective rank 0 was inside"
-    secs=$(sed -n "s/^  inside it: rank 0 (host $h0, pid $p0, for \([0-9]*\)\.[0-9] s)\$/\1/p" "$tmp/stop.report")
-    [ -n "$secs" ] && [ "$secs" -ge $timeout_s ] && ok ||
-      bad "stop: no line 'inside it: rank 0 (host $h0, pid $p0, for N s)' with N >= $timeout_s"
-    grep -qxF "ranks that left no dump (stopped, killed, or their folder is on another host: copy every host's dumps into one folder): rank 1 (host $h0, pid $victim)" \
-      "$tmp/stop.report" && ok || bad "stop: rank 1 (pid $victim) is not named as the rank without a dump"
-  else
-    bad "stop: rank 0 wrote no dump: $(ls "$d" 2>&1)"
-    tail -n 20 "$tmp/stop.out"
-  fi
+  cat "$tmp/stop.report"
+  [ $rc -eq 0 ] && ok || bad "stop: hang-report status $rc"
+  h0=$(field "$d/flight-rank0.txt" host)
+  p0=$(field "$d/flight-rank0.txt" pid)
+  p1=$(sed -n 's/^peer 1 pid \([0-9]*\) host .*/\1/p' "$d/flight-rank0.txt")
+  s=$(seq_of "$d/flight-rank0.txt" 20 "stop vote")
+  grep -q "^reason collective timeout: " "$d/flight-rank0.txt" && ok ||
+    bad "stop: rank 0's dump reason: $(field "$d/flight-rank0.txt" reason)"
+  grep -qxF "first collective where the ranks differ: all-reduce #$s (1 int32, step 20, stop vote)" \
+    "$tmp/stop.report" && ok || bad "stop: the first difference is not #$s, step 20's stop vote"
+  secs=$(sed -n "s/^  inside it: rank 0 (host $h0, pid $p0, for \([0-9]*\)\.[0-9] s)\$/\1/p" "$tmp/stop.report")
+  [ -n "$secs" ] && [ "$secs" -ge $timeout_s ] && ok ||
+    bad "stop: no line 'inside it: rank 0 (host $h0, pid $p0, for N s)' with N >= $timeout_s"
+  grep -qxF "ranks that left no dump (stopped, killed, or their folder is on another host: copy every host's dumps into one folder): rank 1 (host $h0, pid $p1)" \
+    "$tmp/stop.report" && ok || bad "stop: rank 1 (pid $p1) is not named as the rank without a dump"
+else
+  bad "stop: rank 0 wrote no dump: $(ls "$d" 2>&1)"
+  tail -n 20 "$tmp/stop.out"
 fi
-victim=
 
 # 4. SIGUSR2 to a live job: every rank dumps, the job goes on and ends normally.
 d=$tmp/usr2

@@ -98,6 +98,20 @@ void mpt__train_maybe_kill_self(mpt__trainer *t) {
   }
 }
 
+/* Fault injection for the hang tests (docs/hangs.md): MPT_TEST_STOP_RANK=r and
+ * MPT_TEST_STOP_STEP=s make rank r stop itself with SIGSTOP before global step s, between two
+ * collectives, as a rank stuck in its compute would (a SIGSTOP from outside may land inside a
+ * collective, where the stopped rank looks like the ranks waiting for it). */
+void mpt__train_maybe_stop_self(mpt__trainer *t) {
+  const char *r = mpt__test_env("MPT_TEST_STOP_RANK");
+  const char *s = mpt__test_env("MPT_TEST_STOP_STEP");
+  if (r && s && atoi(r) == t->rank && atoll(s) == t->global_step) {
+    fprintf(stderr, "mpitrain: rank %d: stopping itself at step %" PRId64 " (MPT_TEST_STOP_*)\n",
+            t->rank, t->global_step);
+    raise(SIGSTOP);
+  }
+}
+
 /* Fault injection for the hang tests (docs/hangs.md): MPT_TEST_SKIP_STEP_RANK=r and
  * MPT_TEST_SKIP_STEP=s make rank r skip global step s (none of its collectives), as a rank whose
  * control flow diverged would. */

@@ -164,6 +164,8 @@ void mpt__train_maybe_kill_self(mpt__trainer *t);
 /* Fault injection: 1 when this rank skips the global step (MPT_TEST_SKIP_STEP_RANK / _STEP);
  * global_step is then advanced. */
 int mpt__train_maybe_skip_step(mpt__trainer *t);
+/* Fault injection: MPT_TEST_STOP_RANK / MPT_TEST_STOP_STEP: this rank raises SIGSTOP. */
+void mpt__train_maybe_stop_self(mpt__trainer *t);
 /* Fault injection: MPT_TEST_SLOW_RANK / MPT_TEST_SLOW_PCT: this rank sleeps PCT % of `ms` (the
  * forward it just computed). */
 void mpt__train_maybe_slow(mpt__trainer *t, double ms);

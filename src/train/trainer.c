@@ -414,6 +414,7 @@ static mpt_status run_epoch(mpt__trainer *t, int64_t epoch) {
     int ran_out = 0;
     const double s0 = mpt_time_ms();
     mpt__train_maybe_kill_self(t);
+    mpt__train_maybe_stop_self(t);
     if (mpt__train_maybe_skip_step(t)) continue; /* fault injection: this rank skips a step */
     mpt_comm_set_step(t->comm, t->global_step);
     mpt_comm_set_purpose(t->comm, "stop vote");
