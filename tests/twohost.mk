@@ -5,3 +5,7 @@
 # scripts/two_hosts.sh; skipped with status 77 where namespaces cannot be made).
 TESTS += tests/test_kill_points.sh tests/test_two_hosts.sh
 EXTRA_DIST += tests/test_kill_points.sh tests/test_two_hosts.sh scripts/two_hosts.sh
+# the flight recorder, hang-report and stragglers across the two hosts: a stopped rank on
+# host2, a skipped step, a slowed rank, SIGUSR2 dumps on both hosts (docs/hangs.md)
+TESTS += tests/test_hang_two_hosts.sh
+EXTRA_DIST += tests/test_hang_two_hosts.sh
