@@ -14,7 +14,8 @@
 #      that collective, rank 0 inside it for at least 5 s, and rank 1, with its host and pid, as
 #      the rank that left no dump;
 #   4. SIGUSR2 to mpirun while the job runs: every rank writes its dump (reason SIGUSR2), the
-#      job goes on to its last epoch and exits 0; the report over those dumps reads them whole.
+#      job goes on to its last epoch and exits 0; the report over those dumps reads them whole;
+#   5. SIGSEGV sent to rank 1: its fatal-signal handler writes its dump, whole, before it dies.
 # The collective numbers are read from the dumps (they depend on the set-up's collectives); the
 # lines that name them must then be exactly these. Needs --enable-fault-injection.
 # Prints "N passed, N failed".
@@ -191,6 +192,32 @@ else
     ! grep -q "CUT SHORT\|unreadable" "$tmp/usr2.report" && ok ||
     { bad "usr2: hang-report status $rc"; cat "$tmp/usr2.report"; }
 fi
+
+# 5. A fatal signal (SIGSEGV sent to rank 1): the rank writes its dump, whole, then dies of it.
+d=$tmp/segv
+"$dir/mpirun.sh" 2 120 "$prog" train --synthetic --train-limit 60000 --test-limit 100 \
+  --epochs 500 --hidden 64 --no-progress --threads 1 --debug-dir "$d" > "$tmp/segv.out" 2>&1 &
+job=$!
+i=0
+until grep -q "epoch   1/500" "$tmp/segv.out" || [ $i -ge 600 ]; do sleep 0.1; i=$((i + 1)); done
+victim=
+for p in $(descendants "$job"); do
+  [ "$(cat /proc/"$p"/comm 2> /dev/null)" = mpitrain ] &&
+    tr '\0' '\n' < /proc/"$p"/environ 2> /dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && victim=$p
+done
+if [ -z "$victim" ]; then
+  bad "segv: rank 1 not found"
+  kill "$job"
+else
+  kill -SEGV "$victim"
+fi
+wait "$job"
+rc=$?
+job=
+f=$d/flight-rank1.txt
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ -f "$f" ] && [ "$(field "$f" reason)" = "fatal signal SIGSEGV" ] &&
+  [ "$(field "$f" pid)" = "$victim" ] && tail -n 1 "$f" | grep -q "^end [1-9][0-9]*$" && ok ||
+  bad "segv: status $rc; rank 1 (pid $victim) left no whole dump with reason 'fatal signal SIGSEGV': $(head -n 5 "$f" 2>&1)"
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
