@@ -322,6 +322,26 @@ START_TEST(test_native_allreduce_matches_rs_ag) {
     run_free(&nat);
     run_free(&rsag);
   }
+  /* bf16 gradients: the native all-reduce and rs-ag both reduce through the comm's bfloat16
+   * reduce-scatter (float32 sum in rank order, one rounding), so the averaged gradients are the
+   * same bits at every W (per-hop roundings in MPI_Allreduce's own tree would differ at W > 2). */
+  g_algo = MPT_DDP_ALLREDUCE_NATIVE;
+  run nat = run_make(KIND_MLP, 5, 0, 1, 0.01, MPT_DDP_GRAD_BF16, 0);
+  g_algo = MPT_DDP_ALLREDUCE_RS_AG;
+  run rsag = run_make(KIND_MLP, 5, 0, 1, 0.01, MPT_DDP_GRAD_BF16, 0);
+  batch *b = malloc(sizeof *b);
+  ck_assert(b);
+  batch_fill(b, KIND_MLP, 0);
+  forward_backward(nat.m, nat.tape, KIND_MLP, b);
+  forward_backward(rsag.m, rsag.tape, KIND_MLP, b);
+  const int64_t n = mpt_model_param_count(nat.m);
+  EXPECT(memcmp(mpt_model_grads(nat.m), mpt_model_grads(rsag.m), sizeof(float) * (size_t)n) ==
+         0, "bf16 at %d ranks: native and rs-ag average gradients differ", g_world);
+  OK(mpt_model_consume_grads(nat.m));
+  OK(mpt_model_consume_grads(rsag.m));
+  free(b);
+  run_free(&nat);
+  run_free(&rsag);
   expect_agree();
 }
 END_TEST

@@ -81,15 +81,19 @@ typedef enum {
   MPT_DDP_GRAD_FP32 = 0, /* the float32 gradients, all-reduced with avg (default) */
   /* bfloat16 compression, as PyTorch's bf16_compress_hook and llm.c's bf16 gradients: each
    * bucket is rounded to bfloat16 (nearest even; NaN stays NaN) into the bucket's own conversion
-   * buffer, all-reduced with sum in bfloat16 (each pairwise step adds in float32 and rounds:
-   * comm.h "bfloat16"), then widened back into the float32 gradient buffer and divided by W in
-   * float32 (the one division by the world size). Half the bytes on the wire. Error bound per
-   * element, against the float32 average g = (1/W) sum_r g_r (exact arithmetic):
-   *     |g_bf16 - g| <= gamma(W) * (1/W) sum_r |g_r| + 2^-24 |g_bf16|,
-   *     gamma(W) = W u / (1 - W u), u = 2^-8
-   * (W roundings of relative error <= u: the input's, then W - 1 additions; the last term is the
-   * float32 division). When every g_r and every partial sum is exact in bfloat16 (e.g. small
-   * integers) the result equals the float32 path's bit for bit. Ranks get identical results.
+   * buffer, all-reduced with sum in bfloat16 on the wire, float32 accumulation and one rounding
+   * of the sum (comm.h "bfloat16"), then widened back into the float32 gradient buffer and
+   * divided by W in float32 (the one division by the world size). Half the bytes on the wire.
+   * Error bound per element, against the float32 average g = (1/W) sum_r g_r (exact
+   * arithmetic):
+   *     |g_bf16 - g| <= c(W) * (1/W) sum_r |g_r| + 2^-24 |g_bf16|,
+   *     c(W) = u (2 + u) + (1 + u)^2 gamma_e(W - 1),   u = 2^-8,
+   *     gamma_e(k) = k e / (1 - k e),   e = 2^-24
+   * (two roundings of relative error <= u, the input's and the sum's, and float32's W - 1
+   * additions; the last term is the float32 division): about 2 u whatever W, where a rounding
+   * at each hop of the reduction would give W u. When every g_r and their sum are exact in
+   * bfloat16 (e.g. small integers) the result equals the float32 path's bit for bit. Ranks get
+   * identical results, and the native all-reduce, rs-ag and ZeRO-1 the same bits.
    * Gradients in host memory only (a CPU model and a comm whose stream is a CPU worker: the MPI
    * backend on cpu); others: MPT_ENOTSUP at mpt_ddp_init. */
   MPT_DDP_GRAD_BF16 = 1,
