@@ -33,3 +33,12 @@ tests_test_zero_SOURCES = tests/test_zero.c
 tests_test_zero_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_zero_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 endif
+# the communication hook (a user-defined reducer) against the built-in reducers at 2 and 3 ranks
+EXTRA_DIST += tests/test_ddp_hook.sh
+if HAVE_CHECK
+check_PROGRAMS += tests/test_ddp_hook
+TESTS += tests/test_ddp_hook.sh
+tests_test_ddp_hook_SOURCES = tests/test_ddp_hook.c
+tests_test_ddp_hook_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_ddp_hook_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+endif

@@ -36,9 +36,10 @@
  *
  * Overlap. The grad-ready hook marks a parameter ready; when every parameter of the next
  * bucket (in index order) is ready, an event is recorded on the compute stream, the comm stream
- * waits on it, and the bucket's all-reduce (average) is enqueued on the comm stream; backward
- * goes on computing. The end of backward launches what is left (everything, with overlap off)
- * and makes the compute stream wait for the last bucket. Gradients are divided by the world size
+ * waits on it, and the bucket's reduction is enqueued on the comm stream by its reducer (the
+ * all-reduce average by default; see "communication hook" below); backward goes on computing.
+ * The end of backward launches what is left (everything, with overlap off) and makes the
+ * compute stream wait for the last bucket. Gradients are divided by the world size
  * exactly once: by the all-reduce's average op (sum, then scale by 1/W), nowhere else (with
  * bf16 gradient communication, by the widening after the bfloat16 sum: grad_comm below).
  *
@@ -194,6 +195,40 @@ MPT_API mpt_status mpt_ddp_allreduce_grads(mpt_ddp *ddp);
  * rank passes its count; MPT_EMISMATCH names the ranks that would run out). Collective.
  * Errors also: MPT_EINVAL (NULL, a count outside [0, INT32_MAX]), MPT_ENOMEM, comm errors. */
 MPT_API mpt_status mpt_ddp_check_batches(mpt_ddp *ddp, int64_t local_batches);
+
+/* ---- communication hook: a user-defined reducer ------------------------------------------
+ * What the engine does with a gradient bucket once it is ready is a reducer, as in PyTorch's
+ * DistributedDataParallel.register_comm_hook. The built-in ones: the all-reduce average
+ * (config.allreduce NATIVE), rs-ag (RS_AG), and with ZeRO the reduce-scatter into this rank's
+ * shard; each sends float32 or bfloat16 (config.grad_comm). A hook replaces the built-in
+ * reducer of plain DDP. */
+
+/* The bucket a hook reduces: a slice of the flat gradient buffer. */
+typedef struct mpt_ddp_comm_bucket {
+  int index;              /* launch order (0 first; mpt_ddp_bucket(ddp, index)) */
+  int64_t offset, count;  /* the slice of the model's gradient buffer, in floats */
+  float *grads;           /* its gradients: grads[0 .. count), in the model's memory */
+  mpt_comm *comm;         /* the engine's process group */
+  mpt_stream *stream;     /* the comm stream: enqueue the reduction here */
+} mpt_ddp_comm_bucket;
+
+/* A hook: enqueues on bucket->stream the work (collectives of comm.h on that stream, host
+ * functions through mpt_stream_launch_host) that leaves in bucket->grads, once the stream gets
+ * there, the gradients the optimizer is to use: normally their average over the ranks (divide
+ * by the world size yourself when you sum). Called on the training thread, once per bucket and
+ * synchronised pass (and per mpt_ddp_allreduce_grads), in index order, after the stream was
+ * made to wait for the bucket's gradients; the gradients of the bucket may not be touched
+ * before then on the calling thread. Every rank must enqueue the same collectives in the same
+ * order. A returned error fails the backward (as a failing collective does). */
+typedef mpt_status (*mpt_ddp_comm_hook)(void *state, const mpt_ddp_comm_bucket *bucket);
+
+/* Installs `hook` (with its `state`, borrowed) as the reducer of every bucket from the next
+ * pass on; NULL restores the built-in reducer. The engine's byte counts (mpt_ddp_sent_bytes,
+ * mpt_ddp_step_bytes) leave a hook's collectives out. Call it on every rank alike. Errors:
+ * MPT_EINVAL (NULL ddp), MPT_ESTATE (during a backward pass), MPT_ENOTSUP (ZeRO, whose
+ * sharded reducer belongs to its optimizer; bf16 gradient communication, whose conversion
+ * buffers belong to the built-in reducers). */
+MPT_API mpt_status mpt_ddp_register_comm_hook(mpt_ddp *ddp, mpt_ddp_comm_hook hook, void *state);
 
 /* Timings of the last synchronised pass and their running sums, in milliseconds. */
 typedef struct mpt_ddp_stats {
