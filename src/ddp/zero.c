@@ -1,7 +1,7 @@
 /* ZeRO in the DDP engine (ddp.h "ZeRO"): the shard of each bucket this rank owns (its
  * reduce-scatter is reducer.c's reduce-scatter reducer), the sharded optimizer (its step, then
- * the all-gather of the parameters), global-norm clipping and the non-finite check over the shards, and the gather / scatter of the optimizer state for
- * checkpoints.
+ * the all-gather of the parameters), global-norm clipping and the non-finite check over the
+ * shards, and the gather / scatter of the optimizer state for checkpoints.
  *
  * Layout: bucket b (a slice {offset, count} of the flat buffers) is split with mpt_comm_shard
  * over the W ranks; rank r owns [offset + s_r, offset + s_r + n_r) of it. So a rank's shard is
