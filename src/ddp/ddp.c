@@ -238,11 +238,12 @@ mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm, mpt_str
        mpt_stream_device(mpt_comm_stream(comm)).type != MPT_DEVICE_CPU))
     return MPT_FAIL(MPT_ENOTSUP, "bf16 gradient communication needs the gradients in host memory "
                     "and the mpi comm backend on cpu (this model or comm is on a device)");
-  if (cfg.zero != 0 && cfg.zero != 1)
+  if (cfg.zero < 0 || cfg.zero > 2)
     return MPT_FAIL(MPT_EINVAL, "ZeRO stage %d is not supported (0: off, 1: sharded optimizer "
-                    "state)", cfg.zero);
+                    "state, 2: and sharded gradients)", cfg.zero);
   if (cfg.zero && mpt_model_device(model).type != MPT_DEVICE_CPU)
-    return MPT_FAIL(MPT_ENOTSUP, "ZeRO-1 needs the model in host memory (cpu) for now");
+    return MPT_FAIL(MPT_ENOTSUP, "ZeRO-%d needs the model in host memory (cpu) for now",
+                    cfg.zero);
   const int host = mpt_model_device(model).type == MPT_DEVICE_CPU &&
                    mpt_stream_device(mpt_comm_stream(comm)).type == MPT_DEVICE_CPU;
   if (cfg.allreduce != MPT_DDP_ALLREDUCE_NATIVE && cfg.allreduce != MPT_DDP_ALLREDUCE_RS_AG)

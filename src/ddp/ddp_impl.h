@@ -73,6 +73,11 @@ struct mpt_ddp {
 /* zero.c. At init (after the bucket plan): this rank's shard of each bucket (mpt_comm_shard of
  * the bucket's count). Errors: MPT_ENOMEM. */
 mpt_status mpt__ddp_zero_init(struct mpt_ddp *d);
+/* ZeRO-2, on the comm worker after bucket arg->bucket's reduce-scatter: the pages of the
+ * bucket's gradient slice outside this rank's shard, and of its bf16 conversion buffer, are
+ * given back to the system (madvise MADV_DONTNEED: they read as zero until written again).
+ * Always MPT_OK (a page that cannot be given back stays). */
+mpt_status mpt__ddp_zero_release(void *arg);
 
 /* rsag.c. The sum of squares (double) of rank `rank`'s ZeRO shard of the gradient buffer: its
  * shard of each bucket in increasing offset, each summed in 16 lanes. Every rank computes the same

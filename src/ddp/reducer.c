@@ -72,7 +72,13 @@ static double wire_bytes(const mpt_ddp *d, int b) {
 
 static mpt_status allreduce_launch(mpt_ddp *d, int b) { return launch_algo(d, b, ALGO_ALLREDUCE); }
 static mpt_status rsag_launch(mpt_ddp *d, int b) { return launch_algo(d, b, ALGO_RSAG); }
-static mpt_status rs_launch(mpt_ddp *d, int b) { return launch_algo(d, b, ALGO_RS); }
+/* ZeRO-2: once the shard is reduced, the rest of the bucket's gradients (and its bf16 buffer)
+ * is given back (zero.c) */
+static mpt_status rs_launch(mpt_ddp *d, int b) {
+  MPT_RETURN_IF(launch_algo(d, b, ALGO_RS));
+  if (d->cfg.zero < 2) return MPT_OK;
+  return mpt_stream_launch_host(d->comm_stream, mpt__ddp_zero_release, &d->args[b]);
+}
 
 /* all-reduce 2 (W-1)/W; rs-ag the same (a reduce-scatter and an all-gather, (W-1)/W each) */
 static double allreduce_bytes(const mpt_ddp *d, int b) {

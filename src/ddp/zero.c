@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "ddp/ddp_impl.h"
@@ -48,6 +50,28 @@ mpt_status mpt__ddp_zero_init(mpt_ddp *d) {
     d->shard_count += n;
   }
   qsort(d->shard, (size_t)d->nshard, sizeof *d->shard, by_offset);
+  return MPT_OK;
+}
+
+/* The whole pages inside [start, start + nbytes) given back to the system. */
+static void release_pages(void *start, size_t nbytes) {
+  static long page;
+  if (page <= 0) page = sysconf(_SC_PAGESIZE);
+  if (page <= 0 || nbytes < (size_t)page) return;
+  const uintptr_t a = (uintptr_t)start, e = a + nbytes, m = (uintptr_t)page - 1;
+  const uintptr_t from = (a + m) & ~m, to = e & ~m;
+  if (to > from) (void)madvise((void *)from, to - from, MADV_DONTNEED);
+}
+
+mpt_status mpt__ddp_zero_release(void *arg) {
+  bucket_arg *a = arg;
+  const mpt_ddp *d = a->ddp;
+  const mpt_ddp_bucket_info *bk = &d->buckets[a->bucket];
+  const int64_t off = d->bucket_shard[2 * a->bucket], n = d->bucket_shard[2 * a->bucket + 1];
+  float *g = d->grads + bk->offset;
+  release_pages(g, sizeof(float) * (size_t)off);
+  release_pages(g + off + n, sizeof(float) * (size_t)(bk->count - off - n));
+  if (d->wire) release_pages(d->wire + bk->offset, sizeof(uint16_t) * (size_t)bk->count);
   return MPT_OK;
 }
 
