@@ -100,7 +100,7 @@ typedef enum {
   MPT_DDP_GRAD_BF16 = 1,
 } mpt_ddp_grad_comm;
 
-/* How plain DDP all-reduces a bucket (config.allreduce; ZeRO-1 reduce-scatters, see below). */
+/* How plain DDP all-reduces a bucket (config.allreduce; ZeRO reduce-scatters, see below). */
 typedef enum {
   MPT_DDP_ALLREDUCE_NATIVE = 0, /* the backend's all-reduce (MPI_Allreduce, ncclAllReduce) */
   /* A reduce-scatter of the bucket (average; mpt_comm_shard's layout) followed by the
@@ -137,8 +137,8 @@ typedef struct mpt_ddp_config {
   mpt_ddp_buffer_mode buffers;
   double timeout_ms;          /* deadline of every wait, > 0 (300000) */
   mpt_ddp_grad_comm grad_comm; /* MPT_DDP_GRAD_FP32 */
-  int zero;                    /* ZeRO stage: 0 (off, default) or 1 (see "ZeRO-1" below) */
-  mpt_ddp_allreduce_algo allreduce; /* MPT_DDP_ALLREDUCE_NATIVE (plain DDP; ZeRO-1 ignores it) */
+  int zero;                    /* ZeRO stage: 0 (off, default), 1 or 2 (see "ZeRO" below) */
+  mpt_ddp_allreduce_algo allreduce; /* MPT_DDP_ALLREDUCE_NATIVE (plain DDP; ZeRO ignores it) */
 } mpt_ddp_config;
 
 /* The defaults noted on each field (PyTorch's bucket caps, overlap on, broadcast buffers). */
@@ -151,7 +151,7 @@ MPT_API mpt_status mpt_ddp_buffer_mode_parse(const char *text, mpt_ddp_buffer_mo
  * ranks (MPT_EMISMATCH naming the first rank and parameter that differ), broadcasts rank 0's
  * parameters and buffers, and installs DDP's hooks on the model (see the top of this file).
  * Finish the model (and load its weights) first. Errors: MPT_EINVAL (NULL ddp, model or comm;
- * bad config), MPT_ENOTSUP (bf16 gradients, ZeRO-1 or the rs-ag all-reduce with gradients
+ * bad config), MPT_ENOTSUP (bf16 gradients, ZeRO or the rs-ag all-reduce with gradients
  * outside host memory), MPT_EMISMATCH, MPT_ESTATE (the model is not finalised, or already
  * wrapped), MPT_ENOMEM, comm errors (MPT_ECOMM, MPT_ETIMEOUT). */
 MPT_API mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm,
@@ -247,10 +247,24 @@ MPT_API mpt_ddp_stats mpt_ddp_get_stats(mpt_ddp *ddp);
 /* Zeroes the stats (the last pass and the sums; a pass whose timings are pending is dropped). */
 MPT_API void mpt_ddp_reset_stats(mpt_ddp *ddp);
 
-/* ---- ZeRO-1 (config.zero = 1): sharded optimizer state ----------------------------------------
+/* ---- ZeRO (config.zero = 1 or 2): sharded optimizer state, sharded gradients ------------------
+ * The functions of this section make up the sharded optimizer: they work for every stage (with
+ * ZeRO off each does what the plain call does), so a training loop calls them always and is
+ * the same whatever the stage.
  * Stage 1 of ZeRO (Rajbhandari et al., SC 2020; PyTorch's ZeroRedundancyOptimizer, llm.c's
  * zero_stage 1): parameters and gradients stay whole on every rank, the optimizer state is
- * split. Each bucket of the plan is split over the W ranks as mpt_comm_shard splits a buffer
+ * split.
+ * Stage 2 (config.zero = 2; DeepSpeed's ZeRO-2): as stage 1, and once a bucket is
+ * reduce-scattered the pages of its gradients outside this rank's shard (and of its bf16
+ * conversion buffer) are given back to the system (madvise MADV_DONTNEED, on the comm worker
+ * right after the collective): after backward only the owned slices of the gradient buffer are
+ * resident (whole pages; a page cut by a shard's edge stays). The virtual buffer stays whole;
+ * its given-back pages read as zero and are written again by the next zero_grad and backward,
+ * so the gradients' peak is still reached while a backward runs (docs/zero.md "ZeRO-2").
+ * Clipping, the non-finite check, the step, the all-gather and checkpoints are stage 1's: a
+ * stage-2 run trains bit for bit as a stage-1 run, and as plain DDP with
+ * config.allreduce = MPT_DDP_ALLREDUCE_RS_AG.
+ * Stage 1 in detail: Each bucket of the plan is split over the W ranks as mpt_comm_shard splits a buffer
  * (shards of ceil(count / W), the last one shorter, trailing ranks possibly empty): rank r owns
  * its shard of every bucket, i.e. one contiguous slice of the flat buffer per bucket (with a
  * single bucket, the buffer's contiguous 1/W). A slice may cut a parameter anywhere.
@@ -286,25 +300,25 @@ MPT_API void mpt_ddp_reset_stats(mpt_ddp *ddp);
  * function below does what the plain call does (mpt_optimizer_init, mpt_optimizer_step_model,
  * mpt_clip_grad_norm, a local mpt_op_check_finite), so a trainer can call these always. */
 
-/* The configured ZeRO stage (0 or 1); 0 for NULL. */
+/* The configured ZeRO stage (0, 1 or 2); 0 for NULL. */
 MPT_API int mpt_ddp_zero_stage(const mpt_ddp *ddp);
 /* This rank's shard: *ranges (may be NULL) gets the owned slices sorted by offset, empty ones
  * left out; returns their number (0 with ZeRO off, or when this rank owns nothing). */
 MPT_API int mpt_ddp_shard(const mpt_ddp *ddp, const mpt_optim_range **ranges);
 /* Elements owned (the model's parameter count with ZeRO off). */
 MPT_API int64_t mpt_ddp_shard_count(const mpt_ddp *ddp);
-/* Creates the optimizer of this rank: ZeRO-1, mpt_optimizer_init_ranges over the shard (a
+/* Creates the optimizer of this rank: ZeRO, mpt_optimizer_init_ranges over the shard (a
  * rank that owns nothing gets one empty range: no state); off, mpt_optimizer_init of the whole
  * model. Errors: MPT_EINVAL (NULL ddp or opt); those of the optimizer. */
 MPT_API mpt_status mpt_ddp_optimizer_init(mpt_ddp *ddp, mpt_optimizer **opt,
                                           const mpt_optimizer_config *cfg, mpt_device device);
-/* The optimizer step: ZeRO-1, mpt_optimizer_step_model (the shard), then the all-gather of
+/* The optimizer step: ZeRO, mpt_optimizer_step_model (the shard), then the all-gather of
  * every bucket's parameters, waited for (deadline). Collective. Errors: those of the step;
  * MPT_EINVAL (an optimizer not made for this shard); comm errors. */
 MPT_API mpt_status mpt_ddp_optimizer_step(mpt_ddp *ddp, mpt_optimizer *opt, mpt_stream *stream,
                                           float lr);
 /* mpt_clip_grad_norm over the averaged gradients of all ranks (see above). Collective with
- * ZeRO-1. Plain DDP with config.allreduce RS_AG: the norm summed as ZeRO-1 sums it (every
+ * ZeRO. Plain DDP with config.allreduce RS_AG: the norm summed as ZeRO-1 sums it (every
  * rank's shard sum computed locally, added in rank order), then the whole buffer scaled; plain
  * DDP otherwise: mpt_clip_grad_norm. A non-finite norm is returned (the same on every rank)
  * and nothing is scaled.
@@ -312,7 +326,7 @@ MPT_API mpt_status mpt_ddp_optimizer_step(mpt_ddp *ddp, mpt_optimizer *opt, mpt_
 MPT_API mpt_status mpt_ddp_clip_grad_norm(mpt_ddp *ddp, mpt_stream *stream, float max_norm,
                                           float *total_norm);
 /* *nonfinite = 1 when any averaged gradient is NaN or infinite, on every rank alike
- * (ZeRO-1: each shard checked, then an all-reduce max: collective; off: local, as
+ * (ZeRO: each shard checked, then an all-reduce max: collective; off: local, as
  * mpt_op_check_finite). Errors: MPT_EINVAL (NULL), those of the check, comm errors. */
 MPT_API mpt_status mpt_ddp_grads_nonfinite(mpt_ddp *ddp, mpt_stream *stream, int *nonfinite);
 /* Checkpoints. gather: fills `whole` (mpt_optimizer_init of the model's parameter count, same
@@ -332,7 +346,7 @@ MPT_API mpt_status mpt_ddp_optimizer_scatter(mpt_ddp *ddp, mpt_optimizer *whole,
  * reduce-scatter and all-gather (W-1)/W bytes; 0 at W = 1): what the rank puts on the wire
  * with a ring algorithm, not a measurement of the MPI library. */
 MPT_API double mpt_ddp_sent_bytes(const mpt_ddp *ddp);
-/* The same for one synchronised step (every bucket once, plus the all-gather with ZeRO-1). */
+/* The same for one synchronised step (every bucket once, plus the all-gather with ZeRO). */
 MPT_API double mpt_ddp_step_bytes(const mpt_ddp *ddp);
 
 /* A trace of core.h. */
