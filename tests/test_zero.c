@@ -35,7 +35,8 @@
  *   optimizer.
  * - Gradient memory (the stage's own property): after a backward, ZeRO-2 keeps resident (mincore)
  *   only the pages of the gradient buffer that hold this rank's shard (plus at most two pages
- *   per bucket cut by a shard's edges); ZeRO-1 keeps all of them.
+ *   per bucket cut by a shard's edges), and after zero_grad none (but the buffer's two end
+ *   pages); ZeRO-1 keeps all of them.
  * - Refusals: stage 3, an optimizer not made for the shard.
  *
  * MPI rules as tests/test_ddp.c: no forking, soft checks agreed across ranks per test. */
@@ -528,8 +529,8 @@ static int64_t resident_pages(const void *p, size_t nbytes, int64_t *whole) {
 }
 
 /* After a backward the gradient buffer's resident pages: ZeRO-2 the shard's (and the pages that
- * straddle a shard edge: at most 2 per bucket); ZeRO-1 all of them. Then a step trains as
- * usual (the next zero_grad and backward write the pages again). */
+ * straddle a shard edge: at most 2 per bucket); ZeRO-1 all of them. After zero_grad (every
+ * element zero): ZeRO-2 none but the two end pages; ZeRO-1 all. Two steps. */
 START_TEST(test_zero_gradient_pages_after_backward) {
   expect_begin();
   mpt_mlp_config c = mpt_mlp_config_default();
@@ -567,13 +568,30 @@ START_TEST(test_zero_gradient_pages_after_backward) {
     else
       EXPECT(res == whole, "ZeRO-1 step %d: %lld of %lld gradient pages resident, want all",
              step, (long long)res, (long long)whole);
-    if (g_rank == 0 && step == 1)
-      printf("zero%d at %d ranks: %lld of %lld gradient pages resident after backward (shard "
-             "%lld pages, %d buckets)\n", g_stage, g_world, (long long)res, (long long)whole,
-             (long long)shard_pages, mpt_ddp_num_buckets(r.ddp));
     float norm = 0;
     OK(mpt_ddp_clip_grad_norm(r.ddp, NULL, MAX_NORM, &norm));
     OK(mpt_ddp_optimizer_step(r.ddp, r.opt, NULL, oc.lr));
+    /* zero_grad: every element zero; ZeRO-2 by giving the pages back (at most the two end
+     * pages, which the buffer may share with other memory, written), ZeRO-1 by writing them */
+    OK(mpt_model_zero_grad(r.m, NULL));
+    const float *g = mpt_model_grads(r.m);
+    /* counted before reading them: a page read maps the zero page, which mincore counts */
+    const int64_t res0 = resident_pages(g, sizeof(float) * (size_t)n, &whole);
+    int64_t nonzero = 0;
+    for (int64_t i = 0; i < n; i++) nonzero += g[i] != 0.0f;
+    EXPECT(nonzero == 0, "step %d: %lld gradients not zero after zero_grad", step,
+           (long long)nonzero);
+    if (g_rank == 0 && step == 1)
+      printf("zero%d at %d ranks: %lld of %lld gradient pages resident after backward (shard "
+             "%lld pages, %d buckets), %lld after zero_grad\n", g_stage, g_world, (long long)res,
+             (long long)whole, (long long)shard_pages, mpt_ddp_num_buckets(r.ddp),
+             (long long)res0);
+    if (g_stage >= 2)
+      EXPECT(res0 <= 2, "ZeRO-2 step %d: %lld of %lld gradient pages resident after zero_grad, "
+             "want at most 2", step, (long long)res0, (long long)whole);
+    else
+      EXPECT(res0 == whole, "ZeRO-1 step %d: %lld of %lld gradient pages resident after "
+             "zero_grad, want all", step, (long long)res0, (long long)whole);
   }
   EXPECT(same_on_all_ranks(mpt_model_params(r.m), n), "replicas differ across ranks");
   run_free(&r);

@@ -258,9 +258,12 @@ MPT_API void mpt_ddp_reset_stats(mpt_ddp *ddp);
  * reduce-scattered the pages of its gradients outside this rank's shard (and of its bf16
  * conversion buffer) are given back to the system (madvise MADV_DONTNEED, on the comm worker
  * right after the collective): after backward only the owned slices of the gradient buffer are
- * resident (whole pages; a page cut by a shard's edge stays). The virtual buffer stays whole;
- * its given-back pages read as zero and are written again by the next zero_grad and backward,
- * so the gradients' peak is still reached while a backward runs (docs/zero.md "ZeRO-2").
+ * resident (whole pages; a page cut by a shard's edge stays). zero_grad then gives back every
+ * page of the buffer instead of writing zeros (the model's zero_grads hook, nn.h), so the next
+ * backward finds none resident and each page is written by the backward that computes it. The
+ * virtual buffer stays whole; resident at any time are the shards and the buckets computed but
+ * not yet reduced (all of them at the end of a backward with overlap off) (docs/zero.md
+ * "ZeRO-2").
  * Clipping, the non-finite check, the step, the all-gather and checkpoints are stage 1's: a
  * stage-2 run trains bit for bit as a stage-1 run, and as plain DDP with
  * config.allreduce = MPT_DDP_ALLREDUCE_RS_AG.

@@ -325,7 +325,8 @@ mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm, mpt_str
                                  .grad_ready = grad_ready_hook,
                                  .after_backward = hook_after_backward,
                                  .before_zero_grad = hook_before_zero_grad,
-                                 .before_consume = hook_before_consume};
+                                 .before_consume = hook_before_consume,
+                                 .zero_grads = cfg.zero >= 2 ? mpt__ddp_zero_grads : NULL};
   MPT_CHECK(mpt_model_set_hooks(model, &hooks), fail);
   *ddp = d;
   return MPT_OK;

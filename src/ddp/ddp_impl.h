@@ -78,6 +78,10 @@ mpt_status mpt__ddp_zero_init(struct mpt_ddp *d);
  * given back to the system (madvise MADV_DONTNEED: they read as zero until written again).
  * Always MPT_OK (a page that cannot be given back stays). */
 mpt_status mpt__ddp_zero_release(void *arg);
+/* ZeRO-2's zero_grads model hook (nn.h): the gradient buffer zeroed by giving its whole pages
+ * back (they read as zero) and writing zeros only into the pages it shares with other memory at
+ * its ends, so zero_grad does not make the whole buffer resident again. MPT_OK. */
+mpt_status mpt__ddp_zero_grads(void *user, float *grads, int64_t count);
 
 /* rsag.c. The sum of squares (double) of rank `rank`'s ZeRO shard of the gradient buffer: its
  * shard of each bucket in increasing offset, each summed in 16 lanes. Every rank computes the same

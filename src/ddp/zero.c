@@ -53,14 +53,34 @@ mpt_status mpt__ddp_zero_init(mpt_ddp *d) {
   return MPT_OK;
 }
 
-/* The whole pages inside [start, start + nbytes) given back to the system. */
-static void release_pages(void *start, size_t nbytes) {
+/* The whole pages inside [start, start + nbytes) given back to the system (they read as zero
+ * afterwards: the buffers are private anonymous memory, malloc's); returns 1 when it did. *from
+ * and *to get the range given back (from == to: none). */
+static int release_pages(void *start, size_t nbytes, uintptr_t *from, uintptr_t *to) {
   static long page;
   if (page <= 0) page = sysconf(_SC_PAGESIZE);
-  if (page <= 0 || nbytes < (size_t)page) return;
-  const uintptr_t a = (uintptr_t)start, e = a + nbytes, m = (uintptr_t)page - 1;
-  const uintptr_t from = (a + m) & ~m, to = e & ~m;
-  if (to > from) (void)madvise((void *)from, to - from, MADV_DONTNEED);
+  const uintptr_t a = (uintptr_t)start, e = a + nbytes, m = (uintptr_t)(page > 0 ? page : 1) - 1;
+  *from = *to = a;
+  if (page <= 0 || nbytes < (size_t)page) return 0;
+  const uintptr_t f = (a + m) & ~m, t = e & ~m;
+  if (t <= f || madvise((void *)f, t - f, MADV_DONTNEED) != 0) return 0;
+  *from = f;
+  *to = t;
+  return 1;
+}
+
+mpt_status mpt__ddp_zero_grads(void *user, float *grads, int64_t count) {
+  (void)user;
+  const size_t nbytes = sizeof(float) * (size_t)count;
+  uintptr_t from, to;
+  if (!release_pages(grads, nbytes, &from, &to)) {
+    memset(grads, 0, nbytes);
+    return MPT_OK;
+  }
+  const uintptr_t a = (uintptr_t)grads, e = a + nbytes; /* the pages shared with others */
+  memset(grads, 0, from - a);
+  memset((void *)to, 0, e - to);
+  return MPT_OK;
 }
 
 mpt_status mpt__ddp_zero_release(void *arg) {
@@ -69,9 +89,11 @@ mpt_status mpt__ddp_zero_release(void *arg) {
   const mpt_ddp_bucket_info *bk = &d->buckets[a->bucket];
   const int64_t off = d->bucket_shard[2 * a->bucket], n = d->bucket_shard[2 * a->bucket + 1];
   float *g = d->grads + bk->offset;
-  release_pages(g, sizeof(float) * (size_t)off);
-  release_pages(g + off + n, sizeof(float) * (size_t)(bk->count - off - n));
-  if (d->wire) release_pages(d->wire + bk->offset, sizeof(uint16_t) * (size_t)bk->count);
+  uintptr_t from, to;
+  release_pages(g, sizeof(float) * (size_t)off, &from, &to);
+  release_pages(g + off + n, sizeof(float) * (size_t)(bk->count - off - n), &from, &to);
+  if (d->wire) release_pages(d->wire + bk->offset, sizeof(uint16_t) * (size_t)bk->count, &from,
+                             &to);
   return MPT_OK;
 }
 
