@@ -267,14 +267,16 @@ MPT_API void mpt_ddp_reset_stats(mpt_ddp *ddp);
  * Clipping, the non-finite check, the step, the all-gather and checkpoints are stage 1's: a
  * stage-2 run trains bit for bit as a stage-1 run, and as plain DDP with
  * config.allreduce = MPT_DDP_ALLREDUCE_RS_AG.
- * Stage 1 in detail: Each bucket of the plan is split over the W ranks as mpt_comm_shard splits a buffer
- * (shards of ceil(count / W), the last one shorter, trailing ranks possibly empty): rank r owns
- * its shard of every bucket, i.e. one contiguous slice of the flat buffer per bucket (with a
- * single bucket, the buffer's contiguous 1/W). A slice may cut a parameter anywhere.
+ * Stage 1 in detail. Each bucket of the plan is split over the W ranks as mpt_comm_shard splits
+ * a buffer (shards of ceil(count / W), the last one shorter, trailing ranks possibly empty):
+ * rank r owns its shard of every bucket, i.e. one contiguous slice of the flat buffer per
+ * bucket (with a single bucket, the buffer's contiguous 1/W). A slice may cut a parameter
+ * anywhere.
  *   backward   each bucket is reduce-scattered (average) on the comm stream as soon as it is
  *              ready, where plain DDP all-reduces it (overlap, no_sync, unused parameters and
- *              bf16 gradients as above; bf16: the whole bucket rounded, the bfloat16 sums
- *              reduce-scattered, this rank's shard widened and divided by W). Afterwards only
+ *              bf16 gradients as above; bf16: the whole bucket rounded, reduce-scattered
+ *              with float32 accumulation and one rounding, this rank's shard widened and
+ *              divided by W). Afterwards only
  *              the owned slices of the gradient buffer hold averaged gradients; the rest is
  *              undefined.
  *   clipping   mpt_ddp_clip_grad_norm: each rank's sum of squares over its shard (double: its
