@@ -25,11 +25,20 @@ tests_test_ddp_bf16_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_ddp_bf16_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 endif
 # issue 14: ZeRO-1 (2, 3 and 4 ranks)
-EXTRA_DIST += tests/test_zero.sh
+EXTRA_DIST += tests/test_zero.sh tests/test_zero2.sh
 if HAVE_CHECK
 check_PROGRAMS += tests/test_zero
-TESTS += tests/test_zero.sh
+TESTS += tests/test_zero.sh tests/test_zero2.sh
 tests_test_zero_SOURCES = tests/test_zero.c
 tests_test_zero_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_zero_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+endif
+# the communication hook (a user-defined reducer) against the built-in reducers at 2 and 3 ranks
+EXTRA_DIST += tests/test_ddp_hook.sh
+if HAVE_CHECK
+check_PROGRAMS += tests/test_ddp_hook
+TESTS += tests/test_ddp_hook.sh
+tests_test_ddp_hook_SOURCES = tests/test_ddp_hook.c
+tests_test_ddp_hook_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_ddp_hook_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 endif

@@ -3,7 +3,7 @@
  *
  * - Bound: the same MLP (784-64-64-10, several buckets) wrapped twice, fp32 and bf16, one
  *   backward on each rank's own batch: every averaged gradient element of the bf16 run is within
- *   the bound stated in ddp.h of the fp32 run's, gamma(W) (1/W) sum_r |g_r| (with float32 slack
+ *   the bound stated in ddp.h of the fp32 run's, c(W) (1/W) sum_r |g_r| (with float32 slack
  *   for the reference), where the |g_r| come from a plain model's local backward all-reduced;
  *   most elements differ (the test would test nothing otherwise); replicas agree bit for bit.
  * - Exact: gradients that are small integers on every rank (exact in bfloat16, and so are their
@@ -102,7 +102,10 @@ START_TEST(test_bf16_gradients_are_within_the_stated_bound_of_fp32) {
   backward(m16, t16, x, y);
 
   const float *g32 = mpt_model_grads(m32), *g16 = mpt_model_grads(m16);
-  const double u = 0x1p-8, gamma = g_world * u / (1 - g_world * u);
+  /* ddp.h: c(W) = u (2 + u) + (1 + u)^2 gamma_e(W - 1), one bfloat16 rounding of the input and
+   * one of the float32 sum (a rounding per hop would allow gamma(W) = W u / (1 - W u)) */
+  const double u = 0x1p-8, e = 0x1p-24, ge = (g_world - 1) * e / (1 - (g_world - 1) * e);
+  const double gamma = u * (2 + u) + (1 + u) * (1 + u) * ge;
   const double f32_slack = (g_world + 1) * 0x1p-24; /* the fp32 reference's own rounding */
   int64_t differ = 0, over = 0;
   double worst = 0;
@@ -121,7 +124,7 @@ START_TEST(test_bf16_gradients_are_within_the_stated_bound_of_fp32) {
   EXPECT(same_on_all_ranks(g16, n), "the bf16 gradients differ across ranks");
   if (g_rank == 0)
     printf("ddp bf16 at %d ranks: %lld of %lld gradients differ from fp32; worst |error| / "
-           "((1/W) sum|g_r|) = %.3g, bound gamma(W) = %.3g\n",
+           "((1/W) sum|g_r|) = %.3g, bound c(W) = %.3g\n",
            g_world, (long long)differ, (long long)n, worst, gamma);
   mpt_ddp_free(d32);
   mpt_ddp_free(d16);

@@ -1,5 +1,7 @@
-/* ZeRO-1 in the DDP engine (ddp.h "ZeRO-1", src/ddp/zero.c), run under mpirun with 2, 3 and 4
- * ranks by tests/test_zero.sh.
+/* ZeRO-1 and ZeRO-2 in the DDP engine (ddp.h "ZeRO", src/ddp/zero.c), run under mpirun with
+ * 2, 3 and 4 ranks by tests/test_zero.sh (stage 1) and tests/test_zero2.sh (stage 2: the
+ * program's argument; every "ZeRO-1" below is then ZeRO-2, whose steps are ZeRO-1's with the
+ * gradient memory outside the shard given back after each bucket's reduce-scatter).
  *
  * - Equivalence: the same model wrapped twice, plain DDP and ZeRO-1, trained side by side for 20
  *   steps on the same per-rank batches (AdamW with decay on the >= 2-D weights only through
@@ -31,7 +33,11 @@
  *   with ZeRO-1 ends bit-identical to the run that went on, and so does one resumed without
  *   ZeRO; a plain run's checkpoint resumed with ZeRO too. The ckpt functions refuse a sharded
  *   optimizer.
- * - Refusals: stage 2, an optimizer not made for the shard.
+ * - Gradient memory (the stage's own property): after a backward, ZeRO-2 keeps resident (mincore)
+ *   only the pages of the gradient buffer that hold this rank's shard (plus at most two pages
+ *   per bucket cut by a shard's edges), and after zero_grad none (but the buffer's two end
+ *   pages); ZeRO-1 keeps all of them.
+ * - Refusals: stage 3, an optimizer not made for the shard.
  *
  * MPI rules as tests/test_ddp.c: no forking, soft checks agreed across ranks per test. */
 #include <check.h>
@@ -39,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "mpitrain/ckpt.h"
@@ -153,6 +160,9 @@ static mpt_optimizer_config optim_config(int sgd) {
 /* of the runs made next: rs-ag, so that plain DDP sums as ZeRO-1 does (see the top) */
 static mpt_ddp_allreduce_algo g_algo = MPT_DDP_ALLREDUCE_RS_AG;
 
+/* The ZeRO stage of the runs made with zero != 0 (the program's argument, default 1). */
+static int g_stage = 1;
+
 static run run_make(int kind, uint64_t seed, int zero, int overlap, double cap_mb,
                     mpt_ddp_grad_comm wire, int sgd) {
   run r = {.kind = kind};
@@ -164,7 +174,7 @@ static run run_make(int kind, uint64_t seed, int zero, int overlap, double cap_m
   dc.first_bucket_cap_mb = cap_mb < 1 ? cap_mb : 1;
   dc.timeout_ms = 30000;
   dc.grad_comm = wire;
-  dc.zero = zero;
+  dc.zero = zero ? g_stage : 0;
   dc.allreduce = g_algo;
   OK(mpt_ddp_init(&r.ddp, r.m, g_comm, NULL, &dc));
   mpt_optimizer_config oc = optim_config(sgd);
@@ -267,8 +277,8 @@ START_TEST(test_zero1_equals_plain_ddp) {
   EXPECT(moved > 1e-3, "training did not move the parameters (%.3g)", moved);
   EXPECT(same_on_all_ranks(mpt_model_params(z.m), n), "ZeRO replicas differ across ranks");
   if (g_rank == 0)
-    printf("zero1 case %d at %d ranks: %lld parameters, %d bucket(s), params rel diff %.3g, "
-           "norm rel diff %.3g, moved %.3g\n", _i, g_world, (long long)n,
+    printf("zero%d case %d at %d ranks: %lld parameters, %d bucket(s), params rel diff %.3g, "
+           "norm rel diff %.3g, moved %.3g\n", g_stage, _i, g_world, (long long)n,
            mpt_ddp_num_buckets(z.ddp), err, worst_norm, moved);
   free(start);
   run_free(&d);
@@ -322,6 +332,26 @@ START_TEST(test_native_allreduce_matches_rs_ag) {
     run_free(&nat);
     run_free(&rsag);
   }
+  /* bf16 gradients: the native all-reduce and rs-ag both reduce through the comm's bfloat16
+   * reduce-scatter (float32 sum in rank order, one rounding), so the averaged gradients are the
+   * same bits at every W (per-hop roundings in MPI_Allreduce's own tree would differ at W > 2). */
+  g_algo = MPT_DDP_ALLREDUCE_NATIVE;
+  run nat = run_make(KIND_MLP, 5, 0, 1, 0.01, MPT_DDP_GRAD_BF16, 0);
+  g_algo = MPT_DDP_ALLREDUCE_RS_AG;
+  run rsag = run_make(KIND_MLP, 5, 0, 1, 0.01, MPT_DDP_GRAD_BF16, 0);
+  batch *b = malloc(sizeof *b);
+  ck_assert(b);
+  batch_fill(b, KIND_MLP, 0);
+  forward_backward(nat.m, nat.tape, KIND_MLP, b);
+  forward_backward(rsag.m, rsag.tape, KIND_MLP, b);
+  const int64_t n = mpt_model_param_count(nat.m);
+  EXPECT(memcmp(mpt_model_grads(nat.m), mpt_model_grads(rsag.m), sizeof(float) * (size_t)n) ==
+         0, "bf16 at %d ranks: native and rs-ag average gradients differ", g_world);
+  OK(mpt_model_consume_grads(nat.m));
+  OK(mpt_model_consume_grads(rsag.m));
+  free(b);
+  run_free(&nat);
+  run_free(&rsag);
   expect_agree();
 }
 END_TEST
@@ -482,14 +512,101 @@ START_TEST(test_zero1_shards_hold_the_exact_average) {
 }
 END_TEST
 
+/* Pages of [p, p + nbytes) resident in memory (mincore), and the number of whole pages. */
+static int64_t resident_pages(const void *p, size_t nbytes, int64_t *whole) {
+  const long page = sysconf(_SC_PAGESIZE);
+  const uintptr_t m = (uintptr_t)page - 1, a = ((uintptr_t)p + m) & ~m,
+                  e = ((uintptr_t)p + nbytes) & ~m;
+  *whole = e > a ? (int64_t)((e - a) / (uintptr_t)page) : 0;
+  if (*whole == 0) return 0;
+  unsigned char *v = malloc((size_t)*whole);
+  ck_assert(v);
+  ck_assert_int_eq(mincore((void *)a, e - a, v), 0);
+  int64_t n = 0;
+  for (int64_t i = 0; i < *whole; i++) n += v[i] & 1;
+  free(v);
+  return n;
+}
+
+/* After a backward the gradient buffer's resident pages: ZeRO-2 the shard's (and the pages that
+ * straddle a shard edge: at most 2 per bucket); ZeRO-1 all of them. After zero_grad (every
+ * element zero): ZeRO-2 none but the two end pages; ZeRO-1 all. Two steps. */
+START_TEST(test_zero_gradient_pages_after_backward) {
+  expect_begin();
+  mpt_mlp_config c = mpt_mlp_config_default();
+  c.input_size = 784;
+  c.num_hidden = 2;
+  c.hidden[0] = 301;
+  c.hidden[1] = 299;
+  c.num_classes = CLASSES;
+  run r = {.kind = KIND_MLP}; /* a larger MLP: 329583 parameters, 1.3 MB of gradients */
+  OK(mpt_model_init_mlp(&r.m, mpt_device_cpu(), &c, 4));
+  OK(mpt_tape_init(&r.tape, r.m, NULL));
+  mpt_ddp_config dc = mpt_ddp_config_default();
+  dc.bucket_cap_mb = dc.first_bucket_cap_mb = 0.25;
+  dc.timeout_ms = 30000;
+  dc.zero = g_stage;
+  OK(mpt_ddp_init(&r.ddp, r.m, g_comm, NULL, &dc));
+  mpt_optimizer_config oc = optim_config(0);
+  OK(mpt_ddp_optimizer_init(r.ddp, &r.opt, &oc, mpt_device_cpu()));
+  const int64_t n = mpt_model_param_count(r.m);
+  const long page = sysconf(_SC_PAGESIZE);
+  for (int step = 0; step < 2; step++) {
+    batch *b = malloc(sizeof *b);
+    ck_assert(b);
+    batch_fill(b, KIND_MLP, step);
+    forward_backward(r.m, r.tape, KIND_MLP, b);
+    free(b);
+    int64_t whole = 0;
+    const int64_t res = resident_pages(mpt_model_grads(r.m), sizeof(float) * (size_t)n, &whole);
+    const int64_t shard_pages = (mpt_ddp_shard_count(r.ddp) * 4 + page - 1) / page;
+    const int64_t most = shard_pages + 2 * mpt_ddp_num_buckets(r.ddp);
+    if (g_stage >= 2)
+      EXPECT(res <= most && whole > 4 * most / 3, "ZeRO-2 step %d: %lld of %lld gradient pages "
+             "resident after backward, want at most %lld (the shard's)", step, (long long)res,
+             (long long)whole, (long long)most);
+    else
+      EXPECT(res == whole, "ZeRO-1 step %d: %lld of %lld gradient pages resident, want all",
+             step, (long long)res, (long long)whole);
+    float norm = 0;
+    OK(mpt_ddp_clip_grad_norm(r.ddp, NULL, MAX_NORM, &norm));
+    OK(mpt_ddp_optimizer_step(r.ddp, r.opt, NULL, oc.lr));
+    /* zero_grad: every element zero; ZeRO-2 by giving the pages back (at most the two end
+     * pages, which the buffer may share with other memory, written), ZeRO-1 by writing them */
+    OK(mpt_model_zero_grad(r.m, NULL));
+    const float *g = mpt_model_grads(r.m);
+    /* counted before reading them: a page read maps the zero page, which mincore counts */
+    const int64_t res0 = resident_pages(g, sizeof(float) * (size_t)n, &whole);
+    int64_t nonzero = 0;
+    for (int64_t i = 0; i < n; i++) nonzero += g[i] != 0.0f;
+    EXPECT(nonzero == 0, "step %d: %lld gradients not zero after zero_grad", step,
+           (long long)nonzero);
+    if (g_rank == 0 && step == 1)
+      printf("zero%d at %d ranks: %lld of %lld gradient pages resident after backward (shard "
+             "%lld pages, %d buckets), %lld after zero_grad\n", g_stage, g_world, (long long)res,
+             (long long)whole, (long long)shard_pages, mpt_ddp_num_buckets(r.ddp),
+             (long long)res0);
+    if (g_stage >= 2)
+      EXPECT(res0 <= 2, "ZeRO-2 step %d: %lld of %lld gradient pages resident after zero_grad, "
+             "want at most 2", step, (long long)res0, (long long)whole);
+    else
+      EXPECT(res0 == whole, "ZeRO-1 step %d: %lld of %lld gradient pages resident after "
+             "zero_grad, want all", step, (long long)res0, (long long)whole);
+  }
+  EXPECT(same_on_all_ranks(mpt_model_params(r.m), n), "replicas differ across ranks");
+  run_free(&r);
+  expect_agree();
+}
+END_TEST
+
 START_TEST(test_zero_refuses_bad_uses) {
   mpt_model *m = model_make(KIND_MLP, 1);
   mpt_ddp_config dc = mpt_ddp_config_default();
-  dc.zero = 2;
+  dc.zero = 3;
   mpt_ddp *d = NULL;
   ck_assert_int_eq(mpt_ddp_init(&d, m, g_comm, NULL, &dc), MPT_EINVAL);
-  ck_assert_ptr_nonnull(strstr(mpt_last_error(), "ZeRO stage 2"));
-  dc.zero = 1;
+  ck_assert_ptr_nonnull(strstr(mpt_last_error(), "ZeRO stage 3"));
+  dc.zero = g_stage;
   OK(mpt_ddp_init(&d, m, g_comm, NULL, &dc));
   mpt_optimizer_config oc = optim_config(0);
   mpt_optimizer *whole = NULL;
@@ -502,7 +619,12 @@ START_TEST(test_zero_refuses_bad_uses) {
 }
 END_TEST
 
-int main(void) {
+int main(int argc, char **argv) {
+  if (argc > 1) g_stage = atoi(argv[1]);
+  if (g_stage < 1 || g_stage > 2) {
+    fprintf(stderr, "usage: test_zero [1|2] (the ZeRO stage)\n");
+    return 2;
+  }
   mpt_comm_config cc = mpt_comm_config_default();
   cc.timeout_ms = 60000;
   mpt_status st = mpt_comm_init(&g_comm, &cc);
@@ -516,6 +638,7 @@ int main(void) {
   Suite *s = suite_create("zero1");
   TCase *tc = tcase_create("zero1");
   tcase_add_test(tc, test_zero_refuses_bad_uses);
+  tcase_add_test(tc, test_zero_gradient_pages_after_backward);
   tcase_add_test(tc, test_zero1_optimizer_state_is_the_shard);
   tcase_add_test(tc, test_zero1_shards_hold_the_exact_average);
   tcase_add_loop_test(tc, test_zero1_equals_plain_ddp, 0,

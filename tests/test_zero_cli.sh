@@ -1,5 +1,5 @@
 #!/bin/sh
-# The trainer's --zero (issue 14, ZeRO-1): bad uses are refused (--zero 2, --zero 1 with
+# The trainer's --zero (ZeRO-1 and ZeRO-2): bad uses are refused (--zero 3, --zero 1 with
 # --mode dp: status 2 naming why); at one rank the option is named as without effect. At 2 ranks
 # (a sum of two is the same in any order, so ZeRO-1 must equal plain DDP bit for bit): the MLP
 # and a tiny GPT (--accumulate 1 and 2) trained with --zero 1 end with the bytes of the plain
@@ -10,7 +10,11 @@
 # trains. At 3 and 4 ranks plain DDP with --allreduce-algo rs-ag (ZeRO-1's reduce-scatter +
 # all-gather, and its norm's summation order) ends with the ZeRO-1 run's bytes: the MLP at 3 and
 # 4 ranks, the tiny GPT (clipping) at 3 (with the default MPI_Allreduce they differed by ulps
-# that AdamW grows to about 1e-5). A bad --allreduce-algo is status 2. Prints "N passed, N failed".
+# that AdamW grows to about 1e-5). A bad --allreduce-algo is status 2. ZeRO-2 (--zero 2): the
+# same bytes as plain DDP and ZeRO-1 in every one of those runs (MLP at 2, 3, 4 ranks, the GPT
+# at 2 with --accumulate 1 and 2, and at 3), its DDP and memory lines name it; a ZeRO-2 run
+# stopped at step 5 and resumed with --zero 2 (3 ranks) or --zero 1 (2 ranks) ends with the
+# straight run's bytes. Prints "N passed, N failed".
 set -u
 dir=$(dirname "$0")
 prog=${MPITRAIN:-./mpitrain}
@@ -23,9 +27,9 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/mpt_zero_cli.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 small="train --synthetic --train-limit 640 --test-limit 128 --epochs 1 --batch-size 32 --threads 1 --no-progress --optimizer adamw --lr 1e-3 --seed 3"
 
-out=$("$prog" $small --zero 2 2>&1)
-[ $? -eq 2 ] && has "$out" "--zero: '2' is not a supported ZeRO stage" && ok ||
-  bad "--zero 2 was not refused with status 2: $out"
+out=$("$prog" $small --zero 3 2>&1)
+[ $? -eq 2 ] && has "$out" "--zero: '3' is not a supported ZeRO stage" && ok ||
+  bad "--zero 3 was not refused with status 2: $out"
 out=$("$prog" $small --zero 1 --mode dp --devices cpu:2 2>&1)
 [ $? -eq 2 ] && has "$out" "--zero 1 does not work with --mode dp" && ok ||
   bad "--zero 1 --mode dp was not refused with status 2: $out"
@@ -37,14 +41,21 @@ out=$("$prog" $small --allreduce-algo ring 2>&1)
 [ $? -eq 2 ] && has "$out" "--allreduce-algo: 'ring' is not native or rs-ag" && ok ||
   bad "--allreduce-algo ring was not refused with status 2: $out"
 
-# MLP at 2 ranks, ZeRO-1 against plain DDP
-for z in 0 1; do
+# MLP at 2 ranks, ZeRO-1 and ZeRO-2 against plain DDP
+for z in 0 1 2; do
   "$dir/mpirun.sh" 2 120 "$prog" $small --zero $z --save-params "$tmp/mlp$z.bin" \
     >"$tmp/mlp$z.out" 2>&1 || bad "mlp --zero $z at 2 ranks failed: $(tail -5 "$tmp/mlp$z.out")"
 done
 if [ -s "$tmp/mlp0.bin" ] && cmp -s "$tmp/mlp0.bin" "$tmp/mlp1.bin"; then ok; else
   bad "mlp: the ZeRO-1 parameters are not the plain DDP run's bytes"
 fi
+if [ -s "$tmp/mlp0.bin" ] && cmp -s "$tmp/mlp0.bin" "$tmp/mlp2.bin"; then ok; else
+  bad "mlp: the ZeRO-2 parameters are not the plain DDP run's bytes"
+fi
+has "$(cat "$tmp/mlp2.out")" "DDP: .*, ZeRO-2 (reduce-scatter into the gradient shards" && ok ||
+  bad "the DDP line of --zero 2 does not name ZeRO-2"
+has "$(cat "$tmp/mlp2.out")" "(ZeRO-2 shard), peak resident" && ok ||
+  bad "the ZeRO-2 run's memory report does not say its state is a shard"
 # "memory at the end, rank R: ... optimizer state X MiB ... sent per step S MiB"
 field() { sed -n "s/.*memory at the end, rank $2: .*$3 \([0-9.]*\) MiB.*/\1/p" "$1" | head -1; }
 for r in 0 1; do
@@ -64,13 +75,16 @@ has "$(cat "$tmp/mlp1.out")" "(ZeRO-1 shard), peak resident" && ok ||
 
 # MLP at 3 and 4 ranks: ZeRO-1 against plain DDP with rs-ag, the same bytes
 for np in 3 4; do
-  for z in 0 1; do
+  for z in 0 1 2; do
     "$dir/mpirun.sh" $np 120 "$prog" $small --zero $z --allreduce-algo rs-ag \
       --save-params "$tmp/mlp$np.$z.bin" >"$tmp/mlp$np.$z.out" 2>&1 ||
       bad "mlp --zero $z at $np ranks failed: $(tail -5 "$tmp/mlp$np.$z.out")"
   done
   if [ -s "$tmp/mlp$np.0.bin" ] && cmp -s "$tmp/mlp$np.0.bin" "$tmp/mlp$np.1.bin"; then ok; else
     bad "mlp at $np ranks: the ZeRO-1 parameters are not the rs-ag plain DDP run's bytes"
+  fi
+  if [ -s "$tmp/mlp$np.0.bin" ] && cmp -s "$tmp/mlp$np.0.bin" "$tmp/mlp$np.2.bin"; then ok; else
+    bad "mlp at $np ranks: the ZeRO-2 parameters are not the rs-ag plain DDP run's bytes"
   fi
 done
 # the start-up line says which gradient collectives run
@@ -87,24 +101,30 @@ awk 'BEGIN { srand(3); for (i = 0; i < 400; i++) { s = "";
   bad "tokenize failed"
 gpt="train --model gpt --n-layer 1 --n-head 2 --n-embd 16 --seq-len 16 --vocab-size 256 --batch-size 2 --max-steps 8 --threads 1 --shards $tmp/shards/train_000000.bin"
 for acc in 1 2; do # --accumulate 2: no_sync on the first micro-batch, the sum reduce-scattered
-  for z in 0 1; do
+  for z in 0 1 2; do
     "$dir/mpirun.sh" 2 120 "$prog" $gpt --accumulate $acc --zero $z --save-model "$tmp/gpt$z.bin" \
       >"$tmp/gpt$z.out" 2>&1 || bad "gpt --zero $z at 2 ranks failed: $(tail -5 "$tmp/gpt$z.out")"
   done
   if [ -s "$tmp/gpt0.bin" ] && cmp -s "$tmp/gpt0.bin" "$tmp/gpt1.bin"; then ok; else
     bad "gpt --accumulate $acc: the ZeRO-1 model file is not the plain DDP run's bytes"
   fi
+  if [ -s "$tmp/gpt0.bin" ] && cmp -s "$tmp/gpt0.bin" "$tmp/gpt2.bin"; then ok; else
+    bad "gpt --accumulate $acc: the ZeRO-2 model file is not the plain DDP run's bytes"
+  fi
 done
 has "$(cat "$tmp/gpt1.out")" "memory at the end, rank 1:.*(ZeRO-1 shard)" && ok ||
   bad "gpt: no memory report of rank 1"
 # and at 3 ranks with rs-ag (the clipping norm summed as ZeRO-1 sums it)
-for z in 0 1; do
+for z in 0 1 2; do
   "$dir/mpirun.sh" 3 120 "$prog" $gpt --zero $z --allreduce-algo rs-ag \
     --save-model "$tmp/gpt3.$z.bin" >"$tmp/gpt3.$z.out" 2>&1 ||
     bad "gpt --zero $z at 3 ranks failed: $(tail -5 "$tmp/gpt3.$z.out")"
 done
 if [ -s "$tmp/gpt3.0.bin" ] && cmp -s "$tmp/gpt3.0.bin" "$tmp/gpt3.1.bin"; then ok; else
   bad "gpt at 3 ranks: the ZeRO-1 model file is not the rs-ag plain DDP run's bytes"
+fi
+if [ -s "$tmp/gpt3.0.bin" ] && cmp -s "$tmp/gpt3.0.bin" "$tmp/gpt3.2.bin"; then ok; else
+  bad "gpt at 3 ranks: the ZeRO-2 model file is not the rs-ag plain DDP run's bytes"
 fi
 
 # a GPT of 9 layers needs 74 parameter groups (the trainer had room for 64)
@@ -130,6 +150,17 @@ run_ck part2 2 --zero 1 --checkpoint-dir "$tmp/ck2" --checkpoint-every 5 --stop-
 run_ck res2 2 --zero 0 --resume "$tmp/ck2" --save-params "$tmp/res2.bin"
 if [ -s "$tmp/mlp1.bin" ] && cmp -s "$tmp/mlp1.bin" "$tmp/res2.bin"; then ok; else
   bad "2 ranks: the ZeRO-1 checkpoint resumed without ZeRO does not end with the straight run's bytes"
+fi
+# ZeRO-2 checkpoints: resumed with --zero 2 at 3 ranks, and with --zero 1 at 2 ranks
+run_ck z2part3 3 --zero 2 --checkpoint-dir "$tmp/ck3z2" --checkpoint-every 5 --stop-at-step 5
+run_ck z2res3 3 --zero 2 --resume "$tmp/ck3z2" --save-params "$tmp/z2res3.bin"
+if [ -s "$tmp/full3.bin" ] && cmp -s "$tmp/full3.bin" "$tmp/z2res3.bin"; then ok; else
+  bad "3 ranks: the ZeRO-2 run resumed at step 5 does not end with the straight run's bytes"
+fi
+run_ck z2part2 2 --zero 2 --checkpoint-dir "$tmp/ck2z2" --checkpoint-every 5 --stop-at-step 5
+run_ck z2res2 2 --zero 1 --resume "$tmp/ck2z2" --save-params "$tmp/z2res2.bin"
+if [ -s "$tmp/mlp2.bin" ] && cmp -s "$tmp/mlp2.bin" "$tmp/z2res2.bin"; then ok; else
+  bad "2 ranks: the ZeRO-2 checkpoint resumed with ZeRO-1 does not end with the straight run's bytes"
 fi
 # --skip-nonfinite with ZeRO-1 (needs --enable-fault-injection): a NaN in rank 1's batch at step
 # 3 makes the 3 ranks skip that step together, the replicas staying identical

@@ -324,7 +324,7 @@ MPT_API void mpt_comm_shard(int64_t count, int world_size, int rank, int64_t *of
  * (polling mode) for a buffer of at most 1 Mi elements (and max_chunk_count); a larger one is
  * reduced in pieces of that many elements of each shard, one MPI_Reduce per owner and piece
  * (Open MPI's MPI_Reduce_scatter allocated temporaries of about twice the message per call:
- * docs/zero.md "Memory and traffic").
+ * docs/zero.md "Memory and traffic"). bfloat16: MPI_Alltoallv and one rounding ("bfloat16").
  * Backends: MPI on host memory; NCCL on device buffers (a grouped ncclReduce per rank, so
  * uneven shards need no padding); MPI with device buffers: MPT_ENOTSUP.
  * The checked mode and the agreement compare (kind, count, dtype, op, sequence number). */
@@ -342,16 +342,26 @@ MPT_API mpt_status mpt_comm_allgather_shards(mpt_comm *comm, mpt_stream *stream,
                                              int64_t count, mpt_dtype dtype);
 
 /* bfloat16 (MPT_BF16). All-reduce and reduce-scatter take bfloat16 buffers with SUM or AVG
- * (MIN and MAX: MPT_EINVAL): each pairwise step of the reduction widens both operands to
- * float32, adds them in float32 and rounds the sum to bfloat16 (nearest even, NaN stays NaN;
- * MPI: a user-defined MPI_Op on 2-byte elements; NCCL: ncclBfloat16). AVG divides the bfloat16
- * sum by W in float32 and rounds again. Error bound, per element, for inputs x_r that are
- * already bfloat16 with sum s = sum_r x_r: each of the W - 1 additions has relative error at most
- * u = 2^-8, in whatever tree the algorithm uses (depth <= W - 1), so
- *     |result - s| <= gamma(W - 1) * sum_r |x_r|,   gamma(k) = k u / (1 - k u).
- * Rounding float32 inputs g_r to bfloat16 first (mpt_bf16_round_array) adds u |g_r| each, so
- * against the exact float32 sum of the g_r the bound is gamma(W) * sum_r |g_r|. When every
- * partial sum is representable in bfloat16 (small integers, powers of two) the result is exact.
+ * (MIN and MAX: MPT_EINVAL). MPI backend: bfloat16 on the wire, float32 accumulation, one
+ * rounding. Every rank sends each shard's owner (mpt_comm_shard) its piece of the buffer
+ * (MPI_Alltoallv, (W-1)/W of the buffer per rank, as a ring reduce-scatter); the owner widens
+ * the W pieces, adds them in float32 in rank order (0, 1, ..., W-1), divides by W in float32
+ * for AVG, and rounds once to bfloat16 (nearest even; NaN stays NaN); the all-reduce then
+ * all-gathers the shards. So all-reduce and reduce-scatter give the same bits for an element,
+ * whatever MPI's algorithms, and no partial sum is rounded to bfloat16 (an MPI_Op on bfloat16
+ * would round at each hop: eight ranks holding 1, 1/512, ..., 1/512 would read 1.0078125
+ * instead of 1.015625, an error growing with W; tests/test_comm_bf16.c). Error bound, per
+ * element, for inputs x_r already bfloat16 with sum s = sum_r x_r, u = 2^-8 (the one
+ * rounding) and e = 2^-24 (float32):
+ *     |result - s| <= u |s| + gamma_e(W - 1) (1 + u) sum_r |x_r|,   gamma_e(k) = k e / (1 - k e)
+ * (AVG: the same over W, plus a float32 division). The W-dependent term is float32's: for any
+ * practical W the bound is about u |s|. Rounding float32 inputs g_r to bfloat16 first
+ * (mpt_bf16_round_array) adds u |g_r| each. When the sum is representable in bfloat16 and
+ * float32 adds it exactly (small integers) the result is exact. The temporaries are a send and
+ * a receive buffer of at most 512 Ki bfloat16 elements each per call (rounds of 512 Ki / W
+ * elements per rank, and of max_chunk_count / W at most). NCCL backend: ncclBfloat16, whose
+ * reduction rounds each partial sum to bfloat16 (per hop: gamma(W - 1) sum_r |x_r| with u as
+ * above, gamma(k) = k u / (1 - k u)).
  * Broadcast and all-gather move bfloat16 as 2-byte elements. */
 
 /* Completes on each rank once every rank has reached it. */

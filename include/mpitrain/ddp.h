@@ -36,9 +36,10 @@
  *
  * Overlap. The grad-ready hook marks a parameter ready; when every parameter of the next
  * bucket (in index order) is ready, an event is recorded on the compute stream, the comm stream
- * waits on it, and the bucket's all-reduce (average) is enqueued on the comm stream; backward
- * goes on computing. The end of backward launches what is left (everything, with overlap off)
- * and makes the compute stream wait for the last bucket. Gradients are divided by the world size
+ * waits on it, and the bucket's reduction is enqueued on the comm stream by its reducer (the
+ * all-reduce average by default; see "communication hook" below); backward goes on computing.
+ * The end of backward launches what is left (everything, with overlap off) and makes the
+ * compute stream wait for the last bucket. Gradients are divided by the world size
  * exactly once: by the all-reduce's average op (sum, then scale by 1/W), nowhere else (with
  * bf16 gradient communication, by the widening after the bfloat16 sum: grad_comm below).
  *
@@ -81,21 +82,25 @@ typedef enum {
   MPT_DDP_GRAD_FP32 = 0, /* the float32 gradients, all-reduced with avg (default) */
   /* bfloat16 compression, as PyTorch's bf16_compress_hook and llm.c's bf16 gradients: each
    * bucket is rounded to bfloat16 (nearest even; NaN stays NaN) into the bucket's own conversion
-   * buffer, all-reduced with sum in bfloat16 (each pairwise step adds in float32 and rounds:
-   * comm.h "bfloat16"), then widened back into the float32 gradient buffer and divided by W in
-   * float32 (the one division by the world size). Half the bytes on the wire. Error bound per
-   * element, against the float32 average g = (1/W) sum_r g_r (exact arithmetic):
-   *     |g_bf16 - g| <= gamma(W) * (1/W) sum_r |g_r| + 2^-24 |g_bf16|,
-   *     gamma(W) = W u / (1 - W u), u = 2^-8
-   * (W roundings of relative error <= u: the input's, then W - 1 additions; the last term is the
-   * float32 division). When every g_r and every partial sum is exact in bfloat16 (e.g. small
-   * integers) the result equals the float32 path's bit for bit. Ranks get identical results.
+   * buffer, all-reduced with sum in bfloat16 on the wire, float32 accumulation and one rounding
+   * of the sum (comm.h "bfloat16"), then widened back into the float32 gradient buffer and
+   * divided by W in float32 (the one division by the world size). Half the bytes on the wire.
+   * Error bound per element, against the float32 average g = (1/W) sum_r g_r (exact
+   * arithmetic):
+   *     |g_bf16 - g| <= c(W) * (1/W) sum_r |g_r| + 2^-24 |g_bf16|,
+   *     c(W) = u (2 + u) + (1 + u)^2 gamma_e(W - 1),   u = 2^-8,
+   *     gamma_e(k) = k e / (1 - k e),   e = 2^-24
+   * (two roundings of relative error <= u, the input's and the sum's, and float32's W - 1
+   * additions; the last term is the float32 division): about 2 u whatever W, where a rounding
+   * at each hop of the reduction would give W u. When every g_r and their sum are exact in
+   * bfloat16 (e.g. small integers) the result equals the float32 path's bit for bit. Ranks get
+   * identical results, and the native all-reduce, rs-ag and ZeRO-1 the same bits.
    * Gradients in host memory only (a CPU model and a comm whose stream is a CPU worker: the MPI
    * backend on cpu); others: MPT_ENOTSUP at mpt_ddp_init. */
   MPT_DDP_GRAD_BF16 = 1,
 } mpt_ddp_grad_comm;
 
-/* How plain DDP all-reduces a bucket (config.allreduce; ZeRO-1 reduce-scatters, see below). */
+/* How plain DDP all-reduces a bucket (config.allreduce; ZeRO reduce-scatters, see below). */
 typedef enum {
   MPT_DDP_ALLREDUCE_NATIVE = 0, /* the backend's all-reduce (MPI_Allreduce, ncclAllReduce) */
   /* A reduce-scatter of the bucket (average; mpt_comm_shard's layout) followed by the
@@ -132,8 +137,8 @@ typedef struct mpt_ddp_config {
   mpt_ddp_buffer_mode buffers;
   double timeout_ms;          /* deadline of every wait, > 0 (300000) */
   mpt_ddp_grad_comm grad_comm; /* MPT_DDP_GRAD_FP32 */
-  int zero;                    /* ZeRO stage: 0 (off, default) or 1 (see "ZeRO-1" below) */
-  mpt_ddp_allreduce_algo allreduce; /* MPT_DDP_ALLREDUCE_NATIVE (plain DDP; ZeRO-1 ignores it) */
+  int zero;                    /* ZeRO stage: 0 (off, default), 1 or 2 (see "ZeRO" below) */
+  mpt_ddp_allreduce_algo allreduce; /* MPT_DDP_ALLREDUCE_NATIVE (plain DDP; ZeRO ignores it) */
 } mpt_ddp_config;
 
 /* The defaults noted on each field (PyTorch's bucket caps, overlap on, broadcast buffers). */
@@ -146,7 +151,7 @@ MPT_API mpt_status mpt_ddp_buffer_mode_parse(const char *text, mpt_ddp_buffer_mo
  * ranks (MPT_EMISMATCH naming the first rank and parameter that differ), broadcasts rank 0's
  * parameters and buffers, and installs DDP's hooks on the model (see the top of this file).
  * Finish the model (and load its weights) first. Errors: MPT_EINVAL (NULL ddp, model or comm;
- * bad config), MPT_ENOTSUP (bf16 gradients, ZeRO-1 or the rs-ag all-reduce with gradients
+ * bad config), MPT_ENOTSUP (bf16 gradients, ZeRO or the rs-ag all-reduce with gradients
  * outside host memory), MPT_EMISMATCH, MPT_ESTATE (the model is not finalised, or already
  * wrapped), MPT_ENOMEM, comm errors (MPT_ECOMM, MPT_ETIMEOUT). */
 MPT_API mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm,
@@ -191,6 +196,40 @@ MPT_API mpt_status mpt_ddp_allreduce_grads(mpt_ddp *ddp);
  * Errors also: MPT_EINVAL (NULL, a count outside [0, INT32_MAX]), MPT_ENOMEM, comm errors. */
 MPT_API mpt_status mpt_ddp_check_batches(mpt_ddp *ddp, int64_t local_batches);
 
+/* ---- communication hook: a user-defined reducer ------------------------------------------
+ * What the engine does with a gradient bucket once it is ready is a reducer, as in PyTorch's
+ * DistributedDataParallel.register_comm_hook. The built-in ones: the all-reduce average
+ * (config.allreduce NATIVE), rs-ag (RS_AG), and with ZeRO the reduce-scatter into this rank's
+ * shard; each sends float32 or bfloat16 (config.grad_comm). A hook replaces the built-in
+ * reducer of plain DDP. */
+
+/* The bucket a hook reduces: a slice of the flat gradient buffer. */
+typedef struct mpt_ddp_comm_bucket {
+  int index;              /* launch order (0 first; mpt_ddp_bucket(ddp, index)) */
+  int64_t offset, count;  /* the slice of the model's gradient buffer, in floats */
+  float *grads;           /* its gradients: grads[0 .. count), in the model's memory */
+  mpt_comm *comm;         /* the engine's process group */
+  mpt_stream *stream;     /* the comm stream: enqueue the reduction here */
+} mpt_ddp_comm_bucket;
+
+/* A hook: enqueues on bucket->stream the work (collectives of comm.h on that stream, host
+ * functions through mpt_stream_launch_host) that leaves in bucket->grads, once the stream gets
+ * there, the gradients the optimizer is to use: normally their average over the ranks (divide
+ * by the world size yourself when you sum). Called on the training thread, once per bucket and
+ * synchronised pass (and per mpt_ddp_allreduce_grads), in index order, after the stream was
+ * made to wait for the bucket's gradients; the gradients of the bucket may not be touched
+ * before then on the calling thread. Every rank must enqueue the same collectives in the same
+ * order. A returned error fails the backward (as a failing collective does). */
+typedef mpt_status (*mpt_ddp_comm_hook)(void *state, const mpt_ddp_comm_bucket *bucket);
+
+/* Installs `hook` (with its `state`, borrowed) as the reducer of every bucket from the next
+ * pass on; NULL restores the built-in reducer. The engine's byte counts (mpt_ddp_sent_bytes,
+ * mpt_ddp_step_bytes) leave a hook's collectives out. Call it on every rank alike. Errors:
+ * MPT_EINVAL (NULL ddp), MPT_ESTATE (during a backward pass), MPT_ENOTSUP (ZeRO, whose
+ * sharded reducer belongs to its optimizer; bf16 gradient communication, whose conversion
+ * buffers belong to the built-in reducers). */
+MPT_API mpt_status mpt_ddp_register_comm_hook(mpt_ddp *ddp, mpt_ddp_comm_hook hook, void *state);
+
 /* Timings of the last synchronised pass and their running sums, in milliseconds. */
 typedef struct mpt_ddp_stats {
   double backward_ms;      /* start to end of backward's nodes */
@@ -208,17 +247,36 @@ MPT_API mpt_ddp_stats mpt_ddp_get_stats(mpt_ddp *ddp);
 /* Zeroes the stats (the last pass and the sums; a pass whose timings are pending is dropped). */
 MPT_API void mpt_ddp_reset_stats(mpt_ddp *ddp);
 
-/* ---- ZeRO-1 (config.zero = 1): sharded optimizer state ----------------------------------------
+/* ---- ZeRO (config.zero = 1 or 2): sharded optimizer state, sharded gradients ------------------
+ * The functions of this section make up the sharded optimizer: they work for every stage (with
+ * ZeRO off each does what the plain call does), so a training loop calls them always and is
+ * the same whatever the stage.
  * Stage 1 of ZeRO (Rajbhandari et al., SC 2020; PyTorch's ZeroRedundancyOptimizer, llm.c's
  * zero_stage 1): parameters and gradients stay whole on every rank, the optimizer state is
- * split. Each bucket of the plan is split over the W ranks as mpt_comm_shard splits a buffer
- * (shards of ceil(count / W), the last one shorter, trailing ranks possibly empty): rank r owns
- * its shard of every bucket, i.e. one contiguous slice of the flat buffer per bucket (with a
- * single bucket, the buffer's contiguous 1/W). A slice may cut a parameter anywhere.
+ * split.
+ * Stage 2 (config.zero = 2; DeepSpeed's ZeRO-2): as stage 1, and once a bucket is
+ * reduce-scattered the pages of its gradients outside this rank's shard (and of its bf16
+ * conversion buffer) are given back to the system (madvise MADV_DONTNEED, on the comm worker
+ * right after the collective): after backward only the owned slices of the gradient buffer are
+ * resident (whole pages; a page cut by a shard's edge stays). zero_grad then gives back every
+ * page of the buffer instead of writing zeros (the model's zero_grads hook, nn.h), so the next
+ * backward finds none resident and each page is written by the backward that computes it. The
+ * virtual buffer stays whole; resident at any time are the shards and the buckets computed but
+ * not yet reduced (all of them at the end of a backward with overlap off) (docs/zero.md
+ * "ZeRO-2").
+ * Clipping, the non-finite check, the step, the all-gather and checkpoints are stage 1's: a
+ * stage-2 run trains bit for bit as a stage-1 run, and as plain DDP with
+ * config.allreduce = MPT_DDP_ALLREDUCE_RS_AG.
+ * Stage 1 in detail. Each bucket of the plan is split over the W ranks as mpt_comm_shard splits
+ * a buffer (shards of ceil(count / W), the last one shorter, trailing ranks possibly empty):
+ * rank r owns its shard of every bucket, i.e. one contiguous slice of the flat buffer per
+ * bucket (with a single bucket, the buffer's contiguous 1/W). A slice may cut a parameter
+ * anywhere.
  *   backward   each bucket is reduce-scattered (average) on the comm stream as soon as it is
  *              ready, where plain DDP all-reduces it (overlap, no_sync, unused parameters and
- *              bf16 gradients as above; bf16: the whole bucket rounded, the bfloat16 sums
- *              reduce-scattered, this rank's shard widened and divided by W). Afterwards only
+ *              bf16 gradients as above; bf16: the whole bucket rounded, reduce-scattered
+ *              with float32 accumulation and one rounding, this rank's shard widened and
+ *              divided by W). Afterwards only
  *              the owned slices of the gradient buffer hold averaged gradients; the rest is
  *              undefined.
  *   clipping   mpt_ddp_clip_grad_norm: each rank's sum of squares over its shard (double: its
@@ -247,25 +305,25 @@ MPT_API void mpt_ddp_reset_stats(mpt_ddp *ddp);
  * function below does what the plain call does (mpt_optimizer_init, mpt_optimizer_step_model,
  * mpt_clip_grad_norm, a local mpt_op_check_finite), so a trainer can call these always. */
 
-/* The configured ZeRO stage (0 or 1); 0 for NULL. */
+/* The configured ZeRO stage (0, 1 or 2); 0 for NULL. */
 MPT_API int mpt_ddp_zero_stage(const mpt_ddp *ddp);
 /* This rank's shard: *ranges (may be NULL) gets the owned slices sorted by offset, empty ones
  * left out; returns their number (0 with ZeRO off, or when this rank owns nothing). */
 MPT_API int mpt_ddp_shard(const mpt_ddp *ddp, const mpt_optim_range **ranges);
 /* Elements owned (the model's parameter count with ZeRO off). */
 MPT_API int64_t mpt_ddp_shard_count(const mpt_ddp *ddp);
-/* Creates the optimizer of this rank: ZeRO-1, mpt_optimizer_init_ranges over the shard (a
+/* Creates the optimizer of this rank: ZeRO, mpt_optimizer_init_ranges over the shard (a
  * rank that owns nothing gets one empty range: no state); off, mpt_optimizer_init of the whole
  * model. Errors: MPT_EINVAL (NULL ddp or opt); those of the optimizer. */
 MPT_API mpt_status mpt_ddp_optimizer_init(mpt_ddp *ddp, mpt_optimizer **opt,
                                           const mpt_optimizer_config *cfg, mpt_device device);
-/* The optimizer step: ZeRO-1, mpt_optimizer_step_model (the shard), then the all-gather of
+/* The optimizer step: ZeRO, mpt_optimizer_step_model (the shard), then the all-gather of
  * every bucket's parameters, waited for (deadline). Collective. Errors: those of the step;
  * MPT_EINVAL (an optimizer not made for this shard); comm errors. */
 MPT_API mpt_status mpt_ddp_optimizer_step(mpt_ddp *ddp, mpt_optimizer *opt, mpt_stream *stream,
                                           float lr);
 /* mpt_clip_grad_norm over the averaged gradients of all ranks (see above). Collective with
- * ZeRO-1. Plain DDP with config.allreduce RS_AG: the norm summed as ZeRO-1 sums it (every
+ * ZeRO. Plain DDP with config.allreduce RS_AG: the norm summed as ZeRO-1 sums it (every
  * rank's shard sum computed locally, added in rank order), then the whole buffer scaled; plain
  * DDP otherwise: mpt_clip_grad_norm. A non-finite norm is returned (the same on every rank)
  * and nothing is scaled.
@@ -273,7 +331,7 @@ MPT_API mpt_status mpt_ddp_optimizer_step(mpt_ddp *ddp, mpt_optimizer *opt, mpt_
 MPT_API mpt_status mpt_ddp_clip_grad_norm(mpt_ddp *ddp, mpt_stream *stream, float max_norm,
                                           float *total_norm);
 /* *nonfinite = 1 when any averaged gradient is NaN or infinite, on every rank alike
- * (ZeRO-1: each shard checked, then an all-reduce max: collective; off: local, as
+ * (ZeRO: each shard checked, then an all-reduce max: collective; off: local, as
  * mpt_op_check_finite). Errors: MPT_EINVAL (NULL), those of the check, comm errors. */
 MPT_API mpt_status mpt_ddp_grads_nonfinite(mpt_ddp *ddp, mpt_stream *stream, int *nonfinite);
 /* Checkpoints. gather: fills `whole` (mpt_optimizer_init of the model's parameter count, same
@@ -293,7 +351,7 @@ MPT_API mpt_status mpt_ddp_optimizer_scatter(mpt_ddp *ddp, mpt_optimizer *whole,
  * reduce-scatter and all-gather (W-1)/W bytes; 0 at W = 1): what the rank puts on the wire
  * with a ring algorithm, not a measurement of the MPI library. */
 MPT_API double mpt_ddp_sent_bytes(const mpt_ddp *ddp);
-/* The same for one synchronised step (every bucket once, plus the all-gather with ZeRO-1). */
+/* The same for one synchronised step (every bucket once, plus the all-gather with ZeRO). */
 MPT_API double mpt_ddp_step_bytes(const mpt_ddp *ddp);
 
 /* A trace of core.h. */

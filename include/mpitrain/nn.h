@@ -196,7 +196,11 @@ MPT_API uint64_t mpt_model_generation(const mpt_model *model);
  *   before_zero_grad: in mpt_model_zero_grad, before zeroing (DDP: refuses to zero averaged
  *                    gradients that no optimizer step used);
  *   before_consume:  in mpt_model_consume_grads (every optimizer step), once the state is
- *                    READY (DDP: refuses gradients that were not averaged over the ranks).
+ *                    READY (DDP: refuses gradients that were not averaged over the ranks);
+ *   zero_grads:      in mpt_model_zero_grad after before_zero_grad, in place of the model's
+ *                    fill: sets grads[0 .. count) to zero by its own means (DDP with ZeRO-2:
+ *                    gives the buffer's pages back to the system, which then read as zero, so
+ *                    the gradients are not all resident again before backward writes them).
  * A hook's error is the error of the call that ran it. Any pointer may be NULL. */
 typedef struct mpt_model_hooks {
   void *user;
@@ -206,6 +210,7 @@ typedef struct mpt_model_hooks {
   mpt_status (*after_backward)(void *user, mpt_tape *tape, mpt_status status);
   mpt_status (*before_zero_grad)(void *user);
   mpt_status (*before_consume)(void *user);
+  mpt_status (*zero_grads)(void *user, float *grads, int64_t count);
 } mpt_model_hooks;
 
 /* Installs `hooks` (copied), or removes them with NULL. One wrapper at a time: MPT_ESTATE when

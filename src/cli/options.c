@@ -139,9 +139,10 @@ typedef enum { P_I64, P_INT, P_F64, P_F32, P_F32D, P_STR, P_ON, P_OFF, P_FN } pa
   X(GRAD_COMM, "grad-comm", P_FN, NOFIELD, 0, 0, ALL, "distributed", "fp32|bf16",               \
     "gradients on the wire: bf16 rounds each bucket to\nbfloat16, sums in fp32 steps, half "     \
     "the bytes (default\nfp32; error bound in ddp.h; CPU models)", "")                          \
-  X(ZERO, "zero", P_FN, NOFIELD, 0, 0, ALL, "distributed", "0|1",                               \
-    "ZeRO stage: 1 shards the optimizer state over the ranks\n(reduce-scatter + all-gather; "    \
-    "default 0; CPU models)", "")                                                               \
+  X(ZERO, "zero", P_FN, NOFIELD, 0, 0, ALL, "distributed", "0|1|2",                             \
+    "ZeRO stage: 1 shards the optimizer state over the ranks\n(reduce-scatter + all-gather), 2 "  \
+    "also the gradients\n(each bucket's memory outside the shard given back\nafter its "          \
+    "reduce-scatter) (default 0; CPU models)", "")                                              \
   X(ALLREDUCE_ALGO, "allreduce-algo", P_FN, NOFIELD, 0, 0, ALL, "distributed", "native|rs-ag",  \
     "plain DDP's all-reduce: rs-ag = ZeRO-1's\nreduce-scatter + all-gather, so --zero 0 and 1 "  \
     "train\nbit for bit alike (default native; CPU models)", "")                                \
@@ -536,9 +537,9 @@ static int parse_special(int id, const char *a, mpt_cli_options *o, int64_t *gpt
         return fail(msg, n, "--grad-comm: '%s' is not fp32 or bf16", a);
       return 0;
     case OPT_ZERO:
-      if (strcmp(a, "0") != 0 && strcmp(a, "1") != 0)
+      if (strcmp(a, "0") != 0 && strcmp(a, "1") != 0 && strcmp(a, "2") != 0)
         return fail(msg, n, "--zero: '%s' is not a supported ZeRO stage (0: off, 1: sharded "
-                    "optimizer state; stages 2 and 3 are not implemented)", a);
+                    "optimizer state, 2: and sharded gradients; stage 3 is not implemented)", a);
       o->ddp.zero = a[0] - '0';
       return 0;
     case OPT_ALLREDUCE_ALGO:
@@ -645,8 +646,8 @@ static int finish(mpt_cli_options *o, const int64_t *gpt_size, char *msg, size_t
   if (o->optim.nesterov && (o->optim.momentum <= 0 || o->optim.dampening != 0))
     return fail(msg, n, "--nesterov needs --momentum > 0");
   if (o->mode == MPT_MODE_DP && o->ddp.zero)
-    return fail(msg, n, "--zero 1 does not work with --mode dp (DataParallel steps the whole "
-                "model in each rank): use --mode ddp");
+    return fail(msg, n, "--zero %d does not work with --mode dp (DataParallel steps the whole "
+                "model in each rank): use --mode ddp", o->ddp.zero);
   if (o->mode == MPT_MODE_DP && o->devices[0] == '\0')
     return fail(msg, n, "--mode dp needs --devices (e.g. cpu:2)");
   if (strcmp(o->resume, "auto") == 0 && o->checkpoint_dir[0] == '\0')

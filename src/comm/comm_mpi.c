@@ -72,7 +72,6 @@ typedef struct mpi_state {
   op_rec *free_list;
   op_rec *all;
   MPI_Op fmin, fmax; /* float32 MIN / MAX that propagate NaN (see float_min) */
-  MPI_Op bf16_sum;   /* bfloat16 SUM: widen, add in float32, round back (see bf16_add) */
 } mpi_state;
 
 /* ---- float32 MIN and MAX that propagate NaN ------------------------------------------------
@@ -106,15 +105,6 @@ static void float_max(void *in, void *inout, int *len, MPI_Datatype *type) {
     else if (x > y || (x == y && !signbit(x)))
       b[i] = x;
   }
-}
-
-/* bfloat16 SUM on 2-byte elements (comm.h "bfloat16"): each pairwise step widens both operands
- * (exact), adds in float32 and rounds to nearest even (one rounding of relative error <= 2^-8
- * per step; NaN stays NaN). Commutative bit for bit (but for which NaN payload survives), so MPI
- * may order the operands freely. The loop is core's vectorised mpt_bf16_add_array. */
-static void bf16_add(void *in, void *inout, int *len, MPI_Datatype *type) {
-  (void)type;
-  mpt_bf16_add_array(in, inout, *len);
 }
 
 /* ---- helpers shared with the bootstrap --------------------------------------------------- */
@@ -255,6 +245,7 @@ typedef enum {
   CALL_REDUCE_SCATTER, /* counts: per-rank receive counts */
   CALL_ALLGATHERV,     /* in place; counts, displs */
   CALL_REDUCE,         /* to root; recv ignored off the root */
+  CALL_ALLTOALLV,      /* counts, displs: sent; rcounts, rdispls: received */
 } call_kind;
 
 /* The arguments of one MPI collective call (MPI_Allreduce or MPI_Iallreduce, etc.). */
@@ -268,7 +259,8 @@ typedef struct mpi_call {
   MPI_Datatype recv_type;
   MPI_Op op;
   int root;
-  const int *counts, *displs; /* reduce-scatter, all-gatherv */
+  const int *counts, *displs; /* reduce-scatter, all-gatherv; all-to-all: what is sent */
+  const int *rcounts, *rdispls; /* all-to-all: what is received (recv_type) */
 } mpi_call;
 
 static const char *call_name(call_kind kind, int blocking) {
@@ -287,6 +279,8 @@ static const char *call_name(call_kind kind, int blocking) {
       return blocking ? "MPI_Allgatherv" : "MPI_Iallgatherv";
     case CALL_REDUCE:
       return blocking ? "MPI_Reduce" : "MPI_Ireduce";
+    case CALL_ALLTOALLV:
+      return blocking ? "MPI_Alltoallv" : "MPI_Ialltoallv";
   }
   return "MPI call";
 }
@@ -323,6 +317,10 @@ static mpt_status run_call(mpt_comm *comm, op_rec *r, const mpi_call *k, const c
       case CALL_REDUCE:
         rc = MPI_Reduce(k->send, k->recv, k->count, k->type, k->op, k->root, mc);
         break;
+      case CALL_ALLTOALLV:
+        rc = MPI_Alltoallv(k->send, k->counts, k->displs, k->type, k->recv, k->rcounts,
+                           k->rdispls, k->recv_type, mc);
+        break;
       default:
         rc = MPI_Barrier(mc);
     }
@@ -355,6 +353,10 @@ static mpt_status run_call(mpt_comm *comm, op_rec *r, const mpi_call *k, const c
     case CALL_REDUCE:
       rc = MPI_Ireduce(k->send, k->recv, k->count, k->type, k->op, k->root, mc, &req);
       break;
+    case CALL_ALLTOALLV:
+      rc = MPI_Ialltoallv(k->send, k->counts, k->displs, k->type, k->recv, k->rcounts,
+                          k->rdispls, k->recv_type, mc, &req);
+      break;
     default:
       rc = MPI_Ibarrier(mc, &req);
   }
@@ -379,7 +381,7 @@ static mpt_status check_signatures(mpt_comm *comm, op_rec *r, double deadline_ms
     return MPT_FAIL(MPT_ENOMEM, "cannot allocate the signature table of checked mode");
   make_sig(c, r->sig_mine);
   mpi_call k = {CALL_ALLGATHER, r->sig_mine, r->sigs, SIG_LEN, MPI_INT64_T, SIG_LEN,
-                MPI_INT64_T, MPI_OP_NULL, 0, NULL, NULL};
+                MPI_INT64_T, MPI_OP_NULL, 0, NULL, NULL, NULL, NULL};
   MPT_RETURN_IF(run_call(comm, r, &k, STAGE_CHECK, deadline_ms));
 
   /* Every rank sees the same table, so every rank reaches the same verdict and message. */
@@ -406,7 +408,6 @@ static mpt_status check_signatures(mpt_comm *comm, op_rec *r, double deadline_ms
 /* The MPI reduction of collective c. */
 static MPI_Op reduce_op(const mpt_comm *comm, const mpt__coll *c) {
   const mpi_state *ms = comm->backend_state;
-  if (c->dtype == MPT_BF16) return ms->bf16_sum; /* sum and avg (the prep refused the rest) */
   const int f32 = c->dtype == MPT_F32;
   return c->arg == MPT_REDUCE_MIN   ? (f32 ? ms->fmin : MPI_MIN)
          : c->arg == MPT_REDUCE_MAX ? (f32 ? ms->fmax : MPI_MAX)
@@ -425,32 +426,33 @@ static MPI_Op reduce_op(const mpt_comm *comm, const mpt__coll *c) {
  * 0.91 of raw MPI_Allreduce's bus bandwidth against 0.67 with one MPI_Reduce_scatter). */
 enum { RS_PIECE = 1 << 20 };
 
-static mpt_status run_sharded(mpt_comm *comm, op_rec *r, double deadline_ms) {
-  const mpt__coll *c = &r->coll;
+/* The float32 or int32 reduce-scatter (gather 0) of count elements of `send` into this rank's
+ * shard at `recv`, or the in-place all-gather of shards (gather 1) of `recv`. */
+static mpt_status run_sharded(mpt_comm *comm, op_rec *r, int gather, const void *sendbuf,
+                              void *recvbuf, int64_t count, mpt_dtype dtype, MPI_Op op,
+                              double deadline_ms) {
   const int world = comm->world_size, me = comm->rank;
-  const MPI_Datatype dt = mpt__mpi_dtype(c->dtype);
-  const size_t es = mpt_dtype_size(c->dtype);
-  const int gather = c->kind == MPT__COLL_ALLGATHER_SHARDS;
+  const MPI_Datatype dt = mpt__mpi_dtype(dtype);
+  const size_t es = mpt_dtype_size(dtype);
   const int64_t most = comm->config.max_chunk_count;
   const int64_t chunk = !gather && most > RS_PIECE ? RS_PIECE : most;
-  const MPI_Op op = gather ? MPI_OP_NULL : reduce_op(comm, c);
   int64_t my_off, my_n, s_off, s_n;
-  mpt_comm_shard(c->count, world, me, &my_off, &my_n);
-  char *recv = c->recvbuf;
-  const char *send = c->sendbuf;
+  mpt_comm_shard(count, world, me, &my_off, &my_n);
+  char *recv = recvbuf;
+  const char *send = sendbuf;
   const int in_place = !gather && recv == (const char *)send + (size_t)my_off * es;
 
-  if (c->count <= chunk) {
+  if (count <= chunk) {
     if (!r->counts && !(r->counts = malloc(sizeof(int) * 2 * (size_t)world)))
       return MPT_FAIL(MPT_ENOMEM, "cannot allocate the shard counts");
     r->displs = r->counts + world;
     for (int q = 0; q < world; q++) {
-      mpt_comm_shard(c->count, world, q, &s_off, &s_n);
+      mpt_comm_shard(count, world, q, &s_off, &s_n);
       r->counts[q] = (int)s_n;
       r->displs[q] = (int)s_off;
     }
     mpi_call k = {gather ? CALL_ALLGATHERV : CALL_REDUCE_SCATTER, NULL, NULL, 0, dt, 0,
-                  MPI_DATATYPE_NULL, op, 0, r->counts, r->displs};
+                  MPI_DATATYPE_NULL, op, 0, r->counts, r->displs, NULL, NULL};
     /* In place, MPI takes the input from recvbuf and leaves this rank's block at its start:
      * hand it the whole buffer, then move the block to the shard. */
     char *base = in_place ? recv - (size_t)my_off * es : recv;
@@ -463,17 +465,17 @@ static mpt_status run_sharded(mpt_comm *comm, op_rec *r, double deadline_ms) {
   }
 
   int64_t longest;
-  mpt_comm_shard(c->count, world, 0, &s_off, &longest);
+  mpt_comm_shard(count, world, 0, &s_off, &longest);
   for (int64_t off = 0; off < longest; off += chunk) {
     for (int q = 0; q < world; q++) {
-      mpt_comm_shard(c->count, world, q, &s_off, &s_n);
+      mpt_comm_shard(count, world, q, &s_off, &s_n);
       if (s_n <= off) continue;
       int n = (int)(s_n - off < chunk ? s_n - off : chunk);
       char *at = (char *)(gather ? recv : (char *)send) + (size_t)(s_off + off) * es;
       mpi_call k;
       if (gather) {
         k = (mpi_call){CALL_BCAST, NULL, at, n, dt, 0, MPI_DATATYPE_NULL, MPI_OP_NULL, q,
-                       NULL, NULL};
+                       NULL, NULL, NULL, NULL};
       } else {
         const void *src = at;
         void *dst = NULL;
@@ -481,12 +483,79 @@ static mpt_status run_sharded(mpt_comm *comm, op_rec *r, double deadline_ms) {
           dst = recv + (size_t)off * es;
           if (in_place) src = MPI_IN_PLACE;
         }
-        k = (mpi_call){CALL_REDUCE, src, dst, n, dt, 0, MPI_DATATYPE_NULL, op, q, NULL, NULL};
+        k = (mpi_call){CALL_REDUCE, src, dst, n, dt, 0, MPI_DATATYPE_NULL, op, q,
+                       NULL, NULL, NULL, NULL};
       }
       MPT_RETURN_IF(run_call(comm, r, &k, STAGE_DATA, deadline_ms));
     }
   }
   return MPT_OK;
+}
+
+/* ---- bfloat16 reduce-scatter, rounded once (comm.h "bfloat16") -------------------------------
+ * The bfloat16 sums are not left to an MPI_Op, which would round every partial sum to bfloat16
+ * at each step of MPI's tree or ring (W - 1 roundings, an error growing with W: at 8 ranks
+ * holding 1, 1/512, ..., 1/512 Open MPI 4.1 read 1.0078125 where the sum is 1.015625). Instead
+ * every rank sends each owner its piece of the buffer in bfloat16 (MPI_Alltoallv: the bytes on
+ * the wire of a ring reduce-scatter, (W-1)/W of the buffer per rank), the owner widens the W
+ * pieces, adds them in float32 in rank order (0, 1, ..., W-1: the same bits whatever MPI's
+ * algorithms), divides by W for AVG, and rounds once to bfloat16. The all-reduce is this
+ * reduce-scatter followed by the all-gather of the shards, so every bf16 reduction of the comm
+ * (all-reduce, reduce-scatter, sum or average) yields the same bits for the same element.
+ * Rounds of at most BF16_PIECE elements per rank (W pieces of BF16_PIECE / W) bound the
+ * temporaries: a send and a receive buffer of BF16_PIECE 2-byte elements (1 MiB each),
+ * allocated per call. */
+enum { BF16_PIECE = RS_PIECE / 2 };
+
+static mpt_status run_bf16_reduce(mpt_comm *comm, op_rec *r, const void *sendbuf,
+                                  void *recvbuf, int64_t count, int avg, double deadline_ms) {
+  const int world = comm->world_size, me = comm->rank;
+  const uint16_t *send = sendbuf;
+  uint16_t *out = recvbuf;
+  int64_t my_off, my_n, longest, s_off, s_n;
+  mpt_comm_shard(count, world, me, &my_off, &my_n);
+  mpt_comm_shard(count, world, 0, &s_off, &longest);
+  int64_t most = comm->config.max_chunk_count < BF16_PIECE ? comm->config.max_chunk_count
+                                                           : BF16_PIECE;
+  int64_t piece = most / world > 0 ? most / world : 1; /* elements per rank and round */
+  if (piece > longest) piece = longest > 0 ? longest : 1;
+  const size_t slots = (size_t)world * (size_t)piece;
+  uint16_t *pack = malloc(sizeof(uint16_t) * 2 * slots);
+  int *ints = malloc(sizeof(int) * 4 * (size_t)world);
+  mpt_status st = MPT_OK;
+  if (!pack || !ints) {
+    st = MPT_FAIL(MPT_ENOMEM, "cannot allocate the bfloat16 reduce-scatter's buffers (%zu "
+                  "elements)", 2 * slots);
+    goto done;
+  }
+  uint16_t *got = pack + slots;
+  int *scount = ints, *sdispl = ints + world, *rcount = ints + 2 * world,
+      *rdispl = ints + 3 * world;
+  const float w = (float)world;
+  for (int64_t off = 0; off < longest && st == MPT_OK; off += piece) {
+    const int64_t m = my_n - off < piece ? (my_n - off > 0 ? my_n - off : 0) : piece;
+    for (int q = 0; q < world; q++) {
+      mpt_comm_shard(count, world, q, &s_off, &s_n);
+      const int64_t k = s_n - off < piece ? (s_n - off > 0 ? s_n - off : 0) : piece;
+      if (k > 0) memcpy(pack + (size_t)q * piece, send + s_off + off, sizeof(uint16_t) * k);
+      scount[q] = (int)k;
+      sdispl[q] = (int)((size_t)q * piece);
+      rcount[q] = (int)m;
+      rdispl[q] = (int)((size_t)q * piece);
+    }
+    mpi_call k = {CALL_ALLTOALLV, pack, got, 0, MPI_UINT16_T, 0, MPI_UINT16_T, MPI_OP_NULL, 0,
+                  scount, sdispl, rcount, rdispl};
+    st = run_call(comm, r, &k, STAGE_DATA, deadline_ms);
+    for (int64_t i = 0; st == MPT_OK && i < m; i++) {
+      float acc = mpt_bf16_to_f32(got[i]);
+      for (int q = 1; q < world; q++) acc += mpt_bf16_to_f32(got[(size_t)q * piece + i]);
+      out[off + i] = mpt_bf16_from_f32(avg ? acc / w : acc);
+    }
+  }
+done:
+  free(pack);
+  free(ints);
+  return st;
 }
 
 /* Runs the data movement of one collective, chunked. */
@@ -500,7 +569,7 @@ static mpt_status run_data(mpt_comm *comm, op_rec *r, double deadline_ms) {
 
   if (c->kind == MPT__COLL_BARRIER) {
     mpi_call k = {CALL_BARRIER, NULL, NULL, 0, MPI_DATATYPE_NULL, 0, MPI_DATATYPE_NULL,
-                  MPI_OP_NULL, 0, NULL, NULL};
+                  MPI_OP_NULL, 0, NULL, NULL, NULL, NULL};
     return run_call(comm, r, &k, STAGE_DATA, deadline_ms);
   }
 
@@ -509,7 +578,7 @@ static mpt_status run_data(mpt_comm *comm, op_rec *r, double deadline_ms) {
     int in_place = c->sendbuf == recv + (size_t)comm->rank * (size_t)c->count * es;
     if (c->count <= chunk) {
       mpi_call k = {CALL_ALLGATHER, in_place ? MPI_IN_PLACE : c->sendbuf, recv, (int)c->count,
-                    dt, (int)c->count, dt, MPI_OP_NULL, 0, NULL, NULL};
+                    dt, (int)c->count, dt, MPI_OP_NULL, 0, NULL, NULL, NULL, NULL};
       return run_call(comm, r, &k, STAGE_DATA, deadline_ms);
     }
     /* Chunk j of every rank's block: a receive type of n elements whose extent is one whole
@@ -528,7 +597,7 @@ static mpt_status run_data(mpt_comm *comm, op_rec *r, double deadline_ms) {
                             mpt__coll_describe(c, what, sizeof what));
       const char *send = (const char *)c->sendbuf + (size_t)off * es;
       mpi_call k = {CALL_ALLGATHER, in_place ? MPI_IN_PLACE : send, recv + (size_t)off * es, n,
-                    dt, 1, block, MPI_OP_NULL, 0, NULL, NULL};
+                    dt, 1, block, MPI_OP_NULL, 0, NULL, NULL, NULL, NULL};
       mpt_status st = run_call(comm, r, &k, STAGE_DATA, deadline_ms);
       /* A non-blocking call keeps the type alive while it needs it; a stuck blocking call
        * never returns here, and one that returned is done with it. */
@@ -538,21 +607,35 @@ static mpt_status run_data(mpt_comm *comm, op_rec *r, double deadline_ms) {
     return MPT_OK;
   }
 
-  if (c->kind == MPT__COLL_REDUCE_SCATTER || c->kind == MPT__COLL_ALLGATHER_SHARDS)
-    return run_sharded(comm, r, deadline_ms);
-
+  if (c->kind == MPT__COLL_ALLGATHER_SHARDS)
+    return run_sharded(comm, r, 1, NULL, c->recvbuf, c->count, c->dtype, MPI_OP_NULL,
+                       deadline_ms);
+  if (c->dtype == MPT_BF16) { /* rounded once (run_bf16_reduce) */
+    int64_t off, n;
+    mpt_comm_shard(c->count, comm->world_size, comm->rank, &off, &n);
+    const int avg = c->arg == MPT_REDUCE_AVG;
+    if (c->kind == MPT__COLL_REDUCE_SCATTER)
+      return run_bf16_reduce(comm, r, c->sendbuf, c->recvbuf, c->count, avg, deadline_ms);
+    uint16_t *all = c->recvbuf; /* all-reduce: this rank's shard in place, then the gather */
+    MPT_RETURN_IF(run_bf16_reduce(comm, r, c->sendbuf, all + off, c->count, avg, deadline_ms));
+    return run_sharded(comm, r, 1, NULL, all, c->count, MPT_BF16, MPI_OP_NULL, deadline_ms);
+  }
   const MPI_Op op = reduce_op(comm, c);
+  if (c->kind == MPT__COLL_REDUCE_SCATTER)
+    return run_sharded(comm, r, 0, c->sendbuf, c->recvbuf, c->count, c->dtype, op, deadline_ms);
+
   for (int64_t off = 0; off < c->count; off += chunk) {
     int n = (int)(c->count - off < chunk ? c->count - off : chunk);
     char *recv = (char *)c->recvbuf + (size_t)off * es;
     mpi_call k;
     if (c->kind == MPT__COLL_BROADCAST) {
       k = (mpi_call){CALL_BCAST, NULL, recv, n, dt, 0, MPI_DATATYPE_NULL, MPI_OP_NULL,
-                     c->arg, NULL, NULL};
+                     c->arg, NULL, NULL, NULL, NULL};
     } else {
       const void *send =
           c->sendbuf == c->recvbuf ? MPI_IN_PLACE : (const char *)c->sendbuf + (size_t)off * es;
-      k = (mpi_call){CALL_ALLREDUCE, send, recv, n, dt, 0, MPI_DATATYPE_NULL, op, 0, NULL, NULL};
+      k = (mpi_call){CALL_ALLREDUCE, send, recv, n, dt, 0, MPI_DATATYPE_NULL, op, 0,
+                     NULL, NULL, NULL, NULL};
     }
     MPT_RETURN_IF(run_call(comm, r, &k, STAGE_DATA, deadline_ms));
   }
@@ -574,7 +657,7 @@ static mpt_status confirm(mpt_comm *comm, op_rec *r, mpt_status local, double de
   *disagree = 0;
   char what[160];
   mpi_call k = {CALL_ALLREDUCE, r->confirm_in, r->confirm_out, 3, MPI_INT64_T, 0,
-                MPI_DATATYPE_NULL, MPI_MAX, 0, NULL, NULL};
+                MPI_DATATYPE_NULL, MPI_MAX, 0, NULL, NULL, NULL, NULL};
   MPT_RETURN_IF(run_call(comm, r, &k, STAGE_AGREE, deadline_ms));
   *disagree = r->confirm_out[1] != -r->confirm_out[2];
   long long failed_rank = r->confirm_out[0] > 0 ? comm->world_size - r->confirm_out[0] : -1;
@@ -625,19 +708,15 @@ static mpt_status execute_listed(mpt_comm *comm, op_rec *r, double deadline_ms) 
   }
   if (st != MPT_OK) goto broken;
 
+  /* AVG: float32 divided here; bfloat16 was divided before its one rounding */
   if ((c->kind == MPT__COLL_ALLREDUCE || c->kind == MPT__COLL_REDUCE_SCATTER) &&
-      c->arg == MPT_REDUCE_AVG) {
+      c->arg == MPT_REDUCE_AVG && c->dtype != MPT_BF16) {
     int64_t n = c->count, off;
     if (c->kind == MPT__COLL_REDUCE_SCATTER)
       mpt_comm_shard(c->count, comm->world_size, comm->rank, &off, &n);
     const float w = (float)comm->world_size;
-    if (c->dtype == MPT_BF16) {
-      uint16_t *x = c->recvbuf;
-      for (int64_t i = 0; i < n; i++) x[i] = mpt_bf16_from_f32(mpt_bf16_to_f32(x[i]) / w);
-    } else {
-      float *x = c->recvbuf;
-      for (int64_t i = 0; i < n; i++) x[i] /= w;
-    }
+    float *x = c->recvbuf;
+    for (int64_t i = 0; i < n; i++) x[i] /= w;
   }
   return MPT_OK;
 
@@ -700,15 +779,14 @@ static mpt_status enqueue(mpt_comm *comm, mpt_stream *stream, const mpt__coll *c
 static mpt_status mpi_init(mpt_comm *comm) {
   mpi_state *s = calloc(1, sizeof *s);
   if (!s) return MPT_FAIL(MPT_ENOMEM, "cannot allocate the MPI backend state");
-  s->fmin = s->fmax = s->bf16_sum = MPI_OP_NULL;
+  s->fmin = s->fmax = MPI_OP_NULL;
   int rc = MPI_Op_create(float_min, 1, &s->fmin);
   if (rc == MPI_SUCCESS) rc = MPI_Op_create(float_max, 1, &s->fmax);
-  if (rc == MPI_SUCCESS) rc = MPI_Op_create(bf16_add, 1, &s->bf16_sum);
   if (rc != MPI_SUCCESS) {
     if (s->fmin != MPI_OP_NULL) MPI_Op_free(&s->fmin);
     if (s->fmax != MPI_OP_NULL) MPI_Op_free(&s->fmax);
     free(s);
-    return MPT_MPI_FAIL(rc, comm->rank, "MPI_Op_create (float32 min / max, bfloat16 sum)");
+    return MPT_MPI_FAIL(rc, comm->rank, "MPI_Op_create (float32 min / max)");
   }
   pthread_mutex_init(&s->mutex, NULL);
   comm->backend_state = s;
@@ -733,7 +811,6 @@ static void mpi_free(mpt_comm *comm) {
   if (!finalized) {
     MPI_Op_free(&s->fmin);
     MPI_Op_free(&s->fmax);
-    MPI_Op_free(&s->bf16_sum);
   }
   pthread_mutex_destroy(&s->mutex);
   free(s);

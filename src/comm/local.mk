@@ -72,3 +72,13 @@ tests_test_comm_shard_SOURCES = tests/test_comm_shard.c
 tests_test_comm_shard_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_comm_shard_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 endif
+
+# bfloat16 reductions rounded once: exact small cases at 2, 3, 4 and 8 ranks
+EXTRA_DIST += tests/test_comm_bf16.sh
+if HAVE_CHECK
+check_PROGRAMS += tests/test_comm_bf16
+TESTS += tests/test_comm_bf16.sh
+tests_test_comm_bf16_SOURCES = tests/test_comm_bf16.c
+tests_test_comm_bf16_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_comm_bf16_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+endif

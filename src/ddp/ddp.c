@@ -30,6 +30,7 @@
 #include "ddp/ddp_stats.h"
 #include "ddp/ddp_impl.h"
 #include "ddp/grad_comm.h"
+#include "ddp/reducer.h"
 
 mpt_ddp_config mpt_ddp_config_default(void) {
   mpt_ddp_config c;
@@ -237,11 +238,12 @@ mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm, mpt_str
        mpt_stream_device(mpt_comm_stream(comm)).type != MPT_DEVICE_CPU))
     return MPT_FAIL(MPT_ENOTSUP, "bf16 gradient communication needs the gradients in host memory "
                     "and the mpi comm backend on cpu (this model or comm is on a device)");
-  if (cfg.zero != 0 && cfg.zero != 1)
+  if (cfg.zero < 0 || cfg.zero > 2)
     return MPT_FAIL(MPT_EINVAL, "ZeRO stage %d is not supported (0: off, 1: sharded optimizer "
-                    "state)", cfg.zero);
+                    "state, 2: and sharded gradients)", cfg.zero);
   if (cfg.zero && mpt_model_device(model).type != MPT_DEVICE_CPU)
-    return MPT_FAIL(MPT_ENOTSUP, "ZeRO-1 needs the model in host memory (cpu) for now");
+    return MPT_FAIL(MPT_ENOTSUP, "ZeRO-%d needs the model in host memory (cpu) for now",
+                    cfg.zero);
   const int host = mpt_model_device(model).type == MPT_DEVICE_CPU &&
                    mpt_stream_device(mpt_comm_stream(comm)).type == MPT_DEVICE_CPU;
   if (cfg.allreduce != MPT_DDP_ALLREDUCE_NATIVE && cfg.allreduce != MPT_DDP_ALLREDUCE_RS_AG)
@@ -293,6 +295,7 @@ mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm, mpt_str
     }
   }
   if (cfg.zero) MPT_CHECK(mpt__ddp_zero_init(d), fail);
+  d->reducer = mpt__ddp_reducer_choose(d);
   mpt_device dev = mpt_model_device(model);
   for (int b = 0; b < d->nbuckets; b++) {
     d->args[b] = (bucket_arg){d, b};
@@ -322,7 +325,8 @@ mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm, mpt_str
                                  .grad_ready = grad_ready_hook,
                                  .after_backward = hook_after_backward,
                                  .before_zero_grad = hook_before_zero_grad,
-                                 .before_consume = hook_before_consume};
+                                 .before_consume = hook_before_consume,
+                                 .zero_grads = cfg.zero >= 2 ? mpt__ddp_zero_grads : NULL};
   MPT_CHECK(mpt_model_set_hooks(model, &hooks), fail);
   *ddp = d;
   return MPT_OK;
@@ -445,49 +449,11 @@ static mpt_status stamp_end(void *arg) {
   return MPT_OK;
 }
 
-/* grad_comm bf16, on the comm worker (host memory): the bucket's gradients rounded into its
- * conversion buffer before the collective, and the bf16 sums widened back and divided by the
- * world size after it. */
-static mpt_status bucket_to_bf16(void *arg) {
-  bucket_arg *a = arg;
-  const mpt_ddp_bucket_info *bk = &a->ddp->buckets[a->bucket];
-  mpt_bf16_round_array(a->ddp->grads + bk->offset, a->ddp->wire + bk->offset, bk->count);
-  return MPT_OK;
-}
-
-static mpt_status bucket_from_bf16(void *arg) {
-  bucket_arg *a = arg;
-  const mpt_ddp_bucket_info *bk = &a->ddp->buckets[a->bucket];
-  mpt__ddp_bf16_widen_avg(a->ddp->wire + bk->offset, a->ddp->grads + bk->offset, bk->count,
-                          mpt_comm_world_size(a->ddp->comm));
-  return MPT_OK;
-}
-
-/* The bucket's collective on the comm stream: the float32 average in place, or (bf16) round,
- * sum in bfloat16, widen and divide; ZeRO-1: the reduce-scatter of zero.c. */
-static mpt_status launch_reduction(mpt_ddp *d, int b, float *slice) {
-  const mpt_ddp_bucket_info *bk = &d->buckets[b];
-  if (d->cfg.zero) return mpt__ddp_zero_launch(d, b);
-  if (d->rsag) return mpt__ddp_rsag_launch(d, b);
-  d->sent_bytes += mpt__ddp_ring_bytes(1, (double)bk->count * (d->cfg.grad_comm ==
-                                       MPT_DDP_GRAD_FP32 ? 4 : 2), mpt_comm_world_size(d->comm));
-  if (d->cfg.grad_comm == MPT_DDP_GRAD_FP32)
-    return mpt_comm_allreduce(d->comm, d->comm_stream, slice, slice, bk->count, MPT_F32,
-                              MPT_REDUCE_AVG);
-  uint16_t *wire = d->wire + bk->offset;
-  MPT_RETURN_IF(mpt_stream_launch_host(d->comm_stream, bucket_to_bf16, &d->args[b]));
-  MPT_RETURN_IF(mpt_comm_allreduce(d->comm, d->comm_stream, wire, wire, bk->count, MPT_BF16,
-                                   MPT_REDUCE_SUM));
-  return mpt_stream_launch_host(d->comm_stream, bucket_from_bf16, &d->args[b]);
-}
-
 /* Compute stream -> event -> comm stream waits -> all-reduce (average) of the bucket's slice. */
 static mpt_status launch_bucket(mpt_ddp *d, int b) {
-  const mpt_ddp_bucket_info *bk = &d->buckets[b];
   char purpose[MPT_COMM_PURPOSE_MAX];
   snprintf(purpose, sizeof purpose, "grad bucket %d", b % 1000000); /* the flight recorder's tag */
   MPT_RETURN_IF(mpt_comm_set_purpose(d->comm, purpose));
-  float *slice = mpt_model_grads(d->model) + bk->offset;
   if (d->compute) { /* a NULL compute stream is the CPU inline: everything before has run */
     MPT_RETURN_IF(mpt_event_record(d->ready_events[b], d->compute));
     MPT_RETURN_IF(mpt_stream_wait_event(d->comm_stream, d->ready_events[b], d->cfg.timeout_ms));
@@ -496,7 +462,8 @@ static mpt_status launch_bucket(mpt_ddp *d, int b) {
     MPT_RETURN_IF(mpt_event_record(d->start_events[b], d->comm_stream));
   else
     MPT_RETURN_IF(mpt_stream_launch_host(d->comm_stream, stamp_start, &d->args[b]));
-  MPT_RETURN_IF(launch_reduction(d, b, slice));
+  d->sent_bytes += d->reducer->bytes(d, b);
+  MPT_RETURN_IF(d->reducer->launch(d, b));
   if (d->timing == TIMING_EVENTS) return mpt_event_record(d->end_events[b], d->comm_stream);
   return mpt_stream_launch_host(d->comm_stream, stamp_end, &d->args[b]);
 }

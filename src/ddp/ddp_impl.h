@@ -1,11 +1,14 @@
-/* The DDP engine's state, shared by ddp.c (bucket plan, hooks, all-reduce) and zero.c (ZeRO-1:
- * reduce-scatter, the sharded optimizer step, all-gather). Internal to src/ddp. */
+/* The DDP engine's state, shared by ddp.c (bucket plan, hooks, launches), reducer.c (what a
+ * bucket's reduction enqueues), zero.c (the shards: the sharded optimizer step, all-gather,
+ * clipping, checkpoints) and rsag.c (the norm in shard order). Internal to src/ddp. */
 #ifndef MPT_DDP_IMPL_H
 #define MPT_DDP_IMPL_H
 
 #include "mpitrain/comm.h"
 #include "mpitrain/ddp.h"
 #include "mpitrain/optim.h"
+
+struct mpt__ddp_reducer;
 
 /* How a pass is timed (see the header comment). */
 enum { TIMING_NOW, TIMING_LATE, TIMING_EVENTS };
@@ -53,6 +56,9 @@ struct mpt_ddp {
   mpt_ddp_stats stats;
   mpt_trace *trace;
   uint16_t *wire; /* grad_comm bf16: one conversion buffer per bucket, bucket b at its offset */
+  const struct mpt__ddp_reducer *reducer; /* reducer.h: built-in, or the user's hook */
+  mpt_ddp_comm_hook hook;                 /* mpt_ddp_register_comm_hook; NULL: built-in */
+  void *hook_state;
   /* ZeRO-1 (cfg.zero == 1; zero.c): this rank's shard of each bucket, by offset */
   int nshard;
   mpt_optim_range *shard;   /* [nshard] sorted by offset (empty shards left out) */
@@ -67,18 +73,18 @@ struct mpt_ddp {
 /* zero.c. At init (after the bucket plan): this rank's shard of each bucket (mpt_comm_shard of
  * the bucket's count). Errors: MPT_ENOMEM. */
 mpt_status mpt__ddp_zero_init(struct mpt_ddp *d);
-/* On the comm stream: bucket b's reduce-scatter (average; bf16: round, sum, widen the shard and
- * divide). */
-mpt_status mpt__ddp_zero_launch(struct mpt_ddp *d, int b);
-/* On the comm worker (bf16 gradients): bucket arg->bucket's float32 gradients rounded into its
- * conversion buffer. */
-mpt_status mpt__ddp_zero_to_bf16(void *arg);
+/* ZeRO-2, on the comm worker after bucket arg->bucket's reduce-scatter: the pages of the
+ * bucket's gradient slice outside this rank's shard, and of its bf16 conversion buffer, are
+ * given back to the system (madvise MADV_DONTNEED: they read as zero until written again).
+ * Always MPT_OK (a page that cannot be given back stays). */
+mpt_status mpt__ddp_zero_release(void *arg);
+/* ZeRO-2's zero_grads model hook (nn.h): the gradient buffer zeroed by giving its whole pages
+ * back (they read as zero) and writing zeros only into the pages it shares with other memory at
+ * its ends, so zero_grad does not make the whole buffer resident again. MPT_OK. */
+mpt_status mpt__ddp_zero_grads(void *user, float *grads, int64_t count);
 
-/* rsag.c. On the comm stream: bucket b's reduce-scatter (average) and all-gather of the shards
- * (bf16: round, reduce-scatter the sums, all-gather them, widen and divide). */
-mpt_status mpt__ddp_rsag_launch(struct mpt_ddp *d, int b);
-/* The sum of squares (double) of rank `rank`'s ZeRO-1 shard of the gradient buffer: its shard of
- * each bucket in increasing offset, each summed in 16 lanes. Every rank computes the same
+/* rsag.c. The sum of squares (double) of rank `rank`'s ZeRO shard of the gradient buffer: its
+ * shard of each bucket in increasing offset, each summed in 16 lanes. Every rank computes the same
  * double for the same gradients. */
 double mpt__ddp_shard_sq(const struct mpt_ddp *d, int rank);
 /* Plain DDP's clipping with cfg.allreduce RS_AG: the norm from the W shard sums added in rank

@@ -1,6 +1,6 @@
-/* Plain DDP's all-reduce as a reduce-scatter followed by an all-gather (ddp.h,
- * MPT_DDP_ALLREDUCE_RS_AG), and the sum of squares of the gradients in ZeRO-1's partition, which
- * both plain DDP (this algorithm) and ZeRO-1 (zero.c) clip with.
+/* The clipping norm of plain DDP's rs-ag all-reduce (ddp.h MPT_DDP_ALLREDUCE_RS_AG; its
+ * collectives are reducer.c's rs-ag reducer): the sum of squares of the gradients in ZeRO's
+ * partition, which both plain DDP with rs-ag and ZeRO (zero.c) clip with.
  *
  * Why: MPI_Allreduce and MPI_Reduce_scatter add the W ranks' values in different orders at
  * W > 2 (a few ulps per element), so plain DDP and ZeRO-1 drift apart under AdamW. Built from
@@ -12,12 +12,11 @@
  * the W sums; plain DDP holds every gradient and computes them all locally. Same doubles, same
  * norm, same clipping coefficient.
  *
- * Threads: the training thread; rsag_from_bf16 runs on the comm worker (its bucket only). */
+ * Threads: the training thread. */
 #include <math.h>
 
 #include "core/error.h"
 #include "ddp/ddp_impl.h"
-#include "ddp/grad_comm.h"
 #include "mpitrain/ops.h"
 
 double mpt__ddp_shard_sq(const mpt_ddp *d, int rank) {
@@ -45,35 +44,4 @@ mpt_status mpt__ddp_rsag_clip(mpt_ddp *d, mpt_stream *stream, float max_norm,
   const double coef = (double)max_norm / (norm + MPT__DDP_CLIP_EPS);
   if (coef >= 1.0) return MPT_OK;
   return mpt_op_scale(stream, d->grads, mpt_model_param_count(d->model), (float)coef);
-}
-
-/* bf16, on the comm worker: the bucket's bfloat16 sums (all shards gathered) widened back into
- * the float32 gradients and divided by W. */
-static mpt_status rsag_from_bf16(void *arg) {
-  bucket_arg *a = arg;
-  const mpt_ddp_bucket_info *bk = &a->ddp->buckets[a->bucket];
-  mpt__ddp_bf16_widen_avg(a->ddp->wire + bk->offset, a->ddp->grads + bk->offset, bk->count,
-                          mpt_comm_world_size(a->ddp->comm));
-  return MPT_OK;
-}
-
-mpt_status mpt__ddp_rsag_launch(mpt_ddp *d, int b) {
-  const mpt_ddp_bucket_info *bk = &d->buckets[b];
-  const int world = mpt_comm_world_size(d->comm);
-  int64_t off, n;
-  mpt_comm_shard(bk->count, world, mpt_comm_rank(d->comm), &off, &n);
-  const double wire = d->cfg.grad_comm == MPT_DDP_GRAD_FP32 ? 4.0 : 2.0;
-  d->sent_bytes += mpt__ddp_ring_bytes(1, wire * (double)bk->count, world); /* RS + AG */
-  if (d->cfg.grad_comm == MPT_DDP_GRAD_FP32) {
-    float *slice = d->grads + bk->offset;
-    MPT_RETURN_IF(mpt_comm_reduce_scatter(d->comm, d->comm_stream, slice, slice + off,
-                                          bk->count, MPT_F32, MPT_REDUCE_AVG));
-    return mpt_comm_allgather_shards(d->comm, d->comm_stream, slice, bk->count, MPT_F32);
-  }
-  uint16_t *w = d->wire + bk->offset;
-  MPT_RETURN_IF(mpt_stream_launch_host(d->comm_stream, mpt__ddp_zero_to_bf16, &d->args[b]));
-  MPT_RETURN_IF(mpt_comm_reduce_scatter(d->comm, d->comm_stream, w, w + off, bk->count, MPT_BF16,
-                                        MPT_REDUCE_SUM));
-  MPT_RETURN_IF(mpt_comm_allgather_shards(d->comm, d->comm_stream, w, bk->count, MPT_BF16));
-  return mpt_stream_launch_host(d->comm_stream, rsag_from_bf16, &d->args[b]);
 }

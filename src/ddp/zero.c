@@ -1,8 +1,7 @@
-/* ZeRO-1 in the DDP engine (ddp.h "ZeRO-1"): the shard of each bucket this rank owns, the
- * bucket's reduce-scatter (average) on the comm stream in place of its all-reduce, the sharded
- * optimizer (its step, then the all-gather of the parameters), global-norm clipping and the
- * non-finite check over the shards, and the gather / scatter of the optimizer state for
- * checkpoints.
+/* ZeRO in the DDP engine (ddp.h "ZeRO"): the shard of each bucket this rank owns (its
+ * reduce-scatter is reducer.c's reduce-scatter reducer), the sharded optimizer (its step, then
+ * the all-gather of the parameters), global-norm clipping and the non-finite check over the
+ * shards, and the gather / scatter of the optimizer state for checkpoints.
  *
  * Layout: bucket b (a slice {offset, count} of the flat buffers) is split with mpt_comm_shard
  * over the W ranks; rank r owns [offset + s_r, offset + s_r + n_r) of it. So a rank's shard is
@@ -11,17 +10,18 @@
  * After backward only the owned slices of the gradient buffer hold averaged gradients (the rest
  * is what the in-place reduce-scatter left there: undefined).
  *
- * Threads: the training thread calls everything here; the two bf16 host functions run on the
- * comm worker, touching only their bucket. */
+ * Threads: the training thread calls everything here. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "ddp/ddp_impl.h"
-#include "ddp/grad_comm.h"
+#include "ddp/reducer.h"
 #include "mpitrain/ops.h"
 
 double mpt__ddp_ring_bytes(int allreduce, double nbytes, int world) {
@@ -53,40 +53,48 @@ mpt_status mpt__ddp_zero_init(mpt_ddp *d) {
   return MPT_OK;
 }
 
-/* bf16 on the comm worker: the whole bucket rounded before the reduce-scatter, and this rank's
- * shard of the bfloat16 sums widened back and divided by W after it. */
-mpt_status mpt__ddp_zero_to_bf16(void *arg) {
-  bucket_arg *a = arg;
-  const mpt_ddp_bucket_info *bk = &a->ddp->buckets[a->bucket];
-  mpt_bf16_round_array(a->ddp->grads + bk->offset, a->ddp->wire + bk->offset, bk->count);
+/* The whole pages inside [start, start + nbytes) given back to the system (they read as zero
+ * afterwards: the buffers are private anonymous memory, malloc's); returns 1 when it did. *from
+ * and *to get the range given back (from == to: none). */
+static int release_pages(void *start, size_t nbytes, uintptr_t *from, uintptr_t *to) {
+  static long page;
+  if (page <= 0) page = sysconf(_SC_PAGESIZE);
+  const uintptr_t a = (uintptr_t)start, e = a + nbytes, m = (uintptr_t)(page > 0 ? page : 1) - 1;
+  *from = *to = a;
+  if (page <= 0 || nbytes < (size_t)page) return 0;
+  const uintptr_t f = (a + m) & ~m, t = e & ~m;
+  if (t <= f || madvise((void *)f, t - f, MADV_DONTNEED) != 0) return 0;
+  *from = f;
+  *to = t;
+  return 1;
+}
+
+mpt_status mpt__ddp_zero_grads(void *user, float *grads, int64_t count) {
+  (void)user;
+  const size_t nbytes = sizeof(float) * (size_t)count;
+  uintptr_t from, to;
+  if (!release_pages(grads, nbytes, &from, &to)) {
+    memset(grads, 0, nbytes);
+    return MPT_OK;
+  }
+  const uintptr_t a = (uintptr_t)grads, e = a + nbytes; /* the pages shared with others */
+  memset(grads, 0, from - a);
+  memset((void *)to, 0, e - to);
   return MPT_OK;
 }
 
-static mpt_status zero_from_bf16(void *arg) {
+mpt_status mpt__ddp_zero_release(void *arg) {
   bucket_arg *a = arg;
   const mpt_ddp *d = a->ddp;
-  const int64_t at = d->buckets[a->bucket].offset + d->bucket_shard[2 * a->bucket];
-  mpt__ddp_bf16_widen_avg(d->wire + at, d->grads + at, d->bucket_shard[2 * a->bucket + 1],
-                          mpt_comm_world_size(d->comm));
+  const mpt_ddp_bucket_info *bk = &d->buckets[a->bucket];
+  const int64_t off = d->bucket_shard[2 * a->bucket], n = d->bucket_shard[2 * a->bucket + 1];
+  float *g = d->grads + bk->offset;
+  uintptr_t from, to;
+  release_pages(g, sizeof(float) * (size_t)off, &from, &to);
+  release_pages(g + off + n, sizeof(float) * (size_t)(bk->count - off - n), &from, &to);
+  if (d->wire) release_pages(d->wire + bk->offset, sizeof(uint16_t) * (size_t)bk->count, &from,
+                             &to);
   return MPT_OK;
-}
-
-mpt_status mpt__ddp_zero_launch(mpt_ddp *d, int b) {
-  const mpt_ddp_bucket_info *bk = &d->buckets[b];
-  const int64_t off = d->bucket_shard[2 * b];
-  const int world = mpt_comm_world_size(d->comm);
-  if (d->cfg.grad_comm == MPT_DDP_GRAD_FP32) {
-    float *slice = d->grads + bk->offset;
-    d->sent_bytes += mpt__ddp_ring_bytes(0, 4.0 * (double)bk->count, world);
-    return mpt_comm_reduce_scatter(d->comm, d->comm_stream, slice, slice + off, bk->count,
-                                   MPT_F32, MPT_REDUCE_AVG);
-  }
-  uint16_t *wire = d->wire + bk->offset;
-  d->sent_bytes += mpt__ddp_ring_bytes(0, 2.0 * (double)bk->count, world);
-  MPT_RETURN_IF(mpt_stream_launch_host(d->comm_stream, mpt__ddp_zero_to_bf16, &d->args[b]));
-  MPT_RETURN_IF(mpt_comm_reduce_scatter(d->comm, d->comm_stream, wire, wire + off, bk->count,
-                                        MPT_BF16, MPT_REDUCE_SUM));
-  return mpt_stream_launch_host(d->comm_stream, zero_from_bf16, &d->args[b]);
 }
 
 /* ---- public (ddp.h "ZeRO-1") ---- */
@@ -108,13 +116,10 @@ double mpt_ddp_sent_bytes(const mpt_ddp *d) { return d ? d->sent_bytes : 0.0; }
 double mpt_ddp_step_bytes(const mpt_ddp *d) {
   if (!d) return 0.0;
   const int world = mpt_comm_world_size(d->comm);
-  const double wire = d->cfg.grad_comm == MPT_DDP_GRAD_FP32 ? 4.0 : 2.0;
   double sum = 0;
-  for (int b = 0; b < d->nbuckets; b++) {
-    const double c = (double)d->buckets[b].count;
-    sum += d->cfg.zero ? mpt__ddp_ring_bytes(0, wire * c, world) +
-                             mpt__ddp_ring_bytes(0, 4.0 * c, world)
-                       : mpt__ddp_ring_bytes(1, wire * c, world);
+  for (int b = 0; b < d->nbuckets; b++) { /* the reduction, and ZeRO's all-gather after the step */
+    sum += d->reducer->bytes(d, b);
+    if (d->cfg.zero) sum += mpt__ddp_ring_bytes(0, 4.0 * (double)d->buckets[b].count, world);
   }
   return sum;
 }

@@ -332,7 +332,11 @@ mpt_status mpt_model_zero_grad(mpt_model *model, mpt_stream *stream) {
                     model->device.type == MPT_DEVICE_CPU ? "the CPU" : "CUDA");
   if (model->has_hooks && model->hooks.before_zero_grad)
     MPT_RETURN_IF(model->hooks.before_zero_grad(model->hooks.user));
-  MPT_RETURN_IF(mpt_op_fill(stream, model->grad_data, model->params.total, 0.0f));
+  if (model->has_hooks && model->hooks.zero_grads)
+    MPT_RETURN_IF(model->hooks.zero_grads(model->hooks.user, model->grad_data,
+                                          model->params.total));
+  else
+    MPT_RETURN_IF(mpt_op_fill(stream, model->grad_data, model->params.total, 0.0f));
   model->grads_state = MPT_GRADS_ZERO;
   return MPT_OK;
 }

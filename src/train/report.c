@@ -109,8 +109,10 @@ void mpt__train_log_start(mpt__trainer *t) {
             "gradients %s on the wire, %s%s%s%s", mpt_ddp_num_buckets(t->ddp),
             c->ddp.first_bucket_cap_mb, c->ddp.bucket_cap_mb, c->ddp.overlap ? "on" : "off",
             mpt_ddp_grad_comm_name(c->ddp.grad_comm),
-            c->ddp.zero ? "ZeRO-1 (reduce-scatter, all-gather of the parameters)"
-                        : "all-reduce ",
+            c->ddp.zero == 2 ? "ZeRO-2 (reduce-scatter into the gradient shards, all-gather of "
+                               "the parameters)"
+            : c->ddp.zero    ? "ZeRO-1 (reduce-scatter, all-gather of the parameters)"
+                             : "all-reduce ",
             c->ddp.zero ? "" : mpt_ddp_allreduce_algo_name(c->ddp.allreduce),
             t->grad_comm ? " over " : "",
             t->grad_comm ? mpt_comm_backend_name(mpt_comm_backend_kind(t->grad_comm)) : "");
@@ -250,7 +252,9 @@ mpt_status mpt__train_memory_report(mpt__trainer *t, const char *when, int64_t s
     mpt_log(MPT_LOG_INFO, "memory %s, rank %d: parameters %.2f MiB, gradients %.2f MiB, "
             "optimizer state %.2f MiB%s, peak resident %.1f MiB; sent per step %.2f MiB (%s, "
             "ring model)", when, r, v[0] * mib, v[1] * mib, v[2] * mib,
-            t->ddp && mpt_ddp_zero_stage(t->ddp) ? " (ZeRO-1 shard)" : "", v[3] * mib,
+            !t->ddp || !mpt_ddp_zero_stage(t->ddp) ? ""
+            : mpt_ddp_zero_stage(t->ddp) == 1      ? " (ZeRO-1 shard)"
+                                                   : " (ZeRO-2 shard)", v[3] * mib,
             v[4] * mib, steps > 0 ? "counted" : "planned");
   }
   free(all);

@@ -83,8 +83,8 @@ static mpt_status config_check(const mpt_trainer_config *in, const mpt_train_tas
     return MPT_FAIL(MPT_EINVAL, "--resume auto needs --checkpoint-dir (the directory to resume "
                     "from)");
   if (!empty(c->dp_devices) && c->ddp.zero)
-    return MPT_FAIL(MPT_EINVAL, "--zero 1 does not work with DataParallel (--mode dp steps the "
-                    "whole model in each rank): use --mode ddp");
+    return MPT_FAIL(MPT_EINVAL, "--zero %d does not work with DataParallel (--mode dp steps the "
+                    "whole model in each rank): use --mode ddp", c->ddp.zero);
   c->ddp.timeout_ms = c->timeout_s * 1e3;
   return mpt_optimizer_config_validate(&c->optim);
 }
