@@ -11,8 +11,8 @@
 # After start, DIR/env.sh sets SLURM_CONF (read by sbatch, srun, squeue, scontrol...) and
 # MPT_SLURM_CLUSTER=DIR; source it before submitting. The node is NodeName=$(hostname -s),
 # NodeAddr=127.0.0.1, CPUs=$(nproc) (or MPT_SLURM_CPUS when that is more); one partition
-# "test"; MpiDefault=pmix. What works without systemd or cgroups (../shared/ENVIRONMENT.md): proctrack/linuxproc, task/none,
-# jobacct_gather/none, SlurmUser=root.
+# "test"; MpiDefault=pmix. What works without systemd or cgroups (../shared/ENVIRONMENT.md):
+# proctrack/linuxproc, task/none, jobacct_gather/none, SlurmUser=root.
 #
 # stop cancels every job, stops slurmd, slurmctld and munged by the pids in their pid files
 # (SIGTERM, then SIGKILL after a few seconds), and kills by pid any process still carrying

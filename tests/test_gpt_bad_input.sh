@@ -421,8 +421,8 @@ tn=$("$prog" train $one --shards "$tmp/same.bin" --lr 0 --max-steps 100000 --log
 "$prog" train $tiny $shards --batch-size 2 --max-steps 6 --checkpoint-dir "$tmp/ck" \
   --stop-at-step 3 > "$tmp/ck.log" 2>&1 || bad "checkpointed run: $(tail -n 2 "$tmp/ck.log")"
 small="--model gpt --n-layer 1 --n-embd 16 --seq-len 16"
-for case in "--accumulate 2|global batch of 1 samples per step.*Settings that keep it: --accumulate 1" \
-            "--batch-size 4|windows of 2 rows (--batch-size 2), this run's of 4: --batch-size must stay 2" \
+for case in "--accumulate 2|global batch of 1 samples per step.*keep it: --accumulate 1" \
+            "--batch-size 4|(--batch-size 2), this run's of 4: --batch-size must stay 2" \
             "--lr 0.1|--lr 0.001 in the checkpointed run, 0.1 now"; do
   # shellcheck disable=SC2086
   expect 1 "${case#*|}" "--resume with ${case%%|*}" -- "$prog" train $tiny $shards --batch-size 2 \
@@ -438,7 +438,8 @@ expect 1 "1/2/16/16/256 in the checkpointed run, 1/2/16/16/200 now" \
   --batch-size 2 --max-steps 6 --resume "$tmp/ck"
 # ... on 2 ranks too (rank 0 compares; the job ends, not only rank 0)
 # shellcheck disable=SC2086
-expect 1 "global batch of 1 samples per step.*ranks that can: 1" "--resume with --accumulate 2, 2 ranks" -- \
+expect 1 "global batch of 1 samples per step.*ranks that can: 1" \
+  "--resume with --accumulate 2, 2 ranks" -- \
   "${srcdir:-.}/tests/mpirun.sh" 2 60 "$prog" train $tiny $shards --batch-size 2 --max-steps 6 \
   --resume "$tmp/ck" --accumulate 2
 # shellcheck disable=SC2086

@@ -63,7 +63,7 @@ out=$(run 2 $base --model cnn --batchnorm --optimizer adamw --lr 0.001 --dropout
 out=$(run 2 $base --resume "$tmp/mlp_1rank_mid.ck" 2>&1)
 [ $? -ne 0 ] && printf '%s' "$out" | grep -q "global batch of 32 samples per step" &&
   printf '%s' "$out" | grep -q "Settings that keep it: --batch-size 16 --accumulate 1" && ok ||
-  bad "resume with another global batch was not refused clearly: $(printf '%s' "$out" | grep -m1 error)"
+  bad "another global batch was not refused clearly: $(printf '%s' "$out" | grep -m1 error)"
 # A corrupt checkpoint (one byte flipped in the middle) is refused, naming the file.
 f=$(ls "$tmp/mlp_1rank_mid.ck"/ckpt-step*.mpt | tail -n 1)
 size=$(wc -c <"$f")

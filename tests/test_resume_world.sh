@@ -131,13 +131,15 @@ cnn="--model cnn $img --batch-size 16 --lr 0.02"
 adamw="--optimizer adamw --lr 0.002"
 check_case mlp_sgd_4to2 4 2 11 "$mlp" "--accumulate 2" 8 $TOL
 check_case mlp_sgd_zero1_4to1 4 1 5 "$mlp --zero 1" "--accumulate 4" 8 $TOL
-check_case mlp_adamw_zero1_4to2 4 2 11 "$mlp $adamw --zero 1" "--batch-size auto --accumulate auto" 8 $TOL
+auto="--batch-size auto --accumulate auto"
+check_case mlp_adamw_zero1_4to2 4 2 11 "$mlp $adamw --zero 1" "$auto" 8 $TOL
 cnn4="$cnn --accumulate 2" # G = 4 x 16 x 2 = 128
 check_case cnn_adamw_zero1_4to2 4 2 11 "$cnn4 $adamw --zero 1" "--accumulate 4" 8 $TOL
 check_case cnn_sgd_4to1 4 1 5 "$cnn4" "--accumulate 8" 8 $TOL
 # 1001 samples: 2 ranks pad 1, 3 ranks pad 2; G = 2 x 12 x 3 = 72 = 3 x 12 x 2: 14 steps per
 # epoch, the last with 65 real samples
-odd="--model mlp --hidden 64 --synthetic --train-limit 1001 --test-limit 64 --epochs 2 --no-progress --threads 1 --seed 3 --batch-size 12 --accumulate 3"
+odd="--model mlp --hidden 64 --synthetic --train-limit 1001 --test-limit 64 --epochs 2
+  --no-progress --threads 1 --seed 3 --batch-size 12 --accumulate 3"
 check_case mlp_sgd_pad_2to3 2 3 17 "$odd" "--batch-size auto --accumulate auto" 14 $TOL
 check_case mlp_adamw_zero1_pad_2to3 2 3 13 "$odd $adamw --zero 1" "--accumulate auto" 14 $TOL
 
@@ -155,7 +157,8 @@ gpt="--model gpt --n-layer 2 --n-head 2 --n-embd 32 --seq-len 32 --vocab-size 25
   --shards $tmp/shards/train_000000.bin --max-steps 6 --epochs 2 --lr 3e-3
   --warmup-steps 2 --threads 1 --no-progress --progress-interval 0 --seed 5 --log-every 0"
 check_case gpt_adamw_4to2 4 2 4 "$gpt --accumulate 3" "--accumulate 6" 6 $TOL
-check_case gpt_sgd_zero1_4to1 4 1 8 "$gpt --accumulate 3 --optimizer sgd --lr 0.1 --momentum 0.9 --zero 1" "--accumulate 12" 6 $TOL
+gsgd="--accumulate 3 --optimizer sgd --lr 0.1 --momentum 0.9 --zero 1"
+check_case gpt_sgd_zero1_4to1 4 1 8 "$gpt $gsgd" "--accumulate 12" 6 $TOL
 check_case gpt_adamw_zero1_2to3 2 3 7 "$gpt --accumulate 6 --zero 1" "--accumulate auto" 6 $TOL
 
 echo "# resume on another number of ranks: the samples consumed and the parameters after the"
@@ -193,7 +196,8 @@ refuse() {
 {
 refuse "G on 3 ranks" 3 "ranks that can: 1, 2, 4, 8, 16, 32, 64, 128" $mlp \
   --batch-size auto --accumulate auto --checkpoint-dir "$ck" --resume auto
-refuse "settings that do not make G" 2 "Settings that keep it: --batch-size 64 --accumulate 1, --batch-size 32 --accumulate 2" \
+refuse "settings that do not make G" 2 \
+  "keep it: --batch-size 64 --accumulate 1, --batch-size 32 --accumulate 2" \
   $mlp --checkpoint-dir "$ck" --resume auto
 refuse "another model" 2 "model mlp in the checkpointed run, cnn now" $cnn --accumulate 4 \
   --checkpoint-dir "$ck" --resume auto

@@ -280,7 +280,8 @@ static size_t format_run_options(const mpt__trainer *t, char *buf, size_t n) {
                    "no-decay-bias-norm %d\nschedule %s\nwarmup-steps %" PRId64 "\nstep-size %"
                    PRId64 "\ngamma %s\nmin-lr %s\ngrad-clip %g\nseed %" PRIu64 "\n",
                    o->run_options, o->run_options[0] && o->run_options[strlen(o->run_options) - 1]
-                   != '\n' ? "\n" : "", o->epochs, batch, o->max_steps, o->shuffle, o->drop_last, mpt_optimizer_kind_name(oc->kind),
+                   != '\n' ? "\n" : "", o->epochs, batch, o->max_steps, o->shuffle,
+                   o->drop_last, mpt_optimizer_kind_name(oc->kind),
                    float_text(oc->lr, f[0]), float_text(oc->momentum, f[1]), oc->nesterov,
                    float_text(oc->weight_decay, f[2]), float_text(oc->beta1, f[3]),
                    float_text(oc->beta2, f[4]), float_text(oc->eps, f[5]), o->no_decay_bias_norm,
