@@ -10,9 +10,9 @@
 #
 # After start, DIR/env.sh sets SLURM_CONF (read by sbatch, srun, squeue, scontrol...) and
 # MPT_SLURM_CLUSTER=DIR; source it before submitting. The node is NodeName=$(hostname -s),
-# NodeAddr=127.0.0.1, CPUs=$(nproc); one partition "test"; MpiDefault=pmix. What works without
-# systemd or cgroups (../shared/ENVIRONMENT.md): proctrack/linuxproc, task/none,
-# jobacct_gather/none, SlurmUser=root.
+# NodeAddr=127.0.0.1, CPUs=$(nproc) (or MPT_SLURM_CPUS when that is more); one partition
+# "test"; MpiDefault=pmix. What works without systemd or cgroups (../shared/ENVIRONMENT.md):
+# proctrack/linuxproc, task/none, jobacct_gather/none, SlurmUser=root.
 #
 # stop cancels every job, stops slurmd, slurmctld and munged by the pids in their pid files
 # (SIGTERM, then SIGKILL after a few seconds), and kills by pid any process still carrying
@@ -189,7 +189,14 @@ do_start() {
   chmod 0600 "$dir/munge/munge.key"
 
   host=$(hostname -s)
+  # MPT_SLURM_CPUS=N (more than nproc): the node says it has N CPUs (config_overrides), so a
+  # test can submit jobs of more tasks than the machine has cores
   cpus=$(nproc)
+  overrides=
+  if [ "${MPT_SLURM_CPUS:-0}" -gt "$cpus" ]; then
+    cpus=$MPT_SLURM_CPUS
+    overrides=SlurmdParameters=config_overrides
+  fi
   port=$(pick_ports) || fail_start "no two free adjacent TCP ports in [20000, 30000)"
   cat >"$dir/slurm.conf" <<EOF
 # One-node test cluster written by tests/slurm_cluster.sh (state under $dir).
@@ -227,6 +234,7 @@ KillWait=5
 MinJobAge=600
 SlurmctldTimeout=30
 SlurmdTimeout=60
+$overrides
 NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN
 PartitionName=test Nodes=$host Default=YES MaxTime=INFINITE State=UP
 EOF

@@ -97,6 +97,12 @@ static mpt_ckpt_meta sample_meta(void) {
   mpt_rng_seed(&meta.rngs[0], 11);
   mpt_rng_seed(&meta.rngs[1], 22);
   mpt_rng_next(&meta.rngs[1]);
+  meta.global_batch = 256;
+  meta.epoch_cursor = 17 * 256;
+  meta.epoch_samples = 60000;
+  meta.dataset_count = 60001;
+  meta.batch_size = 32;
+  meta.accumulate = 2;
   return meta;
 }
 
@@ -216,6 +222,12 @@ static void check_same_meta(const mpt_ckpt_meta *a, const mpt_ckpt_meta *b) {
   ck_assert_int_eq(a->num_rngs, b->num_rngs);
   for (int r = 0; r < a->num_rngs; r++)
     for (int i = 0; i < 4; i++) ck_assert_uint_eq(a->rngs[r].s[i], b->rngs[r].s[i]);
+  ck_assert_int_eq(a->global_batch, b->global_batch);
+  ck_assert_int_eq(a->epoch_cursor, b->epoch_cursor);
+  ck_assert_int_eq(a->epoch_samples, b->epoch_samples);
+  ck_assert_int_eq(a->dataset_count, b->dataset_count);
+  ck_assert_int_eq(a->batch_size, b->batch_size);
+  ck_assert_int_eq(a->accumulate, b->accumulate);
 }
 
 /* The detail of the last error contains every one of the words (NULL-terminated). */
@@ -352,7 +364,15 @@ START_TEST(test_ckpt_layout_matches_the_documented_format) {
   ck_assert_uint_eq(LE64(56), 0xfeedfacecafebeefULL);
   ck_assert_uint_eq(LE32(64), 4); /* world size */
   ck_assert_uint_eq(LE32(68), 2); /* RNGs */
-  size_t off = 72 + 2 * 32;
+  size_t off = 72 + 2 * 32;          /* version 2's resume block */
+  ck_assert_uint_eq(LE64(off), 256);          /* global batch */
+  ck_assert_uint_eq(LE64(off + 8), 17 * 256); /* epoch cursor */
+  ck_assert_uint_eq(LE64(off + 16), 60000);   /* epoch samples */
+  ck_assert_uint_eq(LE64(off + 24), 60001);   /* data set count */
+  ck_assert_uint_eq(LE64(off + 32), 32);      /* batch size */
+  ck_assert_uint_eq(LE32(off + 40), 2);       /* accumulate */
+  ck_assert_uint_eq(LE32(off + 44), 0);       /* reserved */
+  off += 48;
   ck_assert_uint_eq(LE32(off), 3);     /* parameters */
   ck_assert_uint_eq(LE32(off + 4), 2); /* buffers */
   ck_assert_uint_eq(LE32(off + 8), 8); /* strlen("a.weight") */
@@ -486,6 +506,47 @@ START_TEST(test_ckpt_wrong_magic_is_refused) {
 }
 END_TEST
 
+/* A version-1 file (written before the resume block existed: the same layout without it)
+ * still loads, bit for bit, and reads as version 1 with the resume fields 0 (not recorded). The
+ * file is made from a version-2 one by hand: the 48 bytes of the block cut out, the version,
+ * size and CRC rewritten. */
+START_TEST(test_ckpt_version_1_file_still_loads) {
+  mpt_model *a;
+  mpt_optimizer *oa;
+  const char *path = save_base(&a, &oa);
+  size_t n;
+  unsigned char *full = read_file(path, &n);
+  const size_t block = 72 + 2 * 32, cut = 48, m = n - cut;
+  unsigned char *v1 = malloc(m);
+  ck_assert_ptr_nonnull(v1);
+  memcpy(v1, full, block);
+  memcpy(v1 + block, full + block + cut, n - block - cut);
+  v1[8] = 1, v1[9] = v1[10] = v1[11] = 0;
+  for (int i = 0; i < 8; i++) v1[16 + i] = (unsigned char)((uint64_t)m >> (8 * i));
+  fix_crc(v1, m);
+  const char *old = tmp_path("v1.mpt");
+  write_file(old, v1, m);
+  mpt_model *b = make_model(MODEL_BASE, 99);
+  mpt_optimizer *ob = make_opt(b, MPT_OPTIM_ADAMW, 0, 1, 5);
+  mpt_ckpt_meta got;
+  ck_assert_int_eq(mpt_ckpt_load(old, b, ob, &got), MPT_OK);
+  check_same_model(a, b);
+  check_same_opt(oa, ob);
+  ck_assert_uint_eq(got.format_version, 1);
+  mpt_ckpt_meta want = sample_meta();
+  want.global_batch = want.epoch_cursor = want.epoch_samples = want.dataset_count = 0;
+  want.batch_size = 0;
+  want.accumulate = 0;
+  check_same_meta(&want, &got);
+  ck_assert_int_eq(mpt_ckpt_read_meta(path, &got, NULL), MPT_OK);
+  ck_assert_uint_eq(got.format_version, MPT_CKPT_VERSION);
+  free(v1);
+  free(full);
+  mpt_optimizer_free(oa), mpt_optimizer_free(ob);
+  mpt_model_free(a), mpt_model_free(b);
+}
+END_TEST
+
 START_TEST(test_ckpt_future_version_names_both_versions) {
   mpt_model *a;
   mpt_optimizer *oa;
@@ -498,7 +559,7 @@ START_TEST(test_ckpt_future_version_names_both_versions) {
   write_file(bad, full, n);
   snapshot s = take_snapshot(a);
   ck_assert_int_eq(mpt_ckpt_load(bad, a, oa, NULL), MPT_ENOTSUP);
-  check_detail("version", "version 7", "version 1", "newer", NULL);
+  check_detail("version", "version 7", "version 2", "newer", NULL);
   ck_assert_int_eq(mpt_ckpt_read_meta(bad, NULL, NULL), MPT_ENOTSUP);
   check_snapshot(&s, a, "future version");
   free_snapshot(&s);
@@ -518,7 +579,7 @@ START_TEST(test_ckpt_forged_lengths_with_a_valid_crc_are_refused) {
   unsigned char *full = read_file(path, &n);
   unsigned char *copy = malloc(n);
   const char *bad = tmp_path("forged.mpt");
-  const size_t sig = 72 + 2 * 32;
+  const size_t sig = 72 + 2 * 32 + 48;
   /* offset of a field, and the bytes to put there (little-endian) */
   const struct { size_t off; uint32_t v; const char *what; } forged[] = {
       {68, 9, "RNG count"},          {68, 0xffffffffu, "RNG count"},
@@ -527,6 +588,8 @@ START_TEST(test_ckpt_forged_lengths_with_a_valid_crc_are_refused) {
       {sig + 20, 77, "dtype"},       {sig + 24, 7, "ndim"},
       {sig + 28, 0xffffffffu, "extent"}, {sig + 32, 0x80000000u, "extent sign"},
       {64, 0, "world size"},         {28, 0x80000000u, "epoch sign"},
+      {136 + 4, 0x80000000u, "global batch sign"}, {136 + 40, 0x80000000u, "accumulate sign"},
+      {136 + 44, 1, "reserved"},
   };
   mpt_model *b = make_model(MODEL_BASE, 9);
   snapshot s = take_snapshot(b);
@@ -979,6 +1042,7 @@ static Suite *ckpt_suite(void) {
   tcase_add_test(tc, test_ckpt_every_byte_flip_is_detected);
   tcase_add_test(tc, test_ckpt_wrong_magic_is_refused);
   tcase_add_test(tc, test_ckpt_future_version_names_both_versions);
+  tcase_add_test(tc, test_ckpt_version_1_file_still_loads);
   tcase_add_test(tc, test_ckpt_forged_lengths_with_a_valid_crc_are_refused);
   tcase_add_test(tc, test_ckpt_different_model_names_the_difference);
   tcase_add_test(tc, test_ckpt_different_optimizer_is_refused);

@@ -415,13 +415,14 @@ tn=$("$prog" train $one --shards "$tmp/same.bin" --lr 0 --max-steps 100000 --log
 # A checkpoint after 3 steps of B 2; resuming it with another --accumulate, --batch-size or --lr
 # continued silently (the epoch position then counts other windows), and with --n-head 4 or
 # --vocab-size 200 (the same tensor shapes) loaded the parameters into another model. Now each
-# is refused naming the option and both values; the same options still resume.
+# is refused naming both values (--accumulate: the global batch it would change and the
+# setting that keeps it); the same options still resume.
 # shellcheck disable=SC2086
 "$prog" train $tiny $shards --batch-size 2 --max-steps 6 --checkpoint-dir "$tmp/ck" \
   --stop-at-step 3 > "$tmp/ck.log" 2>&1 || bad "checkpointed run: $(tail -n 2 "$tmp/ck.log")"
 small="--model gpt --n-layer 1 --n-embd 16 --seq-len 16"
-for case in "--accumulate 2|--accumulate 1 in the checkpointed run, 2 now" \
-            "--batch-size 4|--batch-size 2 in the checkpointed run, 4 now" \
+for case in "--accumulate 2|global batch of 1 samples per step.*keep it: --accumulate 1" \
+            "--batch-size 4|(--batch-size 2), this run's of 4: --batch-size must stay 2" \
             "--lr 0.1|--lr 0.001 in the checkpointed run, 0.1 now"; do
   # shellcheck disable=SC2086
   expect 1 "${case#*|}" "--resume with ${case%%|*}" -- "$prog" train $tiny $shards --batch-size 2 \
@@ -437,7 +438,8 @@ expect 1 "1/2/16/16/256 in the checkpointed run, 1/2/16/16/200 now" \
   --batch-size 2 --max-steps 6 --resume "$tmp/ck"
 # ... on 2 ranks too (rank 0 compares; the job ends, not only rank 0)
 # shellcheck disable=SC2086
-expect 1 "--accumulate 1 in the checkpointed run, 2 now" "--resume with --accumulate 2, 2 ranks" -- \
+expect 1 "global batch of 1 samples per step.*ranks that can: 1" \
+  "--resume with --accumulate 2, 2 ranks" -- \
   "${srcdir:-.}/tests/mpirun.sh" 2 60 "$prog" train $tiny $shards --batch-size 2 --max-steps 6 \
   --resume "$tmp/ck" --accumulate 2
 # shellcheck disable=SC2086
@@ -447,20 +449,20 @@ expect 0 "resumed from .*: epoch 1, global step 3" "--resume with the same optio
 # Resumed on other shards, shorter than the position the checkpoint holds (65 tokens are 2
 # windows of B 2 x T 16 + 1, the checkpoint is 3 steps into its epoch): the run said "resumed
 # at step 3", trained nothing and exited 0; another --shards trained on other text without a
-# word. Refused naming both globs (run-options.txt records them).
+# word. Refused naming both data set sizes (the checkpoint records its own).
 mkshard "$tmp/two.bin" 20240520 1 65 65 5
 # shellcheck disable=SC2086
-expect 1 "--shards .* in the checkpointed run, $tmp/two.bin now" \
+expect 1 "trained on a data set of 545 samples, this run's has 2" \
   "--resume on other, shorter shards" -- "$prog" train $tiny --shards "$tmp/two.bin" \
   --batch-size 2 --max-steps 6 --resume "$tmp/ck"
-# ... and the same glob over other, shorter text: refused naming both positions.
+# ... and the same glob over other, shorter text: refused the same way.
 cp "$tmp/sh/train_000000.bin" "$tmp/swap.bin"
 # shellcheck disable=SC2086
 "$prog" train $tiny --shards "$tmp/swap.bin" --batch-size 2 --max-steps 6 --stop-at-step 3 \
   --checkpoint-dir "$tmp/ck_swap" > /dev/null 2>&1
 cp "$tmp/two.bin" "$tmp/swap.bin"
 # shellcheck disable=SC2086
-expect 1 "' is at step 3 of an epoch of 2 steps: the batch size, --accumulate, --max-steps or the data changed" \
+expect 1 "trained on a data set of 545 samples, this run's has 2" \
   "--resume on the same glob over shorter text" -- "$prog" train $tiny --shards "$tmp/swap.bin" \
   --batch-size 2 --max-steps 6 --resume "$tmp/ck_swap"
 

@@ -2,7 +2,7 @@
 # Exact resume: training M steps uninterrupted gives bit-identical parameters to training N < M
 # steps with checkpoints, stopping, and resuming from the checkpoint directory — with 1 and 2
 # ranks, mid-epoch and at an epoch boundary, for an MLP with SGD and a CNN with BatchNorm and
-# AdamW. Also: a resume with a different world size, a corrupt checkpoint, and a missing one
+# AdamW. Also: a resume that would change the global batch, a corrupt checkpoint, and a missing one
 # fail with a clear message. Prints "N passed, N failed".
 set -u
 dir=$(dirname "$0")
@@ -58,10 +58,12 @@ out=$(run 2 $base --model cnn --batchnorm --optimizer adamw --lr 0.001 --dropout
 [ $? -eq 1 ] && printf '%s' "$out" | grep -q "is not the latest checkpoint" && ok ||
   bad "--resume of an older checkpoint into $d was not refused: $(printf '%s' "$out" | tail -n 2)"
 [ "$(cd "$d" && cksum ckpt-step*.mpt)" = "$sums" ] && ok || bad "the checkpoints in $d changed"
-# A different world size is refused, naming both.
+# Another world size with the same per-rank batch would change the global batch (1 x 32 -> 2 x
+# 32): refused, naming the checkpoint's global batch and the settings that keep it.
 out=$(run 2 $base --resume "$tmp/mlp_1rank_mid.ck" 2>&1)
-[ $? -ne 0 ] && printf '%s' "$out" | grep -q "written by 1 rank(s), this job has 2" && ok ||
-  bad "resume with another world size was not refused clearly: $(printf '%s' "$out" | tail -n 3)"
+[ $? -ne 0 ] && printf '%s' "$out" | grep -q "global batch of 32 samples per step" &&
+  printf '%s' "$out" | grep -q "Settings that keep it: --batch-size 16 --accumulate 1" && ok ||
+  bad "another global batch was not refused clearly: $(printf '%s' "$out" | grep -m1 error)"
 # A corrupt checkpoint (one byte flipped in the middle) is refused, naming the file.
 f=$(ls "$tmp/mlp_1rank_mid.ck"/ckpt-step*.mpt | tail -n 1)
 size=$(wc -c <"$f")

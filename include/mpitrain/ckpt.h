@@ -3,8 +3,9 @@
  * state), written atomically; plus the directory management (keep the last K, find the latest)
  * and the collective wrappers a data-parallel job uses (rank 0 writes, every rank loads).
  *
- * File format, version 1. Every integer is little-endian of the stated width; floats are raw
- * IEEE-754 float32 in little-endian byte order. Offsets in bytes.
+ * File format, version 2 (version 1 is version 2 without the "resume" block; both are read).
+ * Every integer is little-endian of the stated width; floats are raw IEEE-754 float32 in
+ * little-endian byte order. Offsets in bytes.
  *
  *   preamble   0  8   magic "MPTCKPT\0"
  *              8  4   u32 format version (MPT_CKPT_VERSION)
@@ -18,6 +19,13 @@
  *                 4   i32 world_size
  *                 4   u32 num_rngs (<= MPT_CKPT_MAX_RNGS)
  *                32n  u64 s[4] of each mpt_rng
+ *   resume        8   i64 global_batch    (version 2; absent in version 1: the fields read as 0)
+ *                 8   i64 epoch_cursor
+ *                 8   i64 epoch_samples
+ *                 8   i64 dataset_count
+ *                 8   i64 batch_size
+ *                 4   i32 accumulate
+ *                 4   u32 reserved (0)
  *   signature     4   u32 number of parameters P
  *                 4   u32 number of buffers B
  *                 P+B entries, parameters then buffers, in registration order:
@@ -80,7 +88,7 @@ extern "C" {
 #endif
 
 /* The format version this build writes, and the newest it reads. */
-#define MPT_CKPT_VERSION 1u
+#define MPT_CKPT_VERSION 2u
 /* Most RNG states a checkpoint carries. */
 #define MPT_CKPT_MAX_RNGS 8
 /* Longest parameter, buffer or state name in bytes (a longer name is refused when saving). */
@@ -99,6 +107,19 @@ typedef struct mpt_ckpt_meta {
   int32_t world_size;    /* ranks that trained; >= 1 */
   int32_t num_rngs;      /* rngs[0..num_rngs) are stored; 0..MPT_CKPT_MAX_RNGS */
   mpt_rng rngs[MPT_CKPT_MAX_RNGS];
+  /* Version 2: what a resume on another number of ranks needs (docs/checkpoints.md). A
+   * version-1 file reads as 0 in each (not recorded); every field >= 0. */
+  int64_t global_batch;  /* G: data samples per optimizer step over all ranks (world size x
+                            samples per micro-batch x accumulate) */
+  int64_t epoch_cursor;  /* data samples of `epoch` consumed: step_in_epoch x G, at most
+                            epoch_samples */
+  int64_t epoch_samples; /* real data samples an epoch trains on (the data set, less what
+                            drop_last drops) */
+  int64_t dataset_count; /* training samples in the data set */
+  int64_t batch_size;    /* rows per micro-batch per rank (the trainer's batch_size) */
+  int32_t accumulate;    /* micro-batches per optimizer step */
+  uint32_t format_version; /* set by the readers to the file's version; the writer ignores it
+                              and writes MPT_CKPT_VERSION */
 } mpt_ckpt_meta;
 
 /* The meta of a run that has not started: all zero, world_size 1. */

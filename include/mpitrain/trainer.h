@@ -35,6 +35,7 @@
 #include <stdint.h>
 
 #include "mpitrain/autograd.h"
+#include "mpitrain/ckpt.h"
 #include "mpitrain/comm.h"
 #include "mpitrain/core.h"
 #include "mpitrain/data.h"
@@ -60,8 +61,8 @@ typedef struct mpt_trainer_config {
   int64_t epochs;     /* >= 1 (default 1) */
   int64_t batch_size; /* rows per micro-batch per rank, >= 1 (default 64): images, or the B
                          sequences of a token window (the task's samples_per_batch says how many
-                         data samples that is) */
-  int accumulate;     /* micro-batches per optimizer step, >= 1 (default 1) */
+                         data samples that is); 0: auto (mpt_trainer_plan_resume) */
+  int accumulate;     /* micro-batches per optimizer step, >= 1 (default 1); 0: auto */
   int64_t max_steps;  /* optimizer steps per epoch at most; 0 = the whole epoch (default 0) */
   int shuffle;        /* reshuffle every epoch from (seed, epoch) (default 1) */
   int drop_last;      /* drop the tail the ranks cannot share evenly (default 0) */
@@ -235,6 +236,35 @@ MPT_API mpt_status mpt_trainer_device(mpt_comm *comm, const char *device, mpt_de
  * of the checks, the data, the collectives (MPT_ETIMEOUT...) and the files written. */
 MPT_API mpt_status mpt_trainer_run(mpt_comm *comm, mpt_model *model, const mpt_train_task *task,
                                    const mpt_trainer_config *cfg, mpt_train_result *result);
+
+/* The plan of a resume, for any number of ranks (docs/checkpoints.md): collective over comm,
+ * called by mpt_trainer_run at its start (a program may call it before, to know the batch
+ * before it opens data whose samples the batch shapes, as the GPT's token windows).
+ *
+ * The global batch G of a run is ranks x samples per micro-batch x accumulate (samples per
+ * micro-batch: cfg->batch_size, or the task's samples_per_batch when > 0, a window of
+ * batch_size rows). A checkpoint records its G, and a resume on W' ranks continues with the
+ * same G: the same samples in every step, the learning rate at the same global step. With
+ * cfg->resume set ("auto": the latest checkpoint of cfg->checkpoint_dir, if any; cfg->resume
+ * is then set to the folder, or to "" for a new run), rank 0 reads and validates the
+ * checkpoint (mpt_ckpt_read_meta) and broadcasts its meta; then cfg->batch_size and
+ * cfg->accumulate are checked against it, or picked where they are 0 ("auto"): the batch
+ * given with the accumulation that makes G; the accumulation given with the batch that makes
+ * it; both auto: the fewest micro-batches whose per-rank batch is at most the checkpoint's.
+ * With samples_per_batch > 0 the batch must stay the checkpoint's (auto: it is). A
+ * version-1 checkpoint records no G: it needs both given, and the same number of ranks. A new
+ * run takes new_run_batch (>= 1) and accumulate 1 for what is auto. *meta (may be NULL) and
+ * *found (may be NULL) receive the checkpoint's meta and whether there is one.
+ * Errors (the same on every rank): MPT_EMISMATCH (no setting of the batch and accumulation
+ * that was given or can be picked makes G on this many ranks: the message gives G, how the
+ * checkpoint made it, and the settings that would, or the numbers of ranks that can; another
+ * window size; a version-1 checkpoint of another world size), MPT_EINVAL (auto with a
+ * version-1 checkpoint; resume "auto" without checkpoint_dir; NULL arguments), those of
+ * mpt_ckpt_resolve and mpt_ckpt_read_meta (a missing, corrupt, partial or newer-format
+ * checkpoint: rank 0's detail, on every rank), the comm's. */
+MPT_API mpt_status mpt_trainer_plan_resume(mpt_comm *comm, mpt_trainer_config *cfg,
+                                           int64_t samples_per_batch, int64_t new_run_batch,
+                                           mpt_ckpt_meta *meta, int *found);
 
 /* The parameter file format of cfg.save_params: the flat parameters as raw little-endian
  * float32, written by rank 0 to a temporary file, synced, then renamed. Local. Errors: MPT_EIO

@@ -18,6 +18,8 @@
 #define MPT__CKPT_MAGIC "MPTCKPT\0" /* 8 bytes, the NUL included */
 #define MPT__CKPT_PREAMBLE_NBYTES 24u
 #define MPT__CKPT_CRC_NBYTES 4u
+/* The "resume" block of format version 2 (ckpt.h): five i64, an i32 and a reserved u32. */
+#define MPT__CKPT_RESUME_NBYTES (5u * 8u + 4u + 4u)
 /* Host I/O chunk of the writer and the CRC pass. */
 #define MPT__CKPT_CHUNK_NBYTES ((size_t)1 << 20)
 /* Deadline of one device copy. */

@@ -1,5 +1,6 @@
-/* The validating checkpoint reader (include/mpitrain/ckpt.h, format version 1): mpt_ckpt_load,
- * mpt_ckpt_read_meta, and the stage / commit halves (ckpt_impl.h) used by the collective load.
+/* The validating checkpoint reader (include/mpitrain/ckpt.h, format versions 1 and 2):
+ * mpt_ckpt_load, mpt_ckpt_read_meta, and the stage / commit halves (ckpt_impl.h) used by the
+ * collective load.
  *
  * Invariants: no byte of the model or optimizer is written before the whole file has been
  * checked (preamble, length, CRC, structure, signature, optimizer) and staged in host memory;
@@ -323,6 +324,21 @@ static mpt_status parse_header(reader *r, parsed *p, const mpt_model *model, mpt
   m->num_rngs = (int32_t)u;
   for (int k = 0; k < m->num_rngs; k++)
     for (int i = 0; i < 4; i++) MPT_RETURN_IF(r_u64(r, &m->rngs[k].s[i], "RNG state"));
+  m->format_version = mpt__get_u32(pre + 8);
+  if (m->format_version >= 2) {
+    uint32_t reserved;
+    MPT_RETURN_IF(r_i64(r, &m->global_batch, "global batch"));
+    MPT_RETURN_IF(r_i64(r, &m->epoch_cursor, "epoch cursor"));
+    MPT_RETURN_IF(r_i64(r, &m->epoch_samples, "epoch samples"));
+    MPT_RETURN_IF(r_i64(r, &m->dataset_count, "data set count"));
+    MPT_RETURN_IF(r_i64(r, &m->batch_size, "batch size"));
+    MPT_RETURN_IF(r_u32(r, &u, "accumulate"));
+    m->accumulate = (int32_t)u;
+    MPT_RETURN_IF(r_u32(r, &reserved, "reserved"));
+    if (reserved != 0)
+      return MPT_FAIL(MPT_EFORMAT, "checkpoint %s: reserved field 0x%08" PRIx32 " is not 0 "
+                      "(corrupt file)", r->path, reserved);
+  }
   char where[512];
   snprintf(where, sizeof where, "checkpoint %.400s (corrupt meta)", r->path);
   MPT_RETURN_IF(mpt__ckpt_meta_check(m, MPT_EFORMAT, where));

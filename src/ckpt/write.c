@@ -1,4 +1,4 @@
-/* The checkpoint writer (include/mpitrain/ckpt.h, format version 1): mpt_ckpt_save and the meta
+/* The checkpoint writer (include/mpitrain/ckpt.h, format version 2): mpt_ckpt_save and the meta
  * helpers.
  *
  * Invariants: the final path is only ever produced by rename(2) of a complete temporary file
@@ -31,7 +31,13 @@ mpt_status mpt__ckpt_meta_check(const mpt_ckpt_meta *m, mpt_status status, const
   const struct { const char *name; int64_t v; } f[] = {{"epoch", m->epoch},
                                                       {"global_step", m->global_step},
                                                       {"step_in_epoch", m->step_in_epoch},
-                                                      {"sampler_epoch", m->sampler_epoch}};
+                                                      {"sampler_epoch", m->sampler_epoch},
+                                                      {"global_batch", m->global_batch},
+                                                      {"epoch_cursor", m->epoch_cursor},
+                                                      {"epoch_samples", m->epoch_samples},
+                                                      {"dataset_count", m->dataset_count},
+                                                      {"batch_size", m->batch_size},
+                                                      {"accumulate", m->accumulate}};
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
     if (f[i].v < 0)
       return MPT_FAIL(status, "%s: %s %lld < 0", where, f[i].name, (long long)f[i].v);
@@ -165,6 +171,11 @@ static mpt_status write_all(writer *w, mpt_model *model, const mpt_optimizer_sta
   MPT_RETURN_IF(w_u32(w, (uint32_t)m->num_rngs));
   for (int r = 0; r < m->num_rngs; r++)
     for (int i = 0; i < 4; i++) MPT_RETURN_IF(w_u64(w, m->rngs[r].s[i]));
+  const int64_t resume[] = {m->global_batch, m->epoch_cursor, m->epoch_samples,
+                            m->dataset_count, m->batch_size};
+  for (size_t i = 0; i < 5; i++) MPT_RETURN_IF(w_u64(w, (uint64_t)resume[i]));
+  MPT_RETURN_IF(w_u32(w, (uint32_t)m->accumulate));
+  MPT_RETURN_IF(w_u32(w, 0));
 
   int np = mpt_model_num_params(model), nb = mpt_model_num_buffers(model);
   MPT_RETURN_IF(w_u32(w, (uint32_t)np));
@@ -226,6 +237,7 @@ mpt_status mpt_ckpt_save(const char *path, mpt_model *model, mpt_optimizer *opti
   /* The exact file size, which goes into the preamble: preamble, meta, signature counts and
    * totals, optimizer header, then the variable parts. */
   uint64_t total = MPT__CKPT_PREAMBLE_NBYTES + (5 * 8 + 4 + 4) + 32 * (uint64_t)m.num_rngs +
+                   MPT__CKPT_RESUME_NBYTES +
                    (4 + 4 + 8 + 8) + (4 + 4 + 8 + 8) + 4 * (uint64_t)(pc + bc) +
                    MPT__CKPT_CRC_NBYTES;
   for (int i = 0; i < np + nb; i++) {

@@ -17,7 +17,7 @@
 
 int main(int argc, char **argv) {
   static mpt_cli_options opts;
-  static char msg[8192];
+  static char msg[16384]; /* room for the whole usage (mpt_cli_usage) */
   /* tokenize and generate are one-process commands: under mpirun -np N (or srun) rank 0 does
    * the work and the other ranks exit at once (N copies of the text, or N writers racing on
    * one output folder, before) */

@@ -83,12 +83,14 @@ typedef enum { P_I64, P_INT, P_F64, P_F32, P_F32D, P_STR, P_ON, P_OFF, P_FN } pa
     "llm.c model files hold GPT-2 models (--save-params writes any model's parameters)")        \
   X(EPOCHS, "epochs", P_I64, FIELD(epochs), 1, 100000, ALL, "training", "N",                    \
     "epochs (default 10; GPT 1)", "")                                                           \
-  X(BATCH, "batch-size", P_I64, FIELD(batch_size), 1, 1 << 20, ALL, "training", "N",            \
-    "samples per step PER RANK (default 64; GPT 8\nsequences of --seq-len tokens)", "")         \
+  X(BATCH, "batch-size", P_FN, FIELD(batch_size), 1, 1 << 20, ALL, "training", "N|auto",        \
+    "samples per step PER RANK (default 64; GPT 8\nsequences of --seq-len tokens); auto: on a "   \
+    "resume,\nthe one that keeps the checkpoint's global batch", "")                            \
   X(MAX_STEPS, "max-steps", P_I64, FIELD(max_steps), 0, BIG, ALL, "training", "N",              \
     "stop each epoch after N steps (0 = whole epoch)", "")                                      \
-  X(ACCUMULATE, "accumulate", P_INT, FIELD(accumulate), 1, 1 << 20, ALL, "training", "K",       \
-    "K micro-batches per optimizer step (no_sync on K-1)", "")                                  \
+  X(ACCUMULATE, "accumulate", P_FN, FIELD(accumulate), 1, 1 << 20, ALL, "training", "K|auto",   \
+    "K micro-batches per optimizer step (no_sync on K-1);\nauto: on a resume, the K that keeps "  \
+    "the checkpoint's\nglobal batch (1 on a new run)", "")                                      \
   X(OPTIMIZER, "optimizer", P_FN, NOFIELD, 0, 0, ALL, "training", "sgd|adamw",                  \
     "(default sgd; GPT adamw)", "")                                                             \
   X(LR, "lr", P_F32, FIELD(optim.lr), 0, 1e3, ALL, "training", "F",                            \
@@ -336,7 +338,7 @@ void mpt_cli_options_default(mpt_cli_options *o) {
   o->mlp = mpt_mlp_config_default();
   o->cnn = mpt_cnn_config_default();
   o->epochs = 10;
-  o->batch_size = 64;
+  o->batch_size = MPT_CLI_DEFAULT_BATCH;
   o->optim = mpt_optimizer_config_default();
   o->optim.kind = MPT_OPTIM_SGD;
   o->optim.lr = 0.05f;
@@ -524,6 +526,14 @@ static int parse_special(int id, const char *a, mpt_cli_options *o, int64_t *gpt
       if (mpt_lr_kind_parse(a, &o->schedule.kind) != MPT_OK)
         return fail(msg, n, "--schedule: unknown schedule '%s' (constant, step or cosine)", a);
       return 0;
+    case OPT_BATCH: case OPT_ACCUMULATE: /* auto: 0, resolved by mpt_trainer_plan_resume */
+      if (strcmp(a, "auto") == 0)
+        i64 = 0;
+      else if (parse_i64(name, a, (int64_t)rows[id].lo, (int64_t)rows[id].hi, &i64, msg, n))
+        return -1;
+      if (id == OPT_BATCH) o->batch_size = i64;
+      else o->accumulate = (int)i64;
+      return 0;
     case OPT_SEED:
       if (parse_i64(name, a, 0, INT64_MAX, &i64, msg, n)) return -1;
       o->seed = (uint64_t)i64;
@@ -626,7 +636,7 @@ static int finish_gpt(mpt_cli_options *o, const int64_t size[5], char *msg, size
   if (!o->given[OPT_OPTIMIZER]) o->optim.kind = MPT_OPTIM_ADAMW;
   if (!o->given[OPT_LR]) o->optim.lr = strcmp(o->model, "gpt2") == 0 ? 6e-4f : 1e-3f;
   if (!o->given[OPT_WD]) o->optim.weight_decay = 0.1f;
-  if (!o->given[OPT_BATCH]) o->batch_size = 8;
+  if (!o->given[OPT_BATCH]) o->batch_size = MPT_CLI_DEFAULT_GPT_BATCH;
   if (!o->given[OPT_EPOCHS]) o->epochs = 1;
   if (!o->given[OPT_ADAM_BETA2]) o->optim.beta2 = 0.95f;
   if (!o->given[OPT_GRAD_CLIP]) o->grad_clip = 1.0;

@@ -19,6 +19,9 @@ typedef enum { MPT_MODE_SINGLE_OR_DDP = 0, MPT_MODE_DP = 1 } mpt_cli_mode;
 
 /* Room for the table's rows in mpt_cli_options.given. */
 #define MPT_CLI_MAX_OPTIONS 128
+/* --batch-size when none is given (and on a new run with auto): the images', a GPT's */
+#define MPT_CLI_DEFAULT_BATCH 64
+#define MPT_CLI_DEFAULT_GPT_BATCH 8
 
 typedef struct mpt_cli_options {
   char command[16]; /* "train" */

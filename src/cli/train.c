@@ -299,6 +299,19 @@ static mpt_status train(run *r, mpt_train_result *res) {
   mpt_trainer_config c = config_of(r);
   MPT_RETURN_IF(mpt_trainer_log_open(r->comm, &c)); /* the lines below go where the run's go */
   warn_unused(r);
+  if (o->batch_size == 0 || o->accumulate == 0) {
+    /* auto: the batch and accumulation that keep the checkpoint's global batch, known before
+     * the data is opened (a GPT's token windows are B x T) and the memory is checked */
+    static mpt_cli_options resolved;
+    const int gpt = mpt_cli_is_gpt(o);
+    MPT_RETURN_IF(mpt_trainer_plan_resume(r->comm, &c, gpt ? 1 : 0,
+                                          gpt ? MPT_CLI_DEFAULT_GPT_BATCH : MPT_CLI_DEFAULT_BATCH,
+                                          NULL, NULL));
+    resolved = *o;
+    resolved.batch_size = c.batch_size;
+    resolved.accumulate = c.accumulate;
+    r->o = o = &resolved;
+  }
   MPT_RETURN_IF(mpt_cli_is_gpt(o) ? setup_gpt(r) : setup_images(r));
   MPT_RETURN_IF(mpt_trainer_run(r->comm, r->model, r->task, &c, res));
   if (mpt_cli_is_gpt(o) && r->rank == 0 && o->save_model[0]) {

@@ -181,6 +181,13 @@ mpt_status mpt__train_save_checkpoint(mpt__trainer *t, int64_t epoch, int64_t st
   meta.sampler_epoch = epoch;
   meta.seed = o->seed;
   meta.world_size = t->world;
+  meta.global_batch = t->global_batch;
+  meta.epoch_samples = mpt__train_epoch_samples(t);
+  meta.epoch_cursor = step_in_epoch * t->global_batch < meta.epoch_samples
+                          ? step_in_epoch * t->global_batch : meta.epoch_samples;
+  meta.dataset_count = mpt_data_source_get_desc(t->task->train)->count;
+  meta.batch_size = o->batch_size;
+  meta.accumulate = o->accumulate;
   char path[4200];
   mpt_optimizer *whole; /* ZeRO-1: the state gathered from every rank (one file) */
   MPT_RETURN_IF(mpt__train_opt_whole(t, 1, t->rank == 0, &whole));
@@ -208,15 +215,10 @@ mpt_status mpt__train_resume(mpt__trainer *t) {
   mpt_status sst = mpt__train_opt_whole_done(t, whole, st == MPT_OK);
   MPT_RETURN_IF(st);
   MPT_RETURN_IF(sst);
-  if (meta.world_size != t->world)
-    return MPT_FAIL(MPT_EMISMATCH,
-                    "checkpoint '%s' was written by %d rank(s), this job has %d: resuming would "
-                    "change the data order (use the same world size)",
-                    o->resume, meta.world_size, t->world);
-  if (meta.seed != o->seed)
-    return MPT_FAIL(MPT_EMISMATCH,
-                    "checkpoint '%s' was written with --seed %" PRIu64 ", this run has %" PRIu64,
-                    o->resume, meta.seed, o->seed);
+  if (t->resuming && meta.global_step != t->resume_meta.global_step)
+    return MPT_FAIL(MPT_ESTATE, "checkpoint '%s' changed since the start of the run (global step %"
+                    PRId64 ", then %" PRId64 "): another job writing into its folder?", o->resume,
+                    t->resume_meta.global_step, meta.global_step);
   if (meta.step_in_epoch > t->steps_per_epoch)
     return MPT_FAIL(MPT_EMISMATCH,
                     "checkpoint '%s' is at step %" PRId64 " of an epoch of %" PRId64
@@ -229,10 +231,6 @@ mpt_status mpt__train_resume(mpt__trainer *t) {
                     "--accumulate, --max-steps or the data changed since it was written",
                     o->resume, meta.global_step, meta.epoch + 1, meta.step_in_epoch,
                     t->steps_per_epoch);
-  if (o->stop_at_step > 0 && o->stop_at_step <= meta.global_step)
-    return MPT_FAIL(MPT_EINVAL, "--stop-at-step %" PRId64 " is not after the checkpoint's step %"
-                                PRId64,
-                    o->stop_at_step, meta.global_step);
   t->global_step = meta.global_step;
   t->start_epoch = meta.epoch;
   t->skip_steps = meta.step_in_epoch;
@@ -242,28 +240,13 @@ mpt_status mpt__train_resume(mpt__trainer *t) {
   }
   mpt_log(MPT_LOG_INFO, "resumed from %s: epoch %" PRId64 ", global step %" PRId64, o->resume,
           meta.epoch + 1, meta.global_step);
-  return MPT_OK;
-}
-
-mpt_status mpt__train_resolve_resume_auto(mpt__trainer *t) {
-  if (strcmp(t->c.resume, "auto") != 0) return MPT_OK;
-  const char *dir = t->c.checkpoint_dir;
-  int32_t found = 0;
-  char latest[PATH_MAX] = "";
-  if (t->rank == 0) {
-    mpt_status st = mpt_ckpt_find_latest(dir, latest, sizeof latest);
-    if (st != MPT_OK && st != MPT_ENOENT) return st;
-    found = st == MPT_OK;
-  }
-  if (t->world > 1)
-    MPT_RETURN_IF(mpt_comm_allreduce_sync(t->comm, &found, &found, 1, MPT_I32, MPT_REDUCE_MAX));
-  if (found) {
-    t->c.resume = dir;
-    mpt_log(MPT_LOG_INFO, "--resume auto: resuming from %s", t->rank == 0 ? latest : dir);
-  } else {
-    t->c.resume = "";
-    mpt_log(MPT_LOG_INFO, "--resume auto: no checkpoint in %s: starting a new run", dir);
-  }
+  if (meta.global_batch > 0 && (meta.world_size != t->world || meta.batch_size != o->batch_size ||
+                                meta.accumulate != o->accumulate))
+    mpt_log(MPT_LOG_INFO, "the checkpoint was written by %d rank(s) x batch %" PRId64 " x "
+            "accumulate %d, this job runs %d x %" PRId64 " x %d: the same global batch of %"
+            PRId64 " samples per step, the same samples in each step (%" PRId64 " of epoch %"
+            PRId64 " done)", meta.world_size, meta.batch_size, meta.accumulate, t->world,
+            o->batch_size, o->accumulate, meta.global_batch, meta.epoch_cursor, meta.epoch + 1);
   return MPT_OK;
 }
 
@@ -278,19 +261,27 @@ static const char *float_text(float v, char *buf) {
 
 /* The lines the file records, "name value" each: the caller's (model, data), then the loop's,
  * in a fixed order. */
-static size_t format_run_options(const mpt_trainer_config *o, char *buf, size_t n) {
-  char f[8][32];
+static size_t format_run_options(const mpt__trainer *t, char *buf, size_t n) {
+  const mpt_trainer_config *o = &t->c;
+  char f[8][32], batch[96];
+  /* the global batch, not the per-rank batch and accumulation: a resume on another number of
+   * ranks keeps it with other ones (resume.c); the batch stays when it shapes the samples */
+  if (t->task->samples_per_batch > 0)
+    snprintf(batch, sizeof batch, "batch-size %" PRId64 "\nglobal-batch %" PRId64 "\n",
+             o->batch_size, t->global_batch);
+  else
+    snprintf(batch, sizeof batch, "global-batch %" PRId64 "\n", t->global_batch);
   const mpt_optimizer_config *oc = &o->optim;
   const mpt_lr_schedule *s = &o->schedule;
   int w = snprintf(buf, n,
-                   "%s%sepochs %" PRId64 "\nbatch-size %" PRId64 "\naccumulate %d\nmax-steps %"
-                   PRId64 "\nshuffle %d\ndrop-last %d\noptimizer %s\nlr %s\nmomentum %s\n"
+                   "%s%sepochs %" PRId64 "\n%smax-steps %" PRId64 "\nshuffle %d\ndrop-last %d\n"
+                   "optimizer %s\nlr %s\nmomentum %s\n"
                    "nesterov %d\nweight-decay %s\nadam-betas %s,%s\nadam-eps %s\n"
                    "no-decay-bias-norm %d\nschedule %s\nwarmup-steps %" PRId64 "\nstep-size %"
                    PRId64 "\ngamma %s\nmin-lr %s\ngrad-clip %g\nseed %" PRIu64 "\n",
                    o->run_options, o->run_options[0] && o->run_options[strlen(o->run_options) - 1]
-                   != '\n' ? "\n" : "", o->epochs, o->batch_size, o->accumulate, o->max_steps,
-                   o->shuffle, o->drop_last, mpt_optimizer_kind_name(oc->kind),
+                   != '\n' ? "\n" : "", o->epochs, batch, o->max_steps, o->shuffle,
+                   o->drop_last, mpt_optimizer_kind_name(oc->kind),
                    float_text(oc->lr, f[0]), float_text(oc->momentum, f[1]), oc->nesterov,
                    float_text(oc->weight_decay, f[2]), float_text(oc->beta1, f[3]),
                    float_text(oc->beta2, f[4]), float_text(oc->eps, f[5]), o->no_decay_bias_norm,
@@ -344,7 +335,7 @@ static int compare_run_options(const char *theirs, const char *ours, char *diff,
 mpt_status mpt__train_check_run_options(mpt__trainer *t) {
   const mpt_trainer_config *o = &t->c;
   char ours[8192];
-  size_t ours_len = format_run_options(o, ours, sizeof ours);
+  size_t ours_len = format_run_options(t, ours, sizeof ours);
   if (o->resume[0]) {
     char from[PATH_MAX], dir[PATH_MAX], path[PATH_MAX + 32];
     MPT_RETURN_IF(mpt_ckpt_resolve(o->resume, from, sizeof from));

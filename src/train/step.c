@@ -3,10 +3,14 @@
  * replicas), no_sync on all but the last, then the non-finite checks, clipping and the
  * optimizer step, and the phase times for the end-of-run breakdown.
  *
- * Weights: micro-batch k of a step holds samples_k of the step's S samples on this rank (the
- * same S on every rank: the sampler gives each rank as many), and its loss (a mean over its
- * units) is scaled by samples_k / S, so the step's gradient is that of the mean over the step's
- * samples, as one step on the combined batch; a short last batch weighs less.
+ * Weights: a step trains on its real samples only (the distributed sampler pads the last step
+ * of an epoch with repeats when the ranks cannot share the data evenly: those rows are left out
+ * of the forward, and a micro-batch of repeats only weighs 0). Micro-batch k holds real_k of
+ * the step's R real samples over all ranks (R follows from the positions, resume.c: no
+ * collective), and its loss (a mean over its units) is scaled by W real_k / R; the DDP engine
+ * divides the sum over the ranks by W, so the step's gradient is that of the mean over the R
+ * samples, as one step on the combined batch, whatever the number of ranks that shares them
+ * (docs/checkpoints.md). Without padding this is samples_k / S of the rank's S samples.
  *
  * Runs on the training thread; on a GPU the work is enqueued on the compute stream and the step
  * ends with one synchronisation. */
@@ -15,9 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fault.h"
 #include "train/train_impl.h"
 
-void mpt__train_step_group(const mpt__trainer *t, int64_t step, int *kg, int64_t *samples) {
+void mpt__train_step_group(const mpt__trainer *t, int64_t step, int *kg, int64_t *samples,
+                           int64_t *real_global) {
   const int K = t->c.accumulate;
   const int64_t nb = t->batches_per_epoch, first = step * K, per = t->samples_per_batch;
   const int64_t n = t->c.drop_last ? nb * per : mpt_sampler_num_samples(t->train_sampler);
@@ -26,6 +32,40 @@ void mpt__train_step_group(const mpt__trainer *t, int64_t step, int *kg, int64_t
   const int64_t end = (first + k) * per;
   *kg = (int)k;
   *samples = (end < n ? end : n) - first * per;
+  /* this rank's list positions [first per, first per + samples) are the global positions
+   * [W first per, W (first per + samples)) of the epoch's order, real below its sample count
+   * (drop_last: all real) */
+  const int64_t lo = t->world * first * per, hi = t->world * (first * per + *samples);
+  const int64_t count = mpt_sampler_dataset_count(t->train_sampler);
+  const int64_t real_end = t->c.drop_last || hi < count ? hi : count;
+  *real_global = real_end > lo ? real_end - lo : 0;
+}
+
+/* MPT_TEST_RECORD_SAMPLES=FILE (fault-injection builds: src/core/fault.h): each rank appends
+ * "<global step> <sample index>" for every real sample it trains on to FILE.<rank>, so that a
+ * test can compare the samples of each step across runs on different numbers of ranks. */
+static void record_samples(const mpt__trainer *t, const mpt_batch *b) {
+  const char *v = mpt__test_env("MPT_TEST_RECORD_SAMPLES");
+  if (!v || !v[0]) return;
+  char path[4200];
+  snprintf(path, sizeof path, "%s.%d", v, t->rank);
+  FILE *f = fopen(path, "a");
+  if (!f) return;
+  for (int64_t i = 0; i < b->num_real; i++)
+    fprintf(f, "%" PRId64 " %" PRId64 "\n", t->global_step, b->sample_indices[i]);
+  fclose(f);
+}
+
+/* The first `rows` rows of a task batch (the real ones): the tensors' leading extent cut. */
+static void keep_rows(mpt_train_batch *b, int64_t rows) {
+  if (rows >= b->rows || b->rows < 1) return;
+  mpt_tensor *ts[2] = {&b->input, &b->target};
+  for (int i = 0; i < 2; i++) {
+    if (ts[i]->ndim < 1 || ts[i]->shape[0] != b->rows) continue;
+    ts[i]->count = ts[i]->count / b->rows * rows;
+    ts[i]->shape[0] = rows;
+  }
+  b->rows = rows;
 }
 
 mpt_status mpt__train_view(const mpt__trainer *t, const mpt_batch *b, mpt_train_batch *out) {
@@ -163,11 +203,12 @@ static mpt_status micro_batch(mpt__trainer *t, mpt_train_batch *b, int k, int K,
     *fwd += f1 - f0;
     *bwd += b1 - f1;
   }
-  sums[0] += (double)l * (double)b->rows;
-  sums[1] += metric;
-  sums[2] += (double)b->rows;
-  t->log_loss_rows += (double)l * (double)b->rows;
-  t->log_rows += (double)b->rows;
+  const double real = (double)b->real_rows; /* a micro-batch of repeats counts nothing */
+  sums[0] += (double)l * real;
+  sums[1] += b->real_rows > 0 ? metric : 0;
+  sums[2] += real;
+  t->log_loss_rows += (double)l * real;
+  t->log_rows += real;
   return MPT_OK;
 }
 
@@ -214,12 +255,12 @@ static mpt_status update(mpt__trainer *t) {
 mpt_status mpt__train_step(mpt__trainer *t, int64_t step, double *sums, int *ran_out) {
   const mpt_trainer_config *c = &t->c;
   int K;
-  int64_t group;
-  mpt__train_step_group(t, step, &K, &group);
+  int64_t group, real_global;
+  mpt__train_step_group(t, step, &K, &group, &real_global);
   const double t0 = mpt_time_ms();
   double fwd = 0, bwd = 0;
   *ran_out = 0;
-  if (K < 1 || group < 1) {
+  if (K < 1 || group < 1 || real_global < 1) {
     *ran_out = 1;
     return MPT_OK;
   }
@@ -239,10 +280,14 @@ mpt_status mpt__train_step(mpt__trainer *t, int64_t step, double *sums, int *ran
       return MPT_FAIL(MPT_ESTATE, "step %" PRId64 ": the epoch ran out of batches after %d of "
                       "the step's %d micro-batches on rank %d", t->global_step, k, K, t->rank);
     }
+    record_samples(t, &b);
     mpt_train_batch tb;
     MPT_RETURN_IF(mpt__train_view(t, &b, &tb));
-    /* this micro-batch's share of the step's mean loss (a short last batch weighs less) */
-    const float share = (float)((double)b.count / (double)group);
+    /* the real rows only; a micro-batch of repeats runs whole (every rank's backward takes
+     * part in the gradient collectives) with the weight 0 */
+    if (tb.real_rows > 0) keep_rows(&tb, tb.real_rows);
+    /* this micro-batch's share of the step's mean loss over its real samples, all ranks' */
+    const float share = (float)((double)t->world * (double)b.num_real / (double)real_global);
     MPT_RETURN_IF(micro_batch(t, &tb, k, K, share, sums, &fwd, &bwd));
   }
   if (t->dp && t->ddp) { /* hybrid: each rank's DP-reduced gradients, averaged over ranks */

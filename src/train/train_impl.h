@@ -57,7 +57,10 @@ typedef struct mpt__trainer {
   int64_t samples_per_batch; /* loader batch: task's, else batch_size */
   int64_t batches_per_epoch; /* micro-batches per epoch per rank */
   int64_t steps_per_epoch, total_steps;
+  int64_t global_batch;      /* G: data samples per optimizer step over all ranks */
   int64_t start_epoch, skip_steps; /* resume: first epoch, and steps of it already taken */
+  int resuming;              /* resume_meta is the checkpoint's (mpt_trainer_plan_resume) */
+  mpt_ckpt_meta resume_meta;
   int64_t global_step, loop_start_step;
   mpt_lr_schedule schedule;
   /* non-finite handling */
@@ -112,8 +115,10 @@ typedef struct mpt__builtin_task {
 /* One optimizer step over the micro-batches of the epoch's step `step`; sums[3] (loss x rows,
  * metric, rows, this epoch) grow. *ran_out: the epoch had no batch left for the step. */
 mpt_status mpt__train_step(mpt__trainer *t, int64_t step, double *sums, int *ran_out);
-/* The micro-batches of step `step` and the samples they hold together on this rank. */
-void mpt__train_step_group(const mpt__trainer *t, int64_t step, int *k, int64_t *samples);
+/* The micro-batches of step `step`, the samples they hold together on this rank, and the
+ * real samples (not the sampler's padding) of the step over all ranks. */
+void mpt__train_step_group(const mpt__trainer *t, int64_t step, int *k, int64_t *samples,
+                           int64_t *real_global);
 /* A loader batch as the task's input and target (task->batch_view or the default). */
 mpt_status mpt__train_view(const mpt__trainer *t, const mpt_batch *b, mpt_train_batch *out);
 /* The first `rows` rows of a host batch on the model's device (the batch itself on the CPU). */
@@ -146,11 +151,18 @@ mpt_status mpt__train_check_checkpoint_dir(const mpt_trainer_config *c);
 mpt_status mpt__train_check_model_healthy(mpt__trainer *t, const char *when);
 mpt_status mpt__train_save_checkpoint(mpt__trainer *t, int64_t epoch, int64_t step_in_epoch);
 mpt_status mpt__train_resume(mpt__trainer *t);
-mpt_status mpt__train_resolve_resume_auto(mpt__trainer *t);
 mpt_status mpt__train_check_run_options(mpt__trainer *t);
 /* The optimizer's whole state for a checkpoint (ZeRO-1: gathered), and back. */
 mpt_status mpt__train_opt_whole(mpt__trainer *t, int gather, int need, mpt_optimizer **whole);
 mpt_status mpt__train_opt_whole_done(mpt__trainer *t, mpt_optimizer *whole, int scatter);
+
+/* ---- resume.c ---- */
+/* The real data samples an epoch trains on: the data set (less the tail drop_last drops),
+ * at most max_steps x G. The same on every number of ranks that keeps G (but drop_last). */
+int64_t mpt__train_epoch_samples(const mpt__trainer *t);
+/* Every rank, before anything is written: the checkpoint of the plan fits this run (seed,
+ * stop_at_step, data set, the epoch's samples, the cursor): a clear error otherwise. */
+mpt_status mpt__train_check_resume_fit(mpt__trainer *t);
 
 /* ---- checks.c ---- */
 mpt_status mpt__train_check_same_options(mpt_comm *comm, int argc, char **argv);

@@ -68,7 +68,7 @@ static mpt_status config_check(const mpt_trainer_config *in, const mpt_train_tas
   if (empty(c->model_name)) c->model_name = "model";
   if (empty(c->debug_dir)) c->debug_dir = !empty(c->checkpoint_dir) ? c->checkpoint_dir
                                                                     : "mpitrain-debug";
-  if (c->epochs < 1 || c->batch_size < 1 || c->accumulate < 1 || c->max_steps < 0 ||
+  if (c->epochs < 1 || c->batch_size < 0 || c->accumulate < 0 || c->max_steps < 0 ||
       c->keep < 1 || !(c->timeout_s > 0) || c->eval_every < 0 || c->eval_max_batches < 0 ||
       c->checkpoint_every < 0 || c->stop_at_step < 0 || c->check_replicas < 0 ||
       c->log_every < 0 || c->threads < 0 || !(c->grad_clip >= 0) ||
@@ -251,7 +251,14 @@ static mpt_status setup(mpt__trainer *t) {
   mpt_comm_set_step(t->comm, -1);
   MPT_RETURN_IF(mpt_comm_set_purpose(t->comm, "setup"));
   if (c->argc > 0) MPT_RETURN_IF(mpt__train_check_same_options(t->comm, c->argc, c->argv));
-  MPT_RETURN_IF(mpt__train_resolve_resume_auto(t));
+  /* which checkpoint, and the batch and accumulation that keep its global batch */
+  MPT_RETURN_IF(mpt_trainer_plan_resume(t->comm, &t->c, t->task->samples_per_batch,
+                                        mpt_trainer_config_default().batch_size,
+                                        &t->resume_meta, &t->resuming));
+  t->samples_per_batch = t->task->samples_per_batch > 0 ? t->task->samples_per_batch
+                                                         : c->batch_size;
+  t->global_batch = (int64_t)t->world * t->samples_per_batch * c->accumulate;
+  MPT_RETURN_IF(mpt__train_check_resume_fit(t));
   if (t->rank == 0) MPT_RETURN_IF(check_outputs(t));
   t->threads = c->threads ? c->threads
                           : mpt_cpu_threads_per_rank(mpt_comm_local_size(t->comm),
@@ -267,8 +274,6 @@ static mpt_status setup(mpt__trainer *t) {
   MPT_RETURN_IF(mpt_stream_init(&t->stream, t->device, MPT_STREAM_INLINE));
   if (t->device.type != MPT_DEVICE_CPU) MPT_RETURN_IF(mpt__train_phase_events_init(t));
   MPT_RETURN_IF(mpt_event_init(&t->stop_event, mpt_device_cpu()));
-  t->samples_per_batch = t->task->samples_per_batch > 0 ? t->task->samples_per_batch
-                                                         : c->batch_size;
   if (t->task->check) MPT_RETURN_IF(t->task->check(t->task->ctx, t->comm, c, t->model));
   MPT_RETURN_IF(mpt_tape_init(&t->tape, t->model, t->stream));
   if (c->precision != MPT_PRECISION_FP32) {
