@@ -90,9 +90,13 @@ DATA_FILES="train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-id
 t10k-labels-idx1-ubyte.gz"
 MAX_TRAVEL_MIB=60 # the device tool takes 64 MiB of working tree and carried files
 
-usage() {
-  sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2
-  exit 2
+usage() { # STATUS: 0 for --help (to stdout), 2 for bad usage (to stderr)
+  if [ "${1:-2}" -eq 0 ]; then
+    sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+  else
+    sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2
+  fi
+  exit "${1:-2}"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -662,5 +666,6 @@ case $MODE in
   prepare) shift; prepare "$@" ;;
   run) run_check ;;
   gpt) shift; run_gpt_only "$@" ;;
+  -h|--help) usage 0 ;;
   *) usage ;;
 esac

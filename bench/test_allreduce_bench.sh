@@ -11,6 +11,9 @@
 # reduce-scatter + all-gather, DDP's rs-ag): exact at 3 and 4 ranks, the all-reduce's bus factor,
 # a corrupted value caught, -o max refused. Prints "N passed, N failed".
 set -u
+case ${1:-} in
+  -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d' | grep -v shellcheck | sed 's/^# \{0,1\}//'; exit 0 ;;
+esac
 here=$(dirname "$0")
 prog=${MPT_ALLREDUCE_BENCH:-./mpt_allreduce_bench}
 mpirun_sh=$here/../tests/mpirun.sh

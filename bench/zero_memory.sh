@@ -7,6 +7,11 @@
 # rank's line of the trainer's memory report at the end (optimizer state, peak resident VmHWM,
 # bytes sent per step in the ring model). Usage: bench/zero_memory.sh [OUT.txt]
 set -eu
+case ${1:-} in
+  -h|--help) sed -n '2,/^set -eu/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -*) echo "usage: bench/zero_memory.sh [OUT.txt] (see --help)" >&2; exit 2 ;;
+esac
+[ $# -le 1 ] || { echo "usage: bench/zero_memory.sh [OUT.txt] (see --help)" >&2; exit 2; }
 dir=$(cd "$(dirname "$0")/.." && pwd)
 prog=${MPITRAIN:-$dir/mpitrain}
 out=${1:-/dev/stdout}

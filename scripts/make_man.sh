@@ -8,6 +8,9 @@
 # page: regenerating it from the same program gives the same bytes (tests/test_man.sh checks
 # that the committed page is in sync with --help).
 set -eu
+case ${1:-} in
+  -h|--help) sed -n '2,/^set -eu/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+esac
 prog=${1:-./mpitrain}
 version=$("$prog" --version | sed -n '1s/^mpitrain //p')
 cat <<HEAD
