@@ -1,5 +1,5 @@
 #!/bin/bash
-# The GPU check (issues 4 and 17): on a bare machine with one GPU (an H200 lent for a short
+# The GPU check: on a bare machine with one GPU (an H200 lent for a short
 # lease: about 15 minutes of device time in all, at most 10 per command), with PyTorch and a
 # CUDA toolkit but no MPI, no OpenBLAS, no Check, maybe no autotools and no package mirror, in
 # under 8 minutes (GPU_CHECK_BUDGET_S, default 470 s: every step's limit is cut to what is left),

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Memory per rank with and without ZeRO-1 (issue 14): a GPT of gpt2's shape (12 layers, 12
+# Memory per rank with and without ZeRO-1: a GPT of gpt2's shape (12 layers, 12
 # heads, 768 channels, vocabulary 50257 padded to 50304) with T 64 instead of 1024 (wpe of 64
 # rows: 123.69M parameters instead of 124.44M) so that a step takes seconds on 2 cores, trained
 # for 2 steps of batch 1 per rank on a random token shard, at 1, 2 and 4 ranks (4

@@ -85,7 +85,7 @@ static void expect_dev(const char *what, const float *d, const float *want, int6
   free(got);
 }
 
-/* Issue 17 item 13: the library convolutions on CUDA (cuDNN: forward, backward data, backward
+/* The library convolutions on CUDA (cuDNN: forward, backward data, backward
  * weights with the bias, the algorithm chosen once per shape and cached) against the im2col +
  * GEMM path (the fallback, which the op table checks against the CPU), on shapes with padding,
  * strides, 1x1 and 5x5 kernels. Float rounding only: relative 1e-4. A second call of the same

@@ -2,7 +2,7 @@
  * seed) trained on the whole batch on the CPU is the oracle. DP over the visible GPUs (one, or
  * the first two: then replica copies go between GPUs, through peer access when the devices
  * allow it), with and without gathered outputs (without, nothing but the completion wait orders
- * the reduction and the optimizer after replica 0's backward: the race of issue 17 item 6),
+ * the reduction and the optimizer after replica 0's backward: without that wait they race),
  * must give the same loss and gradients after one step and the same parameters after STEPS SGD
  * steps with momentum. Exits 77 (SKIP) without a GPU.
  *

@@ -1,5 +1,5 @@
 #!/bin/sh
-# `mpitrain tokenize` (issue 13): byte-level llm.c shards from text. On two small files the
+# `mpitrain tokenize`: byte-level llm.c shards from text. On two small files the
 # shards are checked byte by byte against the format and the split written out by hand (the
 # last floor(F n) bytes of each file go to validation; shards cut at --shard-tokens); every
 # bad use exits 2 (usage) or 1 (failure) naming the problem; and, when Debian's fortunes

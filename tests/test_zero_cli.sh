@@ -1,5 +1,5 @@
 #!/bin/sh
-# The trainer's --zero (issue 14, ZeRO-1): bad uses are refused (--zero 2, --zero 1 with
+# The trainer's --zero (ZeRO-1): bad uses are refused (--zero 2, --zero 1 with
 # --mode dp: status 2 naming why); at one rank the option is named as without effect. At 2 ranks
 # (a sum of two is the same in any order, so ZeRO-1 must equal plain DDP bit for bit): the MLP
 # and a tiny GPT (--accumulate 1 and 2) trained with --zero 1 end with the bytes of the plain

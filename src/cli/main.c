@@ -23,9 +23,9 @@ int main(int argc, char **argv) {
   const int single = argc > 1 && (strcmp(argv[1], "tokenize") == 0 ||
                                   strcmp(argv[1], "generate") == 0);
   if (single && mpt_cli_launcher_rank() > 0) return 0;
-  if (argc > 1 && strcmp(argv[1], "tokenize") == 0) /* issue 13: text to token shards */
+  if (argc > 1 && strcmp(argv[1], "tokenize") == 0) /* text to token shards */
     return mpt_cli_tokenize(argc - 1, argv + 1);
-  if (argc > 1 && strcmp(argv[1], "generate") == 0) /* issue 13: sample from a GPT model file */
+  if (argc > 1 && strcmp(argv[1], "generate") == 0) /* sample from a GPT model file */
     return mpt_cli_generate(argc - 1, argv + 1);
   int r = mpt_cli_parse(argc, argv, &opts, msg, sizeof msg);
   if (r == MPT_CLI_EXIT_OK) {
