@@ -11,7 +11,7 @@
 #include <time.h>
 
 #include "core/cuda/alloc_cache.h"
-#include "core/error.h"
+#include "mpitrain/core.h"
 
 #define OK(expr) ck_assert_msg((expr) == MPT_OK, "%s failed: %s", #expr, mpt_last_error())
 

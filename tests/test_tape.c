@@ -21,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
 #include "mpitrain.h"
 #include "mpitrain/autograd.h"
 #include "nn/tape.h"
