@@ -12,8 +12,8 @@
 
 #include "core/cuda/alloc_cache.h"
 #include "mpitrain/core.h"
+#include "check_util.h"
 
-#define OK(expr) ck_assert_msg((expr) == MPT_OK, "%s failed: %s", #expr, mpt_last_error())
 
 enum { MAX_FENCES = 256 };
 
