@@ -122,11 +122,12 @@ done
 for f in getting-started cluster gpt library checkpoints-and-faults benchmarks; do
   grep -q "^FILE docs/$f.md " "$tmp/counts" 2>/dev/null || bad "docs/$f.md: no command found"
 done
-# The architecture table of README.md has a row for every layer folder under src/.
+# The architecture table of docs/development.md has a row for every layer folder under src/.
 for d in "$srcdir"/src/*/; do
   d=${d%/}
   d=src/${d##*/}
-  grep -q "^| [a-z]* | $d | " "$srcdir/README.md" && ok || bad "README.md's architecture table has no row for $d"
+  grep -q "^| [a-z]* | $d | " "$srcdir/docs/development.md" && ok ||
+    bad "docs/development.md's architecture table has no row for $d"
 done
 # bench/scaling_model.py is documented as a command: it must be executable.
 [ -x "$srcdir/bench/scaling_model.py" ] && ok || bad "bench/scaling_model.py is not executable"
