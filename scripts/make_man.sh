@@ -39,6 +39,10 @@ mpitrain \\- data-parallel training of neural networks over MPI (DDP, DataParall
 .I FILE
 [\\fIoptions\\fR]
 .br
+.B mpitrain hang\\-report
+.I DIR
+[\\-\\-json]
+.br
 .B mpitrain \\-\\-help | \\-\\-version
 .SH DESCRIPTION
 .B mpitrain train
@@ -58,6 +62,16 @@ turns plain text into byte-level token shards in llm.c's format, for \\-\\-shard
 .B mpitrain generate
 samples text from a GPT model file (such as one written by \\-\\-save\\-model).
 Each lists its own options with \\-\\-help.
+.PP
+.B mpitrain hang\\-report
+.I DIR
+merges the flight recorder's dumps (DIR/flight\\-rankR.txt, written by each rank on SIGUSR2,
+a collective timeout, an error or a fatal signal: see \\-\\-flight\\-recorder and
+\\-\\-debug\\-dir) and prints the last collective every rank finished, the first where the
+ranks differ (who is inside it and for how long, who never entered it, with host and pid),
+ranks whose collectives differ, and ranks that left no dump;
+.B \\-\\-json
+prints the same as one JSON object.
 .SH OPTIONS
 HEAD
 "$prog" --help | awk '

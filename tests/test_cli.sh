@@ -35,14 +35,14 @@ check 2 "nesterov needs --momentum" train --nesterov --momentum 0
 check 2 "unknown optimizer 'adam'" train --optimizer adam
 check 2 "unknown schedule" train --schedule linear
 check 2 "mpitrain train --help. lists the options" train --model resnet
-check 2 "mpitrain generate --help. list the options" fly
+check 2 "mpitrain hang-report --help. list the options" fly
 check 0 "usage: mpitrain train" --help
 check 0 "mpitrain [0-9]" --version
 check 1 "no/such/dir" train --data /no/such/dir --epochs 1
 check 1 "is not a regular file" train --synthetic --train-limit 64 --test-limit 16 --epochs 1 --save-params /dev/null
 [ -c /dev/null ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: /dev/null was replaced"; }
 check 2 "conv-algo: unknown algorithm 'fft'" train --conv-algo fft
-check 2 "no command given (expected: train, tokenize or generate)"
+check 2 "no command given (expected: train, tokenize, generate or hang-report)"
 check 2 "devices: .*cpu:0 is named twice" train --mode dp --devices cpu:0,cpu:0
 check 2 "devices: .*unknown device 'gpu:1'" train --mode dp --devices gpu:1
 # A model that cannot fit (1.1e12 parameters) is refused before allocating, not OOM-killed.

@@ -47,9 +47,11 @@
  * an error flag and a hash of its signature, so that no rank reports success for a collective
  * that failed or disagreed on another (Open MPI 4.1 can complete mismatched all-reduces
  * "successfully" on one rank). Checked mode (config.check_collectives, or
- * MPT_CHECK_COLLECTIVES=1) compares (kind, count, dtype, op or root, sequence number) across
+ * MPT_CHECK_COLLECTIVES=1) compares (kind, count, dtype, op or root, sequence number, and the
+ * caller's tag: global step and purpose, mpt_comm_set_step / mpt_comm_set_purpose) across
  * ranks before each collective and fails with MPT_EMISMATCH naming the ranks and both
- * signatures, before any data moves (docs/faults.md F09).
+ * signatures, before any data moves (docs/faults.md F09): a rank that skipped a step fails at
+ * the first collective of the next one, on every rank. The agreement leaves the tag out.
  *
  * Devices (config.device), where the buffers live: MPI backend on cpu (host memory, default) or
  * cuda:N (device memory staged through pinned host buffers on the comm's CPU worker stream; a
@@ -109,6 +111,12 @@ typedef enum {
 /* "mpi", "nccl"; "unknown" otherwise. */
 MPT_API const char *mpt_comm_backend_name(mpt_comm_backend backend);
 
+/* The flight recorder's size: default entries, the most a comm takes, and the bytes of a
+ * collective's purpose tag (mpt_comm_set_purpose; the terminating NUL included). */
+#define MPT_COMM_FLIGHT_DEFAULT 2000
+#define MPT_COMM_FLIGHT_MAX 10000000
+#define MPT_COMM_PURPOSE_MAX 24
+
 /* mpt_comm_init's settings: start from mpt_comm_config_default() and change fields. */
 typedef struct mpt_comm_config {
   mpt_comm_backend backend; /* MPT_COMM_BACKEND_MPI */
@@ -151,6 +159,10 @@ typedef struct mpt_comm_config {
    * process's place in the job, and ends the process with status 1 (the only place the library
    * ends a process: the thread that would return the error is inside MPI). */
   double init_timeout_ms;
+  /* Flight recorder: how many of the last collectives the comm keeps (see "Flight recorder"
+   * below), in [0, MPT_COMM_FLIGHT_MAX]; 0 turns it off. Default MPT_COMM_FLIGHT_DEFAULT (about
+   * 100 bytes each). Per rank, not agreed: ranks may differ. */
+  int64_t flight_recorder;
 } mpt_comm_config;
 
 /* The defaults noted on each field (MPI backend on cpu:0, 300 s, blocking, agreement on). */
@@ -368,6 +380,64 @@ MPT_API mpt_status mpt_comm_reduce_scatter_sync(mpt_comm *comm, const void *send
 MPT_API mpt_status mpt_comm_allgather_shards_sync(mpt_comm *comm, void *buf, int64_t count,
                                                   mpt_dtype dtype);
 MPT_API mpt_status mpt_comm_barrier_sync(mpt_comm *comm);
+
+/* ---- flight recorder (src/comm/flight.c; docs/hangs.md) ------------------------------------
+ * Every comm keeps its last config.flight_recorder collectives in a ring buffer allocated at
+ * init: sequence number, op, dtype, count, root or reduction, the caller's tag (global step and
+ * purpose, below), the times it was enqueued, started and finished (mpt_time_ms, this host's
+ * monotonic clock), and its state (queued, running, done, failed). The MPI backend records all
+ * four states; the NCCL backend records the enqueue only. No lock and no allocation after init
+ * (PyTorch's NCCL Flight Recorder keeps the same kind of ring). At bootstrap every rank's host
+ * name and process id are gathered once, so one rank's dump names all the others.
+ *
+ * A dump (mpt_comm_flight_dump) writes "DIR/flight-rankR.txt": a header (format line, "rank R
+ * of W", host, pid, reason, now_ms, wall_s, timeout_ms, capacity, next_seq), one "peer R pid P
+ * host H" line per rank, one line per recorded collective ("c seq=17 op=all-reduce
+ * dtype=float32 count=4096 arg=1 step=12 state=done enq=... start=... end=... purpose=grad
+ * bucket 0", times in ms of now_ms's clock, 0 for not yet), and "end N" (N collective lines):
+ * a file without it was cut short. `mpitrain hang-report DIR` merges the dumps of every rank. */
+
+/* Tags the collectives this thread enqueues from now on with `purpose` (what they are for:
+ * "grad bucket 3", "stop vote", "eval"; NULL or "" for none): at most MPT_COMM_PURPOSE_MAX - 1
+ * bytes are kept (longer text is cut), control characters become '_'. The tag goes into the
+ * flight recorder and, in checked mode, into the signature compared across ranks, so ranks
+ * must tag the same collective alike. Thread rules: call from the thread that enqueues the
+ * collectives (the tag is the comm's, not per thread; the trainer's thread for the loop's
+ * comm). Errors: MPT_EINVAL (NULL comm). */
+MPT_API mpt_status mpt_comm_set_purpose(mpt_comm *comm, const char *purpose);
+
+/* Tags the collectives enqueued from now on with the global training step `step` (a negative
+ * value: none, recorded as -1). Checked mode compares it across ranks, so a rank that skipped
+ * a step (or synced alone) fails at its first collective, on every rank, naming the ranks and
+ * their steps. Thread rules as mpt_comm_set_purpose. NULL comm: no-op. */
+MPT_API void mpt_comm_set_step(mpt_comm *comm, int64_t step);
+
+/* The host name of `rank` (gathered at bootstrap, at most 59 bytes), "" for a rank out of
+ * range or a NULL comm. Owned by the comm. Any thread. */
+MPT_API const char *mpt_comm_rank_host(const mpt_comm *comm, int rank);
+
+/* Entries the flight recorder keeps (0: off, or NULL comm). Any thread. */
+MPT_API int64_t mpt_comm_flight_capacity(const mpt_comm *comm);
+
+/* Where this comm's dumps go: DIR/flight-rankR.txt (the folder is made at the first dump);
+ * NULL or "" forgets the folder (dumps then return MPT_ESTATE). The trainer sets it for its
+ * run (trainer.h debug_dir) and dumps on SIGUSR2 and fatal signals. Errors: MPT_EINVAL (NULL
+ * comm, a path longer than 4000 bytes). Call from one thread while no dump runs. */
+MPT_API mpt_status mpt_comm_set_debug_dir(mpt_comm *comm, const char *dir);
+
+/* The path of this rank's dump (DIR/flight-rankR.txt) into buf (nbytes with the NUL). Errors:
+ * MPT_EINVAL (NULL arguments, too small a buffer), MPT_ESTATE (no debug folder set). */
+MPT_API mpt_status mpt_comm_flight_path(const mpt_comm *comm, char *buf, size_t nbytes);
+
+/* Writes the flight recorder's dump (format above) with `reason` ("SIGUSR2", "collective
+ * timeout"...; a line of text) to DIR/flight-rankR.txt: written to DIR/flight-rankR.txt.tmp
+ * line by line, then renamed, so a rank killed mid-write leaves the .tmp with every line
+ * written so far and readers never see a half-written .txt. Async-signal-safe: only mkdir, open,
+ * write, close and rename, no allocation, no lock, so a fatal-signal handler may call it; it
+ * reads the ring while collectives run (an entry being refilled is left out). Errors (the code
+ * only, no detail text: it runs in signal handlers): MPT_EINVAL (NULL comm), MPT_ESTATE (no
+ * debug folder set), MPT_EIO (the file could not be written). Any thread. */
+MPT_API mpt_status mpt_comm_flight_dump(const mpt_comm *comm, const char *reason);
 
 /* ---- device binding (src/comm/devmap.c; docs/faults.md F11, F12) -------------------------------
  * One GPU per rank: a rank uses the device whose index is its local rank (the rank among the

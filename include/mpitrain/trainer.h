@@ -82,7 +82,18 @@ typedef struct mpt_trainer_config {
   int threads;                /* CPU threads per rank; 0 = the host's cores / its ranks */
   mpt_precision precision;    /* GEMMs and convolutions (default fp32) */
   double timeout_s;           /* deadline of every collective and wait, > 0 (default 300) */
-  int check_collectives;      /* compare collective signatures first (default 0) */
+  int check_collectives;      /* compare collective signatures first (default 0); the loop
+                                 tags each collective with the global step and its purpose
+                                 (mpt_comm_set_step / mpt_comm_set_purpose), so ranks whose
+                                 control flow differs fail at the first mismatch */
+  const char *debug_dir;      /* the flight recorder's dumps (comm.h): SIGUSR2, fatal signals;
+                                 NULL: checkpoint_dir, else "mpitrain-debug" (relative to the
+                                 working folder) */
+  double straggler_warn;      /* stragglers: at each step line (log_every) every rank's compute
+                                 time per step (forward + backward + optimizer, without waiting
+                                 for collectives) is all-gathered; rank 0 logs the slowest and
+                                 fastest rank and their ratio, and warns when the ratio is above
+                                 this (>= 1; default 1.2) */
   /* --- evaluation --- */
   int64_t eval_every;         /* also every N global steps; 0 = at each epoch's end only */
   int64_t eval_max_batches;   /* per rank and evaluation; 0 = the whole evaluation set */
@@ -235,7 +246,12 @@ MPT_API mpt_status mpt_trainer_save_params(mpt_model *model, mpt_stream *stream,
  * to every rank, not SIGTERM) so that a run stops after the same step on every rank: blocks
  * both on the calling thread (and so on every thread started after it) and starts a thread
  * that takes them with sigwait and only records them; a recording handler covers threads that
- * other libraries started earlier. No signal handler then runs on a thread that computes (one
+ * other libraries started earlier. SIGUSR2 (also forwarded by mpirun) is taken by the same
+ * thread: while mpt_trainer_run runs it writes the flight recorder's dump of the run's comm to
+ * the debug folder (comm.h "Flight recorder") and the run goes on; outside a run it is logged
+ * and ignored. Each run also installs handlers for SIGSEGV, SIGBUS, SIGFPE, SIGILL and SIGABRT
+ * that write the dump (async-signal-safe) and then pass the signal on to the handler installed
+ * before (MPI's) or the default action. No signal handler then runs on a thread that computes (one
  * inside oneDNN's fp32 GEMM kernels corrupted the heap: docs/faults.md F52). Call it first in
  * main, before MPI's initialisation and any thread, so that a signal during a slow start-up
  * stops the run after its first step instead of killing the rank; mpt_trainer_run calls it too

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli/generate.h"
+#include "cli/hang_report.h"
 #include "cli/options.h"
 #include "cli/tokenize.h"
 #include "cli/train.h"
@@ -21,12 +22,15 @@ int main(int argc, char **argv) {
    * the work and the other ranks exit at once (N copies of the text, or N writers racing on
    * one output folder, before) */
   const int single = argc > 1 && (strcmp(argv[1], "tokenize") == 0 ||
-                                  strcmp(argv[1], "generate") == 0);
+                                  strcmp(argv[1], "generate") == 0 ||
+                                  strcmp(argv[1], "hang-report") == 0);
   if (single && mpt_cli_launcher_rank() > 0) return 0;
   if (argc > 1 && strcmp(argv[1], "tokenize") == 0) /* text to token shards */
     return mpt_cli_tokenize(argc - 1, argv + 1);
   if (argc > 1 && strcmp(argv[1], "generate") == 0) /* sample from a GPT model file */
     return mpt_cli_generate(argc - 1, argv + 1);
+  if (argc > 1 && strcmp(argv[1], "hang-report") == 0) /* issue 27: the flight recorder's dumps */
+    return mpt_cli_hang_report(argc - 1, argv + 1);
   int r = mpt_cli_parse(argc, argv, &opts, msg, sizeof msg);
   if (r == MPT_CLI_EXIT_OK) {
     if (mpt_cli_launcher_rank() > 0) return 0; /* --help under mpirun -np N: once, not N times */
@@ -44,8 +48,8 @@ int main(int argc, char **argv) {
                            strncmp(msg, "no command", 10) == 0;
     if (rank < 0)
       fprintf(stderr, "mpitrain: %s\n(%s)\n", msg,
-              no_command ? "`mpitrain train --help`, `mpitrain tokenize --help` and `mpitrain "
-                           "generate --help` list the options"
+              no_command ? "`mpitrain train --help`, `mpitrain tokenize --help`, `mpitrain "
+                           "generate --help` and `mpitrain hang-report --help` list the options"
                          : "`mpitrain train --help` lists the options");
     else if (rank == 0)
       fprintf(stderr, "mpitrain: %s\nmpitrain: every rank stops (status 2); `mpitrain train "

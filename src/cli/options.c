@@ -171,6 +171,15 @@ typedef enum { P_I64, P_INT, P_F64, P_F32, P_F32D, P_STR, P_ON, P_OFF, P_FN } pa
   X(CHECK_REPLICAS, "check-replicas", P_I64, FIELD(check_replicas), 1, BIG, ALL, "faults", "N", \
     "every N steps compare a CRC-32 of the parameters across\nranks and name the first rank "    \
     "whose replica diverged", "")                                                               \
+  X(FLIGHT_RECORDER, "flight-recorder", P_I64, FIELD(flight_recorder), 0, 10000000, ALL,      \
+    "faults", "N", "keep each rank's last N collectives for the hang\nreport (default 2000; 0 = "  \
+    "off)", "")                                                                                 \
+  X(DEBUG_DIR, "debug-dir", P_STR, FIELD(debug_dir), 0, 0, ALL, "faults", "DIR",                \
+    "flight-recorder dumps (SIGUSR2, timeout, error, crash):\nDIR/flight-rankR.txt (default "   \
+    "--checkpoint-dir,\nelse ./mpitrain-debug); read: mpitrain hang-report DIR", "")             \
+  X(STRAGGLER_WARN, "straggler-warn", P_F64, FIELD(straggler_warn), 1, 1e6, ALL, "faults", "F", \
+    "at each --log-every line, warn when the slowest rank's\ncompute per step is over F x the "  \
+    "fastest's (default 1.2)", "")                                                              \
   X(VAL_EVERY, "val-every", P_I64, FIELD(val_every), 0, BIG, ALL, "evaluation and output", "N", \
     "evaluate every N steps too (default 0: at the end of\neach epoch; GPT also before the "     \
     "first step)", "")                                                                          \
@@ -261,7 +270,8 @@ const char *mpt_cli_usage(void) {
 #define PUT(...) \
   n += (size_t)snprintf(text + n, n < sizeof text ? sizeof text - n : 0, __VA_ARGS__)
   PUT("usage: mpitrain train [options]      (run under mpirun -np N for DDP)\n"
-      "       mpitrain tokenize --help, mpitrain generate --help\n"
+      "       mpitrain tokenize --help, mpitrain generate --help,\n"
+      "       mpitrain hang-report DIR [--json]   (why a job hung: docs/hangs.md)\n"
       "Options marked [mlp cnn] or [gpt] apply to those models only; every other option\n"
       "works with every model.\n");
   const char *section = "";
@@ -343,6 +353,8 @@ void mpt_cli_options_default(mpt_cli_options *o) {
   o->mode = MPT_MODE_SINGLE_OR_DDP;
   o->keep = 3;
   o->progress_interval_s = 30;
+  o->flight_recorder = 2000;
+  o->straggler_warn = 1.2;
   mpt_gpt_config_preset("gpt-mini", &o->gpt);
 }
 
@@ -655,13 +667,14 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
   o->argc = argc;
   o->argv = argv;
   if (argc < 2) { /* a bare `mpitrain` prints the usage rather than start a 10-epoch run */
-    fail(msg, n, "no command given (expected: train, tokenize or generate)");
+    fail(msg, n, "no command given (expected: train, tokenize, generate or hang-report)");
     return MPT_CLI_EXIT_USAGE;
   }
   int first = 1;
   if (argv[1][0] != '-') {
     if (strcmp(argv[1], "train") != 0) {
-      fail(msg, n, "unknown command '%s' (expected: train, tokenize or generate)", argv[1]);
+      fail(msg, n, "unknown command '%s' (expected: train, tokenize, generate or "
+           "hang-report)", argv[1]);
       return MPT_CLI_EXIT_USAGE;
     }
     first = 2;

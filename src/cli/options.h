@@ -62,6 +62,9 @@ typedef struct mpt_cli_options {
   char log_file[4096];      /* --log-file: each rank writes its output to <this>.<rank> */
   int quiet;                /* --quiet: warnings and errors only */
   double progress_interval_s; /* one-line progress on rank 0 when stderr is not a terminal */
+  int64_t flight_recorder;  /* --flight-recorder: collectives kept per rank (0 = off) */
+  char debug_dir[4000];     /* --debug-dir: the flight recorder's dumps ("" = the default) */
+  double straggler_warn;    /* --straggler-warn: slowest / fastest compute ratio to warn at */
   /* GPT language models */
   mpt_gpt_config gpt;       /* the preset's sizes, then --n-layer .. --vocab-size */
   char shards[4096];        /* --shards GLOB: training token shards */

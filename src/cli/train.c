@@ -60,6 +60,8 @@ static mpt_trainer_config config_of(const run *r) {
   c.precision = o->precision;
   c.timeout_s = o->timeout_s;
   c.check_collectives = o->check_collectives;
+  c.debug_dir = or_null(o->debug_dir);
+  c.straggler_warn = o->straggler_warn;
   c.eval_every = o->val_every;
   c.eval_max_batches = o->val_steps;
   c.eval_at_start = mpt_cli_is_gpt(o);
@@ -316,6 +318,19 @@ static void run_free(run *r) {
   mpt_token_data_free(r->val_tokens);
 }
 
+/* Before the job is aborted: this rank's flight recorder, for `mpitrain hang-report` (a timeout
+ * or any failure of a job of several ranks; the other ranks are killed by the abort). */
+static void dump_on_error(const run *r, mpt_status st) {
+  if (mpt_comm_flight_capacity(r->comm) == 0) return;
+  char reason[160], path[4200];
+  snprintf(reason, sizeof reason, "%s: %s", st == MPT_ETIMEOUT ? "collective timeout" : "error",
+           mpt_status_message(st));
+  if (mpt_comm_flight_dump(r->comm, reason) == MPT_OK &&
+      mpt_comm_flight_path(r->comm, path, sizeof path) == MPT_OK)
+    mpt_log(MPT_LOG_ERROR, "flight recorder written to %s (read the dumps of every rank with "
+            "`mpitrain hang-report FOLDER`)", path);
+}
+
 int mpt_cli_train(const mpt_cli_options *o) {
   run r;
   memset(&r, 0, sizeof r);
@@ -331,7 +346,13 @@ int mpt_cli_train(const mpt_cli_options *o) {
   /* --timeout covers MPI_Init_thread too, with a floor: a short collective deadline must not
    * kill a healthy start-up (a singleton's MPI_Init alone takes about 0.5 s here) */
   cc.init_timeout_ms = (o->timeout_s > 10 ? o->timeout_s : 10) * 1e3;
+  cc.flight_recorder = o->flight_recorder;
   if (st == MPT_OK) st = mpt_comm_init(&r.comm, &cc);
+  /* the loop's rule (trainer.h debug_dir), here too: a failure before the loop is dumped */
+  if (st == MPT_OK)
+    st = mpt_comm_set_debug_dir(r.comm, o->debug_dir[0] ? o->debug_dir
+                                        : o->checkpoint_dir[0] ? o->checkpoint_dir
+                                                               : "mpitrain-debug");
   if (st != MPT_OK) {
     fprintf(stderr, "mpitrain: error: %s: %s\n", mpt_status_message(st), mpt_last_error());
     mpt_comm_abort(NULL, 1);
@@ -344,6 +365,7 @@ int mpt_cli_train(const mpt_cli_options *o) {
   if (st != MPT_OK) {
     mpt_log(MPT_LOG_ERROR, "%s: %s", mpt_status_message(st), mpt_last_error());
     if (r.world > 1) {
+      dump_on_error(&r, st);
       mpt_log(MPT_LOG_ERROR, "rank %d failed: aborting the job", r.rank);
       mpt_comm_abort(r.comm, 1);
     }

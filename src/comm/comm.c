@@ -67,6 +67,7 @@ mpt_comm_config mpt_comm_config_default(void) {
   c.max_chunk_count = INT_MAX / 2;
   c.configure_log = 1;
   c.log_level = MPT_LOG_INFO;
+  c.flight_recorder = MPT_COMM_FLIGHT_DEFAULT;
   return c;
 }
 
@@ -125,6 +126,9 @@ static mpt_status config_check(const mpt_comm_config *c) {
   if (c->max_chunk_count < 1 || c->max_chunk_count > INT_MAX / 2)
     return MPT_FAIL(MPT_EINVAL, "comm max_chunk_count must be in [1, %d], not %lld", INT_MAX / 2,
                     (long long)c->max_chunk_count);
+  if (c->flight_recorder < 0 || c->flight_recorder > MPT_COMM_FLIGHT_MAX)
+    return MPT_FAIL(MPT_EINVAL, "comm flight_recorder must be in [0, %d] entries, not %lld",
+                    MPT_COMM_FLIGHT_MAX, (long long)c->flight_recorder);
   if (c->log_level < MPT_LOG_ERROR || c->log_level > MPT_LOG_DEBUG)
     return MPT_FAIL(MPT_EINVAL, "comm log_level %d is not a log level", (int)c->log_level);
   if (c->device.type != MPT_DEVICE_CPU && c->device.type != MPT_DEVICE_CUDA)
@@ -171,6 +175,7 @@ mpt_status mpt_comm_init(mpt_comm **out, const mpt_comm_config *config) {
   const mpt_device sdev = backend->stream_on_device ? c->config.device : mpt_device_cpu();
   MPT_CHECK(mpt_stream_init(&c->stream, sdev, MPT_STREAM_WORKER), fail_stream);
   MPT_CHECK(mpt_event_init(&c->sync_event, sdev), fail_event);
+  MPT_CHECK(mpt__flight_init(c), fail_flight);
   MPT_CHECK(backend->init(c), fail_backend);
   MPT_LOG_DBG("comm: rank %d of %d, local rank %d of %d on %s, launched by %s, backend %s, "
               "timeout %g s, progress %s, checked mode %s, agreement %s",
@@ -184,12 +189,15 @@ mpt_status mpt_comm_init(mpt_comm **out, const mpt_comm_config *config) {
   return MPT_OK;
 
 fail_backend:
+  mpt__flight_free(c);
+fail_flight:
   mpt_event_free(c->sync_event);
 fail_event:
   mpt_stream_free(c->stream);
 fail_stream:
   MPI_Comm_free(&c->mpi_comm);
 fail_boot:
+  free(c->peers);
   pthread_mutex_destroy(&c->sync_mutex);
   pthread_mutex_destroy(&c->mutex);
   free(c);
@@ -246,6 +254,7 @@ void mpt_comm_free(mpt_comm *comm) {
   if (!finalized && comm->mpi_comm != MPI_COMM_NULL) MPI_Comm_free(&comm->mpi_comm);
   pthread_mutex_destroy(&comm->sync_mutex);
   pthread_mutex_destroy(&comm->mutex);
+  mpt__flight_free(comm);
   free(comm);
   atomic_fetch_sub(&live_comms, 1);
 }
@@ -324,6 +333,9 @@ static mpt_status dispatch(mpt_comm *comm, mpt_stream *stream, mpt__coll *coll) 
     return MPT_OK;
   if (!stream) stream = comm->stream;
   coll->seq = atomic_fetch_add(&comm->next_seq, 1);
+  coll->step = comm->tag_step;
+  memcpy(coll->purpose, comm->tag_purpose, sizeof coll->purpose);
+  mpt__flight_enqueue(comm, coll);
   switch (coll->kind) {
     case MPT__COLL_ALLREDUCE:
       return comm->backend->allreduce(comm, stream, coll);
@@ -398,7 +410,7 @@ static mpt_status reduce_scatter_prep(mpt_comm *comm, const void *sendbuf, void 
     return MPT_FAIL(MPT_EINVAL, "%s: the receive buffer overlaps the send buffer without being "
                     "this rank's shard (sendbuf + %lld elements for in place)", what,
                     (long long)off);
-  *coll = (mpt__coll){MPT__COLL_REDUCE_SCATTER, 0, sendbuf, recvbuf, count, dtype, (int)op};
+  *coll = (mpt__coll){MPT__COLL_REDUCE_SCATTER, 0, sendbuf, recvbuf, count, dtype, (int)op, -1, {0}};
   return MPT_OK;
 }
 
@@ -409,7 +421,7 @@ static mpt_status allgather_shards_prep(mpt_comm *comm, void *buf, int64_t count
   MPT_RETURN_IF(sharded_supported(comm, MPT__COLL_ALLGATHER_SHARDS, what));
   if (count > 0 && !buf)
     return MPT_FAIL(MPT_EINVAL, "%s: NULL buffer with count %lld", what, (long long)count);
-  *coll = (mpt__coll){MPT__COLL_ALLGATHER_SHARDS, 0, buf, buf, count, dtype, 0};
+  *coll = (mpt__coll){MPT__COLL_ALLGATHER_SHARDS, 0, buf, buf, count, dtype, 0, -1, {0}};
   return MPT_OK;
 }
 
@@ -429,7 +441,7 @@ static mpt_status allreduce_prep(mpt_comm *comm, const void *sendbuf, void *recv
   if (sendbuf != recvbuf && overlap(sendbuf, nbytes, recvbuf, nbytes))
     return MPT_FAIL(MPT_EINVAL, "all-reduce: send and receive buffers overlap without being equal "
                     "(pass the same pointer for in place)");
-  *coll = (mpt__coll){MPT__COLL_ALLREDUCE, 0, sendbuf, recvbuf, count, dtype, (int)op};
+  *coll = (mpt__coll){MPT__COLL_ALLREDUCE, 0, sendbuf, recvbuf, count, dtype, (int)op, -1, {0}};
   return MPT_OK;
 }
 
@@ -441,7 +453,7 @@ static mpt_status broadcast_prep(mpt_comm *comm, void *buf, int64_t count, mpt_d
                     comm->world_size);
   if (count > 0 && !buf)
     return MPT_FAIL(MPT_EINVAL, "broadcast: NULL buffer with count %lld", (long long)count);
-  *coll = (mpt__coll){MPT__COLL_BROADCAST, 0, buf, buf, count, dtype, root};
+  *coll = (mpt__coll){MPT__COLL_BROADCAST, 0, buf, buf, count, dtype, root, -1, {0}};
   return MPT_OK;
 }
 
@@ -456,14 +468,14 @@ static mpt_status allgather_prep(mpt_comm *comm, const void *sendbuf, void *recv
       overlap(sendbuf, nbytes, recvbuf, nbytes * (size_t)comm->world_size))
     return MPT_FAIL(MPT_EINVAL, "all-gather: the send buffer overlaps the receive buffer "
                     "without being this rank's block (recvbuf + rank * count for in place)");
-  *coll = (mpt__coll){MPT__COLL_ALLGATHER, 0, sendbuf, recvbuf, count, dtype, 0};
+  *coll = (mpt__coll){MPT__COLL_ALLGATHER, 0, sendbuf, recvbuf, count, dtype, 0, -1, {0}};
   return MPT_OK;
 }
 
 static mpt_status barrier_prep(mpt_comm *comm, mpt__coll *coll) {
   if (!comm) return MPT_FAIL(MPT_EINVAL, "barrier: NULL comm");
   MPT_RETURN_IF(mpt__comm_check_usable(comm));
-  *coll = (mpt__coll){MPT__COLL_BARRIER, 0, NULL, NULL, 0, MPT_U8, 0};
+  *coll = (mpt__coll){MPT__COLL_BARRIER, 0, NULL, NULL, 0, MPT_U8, 0, -1, {0}};
   return MPT_OK;
 }
 

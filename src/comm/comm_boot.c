@@ -146,6 +146,8 @@ static mpt_status bootstrap(mpt_comm *c, const mpt_comm_config *config) {
 
   atomic_store(&boot_stage, "the exchange of the comm settings between the ranks");
   MPT_CHECK(agree_settings(c, deadline_ms), fail_comm);
+  atomic_store(&boot_stage, "the exchange of the ranks' hosts and process ids");
+  MPT_CHECK(mpt__flight_gather_peers(c, deadline_ms), fail_comm);
 
   mpt__mpi_view view = {c->world_size, c->rank, c->local_rank, c->local_size};
   mpt__launch_result launch;

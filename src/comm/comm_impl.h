@@ -38,6 +38,9 @@ typedef struct mpt__coll {
   int64_t count;
   mpt_dtype dtype;
   int arg;
+  /* the issuing thread's tag at enqueue (mpt_comm_set_step / mpt_comm_set_purpose) */
+  int64_t step;
+  char purpose[MPT_COMM_PURPOSE_MAX];
 } mpt__coll;
 
 /* A collective while it runs (from the start of its first MPI call to the end of its last), as
@@ -104,7 +107,38 @@ struct mpt_comm {
   pthread_mutex_t sync_mutex; /* serialises the synchronous wrappers (one event) */
   mpt_event *sync_event;
   int progress_index; /* its column in the progress records (comm_progress.c), -1: none */
+
+  /* flight recorder (flight.c): the tag of the next collectives (issuing thread), the ring */
+  int64_t tag_step;
+  char tag_purpose[MPT_COMM_PURPOSE_MAX];
+  struct mpt__flight_entry *flight; /* [flight_cap] or NULL (off) */
+  int64_t flight_cap;
+  struct mpt__flight_peer *peers;   /* [world_size]: each rank's pid and host (bootstrap) */
+  char debug_dir[4096];             /* where dumps go ("" = none) */
 };
+
+/* ---- flight recorder (flight.c) ------------------------------------------------------------ */
+typedef enum {
+  MPT__FLIGHT_QUEUED = 1,
+  MPT__FLIGHT_RUNNING = 2,
+  MPT__FLIGHT_DONE = 3,
+  MPT__FLIGHT_FAILED = 4,
+} mpt__flight_state;
+typedef struct mpt__flight_entry mpt__flight_entry;
+typedef struct mpt__flight_peer {
+  int32_t pid;
+  char host[60];
+} mpt__flight_peer;
+/* Allocates the ring of config.flight_recorder entries (none for 0). Errors: MPT_ENOMEM. */
+mpt_status mpt__flight_init(mpt_comm *comm);
+/* Frees the ring and the peer table. */
+void mpt__flight_free(mpt_comm *comm);
+/* Bootstrap: all-gathers every rank's pid and host into comm->peers, by deadline_ms. */
+mpt_status mpt__flight_gather_peers(mpt_comm *comm, double deadline_ms);
+/* The collective `c` (seq assigned) was enqueued / started / finished with `status`. */
+void mpt__flight_enqueue(mpt_comm *comm, const mpt__coll *c);
+void mpt__flight_started(const mpt_comm *comm, uint64_t seq);
+void mpt__flight_finished(const mpt_comm *comm, uint64_t seq, mpt_status status);
 
 /* Marks the comm unusable with `status` and a copy of the calling thread's last error (first
  * failure wins). Any thread. */

@@ -47,7 +47,10 @@
 
 #include "comm/comm_impl.h"
 
-enum { SIG_LEN = 5 }; /* kind, count, dtype, arg, seq */
+/* kind, count, dtype, arg, seq; then the caller's tag: global step and purpose (its bytes, in
+ * SIG_PURPOSE words). The agreement hashes the first SIG_CORE only (the tag is checked mode's). */
+enum { SIG_CORE = 5, SIG_PURPOSE = MPT_COMM_PURPOSE_MAX / 8, SIG_LEN = SIG_CORE + 1 + SIG_PURPOSE };
+_Static_assert(MPT_COMM_PURPOSE_MAX % 8 == 0, "the purpose travels as int64 words");
 
 typedef struct op_rec {
   mpt_comm *comm;
@@ -171,8 +174,24 @@ MPI_Datatype mpt__mpi_dtype(mpt_dtype dtype) {
   return MPI_DATATYPE_NULL;
 }
 
-/* One rank's signature as a phrase: "all-reduces 8 float32 (sum) as collective #3". */
+static void describe_core(const int64_t *s, char *buf, size_t nbytes);
+
+/* One rank's signature as a phrase: "all-reduces 8 float32 (sum) as collective #3 at step 12
+ * (grad bucket 0)" (no step: not tagged; no purpose: none given). */
 static void describe_sig(const int64_t *s, char *buf, size_t nbytes) {
+  describe_core(s, buf, nbytes);
+  const size_t used = strlen(buf);
+  char purpose[MPT_COMM_PURPOSE_MAX];
+  memcpy(purpose, s + 6, sizeof purpose);
+  purpose[sizeof purpose - 1] = '\0';
+  char step[40] = "";
+  if (s[5] >= 0) snprintf(step, sizeof step, " at step %lld", (long long)s[5]);
+  if (used < nbytes)
+    snprintf(buf + used, nbytes - used, "%s%s%s%s", step, purpose[0] ? " (" : "", purpose,
+             purpose[0] ? ")" : "");
+}
+
+static void describe_core(const int64_t *s, char *buf, size_t nbytes) {
   long long n = (long long)s[1];
   const char *dt = mpt_dtype_name((mpt_dtype)s[2]);
   unsigned long long seq = (unsigned long long)s[4];
@@ -210,12 +229,14 @@ static void make_sig(const mpt__coll *c, int64_t *s) {
   s[2] = c->dtype;
   s[3] = c->arg;
   s[4] = (int64_t)c->seq;
+  s[5] = c->step;
+  memcpy(s + 6, c->purpose, sizeof c->purpose);
 }
 
 /* 62-bit mix of the signature (splitmix64 steps), so that hash and -hash both fit int64. */
 static int64_t sig_hash(const int64_t *s) {
   uint64_t h = 0x9e3779b97f4a7c15ULL;
-  for (int i = 0; i < SIG_LEN; i++) {
+  for (int i = 0; i < SIG_CORE; i++) {
     h ^= (uint64_t)s[i] + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
     h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
     h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
@@ -362,7 +383,7 @@ static mpt_status check_signatures(mpt_comm *comm, op_rec *r, double deadline_ms
   MPT_RETURN_IF(run_call(comm, r, &k, STAGE_CHECK, deadline_ms));
 
   /* Every rank sees the same table, so every rank reaches the same verdict and message. */
-  char msg[768], phrase[160];
+  char msg[1024], phrase[224];
   int ndiff = 0;
   size_t used = 0;
   for (int q = 1; q < comm->world_size; q++) {
@@ -629,9 +650,14 @@ broken:
 
 static mpt_status execute(mpt_comm *comm, op_rec *r) {
   double deadline_ms = mpt_time_ms() + comm->config.timeout_ms;
-  MPT_RETURN_IF(mpt__inflight_begin(comm, &r->inflight, &r->coll));
-  mpt_status st = execute_listed(comm, r, deadline_ms);
+  mpt_status st = mpt__inflight_begin(comm, &r->inflight, &r->coll);
+  if (st != MPT_OK) {
+    mpt__flight_finished(comm, r->coll.seq, st);
+    return st;
+  }
+  st = execute_listed(comm, r, deadline_ms);
   mpt__inflight_end(comm, &r->inflight);
+  mpt__flight_finished(comm, r->coll.seq, st);
   return st;
 }
 

@@ -73,9 +73,9 @@ static mpt_status check_signature(mpt__nccl_state *s, const mpt__coll *c, double
       const int64_t *x = all, *y = all + (size_t)q * SIG_LEN;
       if (memcmp(x, y, sizeof(int64_t) * SIG_LEN) == 0) continue;
       mpt__coll cx = {(mpt__coll_kind)x[0], (uint64_t)x[4], NULL, NULL, x[1], (mpt_dtype)x[2],
-                      (int)x[3]};
+                      (int)x[3], -1, {0}};
       mpt__coll cy = {(mpt__coll_kind)y[0], (uint64_t)y[4], NULL, NULL, y[1], (mpt_dtype)y[2],
-                      (int)y[3]};
+                      (int)y[3], -1, {0}};
       st = MPT_FAIL(MPT_EMISMATCH, "collectives disagree across ranks (checked mode, NCCL): rank "
                     "0 issues %s, rank %d issues %s", mpt__coll_describe(&cx, a, sizeof a), q,
                     mpt__coll_describe(&cy, b, sizeof b));

@@ -100,6 +100,7 @@ mpt_status mpt__inflight_begin(mpt_comm *comm, mpt__inflight *f, const mpt__coll
   comm->started++;
   pthread_mutex_unlock(&comm->mutex);
   mpt__progress_started(comm, c->seq);
+  mpt__flight_started(comm, c->seq);
   return MPT_OK;
 }
 

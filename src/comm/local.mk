@@ -5,6 +5,7 @@ mpitraininclude_HEADERS += include/mpitrain/comm.h
 libmpitrain_all_la_SOURCES += \
 	src/comm/comm_impl.h src/comm/launch.h \
 	src/comm/comm.c src/comm/comm_boot.c src/comm/comm_mpi.c src/comm/comm_wait.c \
+	src/comm/flight.c \
 	src/comm/comm_progress.c src/comm/init_watchdog.c \
 	src/comm/launch.c src/comm/devmap.c src/comm/host_stage.c
 if HAVE_CUDA

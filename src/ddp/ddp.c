@@ -484,6 +484,9 @@ static mpt_status launch_reduction(mpt_ddp *d, int b, float *slice) {
 /* Compute stream -> event -> comm stream waits -> all-reduce (average) of the bucket's slice. */
 static mpt_status launch_bucket(mpt_ddp *d, int b) {
   const mpt_ddp_bucket_info *bk = &d->buckets[b];
+  char purpose[MPT_COMM_PURPOSE_MAX];
+  snprintf(purpose, sizeof purpose, "grad bucket %d", b % 1000000); /* the flight recorder's tag */
+  MPT_RETURN_IF(mpt_comm_set_purpose(d->comm, purpose));
   float *slice = mpt_model_grads(d->model) + bk->offset;
   if (d->compute) { /* a NULL compute stream is the CPU inline: everything before has run */
     MPT_RETURN_IF(mpt_event_record(d->ready_events[b], d->compute));

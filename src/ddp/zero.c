@@ -15,6 +15,7 @@
  * comm worker, touching only their bucket. */
 #include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -148,6 +149,9 @@ static mpt_status gather_buckets(mpt_ddp *d, float *base) {
   int launched = 0;
   for (int b = 0; b < d->nbuckets && st == MPT_OK; b++) {
     const mpt_ddp_bucket_info *bk = &d->buckets[b];
+    char purpose[MPT_COMM_PURPOSE_MAX];
+    snprintf(purpose, sizeof purpose, "zero gather %d", b % 1000000); /* flight recorder's tag */
+    mpt_comm_set_purpose(d->comm, purpose);
     st = mpt_comm_allgather_shards(d->comm, d->comm_stream, base + bk->offset, bk->count,
                                    MPT_F32);
     if (st == MPT_OK) d->sent_bytes += mpt__ddp_ring_bytes(0, 4.0 * (double)bk->count, world);

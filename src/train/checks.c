@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -94,6 +95,32 @@ void mpt__train_maybe_kill_self(mpt__trainer *t) {
     fprintf(stderr, "mpitrain: rank %d: killing itself at step %" PRId64 " (MPT_TEST_KILL_*)\n",
             t->rank, t->global_step);
     raise(SIGKILL);
+  }
+}
+
+/* Fault injection for the hang tests (docs/hangs.md): MPT_TEST_SKIP_STEP_RANK=r and
+ * MPT_TEST_SKIP_STEP=s make rank r skip global step s (none of its collectives), as a rank whose
+ * control flow diverged would. */
+int mpt__train_maybe_skip_step(mpt__trainer *t) {
+  const char *r = mpt__test_env("MPT_TEST_SKIP_STEP_RANK");
+  const char *s = mpt__test_env("MPT_TEST_SKIP_STEP");
+  if (!(r && s && atoi(r) == t->rank && atoll(s) == t->global_step)) return 0;
+  fprintf(stderr, "mpitrain: rank %d: skipping step %" PRId64 " (MPT_TEST_SKIP_STEP_*)\n",
+          t->rank, t->global_step);
+  t->global_step++;
+  return 1;
+}
+
+/* Fault injection for the straggler tests: MPT_TEST_SLOW_RANK=r and MPT_TEST_SLOW_PCT=p make
+ * rank r sleep p % of each forward's time after it (counted as forward: compute). */
+void mpt__train_maybe_slow(mpt__trainer *t, double ms) {
+  const char *r = mpt__test_env("MPT_TEST_SLOW_RANK");
+  const char *p = mpt__test_env("MPT_TEST_SLOW_PCT");
+  if (!(r && p && atoi(r) == t->rank)) return;
+  const double ns = ms * 1e6 * atof(p) / 100;
+  if (!(ns > 0)) return;
+  struct timespec ts = {(time_t)(ns / 1e9), (long)fmod(ns, 1e9)};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
   }
 }
 

@@ -26,7 +26,14 @@
  * the same recording is installed as a handler too (SA_RESTART). They only ever run OpenBLAS's
  * kernels, which keep the stack pointer on their stack, so a handler there is harmless.
  *
- * Threads: the caller starts it once; the waiter only records. */
+ * SIGUSR2 (mpirun forwards it to every rank too) asks for the flight recorder's dump of the
+ * running loop's comm (comm.h "Flight recorder"): the waiter writes it and the run goes on. The
+ * fatal signals (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) get a handler, installed by each run
+ * after MPI's own (mpt__train_catch_fatal), that writes the dump (async-signal-safe) and then
+ * hands the signal to the handler that was there before (Open MPI's stack printer) or the
+ * default action.
+ *
+ * Threads: the caller starts it once; the waiter only records, or dumps. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -38,13 +45,24 @@
 static atomic_int received; /* lock-free: written by the waiter or by a handler */
 static pthread_t waiter;
 static int started;
+/* the running loop's comm, dumped on SIGUSR2 and fatal signals (NULL: no run) */
+static _Atomic(mpt_comm *) dump_comm;
+static atomic_int dumps; /* SIGUSR2 dumps written, for the log */
 
-static void record(int sig) { atomic_store(&received, sig); }
+static void record(int sig) {
+  if (sig == SIGUSR2) { /* a handler on a foreign thread: the dump is async-signal-safe */
+    mpt_comm *c = atomic_load(&dump_comm);
+    if (c) mpt_comm_flight_dump(c, "SIGUSR2");
+    return;
+  }
+  atomic_store(&received, sig);
+}
 
 static void preempt_set(sigset_t *set) {
   sigemptyset(set);
   sigaddset(set, SIGTERM);
   sigaddset(set, SIGUSR1);
+  sigaddset(set, SIGUSR2);
 }
 
 static void *waiter_main(void *arg) {
@@ -53,10 +71,57 @@ static void *waiter_main(void *arg) {
   preempt_set(&set);
   for (;;) {
     int sig = 0;
-    if (sigwait(&set, &sig) == 0) record(sig);
+    if (sigwait(&set, &sig) != 0) continue;
+    if (sig != SIGUSR2) {
+      record(sig);
+      continue;
+    }
+    mpt_comm *c = atomic_load(&dump_comm);
+    char path[4200] = "";
+    if (!c) {
+      mpt_log(MPT_LOG_WARN, "SIGUSR2: no training run is going on, no flight recorder to dump");
+    } else if (mpt_comm_flight_dump(c, "SIGUSR2") == MPT_OK) {
+      mpt_comm_flight_path(c, path, sizeof path);
+      atomic_fetch_add(&dumps, 1);
+      mpt_log(MPT_LOG_INFO, "SIGUSR2: flight recorder written to %s (the run goes on)", path);
+    } else {
+      mpt_comm_flight_path(c, path, sizeof path);
+      mpt_log(MPT_LOG_WARN, "SIGUSR2: cannot write the flight recorder to %s", path);
+    }
   }
   return NULL;
 }
+
+/* ---- fatal signals -------------------------------------------------------------------------- */
+
+enum { NFATAL = 5 };
+static const int fatal_sigs[NFATAL] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+static struct sigaction fatal_old[NFATAL];
+static atomic_int fatal_installed;
+
+static void fatal_handler(int sig) {
+  mpt_comm *c = atomic_exchange(&dump_comm, NULL); /* once, even if the dump itself faults */
+  if (c) {
+    const char *why = sig == SIGSEGV ? "fatal signal SIGSEGV" : sig == SIGBUS ? "fatal signal SIGBUS"
+                      : sig == SIGFPE ? "fatal signal SIGFPE" : sig == SIGILL ? "fatal signal SIGILL"
+                                                                 : "fatal signal SIGABRT";
+    mpt_comm_flight_dump(c, why);
+  }
+  for (int i = 0; i < NFATAL; i++) /* the handler before ours, or the default, takes it now */
+    if (fatal_sigs[i] == sig) sigaction(sig, &fatal_old[i], NULL);
+  raise(sig); /* blocked while this handler runs: delivered on return */
+}
+
+void mpt__train_catch_fatal(void) {
+  if (atomic_exchange(&fatal_installed, 1)) return;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = fatal_handler;
+  sigemptyset(&sa.sa_mask);
+  for (int i = 0; i < NFATAL; i++) sigaction(fatal_sigs[i], &sa, &fatal_old[i]);
+}
+
+void mpt__train_set_dump_comm(mpt_comm *comm) { atomic_store(&dump_comm, comm); }
 
 mpt_status mpt_trainer_catch_signals(void) {
   static pthread_mutex_t once = PTHREAD_MUTEX_INITIALIZER;
@@ -70,8 +135,9 @@ mpt_status mpt_trainer_catch_signals(void) {
     sigemptyset(&sa.sa_mask);
     sigset_t set, old;
     preempt_set(&set);
-    if (sigaction(SIGTERM, &sa, NULL) != 0 || sigaction(SIGUSR1, &sa, NULL) != 0) {
-      st = MPT_FAIL(MPT_EIO, "cannot install the SIGTERM / SIGUSR1 handlers");
+    if (sigaction(SIGTERM, &sa, NULL) != 0 || sigaction(SIGUSR1, &sa, NULL) != 0 ||
+        sigaction(SIGUSR2, &sa, NULL) != 0) {
+      st = MPT_FAIL(MPT_EIO, "cannot install the SIGTERM / SIGUSR1 / SIGUSR2 handlers");
     } else {
       pthread_sigmask(SIG_BLOCK, &set, &old); /* this thread and every later one */
       /* the waiter itself: created with the asynchronous signals blocked, it waits for these */
@@ -91,6 +157,8 @@ mpt_status mpt_trainer_catch_signals(void) {
 }
 
 int mpt__train_signal(void) { return atomic_load(&received); }
+
+int mpt__train_dumps(void) { return atomic_load(&dumps); }
 
 const char *mpt_trainer_signal_name(int sig) {
   return sig == SIGUSR1 ? "SIGUSR1" : sig == SIGTERM ? "SIGTERM" : "a signal on another rank";

@@ -147,6 +147,7 @@ static mpt_status micro_batch(mpt__trainer *t, mpt_train_batch *b, int k, int K,
     MPT_RETURN_IF(mpt_model_forward(t->model, t->tape, in, &out));
     MPT_RETURN_IF(task->loss(task->ctx, t->tape, out, &y, &loss));
     MPT_RETURN_IF(mpt_var_item(t->tape, loss, &l)); /* synchronises a GPU's stream */
+    mpt__train_maybe_slow(t, mpt_time_ms() - f0);
     MPT_RETURN_IF(nonfinite_loss(t, &l, k));
     if (task->metric)
       MPT_RETURN_IF(task->metric(task->ctx, t->stream, mpt_var_value(out), &y, b->rows, &metric));
@@ -251,6 +252,7 @@ mpt_status mpt__train_step(mpt__trainer *t, int64_t step, double *sums, int *ran
   }
   const double o0 = mpt_time_ms();
   MPT_RETURN_IF(phase_mark(t, 3 * K));
+  mpt_comm_set_purpose(t->comm, "optimizer"); /* clipping norm, ZeRO-1's all-gathers */
   MPT_RETURN_IF(update(t));
   MPT_RETURN_IF(phase_mark(t, 3 * K + 1));
   MPT_RETURN_IF(mpt_stream_synchronize(t->stream, c->timeout_s * 1e3));

@@ -91,6 +91,11 @@ typedef struct mpt__trainer {
   double prof_ms;
   int64_t prof_steps, gemm_calls;
   double gemm_ms, gemm_flop;
+  /* stragglers (straggler.c): the sums at the last step line, and the figures so far */
+  double strag_busy, strag_wait, strag_start_ms;
+  int64_t strag_steps, strag_intervals, strag_warnings;
+  double strag_last_ratio, strag_max_ratio;
+  int strag_max_slowest, strag_max_fastest;
   /* the last evaluation */
   double eval_loss, eval_metric;
 } mpt__trainer;
@@ -118,6 +123,12 @@ mpt_status mpt__train_phase_events_init(mpt__trainer *t);
 /* ---- signals.c ---- */
 /* The signal received (0: none). */
 int mpt__train_signal(void);
+/* The comm dumped on SIGUSR2 and fatal signals (NULL: none). Any thread. */
+void mpt__train_set_dump_comm(mpt_comm *comm);
+/* Installs the fatal-signal handlers that dump it (once per process, after MPI's). */
+void mpt__train_catch_fatal(void);
+/* SIGUSR2 dumps written so far. */
+int mpt__train_dumps(void);
 /* The stop vote: started before a step (asynchronous on the comm stream), finished after it. */
 mpt_status mpt__train_stop_vote_start(mpt__trainer *t);
 mpt_status mpt__train_stop_vote_finish(mpt__trainer *t);
@@ -151,6 +162,16 @@ mpt_status mpt__train_params_on_host(mpt__trainer *t, float **host);
 void mpt__train_maybe_poison(mpt__trainer *t, mpt_train_batch *b, int k);
 void mpt__train_maybe_perturb(mpt__trainer *t);
 void mpt__train_maybe_kill_self(mpt__trainer *t);
+/* Fault injection: 1 when this rank skips the global step (MPT_TEST_SKIP_STEP_RANK / _STEP);
+ * global_step is then advanced. */
+int mpt__train_maybe_skip_step(mpt__trainer *t);
+/* Fault injection: MPT_TEST_SLOW_RANK / MPT_TEST_SLOW_PCT: this rank sleeps PCT % of `ms` (the
+ * forward it just computed). */
+void mpt__train_maybe_slow(mpt__trainer *t, double ms);
+
+/* ---- straggler.c ---- */
+/* Collective, at each step line: the ranks' compute time per step, rank 0's line. */
+mpt_status mpt__train_stragglers(mpt__trainer *t);
 
 /* ---- report.c ---- */
 mpt_status mpt__train_log_setup(mpt__trainer *t);

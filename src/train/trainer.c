@@ -32,6 +32,7 @@ mpt_trainer_config mpt_trainer_config_default(void) {
   c.progress = -1;
   c.progress_interval_s = 30;
   c.model_name = "model";
+  c.straggler_warn = 1.2;
   return c;
 }
 
@@ -61,14 +62,17 @@ static mpt_status config_check(const mpt_trainer_config *in, const mpt_train_tas
   *c = *in;
   const char **s[] = {&c->dp_devices, &c->checkpoint_dir, &c->resume, &c->log_file,
                       &c->metrics_json, &c->trace, &c->save_params, &c->run_options,
-                      &c->input_paths};
+                      &c->input_paths, &c->debug_dir};
   for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
     if (!*s[i]) *s[i] = "";
   if (empty(c->model_name)) c->model_name = "model";
+  if (empty(c->debug_dir)) c->debug_dir = !empty(c->checkpoint_dir) ? c->checkpoint_dir
+                                                                    : "mpitrain-debug";
   if (c->epochs < 1 || c->batch_size < 1 || c->accumulate < 1 || c->max_steps < 0 ||
       c->keep < 1 || !(c->timeout_s > 0) || c->eval_every < 0 || c->eval_max_batches < 0 ||
       c->checkpoint_every < 0 || c->stop_at_step < 0 || c->check_replicas < 0 ||
-      c->log_every < 0 || c->threads < 0 || !(c->grad_clip >= 0))
+      c->log_every < 0 || c->threads < 0 || !(c->grad_clip >= 0) ||
+      !(c->straggler_warn >= 1) || !isfinite(c->straggler_warn))
     return MPT_FAIL(MPT_EINVAL, "trainer config: a count or limit out of range (epochs %" PRId64
                     ", batch %" PRId64 ", accumulate %d, keep %d, timeout %g s, grad_clip %g)",
                     c->epochs, c->batch_size, c->accumulate, c->keep, c->timeout_s,
@@ -241,6 +245,11 @@ static mpt_status make_dp(mpt__trainer *t) {
 /* Every rank's set-up, in the order the checks cost: options, outputs, data, then memory. */
 static mpt_status setup(mpt__trainer *t) {
   const mpt_trainer_config *c = &t->c;
+  MPT_RETURN_IF(mpt_comm_set_debug_dir(t->comm, c->debug_dir));
+  mpt__train_set_dump_comm(t->comm);
+  mpt__train_catch_fatal();
+  mpt_comm_set_step(t->comm, -1);
+  MPT_RETURN_IF(mpt_comm_set_purpose(t->comm, "setup"));
   if (c->argc > 0) MPT_RETURN_IF(mpt__train_check_same_options(t->comm, c->argc, c->argv));
   MPT_RETURN_IF(mpt__train_resolve_resume_auto(t));
   if (t->rank == 0) MPT_RETURN_IF(check_outputs(t));
@@ -311,6 +320,7 @@ static mpt_status setup(mpt__trainer *t) {
  * nats/token"), at the start, every eval_every steps and at each epoch's end. */
 static mpt_status eval_line(mpt__trainer *t) {
   if (!t->task->eval) return MPT_OK;
+  mpt_comm_set_purpose(t->comm, "eval");
   MPT_RETURN_IF(mpt__train_evaluate(t));
   char metric[48] = "";
   if (t->task->metric)
@@ -329,6 +339,7 @@ static mpt_status end_epoch(mpt__trainer *t, int64_t epoch, int64_t step, double
                             double e0_ms, double train_ms) {
   const mpt_trainer_config *c = &t->c;
   mpt__epoch_metrics *m = &t->epochs[t->nepochs++];
+  mpt_comm_set_purpose(t->comm, "epoch end");
   float f[3] = {(float)sums[0], (float)sums[1], (float)sums[2]};
   MPT_RETURN_IF(mpt__train_sum(t, f, 3));
   m->epoch = epoch + 1;
@@ -403,12 +414,17 @@ static mpt_status run_epoch(mpt__trainer *t, int64_t epoch) {
     int ran_out = 0;
     const double s0 = mpt_time_ms();
     mpt__train_maybe_kill_self(t);
+    if (mpt__train_maybe_skip_step(t)) continue; /* fault injection: this rank skips a step */
+    mpt_comm_set_step(t->comm, t->global_step);
+    mpt_comm_set_purpose(t->comm, "stop vote");
     MPT_RETURN_IF(mpt__train_stop_vote_start(t));
+    mpt_comm_set_purpose(t->comm, "step");
     MPT_RETURN_IF(mpt__train_step(t, step, sums, &ran_out));
     MPT_RETURN_IF(mpt__train_stop_vote_finish(t));
     train_ms += mpt_time_ms() - s0;
     if (ran_out) break;
     mpt__train_maybe_perturb(t);
+    mpt_comm_set_purpose(t->comm, "after step");
     if (c->check_replicas > 0 && t->global_step % c->check_replicas == 0)
       MPT_RETURN_IF(mpt__train_check_replicas(t));
     if (t->stop_global) {
@@ -423,13 +439,18 @@ static mpt_status run_epoch(mpt__trainer *t, int64_t epoch) {
     const int interrupted = t->preempted || t->stopped;
     const double a0 = mpt_time_ms();
     if (c->log_every > 0 && (t->global_step % c->log_every == 0 ||
-                             t->global_step == t->total_steps || interrupted))
+                             t->global_step == t->total_steps || interrupted)) {
+      mpt_comm_set_purpose(t->comm, "step line");
       MPT_RETURN_IF(mpt__train_step_line(t, sums[0], sums[2]));
+      mpt_comm_set_purpose(t->comm, "stragglers");
+      MPT_RETURN_IF(mpt__train_stragglers(t));
+    }
     if (c->eval_every > 0 && t->global_step % c->eval_every == 0 && !interrupted &&
         step + 1 < t->steps_per_epoch)
       MPT_RETURN_IF(eval_line(t));
     const int every = c->checkpoint_dir[0] && c->checkpoint_every > 0 &&
                       t->global_step % c->checkpoint_every == 0;
+    mpt_comm_set_purpose(t->comm, "checkpoint");
     if (c->checkpoint_dir[0] && (every || interrupted))
       MPT_RETURN_IF(mpt__train_save_checkpoint(t, epoch, step + 1));
     t->train_ms -= mpt_time_ms() - a0; /* evaluation and checkpoints are not training time */
@@ -452,7 +473,7 @@ static mpt_status run(mpt__trainer *t, mpt_train_result *res) {
             "to train", c->epochs);
   else if (c->eval_at_start)
     MPT_RETURN_IF(eval_line(t));
-  t->loop_start_ms = t->log_start_ms = mpt_time_ms();
+  t->loop_start_ms = t->log_start_ms = t->strag_start_ms = mpt_time_ms();
   t->loop_start_step = t->global_step;
   for (int64_t e = t->start_epoch; e < c->epochs; e++) {
     MPT_RETURN_IF(run_epoch(t, e));
@@ -461,6 +482,8 @@ static mpt_status run(mpt__trainer *t, mpt_train_result *res) {
   if (c->skip_nonfinite)
     mpt_log(MPT_LOG_INFO, "%" PRId64 " optimizer step(s) skipped for non-finite gradients",
             t->skipped_nonfinite);
+  mpt_comm_set_step(t->comm, t->global_step);
+  mpt_comm_set_purpose(t->comm, "end of run");
   MPT_RETURN_IF(mpt__train_memory_report(t, "at the end", t->global_step - t->loop_start_step));
   mpt__breakdown bd;
   memset(&bd, 0, sizeof bd);
@@ -529,6 +552,7 @@ mpt_status mpt_trainer_run(mpt_comm *comm, mpt_model *model, const mpt_train_tas
   if (st == MPT_OK && t->c.handle_signals) st = mpt_trainer_catch_signals();
   if (st == MPT_OK) st = mpt__train_log_setup(t);
   if (st == MPT_OK) st = run(t, result);
+  mpt__train_set_dump_comm(NULL); /* SIGUSR2 after the run: nothing of it to dump */
   if (st != MPT_OK && t->c.log_file && t->c.log_file[0] && t->terminal_fd > 2) {
     char detail[1024];
     snprintf(detail, sizeof detail, "%s", mpt_last_error());
