@@ -17,7 +17,7 @@
 
 int main(int argc, char **argv) {
   static mpt_cli_options opts;
-  static char msg[8192];
+  static char msg[16384]; /* the usage of --help: as large as mpt_cli_usage's text */
   /* tokenize and generate are one-process commands: under mpirun -np N (or srun) rank 0 does
    * the work and the other ranks exit at once (N copies of the text, or N writers racing on
    * one output folder, before) */
@@ -29,7 +29,7 @@ int main(int argc, char **argv) {
     return mpt_cli_tokenize(argc - 1, argv + 1);
   if (argc > 1 && strcmp(argv[1], "generate") == 0) /* sample from a GPT model file */
     return mpt_cli_generate(argc - 1, argv + 1);
-  if (argc > 1 && strcmp(argv[1], "hang-report") == 0) /* issue 27: the flight recorder's dumps */
+  if (argc > 1 && strcmp(argv[1], "hang-report") == 0) /* the flight recorder's dumps, merged */
     return mpt_cli_hang_report(argc - 1, argv + 1);
   int r = mpt_cli_parse(argc, argv, &opts, msg, sizeof msg);
   if (r == MPT_CLI_EXIT_OK) {
