@@ -24,7 +24,7 @@
 #
 #   bench/compare_gpt.sh --model gpt-mini,gpt2 --np 1,2 --torch both --json gpt.json
 #   bench/compare_gpt.sh --model gpt2 --np 2 --torch none --bucket-cap-mb 5,25,100 --overlap both
-#   bench/compare_gpt.sh --model gpt-mini --precision fp32,bf16 --torch pypi   # issue 14
+#   bench/compare_gpt.sh --model gpt-mini --precision fp32,bf16 --torch pypi
 set -u
 . "$(dirname "$0")/bench_lib.sh"
 

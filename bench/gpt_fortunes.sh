@@ -1,11 +1,11 @@
 #!/bin/sh
-# bench/gpt_fortunes.sh: gpt-mini trained on Debian's fortunes with DDP (the README's run), the
+# bench/gpt_fortunes.sh: gpt-mini trained on Debian's fortunes with DDP (docs/gpt.md), the
 # validation loss (nats per byte: the vocabulary is bytes) against steps, and a generated sample.
 #
 #   bench/gpt_fortunes.sh [--np 2] [--steps 500] [--val-every 50] --json gpt_fortunes.json
 #
 # The shards are data/fortunes (made with `mpitrain tokenize --bytes --val-fraction 0.1`, as in
-# README.md, when missing). The run: `mpirun -np W mpitrain train --model gpt-mini --shards ...
+# docs/gpt.md, when missing). The run: `mpirun -np W mpitrain train --model gpt-mini --shards ...
 # --val-shards ... --max-steps N --warmup-steps 20 --val-every K --log-every K --val-steps 5 --save-model
 # OUT/gpt-mini.bin`; then `mpitrain generate --model-file OUT/gpt-mini.bin --prompt 'Q: '
 # --tokens 200 --temperature 0.8 --top-k 40 --seed 1`. Prints the curve and the sample; --json

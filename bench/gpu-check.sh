@@ -1,5 +1,5 @@
 #!/bin/bash
-# The GPU check (issues 4 and 17): on a bare machine with one GPU (an H200 lent for a short
+# The GPU check: on a bare machine with one GPU (an H200 lent for a short
 # lease: about 15 minutes of device time in all, at most 10 per command), with PyTorch and a
 # CUDA toolkit but no MPI, no OpenBLAS, no Check, maybe no autotools and no package mirror, in
 # under 8 minutes (GPU_CHECK_BUDGET_S, default 470 s: every step's limit is cut to what is left),
@@ -90,9 +90,13 @@ DATA_FILES="train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-id
 t10k-labels-idx1-ubyte.gz"
 MAX_TRAVEL_MIB=60 # the device tool takes 64 MiB of working tree and carried files
 
-usage() {
-  sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2
-  exit 2
+usage() { # STATUS: 0 for --help (to stdout), 2 for bad usage (to stderr)
+  if [ "${1:-2}" -eq 0 ]; then
+    sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+  else
+    sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2
+  fi
+  exit "${1:-2}"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -662,5 +666,6 @@ case $MODE in
   prepare) shift; prepare "$@" ;;
   run) run_check ;;
   gpt) shift; run_gpt_only "$@" ;;
+  -h|--help) usage 0 ;;
   *) usage ;;
 esac

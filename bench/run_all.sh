@@ -119,7 +119,7 @@ for m in mlp cnn; do
     --compute-scale 0.01 --json "$out/scaling_${m}_x0.01.json" | tee "$out/scaling_${m}_x0.01.txt"
 done
 
-# GPT (issue 13): tokens/s against PyTorch, fraction of the SGEMM peak, DDP overlap and bucket
+# GPT: tokens/s against PyTorch, fraction of the SGEMM peak, DDP overlap and bucket
 # caps, peak memory per rank, the fortunes curve and a sample.
 gpt_step() { # name command...: stdout to NAME.txt (and the terminal); the summary's JSON too
   _name=$1

@@ -116,6 +116,16 @@ def read_trace(path, skip):
     backward start; steps < skip are left out. Ranks: the slowest rank's median."""
     with open(path) as f:
         events = [e for e in json.load(f) if e.get("ph") == "X"]
+    dp = sorted({e["name"] for e in events if e.get("name", "").startswith("dp ")})
+    if dp:
+        # DataParallel's step (scatter, one replica per device thread, gather, reduce onto the
+        # first device) is not the DDP step this model is built on: its forward and backward
+        # lanes overlap and there is no all-reduce per bucket to time.
+        sys.exit(f"scaling_model.py: {path} is a DataParallel trace (--mode dp: events "
+                 f"{', '.join(repr(n) for n in dp)}); the scaling model reads DDP traces: "
+                 f"record one process and mpirun -np N runs without --mode dp")
+    if not events:
+        sys.exit(f"scaling_model.py: {path} holds no timed events (not an mpitrain --trace?)")
     ranks = sorted({e["pid"] for e in events})
     per_rank = []
     for r in ranks:

@@ -25,7 +25,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from summarize import fmt, load_json, machine_info, median, read_manifest  # noqa: E402
 
-GOAL_RATIO = 1.25  # issue 13: ahead of the faster PyTorch by 1.25x, in fp32
+GOAL_RATIO = 1.25  # the goal: ahead of the faster PyTorch by 1.25x, in fp32
 GOAL_PEAK = 0.80   # and 80 % of the SGEMM peak on gpt-mini at 2 ranks and gpt2 in one process
 
 STEP = re.compile(r"step +(\d+)/(\d+) +loss ([0-9.naif]+) .* ([0-9.]+) tokens/s")
@@ -212,7 +212,7 @@ def summarize(args):
                     for i, d in sorted(r["impls"].items()) if d.get("peak_rss_mib"))))
     goals = [r for r in results if r.get("goal_ratio") and r["overlap"] and len(r["impls"]) > 1]
     if goals:
-        print("\n# goals (issue 13, fp32): >= %.2fx the faster PyTorch; >= %.0f%% of the SGEMM "
+        print("\n# goals (fp32): >= %.2fx the faster PyTorch; >= %.0f%% of the SGEMM "
               "peak on gpt-mini at 2 ranks and gpt2 at 1" % (GOAL_RATIO, 100 * GOAL_PEAK))
         for r in goals:
             d = r["impls"].get("mpitrain", {})

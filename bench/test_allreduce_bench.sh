@@ -5,12 +5,15 @@
 # exact result: the run exits 0 only with 0 wrong values), the table has one row per size, the
 # JSON mirrors it, a corrupted value is caught (exit 1, "WRONG"), and bad usage exits 2 with a
 # message naming the problem. No timing is checked. Also --coll reducescatter and allgather and
-# -d bfloat16 (issue 14): exact at 2, 3 and 4 ranks (shards not divisible by the world size),
+# -d bfloat16: exact at 2, 3 and 4 ranks (shards not divisible by the world size),
 # the bus-bandwidth factor in the JSON ((n - 1) / n for both, 2 (n - 1) / n for all-reduce), the
 # per-rank count column, and a corrupted value caught. --coll rsag (an all-reduce as
 # reduce-scatter + all-gather, DDP's rs-ag): exact at 3 and 4 ranks, the all-reduce's bus factor,
 # a corrupted value caught, -o max refused. Prints "N passed, N failed".
 set -u
+case ${1:-} in
+  -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d' | grep -v shellcheck | sed 's/^# \{0,1\}//'; exit 0 ;;
+esac
 here=$(dirname "$0")
 prog=${MPT_ALLREDUCE_BENCH:-./mpt_allreduce_bench}
 mpirun_sh=$here/../tests/mpirun.sh

@@ -9,6 +9,9 @@
 # --no-overlap nothing hidden; --precision bf16 is run or reported as skipped, never a failure;
 # bad usage exits 2. Skipped (77) without mpirun. Prints "N passed, N failed".
 set -u
+case ${1:-} in
+  -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d' | grep -v shellcheck | sed 's/^# \{0,1\}//'; exit 0 ;;
+esac
 here=$(cd "$(dirname "$0")" && pwd)
 PY=python3
 [ -x /usr/bin/python3 ] && PY=/usr/bin/python3

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Memory per rank with and without ZeRO-1 (issue 14): a GPT of gpt2's shape (12 layers, 12
+# Memory per rank with and without ZeRO-1: a GPT of gpt2's shape (12 layers, 12
 # heads, 768 channels, vocabulary 50257 padded to 50304) with T 64 instead of 1024 (wpe of 64
 # rows: 123.69M parameters instead of 124.44M) so that a step takes seconds on 2 cores, trained
 # for 2 steps of batch 1 per rank on a random token shard, at 1, 2 and 4 ranks (4
@@ -7,6 +7,11 @@
 # rank's line of the trainer's memory report at the end (optimizer state, peak resident VmHWM,
 # bytes sent per step in the ring model). Usage: bench/zero_memory.sh [OUT.txt]
 set -eu
+case ${1:-} in
+  -h|--help) sed -n '2,/^set -eu/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -*) echo "usage: bench/zero_memory.sh [OUT.txt] (see --help)" >&2; exit 2 ;;
+esac
+[ $# -le 1 ] || { echo "usage: bench/zero_memory.sh [OUT.txt] (see --help)" >&2; exit 2; }
 dir=$(cd "$(dirname "$0")/.." && pwd)
 prog=${MPITRAIN:-$dir/mpitrain}
 out=${1:-/dev/stdout}

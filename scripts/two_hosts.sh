@@ -72,9 +72,13 @@ ifname=mpt0
 
 log() { echo "two_hosts: $*" >&2; }
 
-usage() {
-  sed -n '4,12p' "$0" | sed 's/^# \{0,1\}//' >&2
-  exit 2
+usage() { # STATUS: 0 for --help (to stdout), 2 for bad usage (to stderr)
+  if [ "${1:-2}" -eq 0 ]; then
+    sed -n '4,12p' "$0" | sed 's/^# \{0,1\}//'
+  else
+    sed -n '4,12p' "$0" | sed 's/^# \{0,1\}//' >&2
+  fi
+  exit "${1:-2}"
 }
 
 ns_of() { # HOST: the namespace of host1/host2 (or of its address), nothing for others
@@ -260,6 +264,7 @@ do_status() {
 cmd=$1
 shift
 case $cmd in
+  -h|--help) usage 0 ;;
   setup) do_setup ;;
   teardown) do_teardown ;;
   run) do_run "$@" ;;

@@ -1,4 +1,4 @@
-# Tests of the build itself (issue 12, items 6 and 7): the shared library exports exactly the
+# Tests of the build itself: the shared library exports exactly the
 # public API, and the MPT_TEST_* fault-injection hooks exist only in a build configured with
 # --enable-fault-injection.
 TESTS += tests/test_exports.sh tests/test_fault_injection.sh

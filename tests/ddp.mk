@@ -15,7 +15,7 @@ tests_test_faults_SOURCES = tests/test_faults.c
 tests_test_faults_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_faults_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 endif
-# issue 14: bf16 gradient communication (2 and 3 ranks)
+# bf16 gradient communication (2 and 3 ranks)
 EXTRA_DIST += tests/test_ddp_bf16.sh
 if HAVE_CHECK
 check_PROGRAMS += tests/test_ddp_bf16
@@ -24,7 +24,7 @@ tests_test_ddp_bf16_SOURCES = tests/test_ddp_bf16.c
 tests_test_ddp_bf16_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_ddp_bf16_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 endif
-# issue 14: ZeRO-1 (2, 3 and 4 ranks)
+# ZeRO-1 (2, 3 and 4 ranks)
 EXTRA_DIST += tests/test_zero.sh tests/test_zero2.sh
 if HAVE_CHECK
 check_PROGRAMS += tests/test_zero

@@ -1,6 +1,6 @@
 /* Tests of the caching allocator's logic (src/core/cuda/alloc_cache.c) against a fake backend
  * table: a fake device memory with a limit, and fences that complete only when the test says
- * so. What the CUDA allocator must do on a GPU (issue 17 item 8): a freed block is never reused
+ * so. What the CUDA allocator must do on a GPU: a freed block is never reused
  * before a fence recorded after its free has completed; an allocation never WAITS for a fence
  * while memory lasts (it takes a fresh block); only out of memory does it wait, without holding
  * the cache's lock; a failed fence keeps its blocks out of use for good. No device. */
@@ -11,9 +11,9 @@
 #include <time.h>
 
 #include "core/cuda/alloc_cache.h"
-#include "core/error.h"
+#include "mpitrain/core.h"
+#include "check_util.h"
 
-#define OK(expr) ck_assert_msg((expr) == MPT_OK, "%s failed: %s", #expr, mpt_last_error())
 
 enum { MAX_FENCES = 256 };
 

@@ -24,12 +24,8 @@
 #include "mpitrain/ops_gpt.h"
 #include "mpitrain/transformer.h"
 #include "nn/gpt_ops.h"
+#include "check_util.h"
 
-#define OK(expr)                                                                              \
-  do {                                                                                        \
-    mpt_status st_ = (expr);                                                                  \
-    ck_assert_msg(st_ == MPT_OK, "%s -> %s: %s", #expr, mpt_status_name(st_), mpt_last_error()); \
-  } while (0)
 
 typedef struct shape {
   int64_t b, t, c;

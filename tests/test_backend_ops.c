@@ -24,8 +24,8 @@
 #include "core/cpu/isa.h"
 #include "mpitrain/ops.h"
 #include "backend_ops.h"
+#include "check_util.h"
 
-#define OK(expr) ck_assert_msg((expr) == MPT_OK, "%s failed: %s", #expr, mpt_last_error())
 #define TIMEOUT_MS 60000.0
 
 enum { MAX_BUFS = 64, MAX_OUTS = 16, OUT_F32 = 0, OUT_I32, OUT_U16, OUT_HOST };

@@ -28,8 +28,8 @@
 #include "mpitrain/ops.h"
 #include "mpitrain/ops_bf16.h"
 #include "mpitrain/transformer.h"
+#include "check_util.h"
 
-#define OK(expr) ck_assert_msg((expr) == MPT_OK, "%s failed: %s", #expr, mpt_last_error())
 
 static const double U = 1.0 / 256; /* 2^-8: bf16 keeps 8 significant bits */
 

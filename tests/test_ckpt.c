@@ -701,7 +701,7 @@ START_TEST(test_ckpt_bad_arguments_are_refused) {
 }
 END_TEST
 
-/* Regression (issue 8): opening a FIFO waited for a writer, so --resume naming a FIFO hung the
+/* Regression: opening a FIFO waited for a writer, so --resume naming a FIFO hung the
  * program forever. Now refused at once as not a regular file (a hang fails by the timeout). */
 START_TEST(test_ckpt_fifo_is_refused_without_waiting_for_a_writer) {
   mpt_model *a = make_model(MODEL_BASE, 1);

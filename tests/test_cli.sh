@@ -37,6 +37,10 @@ check 2 "unknown schedule" train --schedule linear
 check 2 "mpitrain train --help. lists the options" train --model resnet
 check 2 "mpitrain hang-report --help. list the options" fly
 check 0 "usage: mpitrain train" --help
+# The usage is printed whole: its last line is the last option's (not cut short by a buffer).
+last=$("$prog" train --help 2>&1 | sed "/^$/d" | tail -n 1)
+if [ "$last" = "  --help, --version" ]; then pass=$((pass + 1)); else
+  fail=$((fail + 1)); echo "FAIL: mpitrain train --help ends with '$last', not '  --help, --version'"; fi
 check 0 "mpitrain [0-9]" --version
 check 1 "no/such/dir" train --data /no/such/dir --epochs 1
 check 1 "is not a regular file" train --synthetic --train-limit 64 --test-limit 16 --epochs 1 --save-params /dev/null

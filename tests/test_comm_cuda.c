@@ -417,7 +417,7 @@ START_TEST(test_ddp_on_cuda_averages_the_ranks_gradients) {
   }
   EXPECT(diff / scale < 1e-5, "DDP gradients differ from the mean by %g (relative)",
          diff / scale);
-  /* Issue 17 item 4: the pass's statistics come from CUDA events read after it completed (the
+  /* The pass's statistics come from CUDA events read after it completed (the
    * copy above synchronised it): one pass, every figure finite and in range (reading host
    * stamps before the comm thread wrote them gave about -1e9 ms and 0% hidden). */
   const mpt_ddp_stats st = mpt_ddp_get_stats(ddp);

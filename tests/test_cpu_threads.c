@@ -14,12 +14,8 @@
 #include "core/cpu/pool.h"
 #include "mpitrain/ops.h"
 #include "mpitrain/ops_gpt.h"
+#include "check_util.h"
 
-#define OK(expr)                                                                              \
-  do {                                                                                        \
-    mpt_status st_ = (expr);                                                                  \
-    ck_assert_msg(st_ == MPT_OK, "%s -> %s: %s", #expr, mpt_status_name(st_), mpt_last_error()); \
-  } while (0)
 
 /* Deterministic values in [-a, a). */
 static void fill_uniform(float *x, int64_t n, float a, uint32_t seed) {

@@ -23,8 +23,8 @@
 #include "mpitrain/nn.h"
 #include "mpitrain/ops.h"
 #include "mpitrain/ops_bf16.h"
+#include "check_util.h"
 
-#define OK(expr) ck_assert_msg((expr) == MPT_OK, "%s failed: %s", #expr, mpt_last_error())
 #define TIMEOUT_MS 60000.0
 
 static const mpt_device GPU = {MPT_DEVICE_CUDA, 0};

@@ -30,8 +30,8 @@
 #include "mpitrain/ops.h"
 #include "mpitrain/optim.h"
 #include "mpitrain/transformer.h"
+#include "check_util.h"
 
-#define OK(expr) ck_assert_msg((expr) == MPT_OK, "%s failed: %s", #expr, mpt_last_error())
 #define TIMEOUT_MS 60000.0
 
 enum { TB = 2, TT = 8 };

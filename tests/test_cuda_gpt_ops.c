@@ -14,8 +14,8 @@
 #include "mpitrain/ops.h"
 #include "mpitrain/ops_gpt.h"
 #include "mpitrain/transformer.h"
+#include "check_util.h"
 
-#define OK(expr) ck_assert_msg((expr) == MPT_OK, "%s failed: %s", #expr, mpt_last_error())
 #define TIMEOUT_MS 60000.0
 
 enum { B = 3, T = 7, C = 40, V = 50, VP = 64 };

@@ -17,8 +17,8 @@
 #include "core/cuda/cuda_internal.h"
 #include "mpitrain/core.h"
 #include "mpitrain/ops.h"
+#include "check_util.h"
 
-#define OK(expr) ck_assert_msg((expr) == MPT_OK, "%s failed: %s", #expr, mpt_last_error())
 #define TIMEOUT_MS 60000.0
 
 static const mpt_device GPU = {MPT_DEVICE_CUDA, 0};
@@ -85,7 +85,7 @@ static void expect_dev(const char *what, const float *d, const float *want, int6
   free(got);
 }
 
-/* Issue 17 item 13: the library convolutions on CUDA (cuDNN: forward, backward data, backward
+/* The library convolutions on CUDA (cuDNN: forward, backward data, backward
  * weights with the bias, the algorithm chosen once per shape and cached) against the im2col +
  * GEMM path (the fallback, which the op table checks against the CPU), on shapes with padding,
  * strides, 1x1 and 5x5 kernels. Float rounding only: relative 1e-4. A second call of the same

@@ -18,8 +18,8 @@
 #include "core/cuda/cuda.h"
 #include "mpitrain/core.h"
 #include "mpitrain/ops.h"
+#include "check_util.h"
 
-#define OK(expr) ck_assert_msg((expr) == MPT_OK, "%s failed: %s", #expr, mpt_last_error())
 #define TIMEOUT_MS 60000.0
 
 static const mpt_device GPU = {MPT_DEVICE_CUDA, 0};
@@ -218,7 +218,7 @@ START_TEST(test_cuda_stream_waits_on_a_cpu_event) {
 }
 END_TEST
 
-/* Issue 17 item 10: cross-backend waits bind to the record current when they are ENQUEUED.
+/* Cross-backend waits bind to the record current when they are ENQUEUED.
  * A CUDA stream's wait on a CPU event, then the host re-records the event behind a closed gate
  * (a step ahead): the wait ends with the first record. And a CPU worker's wait on a CUDA event
  * re-recorded behind a blocked CUDA stream ends with the first record too. */

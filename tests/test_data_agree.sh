@@ -1,5 +1,5 @@
 #!/bin/sh
-# Ranks must train on the same data (issue 15, item 1). Under real mpirun, MPMD with -wdir: two
+# Ranks must train on the same data. Under real mpirun, MPMD with -wdir: two
 # ranks run the same command line, --data data, from two working directories A and B whose
 # data folders differ; the job must stop before training, naming rank 1, what differs and the
 # file each rank read:

@@ -2,7 +2,7 @@
  * seed) trained on the whole batch on the CPU is the oracle. DP over the visible GPUs (one, or
  * the first two: then replica copies go between GPUs, through peer access when the devices
  * allow it), with and without gathered outputs (without, nothing but the completion wait orders
- * the reduction and the optimizer after replica 0's backward: the race of issue 17 item 6),
+ * the reduction and the optimizer after replica 0's backward: without that wait they race),
  * must give the same loss and gradients after one step and the same parameters after STEPS SGD
  * steps with momentum. Exits 77 (SKIP) without a GPU.
  *
@@ -18,13 +18,8 @@
 #include "mpitrain/nn.h"
 #include "mpitrain/ops.h"
 #include "mpitrain/optim.h"
+#include "check_util.h"
 
-#define OK(expr)                                                                            \
-  do {                                                                                      \
-    mpt_status st_ = (expr);                                                                \
-    ck_assert_msg(st_ == MPT_OK, "%s -> %s: %s", #expr, mpt_status_name(st_),               \
-                  mpt_last_error());                                                        \
-  } while (0)
 
 #define TOL 1e-4
 enum { CLASSES = 5, STEPS = 5, BATCH = 24, SIDE = 12 };

@@ -6,7 +6,7 @@
  *   (mpt_model_set_training + mpt_tape_set_grad_enabled) on a CNN with BatchNorm and dropout,
  *   records nothing, leaves the running statistics alone, and differs from training mode (so
  *   the comparison can fail).
- * - FAULTS.md F01: N = 23 samples (a multiple of neither 2 nor 3), so the DistributedSampler
+ * - docs/faults.md F01: N = 23 samples (a multiple of neither 2 nor 3), so the DistributedSampler
  *   pads; the evaluation summed over the ranks with mpt_eval_batch counts N samples with the
  *   same correct count and loss as one process over the whole dataset, whereas counting every
  *   row of the batches (the padding too) would not.

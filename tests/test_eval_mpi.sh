@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/test_eval (evaluation mode as one switch; FAULTS.md F01: the DistributedSampler's padding
+# tests/test_eval (evaluation mode as one switch; docs/faults.md F01: the DistributedSampler's padding
 # rows are not counted, so an evaluation over W ranks equals one process) with 2 and 3 ranks,
 # each mpirun killed after its time limit (tests/mpirun.sh).
 here=$(dirname "$0")

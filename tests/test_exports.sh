@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The installed shared library exports exactly its public API (issue 12, item 6):
+# The installed shared library exports exactly its public API:
 #   - no internal symbol: nothing named mpt__ (the prefix of cross-file internals), and nothing
 #     outside the mpt_ prefix, is defined in the dynamic symbol table of .libs/libmpitrain.so;
 #   - every function a public header declares with MPT_API (include/mpitrain.h and

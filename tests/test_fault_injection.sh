@@ -1,5 +1,5 @@
 #!/bin/sh
-# Fault injection only where asked for (issue 12, item 7; src/core/fault.h):
+# Fault injection only where asked for (src/core/fault.h):
 #   1. no source file reads an MPT_TEST_* variable except through the gate (mpt__test_env in the
 #      library, src/core/fault.h; trainer_test_env in the program, src/cli/fault.h);
 #   2. a program whose gate is off ignores every MPT_TEST_* variable: with all of them set to

@@ -1,5 +1,5 @@
 #!/bin/sh
-# `mpitrain generate` (issue 13) on a hand-made llm.c model file whose output is known: every
+# `mpitrain generate` on a hand-made llm.c model file whose output is known: every
 # weight is 0 except the final LayerNorm's bias (1 in channel 0) and the token embedding's
 # channel 0 (5.0 for 'B', 4.9 for 'C', 0 for the other 254 bytes), so the last position's
 # logits are wte[:, 0] whatever the input: greedy (--temperature 0) writes only 'B'; --top-k 1

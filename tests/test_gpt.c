@@ -36,12 +36,8 @@
 #include "mpitrain/ckpt.h"
 #include "mpitrain/optim.h"
 #include "mpitrain/transformer.h"
+#include "check_util.h"
 
-#define OK(expr)                                                                              \
-  do {                                                                                        \
-    mpt_status st_ = (expr);                                                                  \
-    ck_assert_msg(st_ == MPT_OK, "%s -> %s: %s", #expr, mpt_status_name(st_), mpt_last_error()); \
-  } while (0)
 
 enum { TB = 2, TT = 8 };
 

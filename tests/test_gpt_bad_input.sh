@@ -1,5 +1,5 @@
 #!/bin/sh
-# Bad inputs and misuse of the language-model commands (issue 13): `mpitrain tokenize`, token
+# Bad inputs and misuse of the language-model commands: `mpitrain tokenize`, token
 # shards and model files, `mpitrain train --model gpt*` and `mpitrain generate`, as a user and as
 # a hostile file would give them. Each case expects an exit status (2 a usage error, 1 a failure,
 # 0 where the input is legal) and a message naming the problem; none may crash, hang, answer

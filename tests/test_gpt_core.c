@@ -12,12 +12,8 @@
 #include "core/cpu/isa.h"
 #include "core/cpu/vmath.h"
 #include "mpitrain/ops_gpt.h"
+#include "check_util.h"
 
-#define OK(expr)                                                                              \
-  do {                                                                                        \
-    mpt_status st_ = (expr);                                                                  \
-    ck_assert_msg(st_ == MPT_OK, "%s -> %s: %s", #expr, mpt_status_name(st_), mpt_last_error()); \
-  } while (0)
 
 START_TEST(test_core_ops_check_arguments_and_skip_empty_work) {
   float x[12] = {0}, w[4] = {1, 1, 1, 1}, b[4] = {0}, y[12], m[3], r[3];

@@ -25,12 +25,8 @@
 
 #include "mpitrain/autograd.h"
 #include "mpitrain/transformer.h"
+#include "check_util.h"
 
-#define OK(expr)                                                                              \
-  do {                                                                                        \
-    mpt_status st_ = (expr);                                                                  \
-    ck_assert_msg(st_ == MPT_OK, "%s -> %s: %s", #expr, mpt_status_name(st_), mpt_last_error()); \
-  } while (0)
 
 enum { NB = 2, NT = 5, NC = 8, NH = 2, NV = 11, NVP = 16, MAXT = 6 };
 

@@ -1,5 +1,5 @@
 #!/bin/sh
-# bench/gpu-check.sh without a GPU (issue 13: its GPT stages must work the first time they run on
+# bench/gpu-check.sh without a GPU (its GPT stages must work the first time they run on
 # a lent GPU, whose minutes are few):
 # - the script parses (bash -n) and prints its usage with status 2 when given no mode;
 # - bench/gpu_gpt_torch.py, its PyTorch side, is the same training as mpitrain's: a tiny GPT

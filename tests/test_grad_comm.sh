@@ -1,5 +1,5 @@
 #!/bin/sh
-# The trainer's --grad-comm (issue 14): a bad value is an error naming the choices; at one rank
+# The trainer's --grad-comm: a bad value is an error naming the choices; at one rank
 # the option is named as without effect; at 2 ranks a bf16 run logs it, keeps the replicas
 # identical (--check-replicas 1 compares a CRC of the parameters every step) and ends with a
 # test loss close to the fp32 run's (same seed and data: within 5% relative); the final

@@ -236,7 +236,7 @@ START_TEST(test_idx_rejects_empty_missing_directory_and_corrupt_gzip) {
 }
 END_TEST
 
-/* Regression (issue 8): opening a FIFO waited for a writer, so a FIFO in the data folder hung
+/* Regression: opening a FIFO waited for a writer, so a FIFO in the data folder hung
  * the program forever. Now refused at once as not a regular file (a hang fails by the timeout). */
 START_TEST(test_idx_refuses_a_fifo_without_waiting_for_a_writer) {
   char path[512];

@@ -1,5 +1,5 @@
 #!/bin/sh
-# --timeout is also the deadline of MPI's initialisation (issue 15, item 4). Under real mpirun,
+# --timeout is also the deadline of MPI's initialisation. Under real mpirun,
 # the second process of the job is not mpitrain (`: -np 1 sleep 1000`) and never initialises
 # MPI, so MPI_Init_thread on rank 0 would block for ever. The job must end within --timeout + 10
 # s, with a non-zero status and a message that says what rank 0 waited for.

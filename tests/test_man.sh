@@ -1,5 +1,5 @@
 #!/bin/sh
-# The manual page doc/mpitrain.1 is in sync with `mpitrain --help` (regenerating it gives the
+# The manual page docs/mpitrain.1 is in sync with `mpitrain --help` (regenerating it gives the
 # same bytes; after changing --help run `make man`), renders without roff warnings, and shows
 # every command (train, tokenize, generate: the list the program prints without one),
 # the options, the exit statuses and the version. Prints "N passed, N failed".
@@ -13,14 +13,14 @@ bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/mpt_man.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 sh "$srcdir/scripts/make_man.sh" "$prog" >"$tmp/mpitrain.1" || bad "scripts/make_man.sh failed"
-if cmp -s "$tmp/mpitrain.1" "$srcdir/doc/mpitrain.1"; then ok; else
-  bad "doc/mpitrain.1 is out of date with --help (run: make man):"
-  diff "$srcdir/doc/mpitrain.1" "$tmp/mpitrain.1" | head -n 10
+if cmp -s "$tmp/mpitrain.1" "$srcdir/docs/mpitrain.1"; then ok; else
+  bad "docs/mpitrain.1 is out of date with --help (run: make man):"
+  diff "$srcdir/docs/mpitrain.1" "$tmp/mpitrain.1" | head -n 10
 fi
 if command -v groff >/dev/null 2>&1; then
-  warn=$(groff -man -ww -z "$srcdir/doc/mpitrain.1" 2>&1)
+  warn=$(groff -man -ww -z "$srcdir/docs/mpitrain.1" 2>&1)
   [ -z "$warn" ] && ok || bad "groff warns: $warn"
-  text=$(MANWIDTH=100 man -l "$srcdir/doc/mpitrain.1" 2>/dev/null || groff -man -Tutf8 "$srcdir/doc/mpitrain.1")
+  text=$(MANWIDTH=100 man -l "$srcdir/docs/mpitrain.1" 2>/dev/null || groff -man -Tutf8 "$srcdir/docs/mpitrain.1")
   # every option of --help is in the rendered page
   missing=""
   for o in $("$prog" --help | grep -o -- '--[a-z][a-z-]*' | sort -u); do

@@ -11,12 +11,8 @@
 
 #include "mpitrain/nn.h"
 #include "mpitrain/ops.h"
+#include "check_util.h"
 
-#define OK(expr)                                                                              \
-  do {                                                                                        \
-    mpt_status st_ = (expr);                                                                  \
-    ck_assert_msg(st_ == MPT_OK, "%s -> %s: %s", #expr, mpt_status_name(st_), mpt_last_error()); \
-  } while (0)
 
 /* A fixed batch on the host: x [n, ...] uniform in (-1, 1), labels i % classes. */
 typedef struct batch {

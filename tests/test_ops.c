@@ -17,8 +17,8 @@
 #include "core/backend.h" /* mpt__hash_uniform: the draw dropout documents */
 #include "mpitrain/core.h"
 #include "mpitrain/ops.h"
+#include "check_util.h"
 
-#define OK(expr) ck_assert_msg((expr) == MPT_OK, "%s failed: %s", #expr, mpt_last_error())
 /* Fails unless |got - want| <= tol; the trailing printf arguments describe the value. */
 #define CLOSE(got, want, tol, ...)                                                  \
   do {                                                                              \

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The trainer's --precision fp32|bf16 (issue 14: bf16 GEMMs and convolutions, fp32 master
+# The trainer's --precision fp32|bf16 (bf16 GEMMs and convolutions, fp32 master
 # weights). Checks:
 #   - a bad value is refused (status 2) naming the choices;
 #   - --version says whether this CPU and build run bf16 compute ("yes", or "no: " the reason);

@@ -1,6 +1,6 @@
 #!/bin/bash
-# The short commands of README.md, bench/README.md and slurm/README.md run as written from the
-# top of the built tree: every line of their ```sh and ``` code blocks that starts with
+# The short commands of README.md, bench/README.md, slurm/README.md and the pages of docs/ run
+# as written from the top of the built tree: every line of their ```sh and ``` code blocks that starts with
 # ./mpitrain, mpirun, man, mpt_allreduce_bench or a bench/ script is run (continuation lines
 # joined, trailing comments dropped) with a few options appended so it ends in seconds: tiny
 # step counts for training, small sizes for the all-reduce benchmark, one repeat for the sweeps.
@@ -8,7 +8,7 @@
 # parsed and checked. Each must exit 0. Paths the READMEs give for the program ($PWD/...) must
 # exist. Not run: set-up, sbatch and the Slurm cluster (tests/test_slurm.sh runs those), and
 # the tools whose optional packages (python3-torch, gnuplot: ./setup.sh bench) are missing here,
-# each reported as skipped. Prints "N passed, N failed".
+# each reported as skipped. Prints the count of commands run and "N passed, N failed".
 set -u
 srcdir=${srcdir:-.}
 top=$(pwd)
@@ -18,6 +18,7 @@ skip=0
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/mpt_readme.XXXXXX")
+total=0
 trap 'rm -rf "$tmp"' EXIT
 # mpirun as root and on 2 cores (the README says to add these two options; the variables are
 # Open MPI's equivalents, so the commands run exactly as printed)
@@ -32,15 +33,15 @@ command -v gnuplot >/dev/null 2>&1 && have_gnuplot=1
 # bench/run_all.sh leaves them.
 work=$tmp/top
 mkdir -p "$work"
-for x in mpitrain mpt_allreduce_bench; do ln -s "$top/$x" "$work/$x"; done
-for x in bench doc; do ln -s "$(cd "$srcdir" && pwd)/$x" "$work/$x"; done
+for x in mpitrain mpt_allreduce_bench examples; do ln -s "$top/$x" "$work/$x"; done
+for x in bench docs; do ln -s "$(cd "$srcdir" && pwd)/$x" "$work/$x"; done
 cp "$srcdir"/bench/results/*.json "$tmp/" 2>/dev/null
 export PATH=$work:$PATH
 
 # commands FILE: the lines of its code blocks (sh or none), continuations joined.
 commands() {
   awk '
-    /^```/ { if (inblock) { inblock = 0 } else if ($0 == "```" || $0 == "```sh") { inblock = 1 }; next }
+    /^```/ { if (infence) { infence = 0; inblock = 0 } else { infence = 1; inblock = ($0 == "```" || $0 == "```sh") }; next }
     !inblock { next }
     { line = $0
       if (cont != "") { sub(/^ +/, "", line); line = cont " " line }
@@ -94,7 +95,7 @@ run() { # FILE CMD: run CMD (with its tiny-size options) and expect status 0
   fi
 }
 
-for f in README.md bench/README.md slurm/README.md; do
+for f in README.md bench/README.md slurm/README.md docs/*.md; do
   n=0
   while IFS= read -r cmd; do
     case $cmd in
@@ -106,21 +107,29 @@ for f in README.md bench/README.md slurm/README.md; do
           [ -x "$top/$p" ] && ok || bad "$f: MPITRAIN=\$PWD/$p is not the program ($p does not exist)"
         done
         continue ;;
-      ./mpitrain*|mpirun\ *|man\ *|mpt_allreduce_bench*|bench/*) ;;
+      ./mpitrain*|mpirun\ *|man\ *|mpt_allreduce_bench*|bench/*|./examples/*) ;;
       *) continue ;;
     esac
     n=$((n + 1))
     run "$f" "$cmd"
+    echo "FILE $f $n" >> "$tmp/counts"
   done < <(commands "$srcdir/$f")
-  [ $n -gt 0 ] || [ "$f" = slurm/README.md ] || bad "$f: no command found (the extraction broke?)"
+  [ $n -gt 0 ] || [ "$f" = slurm/README.md ] || case $f in docs/*) ;; *) false ;; esac ||
+    bad "$f: no command found (the extraction broke?)"
+  total=$((total + n))
 done
-# The architecture table of README.md has a row for every layer folder under src/.
+# The user guide's pages that show commands must have them found and run.
+for f in getting-started cluster gpt library checkpoints-and-faults benchmarks; do
+  grep -q "^FILE docs/$f.md " "$tmp/counts" 2>/dev/null || bad "docs/$f.md: no command found"
+done
+# The architecture table of docs/development.md has a row for every layer folder under src/.
 for d in "$srcdir"/src/*/; do
   d=${d%/}
   d=src/${d##*/}
-  grep -q "^| [a-z]* | $d | " "$srcdir/README.md" && ok || bad "README.md's architecture table has no row for $d"
+  grep -q "^| [a-z]* | $d | " "$srcdir/docs/development.md" && ok ||
+    bad "docs/development.md's architecture table has no row for $d"
 done
 # bench/scaling_model.py is documented as a command: it must be executable.
 [ -x "$srcdir/bench/scaling_model.py" ] && ok || bad "bench/scaling_model.py is not executable"
-echo "$pass passed, $fail failed ($skip skipped: optional packages missing)"
+echo "$total commands run from the READMEs and docs/; $pass passed, $fail failed ($skip skipped: optional packages missing)"
 [ "$fail" -eq 0 ]

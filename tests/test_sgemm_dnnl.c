@@ -25,8 +25,8 @@
 #include "core/cpu/cpu.h"
 #include "mpitrain/core.h"
 #include "mpitrain/ops.h"
+#include "check_util.h"
 
-#define OK(expr) ck_assert_msg((expr) == MPT_OK, "%s failed: %s", #expr, mpt_last_error())
 
 static double gamma_n(int64_t n) {
   const double e = ldexp((double)n, -24);

@@ -32,12 +32,8 @@
 #include "mpitrain/dp.h"
 #include "mpitrain/nn.h"
 #include "mpitrain/ops.h"
+#include "check_util.h"
 
-#define OK(expr)                                                                              \
-  do {                                                                                        \
-    mpt_status st_ = (expr);                                                                  \
-    ck_assert_msg(st_ == MPT_OK, "%s -> %s: %s", #expr, mpt_status_name(st_), mpt_last_error()); \
-  } while (0)
 
 static double now_s(void) {
   struct timespec ts;

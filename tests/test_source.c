@@ -1,6 +1,6 @@
 /* Tests for src/data/source.c and the loader over a data source: a dataset given as callbacks
  * yields byte for byte the batches of the equivalent in-memory dataset (every rank, shuffled
- * epochs, with and without prefetch); the sampler's sharding and padding (FAULTS.md F01) hold
+ * epochs, with and without prefetch); the sampler's sharding and padding (docs/faults.md F01) hold
  * through it; inputs of another dtype and several labels per sample come out with the declared
  * shapes; a failing callback stops the loader exactly at the batch holding the sample, with its
  * status and detail, earlier batches intact; bad descriptions are refused, free_user runs once. */
@@ -142,7 +142,7 @@ static mpt_status token_read(void *user, int64_t i, void *input, int32_t *label)
 }
 
 START_TEST(test_source_sharding_and_padding_hold_f01) {
-  /* FAULTS.md F01: N = 10, W = 4, no shuffle: r0 {0,4,8} r1 {1,5,9} r2 {2,6,0} r3 {3,7,1}. */
+  /* docs/faults.md F01: N = 10, W = 4, no shuffle: r0 {0,4,8} r1 {1,5,9} r2 {2,6,0} r3 {3,7,1}. */
   static const int64_t want[4][3] = {{0, 4, 8}, {1, 5, 9}, {2, 6, 0}, {3, 7, 1}};
   static const int64_t want_real[4] = {3, 3, 2, 2};
   mpt_data_source_desc d = mpt_data_source_desc_default();

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The timeout names the rank that held the job up, not only the waiter (issue 15, item 5). Under
+# The timeout names the rank that held the job up, not only the waiter. Under
 # real mpirun, 3 DDP ranks train; rank 1 is stopped from outside with SIGSTOP mid-run. Ranks 0
 # and 2 must fail after --timeout (5 s) with a message that names rank 1 as holding up the
 # collective they wait in, and no other (read from the shared-memory

@@ -11,8 +11,8 @@
 #include "core/backend.h"
 #include "core/keeper.h"
 #include "mpitrain/core.h"
+#include "check_util.h"
 
-#define OK(expr) ck_assert_msg((expr) == MPT_OK, "%s failed: %s", #expr, mpt_last_error())
 
 /* A gate: gate_wait (a host function) blocks until gate_open. */
 typedef struct gate {

@@ -21,17 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
 #include "mpitrain.h"
 #include "mpitrain/autograd.h"
 #include "nn/tape.h"
+#include "check_util.h"
 
-#define OK(expr)                                                                        \
-  do {                                                                                  \
-    mpt_status st_ = (expr);                                                            \
-    ck_assert_msg(st_ == MPT_OK, "%s -> %s: %s", #expr, mpt_status_name(st_),           \
-                  mpt_last_error());                                                    \
-  } while (0)
 
 #define FAILS(expr, status)                                                             \
   do {                                                                                  \

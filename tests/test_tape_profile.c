@@ -19,13 +19,8 @@
 #include "mpitrain/core.h"
 #include "mpitrain/nn.h"
 #include "mpitrain/ops.h"
+#include "check_util.h"
 
-#define OK(expr)                                                                          \
-  do {                                                                                    \
-    mpt_status st_ = (expr);                                                              \
-    ck_assert_msg(st_ == MPT_OK, "%s -> %s: %s", #expr, mpt_status_name(st_),             \
-                  mpt_last_error());                                                      \
-  } while (0)
 
 static void sleep_ms(long ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};

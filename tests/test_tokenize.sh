@@ -1,5 +1,5 @@
 #!/bin/sh
-# `mpitrain tokenize` (issue 13): byte-level llm.c shards from text. On two small files the
+# `mpitrain tokenize`: byte-level llm.c shards from text. On two small files the
 # shards are checked byte by byte against the format and the split written out by hand (the
 # last floor(F n) bytes of each file go to validation; shards cut at --shard-tokens); every
 # bad use exits 2 (usage) or 1 (failure) naming the problem; and, when Debian's fortunes
@@ -59,6 +59,12 @@ check() { # expected_status pattern args...
   if [ "$got" -eq "$want" ] && printf '%s\n' "$o" | grep -q -- "$pattern"; then ok; else
     bad "mpitrain tokenize $* -> status $got (want $want), output lacks '$pattern': $(printf '%s' "$o" | head -n 2)"
   fi
+  # A usage error is one line and where --help is (as train's), not the whole usage.
+  if [ "$want" -eq 2 ]; then
+    [ "$(printf '%s\n' "$o" | wc -l)" -eq 2 ] && ! printf '%s\n' "$o" | grep -q '^usage:' &&
+      printf '%s\n' "$o" | grep -q "mpitrain tokenize --help" && ok ||
+      bad "mpitrain tokenize $*: a usage error prints 2 lines, no usage; got: $(printf '%s\n' "$o" | head -n 4)"
+  fi
 }
 check 2 "give --bytes" -o "$tmp/x" "$tmp/a.txt"
 check 2 "give the output folder" --bytes "$tmp/a.txt"
@@ -80,7 +86,10 @@ check 1 "'$tmp/g\[1\]' already holds shards" --bytes -o "$tmp/g[1]" "$tmp/b.txt"
 [ "$(header "$tmp/g[1]/train_000000.bin")" = "20240520 1 10" ] &&
   [ "$(ls "$tmp/g[1]" | wc -l)" -eq 3 ] && ok || bad "tokenize into 'g[1]' twice: $(ls "$tmp/g[1]")"
 : > "$tmp/empty.txt"
-check 1 "no training text" --bytes -o "$tmp/z" "$tmp/empty.txt"
+check 1 "no text to tokenize: $tmp/empty.txt is empty" --bytes -o "$tmp/z" "$tmp/empty.txt"
+[ ! -e "$tmp/z" ] && ok || bad "tokenize of an empty file left the folder $tmp/z"
+check 1 "the files given are all empty" --bytes -o "$tmp/z2/sub" "$tmp/empty.txt" "$tmp/empty.txt"
+[ ! -e "$tmp/z2" ] && ok || bad "tokenize of empty files left the folder $tmp/z2"
 check 0 "usage: mpitrain tokenize" --help
 
 # The demo corpus: Debian's fortunes (skip the .dat index files and the .u8 links).

@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include "mpitrain/core.h"
+#include "check_util.h"
 
-#define OK(expr) ck_assert_msg((expr) == MPT_OK, "%s failed: %s", #expr, mpt_last_error())
 
 START_TEST(test_trace_counts_the_events_it_drops) {
   mpt_trace *t = NULL;

@@ -1,5 +1,5 @@
 #!/bin/sh
-# `mpitrain train --model gpt` (issue 13): a tiny GPT (2 layers, 2 heads, 32 channels, T 32,
+# `mpitrain train --model gpt`: a tiny GPT (2 layers, 2 heads, 32 channels, T 32,
 # byte vocabulary) trained for 50 steps on a generated text, on 1 and 2 ranks. Checks: exit 0;
 # the validation loss starts at about ln(256) = 5.545 (a fresh GPT-2 initialisation predicts
 # nearly uniformly) and ends at least 1.5 nats lower; --save-model writes an llm.c model file

@@ -1,5 +1,5 @@
 #!/bin/sh
-# `mpitrain train --model gpt --device cuda` (issue 13) against the same run on the CPU. Exits 77
+# `mpitrain train --model gpt --device cuda` against the same run on the CPU. Exits 77
 # (automake's SKIP) with "SKIP: no CUDA device" without a GPU (nvidia-smi lists none).
 #
 # A tiny GPT (2 layers, 2 heads, 32 channels, T 32, bytes: 34,688 parameters), B 4, one rank,

@@ -1,5 +1,5 @@
 #!/bin/sh
-# `mpitrain train --model gpt --threads N` (issue 13, issue 24): what a run promises about bits
+# `mpitrain train --model gpt --threads N`: what a run promises about bits
 # (include/mpitrain/ops.h, "CPU threads"; README, --threads).
 # - The CPU ops other than GEMM split their work over the rank's threads
 #   (src/core/cpu/cpu_pool.c) and give the bits of one thread by construction. The GEMM and

@@ -1,5 +1,5 @@
 #!/bin/sh
-# What a new user meets (issue 16), each checked against the program's output:
+# What a new user meets, each checked against the program's output:
 # --version names the build's features and libraries; a typo under mpirun -np 4 prints one
 # message, not the usage once per rank; --log-file (FILE.RANK per rank), --quiet; the one-line
 # progress on rank 0 when stderr is a pipe; warnings for options without effect and the logged

@@ -11,7 +11,7 @@ tests_test_ckpt_SOURCES = tests/test_ckpt.c
 tests_test_ckpt_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_ckpt_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 endif
-# issue 13: llm.c GPT model files (include/mpitrain/gpt_file.h)
+# llm.c GPT model files (include/mpitrain/gpt_file.h)
 mpitraininclude_HEADERS += include/mpitrain/gpt_file.h
 libmpitrain_all_la_SOURCES += src/ckpt/gpt_file.c
 if HAVE_CHECK

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "mpitrain/gpt_file.h"
 #include "core/error.h"
 
 typedef struct reader {
@@ -119,9 +120,15 @@ static mpt_status open_checked(const char *path, reader *r) {
   if (fread(pre, 1, want, r->f) != want)
     return MPT_FAIL(MPT_EIO, "checkpoint %s: cannot read its header: %s", path,
                     ferror(r->f) ? strerror(errno) : "end of file");
-  if (want >= 8 && memcmp(pre, MPT__CKPT_MAGIC, 8) != 0)
+  if (want >= 8 && memcmp(pre, MPT__CKPT_MAGIC, 8) != 0) {
+    if (mpt__get_u32(pre) == MPT_GPT_FILE_MAGIC) /* the reverse of --init-from's mistake */
+      return MPT_FAIL(MPT_EFORMAT, "checkpoint %s: an llm.c model file (as --save-model writes "
+                      "it), not an mpitrain checkpoint: start from its weights with --init-from "
+                      "(mpt_gpt_load); a checkpoint holds the optimizer state and position too",
+                      path);
     return MPT_FAIL(MPT_EFORMAT, "checkpoint %s: not an mpitrain checkpoint (the file does not "
                     "start with the magic \"MPTCKPT\\0\")", path);
+  }
   if (size < sizeof pre)
     return MPT_FAIL(MPT_EFORMAT, "checkpoint %s is truncated: it has %" PRIu64 " bytes, fewer "
                     "than the %u of the header", path, size, MPT__CKPT_PREAMBLE_NBYTES);

@@ -17,7 +17,7 @@
 
 int main(int argc, char **argv) {
   static mpt_cli_options opts;
-  static char msg[16384]; /* room for the whole usage (mpt_cli_usage) */
+  static char msg[16384]; /* the usage of --help: as large as mpt_cli_usage's text */
   /* tokenize and generate are one-process commands: under mpirun -np N (or srun) rank 0 does
    * the work and the other ranks exit at once (N copies of the text, or N writers racing on
    * one output folder, before) */
@@ -25,11 +25,11 @@ int main(int argc, char **argv) {
                                   strcmp(argv[1], "generate") == 0 ||
                                   strcmp(argv[1], "hang-report") == 0);
   if (single && mpt_cli_launcher_rank() > 0) return 0;
-  if (argc > 1 && strcmp(argv[1], "tokenize") == 0) /* issue 13: text to token shards */
+  if (argc > 1 && strcmp(argv[1], "tokenize") == 0) /* text to token shards */
     return mpt_cli_tokenize(argc - 1, argv + 1);
-  if (argc > 1 && strcmp(argv[1], "generate") == 0) /* issue 13: sample from a GPT model file */
+  if (argc > 1 && strcmp(argv[1], "generate") == 0) /* sample from a GPT model file */
     return mpt_cli_generate(argc - 1, argv + 1);
-  if (argc > 1 && strcmp(argv[1], "hang-report") == 0) /* the flight recorder's dumps */
+  if (argc > 1 && strcmp(argv[1], "hang-report") == 0) /* the flight recorder's dumps, merged */
     return mpt_cli_hang_report(argc - 1, argv + 1);
   int r = mpt_cli_parse(argc, argv, &opts, msg, sizeof msg);
   if (r == MPT_CLI_EXIT_OK) {

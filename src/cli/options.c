@@ -192,7 +192,7 @@ typedef enum { P_I64, P_INT, P_F64, P_F32, P_F32D, P_STR, P_ON, P_OFF, P_FN } pa
     "a loss, norm, lr and throughput line every N steps\n(default 0: none; GPT 10)", "")        \
   X(PROFILE, "profile", P_ON, FIELD(profile), 0, 0, ALL, "evaluation and output", "",           \
     "at the end, each op's forward and backward time per\nstep (rank 0, steps after the first;"  \
-    " see README)", "")                                                                         \
+    " docs/gpt.md)", "")                                                                        \
   X(THREADS, "threads", P_INT, FIELD(threads), 1, 1024, ALL, "evaluation and output", "N",      \
     "CPU threads per rank: BLAS, oneDNN and the other large\nops (default: the host's cores / "  \
     "its ranks, e.g. 1 with\n2 ranks on 2 cores)", "")                                          \

@@ -161,7 +161,7 @@ static int tokenize_file(const char *path, double frac, stream st[2]) {
 static int usage_error(const char *fmt, const char *arg) {
   fprintf(stderr, "mpitrain tokenize: ");
   fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\n\n%s", usage_text);
+  fprintf(stderr, "\n(`mpitrain tokenize --help` lists the options)\n");
   return 2;
 }
 
@@ -218,6 +218,14 @@ int mpt_cli_tokenize(int argc, char **argv) {
     if (size < 0) return 1;
     total += size;
   }
+  if (total == 0) { /* nothing to write: no folder either */
+    fprintf(stderr, "mpitrain tokenize: no text to tokenize: %s %s empty; nothing written "
+            "(no folder made)\n", argc - optind == 1 ? argv[optind] : "the files given",
+            argc - optind == 1 ? "is" : "are all");
+    return 1;
+  }
+  struct stat dir_sb;
+  const int dir_existed = stat(dir, &dir_sb) == 0;
   int e = make_dir(dir);
   if (e != 0) {
     fprintf(stderr, "mpitrain tokenize: cannot create the folder '%s': %s\n", dir, strerror(e));
@@ -273,6 +281,7 @@ out:
   if (rc != 0) {
     stream_remove(&st[0]);
     stream_remove(&st[1]);
+    if (!dir_existed) (void)rmdir(dir); /* the folder this run made (empty by now) */
   }
   free(st[0].buf);
   free(st[1].buf);

@@ -146,6 +146,7 @@ static void warn_unused(const run *r) {
     warn(r, "find-unused-parameters", why);
     warn(r, "buffers", why);
     warn(r, "grad-comm", why);
+    warn(r, "allreduce-algo", why);
     warn(r, "zero", why);
     warn(r, "check-collectives", "one rank: no collective to compare");
   } else if (!cnn || !o->cnn.batchnorm) {

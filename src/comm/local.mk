@@ -58,12 +58,12 @@ tests_test_launch_SOURCES = tests/test_launch.c
 tests_test_launch_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_launch_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 endif
-# issue 15: NaN in MIN / MAX at 4 ranks (the Check case "nan" of tests/test_comm.c)
+# NaN in MIN / MAX at 4 ranks (the Check case "nan" of tests/test_comm.c)
 EXTRA_DIST += tests/test_comm_np4.sh
 if HAVE_CHECK
 TESTS += tests/test_comm_np4.sh
 endif
-# issue 14: reduce-scatter, all-gather of shards, bfloat16 reductions (2, 3 and 4 ranks)
+# reduce-scatter, all-gather of shards, bfloat16 reductions (2, 3 and 4 ranks)
 EXTRA_DIST += tests/test_comm_shard.sh
 if HAVE_CHECK
 check_PROGRAMS += tests/test_comm_shard

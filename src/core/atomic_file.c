@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "core/atomic_file.h"
-#include "core/error.h"
+#include "mpitrain/core.h"
 
 mpt_status mpt__afile_open(mpt__afile *af, const char *path, const char *what) {
   memset(af, 0, sizeof *af);

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/backend.h"
-#include "core/error.h"
+#include "mpitrain/core.h"
 
 const mpt__device_backend *mpt__backend_get(mpt_device_type type) {
   switch (type) {

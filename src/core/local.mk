@@ -50,9 +50,9 @@ tests_test_rng_SOURCES = tests/test_rng.c
 tests_test_rng_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_rng_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 endif
-# issue 13: atomic whole-file writes (token shards, llm.c model files)
+# atomic whole-file writes (token shards, llm.c model files)
 libmpitrain_all_la_SOURCES += src/core/atomic_file.h src/core/atomic_file.c
-# issue 13: the CPU ops' thread pool (the non-GEMM kernels on every CPU thread)
+# the CPU ops' thread pool (the non-GEMM kernels on every CPU thread)
 libmpitrain_all_la_SOURCES += src/core/cpu/pool.h src/core/cpu/cpu_pool.c
 if HAVE_CHECK
 check_PROGRAMS += tests/test_cpu_threads
@@ -61,7 +61,7 @@ tests_test_cpu_threads_SOURCES = tests/test_cpu_threads.c
 tests_test_cpu_threads_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_cpu_threads_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 endif
-# issue 14: bf16 compute (include/mpitrain/ops_bf16.h): GEMM, convolutions, the tape's precision
+# bf16 compute (include/mpitrain/ops_bf16.h): GEMM, convolutions, the tape's precision
 if HAVE_CHECK
 check_PROGRAMS += tests/test_bf16
 TESTS += tests/test_bf16
@@ -79,7 +79,7 @@ tests_test_sgemm_dnnl_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -fopenmp
 tests_test_sgemm_dnnl_LDADD = libmpitrain_all.la $(CHECK_LIBS) -lm
 endif
 endif
-# issue 24: one table of op cases run on every CPU instruction-set path and every device
+# one table of op cases run on every CPU instruction-set path and every device
 # backend against the CPU reference (the CUDA half: tests/test_backend_ops_cuda.sh)
 if HAVE_CHECK
 check_PROGRAMS += tests/test_backend_ops
@@ -90,7 +90,7 @@ tests_test_backend_ops_SOURCES = tests/test_backend_ops.c tests/backend_op_cases
 tests_test_backend_ops_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_backend_ops_LDADD = libmpitrain_all.la $(CHECK_LIBS) -lm
 endif
-# issue 24: the op tests rerun on each CPU instruction-set path (MPT_CPU_ISA) the CPU offers
+# the op tests rerun on each CPU instruction-set path (MPT_CPU_ISA) the CPU offers
 TESTS += tests/test_isa_avx512.sh tests/test_isa_avx2.sh tests/test_isa_baseline.sh
 EXTRA_DIST += tests/isa_paths.sh tests/test_isa_avx512.sh tests/test_isa_avx2.sh \
 	tests/test_isa_baseline.sh

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "core/backend.h"
-#include "core/error.h"
+#include "mpitrain/core.h"
 
 /* Returns MPT_EINVAL from the enclosing op when cond is false; the message starts with the op's
  * name (__func__ of the wrapper). */

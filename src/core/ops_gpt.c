@@ -4,7 +4,7 @@
  * backend without the slot gives MPT_ENOTSUP. A backend kernel therefore always sees positive
  * extents and non-NULL pointers for everything it must touch. No state. */
 #include "core/backend.h"
-#include "core/error.h"
+#include "mpitrain/core.h"
 #include "mpitrain/ops.h"
 
 #define REQUIRE(cond, fmt, ...)                                                       \

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/error.h"
+#include "mpitrain/core.h"
 
 static _Thread_local char last_error[1024];
 

@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/error.h"
+#include "mpitrain/core.h"
 
 size_t mpt_dtype_size(mpt_dtype dtype) {
   switch (dtype) {

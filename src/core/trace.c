@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "core/error.h"
+#include "mpitrain/core.h"
 
 typedef struct trace_event {
   const char *name;

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/error.h"
+#include "mpitrain/core.h"
 #include "mpitrain/data.h"
 
 #define DEBIAN_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"

@@ -13,7 +13,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "core/error.h"
+#include "mpitrain/core.h"
 #include "mpitrain/data.h"
 
 #define IDX_CHUNK_NBYTES (1 << 20)

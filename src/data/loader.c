@@ -26,7 +26,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/error.h"
+#include "mpitrain/core.h"
 #include "core/threads.h"
 #include "mpitrain/data.h"
 
@@ -265,8 +265,9 @@ void mpt_loader_free(mpt_loader *loader) {
     dl.tv_sec += (time_t)(l->cfg.timeout_ms / 1000.0) + 1;
     int rc = pthread_timedjoin_np(l->thread, NULL, &dl);
     if (rc != 0) {
-      MPT_LOG_ERR("loader: the prefetch thread did not stop within %.0f ms (%s); leaking it",
-                  l->cfg.timeout_ms, strerror(rc));
+      mpt_log(MPT_LOG_ERROR,
+              "loader: the prefetch thread did not stop within %.0f ms (%s); leaking it",
+              l->cfg.timeout_ms, strerror(rc));
       return;
     }
   }

@@ -19,7 +19,7 @@ tests_test_source_SOURCES = tests/test_source.c
 tests_test_source_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_source_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 endif
-# issue 13: llm.c token shards and the language-model windows over them
+# llm.c token shards and the language-model windows over them
 libmpitrain_all_la_SOURCES += src/data/tokens_impl.h src/data/tokens.c src/data/token_data.c
 if HAVE_CHECK
 check_PROGRAMS += tests/test_tokens
@@ -28,7 +28,7 @@ tests_test_tokens_SOURCES = tests/test_tokens.c
 tests_test_tokens_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_tokens_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 endif
-# issue 13: the windows sharded over real ranks (mpirun -np 2 and 3)
+# the windows sharded over real ranks (mpirun -np 2 and 3)
 EXTRA_DIST += tests/test_token_ddp_np2.sh tests/test_token_ddp_np3.sh
 if HAVE_CHECK
 check_PROGRAMS += tests/test_token_ddp

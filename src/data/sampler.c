@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
+#include "mpitrain/core.h"
 #include "mpitrain/data.h"
 
 struct mpt_sampler {

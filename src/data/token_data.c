@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/error.h"
+#include "mpitrain/core.h"
 #include "data/tokens_impl.h"
 #include "mpitrain/data.h"
 

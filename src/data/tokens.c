@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "core/atomic_file.h"
-#include "core/error.h"
+#include "mpitrain/core.h"
 #include "data/tokens_impl.h"
 #include "mpitrain/data.h"
 

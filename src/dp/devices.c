@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "core/backend.h"
-#include "core/error.h"
+#include "mpitrain/core.h"
 #include "dp/dp_impl.h"
 
 int mpt_dp_split(int64_t batch, int ndevices, int64_t *counts) {

@@ -31,7 +31,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/error.h"
+#include "mpitrain/core.h"
 #include "core/threads.h"
 #ifdef MPT_HAVE_CUDA
 #include "core/cuda/cuda.h"
@@ -330,8 +330,9 @@ mpt_status mpt_dp_init(mpt_dp **dp, mpt_model *model, const mpt_device *devices,
       if (i != j && devices[i].type == MPT_DEVICE_CUDA && devices[j].type == MPT_DEVICE_CUDA &&
           devices[i].index != devices[j].index &&
           !mpt__cuda_enable_peer_access(devices[i].index, devices[j].index))
-        MPT_LOG_DBG("dp: no peer access from cuda:%d to cuda:%d (copies go through the host)",
-                    devices[i].index, devices[j].index);
+        mpt_log(MPT_LOG_DEBUG,
+                "dp: no peer access from cuda:%d to cuda:%d (copies go through the host)",
+                devices[i].index, devices[j].index);
 #endif
   *dp = d;
   return MPT_OK;

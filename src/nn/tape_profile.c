@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
+#include "mpitrain/core.h"
 #include "nn/tape.h"
 
 #define PROFILE_SYNC_TIMEOUT_MS 600000.0

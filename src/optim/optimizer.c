@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
+#include "mpitrain/core.h"
 #include "mpitrain/ops.h"
 #include "mpitrain/optim.h"
 

@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/error.h"
+#include "mpitrain/core.h"
 #include "mpitrain/optim.h"
 
 #ifndef M_PI

@@ -34,11 +34,11 @@ mpt_status mpt__train_params_on_host(mpt__trainer *t, float **host) {
 }
 
 /* Fault injection for the tests: MPT_TEST_NAN_RANK=r and MPT_TEST_NAN_STEP=s put a NaN into
- * rank r's first micro-batch of global step s. */
+ * rank r's first micro-batch of step s (numbered from 1, as the step lines and checkpoints). */
 void mpt__train_maybe_poison(mpt__trainer *t, mpt_train_batch *b, int k) {
   const char *r = mpt__test_env("MPT_TEST_NAN_RANK");
   const char *s = mpt__test_env("MPT_TEST_NAN_STEP");
-  if (k == 0 && r && s && atoi(r) == t->rank && atoll(s) == t->global_step)
+  if (k == 0 && r && s && atoi(r) == t->rank && atoll(s) == t->global_step + 1)
     if (b->input.dtype == MPT_F32) ((float *)b->input.data)[0] = NAN;
 }
 

@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "mpitrain/gpt_file.h"
 #include "train/train_impl.h"
 
 #define RUN_OPTIONS_FILE "run-options.txt"
@@ -139,7 +140,7 @@ enum { BROKEN_AFTER_SKIPS = 3 };
  * statistics) stopped being finite, nor one that gives non-finite gradients on every batch (a
  * finite gradient times a far too large learning rate can overflow): stop, rather than train on
  * or checkpoint it. */
-mpt_status mpt__train_check_model_healthy(mpt__trainer *t, const char *when) {
+mpt_status mpt__train_check_model_healthy(mpt__trainer *t, const char *when, int64_t step) {
   int bad_params = 0, bad_buffers = 0;
   MPT_RETURN_IF(mpt_op_check_finite(t->stream, mpt_model_params(t->model),
                                     mpt_model_param_count(t->model), &bad_params));
@@ -147,16 +148,16 @@ mpt_status mpt__train_check_model_healthy(mpt__trainer *t, const char *when) {
     MPT_RETURN_IF(mpt_op_check_finite(t->stream, mpt_model_buffers(t->model),
                                       mpt_model_buffer_count(t->model), &bad_buffers));
   if (bad_params || bad_buffers)
-    return MPT_FAIL(MPT_ENONFINITE, "the model's %s are no longer finite %s (global step %" PRId64
+    return MPT_FAIL(MPT_ENONFINITE, "the model's %s are no longer finite %s (step %" PRId64
                     ", %" PRId64 " step(s) skipped for non-finite gradients): the learning rate "
                     "%g is probably too high", bad_params ? "parameters" : "buffers (BatchNorm "
-                    "running statistics)", when, t->global_step, t->skipped_nonfinite,
+                    "running statistics)", when, step, t->skipped_nonfinite,
                     (double)t->c.optim.lr);
   if (t->consecutive_skipped >= BROKEN_AFTER_SKIPS)
     return MPT_FAIL(MPT_ENONFINITE, "the last %" PRId64 " optimizer steps were all skipped for "
-                    "non-finite gradients (stopping %s, global step %" PRId64 "): the model no "
+                    "non-finite gradients (stopping %s, step %" PRId64 "): the model no "
                     "longer trains; the learning rate %g is probably too high",
-                    t->consecutive_skipped, when, t->global_step, (double)t->c.optim.lr);
+                    t->consecutive_skipped, when, step, (double)t->c.optim.lr);
   return MPT_OK;
 }
 
@@ -165,7 +166,7 @@ mpt_status mpt__train_check_model_healthy(mpt__trainer *t, const char *when) {
 mpt_status mpt__train_save_checkpoint(mpt__trainer *t, int64_t epoch, int64_t step_in_epoch) {
   const mpt_trainer_config *o = &t->c;
   MPT_RETURN_IF(mpt_stream_synchronize(t->stream, o->timeout_s * 1e3));
-  MPT_RETURN_IF(mpt__train_check_model_healthy(t, "before writing a checkpoint"));
+  MPT_RETURN_IF(mpt__train_check_model_healthy(t, "before writing a checkpoint", t->global_step));
   if (t->consecutive_skipped > 0) {
     /* The model as it stands gave non-finite gradients on its last batch: maybe an accident,
      * maybe the start of a divergence. Do not let it replace (--keep) a good checkpoint. */
@@ -332,6 +333,24 @@ static int compare_run_options(const char *theirs, const char *ours, char *diff,
   return count;
 }
 
+/* --resume FILE where FILE is an llm.c model file (--save-model's output): refused before
+ * anything else is said about it, pointing to --init-from, which reads such files. */
+static mpt_status refuse_model_file(const char *given, const char *file) {
+  FILE *f = fopen(file, "rb");
+  if (!f) return MPT_OK; /* the checkpoint reader names what is wrong */
+  unsigned char head[4];
+  const size_t got = fread(head, 1, sizeof head, f);
+  fclose(f);
+  const uint32_t magic = got == 4 ? (uint32_t)head[0] | (uint32_t)head[1] << 8 |
+                                        (uint32_t)head[2] << 16 | (uint32_t)head[3] << 24
+                                  : 0;
+  if (magic != MPT_GPT_FILE_MAGIC) return MPT_OK;
+  return MPT_FAIL(MPT_EINVAL, "--resume '%s' is an llm.c model file (what --save-model writes), "
+                  "not a checkpoint: start from its weights with --init-from '%s' (--resume "
+                  "continues a run from a checkpoint file or folder of --checkpoint-dir)", given,
+                  given);
+}
+
 mpt_status mpt__train_check_run_options(mpt__trainer *t) {
   const mpt_trainer_config *o = &t->c;
   char ours[8192];
@@ -339,6 +358,7 @@ mpt_status mpt__train_check_run_options(mpt__trainer *t) {
   if (o->resume[0]) {
     char from[PATH_MAX], dir[PATH_MAX], path[PATH_MAX + 32];
     MPT_RETURN_IF(mpt_ckpt_resolve(o->resume, from, sizeof from));
+    MPT_RETURN_IF(refuse_model_file(o->resume, from));
     snprintf(dir, sizeof dir, "%s", from);
     char *slash = strrchr(dir, '/');
     if (slash) *slash = '\0';

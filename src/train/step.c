@@ -150,7 +150,7 @@ static mpt_status nonfinite_loss(mpt__trainer *t, float *l, int k) {
   if (isfinite(*l)) return MPT_OK;
   if (!t->c.skip_nonfinite)
     return MPT_FAIL(MPT_ENONFINITE, "non-finite loss %g at step %" PRId64 " (micro-batch %d) on "
-                    "rank %d (--skip-nonfinite skips such steps)", (double)*l, t->global_step, k,
+                    "rank %d (--skip-nonfinite skips such steps)", (double)*l, t->global_step + 1, k,
                     t->rank);
   t->step_nonfinite = 1;
   *l = 0;
@@ -224,7 +224,7 @@ static mpt_status update(mpt__trainer *t) {
     t->last_norm = norm;
     if (!isfinite(norm) && !c->skip_nonfinite)
       return MPT_FAIL(MPT_ENONFINITE, "step %" PRId64 ": the gradient norm is %g on rank %d "
-                      "(--skip-nonfinite skips such steps)", t->global_step, (double)norm,
+                      "(--skip-nonfinite skips such steps)", t->global_step + 1, (double)norm,
                       t->rank);
     skip = !isfinite(norm);
   }
@@ -242,10 +242,10 @@ static mpt_status update(mpt__trainer *t) {
   if (skip) {
     t->skipped_nonfinite++;
     mpt_log(MPT_LOG_WARN, "step %" PRId64 ": non-finite gradients, optimizer step skipped (%"
-            PRId64 " so far)", t->global_step, t->skipped_nonfinite);
+            PRId64 " so far)", t->global_step + 1, t->skipped_nonfinite);
     MPT_RETURN_IF(mpt_model_consume_grads(t->model)); /* skipped on purpose */
     /* every step, not only when a checkpoint is due: 3 skips in a row stop the run */
-    return mpt__train_check_model_healthy(t, "after a skipped step");
+    return mpt__train_check_model_healthy(t, "after a skipped step", t->global_step + 1);
   }
   const float lr = mpt_lr_at(&t->schedule, c->optim.lr, t->global_step);
   return t->ddp ? mpt_ddp_optimizer_step(t->ddp, t->opt, t->stream, lr) /* ZeRO */
@@ -278,7 +278,7 @@ mpt_status mpt__train_step(mpt__trainer *t, int64_t step, double *sums, int *ran
         return MPT_OK;
       }
       return MPT_FAIL(MPT_ESTATE, "step %" PRId64 ": the epoch ran out of batches after %d of "
-                      "the step's %d micro-batches on rank %d", t->global_step, k, K, t->rank);
+                      "the step's %d micro-batches on rank %d", t->global_step + 1, k, K, t->rank);
     }
     record_samples(t, &b);
     mpt_train_batch tb;

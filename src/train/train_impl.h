@@ -148,7 +148,9 @@ mpt_status mpt__train_sum(mpt__trainer *t, float *v, int n);
 
 /* ---- ckpt.c ---- */
 mpt_status mpt__train_check_checkpoint_dir(const mpt_trainer_config *c);
-mpt_status mpt__train_check_model_healthy(mpt__trainer *t, const char *when);
+/* Stops a run whose model is no longer finite; `step` names the step just run (from 1, as the
+ * step lines and checkpoints number them). */
+mpt_status mpt__train_check_model_healthy(mpt__trainer *t, const char *when, int64_t step);
 mpt_status mpt__train_save_checkpoint(mpt__trainer *t, int64_t epoch, int64_t step_in_epoch);
 mpt_status mpt__train_resume(mpt__trainer *t);
 mpt_status mpt__train_check_run_options(mpt__trainer *t);

@@ -380,7 +380,7 @@ static mpt_status end_epoch(mpt__trainer *t, int64_t epoch, int64_t step, double
   m->seconds = (mpt_time_ms() - e0_ms) / 1e3;
   mpt_log(MPT_LOG_INFO, "epoch %3" PRId64 "/%" PRId64 "  train loss %.4f%s%s  %8.0f %s/s  %6.1f s",
           m->epoch, c->epochs, m->train_loss, tm, ev, m->units_per_s, unit, m->seconds);
-  MPT_RETURN_IF(mpt__train_check_model_healthy(t, "at the end of the epoch"));
+  MPT_RETURN_IF(mpt__train_check_model_healthy(t, "at the end of the epoch", t->global_step));
   if (t->task->eval && !isfinite(m->eval_loss))
     return MPT_FAIL(MPT_ENONFINITE, "the %s loss is %g at the end of epoch %" PRId64 " (global "
                     "step %" PRId64 ", %" PRId64 " step(s) skipped for non-finite gradients): the "

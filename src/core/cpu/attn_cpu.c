@@ -45,7 +45,7 @@
 #include "core/cpu/cpu.h"
 #include "core/cpu/isa.h"
 #include "core/cpu/vmath.h"
-#include "core/error.h"
+#include "mpitrain/core.h"
 #include "core/threads.h"
 
 #ifdef MPT_HAVE_ONEDNN

@@ -17,7 +17,7 @@
 
 #include "core/cpu/cpu.h"
 #include "core/cpu/vec.h"
-#include "core/error.h"
+#include "mpitrain/core.h"
 
 /* The range [*lo, *hi) of ox in [0, out) for which ox * stride + off lies in [0, size). */
 static void clip_range(int64_t off, int64_t stride, int64_t size, int64_t out, int64_t *lo,

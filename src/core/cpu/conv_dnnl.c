@@ -29,7 +29,7 @@
 
 #include "core/cpu/cpu.h"
 #include "core/cpu/dnnl_check.h"
-#include "core/error.h"
+#include "mpitrain/core.h"
 #include "core/threads.h"
 
 /* Returns MPT_EDEVICE naming the oneDNN call and its status from the enclosing function. */

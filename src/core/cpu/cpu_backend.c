@@ -5,7 +5,7 @@
 #include <stdlib.h>
 
 #include "core/cpu/cpu.h"
-#include "core/error.h"
+#include "mpitrain/core.h"
 
 int mpt__cpu_count(void) { return 1; }
 

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "core/error.h"
+#include "mpitrain/core.h"
 #include "core/threads.h"
 #include "mpitrain/ops.h"
 

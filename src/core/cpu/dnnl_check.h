@@ -6,7 +6,7 @@
 
 #include <oneapi/dnnl/dnnl.h>
 
-#include "core/error.h"
+#include "mpitrain/core.h"
 
 static inline const char *mpt__dnnl_status_name(dnnl_status_t s) {
   switch (s) {

@@ -19,7 +19,7 @@
 #include "core/cpu/pool.h"
 #include "core/cpu/isa.h"
 #include "core/cpu/vmath.h"
-#include "core/error.h"
+#include "mpitrain/core.h"
 
 /* Chunks (pool.h) from an item's cost in picoseconds, measured here (one AVX-512 core): rows
  * and elements balanced over the threads; columns of a sum over rows one wide chunk per thread

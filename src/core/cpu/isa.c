@@ -18,7 +18,7 @@
 #include <strings.h>
 
 #include "core/cpu/isa.h"
-#include "core/error.h"
+#include "mpitrain/core.h"
 
 #ifdef MPT_HAVE_ONEDNN
 #include <oneapi/dnnl/dnnl.h>

@@ -12,7 +12,7 @@
 
 #include "core/cpu/cpu.h"
 #include "core/cpu/vec.h"
-#include "core/error.h"
+#include "mpitrain/core.h"
 
 mpt_status mpt__cpu_batchnorm_train(mpt_stream *s, const float *restrict x, int64_t n,
                                     int64_t c, int64_t inner, const float *gamma,

@@ -28,7 +28,7 @@
 #include "core/cpu/cpu.h"
 #include "core/cpu/pool.h"
 #include "core/cpu/vec.h"
-#include "core/error.h"
+#include "mpitrain/core.h"
 
 mpt_status mpt__cpu_memcpy(mpt_stream *s, mpt_device dst_device, void *dst,
                            mpt_device src_device, const void *src, size_t nbytes) {

@@ -23,7 +23,7 @@
 #include "core/cpu/isa.h"
 #include "core/cpu/pool.h"
 #include "core/cpu/vec.h"
-#include "core/error.h"
+#include "mpitrain/core.h"
 #include "mpitrain/ops.h"
 
 enum { SGD_BLOCK = 1024 };

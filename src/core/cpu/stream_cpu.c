@@ -40,7 +40,7 @@
 #include <time.h>
 
 #include "core/cpu/cpu.h"
-#include "core/error.h"
+#include "mpitrain/core.h"
 #include "core/threads.h"
 
 enum { WORK_HOST, WORK_RECORD, WORK_WAIT, WORK_WAIT_FOREIGN };

@@ -25,7 +25,7 @@
 #include <stdlib.h>
 
 #include "core/cuda/alloc_cache.h"
-#include "core/error.h"
+#include "mpitrain/core.h"
 
 #define MIN_SHIFT 9                          /* smallest class: 512 bytes */
 #define NCLASSES (1 + (64 - MIN_SHIFT) * 4)

@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "core/cuda/cuda_internal.h"
-#include "core/error.h"
+#include "mpitrain/core.h"
 
 #define DEV(s) ((s)->h.device.index)
 
@@ -218,9 +218,10 @@ static mpt_status plan_make(mpt_stream *s, cudnnHandle_t h, const int64_t key[9]
   }
 #undef PLAN_CHECK
   if (!p->has_fwd || !p->has_data || !p->has_filter)
-    MPT_LOG_DBG("cuDNN has no FP32 algorithm for conv [%d,%d,%d,%d] x [%d,%d,%d,%d] (fwd %d, "
-                "data %d, filter %d): im2col for the rest", n, c, hh, ww, o, c, kh, kw,
-                p->has_fwd, p->has_data, p->has_filter);
+    mpt_log(MPT_LOG_DEBUG,
+            "cuDNN has no FP32 algorithm for conv [%d,%d,%d,%d] x [%d,%d,%d,%d] (fwd %d, "
+            "data %d, filter %d): im2col for the rest", n, c, hh, ww, o, c, kh, kw,
+            p->has_fwd, p->has_data, p->has_filter);
   p->next = s->dnn_plans;
   s->dnn_plans = p;
   *out = p;

@@ -22,7 +22,7 @@
 
 #include "core/cuda/alloc_cache.h"
 #include "core/cuda/cuda_internal.h"
-#include "core/error.h"
+#include "mpitrain/core.h"
 
 #define EMPTY_TIMEOUT_MS 20000.0
 
@@ -74,7 +74,7 @@ static void op_free(void *ctx, void *ptr) {
   const cudaError_t e = cudaFree(ptr);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
-    MPT_LOG_ERR("cudaFree failed on cuda:%d: %s", d->index, cudaGetErrorString(e));
+    mpt_log(MPT_LOG_ERROR, "cudaFree failed on cuda:%d: %s", d->index, cudaGetErrorString(e));
   }
 }
 
@@ -160,8 +160,8 @@ static int op_fence_query(void *ctx, void *fp) {
       return 0;
     }
     (void)cudaGetLastError();
-    MPT_LOG_ERR("allocator fence on cuda:%d failed: %s; its blocks are not reused", d->index,
-                cudaGetErrorString(e));
+    mpt_log(MPT_LOG_ERROR, "allocator fence on cuda:%d failed: %s; its blocks are not reused",
+            d->index, cudaGetErrorString(e));
     return -1;
   }
   for (int k = 0; k < f->nsrc; k++)
@@ -242,7 +242,7 @@ void mpt__cuda_free(int index, void *ptr) {
   dev_alloc *d = dev_get(index);
   if (!ptr || !d) return;
   if (mpt__alloc_cache_release(d->cache, ptr) != MPT_OK) /* cannot return an error: say it */
-    MPT_LOG_ERR("mpt_device_free on cuda:%d: %s", index, mpt_last_error());
+    mpt_log(MPT_LOG_ERROR, "mpt_device_free on cuda:%d: %s", index, mpt_last_error());
 }
 
 void mpt__cuda_alloc_add_stream(int index, mpt_stream *s) {

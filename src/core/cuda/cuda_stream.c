@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "core/cuda/cuda_internal.h"
-#include "core/error.h"
+#include "mpitrain/core.h"
 
 /* How long mpt_stream_free waits for queued work before giving up (and leaking the stream, so
  * that work still queued never touches freed memory). */
@@ -224,8 +224,9 @@ void mpt__cuda_stream_free(mpt_stream *s) {
   const mpt_status st = stream_poll(s, STREAM_FREE_TIMEOUT_MS, "stream drain before free");
   mpt__cuda_alloc_remove_stream(dev, s);
   if (st == MPT_ETIMEOUT) {
-    MPT_LOG_ERR("mpt_stream_free: a cuda:%d stream still has work after %.0f ms; leaking it "
-                "so that the work never touches freed memory", dev, STREAM_FREE_TIMEOUT_MS);
+    mpt_log(MPT_LOG_ERROR,
+            "mpt_stream_free: a cuda:%d stream still has work after %.0f ms; leaking it "
+            "so that the work never touches freed memory", dev, STREAM_FREE_TIMEOUT_MS);
     return;
   }
   (void)cudaSetDevice(dev);

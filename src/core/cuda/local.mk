@@ -67,7 +67,7 @@ TESTS += tests/test_cuda_gpt_ops
 tests_test_cuda_gpt_ops_SOURCES = tests/test_cuda_gpt_ops.c
 tests_test_cuda_gpt_ops_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_cuda_gpt_ops_LDADD = libmpitrain_all.la $(CHECK_LIBS) -lm
-# issue 14: the bf16 GEMM on the GPU (cublasGemmEx) against bf16-rounded products
+# the bf16 GEMM on the GPU (cublasGemmEx) against bf16-rounded products
 check_PROGRAMS += tests/test_cuda_bf16
 TESTS += tests/test_cuda_bf16
 tests_test_cuda_bf16_SOURCES = tests/test_cuda_bf16.c

@@ -22,7 +22,7 @@
 
 #include "core/cuda/cuda_internal.h"
 #include "core/cuda/kernels.h"
-#include "core/error.h"
+#include "mpitrain/core.h"
 
 #define DEV(s) ((s)->h.device.index)
 

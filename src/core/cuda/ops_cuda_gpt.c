@@ -4,7 +4,7 @@
  * synchronises: ids outside their range give NaN (kernels_gpt.cu) rather than an error. */
 #include "core/cuda/cuda_internal.h"
 #include "core/cuda/kernels.h"
-#include "core/error.h"
+#include "mpitrain/core.h"
 
 #define DEV(s) ((s)->h.device.index)
 
