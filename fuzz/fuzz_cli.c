@@ -7,8 +7,9 @@
  *   a second call on a fresh copy of argv (getopt permutes it) gives the same result and
  *   options, also with a tiny msg buffer (the message is then a truncated prefix);
  * - EXIT_OK and EXIT_USAGE come with a non-empty message; RUN with an empty one;
- * - on RUN every option is within the range the trainer relies on: batch, epochs,
- *   accumulate >= 1, finite learning rate and schedule parameters, the optimizer config passes
+ * - on RUN every option is within the range the trainer relies on: epochs >= 1, batch and
+ *   accumulate >= 0 (0 is auto, resolved on resume), finite learning rate and schedule
+ *   parameters, the optimizer config passes
  *   mpt_optimizer_config_validate, the schedule (completed the way the trainer completes it)
  *   passes mpt_lr_schedule_validate and gives non-negative rates (finite, except a step
  *   schedule with gamma > 1, which may overflow to +inf after many steps, or to NaN = 0 * inf
@@ -48,7 +49,7 @@ static void check_run(const mpt_cli_options *o) {
                 g->padded_vocab_size, o->shards);
     check_finite(o->grad_clip, 0, 1e30, "grad clip");
   }
-  if (o->epochs < 1 || o->batch_size < 1 || o->accumulate < 1 || o->max_steps < 0 ||
+  if (o->epochs < 1 || o->batch_size < 0 || o->accumulate < 0 || o->max_steps < 0 ||
       o->train_limit < 0 || o->test_limit < 0 || o->checkpoint_every < 0 || o->keep < 1 ||
       o->stop_at_step < 0 || o->threads < 0)
     fuzz_fail("integer option out of range: epochs %lld batch %lld accumulate %d max-steps %lld "
@@ -77,7 +78,7 @@ static void check_run(const mpt_cli_options *o) {
   if (o->precision != MPT_PRECISION_FP32 && o->precision != MPT_PRECISION_BF16)
     fuzz_fail("precision %d", (int)o->precision);
   if (o->mode != MPT_MODE_SINGLE_OR_DDP && o->mode != MPT_MODE_DP) fuzz_fail("mode %d", o->mode);
-  if ((o->ddp.zero != 0 && o->ddp.zero != 1) || (o->ddp.zero && o->mode == MPT_MODE_DP))
+  if (o->ddp.zero < 0 || o->ddp.zero > 2 || (o->ddp.zero && o->mode == MPT_MODE_DP))
     fuzz_fail("zero stage %d with mode %d", o->ddp.zero, o->mode);
   check_str(o->devices, sizeof o->devices, "devices", o->mode != MPT_MODE_DP);
   check_str(o->data_dir, sizeof o->data_dir, "data", 1);

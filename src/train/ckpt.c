@@ -335,7 +335,7 @@ static int compare_run_options(const char *theirs, const char *ours, char *diff,
 
 /* --resume FILE where FILE is an llm.c model file (--save-model's output): refused before
  * anything else is said about it, pointing to --init-from, which reads such files. */
-static mpt_status refuse_model_file(const char *given, const char *file) {
+mpt_status mpt__train_refuse_model_file(const char *given, const char *file) {
   FILE *f = fopen(file, "rb");
   if (!f) return MPT_OK; /* the checkpoint reader names what is wrong */
   unsigned char head[4];
@@ -358,7 +358,7 @@ mpt_status mpt__train_check_run_options(mpt__trainer *t) {
   if (o->resume[0]) {
     char from[PATH_MAX], dir[PATH_MAX], path[PATH_MAX + 32];
     MPT_RETURN_IF(mpt_ckpt_resolve(o->resume, from, sizeof from));
-    MPT_RETURN_IF(refuse_model_file(o->resume, from));
+    MPT_RETURN_IF(mpt__train_refuse_model_file(o->resume, from));
     snprintf(dir, sizeof dir, "%s", from);
     char *slash = strrchr(dir, '/');
     if (slash) *slash = '\0';

@@ -36,6 +36,7 @@ static void read_meta_rank0(const mpt_trainer_config *c, plan_msg *m) {
   mpt_status st = is_auto ? mpt_ckpt_find_latest(c->checkpoint_dir, m->path, sizeof m->path)
                           : mpt_ckpt_resolve(c->resume, m->path, sizeof m->path);
   if (is_auto && st == MPT_ENOENT) return; /* a new run */
+  if (st == MPT_OK && !is_auto) st = mpt__train_refuse_model_file(c->resume, m->path);
   if (st == MPT_OK) st = mpt_ckpt_read_meta(m->path, &m->meta, NULL);
   m->status = st;
   m->found = st == MPT_OK;

@@ -154,6 +154,9 @@ mpt_status mpt__train_check_model_healthy(mpt__trainer *t, const char *when, int
 mpt_status mpt__train_save_checkpoint(mpt__trainer *t, int64_t epoch, int64_t step_in_epoch);
 mpt_status mpt__train_resume(mpt__trainer *t);
 mpt_status mpt__train_check_run_options(mpt__trainer *t);
+/* MPT_EINVAL naming --init-from when `file` (what --resume `given` resolved to) is an llm.c model
+ * file, not a checkpoint; MPT_OK otherwise (also when it cannot be opened: the reader says why). */
+mpt_status mpt__train_refuse_model_file(const char *given, const char *file);
 /* The optimizer's whole state for a checkpoint (ZeRO-1: gathered), and back. */
 mpt_status mpt__train_opt_whole(mpt__trainer *t, int gather, int need, mpt_optimizer **whole);
 mpt_status mpt__train_opt_whole_done(mpt__trainer *t, mpt_optimizer *whole, int scatter);
