@@ -332,10 +332,10 @@ awk 'BEGIN { srand(3); split("the a cat dog sat on mat ran fast red big and of t
        for (j = 0; j < n; j++) s = s w[1 + int(rand() * 15)] " "; print s "." } }' \
   >"$work/text.txt"
 "$prog" tokenize --bytes --val-fraction 0.1 -o "$work/shards" "$work/text.txt" >/dev/null
-# 6000 steps of about a millisecond: the TERM sent at step 150 lands seconds before the run
-# would end, even on a loaded machine (at 1500 it could arrive after the last step).
+# 15 epochs of 418 steps of about a millisecond: the TERM sent at step 150 lands seconds before
+# the run would end, even on a loaded machine (one epoch could end before the signal arrived).
 gargs="--model gpt --n-layer 2 --n-head 2 --n-embd 32 --seq-len 32 --batch-size 4 --shards
-  $work/shards/train_000000.bin --val-shards $work/shards/val_000000.bin --max-steps 6000
+  $work/shards/train_000000.bin --val-shards $work/shards/val_000000.bin --epochs 15
   --log-every 1 --checkpoint-every 100 --lr 1e-3 --no-shuffle"
 # shellcheck disable=SC2086
 "$here/mpirun.sh" 2 "$(left 240)" "$prog" train $gargs --save-params "$work/ref_gpt.f32" \
