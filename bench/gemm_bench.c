@@ -1,5 +1,7 @@
-/* mpt_gemm_bench: the fp32 GEMMs of one GPT training step, timed on each CPU GEMM backend side by
- * side (bench/README.md "mpt_gemm_bench").
+/* mpt_gemm_bench: the fp32 GEMMs of one GPT (or mlp) training step, timed on each CPU GEMM
+ * backend side by side (bench/README.md "mpt_gemm_bench"). --model mlp: the trainer's mlp
+ * (784 -> 512 -> 512 -> 10, every Linear with a bias), M = the batch per rank (--rows, default 64),
+ * the small products where a library's per-call overhead and packing weigh most.
  *
  * For each Linear of the model (qkv C -> 3C, attproj C -> C, fc C -> 4C, fcproj 4C -> C, the head
  * C -> Vp tied to wte) it times the three products that mpt_nn_linear_nd (src/nn/gpt_ops.c)
@@ -13,7 +15,9 @@
  *   dnnl      a oneDNN 2.x matmul primitive made once per shape (strided memory descriptors, so
  *             no transposing copy; beta as a sum post-op; fwdb through the bias argument);
  *   sgemm     oneDNN's BLAS-like dnnl_sgemm;
- *   mpt       mpt_op_gemm, i.e. whatever this build routes the fp32 CPU GEMM to.
+ *   mpt       mpt_op_gemm, i.e. whatever this build routes the fp32 CPU GEMM to;
+ *   blis      BLIS's bli_sgemm (bench/gemm_blis.c; when configure found BLIS), a candidate the
+ *             library does not use unless this bench shows it faster.
  * Backends alternate per repetition (A B C A B C ...) so that a noisy machine hits all alike;
  * each figure is the median over --reps timed calls after one untimed warm-up call. The clock
  * (--clock): `thread` (the default at one thread) is the calling thread's CPU time, which does not
@@ -27,7 +31,11 @@
  * Then the attention's GEMMs (src/nn/attention.c: 64-row blocks of one head at a time, T
  * --seq-len, default gpt-mini 256, gpt2 512) for one head, and the step's total over B H L heads
  * (openblas, sgemm, mpt only). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* dladdr */
+#endif
 #include <cblas.h>
+#include <dlfcn.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -39,8 +47,15 @@
 
 #include "mpitrain/ops.h"
 
-enum { B_OPENBLAS, B_DNNL, B_SGEMM, B_MPT, NBACK };
-static const char *const back_names[NBACK] = {"openblas", "dnnl", "sgemm", "mpt"};
+enum { B_OPENBLAS, B_DNNL, B_SGEMM, B_MPT, B_BLIS, NBACK };
+static const char *const back_names[NBACK] = {"openblas", "dnnl", "sgemm", "mpt", "blis"};
+
+#ifdef MPT_BENCH_BLIS /* bench/gemm_blis.c */
+void mpt_bench_blis_threads(int threads);
+void mpt_bench_blis_sgemm(int ta, int tb, long m, long n, long k, float alpha, const float *a,
+                          long lda, const float *b, long ldb, float beta, float *c, long ldc);
+const char *mpt_bench_blis_arch(void);
+#endif
 enum { P_FWD, P_FWDB, P_DX, P_DW, NPROD };
 static const char *const prod_names[NPROD] = {"fwd", "fwdb", "dx", "dw"};
 
@@ -142,6 +157,13 @@ static void run(int back, const shape *s, dplan *p, const float *a, const float 
       DNNL_DIE(dnnl_sgemm(s->ta ? 'T' : 'N', s->tb ? 'T' : 'N', s->m, s->n, s->k, 1.0f, a, s->lda,
                           b, s->ldb, s->beta, c, s->ldc));
       if (s->bias && mpt_op_bias_add(NULL, c, bias, s->m, s->n, 1) != MPT_OK) exit(1);
+      break;
+    case B_BLIS:
+#ifdef MPT_BENCH_BLIS
+      mpt_bench_blis_sgemm(s->ta, s->tb, s->m, s->n, s->k, 1.0f, a, s->lda, b, s->ldb, s->beta, c,
+                           s->ldc);
+      if (s->bias && mpt_op_bias_add(NULL, c, bias, s->m, s->n, 1) != MPT_OK) exit(1);
+#endif
       break;
     case B_MPT:
       if (mpt_op_gemm(NULL, s->ta, s->tb, s->m, s->n, s->k, 1.0f, a, s->lda, b, s->ldb, s->beta,
@@ -265,14 +287,14 @@ static float *alloc_fill(size_t count, unsigned seed) {
 }
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: mpt_gemm_bench [--model gpt-mini|gpt2] [--rows M] [--threads N] [--reps R]\n"
-             "                      [--backends openblas,dnnl,sgemm,mpt] [--only NAME]\n"
+  fprintf(f, "usage: mpt_gemm_bench [--model gpt-mini|gpt2|mlp] [--rows M] [--threads N] [--reps R]\n"
+             "                      [--backends openblas,dnnl,sgemm,mpt,blis] [--only NAME]\n"
              "                      [--clock thread|wall] [--seq-len T (0: no attention)]\n");
 }
 
 int main(int argc, char **argv) {
   const char *model = "gpt-mini", *backends = "openblas,dnnl,mpt", *only = NULL, *clk = NULL;
-  int64_t rows = 2048, seq = -1;
+  int64_t rows = -1, seq = -1;
   int threads = 1, reps = 5;
   for (int i = 1; i < argc; i++) {
     const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -298,13 +320,16 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  int64_t c, vp, nl;
+  int64_t c = 0, vp = 0, nl = 0;
+  const int mlp = !strcmp(model, "mlp");
   if (!strcmp(model, "gpt-mini")) c = 384, vp = 256, nl = 6, seq = seq < 0 ? 256 : seq;
   else if (!strcmp(model, "gpt2")) c = 768, vp = 50304, nl = 12, seq = seq < 0 ? 512 : seq;
+  else if (mlp) seq = 0; /* the trainer's mlp: 784 -> 512 -> 512 -> 10, M = the batch */
   else {
-    fprintf(stderr, "gemm_bench: unknown model %s (gpt-mini or gpt2)\n", model);
+    fprintf(stderr, "gemm_bench: unknown model %s (gpt-mini, gpt2 or mlp)\n", model);
     return 2;
   }
+  if (rows < 0) rows = mlp ? 64 : 2048;
   if (rows < 1 || threads < 1 || reps < 1 || (seq > 0 && rows % seq)) {
     usage(stderr);
     return 2;
@@ -320,27 +345,47 @@ int main(int argc, char **argv) {
     const char *hit = strstr(backends, back_names[b]);
     if (hit) use[b] = 1, order[nuse++] = b;
   }
+#ifndef MPT_BENCH_BLIS
+  if (use[B_BLIS]) {
+    fprintf(stderr, "gemm_bench: built without BLIS (configure --with-blis; libblis-dev)\n");
+    return 2;
+  }
+#endif
   if (!use[B_OPENBLAS]) {
     fprintf(stderr, "gemm_bench: --backends must include openblas (the reference)\n");
     return 2;
   }
-  const layer layers[] = {{"qkv", c, 3 * c, nl, 1},    {"attproj", c, c, nl, 1},
-                          {"fc", c, 4 * c, nl, 1},     {"fcproj", 4 * c, c, nl, 1},
-                          {"head", c, vp, 1, 0}};
+  const layer gpt_layers[] = {{"qkv", c, 3 * c, nl, 1},    {"attproj", c, c, nl, 1},
+                              {"fc", c, 4 * c, nl, 1},     {"fcproj", 4 * c, c, nl, 1},
+                              {"head", c, vp, 1, 0}};
+  const layer mlp_layers[] = {{"fc1", 784, 512, 1, 1}, {"fc2", 512, 512, 1, 1},
+                              {"fc3", 512, 10, 1, 1}};
+  const layer *layers = mlp ? mlp_layers : gpt_layers;
+  const size_t nlayers = mlp ? 3 : 5;
   if (mpt_cpu_set_threads(threads) != MPT_OK) return 1;
   omp_set_num_threads(threads);
+#ifdef MPT_BENCH_BLIS
+  mpt_bench_blis_threads(threads);
+#endif
+  /* Which library cblas_sgemm resolved to: with BLIS linked too, both define it. */
+  Dl_info dli;
+  const char *cblas_from = dladdr((void *)cblas_sgemm, &dli) && dli.dli_fname ? dli.dli_fname : "?";
   DNNL_DIE(dnnl_engine_create(&engine, dnnl_cpu, 0));
   DNNL_DIE(dnnl_stream_create(&dstream, engine, dnnl_stream_default_flags));
 
   printf("# mpt_gemm_bench: model %s (C %lld, Vp %lld, L %lld), M = B*T = %lld, threads %d, "
-         "reps %d (median), clock %s, OpenBLAS core %s\n", model, (long long)c, (long long)vp,
-         (long long)nl, (long long)rows, threads, reps, clk, openblas_get_corename());
+         "reps %d (median), clock %s, OpenBLAS core %s, cblas_sgemm from %s\n", model,
+         (long long)c, (long long)vp, (long long)nl, (long long)rows, threads, reps, clk,
+         openblas_get_corename(), cblas_from);
+#ifdef MPT_BENCH_BLIS
+  if (use[B_BLIS]) printf("# BLIS configuration: %s\n", mpt_bench_blis_arch());
+#endif
   printf("# %-8s %-4s %2s %2s %6s %6s %6s %4s", "layer", "prod", "ta", "tb", "m", "n", "k",
          "beta");
   for (int j = 0; j < nuse; j++) printf(" %9s %8s", back_names[order[j]], "err");
   printf("   (GFLOP/s; err vs openblas)\n");
   double step_s[NBACK] = {0}, step_flop = 0;
-  for (size_t li = 0; li < sizeof layers / sizeof layers[0]; li++) {
+  for (size_t li = 0; li < nlayers; li++) {
     const layer *L = &layers[li];
     if (only && strcmp(only, L->name)) continue;
     float *x = alloc_fill((size_t)(rows * L->in), 1), *w = alloc_fill((size_t)(L->out * L->in), 2);

@@ -20,13 +20,19 @@ EXTRA_DIST += bench/README.md bench/bench_lib.sh bench/train_bench.sh bench/comp
 	bench/test_allreduce_bench.sh bench/compare_gpt.sh bench/torch_gpt_ref.py \
 	bench/summarize_gpt.py bench/make_token_shard.py bench/test_compare_gpt.sh bench/gpt_fortunes.sh \
 	bench/raw_nccl.c bench/raw_nccl.h bench/results/README.md bench/gpu-check.sh \
-	bench/gpu_gpt_torch.py bench/torch_gemm.py
+	bench/gpu_gpt_torch.py bench/torch_gemm.py bench/gemm_blis.c
 
 if HAVE_ONEDNN
 # The fp32 GEMMs of a GPT step on OpenBLAS against oneDNN (not installed: a measuring tool).
 noinst_PROGRAMS += mpt_gemm_bench
 mpt_gemm_bench_SOURCES = bench/gemm_bench.c
 mpt_gemm_bench_LDADD = libmpitrain_all.la
+if HAVE_BLIS
+# BLIS after the library, so that cblas_sgemm stays OpenBLAS's (the bench prints which it got).
+mpt_gemm_bench_SOURCES += bench/gemm_blis.c
+mpt_gemm_bench_CPPFLAGS = $(AM_CPPFLAGS) -DMPT_BENCH_BLIS
+mpt_gemm_bench_LDADD += $(BLIS_LIBS)
+endif
 endif
 
 # The fused GPT ops (ops_gpt.h) against the unfused ops they replace (not installed).
