@@ -115,11 +115,6 @@ MPT_API void mpt_log(mpt_log_level level, const char *fmt, ...) MPT_PRINTF(2, 3)
 /* The rank set by mpt_log_configure (0 before). */
 MPT_API int mpt_log_rank(void);
 
-#define MPT_LOG_ERR(...) mpt_log(MPT_LOG_ERROR, __VA_ARGS__)
-#define MPT_LOG_WARNING(...) mpt_log(MPT_LOG_WARN, __VA_ARGS__)
-#define MPT_LOG_INF(...) mpt_log(MPT_LOG_INFO, __VA_ARGS__)
-#define MPT_LOG_DBG(...) mpt_log(MPT_LOG_DEBUG, __VA_ARGS__)
-
 /* ------------------------------------------------------------------------------------------ */
 /* Time                                                                                       */
 

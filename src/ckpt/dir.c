@@ -135,14 +135,14 @@ static void prune(const char *dir, int keep, const char *keep_name, int64_t writ
   ckpt_file *files;
   int n;
   if (scan(dir, &files, &n) != MPT_OK) {
-    MPT_LOG_WARNING("checkpoint directory %s: cannot list it to keep the last %d: %s", dir,
-                    keep, mpt_last_error());
+    mpt_log(MPT_LOG_WARN, "checkpoint directory %s: cannot list it to keep the last %d: %s", dir,
+            keep, mpt_last_error());
     return;
   }
   if (n > 0 && files[0].step > written_step)
-    MPT_LOG_WARNING("checkpoint directory %s holds %s, of a later step than the one just written "
-                    "(%" PRId64 "): resuming from the directory would pick it", dir,
-                    files[0].name, written_step);
+    mpt_log(MPT_LOG_WARN, "checkpoint directory %s holds %s, of a later step than the one just "
+            "written (%" PRId64 "): resuming from the directory would pick it", dir,
+            files[0].name, written_step);
   size_t dlen = strlen(dir);
   for (int i = keep; i < n; i++) {
     if (strcmp(files[i].name, keep_name) == 0) continue;
@@ -150,7 +150,7 @@ static void prune(const char *dir, int keep, const char *keep_name, int64_t writ
     if (full) {
       sprintf(full, "%s/%s", dir, files[i].name);
       if (unlink(full) != 0 && errno != ENOENT)
-        MPT_LOG_WARNING("cannot delete old checkpoint %s: %s", full, strerror(errno));
+        mpt_log(MPT_LOG_WARN, "cannot delete old checkpoint %s: %s", full, strerror(errno));
     }
     free(full);
   }

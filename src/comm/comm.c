@@ -171,19 +171,19 @@ mpt_status mpt_comm_init(mpt_comm **out, const mpt_comm_config *config) {
   if (c->config.configure_log)
     mpt_log_configure(c->rank, c->world_size, c->config.log_level, 0);
   if (c->launch_notes[0])
-    MPT_LOG_DBG("launched by %s; %s", mpt_launcher_name(c->launcher), c->launch_notes);
+    mpt_log(MPT_LOG_DEBUG, "launched by %s; %s", mpt_launcher_name(c->launcher), c->launch_notes);
   const mpt_device sdev = backend->stream_on_device ? c->config.device : mpt_device_cpu();
   MPT_CHECK(mpt_stream_init(&c->stream, sdev, MPT_STREAM_WORKER), fail_stream);
   MPT_CHECK(mpt_event_init(&c->sync_event, sdev), fail_event);
   MPT_CHECK(mpt__flight_init(c), fail_flight);
   MPT_CHECK(backend->init(c), fail_backend);
-  MPT_LOG_DBG("comm: rank %d of %d, local rank %d of %d on %s, launched by %s, backend %s, "
-              "timeout %g s, progress %s, checked mode %s, agreement %s",
-              c->rank, c->world_size, c->local_rank, c->local_size, c->hostname,
-              mpt_launcher_name(c->launcher), backend->name, c->config.timeout_ms / 1000.0,
-              c->config.blocking ? "blocking" : "polling",
-              c->config.check_collectives ? "on" : "off",
-              c->config.confirm_collectives ? "on" : "off");
+  mpt_log(MPT_LOG_DEBUG, "comm: rank %d of %d, local rank %d of %d on %s, launched by %s, "
+          "backend %s, timeout %g s, progress %s, checked mode %s, agreement %s",
+          c->rank, c->world_size, c->local_rank, c->local_size, c->hostname,
+          mpt_launcher_name(c->launcher), backend->name, c->config.timeout_ms / 1000.0,
+          c->config.blocking ? "blocking" : "polling",
+          c->config.check_collectives ? "on" : "off",
+          c->config.confirm_collectives ? "on" : "off");
   atomic_fetch_add(&live_comms, 1);
   *out = c;
   return MPT_OK;
@@ -238,9 +238,8 @@ void mpt_comm_free(mpt_comm *comm) {
      * leaked comm and stops at the failure check): do not join it, free nothing it may touch. */
     char what[512];
     mpt_comm_describe_inflight(comm, what, sizeof what);
-    MPT_LOG_DBG("comm freed while %s: its worker thread and state are abandoned; MPI cannot be "
-                "finalized cleanly, abort the job (mpt_comm_abort)",
-                what);
+    mpt_log(MPT_LOG_DEBUG, "comm freed while %s: its worker thread and state are abandoned; MPI "
+            "cannot be finalized cleanly, abort the job (mpt_comm_abort)", what);
     mpt_stream_abandon(comm->stream);
     atomic_fetch_add(&abandoned_comms, 1);
     atomic_fetch_sub(&live_comms, 1);

@@ -112,8 +112,8 @@ mpt_status mpt__nccl_fail_locked(mpt__nccl_state *s, mpt_status st) {
   (void)cudaSetDevice(s->dev);
   const ncclResult_t r = ncclCommAbort(s->nc);
   if (r != ncclSuccess && r != ncclInProgress) /* st's detail stays the error on this thread */
-    MPT_LOG_WARNING("ncclCommAbort on rank %d (cuda:%d) returned %s", s->comm->rank, s->dev,
-                    ncclGetErrorString(r));
+    mpt_log(MPT_LOG_WARN, "ncclCommAbort on rank %d (cuda:%d) returned %s", s->comm->rank, s->dev,
+            ncclGetErrorString(r));
   return st;
 }
 
@@ -187,7 +187,8 @@ static void *watchdog_main(void *arg) {
     pthread_mutex_unlock(&s->stop_mutex);
     pthread_mutex_lock(&s->mutex);
     if (!s->aborted && mpt__nccl_check_locked(s, s->comm->config.timeout_ms) != MPT_OK)
-      MPT_LOG_ERR("%s", mpt_last_error()); /* the waiters report it too, with their context */
+      /* the waiters report it too, with their context */
+      mpt_log(MPT_LOG_ERROR, "%s", mpt_last_error());
     pthread_mutex_unlock(&s->mutex);
     pthread_mutex_lock(&s->stop_mutex);
   }
@@ -332,8 +333,8 @@ static mpt_status nccl_init(mpt_comm *comm) {
   s->watchdog_started = 1;
   comm->backend_state = s;
   if (saved_dev >= 0) (void)cudaSetDevice(saved_dev);
-  MPT_LOG_DBG("NCCL communicator ready: %d ranks, rank %d on cuda:%d", comm->world_size,
-              comm->rank, s->dev);
+  mpt_log(MPT_LOG_DEBUG, "NCCL communicator ready: %d ranks, rank %d on cuda:%d", comm->world_size,
+          comm->rank, s->dev);
   return MPT_OK;
 
 fail:
@@ -362,15 +363,15 @@ static void nccl_free(mpt_comm *comm) {
     r = mpt__nccl_settle(s->nc, r, mpt_time_ms() + comm->config.timeout_ms, &expired);
     const char *how = r == ncclSuccess && !expired ? "ncclCommDestroy" : "ncclCommAbort";
     if (r != ncclSuccess || expired)
-      MPT_LOG_WARNING("ncclCommFinalize on rank %d (cuda:%d) %s: aborting the communicator",
-                      comm->rank, s->dev, expired ? "did not complete within the timeout"
-                                                  : ncclGetErrorString(r));
+      mpt_log(MPT_LOG_WARN, "ncclCommFinalize on rank %d (cuda:%d) %s: aborting the communicator",
+              comm->rank, s->dev,
+              expired ? "did not complete within the timeout" : ncclGetErrorString(r));
     r = r == ncclSuccess && !expired ? ncclCommDestroy(s->nc) : ncclCommAbort(s->nc);
     /* Non-blocking communicators may answer ncclInProgress: the handle is released by NCCL
      * either way (nothing can be polled on it any more). Anything else is reported. */
     if (r != ncclSuccess && r != ncclInProgress)
-      MPT_LOG_WARNING("%s on rank %d (cuda:%d) failed: %s", how, comm->rank, s->dev,
-                      ncclGetErrorString(r));
+      mpt_log(MPT_LOG_WARN, "%s on rank %d (cuda:%d) failed: %s", how, comm->rank, s->dev,
+              ncclGetErrorString(r));
     s->aborted = 1;
   }
   pthread_mutex_unlock(&s->mutex);

@@ -643,7 +643,7 @@ mpt_status mpt_ddp_allreduce_grads(mpt_ddp *d) {
 
 mpt_ddp_stats mpt_ddp_get_stats(mpt_ddp *d) {
   if (collect_stats(d) != MPT_OK) /* the pass's timings never came: not counted */
-    MPT_LOG_WARNING("DDP statistics of the last pass dropped: %s", mpt_last_error());
+    mpt_log(MPT_LOG_WARN, "DDP statistics of the last pass dropped: %s", mpt_last_error());
   return d->stats;
 }
 
