@@ -249,10 +249,11 @@ static int run_init(void) {
     mpt_comm_finalize();
     return 1;
   }
-  printf("launcher: %s, world %d, rank %d, local rank %d of %d, host %s\n",
+  const char *yield = getenv("OMPI_MCA_mpi_yield_when_idle");
+  printf("launcher: %s, world %d, rank %d, local rank %d of %d, host %s, yield when idle %s\n",
          mpt_launcher_name(mpt_comm_launcher(comm)), mpt_comm_world_size(comm),
          mpt_comm_rank(comm), mpt_comm_local_rank(comm), mpt_comm_local_size(comm),
-         mpt_comm_hostname(comm));
+         mpt_comm_hostname(comm), yield ? yield : "(unset)");
   mpt_comm_free(comm);
   st = mpt_comm_finalize();
   return st == MPT_OK ? 0 : 1;

@@ -183,7 +183,13 @@ MPT_API mpt_comm_config mpt_comm_config_default(void);
  * MPT_ETIMEOUT (not every rank reached the bootstrap in time); MPT_ESTATE (MPI was already
  * finalized); MPT_ENOMEM.
  * On error *comm is NULL and MPI stays initialised (call mpt_comm_finalize or mpt_comm_abort).
- * Thread rules: call from one thread; not concurrently with other MPI use. */
+ * When it initialises MPI it first sets OMPI_MCA_mpi_yield_when_idle=1 in the environment unless
+ * the variable is set (mpirun --mca mpi_yield_when_idle 0 or the variable keeps Open MPI's
+ * default): Open MPI's progress loop then yields the core while a blocking collective waits
+ * instead of spinning, so the comm worker, busy during the backward pass, does not take the
+ * compute threads' cores (docs/cluster.md, "Cores and the comm thread"). Other MPIs ignore it.
+ * Thread rules: call from one thread, before the program's other threads read the environment;
+ * not concurrently with other MPI use. */
 MPT_API mpt_status mpt_comm_init(mpt_comm **comm, const mpt_comm_config *config);
 
 /* What an mpt_comm_init running in this process waits for right now, as a phrase naming the MPI

@@ -8,6 +8,7 @@
  * (so that mpt_comm_finalize knows whether to call MPI_Finalize), and the stage the running
  * bootstrap waits in (mpt_comm_bootstrap_stage, read by watchdogs on other threads); MPI itself
  * is process-wide. */
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,6 +84,13 @@ static mpt_status bootstrap(mpt_comm *c, const mpt_comm_config *config) {
   if (finalized)
     return MPT_FAIL(MPT_ESTATE, "MPI was already finalized: a comm cannot be created any more");
   if (!initialized) {
+    /* Open MPI's progress engine spins while a blocking collective waits for its peers; the comm
+     * worker overlaps collectives with the backward pass, so its spinning takes the core from
+     * the rank's compute threads (or the other rank's) whenever threads outnumber cores.
+     * mpi_yield_when_idle makes it yield instead (comm.h, mpt_comm_init). A value the user or
+     * mpirun's --mca set wins; the call runs before any thread of ours reads the environment. */
+    if (setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0) != 0)
+      return MPT_FAIL(MPT_ENOMEM, "setenv(OMPI_MCA_mpi_yield_when_idle): %s", strerror(errno));
     atomic_store(&boot_stage, "MPI_Init_thread, which returns once every process of the job has "
                               "started and initialised MPI");
     mpt__init_watchdog *wd = NULL;
