@@ -464,14 +464,23 @@ static unsigned long long vm_size_bytes(void) {
  * 64 MiB above what the process maps, below the buffer's 128 MiB) fails the step at once with
  * MPT_ENOMEM naming OpenBLAS, instead of spinning in OpenBLAS's allocation loop until the
  * step's deadline (20 s here; Check's 4 s timeout ends the test first on the old code). The
- * GEMMs are 32 x 512 x 784, above OpenBLAS's small-matrix path. Runs in Check's child process
- * (the limit is restored anyway). Built with oneDNN, these GEMMs go to oneDNN's sgemm
- * (src/core/cpu/sgemm_dnnl.c), which needs no such buffer: the step then succeeds under the same
- * limit (the OpenBLAS guard is tested on its own in tests/test_sgemm_dnnl.c) once oneDNN's
- * process-wide JIT GEMM kernels exist: oneDNN generates them at its first sgemm and does not
- * survive running out of address space while it does (a segfault inside its jit_init), so the
- * oneDNN build takes one step before the limit. */
+ * GEMMs are 32 x 512 x 784, above OpenBLAS's small-matrix path; _i 0 sends them to OpenBLAS
+ * (mpt_cpu_set_gemm, --gemm openblas). Runs in Check's child process (the limit is restored
+ * anyway). _i 1 sends them to oneDNN's sgemm (src/core/cpu/sgemm_dnnl.c; builds with oneDNN),
+ * which needs no such buffer: the step then succeeds under the same limit (the OpenBLAS guard is
+ * tested on its own in tests/test_sgemm_dnnl.c) once oneDNN's process-wide JIT GEMM kernels
+ * exist: oneDNN generates them at its first sgemm and does not survive running out of address
+ * space while it does (a segfault inside its jit_init), so that case takes one step before the
+ * limit. */
 START_TEST(test_replica_without_blas_memory_fails_the_step_at_once) {
+  const int onednn = _i == 1;
+  if (onednn) {
+#ifndef MPT_HAVE_ONEDNN
+    ck_assert_int_eq(mpt_cpu_set_gemm(MPT_CPU_GEMM_ONEDNN), MPT_ENOTSUP);
+    return;
+#endif
+  }
+  OK(mpt_cpu_set_gemm(onednn ? MPT_CPU_GEMM_ONEDNN : MPT_CPU_GEMM_OPENBLAS));
   mpt_device devices[2];
   cpu_devices(devices, 2);
   mpt_mlp_config c = mpt_mlp_config_default();
@@ -491,9 +500,7 @@ START_TEST(test_replica_without_blas_memory_fails_the_step_at_once) {
   ck_assert(x && y);
   mpt_tensor xt = mpt_tensor_view(x, mpt_device_cpu(), MPT_F32, 4, xs);
   mpt_tensor yt = mpt_tensor_view(y, mpt_device_cpu(), MPT_I32, 1, ys);
-#ifdef MPT_HAVE_ONEDNN
-  OK(mpt_dp_step(dp, &xt, &yt, 1.0f, 0, NULL, NULL));
-#endif
+  if (onednn) OK(mpt_dp_step(dp, &xt, &yt, 1.0f, 0, NULL, NULL));
   struct rlimit old, tight;
   ck_assert_int_eq(getrlimit(RLIMIT_AS, &old), 0);
   unsigned long long vm = vm_size_bytes();
@@ -507,13 +514,14 @@ START_TEST(test_replica_without_blas_memory_fails_the_step_at_once) {
   clock_gettime(CLOCK_MONOTONIC, &t1);
   setrlimit(RLIMIT_AS, &old);
   double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
-#ifdef MPT_HAVE_ONEDNN
-  ck_assert_msg(st == MPT_OK, "status %s: %s", mpt_status_name(st), mpt_last_error());
-#else
-  ck_assert_msg(st == MPT_ENOMEM, "status %s: %s", mpt_status_name(st), mpt_last_error());
-  ck_assert_msg(strstr(mpt_last_error(), "OpenBLAS") != NULL, "detail: %s", mpt_last_error());
-#endif
+  if (onednn) {
+    ck_assert_msg(st == MPT_OK, "status %s: %s", mpt_status_name(st), mpt_last_error());
+  } else {
+    ck_assert_msg(st == MPT_ENOMEM, "status %s: %s", mpt_status_name(st), mpt_last_error());
+    ck_assert_msg(strstr(mpt_last_error(), "OpenBLAS") != NULL, "detail: %s", mpt_last_error());
+  }
   ck_assert_msg(s < 2.0, "the step took %.1f s to fail", s);
+  OK(mpt_cpu_set_gemm(MPT_CPU_GEMM_AUTO));
   free(x);
   free(y);
   mpt_dp_free(dp);
@@ -638,7 +646,7 @@ static Suite *dp_suite(void) {
   tcase_add_test(err, test_split_is_even_and_never_empty);
   tcase_add_test(err, test_a_failing_replica_names_its_device);
   tcase_add_test(err, test_step_rejects_bad_inputs);
-  tcase_add_test(err, test_replica_without_blas_memory_fails_the_step_at_once);
+  tcase_add_loop_test(err, test_replica_without_blas_memory_fails_the_step_at_once, 0, 2);
   tcase_add_test(err, test_init_rejects_bad_lists_and_config);
   tcase_add_test(err, test_device_lists_parse);
   tcase_add_test(err, test_device_lists_reject_duplicates_and_missing_devices);

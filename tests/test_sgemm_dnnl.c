@@ -1,5 +1,6 @@
 /* Tests of the fp32 CPU GEMM through oneDNN (src/core/cpu/sgemm_dnnl.c) and of its routing from
- * mpt_op_gemm (src/core/cpu/ops_cpu.c). Built with oneDNN only (src/core/local.mk).
+ * mpt_op_gemm (src/core/cpu/ops_cpu.c; the rule: src/core/cpu/gemm_choice.c). Built with oneDNN
+ * only (src/core/local.mk).
  *
  * Oracle: OpenBLAS's cblas_sgemm on the same inputs, and a double-precision loop. Both float
  * results are within the classical dot-product bound of the exact one,
@@ -14,6 +15,7 @@
 #include <check.h>
 #include <float.h>
 #include <math.h>
+#include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -152,11 +154,13 @@ static void three_ways(int64_t m, int64_t n, int64_t k, float *cg, float *cd, fl
   free(b);
 }
 
-/* The op goes to oneDNN: bit for bit its result, which here differs from OpenBLAS's (checked,
- * so that the test cannot pass with both paths giving the same bits). The same call twice gives
- * the same bits (a run is reproducible). */
+/* With --gemm onednn (mpt_cpu_set_gemm) the op goes to oneDNN: bit for bit its result, which
+ * here differs from OpenBLAS's (checked, so that the test cannot pass with both paths giving the
+ * same bits). The same call twice gives the same bits (a run is reproducible). With --gemm
+ * openblas the same op gives OpenBLAS's bits. */
 START_TEST(test_gemm_goes_to_onednn_and_is_reproducible) {
   const int64_t m = 96, n = 64, k = 1152;
+  OK(mpt_cpu_set_gemm(MPT_CPU_GEMM_ONEDNN));
   ck_assert(mpt__cpu_sgemm_dnnl_wanted(m, n, k));
   float *cg = alloc_f(m * n), *cd = alloc_f(m * n), *co = alloc_f(m * n), *c2 = alloc_f(m * n);
   for (int threads = 1; threads <= 2; threads++) {
@@ -170,6 +174,12 @@ START_TEST(test_gemm_goes_to_onednn_and_is_reproducible) {
     ck_assert_msg(memcmp(cg, c2, (size_t)(m * n) * sizeof *cg) == 0,
                   "two identical calls differ (%d threads)", threads);
   }
+  OK(mpt_cpu_set_gemm(MPT_CPU_GEMM_OPENBLAS));
+  ck_assert(!mpt__cpu_sgemm_dnnl_wanted(m, n, k));
+  three_ways(m, n, k, cg, cd, co);
+  ck_assert_msg(memcmp(cg, co, (size_t)(m * n) * sizeof *cg) == 0,
+                "--gemm openblas: mpt_op_gemm is not OpenBLAS's result");
+  OK(mpt_cpu_set_gemm(MPT_CPU_GEMM_AUTO));
   OK(mpt_cpu_set_threads(1));
   free(cg);
   free(cd);
@@ -349,6 +359,7 @@ END_TEST
  * attention block, 64 x 512 x 64) runs on one thread whatever the count. */
 START_TEST(test_gemm_threads_follow_cpu_set_threads) {
   const int64_t n = 256;
+  OK(mpt_cpu_set_gemm(MPT_CPU_GEMM_ONEDNN)); /* under auto, AVX2 sends 256^3 to OpenBLAS */
   float *a = calloc((size_t)(n * n), sizeof *a), *c = alloc_f(n * n);
   ck_assert_ptr_nonnull(a);
   for (int threads = 2; threads >= 1; threads--) {
@@ -360,6 +371,7 @@ START_TEST(test_gemm_threads_follow_cpu_set_threads) {
     ck_assert_int_eq(mpt__cpu_sgemm_dnnl_threads(64, 512, 64), 1);
     ck_assert_int_eq(mpt__cpu_sgemm_dnnl_threads(2048, 384, 256), threads); /* gpt-mini's head */
   }
+  OK(mpt_cpu_set_gemm(MPT_CPU_GEMM_AUTO));
   free(a);
   free(c);
 }
@@ -369,12 +381,47 @@ END_TEST
 START_TEST(test_gemm_dot_stays_on_openblas) {
   ck_assert(!mpt__cpu_sgemm_dnnl_wanted(1, 1, 1000));
   ck_assert(!mpt__cpu_sgemm_dnnl_wanted(4, 4, 0));
+  OK(mpt_cpu_set_gemm(MPT_CPU_GEMM_ONEDNN)); /* even when oneDNN is asked for */
+  ck_assert_int_eq(mpt_cpu_gemm_for(1, 1, 1000), MPT_CPU_GEMM_OPENBLAS);
+  ck_assert_int_eq(mpt_cpu_gemm_for(1, 300, 1000), MPT_CPU_GEMM_OPENBLAS);
+  ck_assert_int_eq(mpt_cpu_gemm_for(4, 4, 0), MPT_CPU_GEMM_OPENBLAS);
   float x[1000], got = 0, want = 0;
   rand_fill(x, 1000, 29);
   OK(mpt_op_gemm(NULL, 0, 0, 1, 1, 1000, 1.0f, x, 1000, x, 1, 0.0f, &got, 1));
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 1, 1, 1000, 1.0f, x, 1000, x, 1, 0.0f,
               &want, 1);
   ck_assert(memcmp(&got, &want, sizeof got) == 0);
+  OK(mpt_cpu_set_gemm(MPT_CPU_GEMM_AUTO));
+}
+END_TEST
+
+/* The auto rule (ops.h, "CPU GEMM library"), against oneDNN's own report of its instruction
+ * set: with AVX-512 kernels every product with m, n > 1 goes to oneDNN; with AVX2 kernels (an
+ * AVX2-only CPU, or MPT_CPU_ISA=avx2) a product goes to oneDNN from 2^27 multiply-adds on and
+ * to OpenBLAS below. The settings read back, and a bad one is refused. */
+START_TEST(test_gemm_auto_rule_and_settings) {
+  OK(mpt_cpu_isa_init());
+  const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
+  const unsigned avx512_core = (unsigned)dnnl_cpu_isa_avx512_core;
+  const int avx512 = (isa & avx512_core) == avx512_core;
+  ck_assert_int_eq(mpt_cpu_gemm_setting(), MPT_CPU_GEMM_AUTO);
+  const mpt_cpu_gemm below = avx512 ? MPT_CPU_GEMM_ONEDNN : MPT_CPU_GEMM_OPENBLAS;
+  ck_assert_int_eq(mpt_cpu_gemm_for(64, 512, 784), below);                 /* the mlp's fc1 */
+  ck_assert_int_eq(mpt_cpu_gemm_for(64, 2048, 1023), below);               /* 2^27 - 2^17 */
+  ck_assert_int_eq(mpt_cpu_gemm_for(64, 2048, 1024), MPT_CPU_GEMM_ONEDNN);  /* 2^27 */
+  ck_assert_int_eq(mpt_cpu_gemm_for(2048, 384, 384), MPT_CPU_GEMM_ONEDNN);  /* gpt-mini attproj */
+  OK(mpt_cpu_set_gemm(MPT_CPU_GEMM_OPENBLAS));
+  ck_assert_int_eq(mpt_cpu_gemm_setting(), MPT_CPU_GEMM_OPENBLAS);
+  ck_assert_int_eq(mpt_cpu_gemm_for(2048, 384, 384), MPT_CPU_GEMM_OPENBLAS);
+  OK(mpt_cpu_set_gemm(MPT_CPU_GEMM_ONEDNN));
+  ck_assert_int_eq(mpt_cpu_gemm_for(64, 512, 784), MPT_CPU_GEMM_ONEDNN);
+  ck_assert_int_eq(mpt_cpu_set_gemm((mpt_cpu_gemm)7), MPT_EINVAL);
+  ck_assert_int_eq(mpt_cpu_gemm_setting(), MPT_CPU_GEMM_ONEDNN); /* unchanged */
+  ck_assert_str_eq(mpt_cpu_gemm_name(MPT_CPU_GEMM_ONEDNN), "onednn");
+  ck_assert_str_eq(mpt_cpu_gemm_name(MPT_CPU_GEMM_OPENBLAS), "openblas");
+  ck_assert_str_eq(mpt_cpu_gemm_name(MPT_CPU_GEMM_AUTO), "auto");
+  ck_assert_str_eq(mpt_cpu_gemm_name((mpt_cpu_gemm)7), "unknown");
+  OK(mpt_cpu_set_gemm(MPT_CPU_GEMM_AUTO));
 }
 END_TEST
 
@@ -443,6 +490,7 @@ int main(void) {
   tcase_add_test(tc, test_gemm_threads_env_pins_the_gemms_only);
   tcase_add_test(tc, test_gemm_threads_follow_cpu_set_threads);
   tcase_add_test(tc, test_gemm_dot_stays_on_openblas);
+  tcase_add_test(tc, test_gemm_auto_rule_and_settings);
   tcase_add_test(tc, test_openblas_thread_without_buffer_memory_fails_at_once);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

@@ -275,6 +275,36 @@ MPT_API int mpt_cpu_threads_per_rank(int local_ranks, int devices);
 /* The BLAS kernel in use ("Haswell", "SkylakeX"...): OpenBLAS's core name, a static string. */
 MPT_API const char *mpt_cpu_blas_name(void);
 
+/* ---- CPU GEMM library ----
+ * Which library computes an fp32 CPU product of mpt_op_gemm (and the attention's block
+ * products), process-wide. MPT_CPU_GEMM_AUTO (the default) decides per product from the shape
+ * and oneDNN's instruction set, by a fixed rule measured with mpt_gemm_bench
+ * (bench/results/gemm_mlp.txt, bench/README.md "mpt_gemm_bench"): oneDNN's sgemm when oneDNN runs
+ * AVX-512 kernels; with AVX2 kernels (an AVX2-only CPU, or MPT_CPU_ISA=avx2) OpenBLAS below
+ * 2^27 multiply-adds (the mlp's 64 x 512 x 784 products: OpenBLAS 1.10x faster) and oneDNN from
+ * there (gpt-mini's Linears: oneDNN 1.01-1.05x). A matrix-vector product (m or n = 1) always goes
+ * to OpenBLAS. The rule depends on nothing measured at run time, so a run's bits stay the same
+ * run after run. Without oneDNN in the build every product goes to OpenBLAS, and asking for
+ * MPT_CPU_GEMM_ONEDNN fails. The libraries sum in different orders: results agree to fp32
+ * rounding, not bit for bit. */
+typedef enum {
+  MPT_CPU_GEMM_AUTO = 0,     /* the rule above */
+  MPT_CPU_GEMM_OPENBLAS = 1, /* every product on OpenBLAS's cblas_sgemm */
+  MPT_CPU_GEMM_ONEDNN = 2,   /* every product with m, n > 1 on oneDNN's dnnl_sgemm */
+} mpt_cpu_gemm;
+
+/* Sets the GEMM library of this process. Call while no CPU op runs (a product already running
+ * finishes where it started). Any thread. Errors: MPT_EINVAL (not an mpt_cpu_gemm),
+ * MPT_ENOTSUP (MPT_CPU_GEMM_ONEDNN in a build without oneDNN). */
+MPT_API mpt_status mpt_cpu_set_gemm(mpt_cpu_gemm gemm);
+/* The setting of mpt_cpu_set_gemm (MPT_CPU_GEMM_AUTO before any call). */
+MPT_API mpt_cpu_gemm mpt_cpu_gemm_setting(void);
+/* The library that computes an m x n x k product now: MPT_CPU_GEMM_OPENBLAS or
+ * MPT_CPU_GEMM_ONEDNN, never AUTO (the rule applied). Calls mpt_cpu_isa_init (oneDNN's cap). */
+MPT_API mpt_cpu_gemm mpt_cpu_gemm_for(int64_t m, int64_t n, int64_t k);
+/* "auto", "openblas", "onednn" (the --gemm spellings); "unknown" outside the enum. */
+MPT_API const char *mpt_cpu_gemm_name(mpt_cpu_gemm gemm);
+
 /* ---- CPU instruction sets ----
  * The library's own CPU kernels (the transformer ops of ops_gpt.h, the fused attention, the
  * bf16 conversions, AdamW, mpt_cpu_sum_squares) are compiled three times, for AVX-512F, AVX2

@@ -219,6 +219,9 @@ typedef enum { P_I64, P_INT, P_F64, P_F32, P_F32D, P_STR, P_ON, P_OFF, P_FN } pa
     "auto|im2col|onednn",                                                                       \
     "convolutions: oneDNN (when built with it) or\nim2col + GEMM (default auto: oneDNN when "    \
     "available)", "the GPT has no convolutions")                                                \
+  X(GEMM, "gemm", P_FN, NOFIELD, 0, 0, ALL, "evaluation and output", "auto|openblas|onednn",     \
+    "CPU fp32 GEMMs: auto (default) oneDNN with its AVX-512\nkernels; with AVX2 only, OpenBLAS "  \
+    "below 2^27\nmultiply-adds and oneDNN above (measured: docs/cluster.md)", "")               \
   X(PRECISION, "precision", P_FN, NOFIELD, 0, 0, ALL, "evaluation and output", "fp32|bf16",     \
     "GEMMs and convolutions: bf16 inputs, fp32 accumulation\n(oneDNN on CPUs with AVX-512 BF16,"  \
     " cuBLAS on GPUs);\nweights, gradients, optimizer stay fp32 (default fp32)", "")            \
@@ -599,6 +602,12 @@ static int parse_special(int id, const char *a, mpt_cli_options *o, int64_t *gpt
       else if (strcmp(a, "im2col") == 0) o->conv_algo = MPT_CONV_ALGO_IM2COL;
       else if (strcmp(a, "onednn") == 0) o->conv_algo = MPT_CONV_ALGO_LIBRARY;
       else return fail(msg, n, "--conv-algo: unknown algorithm '%s' (auto, im2col or onednn)", a);
+      return 0;
+    case OPT_GEMM:
+      if (strcmp(a, "auto") == 0) o->gemm = MPT_CPU_GEMM_AUTO;
+      else if (strcmp(a, "openblas") == 0) o->gemm = MPT_CPU_GEMM_OPENBLAS;
+      else if (strcmp(a, "onednn") == 0) o->gemm = MPT_CPU_GEMM_ONEDNN;
+      else return fail(msg, n, "--gemm: unknown library '%s' (auto, openblas or onednn)", a);
       return 0;
     case OPT_PRECISION:
       if (mpt_precision_parse(a, &o->precision) != MPT_OK)

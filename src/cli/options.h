@@ -45,6 +45,7 @@ typedef struct mpt_cli_options {
   char trace[4096];       /* Chrome trace */
   char device[32];        /* "cpu" | "cuda" | "" (auto) */
   mpt_conv_algo conv_algo; /* --conv-algo (default AUTO) */
+  mpt_cpu_gemm gemm;       /* --gemm (default AUTO, = 0) */
   mpt_precision precision; /* --precision: GEMMs and convolutions (default fp32, = 0) */
   int shuffle;
   int drop_last;

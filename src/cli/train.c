@@ -297,6 +297,7 @@ static mpt_status train(run *r, mpt_train_result *res) {
     return MPT_FAIL(MPT_ENOTSUP, "--mode dp with --device cuda is not wired into the trainer "
                     "yet (use DDP: one rank per GPU)");
   describe_run(r);
+  MPT_RETURN_IF(mpt_cpu_set_gemm(o->gemm));
   mpt_trainer_config c = config_of(r);
   MPT_RETURN_IF(mpt_trainer_log_open(r->comm, &c)); /* the lines below go where the run's go */
   warn_unused(r);

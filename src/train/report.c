@@ -17,6 +17,19 @@
 
 /* The log set-up is process-wide (file descriptors 1 and 2, the logger): done once, by
  * mpt_trainer_log_open or the first run, for one log_file. */
+/* Where the CPU's fp32 GEMMs go (ops.h, "CPU GEMM library"), for the start line. */
+static const char *gemm_choice(void) {
+  const mpt_cpu_gemm s = mpt_cpu_gemm_setting();
+  if (s == MPT_CPU_GEMM_OPENBLAS) return "GEMMs on OpenBLAS, --gemm openblas";
+  if (s == MPT_CPU_GEMM_ONEDNN) return "GEMMs on oneDNN, --gemm onednn";
+  const mpt_cpu_gemm small = mpt_cpu_gemm_for(64, 512, 784);
+  const mpt_cpu_gemm big = mpt_cpu_gemm_for(1024, 1024, 1024);
+  if (small == big)
+    return small == MPT_CPU_GEMM_ONEDNN ? "GEMMs on oneDNN, its AVX-512 kernels"
+                                        : "GEMMs on OpenBLAS";
+  return "GEMMs on OpenBLAS below 2^27 multiply-adds, on oneDNN's AVX2 kernels above";
+}
+
 static int log_opened = 0;
 static int terminal_fd = -1; /* log_file: the stderr the process started with */
 static char log_opened_for[4200];
@@ -97,13 +110,13 @@ void mpt__train_log_start(mpt__trainer *t) {
             mpt_launcher_name(mpt_comm_launcher(t->comm)));
   mpt_log(MPT_LOG_INFO, "model %s: %" PRId64 " parameters; %" PRId64 " training and %" PRId64
           " %s samples (%s); batch %" PRId64 " per rank x %d rank(s) x %d micro-batch(es); %"
-          PRId64 " steps per epoch, %" PRId64 " in all; %d thread(s) per rank (BLAS %s)",
+          PRId64 " steps per epoch, %" PRId64 " in all; %d thread(s) per rank (BLAS %s; %s)",
           c->model_name, mpt_model_param_count(t->model),
           mpt_data_source_get_desc(task->train)->count,
           task->eval ? mpt_data_source_get_desc(task->eval)->count : 0,
           task->eval_name ? task->eval_name : "evaluation", task->name ? task->name : "task",
           c->batch_size, t->world, c->accumulate, t->steps_per_epoch, t->total_steps, t->threads,
-          mpt_cpu_blas_name());
+          mpt_cpu_blas_name(), gemm_choice());
   if (t->ddp)
     mpt_log(MPT_LOG_INFO, "DDP: %d bucket(s) (first cap %g MiB, cap %g MiB), overlap %s, "
             "gradients %s on the wire, %s%s%s%s", mpt_ddp_num_buckets(t->ddp),

@@ -53,7 +53,7 @@ mpt_status mpt__cpu_conv2d_backward_weights(mpt_stream *s, const mpt_conv_geom *
  * oneDNN only. */
 mpt_status mpt__cpu_bf16_check(mpt_stream *s);
 /* sgemm_dnnl.c, built with oneDNN only: whether mpt__cpu_gemm sends an fp32 product (k >= 1) to
- * oneDNN, and that path (cblas_sgemm's arguments, row-major; MPT_EDEVICE if oneDNN fails). */
+ * oneDNN (mpt_cpu_gemm_for's answer, gemm_choice.c), and that path (cblas_sgemm's arguments, row-major; MPT_EDEVICE if oneDNN fails). */
 int mpt__cpu_sgemm_dnnl_wanted(int64_t m, int64_t n, int64_t k);
 /* The OpenMP threads that path uses for an m x n x k product: OpenBLAS's count, 1 when small. */
 int mpt__cpu_sgemm_dnnl_threads(int64_t m, int64_t n, int64_t k);

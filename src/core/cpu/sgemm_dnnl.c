@@ -35,9 +35,7 @@
 #define SMALL_MACS 4194304.0
 
 int mpt__cpu_sgemm_dnnl_wanted(int64_t m, int64_t n, int64_t k) {
-  /* A matrix-vector product (the gradient clipping's dot, m = n = 1) is a memory-bound stream:
-   * OpenBLAS's GEMV path is as good and does not wake the OpenMP team. */
-  return m > 1 && n > 1 && k > 0;
+  return mpt_cpu_gemm_for(m, n, k) == MPT_CPU_GEMM_ONEDNN; /* gemm_choice.c */
 }
 
 int mpt__cpu_sgemm_dnnl_threads(int64_t m, int64_t n, int64_t k) {
