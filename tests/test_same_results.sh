@@ -36,7 +36,9 @@ awk 'BEGIN { srand(9); split("the a cat dog sat on mat ran fast slow red blue bi
 "$prog" tokenize --bytes --val-fraction 0.1 -o "$tmp/shards" "$tmp/text.txt" > /dev/null ||
   { echo "FAIL: tokenize"; exit 1; }
 
-common="--threads 1 --no-progress --progress-interval 0 --seed 5"
+# --gemm onednn: the old trainers sent every product with m, n > 1 to oneDNN's sgemm, which
+# --gemm auto no longer does with AVX2 kernels for the small ones.
+common="--threads 1 --no-progress --progress-interval 0 --seed 5 --gemm onednn"
 mlp="--model mlp --hidden 64 --synthetic --train-limit 640 --test-limit 64 --batch-size 32
   --epochs 2 --max-steps 5"
 cnn="--model cnn --batchnorm --optimizer adamw --lr 0.001 --synthetic --train-limit 320
