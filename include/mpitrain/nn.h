@@ -309,6 +309,12 @@ MPT_API mpt_precision mpt_tape_precision(const mpt_tape *tape);
  * mpt_tape_model_hooks reads the flag. */
 MPT_API void mpt_tape_set_model_hooks(mpt_tape *tape, int enabled);
 MPT_API int mpt_tape_model_hooks(const mpt_tape *tape);
+/* Asks the model's forward to checkpoint its blocks (mpt_tape_checkpoint of autograd.h): the
+ * GPT recomputes each transformer block's activations in backward instead of keeping them
+ * (mpitrain's --recompute); models without blocks ignore it. Same gradients, bit for bit; less
+ * memory for one more forward. Default: 0. mpt_tape_recompute reads the flag. */
+MPT_API void mpt_tape_set_recompute(mpt_tape *tape, int enabled);
+MPT_API int mpt_tape_recompute(const mpt_tape *tape);
 /* Installs the tape's own grad-ready hook (NULL to remove): called on the backward thread,
  * between two nodes, just before the model's grad_ready hook for the same parameter. */
 MPT_API void mpt_tape_set_grad_hook(mpt_tape *tape, mpt_grad_ready_fn fn, void *user);

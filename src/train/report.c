@@ -142,12 +142,13 @@ void mpt__train_log_start(mpt__trainer *t) {
   mpt_log(MPT_LOG_INFO, "configuration: model %s; %s, weight decay %g%s; schedule %s, warm-up %"
           PRId64 " steps%s; %" PRId64 " epoch(s) x %" PRId64 " steps, batch %" PRId64 " per rank x "
           "%d micro-batch(es), seed %" PRIu64 "; %s; timeout %g s, check-collectives %s; "
-          "checkpoints %s%s%s", c->model_name, optim, (double)oc->weight_decay,
+          "checkpoints %s%s%s%s", c->model_name, optim, (double)oc->weight_decay,
           c->no_decay_bias_norm ? " (>= 2-D weights only)" : "", sched,
           (int64_t)t->schedule.warmup_steps, warm, c->epochs, t->steps_per_epoch, c->batch_size,
           c->accumulate, c->seed, par, c->timeout_s, c->check_collectives ? "on" : "off",
           c->checkpoint_dir[0] ? c->checkpoint_dir : "off",
-          c->skip_nonfinite ? "; --skip-nonfinite" : "", c->profile ? "; --profile on" : "");
+          c->skip_nonfinite ? "; --skip-nonfinite" : "", c->profile ? "; --profile on" : "",
+          c->recompute ? "; --recompute (blocks' activations recomputed in backward)" : "");
 }
 
 void mpt__train_progress(mpt__trainer *t, int64_t epoch, int64_t step, const double *sums) {

@@ -282,6 +282,7 @@ static mpt_status setup(mpt__trainer *t) {
             "in fp32; parameters, gradients and the optimizer stay fp32",
             mpt_precision_name(c->precision));
   }
+  mpt_tape_set_recompute(t->tape, c->recompute);
   if (c->profile) {
     MPT_RETURN_IF(mpt_tape_set_profiling(t->tape, 1));
     mpt_op_gemm_counting(1);
