@@ -147,10 +147,11 @@ typedef enum { P_I64, P_INT, P_F64, P_F32, P_F32D, P_STR, P_ON, P_OFF, P_FN } pa
   X(GRAD_COMM, "grad-comm", P_FN, NOFIELD, 0, 0, ALL, "distributed", "fp32|bf16",               \
     "gradients on the wire: bf16 rounds each bucket to\nbfloat16, sums in fp32 steps, half "     \
     "the bytes (default\nfp32; error bound in ddp.h; CPU models)", "")                          \
-  X(ZERO, "zero", P_FN, NOFIELD, 0, 0, ALL, "distributed", "0|1|2",                             \
+  X(ZERO, "zero", P_FN, NOFIELD, 0, 0, ALL, "distributed", "0|1|2|3",                           \
     "ZeRO stage: 1 shards the optimizer state over the ranks\n(reduce-scatter + all-gather), 2 "  \
     "also the gradients\n(each bucket's memory outside the shard given back\nafter its "          \
-    "reduce-scatter) (default 0; CPU models)", "")                                              \
+    "reduce-scatter), 3 also the parameters\n(each unit all-gathered before its forward and\n"    \
+    "backward, given back after) (default 0; CPU models)", "")                                  \
   X(ALLREDUCE_ALGO, "allreduce-algo", P_FN, NOFIELD, 0, 0, ALL, "distributed", "native|rs-ag",  \
     "plain DDP's all-reduce: rs-ag = ZeRO-1's\nreduce-scatter + all-gather, so --zero 0 and 1 "  \
     "train\nbit for bit alike (default native; CPU models)", "")                                \
@@ -554,9 +555,10 @@ static int parse_special(int id, const char *a, mpt_cli_options *o, int64_t *gpt
         return fail(msg, n, "--grad-comm: '%s' is not fp32 or bf16", a);
       return 0;
     case OPT_ZERO:
-      if (strcmp(a, "0") != 0 && strcmp(a, "1") != 0 && strcmp(a, "2") != 0)
+      if (strcmp(a, "0") != 0 && strcmp(a, "1") != 0 && strcmp(a, "2") != 0 &&
+          strcmp(a, "3") != 0)
         return fail(msg, n, "--zero: '%s' is not a supported ZeRO stage (0: off, 1: sharded "
-                    "optimizer state, 2: and sharded gradients; stage 3 is not implemented)", a);
+                    "optimizer state, 2: and sharded gradients, 3: and sharded parameters)", a);
       o->ddp.zero = a[0] - '0';
       return 0;
     case OPT_ALLREDUCE_ALGO:

@@ -97,6 +97,93 @@ mpt_status mpt__ddp_zero_release(void *arg) {
   return MPT_OK;
 }
 
+/* ---- ZeRO-3 ---- */
+
+mpt_status mpt__ddp_z3_init(mpt_ddp *d) {
+  if (mpt_comm_world_size(d->comm) <= 1) return MPT_OK; /* one rank: its shard is the model */
+  const int *first = NULL;
+  const int n = mpt_model_units(d->model, &first);
+  d->gathered = malloc((size_t)(d->nbuckets ? d->nbuckets : 1));
+  d->param_unit = malloc(sizeof(int) * (size_t)(d->nparams ? d->nparams : 1));
+  d->unit_first = malloc(sizeof(int) * (size_t)(n + 1));
+  if (!d->gathered || !d->param_unit || !d->unit_first)
+    return MPT_FAIL(MPT_ENOMEM, "cannot allocate the ZeRO-3 tables");
+  memset(d->gathered, 1, (size_t)(d->nbuckets ? d->nbuckets : 1)); /* whole after the broadcast */
+  for (int u = 0; u < n; u++) d->unit_first[u] = first[u];
+  d->unit_first[n] = d->nparams;
+  for (int u = 0; u < n; u++)
+    for (int p = d->unit_first[u]; p < d->unit_first[u + 1]; p++) d->param_unit[p] = u;
+  d->nunits = n;
+  d->cur_unit = d->prev_unit = -1;
+  d->z3 = 1;
+  return MPT_OK;
+}
+
+/* Bucket b holds a parameter of unit u. Buckets hold parameters last_param..first_param. */
+static int bucket_in_unit(const mpt_ddp *d, int b, int u) {
+  if (u < 0) return 0;
+  return d->buckets[b].last_param < d->unit_first[u + 1] &&
+         d->buckets[b].first_param >= d->unit_first[u];
+}
+
+void mpt__ddp_z3_release(mpt_ddp *d, int b) {
+  const mpt_ddp_bucket_info *bk = &d->buckets[b];
+  const int64_t off = d->bucket_shard[2 * b], n = d->bucket_shard[2 * b + 1];
+  float *p = d->params + bk->offset;
+  uintptr_t from, to;
+  release_pages(p, sizeof(float) * (size_t)off, &from, &to);
+  release_pages(p + off + n, sizeof(float) * (size_t)(bk->count - off - n), &from, &to);
+  d->gathered[b] = 0;
+}
+
+/* Bucket b's parameters all-gathered from their owners (waited for, deadline). */
+static mpt_status z3_gather(mpt_ddp *d, int b) {
+  const mpt_ddp_bucket_info *bk = &d->buckets[b];
+  char purpose[MPT_COMM_PURPOSE_MAX];
+  snprintf(purpose, sizeof purpose, "zero3 gather %d", b % 1000000); /* flight recorder's tag */
+  mpt_comm_set_purpose(d->comm, purpose);
+  MPT_RETURN_IF(mpt_comm_allgather_shards(d->comm, d->comm_stream, d->params + bk->offset,
+                                          bk->count, MPT_F32));
+  d->sent_bytes += mpt__ddp_ring_bytes(0, 4.0 * (double)bk->count, mpt_comm_world_size(d->comm));
+  d->gathers++;
+  MPT_RETURN_IF(mpt_event_record(d->done_event, d->comm_stream));
+  MPT_RETURN_IF(mpt_comm_wait_event(d->comm, d->done_event));
+  d->gathered[b] = 1;
+  return MPT_OK;
+}
+
+mpt_status mpt__ddp_z3_param_needed(void *user, mpt_tape *tape, int param, int phase) {
+  mpt_ddp *d = user;
+  (void)tape;
+  if (!d->z3 || param < 0 || param >= d->nparams) return MPT_OK;
+  const int u = d->param_unit[param];
+  if (phase == 0 && u != d->cur_unit) { /* a forward moves on: free what it left behind */
+    d->prev_unit = d->cur_unit;
+    d->cur_unit = u;
+    for (int b = 0; b < d->nbuckets; b++)
+      if (d->gathered[b] && !bucket_in_unit(d, b, u) && !bucket_in_unit(d, b, d->prev_unit))
+        mpt__ddp_z3_release(d, b);
+  }
+  const int b = d->param_bucket[param];
+  return d->gathered[b] ? MPT_OK : z3_gather(d, b);
+}
+
+mpt_status mpt_ddp_gather_params(mpt_ddp *d) {
+  if (!d) return MPT_FAIL(MPT_EINVAL, "mpt_ddp_gather_params: NULL DDP engine");
+  for (int b = 0; d->z3 && b < d->nbuckets; b++)
+    if (!d->gathered[b]) MPT_RETURN_IF(z3_gather(d, b));
+  return MPT_OK;
+}
+
+int64_t mpt_ddp_param_gathers(const mpt_ddp *d) { return d ? d->gathers : 0; }
+
+mpt_status mpt_ddp_release_params(mpt_ddp *d) {
+  if (!d) return MPT_FAIL(MPT_EINVAL, "mpt_ddp_release_params: NULL DDP engine");
+  for (int b = 0; d->z3 && b < d->nbuckets; b++) mpt__ddp_z3_release(d, b);
+  if (d->z3) d->cur_unit = d->prev_unit = -1;
+  return MPT_OK;
+}
+
 /* ---- public (ddp.h "ZeRO-1") ---- */
 
 int mpt_ddp_zero_stage(const mpt_ddp *d) { return d ? d->cfg.zero : 0; }
@@ -175,6 +262,9 @@ mpt_status mpt_ddp_optimizer_step(mpt_ddp *d, mpt_optimizer *opt, mpt_stream *st
   MPT_RETURN_IF(check_sharded(d, opt, "mpt_ddp_optimizer_step"));
   MPT_RETURN_IF(mpt_optimizer_step_model(opt, d->model, stream, lr));
   if (stream) MPT_RETURN_IF(mpt_stream_synchronize(stream, d->cfg.timeout_ms));
+  if (d->z3) return mpt_ddp_release_params(d); /* only the shards are current: each forward
+                                                * gathers the units it uses */
+  if (d->cfg.zero == 3) return MPT_OK; /* one rank */
   return gather_buckets(d, d->params);
 }
 

@@ -143,6 +143,7 @@ static mpt_status gpt_forward(mpt_model *model, mpt_tape *tape, void *vctx, mpt_
     MPT_RETURN_IF(mpt_tape_param(tape, gpt_index(c, LNF_KIND, 0), &nw));
     MPT_RETURN_IF(mpt_tape_param(tape, gpt_index(c, LNF_KIND + 1, 0), &nb));
     MPT_RETURN_IF(mpt_nn_layernorm(tape, x, nw, nb, GPT_LN_EPS, &h));
+    MPT_RETURN_IF(mpt_tape_param(tape, 0, &p[0]));
     return mpt_nn_linear_nd(tape, h, p[0], NULL, output);
   }
   /* Each residual add is fused with the LayerNorm that follows it (the next block's ln1, or
@@ -171,7 +172,9 @@ static mpt_status gpt_forward(mpt_model *model, mpt_tape *tape, void *vctx, mpt_
     q[0] = nw;
     q[1] = nb;
   }
-  return mpt_nn_linear_nd(tape, h, p[0], NULL, output); /* the head, tied to wte */
+  /* the head, tied to wte: taken again where it is used (ZeRO-3 gathers it then) */
+  MPT_RETURN_IF(mpt_tape_param(tape, 0, &p[0]));
+  return mpt_nn_linear_nd(tape, h, p[0], NULL, output);
 }
 
 /* Registers parameter (kind, layer) with its shape and initial value. */
@@ -320,6 +323,18 @@ mpt_status mpt_model_init_gpt(mpt_model **model, mpt_device device, const mpt_gp
   }
   mpt_model_set_forward(m, gpt_forward, ctx, gpt_ctx_free);
   MPT_CHECK(gpt_register(m, &ctx->cfg, &lay), fail);
+  { /* ZeRO-3's units: the embeddings, each block, the final LayerNorm */
+    int *first = malloc(sizeof *first * (size_t)(ctx->cfg.num_layers + 2));
+    if (!first) {
+      st = MPT_FAIL(MPT_ENOMEM, "gpt: units");
+      goto fail;
+    }
+    first[0] = 0;
+    for (int l = 0; l <= ctx->cfg.num_layers; l++) first[l + 1] = FIRST_LAYER_KIND + PER_LAYER * l;
+    st = mpt_model_set_units(m, ctx->cfg.num_layers + 2, first);
+    free(first);
+    if (st != MPT_OK) goto fail;
+  }
   MPT_CHECK(mpt_model_finalize(m), fail);
   MPT_CHECK(mpt_gpt_init_weights(m, &ctx->cfg, seed), fail);
   *model = m;

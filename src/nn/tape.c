@@ -503,6 +503,10 @@ mpt_status mpt_tape_param(mpt_tape *tape, int index, mpt_var **var) {
     return MPT_FAIL(MPT_EINVAL, "tape_param: index %d outside [0, %d)", index,
                     mpt_model_num_params(tape->model));
   MPT_RETURN_IF(ensure_param_arrays(tape));
+  const mpt_model_hooks *hooks = tape->model_hooks ? mpt_model_get_hooks(tape->model) : NULL;
+  if (hooks && hooks->param_needed)
+    MPT_RETURN_IF(hooks->param_needed(hooks->user, tape, index,
+                                      tape->grad_enabled || tape->ckpt_forward ? 0 : 2));
   if (tape->ckpt_forward && tape->ckpt_stamp[index] != tape->ckpt_count) {
     if (tape->nckpt_params == tape->cap_ckpt_params) {
       int cap = tape->cap_ckpt_params ? 2 * tape->cap_ckpt_params : 64;
@@ -717,7 +721,11 @@ static mpt_status walk_nodes(mpt_tape *tape, int64_t lo, int64_t hi,
   for (int64_t i = hi - 1; i >= lo; i--) {
     mpt_node *node = node_at(tape, i);
     if (node->output->grad.data) {
-      mpt_status st = node->backward(tape, node);
+      mpt_status st = MPT_OK;
+      for (int k = 0; st == MPT_OK && hooks && hooks->param_needed && k < node->ninputs; k++)
+        if (node->inputs[k] && node->inputs[k]->param_index >= 0)
+          st = hooks->param_needed(hooks->user, tape, node->inputs[k]->param_index, 1);
+      if (st == MPT_OK) st = node->backward(tape, node);
       if (st != MPT_OK) {
         char inner[512];
         strncpy(inner, mpt_last_error(), sizeof inner - 1);
