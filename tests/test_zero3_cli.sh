@@ -9,7 +9,8 @@
 # bytes of --zero 1. Checkpoints: a --zero 3 run at 3 ranks stopped at step 5 and resumed with
 # --zero 3, and one resumed with --zero 1, end with the straight run's bytes; a --zero 1
 # checkpoint resumed with --zero 3 too. --check-replicas (which gathers the parameters) passes
-# under --zero 3. Prints "N passed, N failed".
+# under --zero 3. A run that cannot fit in the host's memory (MPITRAIN_HOST_MEMORY) is refused
+# before it starts, with its model state per rank by stage (below). Prints "N passed, N failed".
 set -u
 dir=$(dirname "$0")
 prog=${MPITRAIN:-./mpitrain}
@@ -99,5 +100,26 @@ run res13 3 $small --zero 3 --resume "$tmp/ck1" --save-params "$tmp/res13.bin"
 same full1 res33 "a --zero 3 checkpoint resumed with --zero 3"
 same full1 res31 "a --zero 3 checkpoint resumed with --zero 1"
 same full1 res13 "a --zero 1 checkpoint resumed with --zero 3"
+
+# A run that cannot fit is refused before it builds the model, naming the model state per rank
+# by stage (MPITRAIN_HOST_MEMORY stands for the host's memory): gpt2-large (774,090,240
+# parameters, 2.88 GiB of fp32) at 2 ranks with 24 GiB: DDP needs 11.53 GiB of model state per
+# rank (N + N + 2 N); with --zero 3 and 3 GiB it is 5.77 GiB (N/2 + N/2 + N) and still refused.
+fit() { # name memory args...
+  name=$1
+  memsize=$2
+  shift 2
+  MPITRAIN_HOST_MEMORY=$memsize MPT_MPIRUN_ARGS="-x MPITRAIN_HOST_MEMORY" "$dir/mpirun.sh" 2 120 \
+    "$prog" train --model gpt2-large --shards "$tmp/shards/train_000000.bin" --batch-size 1 \
+    --debug-dir "$tmp/dbg" "$@" >"$tmp/$name.out" 2>&1
+}
+fit fit0 24G --zero 0
+if grep -q "needs at least .* GiB per rank (model state 11.53 GiB: parameters 2.88, gradients 2.88, optimizer state 5.77;.*this host has 24.0 GiB for 2 ranks: give a higher --zero stage" "$tmp/fit0.out"; then ok; else
+  bad "gpt2-large DDP at 2 ranks in 24 GiB was not refused with its numbers: $(grep error "$tmp/fit0.out" | head -2)"
+fi
+fit fit3 3G --zero 3 --recompute
+if grep -q "model state 5.77 GiB under ZeRO-3: parameters 1.44, gradients 1.44, optimizer state 2.88; activations .* GiB with --recompute" "$tmp/fit3.out"; then ok; else
+  bad "gpt2-large ZeRO-3 at 2 ranks in 3 GiB was not refused with its numbers: $(grep error "$tmp/fit3.out" | head -2)"
+fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
