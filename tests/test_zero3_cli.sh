@@ -5,7 +5,8 @@
 # 2 P (AdamW); stage 1 P, P, 2 S; stage 2 P, S, 2 S; stage 3 S, S, 2 S, where S is the rank's
 # shard (the two ranks' S adding up to P). A tiny GPT (3 layers, buckets of 0.01 MiB so that
 # units and buckets cut each other, tied head) at 2 ranks (--accumulate 1 and 2) and 3 ranks
-# (rs-ag: ZeRO's summation order) with --zero 3, with and without --recompute, ends with the
+# (rs-ag: ZeRO's summation order) with --zero 3 (prefetch on, and off at 3 ranks), with and
+# without --recompute, ends with the
 # bytes of --zero 1. Checkpoints: a --zero 3 run at 3 ranks stopped at step 5 and resumed with
 # --zero 3, and one resumed with --zero 1, end with the straight run's bytes; a --zero 1
 # checkpoint resumed with --zero 3 too. --check-replicas (which gathers the parameters) passes
@@ -86,6 +87,8 @@ run g1n3 3 $gpt --zero 1 --save-model "$tmp/g1n3.bin"
 run g0n3 3 $gpt --zero 0 --allreduce-algo rs-ag --save-model "$tmp/g0n3.bin"
 run g3n3 3 $gpt --zero 3 --save-model "$tmp/g3n3.bin"
 run g3rn3 3 $gpt --zero 3 --recompute --save-model "$tmp/g3rn3.bin"
+run g3pn3 3 $gpt --zero 3 --no-prefetch --save-model "$tmp/g3pn3.bin"
+same g1n3 g3pn3 "gpt, 3 ranks, --zero 3 --no-prefetch"
 same g1n3 g3n3 "gpt, 3 ranks, --zero 3"
 same g0n3 g3n3 "gpt, 3 ranks, --zero 3 against plain DDP with rs-ag"
 same g1n3 g3rn3 "gpt, 3 ranks, --zero 3 --recompute"

@@ -139,6 +139,8 @@ typedef struct mpt_ddp_config {
   mpt_ddp_grad_comm grad_comm; /* MPT_DDP_GRAD_FP32 */
   int zero;                    /* ZeRO stage: 0 (off, default), 1, 2 or 3 (see "ZeRO" below) */
   mpt_ddp_allreduce_algo allreduce; /* MPT_DDP_ALLREDUCE_NATIVE (plain DDP; ZeRO ignores it) */
+  int prefetch;                /* ZeRO-3: 1 (default) gathers the next unit during the current
+                                  one's compute; 0 gathers each unit when it is reached */
 } mpt_ddp_config;
 
 /* The defaults noted on each field (PyTorch's bucket caps, overlap on, broadcast buffers). */
@@ -313,7 +315,9 @@ MPT_API void mpt_ddp_reset_stats(mpt_ddp *ddp);
  * what is gathered together: when a forward first takes a parameter of a unit, the buckets of
  * neither that unit nor the previous one are given back, and the buckets holding the unit's
  * parameters are all-gathered (mpt_comm_allgather_shards, waited for) as each parameter is
- * first taken; in backward, a node's parameters are gathered again before its backward runs
+ * first taken. With config.prefetch (the default) the buckets of the next unit (u + 1 in
+ * forward, u - 1 in backward) are all-gathered on the comm stream as soon as unit u is reached,
+ * so the gather overlaps unit u's compute, and waited for when first needed; in backward, a node's parameters are gathered again before its backward runs
  * if they were given back, and a bucket's parameters are given back as soon as its gradients
  * are reduce-scattered (its last use in the pass). The gather granularity is the bucket: a
  * unit smaller than a bucket brings the bucket's other units along. Tied weights (a GPT's wte

@@ -152,6 +152,9 @@ typedef enum { P_I64, P_INT, P_F64, P_F32, P_F32D, P_STR, P_ON, P_OFF, P_FN } pa
     "also the gradients\n(each bucket's memory outside the shard given back\nafter its "          \
     "reduce-scatter), 3 also the parameters\n(each unit all-gathered before its forward and\n"    \
     "backward, given back after) (default 0; CPU models)", "")                                  \
+  X(NO_PREFETCH, "no-prefetch", P_OFF, FIELD(ddp.prefetch), 0, 0, ALL, "distributed", "",        \
+    "--zero 3: gather each unit when it is reached instead of\nduring the previous unit's "      \
+    "compute", "")                                                                              \
   X(ALLREDUCE_ALGO, "allreduce-algo", P_FN, NOFIELD, 0, 0, ALL, "distributed", "native|rs-ag",  \
     "plain DDP's all-reduce: rs-ag = ZeRO-1's\nreduce-scatter + all-gather, so --zero 0 and 1 "  \
     "train\nbit for bit alike (default native; CPU models)", "")                                \

@@ -42,6 +42,7 @@ mpt_ddp_config mpt_ddp_config_default(void) {
   c.timeout_ms = 300000.0;
   c.grad_comm = MPT_DDP_GRAD_FP32;
   c.zero = 0;
+  c.prefetch = 1;
   c.allreduce = MPT_DDP_ALLREDUCE_NATIVE;
   return c;
 }
@@ -364,6 +365,7 @@ void mpt_ddp_free(mpt_ddp *d) {
   free(d->wire);
   free(d->shard);
   free(d->bucket_shard);
+  mpt__ddp_z3_free(d);
   free(d->gathered);
   free(d->param_unit);
   free(d->unit_first);
@@ -469,7 +471,7 @@ static mpt_status launch_bucket(mpt_ddp *d, int b) {
     MPT_RETURN_IF(mpt_stream_launch_host(d->comm_stream, stamp_start, &d->args[b]));
   d->sent_bytes += d->reducer->bytes(d, b);
   MPT_RETURN_IF(d->reducer->launch(d, b));
-  if (d->z3) mpt__ddp_z3_release(d, b); /* its parameters' last use in this backward is done */
+  if (d->z3) MPT_RETURN_IF(mpt__ddp_z3_release(d, b)); /* its parameters' last use is done */
   if (d->timing == TIMING_EVENTS) return mpt_event_record(d->end_events[b], d->comm_stream);
   return mpt_stream_launch_host(d->comm_stream, stamp_end, &d->args[b]);
 }
@@ -698,6 +700,8 @@ static mpt_status hook_before_backward(void *user, mpt_tape *tape) {
                     "mpt_model_forward (or a second backward for one forward): the pass was "
                     "not seen by DDP");
   d->forward_open = 0;
+  d->in_backward = 1;
+  d->bwd_unit = -1;
   return prepare_backward(d, tape);
 }
 
@@ -707,6 +711,7 @@ static mpt_status hook_after_backward(void *user, mpt_tape *tape, mpt_status sta
   mpt_ddp *d = user;
   (void)tape;
   d->synced = 0;
+  d->in_backward = 0;
   if (status == MPT_OK) {
     const int syncing = d->prepared;
     status = finalize(d);

@@ -69,7 +69,11 @@ struct mpt_ddp {
   /* ZeRO-3 (cfg.zero == 3 at W > 1; zero.c): parameters sharded as the gradients; a bucket's
    * parameters are whole only while gathered */
   int z3;
-  unsigned char *gathered; /* [nbuckets] the bucket's parameters are whole and current */
+  unsigned char *gathered; /* [nbuckets] Z3_*: the bucket's parameters given back, whole and
+                              current, or being all-gathered (a prefetch) */
+  mpt_event **gather_events; /* [nbuckets] recorded on the comm stream after its all-gather */
+  int bwd_unit;            /* the unit whose nodes backward last ran (prefetch: the one before) */
+  int in_backward;         /* between the before_backward and after_backward hooks */
   int *param_unit;         /* [nparams] the model's unit of each parameter (mpt_model_units) */
   int *unit_first;         /* [nunits + 1] a copy of the units, with the parameter count last */
   int nunits;
@@ -99,8 +103,11 @@ mpt_status mpt__ddp_z3_init(struct mpt_ddp *d);
  * of neither this unit nor the previous one; the parameter's bucket is all-gathered if it is not
  * whole (waited for). */
 mpt_status mpt__ddp_z3_param_needed(void *user, mpt_tape *tape, int param, int phase);
-/* Bucket b's parameters outside this rank's shard given back (whole pages); not gathered. */
-void mpt__ddp_z3_release(struct mpt_ddp *d, int b);
+/* Bucket b's parameters outside this rank's shard given back (whole pages); not gathered (a
+ * gather in flight is waited for first). Errors: those of the wait. */
+mpt_status mpt__ddp_z3_release(struct mpt_ddp *d, int b);
+/* The ZeRO-3 events freed (mpt_ddp_free). */
+void mpt__ddp_z3_free(struct mpt_ddp *d);
 
 /* rsag.c. The sum of squares (double) of rank `rank`'s ZeRO shard of the gradient buffer: its
  * shard of each bucket in increasing offset, each summed in 16 lanes. Every rank computes the same
