@@ -1,45 +1,46 @@
 #!/bin/sh
-# Peak resident memory per rank and step time of a gpt2-shaped model (12 layers, 12 heads, 768
-# channels, GPT-2's vocabulary; T 128, B 1, 2 ranks) under plain DDP and ZeRO-1, 2 and 3, each
-# without and with --recompute, and ZeRO-3 without its prefetch; then (HEADLINE=1) gpt2-large
-# at 2 ranks with --zero 3 --recompute for a few steps. Each run is short (STEPS steps, the
-# first a warm-up the step time leaves out). Prints one row per run: peak resident MiB of each
-# rank (VmHWM, the trainer's memory line), the model state per rank it reports, and ms per
-# step (the trainer's per-step breakdown, slowest rank).
-# Usage: sh bench/zero_memory.sh [OUT.txt]   (from the build folder; STEPS=N, HEADLINE=1)
-set -u
-prog=${MPITRAIN:-./mpitrain}
-here=$(dirname "$0")
-steps=${STEPS:-4}
+# Memory per rank with and without ZeRO-1: a GPT of gpt2's shape (12 layers, 12
+# heads, 768 channels, vocabulary 50257 padded to 50304) with T 64 instead of 1024 (wpe of 64
+# rows: 123.69M parameters instead of 124.44M) so that a step takes seconds on 2 cores, trained
+# for 2 steps of batch 1 per rank on a random token shard, at 1, 2 and 4 ranks (4
+# oversubscribed), --zero 0 then --zero 1 at each size. Prints, per run, rank 0's and the last
+# rank's line of the trainer's memory report at the end (optimizer state, peak resident VmHWM,
+# bytes sent per step in the ring model). Usage: bench/zero_memory.sh [OUT.txt]
+set -eu
+case ${1:-} in
+  -h|--help) sed -n '2,/^set -eu/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -*) echo "usage: bench/zero_memory.sh [OUT.txt] (see --help)" >&2; exit 2 ;;
+esac
+[ $# -le 1 ] || { echo "usage: bench/zero_memory.sh [OUT.txt] (see --help)" >&2; exit 2; }
+dir=$(cd "$(dirname "$0")/.." && pwd)
+prog=${MPITRAIN:-$dir/mpitrain}
 out=${1:-/dev/stdout}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/mpt_zero_mem.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-awk 'BEGIN { srand(7); for (i = 0; i < 4000; i++) { s = "";
-  for (j = 0; j < 12; j++) s = s substr("abcdefghijklmnop ", 1 + int(rand() * 17), 1); print s } }' \
-  >"$tmp/text.txt"
-"$prog" tokenize --bytes --val-fraction 0.1 -o "$tmp/shards" "$tmp/text.txt" >/dev/null || exit 1
-gpt2="--model gpt --n-layer 12 --n-head 12 --n-embd 768 --vocab-size 50257 --seq-len 128"
-common="--shards $tmp/shards/train_000000.bin --batch-size 1 --max-steps $steps --threads 1 --val-steps 1 --log-every 1 --debug-dir $tmp/dbg"
-row() { # label args...
-  label=$1
-  shift
-  "$here/../tests/mpirun.sh" 2 1800 "$prog" train "$@" $common >"$tmp/run.out" 2>&1 ||
-    { echo "$label: failed: $(tail -3 "$tmp/run.out")"; return; }
-  peaks=$(sed -n 's/.*memory at the end, rank \([0-9]\): parameters \([0-9.]*\) MiB, gradients \([0-9.]*\) MiB, optimizer state \([0-9.]*\) MiB.*peak resident \([0-9.]*\) MiB.*/r\1 \5 (state \2+\3+\4)/p' "$tmp/run.out" | tr '\n' ' ')
-  ms=$(sed -n 's/.*per-step breakdown .* total \([0-9.]*\).*/\1/p' "$tmp/run.out" | tail -1)
-  loss=$(sed -n 's/.*step *\([0-9]*\)\/[0-9]*  loss \([0-9.]*\).*/\2/p' "$tmp/run.out" | tr '\n' ' ')
-  printf '%-34s peak MiB %s| %s ms/step | loss %s\n' "$label" "$peaks" "$ms" "$loss"
-}
+# llm.c token shard: 256 int32 header (magic 20240520, version 1, count), then uint16 tokens
+python3 - "$tmp/train_000000.bin" <<'PY'
+import random, struct, sys
+n = 20000
+random.seed(5)
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+    f.write(struct.pack("<%dH" % n, *(random.randrange(50257) for _ in range(n))))
+PY
+model="train --model gpt --n-layer 12 --n-head 12 --n-embd 768 --seq-len 64 --vocab-size 50257"
+args="$model --batch-size 1 --max-steps 2 --log-every 1 --threads 1 --shards $tmp/train_000000.bin"
 {
-  echo "# gpt2-shaped (124M) at 2 ranks, B 1, T 128, $steps steps, 1 thread per rank; $(date -u +%F)"
-  for z in 0 1 2 3; do
-    row "zero $z" $gpt2 --zero $z
-    row "zero $z --recompute" $gpt2 --zero $z --recompute
+  echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(uname -n), $(nproc) cores; command per run:"
+  echo "#   mpirun -np W mpitrain $model --batch-size 1 --max-steps 2 --threads 1 --shards RANDOM --zero Z"
+  for np in 1 2 4; do
+    for z in 0 1; do
+      if [ "$np" -eq 1 ]; then
+        "$prog" $args --zero $z >"$tmp/run.log" 2>&1 || { tail -5 "$tmp/run.log"; exit 1; }
+      else
+        "$dir/tests/mpirun.sh" "$np" 600 "$prog" $args --zero $z >"$tmp/run.log" 2>&1 ||
+          { tail -5 "$tmp/run.log"; exit 1; }
+      fi
+      echo "## W=$np --zero $z"
+      grep "memory at the end, rank \(0\|$((np - 1))\):" "$tmp/run.log" | sed 's/.*info: //' | sort -u
+    done
   done
-  row "zero 3 --no-prefetch" $gpt2 --zero 3 --no-prefetch
-  if [ "${HEADLINE:-0}" = 1 ]; then
-    echo "# gpt2-large (774M) at 2 ranks, B 1, T 64 (--model gpt with its sizes), $steps steps"
-    row "gpt2-large zero 3 --recompute" --model gpt --n-layer 36 --n-head 20 --n-embd 1280 \
-      --vocab-size 50257 --seq-len 64 --zero 3 --recompute --lr 2.5e-4
-  fi
 } >"$out"
