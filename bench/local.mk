@@ -15,7 +15,7 @@ TESTS += bench/test_allreduce_bench.sh
 # Debian's PyTorch when installed, else mpitrain alone).
 TESTS += bench/test_compare_gpt.sh
 
-EXTRA_DIST += bench/README.md bench/bench_lib.sh bench/train_bench.sh bench/compare_torch.sh \
+EXTRA_DIST += bench/README.md bench/bench_lib.sh bench/train_bench.sh bench/compare_torch.sh bench/zero_stages.sh \
 	bench/plot.sh bench/summarize.py bench/scaling_model.py bench/torch_ref.py bench/run_all.sh \
 	bench/test_allreduce_bench.sh bench/compare_gpt.sh bench/torch_gpt_ref.py \
 	bench/summarize_gpt.py bench/make_token_shard.py bench/test_compare_gpt.sh bench/gpt_fortunes.sh \

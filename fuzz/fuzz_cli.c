@@ -78,7 +78,7 @@ static void check_run(const mpt_cli_options *o) {
   if (o->precision != MPT_PRECISION_FP32 && o->precision != MPT_PRECISION_BF16)
     fuzz_fail("precision %d", (int)o->precision);
   if (o->mode != MPT_MODE_SINGLE_OR_DDP && o->mode != MPT_MODE_DP) fuzz_fail("mode %d", o->mode);
-  if (o->ddp.zero < 0 || o->ddp.zero > 2 || (o->ddp.zero && o->mode == MPT_MODE_DP))
+  if (o->ddp.zero < 0 || o->ddp.zero > 3 || (o->ddp.zero && o->mode == MPT_MODE_DP))
     fuzz_fail("zero stage %d with mode %d", o->ddp.zero, o->mode);
   check_str(o->devices, sizeof o->devices, "devices", o->mode != MPT_MODE_DP);
   check_str(o->data_dir, sizeof o->data_dir, "data", 1);

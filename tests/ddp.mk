@@ -25,10 +25,10 @@ tests_test_ddp_bf16_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_ddp_bf16_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 endif
 # ZeRO-1 (2, 3 and 4 ranks)
-EXTRA_DIST += tests/test_zero.sh tests/test_zero2.sh
+EXTRA_DIST += tests/test_zero.sh tests/test_zero2.sh tests/test_zero3.sh
 if HAVE_CHECK
 check_PROGRAMS += tests/test_zero
-TESTS += tests/test_zero.sh tests/test_zero2.sh
+TESTS += tests/test_zero.sh tests/test_zero2.sh tests/test_zero3.sh
 tests_test_zero_SOURCES = tests/test_zero.c
 tests_test_zero_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_zero_LDADD = libmpitrain_all.la $(CHECK_LIBS)

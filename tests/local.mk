@@ -19,8 +19,8 @@ EXTRA_DIST += tests/test_cli_groups.sh
 TESTS += tests/test_grad_comm.sh
 EXTRA_DIST += tests/test_grad_comm.sh
 # the trainer's --zero (ZeRO-1)
-TESTS += tests/test_zero_cli.sh
-EXTRA_DIST += tests/test_zero_cli.sh
+TESTS += tests/test_zero_cli.sh tests/test_recompute.sh tests/test_zero3_cli.sh
+EXTRA_DIST += tests/test_zero_cli.sh tests/test_recompute.sh tests/test_zero3_cli.sh
 # mpitrain tokenize (byte-level llm.c token shards from text)
 TESTS += tests/test_tokenize.sh
 EXTRA_DIST += tests/test_tokenize.sh

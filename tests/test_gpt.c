@@ -4,7 +4,8 @@
  * - Layout: the parameters are registered layer-major (wte, wpe, then each layer's 12 tensors
  *   ln1w .. fcprojb, then lnfw, lnfb), each with the name, shape and size that
  *   mpt_gpt_layout_compute (the model file's layout) gives its kind, contiguous in the flat
- *   buffer; the gpt2 preset has 124,475,904 parameters (the figure llm.c prints for GPT-2 124M).
+ *   buffer; the gpt2 preset has 124,475,904 parameters (the figure llm.c prints for GPT-2 124M),
+ *   gpt2-medium 354,871,296 and gpt2-large 774,090,240 (their layouts only).
  * - Initialisation: the sample mean and standard deviation of each weight kind against
  *   N(0, 0.02) (and 0.02 / sqrt(2 L) for the residual projections) within 5 standard errors;
  *   LayerNorm weights exactly 1, biases exactly 0; one seed gives bit-identical models,
@@ -119,6 +120,18 @@ START_TEST(test_layout_is_layer_major) {
   ck_assert_int_eq(mpt_model_param_count(m), 124475904);
   ck_assert_int_eq(mpt_model_num_params(m), 12 * 12 + 4);
   mpt_model_free(m);
+  /* the larger GPT-2s: their layouts (as llm.c's model files hold them), without the memory */
+  mpt_gpt_layout lay;
+  OK(mpt_gpt_config_preset("gpt2-medium", &c));
+  ck_assert(c.num_layers == 24 && c.num_heads == 16 && c.channels == 1024);
+  ck_assert(c.max_seq_len == 1024 && c.vocab_size == 50257 && c.padded_vocab_size == 50304);
+  OK(mpt_gpt_layout_compute(&c, &lay));
+  ck_assert_int_eq(lay.total, 354871296);
+  OK(mpt_gpt_config_preset("gpt2-large", &c));
+  ck_assert(c.num_layers == 36 && c.num_heads == 20 && c.channels == 1280);
+  ck_assert(c.max_seq_len == 1024 && c.vocab_size == 50257 && c.padded_vocab_size == 50304);
+  OK(mpt_gpt_layout_compute(&c, &lay));
+  ck_assert_int_eq(lay.total, 774090240);
   ck_assert_int_eq(mpt_gpt_config_preset("gpt3", &c), MPT_EINVAL);
   c = tiny_config();
   c.num_heads = 3; /* 16 channels are not 3 heads */

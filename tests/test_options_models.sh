@@ -55,7 +55,7 @@ n={x.get('name') for x in e}; assert {'forward','backward','optimizer'} <= n, n"
     stopped) grep -q "stopping after global step 1" "$2" && grep -q "done: 1 steps" "$2" ;;
     replicas) grep -q "done: 2 steps" "$2" ;;
     ddp) grep -q "info: DDP: " "$2" ;;
-    zero) grep -q "ZeRO-1" "$2" ;;
+    zero) grep -q "ZeRO-[13]" "$2" ;;
     bf16wire) grep -q "gradients bf16 on the wire" "$2" ;;
     rsag) grep -q "all-reduce rs-ag" "$2" ;;
     dp) grep -q "DP over 2 devices" "$2" ;;
@@ -97,6 +97,8 @@ rows='--metrics-json W/m.json||metrics|1
 --bucket-cap-mb 0.01 --first-bucket-cap-mb 0.01 --no-overlap||ddp|2
 --buffers average --find-unused-parameters||ddp|2
 --zero 1||zero|2
+--zero 3 --no-prefetch||zero|2
+--recompute|mlp cnn|ran|1
 --grad-comm bf16||bf16wire|2
 --allreduce-algo rs-ag||rsag|2
 --hidden 16|cnn gpt|ran|1

@@ -1,7 +1,9 @@
-/* ZeRO-1 and ZeRO-2 in the DDP engine (ddp.h "ZeRO", src/ddp/zero.c), run under mpirun with
- * 2, 3 and 4 ranks by tests/test_zero.sh (stage 1) and tests/test_zero2.sh (stage 2: the
- * program's argument; every "ZeRO-1" below is then ZeRO-2, whose steps are ZeRO-1's with the
- * gradient memory outside the shard given back after each bucket's reduce-scatter).
+/* ZeRO-1, 2 and 3 in the DDP engine (ddp.h "ZeRO", src/ddp/zero.c), run under mpirun with
+ * 2, 3 and 4 ranks by tests/test_zero.sh (stage 1), tests/test_zero2.sh (stage 2) and
+ * tests/test_zero3.sh (stage 3: the program's argument; every "ZeRO-1" below is then ZeRO-2,
+ * whose steps are ZeRO-1's with the gradient memory outside the shard given back after each
+ * bucket's reduce-scatter, or ZeRO-3, which also keeps only the parameter shard between steps
+ * and gathers each unit's buckets when a forward or backward takes its parameters).
  *
  * - Equivalence: the same model wrapped twice, plain DDP and ZeRO-1, trained side by side for 20
  *   steps on the same per-rank batches (AdamW with decay on the >= 2-D weights only through
@@ -37,7 +39,9 @@
  *   only the pages of the gradient buffer that hold this rank's shard (plus at most two pages
  *   per bucket cut by a shard's edges), and after zero_grad none (but the buffer's two end
  *   pages); ZeRO-1 keeps all of them.
- * - Refusals: stage 3, an optimizer not made for the shard.
+ * - Parameter memory: after the step ZeRO-3 keeps resident only the parameter pages of the
+ *   shard (as the gradients' above); the other stages all of them.
+ * - Refusals: stage 4, an optimizer not made for the shard.
  *
  * MPI rules as tests/test_ddp.c: no forking, soft checks agreed across ranks per test. */
 #include <check.h>
@@ -266,6 +270,7 @@ START_TEST(test_zero1_equals_plain_ddp) {
     if (s == 0 && c->kind != KIND_TINY)
       EXPECT(nd > MAX_NORM, "norm %g: clipping at %g inactive", nd, (double)MAX_NORM);
   }
+  OK(mpt_ddp_gather_params(z.ddp)); /* ZeRO-3: whole to compare (else nothing) */
   const double err = rel_diff(mpt_model_params(z.m), mpt_model_params(d.m), n);
   const double moved = rel_diff(mpt_model_params(d.m), start, n);
   /* the same sums in the same order (see the top): bit-identical at every W */
@@ -384,12 +389,27 @@ START_TEST(test_zero1_optimizer_state_is_the_shard) {
   run_step(&z, 0);
   run_step(&d, 0);
   const double n = 53279, f = (double)(g_world - 1) / g_world;
-  EXPECT(mpt_ddp_sent_bytes(z.ddp) == f * 4 * n + f * 4 * n, "ZeRO sent %.0f bytes, want %.0f",
-         mpt_ddp_sent_bytes(z.ddp), 2 * f * 4 * n);
+  if (g_stage == 3) { /* whole after init: the first step only reduce-scatters; the next one
+                       * gathers its one bucket once in forward (every unit is in it) */
+    EXPECT(mpt_ddp_sent_bytes(z.ddp) == f * 4 * n, "ZeRO-3 sent %.0f bytes in the first step, "
+           "want %.0f", mpt_ddp_sent_bytes(z.ddp), f * 4 * n);
+    EXPECT(mpt_ddp_param_gathers(z.ddp) == 0, "%lld gathers", (long long)mpt_ddp_param_gathers(z.ddp));
+    const double before = mpt_ddp_sent_bytes(z.ddp);
+    run_step(&z, 1);
+    EXPECT(mpt_ddp_sent_bytes(z.ddp) - before == 2 * f * 4 * n, "ZeRO-3 sent %.0f bytes in the "
+           "second step, want %.0f", mpt_ddp_sent_bytes(z.ddp) - before, 2 * f * 4 * n);
+    EXPECT(mpt_ddp_param_gathers(z.ddp) == 1, "%lld gathers in the second step, want 1",
+           (long long)mpt_ddp_param_gathers(z.ddp));
+    EXPECT(mpt_ddp_step_bytes(z.ddp) == 2 * f * 4 * n, "step bytes %.0f",
+           mpt_ddp_step_bytes(z.ddp));
+  } else {
+    EXPECT(mpt_ddp_sent_bytes(z.ddp) == f * 4 * n + f * 4 * n, "ZeRO sent %.0f bytes, want %.0f",
+           mpt_ddp_sent_bytes(z.ddp), 2 * f * 4 * n);
+    EXPECT(mpt_ddp_step_bytes(z.ddp) == mpt_ddp_sent_bytes(z.ddp), "step bytes %.0f",
+           mpt_ddp_step_bytes(z.ddp));
+  }
   EXPECT(mpt_ddp_sent_bytes(d.ddp) == 2 * f * 4 * n, "DDP sent %.0f bytes, want %.0f",
          mpt_ddp_sent_bytes(d.ddp), 2 * f * 4 * n);
-  EXPECT(mpt_ddp_step_bytes(z.ddp) == mpt_ddp_sent_bytes(z.ddp), "step bytes %.0f",
-         mpt_ddp_step_bytes(z.ddp));
   run_free(&z);
   run_free(&d);
   /* 4 parameters: at W = 3 shards of 2, 2, 0 (rank 2 holds no state); at W = 4 one each */
@@ -438,6 +458,7 @@ START_TEST(test_zero1_checkpoint_resume_is_exact) {
       OK(mpt_optimizer_get_state(w, &ws));
       EXPECT(ws.step_count == half, "gathered step count %lld", (long long)ws.step_count);
     }
+    OK(mpt_ddp_gather_params(a.ddp)); /* ZeRO-3: the writer saves whole parameters */
     mpt_ckpt_meta meta = mpt_ckpt_meta_default();
     meta.global_step = half + 10 * (1 - from_zero);
     meta.world_size = g_world;
@@ -455,7 +476,10 @@ START_TEST(test_zero1_checkpoint_resume_is_exact) {
       OK(mpt_ckpt_load_collective(g_comm, path, b.m, wb, &got));
       OK(mpt_ddp_optimizer_scatter(b.ddp, wb, b.opt));
       mpt_optimizer_free(wb);
+      OK(mpt_ddp_release_params(b.ddp)); /* ZeRO-3: re-sharded, gathered again by use */
       for (int s = half; s < 2 * half; s++) run_step(&b, s);
+      OK(mpt_ddp_gather_params(a.ddp));
+      OK(mpt_ddp_gather_params(b.ddp));
       const float *pa = mpt_model_params(a.m), *pb = mpt_model_params(b.m);
       /* with or without ZeRO-1 the same bits (see the top), so across the switch too */
       EXPECT(memcmp(pa, pb, sizeof(float) * (size_t)n) == 0,
@@ -571,6 +595,20 @@ START_TEST(test_zero_gradient_pages_after_backward) {
     float norm = 0;
     OK(mpt_ddp_clip_grad_norm(r.ddp, NULL, MAX_NORM, &norm));
     OK(mpt_ddp_optimizer_step(r.ddp, r.opt, NULL, oc.lr));
+    /* ZeRO-3: after the step only the parameter shard is resident (its pages, and at most
+     * two per bucket cut by the shard's edges); the other stages keep the whole buffer */
+    int64_t pwhole = 0;
+    const int64_t pres = resident_pages(mpt_model_params(r.m), sizeof(float) * (size_t)n, &pwhole);
+    if (g_stage == 3 && g_world > 1)
+      EXPECT(pres <= most && pwhole > 4 * most / 3, "ZeRO-3 step %d: %lld of %lld parameter "
+             "pages resident after the step, want at most %lld (the shard's)", step,
+             (long long)pres, (long long)pwhole, (long long)most);
+    else
+      EXPECT(pres == pwhole, "ZeRO-%d step %d: %lld of %lld parameter pages resident, want "
+             "all", g_stage, step, (long long)pres, (long long)pwhole);
+    if (g_rank == 0 && step == 1)
+      printf("zero%d at %d ranks: %lld of %lld parameter pages resident after the step\n",
+             g_stage, g_world, (long long)pres, (long long)pwhole);
     /* zero_grad: every element zero; ZeRO-2 by giving the pages back (at most the two end
      * pages, which the buffer may share with other memory, written), ZeRO-1 by writing them */
     OK(mpt_model_zero_grad(r.m, NULL));
@@ -593,6 +631,7 @@ START_TEST(test_zero_gradient_pages_after_backward) {
       EXPECT(res0 == whole, "ZeRO-1 step %d: %lld of %lld gradient pages resident after "
              "zero_grad, want all", step, (long long)res0, (long long)whole);
   }
+  OK(mpt_ddp_gather_params(r.ddp));
   EXPECT(same_on_all_ranks(mpt_model_params(r.m), n), "replicas differ across ranks");
   run_free(&r);
   expect_agree();
@@ -602,10 +641,10 @@ END_TEST
 START_TEST(test_zero_refuses_bad_uses) {
   mpt_model *m = model_make(KIND_MLP, 1);
   mpt_ddp_config dc = mpt_ddp_config_default();
-  dc.zero = 3;
+  dc.zero = 4;
   mpt_ddp *d = NULL;
   ck_assert_int_eq(mpt_ddp_init(&d, m, g_comm, NULL, &dc), MPT_EINVAL);
-  ck_assert_ptr_nonnull(strstr(mpt_last_error(), "ZeRO stage 3"));
+  ck_assert_ptr_nonnull(strstr(mpt_last_error(), "ZeRO stage 4"));
   dc.zero = g_stage;
   OK(mpt_ddp_init(&d, m, g_comm, NULL, &dc));
   mpt_optimizer_config oc = optim_config(0);
@@ -621,8 +660,8 @@ END_TEST
 
 int main(int argc, char **argv) {
   if (argc > 1) g_stage = atoi(argv[1]);
-  if (g_stage < 1 || g_stage > 2) {
-    fprintf(stderr, "usage: test_zero [1|2] (the ZeRO stage)\n");
+  if (g_stage < 1 || g_stage > 3) {
+    fprintf(stderr, "usage: test_zero [1|2|3] (the ZeRO stage)\n");
     return 2;
   }
   mpt_comm_config cc = mpt_comm_config_default();

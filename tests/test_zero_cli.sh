@@ -1,5 +1,5 @@
 #!/bin/sh
-# The trainer's --zero (ZeRO-1 and ZeRO-2): bad uses are refused (--zero 3, --zero 1 with
+# The trainer's --zero (ZeRO-1 and ZeRO-2): bad uses are refused (--zero 4, --zero 1 with
 # --mode dp: status 2 naming why); at one rank the option is named as without effect. At 2 ranks
 # (a sum of two is the same in any order, so ZeRO-1 must equal plain DDP bit for bit): the MLP
 # and a tiny GPT (--accumulate 1 and 2) trained with --zero 1 end with the bytes of the plain
@@ -27,9 +27,9 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/mpt_zero_cli.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 small="train --synthetic --train-limit 640 --test-limit 128 --epochs 1 --batch-size 32 --threads 1 --no-progress --optimizer adamw --lr 1e-3 --seed 3"
 
-out=$("$prog" $small --zero 3 2>&1)
-[ $? -eq 2 ] && has "$out" "--zero: '3' is not a supported ZeRO stage" && ok ||
-  bad "--zero 3 was not refused with status 2: $out"
+out=$("$prog" $small --zero 4 2>&1)
+[ $? -eq 2 ] && has "$out" "--zero: '4' is not a supported ZeRO stage" && ok ||
+  bad "--zero 4 was not refused with status 2: $out"
 out=$("$prog" $small --zero 1 --mode dp --devices cpu:2 2>&1)
 [ $? -eq 2 ] && has "$out" "--zero 1 does not work with --mode dp" && ok ||
   bad "--zero 1 --mode dp was not refused with status 2: $out"

@@ -130,6 +130,28 @@ MPT_API int mpt_var_requires_grad(const mpt_var *var);
 /* The parameter index of a var made by mpt_tape_param, else -1. */
 MPT_API int mpt_var_param_index(const mpt_var *var);
 
+/* Activation checkpointing (recompute; Chen et al., 2016, "Training Deep Nets with Sublinear
+ * Memory Cost"; llm.c's -r): a block y = fn(x) whose activations are not kept.
+ * mpt_tape_checkpoint runs `fn` with gradients disabled, keeps only its output (in a new var of
+ * x's shape and dtype: a checkpointed block must keep its input's shape, as a transformer block
+ * or a residual block does) and frees every other arena allocation the block made; it records
+ * one node "checkpoint" whose backward runs `fn` again with gradients enabled (the same
+ * dropout seeds), backpropagates through the recomputed block at once, then frees its nodes
+ * and memory. So a pass keeps one [x] per block instead of all the block's activations, for
+ * one more forward of each block. The gradients are the same as without the checkpoint, bit
+ * for bit, when the block's gradient to x is its only consumer's in the pass or the
+ * contributions are two (addition of two terms commutes). Parameters fn takes with
+ * mpt_tape_param count one use at the forward, released after the block's backward: their
+ * grad-ready hooks fire when the whole block's backward is done (DDP's and ZeRO's units).
+ * fn must depend only on x, its parameters and `user` (valid until backward); fn's output must
+ * be made by fn in this call. With gradients disabled (evaluation) fn simply runs.
+ * Errors: MPT_EINVAL (NULL arguments, x not a var of this pass, fn gave no output),
+ * MPT_ESHAPE (fn's output shape or dtype differs from x's), fn's own errors, MPT_ENOMEM. */
+typedef mpt_status (*mpt_checkpoint_fn)(mpt_tape *tape, void *user, mpt_var *x, mpt_var **y);
+/* y = fn(x) as a checkpoint (above): *y is a var of x's shape, recorded as the node's output. */
+MPT_API mpt_status mpt_tape_checkpoint(mpt_tape *tape, mpt_checkpoint_fn fn, void *user,
+                                       mpt_var *x, mpt_var **y);
+
 /* The node's inputs as recorded (entries may be NULL; NULL for an index out of range), its
  * output, dL/d(output) (float32, the output's element count, never NULL inside its backward
  * function; device memory of the arena) and its name. For a NULL node: 0 / NULL. */

@@ -137,8 +137,10 @@ typedef struct mpt_ddp_config {
   mpt_ddp_buffer_mode buffers;
   double timeout_ms;          /* deadline of every wait, > 0 (300000) */
   mpt_ddp_grad_comm grad_comm; /* MPT_DDP_GRAD_FP32 */
-  int zero;                    /* ZeRO stage: 0 (off, default), 1 or 2 (see "ZeRO" below) */
+  int zero;                    /* ZeRO stage: 0 (off, default), 1, 2 or 3 (see "ZeRO" below) */
   mpt_ddp_allreduce_algo allreduce; /* MPT_DDP_ALLREDUCE_NATIVE (plain DDP; ZeRO ignores it) */
+  int prefetch;                /* ZeRO-3: 1 (default) gathers the next unit during the current
+                                  one's compute; 0 gathers each unit when it is reached */
 } mpt_ddp_config;
 
 /* The defaults noted on each field (PyTorch's bucket caps, overlap on, broadcast buffers). */
@@ -305,7 +307,42 @@ MPT_API void mpt_ddp_reset_stats(mpt_ddp *ddp);
  * function below does what the plain call does (mpt_optimizer_init, mpt_optimizer_step_model,
  * mpt_clip_grad_norm, a local mpt_op_check_finite), so a trainer can call these always. */
 
-/* The configured ZeRO stage (0, 1 or 2); 0 for NULL. */
+/* Stage 3 (config.zero = 3; DeepSpeed's ZeRO-3, PyTorch's FSDP FULL_SHARD): as stage 2, and
+ * the parameters are sharded too: after each optimizer step only this rank's shard of the
+ * flat parameter buffer is current and resident (the other pages are given back as stage 2
+ * gives back the gradients'). The model's units (nn.h mpt_model_set_units: a GPT's embeddings,
+ * each transformer block, its final LayerNorm; an mlp's or cnn's layers by parameter name) say
+ * what is gathered together: when a forward first takes a parameter of a unit, the buckets of
+ * neither that unit nor the previous one are given back, and the buckets holding the unit's
+ * parameters are all-gathered (mpt_comm_allgather_shards, waited for) as each parameter is
+ * first taken. With config.prefetch (the default) the buckets of the next unit (u + 1 in
+ * forward, u - 1 in backward) are all-gathered on the comm stream as soon as unit u is reached,
+ * so the gather overlaps unit u's compute, and waited for when first needed; in backward, a node's parameters are gathered again before its backward runs
+ * if they were given back, and a bucket's parameters are given back as soon as its gradients
+ * are reduce-scattered (its last use in the pass). The gather granularity is the bucket: a
+ * unit smaller than a bucket brings the bucket's other units along. Tied weights (a GPT's wte
+ * and head) are one parameter: gathered again for the second use, reduced once. The trainer's
+ * numbers are stage 1's (the same reduce-scatter, norm and step), so a stage-3 run trains bit
+ * for bit as stages 1 and 2 and as plain DDP with config.allreduce RS_AG.
+ * Reading the parameters outside a training pass (saving, a checkpoint, evaluation on ranks
+ * whose batch counts differ, comparing replicas) needs them whole first:
+ * mpt_ddp_gather_params (collective) gathers every bucket that is not whole; the next
+ * training forward gives them back unit by unit, or mpt_ddp_release_params at once.
+ * A forward with gradients disabled only gathers (gives nothing back), so evaluation after
+ * mpt_ddp_gather_params issues no collective. At one rank stage 3 is stage 2. */
+
+/* Makes the parameters whole on every rank (ZeRO-3: every bucket not gathered is all-gathered,
+ * waited for; otherwise nothing). Collective with ZeRO-3. Errors: MPT_EINVAL (NULL), comm
+ * errors. */
+MPT_API mpt_status mpt_ddp_gather_params(mpt_ddp *ddp);
+/* ZeRO-3: gives back the pages of every bucket's parameters outside this rank's shard (local;
+ * the next use gathers them again); otherwise nothing. Errors: MPT_EINVAL (NULL). */
+MPT_API mpt_status mpt_ddp_release_params(mpt_ddp *ddp);
+/* Buckets all-gathered by ZeRO-3 since init (forward, backward and mpt_ddp_gather_params);
+ * 0 otherwise. */
+MPT_API int64_t mpt_ddp_param_gathers(const mpt_ddp *ddp);
+
+/* The configured ZeRO stage (0, 1, 2 or 3); 0 for NULL. */
 MPT_API int mpt_ddp_zero_stage(const mpt_ddp *ddp);
 /* This rank's shard: *ranges (may be NULL) gets the owned slices sorted by offset, empty ones
  * left out; returns their number (0 with ZeRO off, or when this rank owns nothing). */

@@ -200,7 +200,11 @@ MPT_API uint64_t mpt_model_generation(const mpt_model *model);
  *   zero_grads:      in mpt_model_zero_grad after before_zero_grad, in place of the model's
  *                    fill: sets grads[0 .. count) to zero by its own means (DDP with ZeRO-2:
  *                    gives the buffer's pages back to the system, which then read as zero, so
- *                    the gradients are not all resident again before backward writes them).
+ *                    the gradients are not all resident again before backward writes them);
+ *   param_needed:    before parameter `param_index`'s value is read: in mpt_tape_param (phase
+ *                    0: a forward that records, or a checkpoint's forward; phase 2: a forward
+ *                    with gradients disabled) and before the backward of each node that takes
+ *                    it (phase 1) (DDP with ZeRO-3: gathers the parameter's shards).
  * A hook's error is the error of the call that ran it. Any pointer may be NULL. */
 typedef struct mpt_model_hooks {
   void *user;
@@ -211,7 +215,24 @@ typedef struct mpt_model_hooks {
   mpt_status (*before_zero_grad)(void *user);
   mpt_status (*before_consume)(void *user);
   mpt_status (*zero_grads)(void *user, float *grads, int64_t count);
+  mpt_status (*param_needed)(void *user, mpt_tape *tape, int param_index, int phase);
 } mpt_model_hooks;
+
+/* Units: the groups of parameters a sharded wrapper gathers together (DDP's ZeRO-3, as
+ * FSDP's wrapped modules): unit u is parameters [first_param[u], first_param[u + 1]) (the last
+ * up to the end), so first_param[0] = 0 and the entries increase. A forward must take the
+ * parameters of any one op from one unit or two consecutive ones in its order of use (a GPT:
+ * the embeddings, each block, the final LayerNorm; the tied head reads the embeddings' unit
+ * again), and must take a parameter with mpt_tape_param right before the op that reads it (a
+ * var kept from earlier in the forward may have been given back since). Without units a model's units are its parameters grouped by name up to the first '.'
+ * ("fc1.weight" and "fc1.bias" one unit; mpt_model_units reports those). The GPT declares its
+ * own. Errors: MPT_EINVAL (NULL model, n < 1 or a NULL array with n > 0, entries not increasing
+ * from 0, an entry past the parameter count; a model without parameters takes none). */
+MPT_API mpt_status mpt_model_set_units(mpt_model *model, int n, const int *first_param);
+/* The model's units (above): the number, and *first_param (may be NULL) its array, owned by
+ * the model, valid until the next mpt_model_set_units or mpt_model_add_param; 0 for NULL or a
+ * model without parameters. Errors: none (ENOMEM on deriving them: 0). */
+MPT_API int mpt_model_units(mpt_model *model, const int **first_param);
 
 /* Installs `hooks` (copied), or removes them with NULL. One wrapper at a time: MPT_ESTATE when
  * hooks with another `user` are installed; MPT_EINVAL for a NULL model. */
@@ -309,6 +330,12 @@ MPT_API mpt_precision mpt_tape_precision(const mpt_tape *tape);
  * mpt_tape_model_hooks reads the flag. */
 MPT_API void mpt_tape_set_model_hooks(mpt_tape *tape, int enabled);
 MPT_API int mpt_tape_model_hooks(const mpt_tape *tape);
+/* Asks the model's forward to checkpoint its blocks (mpt_tape_checkpoint of autograd.h): the
+ * GPT recomputes each transformer block's activations in backward instead of keeping them
+ * (mpitrain's --recompute); models without blocks ignore it. Same gradients, bit for bit; less
+ * memory for one more forward. Default: 0. mpt_tape_recompute reads the flag. */
+MPT_API void mpt_tape_set_recompute(mpt_tape *tape, int enabled);
+MPT_API int mpt_tape_recompute(const mpt_tape *tape);
 /* Installs the tape's own grad-ready hook (NULL to remove): called on the backward thread,
  * between two nodes, just before the model's grad_ready hook for the same parameter. */
 MPT_API void mpt_tape_set_grad_hook(mpt_tape *tape, mpt_grad_ready_fn fn, void *user);

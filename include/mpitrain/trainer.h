@@ -82,6 +82,8 @@ typedef struct mpt_trainer_config {
                                  NULL: none (default) */
   int threads;                /* CPU threads per rank; 0 = the host's cores / its ranks */
   mpt_precision precision;    /* GEMMs and convolutions (default fp32) */
+  int recompute;              /* checkpoint the model's blocks: recompute their activations in
+                                 backward (mpt_tape_set_recompute; default 0) */
   double timeout_s;           /* deadline of every collective and wait, > 0 (default 300) */
   int check_collectives;      /* compare collective signatures first (default 0); the loop
                                  tags each collective with the global step and its purpose

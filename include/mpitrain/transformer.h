@@ -140,7 +140,10 @@ MPT_API mpt_status mpt_nn_cross_entropy_vocab(mpt_tape *tape, mpt_var *logits,
 /* The GPT-2 model (src/nn/gpt.c)                                                             */
 
 /* The presets, by name: "gpt2" (GPT-2 124M: T 1024, V 50257, L 12, H 12, C 768, Vp 50304;
- * 124,475,904 parameters) and "gpt-mini" (T 256, V 256 (bytes), L 6, H 6, C 384, Vp 256).
+ * 124,475,904 parameters), "gpt2-medium" (350M: L 24, H 16, C 1024; 354,871,296 parameters),
+ * "gpt2-large" (774M: L 36, H 20, C 1280; 774,090,240 parameters; both T 1024, V 50257,
+ * Vp 50304, llm.c's d24 and d36) and "gpt-mini" (T 256, V 256 (bytes), L 6, H 6, C 384,
+ * Vp 256).
  * The config is mpt_gpt_config of gpt_file.h (the model file's header fields).
  * Errors: MPT_EINVAL (NULL arguments, an unknown name). */
 MPT_API mpt_status mpt_gpt_config_preset(const char *name, mpt_gpt_config *config);

@@ -23,10 +23,26 @@
 #include "cli/checks.h"
 #include "mpitrain.h"
 
-/* The host's memory limit in bytes for this process (0 unknown). */
+/* MemAvailable of /proc/meminfo in bytes, or -1 when it cannot be read. */
+static double mem_available_bytes(void);
+
+/* The host's memory limit in bytes for this process (0 unknown): the smallest of the physical
+ * memory, MemAvailable, a cgroup v2 limit and RLIMIT_AS; MPITRAIN_HOST_MEMORY (bytes, or with
+ * a K, M or G suffix) replaces it (a run sized for another host, and the tests). */
 static double host_memory_nbytes(void) {
+  const char *env = getenv("MPITRAIN_HOST_MEMORY");
+  if (env && *env) {
+    char *end = NULL;
+    double v = strtod(env, &end);
+    if (end && (*end == 'K' || *end == 'k')) v *= 1024.0;
+    else if (end && (*end == 'M' || *end == 'm')) v *= 1048576.0;
+    else if (end && (*end == 'G' || *end == 'g')) v *= 1073741824.0;
+    if (v > 0) return v;
+  }
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   double limit = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+  const double avail = mem_available_bytes();
+  if (avail > 0 && (limit == 0 || avail < limit)) limit = avail;
   FILE *f = fopen("/sys/fs/cgroup/memory.max", "r"); /* "max" or a byte count */
   if (f) {
     double v;
@@ -48,24 +64,42 @@ mpt_status mpt_cli_gpt_check_memory(const mpt_cli_options *o, const mpt_gpt_conf
   const double tokens = (double)o->batch_size * cfg->max_seq_len;
   const double Vp = cfg->padded_vocab_size ? cfg->padded_vocab_size
                                            : (double)mpt_gpt_padded_vocab(cfg->vocab_size);
+  /* model state per rank by ZeRO stage (at W > 1): 1 shards the optimizer state, 2 the
+   * gradients too, 3 the parameters too */
+  const int stage = world > 1 ? o->ddp.zero : 0;
+  const double params = stage >= 3 ? n / world : n, grads = stage >= 2 ? n / world : n;
   double state = o->optim.kind == MPT_OPTIM_ADAMW ? 2 * n : o->optim.momentum > 0 ? n : 0;
+  if (stage >= 1) state /= world;
   double saved = 0, scratch = 0; /* bytes: one layer's, and the largest while it runs */
   mpt_nn_causal_attention_memory(NULL, o->precision, o->batch_size, cfg->max_seq_len,
                                  cfg->num_heads, mpt_cpu_threads(), &saved, &scratch);
+  /* activations: 14 C per token and layer, or with --recompute each block's input (C) and one
+   * block's 14 C while it is recomputed */
+  const double acts = o->recompute ? 4 * tokens * (L * C + 14 * C + Vp) + saved
+                                   : 4 * tokens * (14 * L * C + Vp) + L * saved;
+  const double model_state = 4 * (params + grads + state);
   /* the samplers' order: 8 bytes per window, whole on every rank (mpt_sampler) */
-  const double need = 4 * (2 * n + state / world + tokens * (14 * L * C + Vp)) + L * saved +
-                      scratch + 8 * (double)windows;
+  const double need = model_state + acts + scratch + 8 * (double)windows;
   const double have = host_memory_nbytes();
   const double gib = 1024.0 * 1024.0 * 1024.0;
   if (have <= 0 || need * local_ranks <= have) return MPT_OK;
+  char stage_s[32] = "";
+  if (stage) snprintf(stage_s, sizeof stage_s, " under ZeRO-%d", stage);
   return MPT_FAIL(MPT_ENOMEM, "--model %s (%.0f parameters, B %lld x T %d) needs at least %.1f "
-                  "GiB per rank (parameters, gradients, optimizer state, the forward's "
-                  "activations and 8 bytes for each of the shards' %lld windows); this host has "
-                  "%.1f GiB for %d rank%s: give %s", o->model, n, (long long)o->batch_size,
-                  cfg->max_seq_len, need / gib, (long long)windows, have / gib, local_ranks,
-                  local_ranks == 1 ? "" : "s",
+                  "GiB per rank (model state %.2f GiB%s: parameters %.2f, gradients %.2f, "
+                  "optimizer state %.2f; activations %.2f GiB%s; the attention's scratch and 8 "
+                  "bytes for each of the shards' %lld windows); this host has %.1f GiB for %d "
+                  "rank%s: give %s", o->model, n, (long long)o->batch_size, cfg->max_seq_len,
+                  need / gib, model_state / gib, stage_s, 4 * params / gib, 4 * grads / gib,
+                  4 * state / gib, acts / gib, o->recompute ? " with --recompute" : "",
+                  (long long)windows, have / gib, local_ranks, local_ranks == 1 ? "" : "s",
                   8 * (double)windows > need / 2
                       ? "fewer shards, or a larger --batch-size or --seq-len (fewer windows)"
+                  : model_state > acts && stage < 3 && world > 1
+                      ? "a higher --zero stage (3 shards the parameters too), fewer ranks per "
+                        "host, or a smaller model"
+                  : !o->recompute
+                      ? "--recompute, a smaller --batch-size or model, or fewer ranks per host"
                       : "a smaller --batch-size or model, or fewer ranks per host");
 }
 
@@ -158,11 +192,13 @@ static double mem_available_bytes(void) {
  * Errors: MPT_ENOMEM naming both sizes. */
 mpt_status mpt_cli_check_model_fits(const mpt_cli_options *o, mpt_comm *comm, int ndev) {
   const double params = model_params_estimate(o);
-  /* Optimizer state: AdamW 2 floats per parameter, SGD 1; ZeRO-1 keeps 1/W of it per rank. */
-  const int world = mpt_comm_world_size(comm);
-  const double states = (o->optim.kind == MPT_OPTIM_ADAMW ? 2.0 : 1.0) / (o->ddp.zero ? world : 1);
-  const double need = params * sizeof(float) * (2.0 + states) * (ndev > 0 ? ndev : 1);
-  const double avail = mem_available_bytes();
+  /* Optimizer state: AdamW 2 floats per parameter, SGD 1; ZeRO-1 keeps 1/W of it per rank,
+   * ZeRO-2 of the gradients too, ZeRO-3 of the parameters too. */
+  const int world = mpt_comm_world_size(comm), z = world > 1 ? o->ddp.zero : 0;
+  const double states = (o->optim.kind == MPT_OPTIM_ADAMW ? 2.0 : 1.0) / (z ? world : 1);
+  const double grads = z >= 2 ? 1.0 / world : 1.0, weights = z >= 3 ? 1.0 / world : 1.0;
+  const double need = params * sizeof(float) * (weights + grads + states) * (ndev > 0 ? ndev : 1);
+  const double avail = host_memory_nbytes();
   const int local = mpt_comm_local_size(comm) > 0 ? mpt_comm_local_size(comm) : 1;
   if (avail > 0 && need > avail / local)
     return MPT_FAIL(MPT_ENOMEM, "model %s: %.3g parameters need at least %.1f GiB per rank "

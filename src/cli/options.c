@@ -37,9 +37,10 @@ typedef enum { P_I64, P_INT, P_F64, P_F32, P_F32D, P_STR, P_ON, P_OFF, P_FN } pa
  * ...". Sections in the order the usage prints them. */
 #define OPTIONS(X)                                                                              \
   X(MODEL, "model", P_FN, FIELD(model), 0, 0, ALL, "model and data",                            \
-    "mlp|cnn|gpt|gpt-mini|gpt2",                                                                \
-    "model (default mlp: 784-512-512-10); gpt-mini\n(6 layers, 6 heads, 384, T 256, bytes) "     \
-    "and gpt2 (124M)\nare GPT-2 presets, gpt is gpt-mini's sizes unless given", "")              \
+    "mlp|cnn|gpt|gpt-mini|gpt2|gpt2-medium|gpt2-large",                                         \
+    "model (default mlp: 784-512-512-10); gpt-mini\n(6 layers, 6 heads, 384, T 256, bytes), "    \
+    "gpt2 (124M),\ngpt2-medium (350M: 24 layers, 16 heads, 1024) and\ngpt2-large (774M: 36 "    \
+    "layers, 20 heads, 1280)\nare GPT-2 presets, gpt is gpt-mini's sizes unless given", "")      \
   X(HIDDEN, "hidden", P_FN, FIELD(mlp), 0, 0, MLP, "model and data", "N[,N...]",                \
     "mlp hidden sizes (default 512,512)", "it sets the mlp's hidden sizes")                     \
   X(BATCHNORM, "batchnorm", P_ON, FIELD(cnn.batchnorm), 0, 0, CNN, "model and data", "",        \
@@ -81,6 +82,10 @@ typedef enum { P_I64, P_INT, P_F64, P_F32, P_F32D, P_STR, P_ON, P_OFF, P_FN } pa
     "language models (--model gpt*)", "FILE",                                                   \
     "write the final model as an llm.c model file (rank 0)",                                    \
     "llm.c model files hold GPT-2 models (--save-params writes any model's parameters)")        \
+  X(RECOMPUTE, "recompute", P_ON, FIELD(recompute), 0, 0, GPT, "language models (--model gpt*)", \
+    "", "recompute each transformer block's activations in\nbackward: keeps only the blocks' "   \
+    "inputs, one more\nforward per step, the same bits (llm.c's -r)",                            \
+    "only the GPT has transformer blocks to recompute")                                         \
   X(EPOCHS, "epochs", P_I64, FIELD(epochs), 1, 100000, ALL, "training", "N",                    \
     "epochs (default 10; GPT 1)", "")                                                           \
   X(BATCH, "batch-size", P_FN, FIELD(batch_size), 1, 1 << 20, ALL, "training", "N|auto",        \
@@ -94,7 +99,8 @@ typedef enum { P_I64, P_INT, P_F64, P_F32, P_F32D, P_STR, P_ON, P_OFF, P_FN } pa
   X(OPTIMIZER, "optimizer", P_FN, NOFIELD, 0, 0, ALL, "training", "sgd|adamw",                  \
     "(default sgd; GPT adamw)", "")                                                             \
   X(LR, "lr", P_F32, FIELD(optim.lr), 0, 1e3, ALL, "training", "F",                            \
-    "base learning rate (default 0.05; GPT 1e-3, gpt2 6e-4)", "")                               \
+    "base learning rate (default 0.05; GPT 1e-3, gpt2 6e-4,\ngpt2-medium 3e-4, gpt2-large "     \
+    "2.5e-4)", "")                                                                              \
   X(MOMENTUM, "momentum", P_F32, FIELD(optim.momentum), 0, 1, ALL, "training", "F",             \
     "SGD momentum (default 0.9)", "")                                                           \
   X(NESTEROV, "nesterov", P_ON, FIELD(optim.nesterov), 0, 0, ALL, "training", "",               \
@@ -141,10 +147,14 @@ typedef enum { P_I64, P_INT, P_F64, P_F32, P_F32D, P_STR, P_ON, P_OFF, P_FN } pa
   X(GRAD_COMM, "grad-comm", P_FN, NOFIELD, 0, 0, ALL, "distributed", "fp32|bf16",               \
     "gradients on the wire: bf16 rounds each bucket to\nbfloat16, sums in fp32 steps, half "     \
     "the bytes (default\nfp32; error bound in ddp.h; CPU models)", "")                          \
-  X(ZERO, "zero", P_FN, NOFIELD, 0, 0, ALL, "distributed", "0|1|2",                             \
+  X(ZERO, "zero", P_FN, NOFIELD, 0, 0, ALL, "distributed", "0|1|2|3",                           \
     "ZeRO stage: 1 shards the optimizer state over the ranks\n(reduce-scatter + all-gather), 2 "  \
     "also the gradients\n(each bucket's memory outside the shard given back\nafter its "          \
-    "reduce-scatter) (default 0; CPU models)", "")                                              \
+    "reduce-scatter), 3 also the parameters\n(each unit all-gathered before its forward and\n"    \
+    "backward, given back after) (default 0; CPU models)", "")                                  \
+  X(NO_PREFETCH, "no-prefetch", P_OFF, FIELD(ddp.prefetch), 0, 0, ALL, "distributed", "",        \
+    "--zero 3: gather each unit when it is reached instead of\nduring the previous unit's "      \
+    "compute", "")                                                                              \
   X(ALLREDUCE_ALGO, "allreduce-algo", P_FN, NOFIELD, 0, 0, ALL, "distributed", "native|rs-ag",  \
     "plain DDP's all-reduce: rs-ag = ZeRO-1's\nreduce-scatter + all-gather, so --zero 0 and 1 "  \
     "train\nbit for bit alike (default native; CPU models)", "")                                \
@@ -505,9 +515,10 @@ static int parse_special(int id, const char *a, mpt_cli_options *o, int64_t *gpt
   switch (id) {
     case OPT_MODEL:
       if (strcmp(a, "mlp") != 0 && strcmp(a, "cnn") != 0 && strcmp(a, "gpt") != 0 &&
-          strcmp(a, "gpt-mini") != 0 && strcmp(a, "gpt2") != 0)
-        return fail(msg, n, "--model: unknown model '%s' (expected mlp, cnn, gpt, gpt-mini or "
-                    "gpt2)", a);
+          strcmp(a, "gpt-mini") != 0 && strcmp(a, "gpt2") != 0 &&
+          strcmp(a, "gpt2-medium") != 0 && strcmp(a, "gpt2-large") != 0)
+        return fail(msg, n, "--model: unknown model '%s' (expected mlp, cnn, gpt, gpt-mini, "
+                    "gpt2, gpt2-medium or gpt2-large)", a);
       snprintf(o->model, sizeof o->model, "%s", a);
       return 0;
     case OPT_HIDDEN:
@@ -550,9 +561,10 @@ static int parse_special(int id, const char *a, mpt_cli_options *o, int64_t *gpt
         return fail(msg, n, "--grad-comm: '%s' is not fp32 or bf16", a);
       return 0;
     case OPT_ZERO:
-      if (strcmp(a, "0") != 0 && strcmp(a, "1") != 0 && strcmp(a, "2") != 0)
+      if (strcmp(a, "0") != 0 && strcmp(a, "1") != 0 && strcmp(a, "2") != 0 &&
+          strcmp(a, "3") != 0)
         return fail(msg, n, "--zero: '%s' is not a supported ZeRO stage (0: off, 1: sharded "
-                    "optimizer state, 2: and sharded gradients; stage 3 is not implemented)", a);
+                    "optimizer state, 2: and sharded gradients, 3: and sharded parameters)", a);
       o->ddp.zero = a[0] - '0';
       return 0;
     case OPT_ALLREDUCE_ALGO:
@@ -626,7 +638,7 @@ static int finish_gpt(mpt_cli_options *o, const int64_t size[5], char *msg, size
   if (strcmp(o->model, "gpt") != 0 && any)
     return fail(msg, n, "--model %s is a preset: --n-layer, --n-head, --n-embd, --seq-len and "
                 "--vocab-size need --model gpt", o->model);
-  if (mpt_gpt_config_preset(strcmp(o->model, "gpt2") == 0 ? "gpt2" : "gpt-mini", &o->gpt) !=
+  if (mpt_gpt_config_preset(strcmp(o->model, "gpt") == 0 ? "gpt-mini" : o->model, &o->gpt) !=
       MPT_OK)
     return fail(msg, n, "--model %s: no preset", o->model);
   if (size[0]) o->gpt.num_layers = (int)size[0];
@@ -643,7 +655,11 @@ static int finish_gpt(mpt_cli_options *o, const int64_t size[5], char *msg, size
                 o->model);
   /* the GPT's defaults, where the user said nothing (llm.c's and nanoGPT's choices) */
   if (!o->given[OPT_OPTIMIZER]) o->optim.kind = MPT_OPTIM_ADAMW;
-  if (!o->given[OPT_LR]) o->optim.lr = strcmp(o->model, "gpt2") == 0 ? 6e-4f : 1e-3f;
+  if (!o->given[OPT_LR]) /* GPT-3's table for these sizes (Brown et al., 2020) */
+    o->optim.lr = strcmp(o->model, "gpt2") == 0          ? 6e-4f
+                  : strcmp(o->model, "gpt2-medium") == 0 ? 3e-4f
+                  : strcmp(o->model, "gpt2-large") == 0  ? 2.5e-4f
+                                                         : 1e-3f;
   if (!o->given[OPT_WD]) o->optim.weight_decay = 0.1f;
   if (!o->given[OPT_BATCH]) o->batch_size = MPT_CLI_DEFAULT_GPT_BATCH;
   if (!o->given[OPT_EPOCHS]) o->epochs = 1;

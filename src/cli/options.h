@@ -25,7 +25,7 @@ typedef enum { MPT_MODE_SINGLE_OR_DDP = 0, MPT_MODE_DP = 1 } mpt_cli_mode;
 
 typedef struct mpt_cli_options {
   char command[16]; /* "train" */
-  char model[16];   /* "mlp" | "cnn" | "gpt" | "gpt-mini" | "gpt2" */
+  char model[16];   /* "mlp" | "cnn" | "gpt" | "gpt-mini" | "gpt2" | "gpt2-medium" | "gpt2-large" */
   mpt_mlp_config mlp;
   mpt_cnn_config cnn;
   int64_t epochs;
@@ -79,6 +79,7 @@ typedef struct mpt_cli_options {
   int64_t val_every;        /* evaluation every N steps (0 = at the end of each epoch) */
   int64_t val_steps;        /* at most this many evaluation batches per rank (0 = all) */
   int64_t log_every;        /* a loss / throughput line every N steps (0 = none) */
+  int recompute;            /* --recompute: checkpoint each transformer block */
   int profile;              /* --profile: per-op times at the end (mpt_tape_set_profiling) */
   unsigned char given[MPT_CLI_MAX_OPTIONS]; /* which rows of the table were on the line */
   int argc;                 /* the command line as given (compared across ranks) */

@@ -58,6 +58,7 @@ static mpt_trainer_config config_of(const run *r) {
   c.dp_devices = o->mode == MPT_MODE_DP ? o->devices : NULL;
   c.threads = o->threads;
   c.precision = o->precision;
+  c.recompute = o->recompute;
   c.timeout_s = o->timeout_s;
   c.check_collectives = o->check_collectives;
   c.debug_dir = or_null(o->debug_dir);

@@ -42,6 +42,7 @@ mpt_ddp_config mpt_ddp_config_default(void) {
   c.timeout_ms = 300000.0;
   c.grad_comm = MPT_DDP_GRAD_FP32;
   c.zero = 0;
+  c.prefetch = 1;
   c.allreduce = MPT_DDP_ALLREDUCE_NATIVE;
   return c;
 }
@@ -238,9 +239,9 @@ mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm, mpt_str
        mpt_stream_device(mpt_comm_stream(comm)).type != MPT_DEVICE_CPU))
     return MPT_FAIL(MPT_ENOTSUP, "bf16 gradient communication needs the gradients in host memory "
                     "and the mpi comm backend on cpu (this model or comm is on a device)");
-  if (cfg.zero < 0 || cfg.zero > 2)
+  if (cfg.zero < 0 || cfg.zero > 3)
     return MPT_FAIL(MPT_EINVAL, "ZeRO stage %d is not supported (0: off, 1: sharded optimizer "
-                    "state, 2: and sharded gradients)", cfg.zero);
+                    "state, 2: and sharded gradients, 3: and sharded parameters)", cfg.zero);
   if (cfg.zero && mpt_model_device(model).type != MPT_DEVICE_CPU)
     return MPT_FAIL(MPT_ENOTSUP, "ZeRO-%d needs the model in host memory (cpu) for now",
                     cfg.zero);
@@ -295,6 +296,7 @@ mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm, mpt_str
     }
   }
   if (cfg.zero) MPT_CHECK(mpt__ddp_zero_init(d), fail);
+  if (cfg.zero == 3) MPT_CHECK(mpt__ddp_z3_init(d), fail);
   d->reducer = mpt__ddp_reducer_choose(d);
   mpt_device dev = mpt_model_device(model);
   for (int b = 0; b < d->nbuckets; b++) {
@@ -326,7 +328,8 @@ mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm, mpt_str
                                  .after_backward = hook_after_backward,
                                  .before_zero_grad = hook_before_zero_grad,
                                  .before_consume = hook_before_consume,
-                                 .zero_grads = cfg.zero >= 2 ? mpt__ddp_zero_grads : NULL};
+                                 .zero_grads = cfg.zero >= 2 ? mpt__ddp_zero_grads : NULL,
+                                 .param_needed = d->z3 ? mpt__ddp_z3_param_needed : NULL};
   MPT_CHECK(mpt_model_set_hooks(model, &hooks), fail);
   *ddp = d;
   return MPT_OK;
@@ -362,6 +365,10 @@ void mpt_ddp_free(mpt_ddp *d) {
   free(d->wire);
   free(d->shard);
   free(d->bucket_shard);
+  mpt__ddp_z3_free(d);
+  free(d->gathered);
+  free(d->param_unit);
+  free(d->unit_first);
   free(d);
 }
 
@@ -464,6 +471,7 @@ static mpt_status launch_bucket(mpt_ddp *d, int b) {
     MPT_RETURN_IF(mpt_stream_launch_host(d->comm_stream, stamp_start, &d->args[b]));
   d->sent_bytes += d->reducer->bytes(d, b);
   MPT_RETURN_IF(d->reducer->launch(d, b));
+  if (d->z3) MPT_RETURN_IF(mpt__ddp_z3_release(d, b)); /* its parameters' last use is done */
   if (d->timing == TIMING_EVENTS) return mpt_event_record(d->end_events[b], d->comm_stream);
   return mpt_stream_launch_host(d->comm_stream, stamp_end, &d->args[b]);
 }
@@ -692,6 +700,8 @@ static mpt_status hook_before_backward(void *user, mpt_tape *tape) {
                     "mpt_model_forward (or a second backward for one forward): the pass was "
                     "not seen by DDP");
   d->forward_open = 0;
+  d->in_backward = 1;
+  d->bwd_unit = -1;
   return prepare_backward(d, tape);
 }
 
@@ -701,6 +711,7 @@ static mpt_status hook_after_backward(void *user, mpt_tape *tape, mpt_status sta
   mpt_ddp *d = user;
   (void)tape;
   d->synced = 0;
+  d->in_backward = 0;
   if (status == MPT_OK) {
     const int syncing = d->prepared;
     status = finalize(d);

@@ -66,6 +66,19 @@ struct mpt_ddp {
   int64_t *bucket_shard;    /* [2 * nbuckets]: offset (in the bucket) and count of its shard */
   double sent_bytes;        /* bytes this rank sent in the engine's collectives (ring model) */
   int rsag; /* plain DDP all-reduces as reduce-scatter + all-gather (rsag.c; cfg.allreduce) */
+  /* ZeRO-3 (cfg.zero == 3 at W > 1; zero.c): parameters sharded as the gradients; a bucket's
+   * parameters are whole only while gathered */
+  int z3;
+  unsigned char *gathered; /* [nbuckets] Z3_*: the bucket's parameters given back, whole and
+                              current, or being all-gathered (a prefetch) */
+  mpt_event **gather_events; /* [nbuckets] recorded on the comm stream after its all-gather */
+  int bwd_unit;            /* the unit whose nodes backward last ran (prefetch: the one before) */
+  int in_backward;         /* between the before_backward and after_backward hooks */
+  int *param_unit;         /* [nparams] the model's unit of each parameter (mpt_model_units) */
+  int *unit_first;         /* [nunits + 1] a copy of the units, with the parameter count last */
+  int nunits;
+  int cur_unit, prev_unit; /* the forward's current and previous unit (-1: none yet) */
+  int64_t gathers;         /* buckets all-gathered for ZeRO-3 since init */
 };
 
 #define MPT__DDP_CLIP_EPS 1e-6 /* as mpt_clip_grad_norm (torch.nn.utils.clip_grad_norm_) */
@@ -82,6 +95,19 @@ mpt_status mpt__ddp_zero_release(void *arg);
  * back (they read as zero) and writing zeros only into the pages it shares with other memory at
  * its ends, so zero_grad does not make the whole buffer resident again. MPT_OK. */
 mpt_status mpt__ddp_zero_grads(void *user, float *grads, int64_t count);
+
+/* ZeRO-3 (zero.c): at init (after zero_init): the units and the gathered flags (every bucket
+ * whole after the broadcast). Errors: MPT_ENOMEM. */
+mpt_status mpt__ddp_z3_init(struct mpt_ddp *d);
+/* The param_needed model hook (nn.h): a forward's move to another unit gives back the buckets
+ * of neither this unit nor the previous one; the parameter's bucket is all-gathered if it is not
+ * whole (waited for). */
+mpt_status mpt__ddp_z3_param_needed(void *user, mpt_tape *tape, int param, int phase);
+/* Bucket b's parameters outside this rank's shard given back (whole pages); not gathered (a
+ * gather in flight is waited for first). Errors: those of the wait. */
+mpt_status mpt__ddp_z3_release(struct mpt_ddp *d, int b);
+/* The ZeRO-3 events freed (mpt_ddp_free). */
+void mpt__ddp_z3_free(struct mpt_ddp *d);
 
 /* rsag.c. The sum of squares (double) of rank `rank`'s ZeRO shard of the gradient buffer: its
  * shard of each bucket in increasing offset, each summed in 16 lanes. Every rank computes the same

@@ -97,6 +97,136 @@ mpt_status mpt__ddp_zero_release(void *arg) {
   return MPT_OK;
 }
 
+/* ---- ZeRO-3 ---- */
+
+enum { Z3_GIVEN_BACK = 0, Z3_WHOLE = 1, Z3_IN_FLIGHT = 2 };
+
+mpt_status mpt__ddp_z3_init(mpt_ddp *d) {
+  if (mpt_comm_world_size(d->comm) <= 1) return MPT_OK; /* one rank: its shard is the model */
+  const int *first = NULL;
+  const int n = mpt_model_units(d->model, &first);
+  const size_t nb = (size_t)(d->nbuckets ? d->nbuckets : 1);
+  d->gathered = malloc(nb);
+  d->gather_events = calloc(nb, sizeof *d->gather_events);
+  d->param_unit = malloc(sizeof(int) * (size_t)(d->nparams ? d->nparams : 1));
+  d->unit_first = malloc(sizeof(int) * (size_t)(n + 1));
+  if (!d->gathered || !d->gather_events || !d->param_unit || !d->unit_first)
+    return MPT_FAIL(MPT_ENOMEM, "cannot allocate the ZeRO-3 tables");
+  memset(d->gathered, Z3_WHOLE, nb); /* whole after the broadcast */
+  for (int b = 0; b < d->nbuckets; b++)
+    MPT_RETURN_IF(mpt_event_init(&d->gather_events[b], mpt_stream_device(d->comm_stream)));
+  for (int u = 0; u < n; u++) d->unit_first[u] = first[u];
+  d->unit_first[n] = d->nparams;
+  for (int u = 0; u < n; u++)
+    for (int p = d->unit_first[u]; p < d->unit_first[u + 1]; p++) d->param_unit[p] = u;
+  d->nunits = n;
+  d->cur_unit = d->prev_unit = d->bwd_unit = -1;
+  d->z3 = 1;
+  return MPT_OK;
+}
+
+void mpt__ddp_z3_free(mpt_ddp *d) {
+  for (int b = 0; d->gather_events && b < d->nbuckets; b++) mpt_event_free(d->gather_events[b]);
+  free(d->gather_events);
+  d->gather_events = NULL;
+}
+
+/* Bucket b holds a parameter of unit u. Buckets hold parameters last_param..first_param. */
+static int bucket_in_unit(const mpt_ddp *d, int b, int u) {
+  if (u < 0 || u >= d->nunits) return 0;
+  return d->buckets[b].last_param < d->unit_first[u + 1] &&
+         d->buckets[b].first_param >= d->unit_first[u];
+}
+
+/* Starts bucket b's all-gather on the comm stream (its event recorded after it). */
+static mpt_status z3_launch(mpt_ddp *d, int b) {
+  const mpt_ddp_bucket_info *bk = &d->buckets[b];
+  char purpose[MPT_COMM_PURPOSE_MAX];
+  snprintf(purpose, sizeof purpose, "zero3 gather %d", b % 1000000); /* flight recorder's tag */
+  mpt_comm_set_purpose(d->comm, purpose);
+  MPT_RETURN_IF(mpt_comm_allgather_shards(d->comm, d->comm_stream, d->params + bk->offset,
+                                          bk->count, MPT_F32));
+  d->sent_bytes += mpt__ddp_ring_bytes(0, 4.0 * (double)bk->count, mpt_comm_world_size(d->comm));
+  d->gathers++;
+  d->gathered[b] = Z3_IN_FLIGHT;
+  return mpt_event_record(d->gather_events[b], d->comm_stream);
+}
+
+/* Bucket b whole: launched if given back, waited for if in flight (deadline). */
+static mpt_status z3_gather(mpt_ddp *d, int b) {
+  if (d->gathered[b] == Z3_GIVEN_BACK) MPT_RETURN_IF(z3_launch(d, b));
+  if (d->gathered[b] == Z3_IN_FLIGHT) {
+    MPT_RETURN_IF(mpt_comm_wait_event(d->comm, d->gather_events[b]));
+    d->gathered[b] = Z3_WHOLE;
+  }
+  return MPT_OK;
+}
+
+/* The buckets of unit u that are given back start their all-gathers (prefetch). */
+static mpt_status z3_prefetch(mpt_ddp *d, int u) {
+  for (int b = 0; d->cfg.prefetch && u >= 0 && u < d->nunits && b < d->nbuckets; b++)
+    if (d->gathered[b] == Z3_GIVEN_BACK && bucket_in_unit(d, b, u)) MPT_RETURN_IF(z3_launch(d, b));
+  return MPT_OK;
+}
+
+mpt_status mpt__ddp_z3_release(mpt_ddp *d, int b) {
+  if (d->gathered[b] == Z3_IN_FLIGHT) MPT_RETURN_IF(z3_gather(d, b)); /* MPI still writes it */
+  const mpt_ddp_bucket_info *bk = &d->buckets[b];
+  const int64_t off = d->bucket_shard[2 * b], n = d->bucket_shard[2 * b + 1];
+  float *p = d->params + bk->offset;
+  uintptr_t from, to;
+  release_pages(p, sizeof(float) * (size_t)off, &from, &to);
+  release_pages(p + off + n, sizeof(float) * (size_t)(bk->count - off - n), &from, &to);
+  d->gathered[b] = Z3_GIVEN_BACK;
+  return MPT_OK;
+}
+
+mpt_status mpt__ddp_z3_param_needed(void *user, mpt_tape *tape, int param, int phase) {
+  mpt_ddp *d = user;
+  (void)tape;
+  if (!d->z3 || param < 0 || param >= d->nparams) return MPT_OK;
+  const int u = d->param_unit[param];
+  int moved = 0;
+  if (phase == 0 && u != d->cur_unit) { /* a forward moves on: free what it left behind */
+    d->prev_unit = d->cur_unit;
+    d->cur_unit = u;
+    moved = 1;
+    for (int b = 0; b < d->nbuckets; b++)
+      if (d->gathered[b] == Z3_WHOLE && !bucket_in_unit(d, b, u) &&
+          !bucket_in_unit(d, b, d->prev_unit))
+        MPT_RETURN_IF(mpt__ddp_z3_release(d, b));
+  }
+  MPT_RETURN_IF(z3_gather(d, d->param_bucket[param]));
+  /* prefetch: the next unit in the pass's order, once per unit reached. Backward walks the
+   * units down; a checkpoint recomputing its block inside backward (phase 0 while backward
+   * runs) too. */
+  const int backward = phase == 1 || (phase == 0 && d->in_backward);
+  if (backward && u != d->bwd_unit) {
+    d->bwd_unit = u;
+    MPT_RETURN_IF(z3_prefetch(d, u - 1));
+  } else if (!backward && moved) {
+    MPT_RETURN_IF(z3_prefetch(d, u + 1));
+  }
+  return MPT_OK;
+}
+
+mpt_status mpt_ddp_gather_params(mpt_ddp *d) {
+  if (!d) return MPT_FAIL(MPT_EINVAL, "mpt_ddp_gather_params: NULL DDP engine");
+  for (int b = 0; d->z3 && b < d->nbuckets; b++)
+    if (d->gathered[b] == Z3_GIVEN_BACK) MPT_RETURN_IF(z3_launch(d, b));
+  for (int b = 0; d->z3 && b < d->nbuckets; b++) MPT_RETURN_IF(z3_gather(d, b));
+  return MPT_OK;
+}
+
+int64_t mpt_ddp_param_gathers(const mpt_ddp *d) { return d ? d->gathers : 0; }
+
+mpt_status mpt_ddp_release_params(mpt_ddp *d) {
+  if (!d) return MPT_FAIL(MPT_EINVAL, "mpt_ddp_release_params: NULL DDP engine");
+  for (int b = 0; d->z3 && b < d->nbuckets; b++) MPT_RETURN_IF(mpt__ddp_z3_release(d, b));
+  if (d->z3) d->cur_unit = d->prev_unit = d->bwd_unit = -1;
+  return MPT_OK;
+}
+
 /* ---- public (ddp.h "ZeRO-1") ---- */
 
 int mpt_ddp_zero_stage(const mpt_ddp *d) { return d ? d->cfg.zero : 0; }
@@ -175,6 +305,9 @@ mpt_status mpt_ddp_optimizer_step(mpt_ddp *d, mpt_optimizer *opt, mpt_stream *st
   MPT_RETURN_IF(check_sharded(d, opt, "mpt_ddp_optimizer_step"));
   MPT_RETURN_IF(mpt_optimizer_step_model(opt, d->model, stream, lr));
   if (stream) MPT_RETURN_IF(mpt_stream_synchronize(stream, d->cfg.timeout_ms));
+  if (d->z3) return mpt_ddp_release_params(d); /* only the shards are current: each forward
+                                                * gathers the units it uses */
+  if (d->cfg.zero == 3) return MPT_OK; /* one rank */
   return gather_buckets(d, d->params);
 }
 

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mpitrain/autograd.h"
 #include "mpitrain/ops.h"
 #include "mpitrain/transformer.h"
 
@@ -23,9 +24,21 @@ enum { PER_LAYER = 12, FIRST_LAYER_KIND = 2, LNF_KIND = 14 };
 #define GPT_INIT_STD 0.02
 #define GPT_SYNC_TIMEOUT_MS 600000.0 /* a host <-> device copy of up to 0.5 GB */
 
+typedef struct gpt_block {
+  const mpt_gpt_config *cfg;
+  int layer;
+} gpt_block;
+
 typedef struct gpt_ctx {
   mpt_gpt_config cfg; /* padded_vocab_size filled in */
+  gpt_block *blocks;  /* [num_layers]: each block's checkpoint argument (recompute) */
 } gpt_ctx;
+
+static void gpt_ctx_free(void *p) {
+  gpt_ctx *ctx = p;
+  if (ctx) free(ctx->blocks);
+  free(ctx);
+}
 
 static int gpt_index(const mpt_gpt_config *c, int kind, int layer) {
   if (kind < FIRST_LAYER_KIND) return kind;
@@ -57,14 +70,24 @@ static int64_t gpt_file_offset(const mpt_gpt_config *c, const mpt_gpt_layout *la
 mpt_status mpt_gpt_config_preset(const char *name, mpt_gpt_config *config) {
   if (!name || !config) return MPT_FAIL(MPT_EINVAL, "gpt preset: NULL name or config");
   memset(config, 0, sizeof *config);
-  if (strcmp(name, "gpt2") == 0) {
-    *config = (mpt_gpt_config){.max_seq_len = 1024, .vocab_size = 50257, .num_layers = 12,
-                               .num_heads = 12, .channels = 768, .padded_vocab_size = 50304};
-  } else if (strcmp(name, "gpt-mini") == 0) {
+  /* GPT-2's sizes (Radford et al., 2019) as llm.c builds them (its d12, d24, d36) */
+  static const struct {
+    const char *name;
+    int layers, heads, channels;
+  } gpt2s[] = {{"gpt2", 12, 12, 768}, {"gpt2-medium", 24, 16, 1024}, {"gpt2-large", 36, 20, 1280}};
+  for (size_t i = 0; i < sizeof gpt2s / sizeof gpt2s[0]; i++)
+    if (strcmp(name, gpt2s[i].name) == 0) {
+      *config = (mpt_gpt_config){.max_seq_len = 1024, .vocab_size = 50257,
+                                 .num_layers = gpt2s[i].layers, .num_heads = gpt2s[i].heads,
+                                 .channels = gpt2s[i].channels, .padded_vocab_size = 50304};
+      return MPT_OK;
+    }
+  if (strcmp(name, "gpt-mini") == 0) {
     *config = (mpt_gpt_config){.max_seq_len = 256, .vocab_size = 256, .num_layers = 6,
                                .num_heads = 6, .channels = 384, .padded_vocab_size = 256};
   } else {
-    return MPT_FAIL(MPT_EINVAL, "gpt preset: unknown name '%s' (gpt2 or gpt-mini)", name);
+    return MPT_FAIL(MPT_EINVAL, "gpt preset: unknown name '%s' (gpt2, gpt2-medium, gpt2-large "
+                    "or gpt-mini)", name);
   }
   return MPT_OK;
 }
@@ -77,6 +100,23 @@ static mpt_status gpt_config_resolve(const mpt_gpt_config *in, mpt_gpt_config *o
   if (out->padded_vocab_size == 0)
     out->padded_vocab_size = (int)mpt_gpt_padded_vocab(out->vocab_size);
   return MPT_OK;
+}
+
+/* One transformer block on the residual stream x (recompute's checkpointed unit): its ln1
+ * unfused (the same bits as the fused add + LayerNorm of the plain forward, transformer.h). */
+static mpt_status gpt_block_forward(mpt_tape *tape, void *user, mpt_var *x, mpt_var **y) {
+  const gpt_block *b = user;
+  mpt_var *q[PER_LAYER], *h = NULL, *a = NULL;
+  for (int k = 0; k < PER_LAYER; k++)
+    MPT_RETURN_IF(mpt_tape_param(tape, gpt_index(b->cfg, FIRST_LAYER_KIND + k, b->layer), &q[k]));
+  MPT_RETURN_IF(mpt_nn_layernorm(tape, x, q[0], q[1], GPT_LN_EPS, &h));
+  MPT_RETURN_IF(mpt_nn_linear_nd(tape, h, q[2], q[3], &h));
+  MPT_RETURN_IF(mpt_nn_causal_attention(tape, h, b->cfg->num_heads, &a));
+  MPT_RETURN_IF(mpt_nn_linear_nd(tape, a, q[4], q[5], &a));
+  MPT_RETURN_IF(mpt_nn_add_layernorm(tape, x, a, q[6], q[7], GPT_LN_EPS, &x, &h));
+  MPT_RETURN_IF(mpt_nn_linear_gelu(tape, h, q[8], q[9], &h));
+  MPT_RETURN_IF(mpt_nn_linear_nd(tape, h, q[10], q[11], &h));
+  return mpt_nn_add(tape, x, h, y);
 }
 
 static mpt_status gpt_forward(mpt_model *model, mpt_tape *tape, void *vctx, mpt_var *input,
@@ -96,6 +136,16 @@ static mpt_status gpt_forward(mpt_model *model, mpt_tape *tape, void *vctx, mpt_
   MPT_RETURN_IF(mpt_tape_param(tape, 0, &p[0]));
   MPT_RETURN_IF(mpt_tape_param(tape, 1, &p[1]));
   MPT_RETURN_IF(mpt_nn_embedding_gpt(tape, tok, c->vocab_size, p[0], p[1], &x));
+  if (mpt_tape_recompute(tape)) { /* each block a checkpoint: only its input is kept */
+    mpt_var *nw = NULL, *nb = NULL;
+    for (int l = 0; l < c->num_layers; l++)
+      MPT_RETURN_IF(mpt_tape_checkpoint(tape, gpt_block_forward, &ctx->blocks[l], x, &x));
+    MPT_RETURN_IF(mpt_tape_param(tape, gpt_index(c, LNF_KIND, 0), &nw));
+    MPT_RETURN_IF(mpt_tape_param(tape, gpt_index(c, LNF_KIND + 1, 0), &nb));
+    MPT_RETURN_IF(mpt_nn_layernorm(tape, x, nw, nb, GPT_LN_EPS, &h));
+    MPT_RETURN_IF(mpt_tape_param(tape, 0, &p[0]));
+    return mpt_nn_linear_nd(tape, h, p[0], NULL, output);
+  }
   /* Each residual add is fused with the LayerNorm that follows it (the next block's ln1, or
    * lnf), and the MLP's fc with its GELU: the same bits as the unfused ops (transformer.h). */
   mpt_var **q = p + FIRST_LAYER_KIND;
@@ -122,7 +172,9 @@ static mpt_status gpt_forward(mpt_model *model, mpt_tape *tape, void *vctx, mpt_
     q[0] = nw;
     q[1] = nb;
   }
-  return mpt_nn_linear_nd(tape, h, p[0], NULL, output); /* the head, tied to wte */
+  /* the head, tied to wte: taken again where it is used (ZeRO-3 gathers it then) */
+  MPT_RETURN_IF(mpt_tape_param(tape, 0, &p[0]));
+  return mpt_nn_linear_nd(tape, h, p[0], NULL, output);
 }
 
 /* Registers parameter (kind, layer) with its shape and initial value. */
@@ -260,13 +312,29 @@ mpt_status mpt_model_init_gpt(mpt_model **model, mpt_device device, const mpt_gp
   gpt_ctx *ctx = calloc(1, sizeof *ctx);
   if (!ctx) return MPT_FAIL(MPT_ENOMEM, "gpt: forward context");
   st = gpt_config_resolve(config, &ctx->cfg, &lay);
+  if (st == MPT_OK && !(ctx->blocks = calloc((size_t)ctx->cfg.num_layers, sizeof *ctx->blocks)))
+    st = MPT_FAIL(MPT_ENOMEM, "gpt: forward context");
+  for (int l = 0; st == MPT_OK && l < ctx->cfg.num_layers; l++)
+    ctx->blocks[l] = (gpt_block){.cfg = &ctx->cfg, .layer = l};
   if (st == MPT_OK) st = mpt_model_init(&m, device);
   if (st != MPT_OK) {
-    free(ctx);
+    gpt_ctx_free(ctx);
     return st;
   }
-  mpt_model_set_forward(m, gpt_forward, ctx, free);
+  mpt_model_set_forward(m, gpt_forward, ctx, gpt_ctx_free);
   MPT_CHECK(gpt_register(m, &ctx->cfg, &lay), fail);
+  { /* ZeRO-3's units: the embeddings, each block, the final LayerNorm */
+    int *first = malloc(sizeof *first * (size_t)(ctx->cfg.num_layers + 2));
+    if (!first) {
+      st = MPT_FAIL(MPT_ENOMEM, "gpt: units");
+      goto fail;
+    }
+    first[0] = 0;
+    for (int l = 0; l <= ctx->cfg.num_layers; l++) first[l + 1] = FIRST_LAYER_KIND + PER_LAYER * l;
+    st = mpt_model_set_units(m, ctx->cfg.num_layers + 2, first);
+    free(first);
+    if (st != MPT_OK) goto fail;
+  }
   MPT_CHECK(mpt_model_finalize(m), fail);
   MPT_CHECK(mpt_gpt_init_weights(m, &ctx->cfg, seed), fail);
   *model = m;

@@ -54,6 +54,8 @@ struct mpt_model {
   uint64_t generation;          /* mpt_model_generation */
   mpt_model_hooks hooks;        /* a wrapper's (DDP); has_hooks says whether installed */
   int has_hooks;
+  int *unit_first;              /* mpt_model_set_units, or derived from the names; NULL: none */
+  int nunits;
 };
 
 static void entry_list_free(entry_list *list) {
@@ -79,7 +81,51 @@ void mpt_model_free(mpt_model *model) {
   if (model->free_ctx) model->free_ctx(model->ctx);
   entry_list_free(&model->params);
   entry_list_free(&model->buffers);
+  free(model->unit_first);
   free(model);
+}
+
+mpt_status mpt_model_set_units(mpt_model *model, int n, const int *first_param) {
+  if (!model) return MPT_FAIL(MPT_EINVAL, "model_set_units: NULL model");
+  const int np = model->params.count;
+  int ok = n >= 1 && first_param && first_param[0] == 0;
+  for (int u = 1; ok && u < n; u++) ok = first_param[u] > first_param[u - 1] && first_param[u] < np;
+  if (!ok || np == 0)
+    return MPT_FAIL(MPT_EINVAL, "model_set_units: %d units must start at parameter 0 and "
+                    "increase below the %d parameters", n, np);
+  int *copy = malloc(sizeof *copy * (size_t)n);
+  if (!copy) return MPT_FAIL(MPT_ENOMEM, "model_set_units: %d units", n);
+  memcpy(copy, first_param, sizeof *copy * (size_t)n);
+  free(model->unit_first);
+  model->unit_first = copy;
+  model->nunits = n;
+  return MPT_OK;
+}
+
+/* The length of a parameter name's unit prefix: up to its first '.', else the whole name. */
+static size_t unit_prefix(const char *name) {
+  const char *dot = strchr(name, '.');
+  return dot ? (size_t)(dot - name) : strlen(name);
+}
+
+int mpt_model_units(mpt_model *model, const int **first_param) {
+  if (first_param) *first_param = NULL;
+  if (!model || model->params.count == 0) return 0;
+  if (!model->unit_first) { /* derived: consecutive parameters of one name prefix */
+    const int np = model->params.count;
+    int *f = malloc(sizeof *f * (size_t)np), n = 0;
+    if (!f) return 0;
+    for (int i = 0; i < np; i++) {
+      const char *a = model->params.items[i].info.name;
+      const char *b = i ? model->params.items[i - 1].info.name : NULL;
+      if (!b || unit_prefix(a) != unit_prefix(b) || strncmp(a, b, unit_prefix(a)) != 0)
+        f[n++] = i;
+    }
+    model->unit_first = f;
+    model->nunits = n;
+  }
+  if (first_param) *first_param = model->unit_first;
+  return model->nunits;
 }
 
 static int name_taken(const mpt_model *model, const char *name) {
@@ -144,6 +190,11 @@ static mpt_status entry_add(mpt_model *model, entry_list *list, const char *what
 mpt_status mpt_model_add_param(mpt_model *model, const char *name, int ndim,
                                const int64_t *shape, mpt_init_kind init, int64_t fan_in,
                                int *index) {
+  if (model) { /* the units are those of the parameters registered so far */
+    free(model->unit_first);
+    model->unit_first = NULL;
+    model->nunits = 0;
+  }
   return entry_add(model, model ? &model->params : NULL, "parameter", name, ndim, shape, init,
                    fan_in, index);
 }

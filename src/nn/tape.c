@@ -45,6 +45,8 @@ struct mpt_var {
   int requires_grad;
   int param_index;   /* -1 unless this is a parameter's var */
   int kind;          /* VAR_* */
+  int grad_unwritten; /* gradient storage made ahead (a checkpoint's input): the next
+                       * mpt_var_grad_beta / _acc treats it as freshly allocated */
 };
 
 struct mpt_node {
@@ -102,6 +104,15 @@ struct mpt_tape {
   uint64_t seed;
   uint64_t seed_counter;
   mpt__tape_profile *prof; /* op profiling, NULL when off */
+
+  size_t arena_total, arena_peak; /* bytes used in all chunks now, and the most this pass */
+  int recompute;        /* mpt_tape_set_recompute */
+  int ckpt_forward;     /* inside a checkpoint's forward: mpt_tape_param notes the index */
+  int *ckpt_params;     /* the parameters each checkpoint's forward used, one run after
+                         * another (the node keeps its run's start and length) */
+  int nckpt_params, cap_ckpt_params;
+  int *ckpt_stamp;      /* [nparams] the last checkpoint (1-based count) that noted it */
+  int ckpt_count;
 };
 
 /* ---- pools ---- */
@@ -191,7 +202,36 @@ mpt_status mpt_tape_alloc(mpt_tape *tape, size_t nbytes, void **ptr) {
   }
   *ptr = c->base + c->used;
   c->used += need;
+  tape->arena_total += need;
+  if (tape->arena_total > tape->arena_peak) tape->arena_peak = tape->arena_total;
   return MPT_OK;
+}
+
+/* A position of the arena's bump pointer (and the scratch block then), to free what was
+ * allocated after it (checkpoints: a block's activations). */
+typedef struct arena_mark {
+  int chunk;
+  size_t used, total;
+  void *scratch;
+  size_t scratch_nbytes;
+} arena_mark;
+
+static arena_mark arena_get_mark(const mpt_tape *tape) {
+  arena_mark m = {.chunk = tape->nchunks - 1, .total = tape->arena_total,
+                  .scratch = tape->scratch, .scratch_nbytes = tape->scratch_nbytes};
+  m.used = m.chunk >= 0 ? tape->chunks[m.chunk].used : 0;
+  return m;
+}
+
+/* Frees everything allocated after `m` (the chunks added since stay, empty, for the next
+ * allocations; work queued on the stream that uses the memory runs before the work that will
+ * reuse it, on the same stream). */
+static void arena_rewind(mpt_tape *tape, const arena_mark *m) {
+  for (int i = m->chunk + 1; i < tape->nchunks; i++) tape->chunks[i].used = 0;
+  if (m->chunk >= 0) tape->chunks[m->chunk].used = m->used;
+  tape->arena_total = m->total;
+  tape->scratch = m->scratch;
+  tape->scratch_nbytes = m->scratch_nbytes;
 }
 
 mpt_status mpt_tape_scratch(mpt_tape *tape, size_t nbytes, void **ptr) {
@@ -207,6 +247,11 @@ mpt_status mpt_tape_scratch(mpt_tape *tape, size_t nbytes, void **ptr) {
 
 /* Replaces several chunks by one of their total use (see the file comment). */
 static void arena_consolidate(mpt_tape *tape) {
+  /* the most in use at once this pass (checkpoints rewind: the sum of what is used now may be
+   * less), which one chunk holds exactly: in one chunk the bump pointer is that sum */
+  size_t total = tape->arena_peak;
+  tape->arena_total = 0;
+  tape->arena_peak = 0;
   if (tape->nchunks <= 1) {
     if (tape->nchunks == 1) tape->chunks[0].used = 0;
     return;
@@ -217,8 +262,6 @@ static void arena_consolidate(mpt_tape *tape) {
     for (int i = 0; i < tape->nchunks; i++) tape->chunks[i].used = 0;
     return;
   }
-  size_t total = 0;
-  for (int i = 0; i < tape->nchunks; i++) total += tape->chunks[i].used;
   arena_release(tape);
   /* On failure the arena is simply empty: the next pass grows it again and reports. */
   if (arena_add_chunk(tape, total > ARENA_MIN_CHUNK ? total : ARENA_MIN_CHUNK) != MPT_OK)
@@ -261,6 +304,8 @@ void mpt_tape_free(mpt_tape *tape) {
   free(tape->param_vars);
   free(tape->uses);
   free(tape->remaining);
+  free(tape->ckpt_params);
+  free(tape->ckpt_stamp);
   free(tape);
 }
 
@@ -280,6 +325,8 @@ void mpt_tape_reset(mpt_tape *tape, uint64_t seed) {
     tape->remaining[i] = 0;
   }
   tape->backward_done = 0;
+  tape->nckpt_params = 0;
+  tape->ckpt_forward = 0;
   if (tape->prof) (void)mpt__tape_profile_mark(tape->prof, NULL); /* no stream wait: no error */
   tape->seed = seed;
   tape->seed_counter = 0;
@@ -426,18 +473,22 @@ static mpt_status ensure_param_arrays(mpt_tape *tape) {
   if (n == tape->nparams) return MPT_OK;
   mpt_var **vars = calloc((size_t)n, sizeof *vars);
   int *uses = calloc((size_t)n, sizeof *uses), *rem = calloc((size_t)n, sizeof *rem);
-  if (!vars || !uses || !rem) {
+  int *stamp = calloc((size_t)n, sizeof *stamp);
+  if (!vars || !uses || !rem || !stamp) {
     free(vars);
     free(uses);
     free(rem);
+    free(stamp);
     return MPT_FAIL(MPT_ENOMEM, "tape: no host memory for %d parameters", n);
   }
   free(tape->param_vars);
   free(tape->uses);
   free(tape->remaining);
+  free(tape->ckpt_stamp);
   tape->param_vars = vars;
   tape->uses = uses;
   tape->remaining = rem;
+  tape->ckpt_stamp = stamp;
   tape->nparams = n;
   tape->allocations++;
   return MPT_OK;
@@ -452,6 +503,22 @@ mpt_status mpt_tape_param(mpt_tape *tape, int index, mpt_var **var) {
     return MPT_FAIL(MPT_EINVAL, "tape_param: index %d outside [0, %d)", index,
                     mpt_model_num_params(tape->model));
   MPT_RETURN_IF(ensure_param_arrays(tape));
+  const mpt_model_hooks *hooks = tape->model_hooks ? mpt_model_get_hooks(tape->model) : NULL;
+  if (hooks && hooks->param_needed)
+    MPT_RETURN_IF(hooks->param_needed(hooks->user, tape, index,
+                                      tape->grad_enabled || tape->ckpt_forward ? 0 : 2));
+  if (tape->ckpt_forward && tape->ckpt_stamp[index] != tape->ckpt_count) {
+    if (tape->nckpt_params == tape->cap_ckpt_params) {
+      int cap = tape->cap_ckpt_params ? 2 * tape->cap_ckpt_params : 64;
+      int *p = realloc(tape->ckpt_params, (size_t)cap * sizeof *p);
+      if (!p) return MPT_FAIL(MPT_ENOMEM, "tape: no host memory for a checkpoint's parameters");
+      tape->ckpt_params = p;
+      tape->cap_ckpt_params = cap;
+      tape->allocations++;
+    }
+    tape->ckpt_params[tape->nckpt_params++] = index;
+    tape->ckpt_stamp[index] = tape->ckpt_count;
+  }
   if (tape->param_vars[index]) {
     *var = tape->param_vars[index];
     return MPT_OK;
@@ -480,7 +547,11 @@ const mpt_tensor *mpt_var_grad(const mpt_var *var) { return var ? &var->grad : N
  * (zero-filled only when `zero`), else 0. */
 static mpt_status grad_get(mpt_tape *tape, mpt_var *var, int zero, float **grad, int *fresh) {
   *fresh = 0;
-  if (!var->grad.data) {
+  if (var->grad.data && var->grad_unwritten) { /* made ahead: as if allocated now */
+    var->grad_unwritten = 0;
+    if (zero) MPT_RETURN_IF(mpt_op_fill(tape->stream, var->grad.data, var->value.count, 0.0f));
+    *fresh = 1;
+  } else if (!var->grad.data) {
     var_slot *slot = (var_slot *)var;
     if (slot->of) { /* a view: share the base's gradient */
       float *base = NULL;
@@ -641,25 +712,20 @@ mpt_status mpt_tape_backward(mpt_tape *tape, mpt_var *loss, float scale) {
   return st;
 }
 
-/* The walk itself (mpt_tape_backward has checked its arguments and run before_backward). */
-static mpt_status run_backward(mpt_tape *tape, mpt_var *loss, float scale,
-                               const mpt_model_hooks *hooks) {
-  float *dloss = NULL;
-  MPT_RETURN_IF(mpt_var_grad_acc(tape, loss, &dloss));
-  MPT_RETURN_IF(mpt_op_fill(tape->stream, dloss, 1, scale));
-  for (int i = 0; i < tape->nparams; i++) tape->remaining[i] = tape->uses[i];
-  double t_ms = 0; /* profiling: the end of the last timed interval */
-  if (tape->prof) {
-    MPT_RETURN_IF(mpt__tape_profile_mark(tape->prof, tape->stream)); /* forward's work done */
-    t_ms = mpt_time_ms();
-  }
-
+/* Runs the backward functions of nodes [lo, hi) in reverse, releasing their parameter uses
+ * (a parameter whose last use is released fires the hooks). *t_ms: profiling's mark. */
+static mpt_status walk_nodes(mpt_tape *tape, int64_t lo, int64_t hi,
+                             const mpt_model_hooks *hooks, double *t_ms) {
   /* Every node, the ones after the loss too: they got no gradient, but their parameter uses
    * must be released for the hook to fire. */
-  for (int64_t i = tape->nodes.used - 1; i >= 0; i--) {
+  for (int64_t i = hi - 1; i >= lo; i--) {
     mpt_node *node = node_at(tape, i);
     if (node->output->grad.data) {
-      mpt_status st = node->backward(tape, node);
+      mpt_status st = MPT_OK;
+      for (int k = 0; st == MPT_OK && hooks && hooks->param_needed && k < node->ninputs; k++)
+        if (node->inputs[k] && node->inputs[k]->param_index >= 0)
+          st = hooks->param_needed(hooks->user, tape, node->inputs[k]->param_index, 1);
+      if (st == MPT_OK) st = node->backward(tape, node);
       if (st != MPT_OK) {
         char inner[512];
         strncpy(inner, mpt_last_error(), sizeof inner - 1);
@@ -668,8 +734,8 @@ static mpt_status run_backward(mpt_tape *tape, mpt_var *loss, float scale,
                         inner);
       }
       if (tape->prof)
-        MPT_RETURN_IF(mpt__tape_profile_backward(tape->prof, tape->stream, node->name, t_ms,
-                                                 &t_ms));
+        MPT_RETURN_IF(mpt__tape_profile_backward(tape->prof, tape->stream, node->name, *t_ms,
+                                                 t_ms));
     }
     int fired = 0;
     for (int k = 0; k < node->ninputs; k++) {
@@ -682,10 +748,165 @@ static mpt_status run_backward(mpt_tape *tape, mpt_var *loss, float scale,
     }
     if (tape->prof && fired && (tape->hook || (hooks && hooks->grad_ready)))
       MPT_RETURN_IF(mpt__tape_profile_backward(tape->prof, tape->stream, "grad-ready hooks",
-                                               t_ms, &t_ms));
+                                               *t_ms, t_ms));
     else if (tape->prof)
-      t_ms = mpt_time_ms(); /* a skipped node's bookkeeping is nobody's time */
+      *t_ms = mpt_time_ms(); /* a skipped node's bookkeeping is nobody's time */
   }
+  return MPT_OK;
+}
+
+/* The walk itself (mpt_tape_backward has checked its arguments and run before_backward). */
+static mpt_status run_backward(mpt_tape *tape, mpt_var *loss, float scale,
+                               const mpt_model_hooks *hooks) {
+  float *dloss = NULL;
+  MPT_RETURN_IF(mpt_var_grad_acc(tape, loss, &dloss));
+  MPT_RETURN_IF(mpt_op_fill(tape->stream, dloss, 1, scale));
+  for (int i = 0; i < tape->nparams; i++) tape->remaining[i] = tape->uses[i];
+  double t_ms = 0; /* profiling: the end of the last timed interval */
+  if (tape->prof) {
+    MPT_RETURN_IF(mpt__tape_profile_mark(tape->prof, tape->stream)); /* forward's work done */
+    t_ms = mpt_time_ms();
+  }
+  return walk_nodes(tape, 0, tape->nodes.used, hooks, &t_ms);
+}
+
+/* ---- activation checkpoints (recompute) ---- */
+
+void mpt_tape_set_recompute(mpt_tape *tape, int enabled) {
+  if (tape) tape->recompute = enabled != 0;
+}
+
+int mpt_tape_recompute(const mpt_tape *tape) { return tape ? tape->recompute : 0; }
+
+typedef struct ckpt_ctx {
+  mpt_checkpoint_fn fn;
+  void *user;
+  mpt_var *x;
+  uint64_t seed_counter; /* at the forward: dropout draws the same masks again */
+  int params_start, params_count; /* its run in tape->ckpt_params */
+} ckpt_ctx;
+_Static_assert(sizeof(ckpt_ctx) <= MPT_NODE_CTX_BYTES, "checkpoint context too large");
+
+/* Releases one use of parameter p (the hooks fire at its last). */
+static void release_use(mpt_tape *tape, int p, const mpt_model_hooks *hooks) {
+  if (--tape->remaining[p] != 0) return;
+  if (tape->hook) tape->hook(tape->hook_user, p);
+  if (hooks && hooks->grad_ready) hooks->grad_ready(hooks->user, p);
+}
+
+/* Recomputes the block with gradients on, runs its nodes' backward right away, then frees its
+ * nodes and arena memory. */
+static mpt_status ckpt_backward(mpt_tape *tape, mpt_node *node) {
+  ckpt_ctx *c = mpt_node_ctx(node);
+  mpt_var *x = c->x, *r = NULL;
+  const mpt_model_hooks *hooks = tape->model_hooks ? mpt_model_get_hooks(tape->model) : NULL;
+  if (x->requires_grad && !x->grad.data) {
+    /* x's gradient lives on after the block's memory is freed: made before the mark, and
+     * written by the block's first contribution as if made then */
+    float *g = NULL;
+    if (((var_slot *)x)->of) {
+      MPT_RETURN_IF(mpt_var_grad_acc(tape, x, &g));
+    } else {
+      void *data = NULL;
+      MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)x->value.count * sizeof(float), &data));
+      x->grad.data = data;
+      x->grad_unwritten = 1;
+    }
+  }
+  const arena_mark mark = arena_get_mark(tape);
+  const int64_t n0 = tape->nodes.used;
+  const uint64_t seed_counter = tape->seed_counter;
+  const int grad_enabled = tape->grad_enabled;
+  tape->seed_counter = c->seed_counter;
+  tape->grad_enabled = 1;
+  mpt_status st = c->fn(tape, c->user, x, &r);
+  tape->seed_counter = seed_counter;
+  tape->grad_enabled = grad_enabled;
+  if (st == MPT_OK && r && r->requires_grad) {
+    int taken = 0;
+    st = mpt_var_grad_take(tape, r, node->output, &taken);
+    if (st == MPT_OK && !taken) {
+      float *g = NULL, beta = 1.0f;
+      st = mpt_var_grad_beta(tape, r, &g, &beta);
+      if (st == MPT_OK && beta == 0.0f)
+        st = mpt_op_memcpy(tape->stream, tape->device, g, tape->device, node->output->grad.data,
+                           (size_t)r->value.count * sizeof(float));
+      else if (st == MPT_OK)
+        st = MPT_FAIL(MPT_ESTATE, "checkpoint: the recomputed output already has a gradient");
+    }
+    for (int64_t i = n0; st == MPT_OK && i < tape->nodes.used; i++) {
+      const mpt_node *n = node_at(tape, i);
+      for (int k = 0; k < n->ninputs; k++)
+        if (n->inputs[k] && n->inputs[k]->param_index >= 0)
+          tape->remaining[n->inputs[k]->param_index]++;
+    }
+    double t_ms = tape->prof ? mpt_time_ms() : 0;
+    if (st == MPT_OK) st = walk_nodes(tape, n0, tape->nodes.used, hooks, &t_ms);
+  } else if (st == MPT_OK && !r) {
+    st = MPT_FAIL(MPT_EINVAL, "checkpoint: the function returned no output");
+  }
+  if (st == MPT_OK && x->grad_unwritten) { /* the block did not reach x */
+    x->grad_unwritten = 0;
+    st = mpt_op_fill(tape->stream, x->grad.data, x->value.count, 0.0f);
+  }
+  /* the forward's placeholder use of each parameter the block used: released last, so a
+   * parameter's gradient is final when the whole block's backward is */
+  for (int i = 0; i < c->params_count; i++)
+    release_use(tape, tape->ckpt_params[c->params_start + i], hooks);
+  tape->nodes.used = n0;
+  arena_rewind(tape, &mark);
+  return st;
+}
+
+mpt_status mpt_tape_checkpoint(mpt_tape *tape, mpt_checkpoint_fn fn, void *user, mpt_var *x,
+                               mpt_var **y) {
+  if (!tape || !fn || !x || !y) return MPT_FAIL(MPT_EINVAL, "tape_checkpoint: NULL argument");
+  *y = NULL;
+  if (!tape->grad_enabled || tape->ckpt_forward) return fn(tape, user, x, y);
+  if (!var_is_live(tape, x))
+    return MPT_FAIL(MPT_EINVAL, "tape_checkpoint: x is not a var of this tape's current pass");
+  mpt_var *out = NULL, *r = NULL;
+  MPT_RETURN_IF(mpt_tape_new_var(tape, x->value.ndim, x->value.shape, x->value.dtype, &out));
+  const arena_mark mark = arena_get_mark(tape);
+  const int start = tape->nckpt_params;
+  const uint64_t seed_counter = tape->seed_counter;
+  MPT_RETURN_IF(ensure_param_arrays(tape));
+  tape->ckpt_count++;
+  tape->ckpt_forward = 1;
+  tape->grad_enabled = 0;
+  mpt_status st = fn(tape, user, x, &r);
+  tape->grad_enabled = 1;
+  tape->ckpt_forward = 0;
+  if (st == MPT_OK && !r) st = MPT_FAIL(MPT_EINVAL, "tape_checkpoint: the function returned no "
+                                        "output");
+  if (st == MPT_OK) {
+    int same = r->value.ndim == x->value.ndim && r->value.dtype == x->value.dtype;
+    for (int d = 0; same && d < x->value.ndim; d++) same = r->value.shape[d] == x->value.shape[d];
+    if (!same) {
+      char a[128], b[128];
+      st = MPT_FAIL(MPT_ESHAPE, "tape_checkpoint: the function maps %s to %s: a checkpointed "
+                    "block keeps its input's shape and dtype",
+                    mpt_shape_str(x->value.ndim, x->value.shape, a, sizeof a),
+                    mpt_shape_str(r->value.ndim, r->value.shape, b, sizeof b));
+    }
+  }
+  if (st == MPT_OK)
+    st = mpt_op_memcpy(tape->stream, tape->device, out->value.data, tape->device, r->value.data,
+                       (size_t)x->value.count * mpt_dtype_size(x->value.dtype));
+  arena_rewind(tape, &mark);
+  if (st != MPT_OK) return st;
+  const int count = tape->nckpt_params - start;
+  if (count == 0 && !x->requires_grad) { /* nothing to differentiate */
+    *y = out;
+    return MPT_OK;
+  }
+  mpt_node *node = NULL;
+  MPT_RETURN_IF(mpt_tape_record(tape, "checkpoint", ckpt_backward, &x, 1, out, &node));
+  ckpt_ctx *c = mpt_node_ctx(node);
+  *c = (ckpt_ctx){.fn = fn, .user = user, .x = x, .seed_counter = seed_counter,
+                  .params_start = start, .params_count = count};
+  for (int i = 0; i < count; i++) tape->uses[tape->ckpt_params[start + i]]++;
+  *y = out;
   return MPT_OK;
 }
 

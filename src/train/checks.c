@@ -64,6 +64,7 @@ mpt_status mpt__train_check_replicas(mpt__trainer *t) {
   if (t->world == 1) return MPT_OK;
   uLong crc = crc32(0L, Z_NULL, 0);
   float *host;
+  if (t->ddp) MPT_RETURN_IF(mpt_ddp_gather_params(t->ddp)); /* ZeRO-3: whole to compare */
   MPT_RETURN_IF(mpt__train_params_on_host(t, &host));
   const unsigned char *p = (const unsigned char *)host;
   size_t left = (size_t)mpt_model_param_count(t->model) * sizeof(float);

@@ -216,6 +216,7 @@ mpt_status mpt__train_resume(mpt__trainer *t) {
   mpt_status sst = mpt__train_opt_whole_done(t, whole, st == MPT_OK);
   MPT_RETURN_IF(st);
   MPT_RETURN_IF(sst);
+  if (t->ddp) MPT_RETURN_IF(mpt_ddp_release_params(t->ddp)); /* ZeRO-3: keep the shard only */
   if (t->resuming && meta.global_step != t->resume_meta.global_step)
     return MPT_FAIL(MPT_ESTATE, "checkpoint '%s' changed since the start of the run (global step %"
                     PRId64 ", then %" PRId64 "): another job writing into its folder?", o->resume,
@@ -408,6 +409,7 @@ mpt_status mpt__train_check_run_options(mpt__trainer *t) {
 
 mpt_status mpt__train_opt_whole(mpt__trainer *t, int gather, int need, mpt_optimizer **whole) {
   *whole = t->opt;
+  if (gather && t->ddp) MPT_RETURN_IF(mpt_ddp_gather_params(t->ddp)); /* ZeRO-3: whole to save */
   if (!t->ddp || !mpt_ddp_zero_stage(t->ddp)) return MPT_OK;
   mpt_optimizer *w = NULL;
   if (!need) { /* this rank only takes part in the gather */

@@ -122,8 +122,10 @@ void mpt__train_log_start(mpt__trainer *t) {
             "gradients %s on the wire, %s%s%s%s", mpt_ddp_num_buckets(t->ddp),
             c->ddp.first_bucket_cap_mb, c->ddp.bucket_cap_mb, c->ddp.overlap ? "on" : "off",
             mpt_ddp_grad_comm_name(c->ddp.grad_comm),
-            c->ddp.zero == 2 ? "ZeRO-2 (reduce-scatter into the gradient shards, all-gather of "
-                               "the parameters)"
+            c->ddp.zero == 3 ? "ZeRO-3 (parameters sharded: each unit all-gathered before its "
+                               "forward and backward, gradients reduce-scattered into the shards)"
+            : c->ddp.zero == 2 ? "ZeRO-2 (reduce-scatter into the gradient shards, all-gather of "
+                                 "the parameters)"
             : c->ddp.zero    ? "ZeRO-1 (reduce-scatter, all-gather of the parameters)"
                              : "all-reduce ",
             c->ddp.zero ? "" : mpt_ddp_allreduce_algo_name(c->ddp.allreduce),
@@ -155,12 +157,13 @@ void mpt__train_log_start(mpt__trainer *t) {
   mpt_log(MPT_LOG_INFO, "configuration: model %s; %s, weight decay %g%s; schedule %s, warm-up %"
           PRId64 " steps%s; %" PRId64 " epoch(s) x %" PRId64 " steps, batch %" PRId64 " per rank x "
           "%d micro-batch(es), seed %" PRIu64 "; %s; timeout %g s, check-collectives %s; "
-          "checkpoints %s%s%s", c->model_name, optim, (double)oc->weight_decay,
+          "checkpoints %s%s%s%s", c->model_name, optim, (double)oc->weight_decay,
           c->no_decay_bias_norm ? " (>= 2-D weights only)" : "", sched,
           (int64_t)t->schedule.warmup_steps, warm, c->epochs, t->steps_per_epoch, c->batch_size,
           c->accumulate, c->seed, par, c->timeout_s, c->check_collectives ? "on" : "off",
           c->checkpoint_dir[0] ? c->checkpoint_dir : "off",
-          c->skip_nonfinite ? "; --skip-nonfinite" : "", c->profile ? "; --profile on" : "");
+          c->skip_nonfinite ? "; --skip-nonfinite" : "", c->profile ? "; --profile on" : "",
+          c->recompute ? "; --recompute (blocks' activations recomputed in backward)" : "");
 }
 
 void mpt__train_progress(mpt__trainer *t, int64_t epoch, int64_t step, const double *sums) {
@@ -247,9 +250,13 @@ enum { REPORT_FIELDS = 5 };
 mpt_status mpt__train_memory_report(mpt__trainer *t, const char *when, int64_t steps) {
   mpt_optimizer_state os;
   MPT_RETURN_IF(mpt_optimizer_get_state(t->opt, &os));
+  /* per rank: the whole model's, or the shard's where the stage shards it (ZeRO-2 the
+   * gradients, ZeRO-3 the parameters too; the model state per rank then 16 N / W with AdamW) */
+  const int stage = t->ddp && t->world > 1 ? mpt_ddp_zero_stage(t->ddp) : 0;
   const double pbytes = 4.0 * (double)mpt_model_param_count(t->model);
+  const double sbytes = t->ddp ? 4.0 * (double)mpt_ddp_shard_count(t->ddp) : pbytes;
   double mine[REPORT_FIELDS] = {
-      pbytes, pbytes, 4.0 * (double)os.nbuffers * (double)os.count, mpt__train_peak_rss_bytes(),
+      stage >= 3 ? sbytes : pbytes, stage >= 2 ? sbytes : pbytes, 4.0 * (double)os.nbuffers * (double)os.count, mpt__train_peak_rss_bytes(),
       !t->ddp ? 0.0 : steps > 0 ? mpt_ddp_sent_bytes(t->ddp) / (double)steps
                                 : mpt_ddp_step_bytes(t->ddp)};
   double *all = malloc(sizeof mine * (size_t)t->world);
@@ -267,7 +274,8 @@ mpt_status mpt__train_memory_report(mpt__trainer *t, const char *when, int64_t s
             "ring model)", when, r, v[0] * mib, v[1] * mib, v[2] * mib,
             !t->ddp || !mpt_ddp_zero_stage(t->ddp) ? ""
             : mpt_ddp_zero_stage(t->ddp) == 1      ? " (ZeRO-1 shard)"
-                                                   : " (ZeRO-2 shard)", v[3] * mib,
+            : mpt_ddp_zero_stage(t->ddp) == 2      ? " (ZeRO-2 shard)"
+                                                   : " (ZeRO-3 shard)", v[3] * mib,
             v[4] * mib, steps > 0 ? "counted" : "planned");
   }
   free(all);

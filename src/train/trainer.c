@@ -282,6 +282,7 @@ static mpt_status setup(mpt__trainer *t) {
             "in fp32; parameters, gradients and the optimizer stay fp32",
             mpt_precision_name(c->precision));
   }
+  mpt_tape_set_recompute(t->tape, c->recompute);
   if (c->profile) {
     MPT_RETURN_IF(mpt_tape_set_profiling(t->tape, 1));
     mpt_op_gemm_counting(1);
@@ -326,6 +327,7 @@ static mpt_status setup(mpt__trainer *t) {
 static mpt_status eval_line(mpt__trainer *t) {
   if (!t->task->eval) return MPT_OK;
   mpt_comm_set_purpose(t->comm, "eval");
+  if (t->ddp) MPT_RETURN_IF(mpt_ddp_gather_params(t->ddp)); /* ZeRO-3: whole before evaluating */
   MPT_RETURN_IF(mpt__train_evaluate(t));
   char metric[48] = "";
   if (t->task->metric)
@@ -491,6 +493,7 @@ static mpt_status run(mpt__trainer *t, mpt_train_result *res) {
   mpt_comm_set_step(t->comm, t->global_step);
   mpt_comm_set_purpose(t->comm, "end of run");
   MPT_RETURN_IF(mpt__train_memory_report(t, "at the end", t->global_step - t->loop_start_step));
+  if (t->ddp) MPT_RETURN_IF(mpt_ddp_gather_params(t->ddp)); /* ZeRO-3: whole for the outputs */
   mpt__breakdown bd;
   memset(&bd, 0, sizeof bd);
   MPT_RETURN_IF(mpt__train_report_end(t, &bd));

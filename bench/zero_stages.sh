@@ -1,0 +1,52 @@
+#!/bin/sh
+# Peak resident memory per rank and step time of a gpt2-shaped model (12 layers, 12 heads, 768
+# channels, GPT-2's vocabulary; T 128, B 1, 2 ranks) under plain DDP and ZeRO-1, 2 and 3, each
+# without and with --recompute, and ZeRO-3 without its prefetch; then (HEADLINE=1) gpt2-large
+# at 2 ranks with --zero 3 --recompute for a few steps. Each run is short (STEPS steps, the
+# first a warm-up the step time leaves out). Prints one row per run: peak resident MiB of each
+# rank (VmHWM, the trainer's memory line), the model state per rank it reports, and ms per
+# step (the trainer's per-step breakdown, slowest rank).
+# Usage: sh bench/zero_stages.sh [OUT.txt]   (from the build folder; STEPS=N, HEADLINE=1,
+# ROWS=0 for the headline alone)
+set -u
+case ${1:-} in
+  -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -*) echo "usage: bench/zero_stages.sh [OUT.txt] (see --help)" >&2; exit 2 ;;
+esac
+prog=${MPITRAIN:-./mpitrain}
+here=$(dirname "$0")
+steps=${STEPS:-4}
+out=${1:-/dev/stdout}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/mpt_zero_mem.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+awk 'BEGIN { srand(7); for (i = 0; i < 4000; i++) { s = "";
+  for (j = 0; j < 12; j++) s = s substr("abcdefghijklmnop ", 1 + int(rand() * 17), 1); print s } }' \
+  >"$tmp/text.txt"
+"$prog" tokenize --bytes --val-fraction 0.1 -o "$tmp/shards" "$tmp/text.txt" >/dev/null || exit 1
+gpt2="--model gpt --n-layer 12 --n-head 12 --n-embd 768 --vocab-size 50257 --seq-len 128"
+common="--shards $tmp/shards/train_000000.bin --batch-size 1 --max-steps $steps --threads 1 --val-steps 1 --log-every 1 --debug-dir $tmp/dbg"
+row() { # label args...
+  label=$1
+  shift
+  "$here/../tests/mpirun.sh" 2 1800 "$prog" train "$@" $common >"$tmp/run.out" 2>&1 ||
+    { echo "$label: failed: $(tail -3 "$tmp/run.out")"; return; }
+  peaks=$(sed -n 's/.*memory at the end, rank \([0-9]\): parameters \([0-9.]*\) MiB, gradients \([0-9.]*\) MiB, optimizer state \([0-9.]*\) MiB.*peak resident \([0-9.]*\) MiB.*/r\1 \5 (state \2+\3+\4)/p' "$tmp/run.out" | tr '\n' ' ')
+  ms=$(sed -n 's/.*per-step breakdown .* total \([0-9.]*\).*/\1/p' "$tmp/run.out" | tail -1)
+  loss=$(sed -n 's/.*step *\([0-9]*\)\/[0-9]*  loss \([0-9.]*\).*/\2/p' "$tmp/run.out" | tr '\n' ' ')
+  printf '%-34s peak MiB %s| %s ms/step | loss %s\n' "$label" "$peaks" "$ms" "$loss"
+}
+{
+  if [ "${ROWS:-1}" = 1 ]; then
+    echo "# gpt2-shaped (124M) at 2 ranks, B 1, T 128, $steps steps, 1 thread per rank; $(date -u +%F)"
+    for z in 0 1 2 3; do
+      row "zero $z" $gpt2 --zero $z
+      row "zero $z --recompute" $gpt2 --zero $z --recompute
+    done
+    row "zero 3 --no-prefetch" $gpt2 --zero 3 --no-prefetch
+  fi
+  if [ "${HEADLINE:-0}" = 1 ]; then
+    echo "# gpt2-large (774M) at 2 ranks, B 1, T 64 (--model gpt with its sizes), $steps steps"
+    row "gpt2-large zero 3 --recompute" --model gpt --n-layer 36 --n-head 20 --n-embd 1280 \
+      --vocab-size 50257 --seq-len 64 --zero 3 --recompute --lr 2.5e-4
+  fi
+} >"$out"
