@@ -15,6 +15,7 @@
 #include "mpitrain/ddp.h"
 #include "mpitrain/ckpt.h"
 #include "mpitrain/gpt_file.h"
+#include "mpitrain/safetensors.h"
 #include "mpitrain/dp.h"
 #include "mpitrain/trainer.h"
 

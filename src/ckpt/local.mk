@@ -14,6 +14,10 @@ endif
 # llm.c GPT model files (include/mpitrain/gpt_file.h)
 mpitraininclude_HEADERS += include/mpitrain/gpt_file.h
 libmpitrain_all_la_SOURCES += src/ckpt/gpt_file.c
+# Hugging Face safetensors files and GPT-2 models in them (include/mpitrain/safetensors.h)
+mpitraininclude_HEADERS += include/mpitrain/safetensors.h
+libmpitrain_all_la_SOURCES += src/ckpt/json.h src/ckpt/json.c src/ckpt/safetensors.c \
+	src/ckpt/gpt_safetensors.c
 if HAVE_CHECK
 check_PROGRAMS += tests/test_gpt_file
 TESTS += tests/test_gpt_file
