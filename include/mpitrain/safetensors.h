@@ -92,7 +92,8 @@ MPT_API mpt_status mpt_st_write_f32(const char *path, const mpt_st_write_tensor 
  * h.<l>.attn.masked_bias (the causal-mask buffers older files hold). Any other tensor, a
  * missing one, or a shape that differs is refused naming it. F32, BF16 and F16 are read. */
 
-/* 1 when `path` names a safetensors model: ends in ".safetensors", or is a directory. */
+/* 1 when `path` names a safetensors model: ends in ".safetensors", or is a directory holding
+ * model.safetensors or config.json. (mpt_gpt_file_write also takes any directory as one.) */
 MPT_API int mpt_gpt_st_is_path(const char *path);
 
 /* The config of the model at `path` (config.json; padded_vocab_size is
@@ -109,8 +110,8 @@ MPT_API mpt_status mpt_gpt_st_read_header(const char *path, mpt_gpt_config *conf
 MPT_API mpt_status mpt_gpt_st_read(const char *path, const mpt_gpt_config *expect,
                                    mpt_gpt_config *config, float *params, int64_t capacity);
 
-/* Writes params (llm.c's order, layout.total floats) as an F32 GPT-2 model at `path` (a
- * directory: path/model.safetensors; otherwise the file itself) and config.json beside it,
+/* Writes params (llm.c's order, layout.total floats) as an F32 GPT-2 model at `path` (an
+ * existing directory: path/model.safetensors; otherwise the file itself) and config.json beside it,
  * each atomically. wte's rows past V are not written. Metadata {"format": "pt"} (what
  * transformers expects). Errors: those of mpt_gpt_layout_compute and mpt_st_write_f32. */
 MPT_API mpt_status mpt_gpt_st_write(const char *path, const mpt_gpt_config *config,

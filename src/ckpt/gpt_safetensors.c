@@ -80,7 +80,13 @@ int mpt_gpt_st_is_path(const char *path) {
   size_t n = strlen(path);
   if (n >= 12 && strcmp(path + n - 12, ".safetensors") == 0) return 1;
   struct stat s;
-  return stat(path, &s) == 0 && S_ISDIR(s.st_mode);
+  if (stat(path, &s) != 0 || !S_ISDIR(s.st_mode)) return 0;
+  char p[GPT_ST_PATH_MAX];
+  for (int k = 0; k < 2; k++) /* a folder of another kind is not taken for a model */
+    if (snprintf(p, sizeof p, "%s/%s", path, k ? "config.json" : "model.safetensors") <
+            (int)sizeof p && stat(p, &s) == 0)
+      return 1;
+  return 0;
 }
 
 /* The safetensors file and config.json of the model at `path`. */

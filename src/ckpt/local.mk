@@ -25,3 +25,10 @@ tests_test_gpt_file_SOURCES = tests/test_gpt_file.c
 tests_test_gpt_file_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_gpt_file_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 endif
+if HAVE_CHECK
+check_PROGRAMS += tests/test_safetensors
+TESTS += tests/test_safetensors
+tests_test_safetensors_SOURCES = tests/test_safetensors.c
+tests_test_safetensors_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_safetensors_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+endif
