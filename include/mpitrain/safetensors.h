@@ -37,7 +37,8 @@ typedef struct mpt_st_tensor {
   int64_t begin, end;            /* byte offsets in the data section, end - begin = count x size */
 } mpt_st_tensor;
 
-typedef struct mpt_st_file mpt_st_file; /* an open, validated file */
+/* An open, validated file (mpt_st_open): its descriptor, the parsed header and metadata. */
+typedef struct mpt_st_file mpt_st_file;
 
 /* Opens `path` and validates its header (all the checks above; no tensor data is read).
  * Errors: MPT_ENOENT missing; MPT_EIO unreadable or not a regular file; MPT_EFORMAT as above;
@@ -64,6 +65,8 @@ typedef struct mpt_st_write_tensor {
   int ndim;         /* 0..MPT_ST_MAX_DIMS */
   int64_t shape[MPT_ST_MAX_DIMS];
 } mpt_st_write_tensor;
+/* Writes tensor `index`'s count floats into dst (the writer's buffer); an error aborts the
+ * write and is returned by mpt_st_write_f32. */
 typedef mpt_status (*mpt_st_fill_fn)(void *ctx, int index, float *dst);
 
 /* Writes an F32 safetensors file of the n tensors (data in that order, contiguous, the header
