@@ -6,6 +6,7 @@
 #include "mpitrain/ops.h"
 #include "mpitrain/ops_gpt.h"
 #include "mpitrain/ops_bf16.h"
+#include "mpitrain/ops_llama.h"
 #include "mpitrain/nn.h"
 #include "mpitrain/autograd.h"
 #include "mpitrain/transformer.h"
