@@ -1,5 +1,5 @@
 #!/bin/sh
-# Builds the libFuzzer targets fuzz_idx, fuzz_ckpt, fuzz_cli, fuzz_llmc (and the seed generator
+# Builds the libFuzzer targets fuzz_idx, fuzz_ckpt, fuzz_cli, fuzz_llmc, fuzz_safetensors (and the seed generator
 # make_seeds) with clang, AddressSanitizer and UndefinedBehaviorSanitizer, straight from the
 # sources: no configure run is needed.
 #
@@ -78,7 +78,7 @@ san="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-fram
 cflags="-std=c11 -D_GNU_SOURCE -g -O1 -pthread -Wall -Wextra -Wno-unused-command-line-argument"
 cppflags="-I$out -I$top/include -I$top/src -I$top/fuzz $mpi_cflags $blas_cflags"
 # The parsers under test: coverage feedback for libFuzzer.
-covered="src/data/idx.c src/data/dataset.c src/ckpt/read.c src/ckpt/write.c src/ckpt/dir.c src/cli/options.c src/data/tokens.c src/data/token_data.c src/ckpt/gpt_file.c"
+covered="src/data/idx.c src/data/dataset.c src/ckpt/read.c src/ckpt/write.c src/ckpt/dir.c src/cli/options.c src/data/tokens.c src/data/token_data.c src/ckpt/gpt_file.c src/ckpt/json.c src/ckpt/safetensors.c src/ckpt/gpt_safetensors.c"
 
 # ---- compile (in parallel, only what is out of date) ----
 stamp="$out/obj/.headers"
@@ -132,10 +132,10 @@ fi
 libs="$blas_libs $zlib_libs $mpi_libs -lm -lpthread"
 
 # ---- link ----
-for t in fuzz_idx fuzz_ckpt fuzz_cli fuzz_llmc; do
+for t in fuzz_idx fuzz_ckpt fuzz_cli fuzz_llmc fuzz_safetensors; do
   # shellcheck disable=SC2086
   $cc $cflags $san -fsanitize=fuzzer $cppflags "$here/$t.c" $objs $libs -o "$out/$t"
 done
 # shellcheck disable=SC2086
 $cc $cflags $san $cppflags "$here/make_seeds.c" $objs $libs -o "$out/make_seeds"
-echo "fuzz/build.sh: built $out/fuzz_idx $out/fuzz_ckpt $out/fuzz_cli $out/fuzz_llmc $out/make_seeds"
+echo "fuzz/build.sh: built $out/fuzz_idx $out/fuzz_ckpt $out/fuzz_cli $out/fuzz_llmc $out/fuzz_safetensors $out/make_seeds"

@@ -3,7 +3,7 @@
 #
 #   fuzz/run.sh TARGET SECONDS [BUILD_DIR]
 #
-# TARGET is fuzz_idx, fuzz_ckpt, fuzz_cli or fuzz_llmc, built by fuzz/build.sh into BUILD_DIR (default
+# TARGET is fuzz_idx, fuzz_ckpt, fuzz_cli, fuzz_llmc or fuzz_safetensors, built by fuzz/build.sh into BUILD_DIR (default
 # ./fuzz-build, built first if the binary is missing). New interesting inputs go to
 # BUILD_DIR/corpus/TARGET (kept between runs; the committed seeds in fuzz/corpus/TARGET are
 # only read), crash, leak and timeout reproducers to BUILD_DIR/artifacts/ (their names are
@@ -24,8 +24,8 @@ fi
 target=$1
 seconds=$2
 out=${3:-$PWD/fuzz-build}
-case "$target" in fuzz_idx | fuzz_ckpt | fuzz_cli | fuzz_llmc) ;; *)
-  echo "fuzz/run.sh: unknown target '$target' (fuzz_idx, fuzz_ckpt, fuzz_cli or fuzz_llmc)" >&2
+case "$target" in fuzz_idx | fuzz_ckpt | fuzz_cli | fuzz_llmc | fuzz_safetensors) ;; *)
+  echo "fuzz/run.sh: unknown target '$target' (fuzz_idx, fuzz_ckpt, fuzz_cli, fuzz_llmc or fuzz_safetensors)" >&2
   exit 2
   ;;
 esac

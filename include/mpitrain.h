@@ -6,6 +6,7 @@
 #include "mpitrain/ops.h"
 #include "mpitrain/ops_gpt.h"
 #include "mpitrain/ops_bf16.h"
+#include "mpitrain/ops_llama.h"
 #include "mpitrain/nn.h"
 #include "mpitrain/autograd.h"
 #include "mpitrain/transformer.h"
@@ -15,6 +16,7 @@
 #include "mpitrain/ddp.h"
 #include "mpitrain/ckpt.h"
 #include "mpitrain/gpt_file.h"
+#include "mpitrain/safetensors.h"
 #include "mpitrain/dp.h"
 #include "mpitrain/trainer.h"
 

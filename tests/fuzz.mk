@@ -5,7 +5,7 @@
 # without clang + libFuzzer.
 TESTS += tests/test_fuzz.sh
 EXTRA_DIST += tests/test_fuzz.sh tests/lsan.supp fuzz/build.sh fuzz/run.sh fuzz/fuzz_common.h fuzz/fuzz_idx.c \
-	fuzz/fuzz_ckpt.c fuzz/fuzz_cli.c fuzz/fuzz_llmc.c fuzz/make_seeds.c fuzz/README.md fuzz/corpus
+	fuzz/fuzz_ckpt.c fuzz/fuzz_cli.c fuzz/fuzz_llmc.c fuzz/fuzz_safetensors.c fuzz/make_seeds.c fuzz/README.md fuzz/corpus
 
 # The fuzz build directory of tests/test_fuzz.sh.
 clean-local: clean-fuzz

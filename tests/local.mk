@@ -49,6 +49,10 @@ EXTRA_DIST += tests/test_precision.sh
 # bad inputs and misuse of tokenize, token shards, model files, train --model gpt, generate
 TESTS += tests/test_gpt_bad_input.sh
 EXTRA_DIST += tests/test_gpt_bad_input.sh
+# Hugging Face safetensors models through train --init-from / --save-model and generate,
+# against tests/st_oracle.py (a file written from the format alone)
+TESTS += tests/test_safetensors_cli.sh
+EXTRA_DIST += tests/test_safetensors_cli.sh tests/st_oracle.py
 # every MPT_API declaration in include/ has a comment block directly above it
 TESTS += tests/test_header_docs.sh
 EXTRA_DIST += tests/test_header_docs.sh

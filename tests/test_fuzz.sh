@@ -2,7 +2,7 @@
 # The fuzz targets (fuzz/): builds them with clang + libFuzzer + ASan + UBSan (fuzz/build.sh,
 # into ./fuzz-build of the build directory) and runs each one, from its seed corpus, for
 # MPT_FUZZ_SECONDS seconds (default 60) with fuzz/run.sh: fuzz_idx (the IDX reader and dataset
-# loader), fuzz_ckpt (the checkpoint loader), fuzz_cli (the command-line parser), fuzz_llmc (llm.c token shards and model files). A target
+# loader), fuzz_ckpt (the checkpoint loader), fuzz_cli (the command-line parser), fuzz_llmc (llm.c token shards and model files), fuzz_safetensors (safetensors files). A target
 # passes when the fuzzer found no crash, hang, leak, sanitizer report or broken invariant in
 # that time; a failure prints the fuzzer's report and the reproducer's path.
 # Skipped (exit 77) where clang or libFuzzer is missing (Debian: apt-get install clang
@@ -29,7 +29,7 @@ fi
 
 pass=0
 fail=0
-for target in fuzz_idx fuzz_ckpt fuzz_cli fuzz_llmc; do
+for target in fuzz_idx fuzz_ckpt fuzz_cli fuzz_llmc fuzz_safetensors; do
   if "$top/fuzz/run.sh" "$target" "$seconds" "$out"; then
     pass=$((pass + 1))
   else

@@ -16,7 +16,11 @@
  * 1024 + 4 * mpt_gpt_layout(...).total bytes. The functions here read and write a flat buffer
  * in this order; the GPT model (transformer.h) registers its parameters layer by layer instead
  * (so DDP's buckets fill during backward), and mpt_gpt_load / mpt_gpt_save copy tensor by tensor
- * with the layout's offsets. Runs on the calling thread; no state. */
+ * with the layout's offsets. Runs on the calling thread; no state.
+ *
+ * A path that ends in ".safetensors", or a directory (holding model.safetensors or config.json,
+ * when read) is a Hugging Face model instead (safetensors.h: model.safetensors, config.json): the three file functions below then
+ * call mpt_gpt_st_read_header, mpt_gpt_st_read and mpt_gpt_st_write, with their errors. */
 #ifndef MPITRAIN_GPT_FILE_H
 #define MPITRAIN_GPT_FILE_H
 

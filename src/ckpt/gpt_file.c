@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "mpitrain/data.h"
 #include "mpitrain/gpt_file.h"
+#include "mpitrain/safetensors.h"
 
 #define GPT_CHUNK_FLOATS (256 * 1024) /* 1 MiB */
 
@@ -161,6 +162,7 @@ fail:
 
 mpt_status mpt_gpt_file_read_header(const char *path, mpt_gpt_config *config) {
   if (!path || !config) return MPT_FAIL(MPT_EINVAL, "mpt_gpt_file_read_header: NULL argument");
+  if (mpt_gpt_st_is_path(path)) return mpt_gpt_st_read_header(path, config);
   memset(config, 0, sizeof *config);
   int fd;
   mpt_gpt_layout lay;
@@ -174,6 +176,7 @@ mpt_status mpt_gpt_file_read_header(const char *path, mpt_gpt_config *config) {
 mpt_status mpt_gpt_file_read(const char *path, const mpt_gpt_config *expect,
                              mpt_gpt_config *config, float *params, int64_t capacity) {
   if (!path || !params) return MPT_FAIL(MPT_EINVAL, "mpt_gpt_file_read: NULL argument");
+  if (mpt_gpt_st_is_path(path)) return mpt_gpt_st_read(path, expect, config, params, capacity);
   int fd;
   mpt_gpt_layout lay;
   mpt_gpt_config c;
@@ -214,6 +217,9 @@ mpt_status mpt_gpt_file_write(const char *path, const mpt_gpt_config *config,
                               const float *params) {
   if (!path || !config || !params)
     return MPT_FAIL(MPT_EINVAL, "mpt_gpt_file_write: NULL argument");
+  struct stat dir;
+  if (mpt_gpt_st_is_path(path) || (stat(path, &dir) == 0 && S_ISDIR(dir.st_mode)))
+    return mpt_gpt_st_write(path, config, params);
   mpt_gpt_layout lay;
   MPT_RETURN_IF(mpt_gpt_layout_compute(config, &lay));
   mpt_gpt_config c = *config;

@@ -14,10 +14,21 @@ endif
 # llm.c GPT model files (include/mpitrain/gpt_file.h)
 mpitraininclude_HEADERS += include/mpitrain/gpt_file.h
 libmpitrain_all_la_SOURCES += src/ckpt/gpt_file.c
+# Hugging Face safetensors files and GPT-2 models in them (include/mpitrain/safetensors.h)
+mpitraininclude_HEADERS += include/mpitrain/safetensors.h
+libmpitrain_all_la_SOURCES += src/ckpt/json.h src/ckpt/json.c src/ckpt/safetensors.c \
+	src/ckpt/gpt_safetensors.c
 if HAVE_CHECK
 check_PROGRAMS += tests/test_gpt_file
 TESTS += tests/test_gpt_file
 tests_test_gpt_file_SOURCES = tests/test_gpt_file.c
 tests_test_gpt_file_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_gpt_file_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+endif
+if HAVE_CHECK
+check_PROGRAMS += tests/test_safetensors
+TESTS += tests/test_safetensors
+tests_test_safetensors_SOURCES = tests/test_safetensors.c
+tests_test_safetensors_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_safetensors_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 endif

@@ -117,7 +117,7 @@ mpt_status mpt_cli_gpt_check_save_model(const char *path) {
   unlink(probe);
   FILE *f = fopen(path, "rb");
   if (!f) return MPT_OK; /* a new file (or one trainer_check_output_path judged) */
-  unsigned char head[8];
+  unsigned char head[9];
   const size_t got = fread(head, 1, sizeof head, f);
   fclose(f);
   if (got == 0) return MPT_OK; /* empty: nothing to lose */
@@ -125,8 +125,10 @@ mpt_status mpt_cli_gpt_check_save_model(const char *path) {
                                         (uint32_t)head[2] << 16 | (uint32_t)head[3] << 24
                                   : 0;
   if (got >= 4 && magic == MPT_GPT_FILE_MAGIC) return MPT_OK; /* a model file: replaced */
+  if (got == 9 && head[8] == '{' && mpt_gpt_st_is_path(path))
+    return MPT_OK; /* a safetensors file (a JSON header after its length): replaced */
   const char *what = got >= 4 && magic == MPT_SHARD_MAGIC ? "it is a token shard"
-                     : got == 8 && memcmp(head, "MPTCKPT", 8) == 0
+                     : got >= 8 && memcmp(head, "MPTCKPT", 8) == 0
                          ? "it is an mpitrain checkpoint"
                          : "it does not start with the magic 20240326";
   return MPT_FAIL(MPT_EINVAL, "--save-model '%s' exists and is not an llm.c model file (%s): "

@@ -1,5 +1,6 @@
 /* `mpitrain generate --model-file F [--prompt TEXT] [--tokens N] [--temperature X] [--top-k K]
- * [--seed S]`: samples a continuation from a GPT model file (llm.c format), one process, CPU.
+ * [--seed S]`: samples a continuation from a GPT model (an llm.c file or Hugging Face
+ * safetensors), one process, CPU.
  *
  * The model's sizes come from the file's header. With a byte vocabulary (V = 256) the prompt is
  * text (each byte a token; default a newline) and the output is text; otherwise the prompt is a
@@ -23,7 +24,9 @@
 
 static const char *usage_text =
     "usage: mpitrain generate --model-file FILE [options]\n"
-    "Samples a continuation from a GPT model file (llm.c format, e.g. from --save-model).\n"
+    "Samples a continuation from a GPT model (e.g. from --save-model): an llm.c model\n"
+    "file, or Hugging Face safetensors (a folder with model.safetensors and config.json,\n"
+    "or X.safetensors with config.json beside it).\n"
     "  --model-file FILE     the model (required)\n"
     "  --prompt TEXT         the start: text for a byte vocabulary (256; default a newline),\n"
     "                        else token ids separated by spaces (default the last id)\n"

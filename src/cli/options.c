@@ -75,12 +75,14 @@ typedef enum { P_I64, P_INT, P_F64, P_F32, P_F32D, P_STR, P_ON, P_OFF, P_FN } pa
     "validation shards: loss in nats per token",                                                \
     "the mlp and cnn are evaluated on the --data test set")                                     \
   X(INIT_FROM, "init-from", P_STR, FIELD(init_from), 0, 0, GPT,                                 \
-    "language models (--model gpt*)", "FILE",                                                   \
-    "start from an llm.c model file of the same sizes",                                         \
+    "language models (--model gpt*)", "PATH",                                                   \
+    "start from a model of the same sizes: an llm.c\nmodel file, or Hugging Face safetensors (a "  \
+    "folder\nwith model.safetensors and config.json, or\nX.safetensors with config.json beside it)", \
     "llm.c model files hold GPT-2 models (checkpoints, --resume, hold any model)")              \
   X(SAVE_MODEL, "save-model", P_STR, FIELD(save_model), 0, 0, GPT,                              \
-    "language models (--model gpt*)", "FILE",                                                   \
-    "write the final model as an llm.c model file (rank 0)",                                    \
+    "language models (--model gpt*)", "PATH",                                                   \
+    "write the final model (rank 0): an llm.c model file;\nX.safetensors or a folder: Hugging "   \
+    "Face\nsafetensors (fp32) and config.json beside it",                                      \
     "llm.c model files hold GPT-2 models (--save-params writes any model's parameters)")        \
   X(RECOMPUTE, "recompute", P_ON, FIELD(recompute), 0, 0, GPT, "language models (--model gpt*)", \
     "", "recompute each transformer block's activations in\nbackward: keeps only the blocks' "   \

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/checks.h"
@@ -240,8 +241,16 @@ static mpt_status setup_gpt(run *r) {
     return MPT_FAIL(MPT_EINVAL, "--init-from and --resume: give one (a checkpoint already "
                     "holds the parameters)");
   if (r->rank == 0 && o->save_model[0]) {
-    MPT_RETURN_IF(mpt_trainer_check_output_path("--save-model", o->save_model));
-    MPT_RETURN_IF(mpt_cli_gpt_check_save_model(o->save_model));
+    /* a folder takes a Hugging Face model: the file checked is its model.safetensors */
+    char in_dir[4200];
+    const char *out = o->save_model;
+    struct stat sb;
+    if (stat(out, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+      snprintf(in_dir, sizeof in_dir, "%s/model.safetensors", out);
+      out = in_dir;
+    }
+    MPT_RETURN_IF(mpt_trainer_check_output_path("--save-model", out));
+    MPT_RETURN_IF(mpt_cli_gpt_check_save_model(out));
     add_input(r, o->save_model); /* neither --save-params nor --metrics-json may be it */
   }
   mpt_token_data_config dc = mpt_token_data_config_default();

@@ -1,6 +1,6 @@
 # src/core: status, logging, devices, streams and events, tensors, RNG, ops (include/mpitrain/core.h, ops.h)
 mpitraininclude_HEADERS += include/mpitrain/core.h include/mpitrain/ops.h include/mpitrain/ops_gpt.h \
-	include/mpitrain/ops_bf16.h
+	include/mpitrain/ops_bf16.h include/mpitrain/ops_llama.h
 libmpitrain_all_la_SOURCES += \
 	src/core/error.h src/core/backend.h src/core/kernel_math.h src/core/fault.h src/core/fault.c \
 	src/core/keeper.h \
@@ -10,7 +10,8 @@ libmpitrain_all_la_SOURCES += \
 	src/core/cpu/isa.h src/core/cpu/isa.c \
 	src/core/cpu/stream_cpu.c \
 	src/core/cpu/ops_cpu.c src/core/cpu/cpu_threads.c src/core/cpu/gemm_choice.c src/core/cpu/conv_cpu.c \
-	src/core/cpu/norm_cpu.c src/core/cpu/optim_cpu.c src/core/ops_gpt.c src/core/cpu/gpt_cpu.c
+	src/core/cpu/norm_cpu.c src/core/cpu/optim_cpu.c src/core/ops_gpt.c src/core/cpu/gpt_cpu.c \
+	src/core/ops_llama.c src/core/cpu/llama_cpu.c
 # The fused attention (src/core/cpu/attn_cpu.c) runs its (b, h) pairs on OpenMP's team, the
 # threads of oneDNN's GEMMs: with oneDNN it is built with -fopenmp (its own convenience library,
 # for the flag), without oneDNN it is plain C on the calling thread.
@@ -104,3 +105,8 @@ tests_test_signals_SOURCES = tests/test_signals.c
 tests_test_signals_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_signals_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 endif
+check_PROGRAMS += tests/test_llama_ops
+TESTS += tests/test_llama_ops
+tests_test_llama_ops_SOURCES = tests/test_llama_ops.c
+tests_test_llama_ops_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_llama_ops_LDADD = libmpitrain_all.la $(CHECK_LIBS) -lm

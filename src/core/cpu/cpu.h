@@ -78,6 +78,12 @@ mpt_status mpt__cpu_dropout(mpt_stream *s, const float *x, float *y, float *mask
 mpt_status mpt__cpu_sgd_step(mpt_stream *s, float *param, const float *grad, float *momentum_buf, int64_t count, float lr, float momentum, float dampening, float weight_decay, int nesterov, int first);
 mpt_status mpt__cpu_adamw_step(mpt_stream *s, float *param, const float *grad, float *m, float *v, int64_t count, float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step);
 mpt_status mpt__cpu_check_finite(mpt_stream *s, const float *x, int64_t count, int *nonfinite);
+/* llama_cpu.c: the Llama ops (include/mpitrain/ops_llama.h). */
+mpt_status mpt__cpu_rmsnorm(mpt_stream *s, const float *x, int64_t rows, int64_t c, const float *w, float eps, float *y, float *rstd);
+mpt_status mpt__cpu_rmsnorm_backward(mpt_stream *s, const float *dy, const float *x, int64_t rows, int64_t c, const float *w, const float *rstd, float *dx, float *dw);
+mpt_status mpt__cpu_rope(mpt_stream *s, float *x, int64_t b, int64_t t, int64_t heads, int64_t d, float theta, int inverse);
+mpt_status mpt__cpu_swiglu(mpt_stream *s, float *y, const float *gate, const float *up, int64_t count);
+mpt_status mpt__cpu_swiglu_backward(mpt_stream *s, const float *dy, const float *gate, const float *up, int64_t count, float *dgate, float *dup);
 /* gpt_cpu.c: the transformer ops (include/mpitrain/ops_gpt.h). */
 mpt_status mpt__cpu_embedding_gpt(mpt_stream *s, const int32_t *tokens, int64_t b, int64_t t, int64_t c, int64_t vocab, const float *wte, const float *wpe, float *y);
 mpt_status mpt__cpu_embedding_gpt_backward(mpt_stream *s, const int32_t *tokens, int64_t b, int64_t t, int64_t c, int64_t vocab, const float *dy, float *dwte, float *dwpe);
