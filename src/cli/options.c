@@ -278,6 +278,7 @@ const char *mpt_cli_usage(void) {
   PUT("usage: mpitrain train [options]      (run under mpirun -np N for DDP)\n"
       "       mpitrain tokenize --help, mpitrain generate --help,\n"
       "       mpitrain hang-report DIR [--json]   (why a job hung: docs/hangs.md)\n"
+      "       mpitrain ckpt info FILE|DIR   (what a checkpoint holds: docs/checkpoints.md)\n"
       "Options marked [mlp cnn] or [gpt] apply to those models only; every other option\n"
       "works with every model.\n");
   const char *section = "";
@@ -687,14 +688,15 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
   o->argc = argc;
   o->argv = argv;
   if (argc < 2) { /* a bare `mpitrain` prints the usage rather than start a 10-epoch run */
-    fail(msg, n, "no command given (expected: train, tokenize, generate or hang-report)");
+    fail(msg, n, "no command given (expected: train, tokenize, generate, hang-report or "
+         "ckpt)");
     return MPT_CLI_EXIT_USAGE;
   }
   int first = 1;
   if (argv[1][0] != '-') {
     if (strcmp(argv[1], "train") != 0) {
-      fail(msg, n, "unknown command '%s' (expected: train, tokenize, generate or "
-           "hang-report)", argv[1]);
+      fail(msg, n, "unknown command '%s' (expected: train, tokenize, generate, "
+           "hang-report or ckpt)", argv[1]);
       return MPT_CLI_EXIT_USAGE;
     }
     first = 2;
