@@ -2,7 +2,7 @@
 # `mpitrain ckpt info FILE|DIR`: after a 1-rank and a 2-rank run (512 samples, batch 32 per
 # rank, 2 epochs) the newest checkpoint of the directory, and the file named directly, report
 # the exact global step, epoch, world size and global batch; a byte flipped in the middle of
-# the file (checksum not OK), a truncated copy, /dev/null, a text file, a missing path and an
+# the file (checksum not OK), a newer format version, a truncated copy, /dev/null, a text file, a missing path and an
 # empty directory exit 1 with a clear message; usage errors exit 2. Prints "N passed, N failed".
 set -u
 dir=$(dirname "$0")
@@ -80,6 +80,10 @@ printf "\\$(printf '%03o' $(((orig + 1) % 256)))" |
 cmp -s "$f" "$tmp/flipped.mpt" && bad "the byte was not flipped"
 expect_error "flipped byte" "is corrupt: CRC-32 mismatch" "$tmp/flipped.mpt"
 grep -qx "checksum: NOT OK" "$tmp/out" && ok || bad "flipped byte: no 'checksum: NOT OK' line"
+# Format version 3 (byte 8, the low byte of the u32 version): newer than this build reads.
+cp "$f" "$tmp/v3.mpt"
+printf '\003' | dd of="$tmp/v3.mpt" bs=1 seek=8 count=1 conv=notrunc 2>/dev/null
+expect_error "newer format" "has format version 3, newer than this build of mpitrain reads" "$tmp/v3.mpt"
 head -c $((size - 100)) "$f" > "$tmp/cut.mpt"
 expect_error "truncated" "is truncated: expected $size bytes" "$tmp/cut.mpt"
 expect_error "/dev/null" "not a regular file" /dev/null

@@ -81,6 +81,7 @@ static int info(const char *arg) {
   mpt_status st = mpt_ckpt_resolve(arg, path, sizeof path);
   if (st != MPT_OK) {
     fprintf(stderr, "mpitrain ckpt info: %s: %s\n", mpt_status_message(st), mpt_last_error());
+    printf("file: %s\nchecksum: NOT OK\n", arg);
     return 1;
   }
   mpt_ckpt_info in;
