@@ -1,9 +1,10 @@
 #!/bin/sh
-# `mpitrain ckpt info FILE|DIR`: after a 1-rank and a 2-rank run (512 samples, batch 32 per
-# rank, 2 epochs) the newest checkpoint of the directory, and the file named directly, report
-# the exact global step, epoch, world size and global batch; a byte flipped in the middle of
-# the file (checksum not OK), a newer format version, a truncated copy, /dev/null, a text file, a missing path and an
-# empty directory exit 1 with a clear message; usage errors exit 2. Prints "N passed, N failed".
+# `mpitrain ckpt info FILE|DIR`: after a 1-rank run (512 samples, batch 32, 2 epochs) and a
+# 2-rank run stopped mid-epoch, the newest checkpoint of the directory, and the file named
+# directly, report the exact global step, epoch, samples consumed, world size and global
+# batch; a byte flipped in the middle of the file (checksum not OK), a newer format version, a
+# truncated copy, /dev/null, a text file, a missing path and an empty directory exit 1 with a
+# clear message; usage errors exit 2. Prints "N passed, N failed".
 set -u
 dir=$(dirname "$0")
 tmp=$(mktemp -d)
