@@ -161,6 +161,9 @@ typedef enum { P_I64, P_INT, P_F64, P_F32, P_F32D, P_STR, P_ON, P_OFF, P_FN } pa
     "write checkpoints here (rank 0; atomic rename)", "")                                       \
   X(CKPT_EVERY, "checkpoint-every", P_FN, NOFIELD, 0, 0, ALL, "checkpoints", "N|epoch",         \
     "every N optimizer steps, or per epoch (default epoch)", "")                                \
+  X(CKPT_ASYNC, "checkpoint-async", P_FN, NOFIELD, 0, 0, ALL, "checkpoints", "on|off",         \
+    "on: snapshot the state into host memory and write the\nfile on a background thread "       \
+    "(default off)", "")                                                                        \
   X(KEEP, "keep", P_INT, FIELD(keep), 1, 1000000, ALL, "checkpoints", "K",                      \
     "keep the last K checkpoints (default 3)", "")                                              \
   X(RESUME, "resume", P_STR, FIELD(resume), 0, 0, ALL, "checkpoints", "FILE|DIR|auto",          \
@@ -587,6 +590,12 @@ static int parse_special(int id, const char *a, mpt_cli_options *o, int64_t *gpt
       if (parse_i64(name, a, 1, BIG, &i64, msg, n)) return -1;
       o->checkpoint_every = i64;
       return 0;
+    case OPT_CKPT_ASYNC:
+      if (strcmp(a, "on") == 0 || strcmp(a, "off") == 0) {
+        o->checkpoint_async = strcmp(a, "on") == 0;
+        return 0;
+      }
+      return fail(msg, n, "--checkpoint-async: '%s' is not on or off", a);
     case OPT_PROGRESS:
       o->progress = 1;
       return 0;
