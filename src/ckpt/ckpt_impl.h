@@ -136,10 +136,15 @@ void mpt__ckpt_staged_free(mpt__ckpt_staged *staged);
 
 /* ---- background checkpoints (src/ckpt/write.c, src/ckpt/dir.c) ---- */
 
-/* The exact bytes mpt_ckpt_save would write to `path` (CRC included), in a malloc'd buffer
- * *bytes of *nbytes that the caller frees; `path` names the file in messages only. */
+/* The bytes mpt_ckpt_save would write to `path`, in a malloc'd buffer *bytes of *nbytes that
+ * the caller frees, all but the trailing CRC (left 0 to keep the stall short: mpt__ckpt_seal
+ * computes it); `path` names the file in messages only. */
 mpt_status mpt__ckpt_snapshot(const char *path, mpt_model *model, mpt_optimizer *optimizer,
                               const mpt_ckpt_meta *meta, uint8_t **bytes, size_t *nbytes);
+
+/* Puts the CRC-32 of bytes [0, nbytes - 4) into the last 4 bytes: the snapshot becomes the
+ * exact file. */
+void mpt__ckpt_seal(uint8_t *bytes, size_t nbytes);
 
 /* Writes bytes to "<path>.tmp.<pid>", flushes and fsyncs it, renames it to path and fsyncs the
  * directory, as mpt_ckpt_save does; a crash at any point leaves path as it was before. */

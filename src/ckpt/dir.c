@@ -233,6 +233,7 @@ struct mpt__ckpt_async {
 
 static void *async_main(void *arg) {
   mpt__ckpt_async *a = arg;
+  mpt__ckpt_seal(a->bytes, a->nbytes);
   mpt_status st = make_dirs(a->dir);
   if (st == MPT_OK) st = mpt__ckpt_write_bytes(a->path, a->bytes, a->nbytes);
   if (st == MPT_OK && a->keep > 0) prune(a->dir, a->keep, strrchr(a->path, '/') + 1, a->step);

@@ -71,14 +71,18 @@ typedef struct writer {
   uint32_t crc;     /* of bytes [0, nbytes) */
   uint64_t nbytes;
   void *chunk;      /* MPT__CKPT_CHUNK_NBYTES of host staging */
-  uint8_t *mem;     /* non-NULL: the bytes go here (a snapshot of the whole file), not to f */
+  uint8_t *mem;     /* non-NULL: the bytes go here (a snapshot of the whole file), not to f,
+                     * and the CRC is left to the background writer (crc stays 0) */
 } writer;
 
 static mpt_status w_bytes(writer *w, const void *p, size_t n) {
   if (n == 0) return MPT_OK;
-  if (w->mem)
+  if (w->mem) {
     memcpy(w->mem + w->nbytes, p, n);
-  else if (fwrite(p, 1, n, w->f) != n)
+    w->nbytes += n;
+    return MPT_OK;
+  }
+  if (fwrite(p, 1, n, w->f) != n)
     return MPT_FAIL(MPT_EIO, "checkpoint %s: write of %zu bytes at offset %llu failed: %s",
                     w->path, n, (unsigned long long)w->nbytes, strerror(errno));
   w->crc = mpt__crc_update(w->crc, p, n);
@@ -104,6 +108,13 @@ static mpt_status w_name(writer *w, const char *name) {
 /* Writes `count` floats of device memory `src`, chunk by chunk through w->chunk. */
 static mpt_status w_floats(writer *w, mpt__copier *c, const float *src, int64_t count) {
   const size_t per = MPT__CKPT_CHUNK_NBYTES / sizeof(float);
+  if (w->mem && count > 0) { /* a snapshot: straight into its buffer, one copy */
+    uint8_t *dst = w->mem + w->nbytes;
+    MPT_RETURN_IF(mpt__copier_copy(c, 0, (void *)src, dst, (size_t)count * sizeof(float)));
+    mpt__floats_swap_le(dst, (size_t)count);
+    w->nbytes += (uint64_t)count * sizeof(float);
+    return MPT_OK;
+  }
   for (int64_t done = 0; done < count;) {
     size_t n = (size_t)(count - done) < per ? (size_t)(count - done) : per;
     MPT_RETURN_IF(mpt__copier_copy(c, 0, (void *)(src + done), w->chunk, n * sizeof(float)));
@@ -205,7 +216,7 @@ static mpt_status write_all(writer *w, mpt_model *model, const mpt_optimizer_sta
   MPT_CHECK(mpt__copier_init(&c, mpt_model_device(model)), out);
   const float *params = mpt_model_params(model);
   MPT_CHECK(w_floats(w, &c, params, pc / 2), out);
-  test_kill_point(w->f, "mid-write");
+  if (!w->mem) test_kill_point(w->f, "mid-write"); /* a snapshot's is in mpt__ckpt_write_bytes */
   MPT_CHECK(w_floats(w, &c, params + pc / 2, pc - pc / 2), out);
   MPT_CHECK(w_floats(w, &c, mpt_model_buffers(model), bc), out);
   if (os && os->nbuffers > 0 && os->count > 0) {
@@ -363,6 +374,12 @@ mpt_status mpt__ckpt_snapshot(const char *path, mpt_model *model, mpt_optimizer 
   *bytes = mem;
   *nbytes = (size_t)total;
   return MPT_OK;
+}
+
+void mpt__ckpt_seal(uint8_t *bytes, size_t nbytes) {
+  if (!bytes || nbytes < MPT__CKPT_CRC_NBYTES) return;
+  size_t body = nbytes - MPT__CKPT_CRC_NBYTES;
+  mpt__put_u32(bytes + body, mpt__crc_update(0, bytes, body));
 }
 
 mpt_status mpt__ckpt_write_bytes(const char *path, const uint8_t *bytes, size_t nbytes) {
