@@ -7,6 +7,7 @@
 #   before-fsync, before-rename; needs --enable-fault-injection) while the checkpoint of step 9
 #   is made leaves the one of step 6 the newest, verified by `mpitrain ckpt info`, and a resume
 #   from it ends bit for bit as the uninterrupted run;
+# - a background write that fails (MPT_TEST_CKPT_FAIL=rename) fails the run (non-zero exit);
 # - a bad value is refused (exit 2).
 # Prints "N passed, N failed".
 set -u
@@ -64,6 +65,20 @@ for stage in snapshot mid-write before-fsync before-rename; do
     { bad "$stage: resume failed"; tail -n 5 "$tmp/k2.log"; }
   cmp -s "$tmp/sync.bin" "$tmp/k.bin" && ok || bad "$stage: resume differs from the uninterrupted run"
 done
+
+# A background write that fails (an injected rename error) ends the run with status 1 and the
+# write's error, leaving no file behind.
+MPT_TEST_CKPT_FAIL=rename MPT_MPIRUN_ARGS="-x MPT_TEST_CKPT_FAIL" run --checkpoint-dir "$tmp/f" \
+  --checkpoint-async on >"$tmp/f.log" 2>&1
+st=$?
+if grep -q "injected failure" "$tmp/f.log"; then
+  [ "$st" -ne 0 ] && ok || bad "a failed background write exited 0"
+  grep -q "background checkpoint write failed: .*cannot rename" "$tmp/f.log" && ok ||
+    bad "no 'background checkpoint write failed' line"
+  [ -z "$(ls "$tmp/f" | grep '^ckpt-step')" ] && ok || bad "files left after the failed write: $(ls "$tmp/f")"
+else
+  echo "failed-write case skipped (built without --enable-fault-injection)"
+fi
 
 ./mpitrain $base --checkpoint-dir "$tmp/x" --checkpoint-async maybe >/dev/null 2>"$tmp/err"
 [ $? -eq 2 ] && grep -q "checkpoint-async: 'maybe' is not on or off" "$tmp/err" && ok ||

@@ -62,7 +62,10 @@
  * --enable-fault-injection, which `./setup.sh check` uses: other builds ignore the variable):
  * when the environment variable MPT_TEST_CKPT_KILL is "mid-write" the writer sends itself
  * SIGKILL after writing half of the data to the temporary file; "before-rename" does so after
- * the temporary file is complete and fsynced, just before the rename.
+ * the temporary file is complete and fsynced, just before the rename. The trainer's background
+ * writes (--checkpoint-async on) also stop at "snapshot" (rank 0's copy into host memory
+ * taken), "before-fsync" (the temporary file written, not flushed) and "after-rename"; and
+ * MPT_TEST_CKPT_FAIL=rename makes their rename fail with MPT_EIO.
  *
  * Devices and streams: the model's and optimizer's memory is read and written with
  * mpt_op_memcpy through host staging, on a temporary inline stream of their device that is

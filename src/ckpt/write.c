@@ -413,6 +413,12 @@ mpt_status mpt__ckpt_write_bytes(const char *path, const uint8_t *bytes, size_t 
     goto out;
   }
   test_kill_point(NULL, "before-rename");
+  const char *fail_at = mpt__test_env("MPT_TEST_CKPT_FAIL"); /* fault injection: a failed rename */
+  if (fail_at && strcmp(fail_at, "rename") == 0) {
+    st = MPT_FAIL(MPT_EIO, "checkpoint write: cannot rename %s to %s: injected failure "
+                  "(MPT_TEST_CKPT_FAIL=rename)", tmp, path);
+    goto out;
+  }
   if (rename(tmp, path) != 0) {
     st = MPT_FAIL(MPT_EIO, "checkpoint write: cannot rename %s to %s: %s", tmp, path,
                   strerror(errno));
