@@ -43,6 +43,9 @@ mpitrain \\- data-parallel training of neural networks over MPI (DDP, DataParall
 .I DIR
 [\\-\\-json]
 .br
+.B mpitrain ckpt info
+.I FILE|DIR
+.br
 .B mpitrain \\-\\-help | \\-\\-version
 .SH DESCRIPTION
 .B mpitrain train
@@ -72,6 +75,14 @@ ranks differ (who is inside it and for how long, who never entered it, with host
 ranks whose collectives differ, and ranks that left no dump;
 .B \\-\\-json
 prints the same as one JSON object.
+.PP
+.B mpitrain ckpt info
+.I FILE|DIR
+verifies a checkpoint (size, CRC\\-32 over every byte, every field; a directory means its
+newest checkpoint, the one \\-\\-resume DIR loads) and prints its format version, tensor and
+value counts, optimizer state, global step, epoch, samples of the epoch consumed, the world
+size and global batch that wrote it, the seed and batch settings it records; it exits 0 when
+the checkpoint verifies and 1 when it does not.
 .SH OPTIONS
 HEAD
 "$prog" --help | awk '

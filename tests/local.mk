@@ -1,6 +1,6 @@
 # tests of the program (the unit tests are listed in each layer's local.mk)
-TESTS += tests/test_cli.sh tests/test_kill_rank.sh tests/test_preempt.sh tests/test_resume.sh tests/test_resume_world.sh tests/test_ckpt_np2.sh tests/test_nonfinite.sh tests/test_usage.sh tests/test_readme.sh
-EXTRA_DIST += tests/expect.sh tests/test_cli.sh tests/test_kill_rank.sh tests/test_preempt.sh tests/test_resume.sh tests/test_resume_world.sh tests/test_ckpt_np2.sh tests/test_nonfinite.sh tests/test_usage.sh tests/test_readme.sh
+TESTS += tests/test_cli.sh tests/test_kill_rank.sh tests/test_preempt.sh tests/test_resume.sh tests/test_ckpt_info.sh tests/test_ckpt_async.sh tests/test_resume_world.sh tests/test_ckpt_np2.sh tests/test_nonfinite.sh tests/test_usage.sh tests/test_readme.sh
+EXTRA_DIST += tests/expect.sh tests/test_cli.sh tests/test_kill_rank.sh tests/test_preempt.sh tests/test_resume.sh tests/test_ckpt_info.sh tests/test_ckpt_async.sh tests/test_resume_world.sh tests/test_ckpt_np2.sh tests/test_nonfinite.sh tests/test_usage.sh tests/test_readme.sh
 # --accumulate equals one step on the combined batch (remainder and short micro-batches)
 TESTS += tests/test_accumulate.sh
 EXTRA_DIST += tests/test_accumulate.sh

@@ -35,7 +35,7 @@ check 2 "nesterov needs --momentum" train --nesterov --momentum 0
 check 2 "unknown optimizer 'adam'" train --optimizer adam
 check 2 "unknown schedule" train --schedule linear
 check 2 "mpitrain train --help. lists the options" train --model resnet
-check 2 "mpitrain hang-report --help. list the options" fly
+check 2 "mpitrain ckpt --help. list the options" fly
 check 0 "usage: mpitrain train" --help
 # The usage is printed whole: its last line is the last option's (not cut short by a buffer).
 last=$("$prog" train --help 2>&1 | sed "/^$/d" | tail -n 1)
@@ -46,7 +46,7 @@ check 1 "no/such/dir" train --data /no/such/dir --epochs 1
 check 1 "is not a regular file" train --synthetic --train-limit 64 --test-limit 16 --epochs 1 --save-params /dev/null
 [ -c /dev/null ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: /dev/null was replaced"; }
 check 2 "conv-algo: unknown algorithm 'fft'" train --conv-algo fft
-check 2 "no command given (expected: train, tokenize, generate or hang-report)"
+check 2 "no command given (expected: train, tokenize, generate, hang-report or ckpt)"
 check 2 "devices: .*cpu:0 is named twice" train --mode dp --devices cpu:0,cpu:0
 check 2 "devices: .*unknown device 'gpu:1'" train --mode dp --devices gpu:1
 # A model that cannot fit (1.1e12 parameters) is refused before allocating, not OOM-killed.

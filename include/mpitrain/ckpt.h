@@ -62,7 +62,10 @@
  * --enable-fault-injection, which `./setup.sh check` uses: other builds ignore the variable):
  * when the environment variable MPT_TEST_CKPT_KILL is "mid-write" the writer sends itself
  * SIGKILL after writing half of the data to the temporary file; "before-rename" does so after
- * the temporary file is complete and fsynced, just before the rename.
+ * the temporary file is complete and fsynced, just before the rename. The trainer's background
+ * writes (--checkpoint-async on) also stop at "snapshot" (rank 0's copy into host memory
+ * taken), "before-fsync" (the temporary file written, not flushed) and "after-rename"; and
+ * MPT_TEST_CKPT_FAIL=rename makes their rename fail with MPT_EIO.
  *
  * Devices and streams: the model's and optimizer's memory is read and written with
  * mpt_op_memcpy through host staging, on a temporary inline stream of their device that is
@@ -160,6 +163,26 @@ MPT_API mpt_status mpt_ckpt_load(const char *path, mpt_model *model, mpt_optimiz
  * optimizer state. Errors as mpt_ckpt_load, without MPT_ESHAPE and MPT_ESTATE (MPT_EINVAL:
  * NULL path). */
 MPT_API mpt_status mpt_ckpt_read_meta(const char *path, mpt_ckpt_meta *meta, int *has_optimizer);
+
+/* What a checkpoint file holds, as `mpitrain ckpt info` prints it: everything but the values. */
+typedef struct mpt_ckpt_info {
+  mpt_ckpt_meta meta;       /* the training position (meta.format_version: the file's version) */
+  uint64_t file_nbytes;     /* the file's size, the trailing CRC included */
+  uint32_t crc;             /* the CRC-32 stored in the trailer (verified equal to the bytes') */
+  int32_t num_params;       /* parameter tensors */
+  int32_t num_buffers;      /* buffer tensors */
+  uint64_t param_count;     /* parameter elements (float32), over all parameter tensors */
+  uint64_t buffer_count;    /* buffer elements */
+  uint32_t optimizer_kind;  /* an mpt_optim_kind, or MPT_CKPT_NO_OPTIMIZER */
+  int32_t optimizer_nbuffers; /* optimizer state buffers (momentum_buffer, exp_avg, ...) */
+  int64_t optimizer_step_count;
+  uint64_t optimizer_count; /* elements per optimizer state buffer */
+} mpt_ckpt_info;
+
+/* Validates the whole file like mpt_ckpt_read_meta (the CRC over every byte included) and
+ * fills *info. Errors as mpt_ckpt_read_meta; MPT_EINVAL also for a NULL info. On error *info
+ * is unchanged. */
+MPT_API mpt_status mpt_ckpt_read_info(const char *path, mpt_ckpt_info *info);
 
 /* ---- a directory of checkpoints ------------------------------------------------------------
  * Files are written as "ckpt-step<N>.mpt" with N = meta->global_step, zero-padded to at least

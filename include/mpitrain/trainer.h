@@ -105,6 +105,9 @@ typedef struct mpt_trainer_config {
   const char *checkpoint_dir; /* write checkpoints here (rank 0, atomic rename) */
   int64_t checkpoint_every;   /* every N global steps; 0 = at each epoch's end (default 0) */
   int keep;                   /* checkpoints kept in the folder, >= 1 (default 3) */
+  int checkpoint_async;       /* 1: rank 0 snapshots the state into host memory and a background
+                               * thread writes the file; the next checkpoint and the run's end
+                               * wait for it (default 0: written before the step returns) */
   const char *resume;         /* a checkpoint FILE, a DIR (its latest), or "auto" (the latest of
                                  checkpoint_dir if any, else a new run) */
   int64_t stop_at_step;       /* stop (and checkpoint) after this global step; 0 = never */

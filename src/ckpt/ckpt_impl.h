@@ -134,4 +134,36 @@ mpt_status mpt__ckpt_commit(const mpt__ckpt_staged *staged, mpt_model *model,
 /* Frees the staging memory; zeroes *staged. */
 void mpt__ckpt_staged_free(mpt__ckpt_staged *staged);
 
+/* ---- background checkpoints (src/ckpt/write.c, src/ckpt/dir.c) ---- */
+
+/* The bytes mpt_ckpt_save would write to `path`, in a malloc'd buffer *bytes of *nbytes that
+ * the caller frees, all but the trailing CRC (left 0 to keep the stall short: mpt__ckpt_seal
+ * computes it); `path` names the file in messages only. */
+mpt_status mpt__ckpt_snapshot(const char *path, mpt_model *model, mpt_optimizer *optimizer,
+                              const mpt_ckpt_meta *meta, uint8_t **bytes, size_t *nbytes);
+
+/* Puts the CRC-32 of bytes [0, nbytes - 4) into the last 4 bytes: the snapshot becomes the
+ * exact file. */
+void mpt__ckpt_seal(uint8_t *bytes, size_t nbytes);
+
+/* Writes bytes to "<path>.tmp.<pid>", flushes and fsyncs it, renames it to path and fsyncs the
+ * directory, as mpt_ckpt_save does; a crash at any point leaves path as it was before. */
+mpt_status mpt__ckpt_write_bytes(const char *path, const uint8_t *bytes, size_t nbytes);
+
+/* One background writer: a thread that writes a snapshot into a checkpoint directory (as
+ * mpt_ckpt_save_dir names, writes and prunes). */
+typedef struct mpt__ckpt_async mpt__ckpt_async;
+
+/* Starts the thread writing `bytes` (taken over: freed by the writer) as the checkpoint of
+ * `step` in `dir`, keeping the last keep_last_k. *out is the writer to wait for. */
+mpt_status mpt__ckpt_async_start(mpt__ckpt_async **out, const char *dir, int keep_last_k,
+                                 int64_t step, uint8_t *bytes, size_t nbytes);
+
+/* Waits up to timeout_s seconds (<= 0: no limit) for the writer, frees it and sets *a to NULL,
+ * and returns the write's status (its message in mpt_last_error) with the file's path in
+ * path_out (may be NULL). On MPT_ETIMEOUT the writer is left running and *a unchanged. A NULL
+ * *a returns MPT_OK at once. */
+mpt_status mpt__ckpt_async_wait(mpt__ckpt_async **a, double timeout_s, char *path_out,
+                                size_t path_nbytes);
+
 #endif

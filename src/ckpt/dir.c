@@ -11,10 +11,13 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt_impl.h"
@@ -209,6 +212,119 @@ mpt_status mpt_ckpt_resolve(const char *path, char *buf, size_t nbytes) {
   if (w < 0 || (size_t)w >= nbytes)
     return MPT_FAIL(MPT_EINVAL, "checkpoint path %s does not fit in %zu bytes", path, nbytes);
   return MPT_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The background writer                                                                      */
+
+struct mpt__ckpt_async {
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int done;          /* under mu */
+  mpt_status status; /* the write's, once done */
+  char message[STATUS_MSG_NBYTES];
+  char dir[PATH_MAX], path[PATH_MAX];
+  int keep;
+  int64_t step;
+  uint8_t *bytes;
+  size_t nbytes;
+};
+
+static void *async_main(void *arg) {
+  mpt__ckpt_async *a = arg;
+  mpt__ckpt_seal(a->bytes, a->nbytes);
+  mpt_status st = make_dirs(a->dir);
+  if (st == MPT_OK) st = mpt__ckpt_write_bytes(a->path, a->bytes, a->nbytes);
+  if (st == MPT_OK && a->keep > 0) prune(a->dir, a->keep, strrchr(a->path, '/') + 1, a->step);
+  free(a->bytes);
+  a->bytes = NULL;
+  pthread_mutex_lock(&a->mu);
+  a->status = st;
+  if (st != MPT_OK) snprintf(a->message, sizeof a->message, "%s", mpt_last_error());
+  a->done = 1;
+  pthread_cond_broadcast(&a->cv);
+  pthread_mutex_unlock(&a->mu);
+  return NULL;
+}
+
+mpt_status mpt__ckpt_async_start(mpt__ckpt_async **out, const char *dir, int keep_last_k,
+                                 int64_t step, uint8_t *bytes, size_t nbytes) {
+  if (!out || !dir || !dir[0] || !bytes || step < 0) {
+    free(bytes);
+    return MPT_FAIL(MPT_EINVAL, "background checkpoint: NULL or empty argument");
+  }
+  mpt__ckpt_async *a = calloc(1, sizeof *a);
+  if (!a) {
+    free(bytes);
+    return MPT_FAIL(MPT_ENOMEM, "background checkpoint: out of host memory");
+  }
+  mpt_status st = MPT_OK;
+  if (snprintf(a->dir, sizeof a->dir, "%s", dir) >= (int)sizeof a->dir)
+    st = MPT_FAIL(MPT_EINVAL, "checkpoint directory %s: path too long", dir);
+  if (st == MPT_OK) st = dir_path(dir, step, a->path, sizeof a->path);
+  if (st != MPT_OK) {
+    free(bytes);
+    free(a);
+    return st;
+  }
+  a->keep = keep_last_k;
+  a->step = step;
+  a->bytes = bytes;
+  a->nbytes = nbytes;
+  pthread_mutex_init(&a->mu, NULL);
+  pthread_cond_init(&a->cv, NULL);
+  /* The thread blocks every signal (it inherits the mask): SIGTERM / SIGUSR1 reach the
+   * training thread, whose handler asks the loop to stop. */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int rc = pthread_create(&a->thread, NULL, async_main, a);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc != 0) {
+    pthread_cond_destroy(&a->cv);
+    pthread_mutex_destroy(&a->mu);
+    free(bytes);
+    free(a);
+    return MPT_FAIL(MPT_ESTATE, "background checkpoint: cannot start its thread: %s",
+                    strerror(rc));
+  }
+  *out = a;
+  return MPT_OK;
+}
+
+mpt_status mpt__ckpt_async_wait(mpt__ckpt_async **ap, double timeout_s, char *path_out,
+                                size_t path_nbytes) {
+  if (!ap) return MPT_FAIL(MPT_EINVAL, "background checkpoint wait: NULL argument");
+  mpt__ckpt_async *a = *ap;
+  if (!a) return MPT_OK;
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  if (timeout_s > 0) {
+    double whole = (double)(time_t)timeout_s;
+    until.tv_sec += (time_t)timeout_s;
+    until.tv_nsec += (long)((timeout_s - whole) * 1e9);
+    if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&a->mu);
+  int rc = 0;
+  while (!a->done && rc != ETIMEDOUT)
+    rc = timeout_s > 0 ? pthread_cond_timedwait(&a->cv, &a->mu, &until)
+                       : pthread_cond_wait(&a->cv, &a->mu);
+  int done = a->done;
+  pthread_mutex_unlock(&a->mu);
+  if (!done)
+    return MPT_FAIL(MPT_ETIMEOUT, "background checkpoint %s: still being written after %.0f s",
+                    a->path, timeout_s);
+  pthread_join(a->thread, NULL);
+  mpt_status st = a->status;
+  if (st != MPT_OK) st = MPT_FAIL(st, "background checkpoint write failed: %s", a->message);
+  if (st == MPT_OK && path_out && path_nbytes > 0) snprintf(path_out, path_nbytes, "%s", a->path);
+  pthread_cond_destroy(&a->cv);
+  pthread_mutex_destroy(&a->mu);
+  free(a);
+  *ap = NULL;
+  return st;
 }
 
 /* ------------------------------------------------------------------------------------------ */

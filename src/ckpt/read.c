@@ -179,6 +179,7 @@ static mpt_status open_checked(const char *path, reader *r) {
 /* The header fields the parse extracts. */
 typedef struct parsed {
   mpt_ckpt_meta meta;
+  uint32_t num_params, num_buffers;
   uint64_t param_count, buffer_count;
   uint32_t opt_kind, opt_nbuffers;
   int64_t opt_step_count;
@@ -353,6 +354,7 @@ static mpt_status parse_header(reader *r, parsed *p, const mpt_model *model, mpt
   uint32_t np, nb;
   MPT_RETURN_IF(r_u32(r, &np, "parameter count"));
   MPT_RETURN_IF(r_u32(r, &nb, "buffer count"));
+  p->num_params = np, p->num_buffers = nb;
   uint64_t psum, bsum;
   MPT_RETURN_IF(parse_list(r, "parameter", np, model, 1, &psum));
   MPT_RETURN_IF(parse_list(r, "buffer", nb, model, 0, &bsum));
@@ -530,5 +532,32 @@ mpt_status mpt_ckpt_read_meta(const char *path, mpt_ckpt_meta *meta, int *has_op
   if (st != MPT_OK) return st;
   if (meta) *meta = p.meta;
   if (has_optimizer) *has_optimizer = p.opt_kind != MPT_CKPT_NO_OPTIMIZER;
+  return MPT_OK;
+}
+
+mpt_status mpt_ckpt_read_info(const char *path, mpt_ckpt_info *info) {
+  if (!path || !info) return MPT_FAIL(MPT_EINVAL, "checkpoint read_info: NULL path or info");
+  reader r;
+  parsed p;
+  mpt_status st = reader_open(&r, path);
+  if (st == MPT_OK) st = parse_header(&r, &p, NULL, NULL);
+  mpt_ckpt_info out;
+  memset(&out, 0, sizeof out);
+  if (st == MPT_OK) {
+    out.meta = p.meta;
+    out.file_nbytes = r.limit + MPT__CKPT_CRC_NBYTES;
+    out.crc = r.stored_crc;
+    out.num_params = (int32_t)p.num_params;
+    out.num_buffers = (int32_t)p.num_buffers;
+    out.param_count = p.param_count;
+    out.buffer_count = p.buffer_count;
+    out.optimizer_kind = p.opt_kind;
+    out.optimizer_nbuffers = (int32_t)p.opt_nbuffers;
+    out.optimizer_step_count = p.opt_step_count;
+    out.optimizer_count = p.opt_count;
+  }
+  reader_close(&r);
+  if (st != MPT_OK) return st;
+  *info = out;
   return MPT_OK;
 }

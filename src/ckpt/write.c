@@ -71,10 +71,17 @@ typedef struct writer {
   uint32_t crc;     /* of bytes [0, nbytes) */
   uint64_t nbytes;
   void *chunk;      /* MPT__CKPT_CHUNK_NBYTES of host staging */
+  uint8_t *mem;     /* non-NULL: the bytes go here (a snapshot of the whole file), not to f,
+                     * and the CRC is left to the background writer (crc stays 0) */
 } writer;
 
 static mpt_status w_bytes(writer *w, const void *p, size_t n) {
   if (n == 0) return MPT_OK;
+  if (w->mem) {
+    memcpy(w->mem + w->nbytes, p, n);
+    w->nbytes += n;
+    return MPT_OK;
+  }
   if (fwrite(p, 1, n, w->f) != n)
     return MPT_FAIL(MPT_EIO, "checkpoint %s: write of %zu bytes at offset %llu failed: %s",
                     w->path, n, (unsigned long long)w->nbytes, strerror(errno));
@@ -101,6 +108,13 @@ static mpt_status w_name(writer *w, const char *name) {
 /* Writes `count` floats of device memory `src`, chunk by chunk through w->chunk. */
 static mpt_status w_floats(writer *w, mpt__copier *c, const float *src, int64_t count) {
   const size_t per = MPT__CKPT_CHUNK_NBYTES / sizeof(float);
+  if (w->mem && count > 0) { /* a snapshot: straight into its buffer, one copy */
+    uint8_t *dst = w->mem + w->nbytes;
+    MPT_RETURN_IF(mpt__copier_copy(c, 0, (void *)src, dst, (size_t)count * sizeof(float)));
+    mpt__floats_swap_le(dst, (size_t)count);
+    w->nbytes += (uint64_t)count * sizeof(float);
+    return MPT_OK;
+  }
   for (int64_t done = 0; done < count;) {
     size_t n = (size_t)(count - done) < per ? (size_t)(count - done) : per;
     MPT_RETURN_IF(mpt__copier_copy(c, 0, (void *)(src + done), w->chunk, n * sizeof(float)));
@@ -202,7 +216,7 @@ static mpt_status write_all(writer *w, mpt_model *model, const mpt_optimizer_sta
   MPT_CHECK(mpt__copier_init(&c, mpt_model_device(model)), out);
   const float *params = mpt_model_params(model);
   MPT_CHECK(w_floats(w, &c, params, pc / 2), out);
-  test_kill_point(w->f, "mid-write");
+  if (!w->mem) test_kill_point(w->f, "mid-write"); /* a snapshot's is in mpt__ckpt_write_bytes */
   MPT_CHECK(w_floats(w, &c, params + pc / 2, pc - pc / 2), out);
   MPT_CHECK(w_floats(w, &c, mpt_model_buffers(model), bc), out);
   if (os && os->nbuffers > 0 && os->count > 0) {
@@ -224,10 +238,11 @@ out:
   return st;
 }
 
-mpt_status mpt_ckpt_save(const char *path, mpt_model *model, mpt_optimizer *optimizer,
-                         const mpt_ckpt_meta *meta) {
-  if (!path || !path[0] || !model)
-    return MPT_FAIL(MPT_EINVAL, "checkpoint save: NULL or empty path, or NULL model");
+/* Checks the arguments and computes the exact file size into *total (it goes into the
+ * preamble); *os and *kind describe the optimizer's state when there is one. */
+static mpt_status plan(const char *path, mpt_model *model, mpt_optimizer *optimizer,
+                       const mpt_ckpt_meta *meta, mpt_ckpt_meta *out_meta,
+                       mpt_optimizer_state *out_os, mpt_optim_kind *out_kind, uint64_t *out_total) {
   mpt_ckpt_meta m = meta ? *meta : mpt_ckpt_meta_default();
   MPT_RETURN_IF(mpt__ckpt_meta_check(&m, MPT_EINVAL, "checkpoint save"));
   MPT_RETURN_IF(mpt__ckpt_model_check(model, "checkpoint save", path));
@@ -262,6 +277,22 @@ mpt_status mpt_ckpt_save(const char *path, mpt_model *model, mpt_optimizer *opti
     }
     total += 4 * (uint64_t)os.nbuffers * (uint64_t)os.count;
   }
+  *out_meta = m;
+  if (optimizer) *out_os = os;
+  *out_kind = kind;
+  *out_total = total;
+  return MPT_OK;
+}
+
+mpt_status mpt_ckpt_save(const char *path, mpt_model *model, mpt_optimizer *optimizer,
+                         const mpt_ckpt_meta *meta) {
+  if (!path || !path[0] || !model)
+    return MPT_FAIL(MPT_EINVAL, "checkpoint save: NULL or empty path, or NULL model");
+  mpt_ckpt_meta m;
+  mpt_optimizer_state os;
+  mpt_optim_kind kind;
+  uint64_t total;
+  MPT_RETURN_IF(plan(path, model, optimizer, meta, &m, &os, &kind, &total));
 
   size_t plen = strlen(path);
   char *tmp = malloc(plen + 32);
@@ -280,7 +311,7 @@ mpt_status mpt_ckpt_save(const char *path, mpt_model *model, mpt_optimizer *opti
     goto out;
   }
   created = 1;
-  writer w = {f, tmp, 0, 0, chunk};
+  writer w = {f, tmp, 0, 0, chunk, NULL};
   MPT_CHECK(write_all(&w, model, optimizer ? &os : NULL, kind, &m, total), out);
   if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
     st = MPT_FAIL(MPT_EIO, "checkpoint save: cannot flush %s to disk: %s", tmp, strerror(errno));
@@ -304,6 +335,105 @@ out:
   if (f) fclose(f);
   if (created) unlink(tmp);
   free(chunk);
+  free(tmp);
+  return st;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Background checkpoints: the file's bytes into host memory, then written from there          */
+
+mpt_status mpt__ckpt_snapshot(const char *path, mpt_model *model, mpt_optimizer *optimizer,
+                              const mpt_ckpt_meta *meta, uint8_t **bytes, size_t *nbytes) {
+  if (!path || !path[0] || !model || !bytes || !nbytes)
+    return MPT_FAIL(MPT_EINVAL, "checkpoint snapshot: NULL argument");
+  mpt_ckpt_meta m;
+  mpt_optimizer_state os;
+  mpt_optim_kind kind;
+  uint64_t total;
+  MPT_RETURN_IF(plan(path, model, optimizer, meta, &m, &os, &kind, &total));
+  if (total > (uint64_t)SIZE_MAX)
+    return MPT_FAIL(MPT_ENOMEM, "checkpoint snapshot %s: %llu bytes do not fit in memory", path,
+                    (unsigned long long)total);
+  uint8_t *mem = malloc((size_t)total);
+  void *chunk = malloc(MPT__CKPT_CHUNK_NBYTES);
+  if (!mem || !chunk) {
+    free(mem);
+    free(chunk);
+    return MPT_FAIL(MPT_ENOMEM, "checkpoint snapshot %s: cannot allocate %llu bytes of host "
+                    "memory (--checkpoint-async off writes without it)", path,
+                    (unsigned long long)total);
+  }
+  writer w = {NULL, path, 0, 0, chunk, mem};
+  mpt_status st = write_all(&w, model, optimizer ? &os : NULL, kind, &m, total);
+  free(chunk);
+  test_kill_point(NULL, "snapshot");
+  if (st != MPT_OK) {
+    free(mem);
+    return st;
+  }
+  *bytes = mem;
+  *nbytes = (size_t)total;
+  return MPT_OK;
+}
+
+void mpt__ckpt_seal(uint8_t *bytes, size_t nbytes) {
+  if (!bytes || nbytes < MPT__CKPT_CRC_NBYTES) return;
+  size_t body = nbytes - MPT__CKPT_CRC_NBYTES;
+  mpt__put_u32(bytes + body, mpt__crc_update(0, bytes, body));
+}
+
+mpt_status mpt__ckpt_write_bytes(const char *path, const uint8_t *bytes, size_t nbytes) {
+  if (!path || !path[0] || (!bytes && nbytes))
+    return MPT_FAIL(MPT_EINVAL, "checkpoint write: NULL argument");
+  size_t plen = strlen(path);
+  char *tmp = malloc(plen + 32);
+  if (!tmp) return MPT_FAIL(MPT_ENOMEM, "checkpoint write %s: out of host memory", path);
+  snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
+  mpt_status st = MPT_OK;
+  int created = 0;
+  FILE *f = fopen(tmp, "wbe");
+  if (!f) {
+    st = MPT_FAIL(MPT_EIO, "checkpoint write: cannot create %s: %s", tmp, strerror(errno));
+    goto out;
+  }
+  created = 1;
+  size_t half = nbytes / 2;
+  if (fwrite(bytes, 1, half, f) != half) goto write_failed;
+  test_kill_point(f, "mid-write");
+  if (fwrite(bytes + half, 1, nbytes - half, f) != nbytes - half) goto write_failed;
+  test_kill_point(f, "before-fsync");
+  if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
+    st = MPT_FAIL(MPT_EIO, "checkpoint write: cannot flush %s to disk: %s", tmp, strerror(errno));
+    goto out;
+  }
+  int rc = fclose(f);
+  f = NULL;
+  if (rc != 0) {
+    st = MPT_FAIL(MPT_EIO, "checkpoint write: cannot close %s: %s", tmp, strerror(errno));
+    goto out;
+  }
+  test_kill_point(NULL, "before-rename");
+  const char *fail_at = mpt__test_env("MPT_TEST_CKPT_FAIL"); /* fault injection: a failed rename */
+  if (fail_at && strcmp(fail_at, "rename") == 0) {
+    st = MPT_FAIL(MPT_EIO, "checkpoint write: cannot rename %s to %s: injected failure "
+                  "(MPT_TEST_CKPT_FAIL=rename)", tmp, path);
+    goto out;
+  }
+  if (rename(tmp, path) != 0) {
+    st = MPT_FAIL(MPT_EIO, "checkpoint write: cannot rename %s to %s: %s", tmp, path,
+                  strerror(errno));
+    goto out;
+  }
+  created = 0;
+  st = fsync_parent(path);
+  if (st == MPT_OK) test_kill_point(NULL, "after-rename");
+  goto out;
+write_failed:
+  st = MPT_FAIL(MPT_EIO, "checkpoint write %s: write of %zu bytes failed: %s", tmp, nbytes,
+                strerror(errno));
+out:
+  if (f) fclose(f);
+  if (created) unlink(tmp);
   free(tmp);
   return st;
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/ckpt_info.h"
 #include "cli/generate.h"
 #include "cli/hang_report.h"
 #include "cli/options.h"
@@ -23,7 +24,8 @@ int main(int argc, char **argv) {
    * one output folder, before) */
   const int single = argc > 1 && (strcmp(argv[1], "tokenize") == 0 ||
                                   strcmp(argv[1], "generate") == 0 ||
-                                  strcmp(argv[1], "hang-report") == 0);
+                                  strcmp(argv[1], "hang-report") == 0 ||
+                                  strcmp(argv[1], "ckpt") == 0);
   if (single && mpt_cli_launcher_rank() > 0) return 0;
   if (argc > 1 && strcmp(argv[1], "tokenize") == 0) /* text to token shards */
     return mpt_cli_tokenize(argc - 1, argv + 1);
@@ -31,6 +33,8 @@ int main(int argc, char **argv) {
     return mpt_cli_generate(argc - 1, argv + 1);
   if (argc > 1 && strcmp(argv[1], "hang-report") == 0) /* the flight recorder's dumps, merged */
     return mpt_cli_hang_report(argc - 1, argv + 1);
+  if (argc > 1 && strcmp(argv[1], "ckpt") == 0) /* ckpt info: what a checkpoint holds */
+    return mpt_cli_ckpt(argc - 1, argv + 1);
   int r = mpt_cli_parse(argc, argv, &opts, msg, sizeof msg);
   if (r == MPT_CLI_EXIT_OK) {
     if (mpt_cli_launcher_rank() > 0) return 0; /* --help under mpirun -np N: once, not N times */
@@ -49,7 +53,8 @@ int main(int argc, char **argv) {
     if (rank < 0)
       fprintf(stderr, "mpitrain: %s\n(%s)\n", msg,
               no_command ? "`mpitrain train --help`, `mpitrain tokenize --help`, `mpitrain "
-                           "generate --help` and `mpitrain hang-report --help` list the options"
+                           "generate --help`, `mpitrain hang-report --help` and `mpitrain ckpt --help` list "
+                           "the options"
                          : "`mpitrain train --help` lists the options");
     else if (rank == 0)
       fprintf(stderr, "mpitrain: %s\nmpitrain: every rank stops (status 2); `mpitrain train "

@@ -173,6 +173,9 @@ typedef enum { P_I64, P_INT, P_F64, P_F32, P_F32D, P_STR, P_ON, P_OFF, P_FN } pa
     "write checkpoints here (rank 0; atomic rename)", "")                                       \
   X(CKPT_EVERY, "checkpoint-every", P_FN, NOFIELD, 0, 0, ALL, "checkpoints", "N|epoch",         \
     "every N optimizer steps, or per epoch (default epoch)", "")                                \
+  X(CKPT_ASYNC, "checkpoint-async", P_FN, NOFIELD, 0, 0, ALL, "checkpoints", "on|off",         \
+    "on: snapshot the state into host memory and write the\nfile on a background thread "       \
+    "(default off)", "")                                                                        \
   X(KEEP, "keep", P_INT, FIELD(keep), 1, 1000000, ALL, "checkpoints", "K",                      \
     "keep the last K checkpoints (default 3)", "")                                              \
   X(RESUME, "resume", P_STR, FIELD(resume), 0, 0, ALL, "checkpoints", "FILE|DIR|auto",          \
@@ -290,6 +293,7 @@ const char *mpt_cli_usage(void) {
   PUT("usage: mpitrain train [options]      (run under mpirun -np N for DDP)\n"
       "       mpitrain tokenize --help, mpitrain generate --help,\n"
       "       mpitrain hang-report DIR [--json]   (why a job hung: docs/hangs.md)\n"
+      "       mpitrain ckpt info FILE|DIR   (what a checkpoint holds: docs/checkpoints.md)\n"
       "Options marked [mlp cnn] or [gpt] apply to those models only; every other option\n"
       "works with every model.\n");
   const char *section = "";
@@ -600,6 +604,12 @@ static int parse_special(int id, const char *a, mpt_cli_options *o, int64_t *gpt
       if (parse_i64(name, a, 1, BIG, &i64, msg, n)) return -1;
       o->checkpoint_every = i64;
       return 0;
+    case OPT_CKPT_ASYNC:
+      if (strcmp(a, "on") == 0 || strcmp(a, "off") == 0) {
+        o->checkpoint_async = strcmp(a, "on") == 0;
+        return 0;
+      }
+      return fail(msg, n, "--checkpoint-async: '%s' is not on or off", a);
     case OPT_PROGRESS:
       o->progress = 1;
       return 0;
@@ -705,14 +715,15 @@ int mpt_cli_parse(int argc, char **argv, mpt_cli_options *o, char *msg, size_t n
   o->argc = argc;
   o->argv = argv;
   if (argc < 2) { /* a bare `mpitrain` prints the usage rather than start a 10-epoch run */
-    fail(msg, n, "no command given (expected: train, tokenize, generate or hang-report)");
+    fail(msg, n, "no command given (expected: train, tokenize, generate, hang-report or "
+         "ckpt)");
     return MPT_CLI_EXIT_USAGE;
   }
   int first = 1;
   if (argv[1][0] != '-') {
     if (strcmp(argv[1], "train") != 0) {
-      fail(msg, n, "unknown command '%s' (expected: train, tokenize, generate or "
-           "hang-report)", argv[1]);
+      fail(msg, n, "unknown command '%s' (expected: train, tokenize, generate, "
+           "hang-report or ckpt)", argv[1]);
       return MPT_CLI_EXIT_USAGE;
     }
     first = 2;

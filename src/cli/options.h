@@ -59,6 +59,7 @@ typedef struct mpt_cli_options {
   char checkpoint_dir[4096];
   int64_t checkpoint_every; /* steps; 0 = at the end of every epoch (when a dir is given) */
   int keep;                 /* checkpoints kept in the dir */
+  int checkpoint_async;     /* --checkpoint-async on: written on a background thread */
   char resume[4096];        /* FILE or DIR ("" = fresh start) */
   int64_t stop_at_step;     /* stop after this global step (0 = never) */
   int skip_nonfinite;       /* skip optimizer steps whose averaged gradients are not finite */

@@ -70,6 +70,7 @@ static mpt_trainer_config config_of(const run *r) {
   c.checkpoint_dir = or_null(o->checkpoint_dir);
   c.checkpoint_every = o->checkpoint_every;
   c.keep = o->keep;
+  c.checkpoint_async = o->checkpoint_async;
   c.resume = or_null(o->resume);
   c.stop_at_step = o->stop_at_step;
   c.check_replicas = o->check_replicas;
@@ -139,6 +140,7 @@ static void warn_unused(const run *r) {
   if (!o->checkpoint_dir[0]) {
     warn(r, "checkpoint-every", "no --checkpoint-dir");
     warn(r, "keep", "no --checkpoint-dir");
+    warn(r, "checkpoint-async", "no --checkpoint-dir");
   }
   if (r->world == 1) {
     const char *why = "one rank: there is no DDP engine (run under mpirun -np N)";

@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt/ckpt_impl.h"
 #include "mpitrain/gpt_file.h"
 #include "train/train_impl.h"
 
@@ -161,6 +162,44 @@ mpt_status mpt__train_check_model_healthy(mpt__trainer *t, const char *when, int
   return MPT_OK;
 }
 
+/* Rank 0's status reaches every rank (a collective): each returns it, with rank 0's message. */
+static mpt_status share_status(mpt__trainer *t, mpt_status st) {
+  char msg[1024];
+  memset(msg, 0, sizeof msg);
+  int32_t code = (int32_t)st;
+  if (t->rank == 0) {
+    memcpy(msg, &code, 4);
+    if (st != MPT_OK) snprintf(msg + 4, sizeof msg - 4, "%s", mpt_last_error());
+  }
+  MPT_RETURN_IF(mpt_comm_broadcast_sync(t->comm, msg, (int64_t)sizeof msg, MPT_U8, 0));
+  memcpy(&code, msg, 4);
+  msg[sizeof msg - 1] = '\0';
+  if (code == MPT_OK) return MPT_OK;
+  if (t->rank == 0) return st; /* its own message is still the last error */
+  if (code > 0) code = MPT_ECOMM;
+  return MPT_FAIL((mpt_status)code, "rank 0's checkpoint failed: %s", msg + 4);
+}
+
+mpt_status mpt__train_ckpt_drain(mpt__trainer *t) {
+  if (!t->c.checkpoint_async || !t->c.checkpoint_dir || !t->c.checkpoint_dir[0]) return MPT_OK;
+  mpt_status st = MPT_OK;
+  if (t->rank == 0 && t->ckpt_writer) {
+    char path[4200];
+    double t0 = mpt_time_ms();
+    st = mpt__ckpt_async_wait(&t->ckpt_writer, t->c.timeout_s, path, sizeof path);
+    if (st == MPT_OK)
+      mpt_log(MPT_LOG_INFO, "checkpoint %s written in the background (waited %.1f ms for it)",
+              path, mpt_time_ms() - t0);
+  }
+  return share_status(t, st);
+}
+
+void mpt__train_ckpt_abandon(mpt__trainer *t) {
+  if (!t->ckpt_writer) return;
+  if (mpt__ckpt_async_wait(&t->ckpt_writer, t->c.timeout_s, NULL, 0) != MPT_OK)
+    mpt_log(MPT_LOG_ERROR, "%s", mpt_last_error());
+}
+
 /* Writes a checkpoint (rank 0 writes, every rank waits) recording that `step_in_epoch` steps of
  * `epoch` are done (step_in_epoch 0: epoch `epoch` is next, the ones before it are done). */
 mpt_status mpt__train_save_checkpoint(mpt__trainer *t, int64_t epoch, int64_t step_in_epoch) {
@@ -191,6 +230,28 @@ mpt_status mpt__train_save_checkpoint(mpt__trainer *t, int64_t epoch, int64_t st
   meta.accumulate = o->accumulate;
   char path[4200];
   mpt_optimizer *whole; /* ZeRO-1: the state gathered from every rank (one file) */
+  if (o->checkpoint_async) {
+    /* One writer: the previous background write ends first (its failure stops the run). */
+    MPT_RETURN_IF(mpt__train_ckpt_drain(t));
+    MPT_RETURN_IF(mpt__train_opt_whole(t, 1, t->rank == 0, &whole));
+    mpt_status st = MPT_OK;
+    double t0 = mpt_time_ms();
+    size_t nbytes = 0;
+    if (t->rank == 0) {
+      uint8_t *bytes = NULL;
+      st = mpt__ckpt_snapshot(o->checkpoint_dir, t->model, whole, &meta, &bytes, &nbytes);
+      if (st == MPT_OK)
+        st = mpt__ckpt_async_start(&t->ckpt_writer, o->checkpoint_dir, o->keep, t->global_step,
+                                   bytes, nbytes);
+    }
+    mpt__train_opt_whole_done(t, whole, 0);
+    MPT_RETURN_IF(share_status(t, st));
+    if (t->rank == 0)
+      mpt_log(MPT_LOG_INFO, "checkpoint of global step %" PRId64 ": %.1f MiB snapshot in %.1f "
+              "ms, written in the background", t->global_step, (double)nbytes / 1048576.0,
+              mpt_time_ms() - t0);
+    return MPT_OK;
+  }
   MPT_RETURN_IF(mpt__train_opt_whole(t, 1, t->rank == 0, &whole));
   mpt_status st = mpt_ckpt_save_collective(t->comm, o->checkpoint_dir, o->keep, t->model, whole,
                                            &meta, path, sizeof path);

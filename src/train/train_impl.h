@@ -43,6 +43,7 @@ typedef struct mpt__trainer {
   mpt_stream *stream;  /* the model's compute stream (inline on the CPU) */
   mpt_tape *tape;
   mpt_optimizer *opt;
+  struct mpt__ckpt_async *ckpt_writer; /* rank 0, --checkpoint-async: the write in flight */
   mpt_ddp *ddp;        /* more than one rank */
   mpt_dp *dp;          /* dp_devices: DataParallel over this rank's devices */
   mpt_comm *grad_comm; /* on a GPU: the gradients' comm (NCCL, else MPI staged) */
@@ -152,6 +153,11 @@ mpt_status mpt__train_check_checkpoint_dir(const mpt_trainer_config *c);
  * step lines and checkpoints number them). */
 mpt_status mpt__train_check_model_healthy(mpt__trainer *t, const char *when, int64_t step);
 mpt_status mpt__train_save_checkpoint(mpt__trainer *t, int64_t epoch, int64_t step_in_epoch);
+/* Collective: rank 0 waits (deadline timeout_s) for the background checkpoint in flight, if any,
+ * and every rank returns its outcome. MPT_OK at once without --checkpoint-async. */
+mpt_status mpt__train_ckpt_drain(mpt__trainer *t);
+/* Rank 0, on the way out after an error: waits for the write in flight and logs a failure. */
+void mpt__train_ckpt_abandon(mpt__trainer *t);
 mpt_status mpt__train_resume(mpt__trainer *t);
 mpt_status mpt__train_check_run_options(mpt__trainer *t);
 /* MPT_EINVAL naming --init-from when `file` (what --resume `given` resolved to) is an llm.c model

@@ -487,6 +487,8 @@ static mpt_status run(mpt__trainer *t, mpt_train_result *res) {
     MPT_RETURN_IF(run_epoch(t, e));
     if (t->preempted || t->stopped) break;
   }
+  /* The last background checkpoint is on disk before the run reports its end (or exit 75). */
+  MPT_RETURN_IF(mpt__train_ckpt_drain(t));
   if (c->skip_nonfinite)
     mpt_log(MPT_LOG_INFO, "%" PRId64 " optimizer step(s) skipped for non-finite gradients",
             t->skipped_nonfinite);
@@ -561,6 +563,10 @@ mpt_status mpt_trainer_run(mpt_comm *comm, mpt_model *model, const mpt_train_tas
   if (st == MPT_OK && t->c.handle_signals) st = mpt_trainer_catch_signals();
   if (st == MPT_OK) st = mpt__train_log_setup(t);
   if (st == MPT_OK) st = run(t, result);
+  if (t->ckpt_writer) {
+    mpt__train_ckpt_abandon(t); /* an error left a write in flight: let it end, not cut it */
+    if (st == MPT_OK) st = MPT_FAIL(MPT_ESTATE, "a background checkpoint was left unwaited");
+  }
   mpt__train_set_dump_comm(NULL); /* SIGUSR2 after the run: nothing of it to dump */
   if (st != MPT_OK && t->c.log_file && t->c.log_file[0] && t->terminal_fd > 2) {
     char detail[1024];
