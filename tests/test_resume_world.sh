@@ -136,6 +136,10 @@ check_case mlp_adamw_zero1_4to2 4 2 11 "$mlp $adamw --zero 1" "$auto" 8 $TOL
 cnn4="$cnn --accumulate 2" # G = 4 x 16 x 2 = 128
 check_case cnn_adamw_zero1_4to2 4 2 11 "$cnn4 $adamw --zero 1" "--accumulate 4" 8 $TOL
 check_case cnn_sgd_4to1 4 1 5 "$cnn4" "--accumulate 8" 8 $TOL
+# DataParallel inside each rank: 2 ranks of 2 CPU devices -> 1 rank of 4 (the batch of a rank is
+# split over its devices; G = 2 x 32 x 2 = 1 x 32 x 4 = 128)
+check_case mlp_dp_2x2dev_to_1x4dev 2 1 11 "$mlp --accumulate 2 --mode dp --devices cpu:2" \
+  "--accumulate 4 --devices cpu:4" 8 $TOL
 # 1001 samples: 2 ranks pad 1, 3 ranks pad 2; G = 2 x 12 x 3 = 72 = 3 x 12 x 2: 14 steps per
 # epoch, the last with 65 real samples
 odd="--model mlp --hidden 64 --synthetic --train-limit 1001 --test-limit 64 --epochs 2

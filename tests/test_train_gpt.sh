@@ -64,11 +64,12 @@ for np in 1 2; do
   else
     bad "np $np: validation loss from '$v0' to '$v1' (want ~5.545, then 1.5 lower)"
   fi
-  # The end-of-run DDP line on 2 ranks (all-reduce time per step, bucket count, hidden share in
-  # [0, 100] %), none on 1.
+  # The end-of-run DDP line on 2 ranks (all-reduce time per step, printed to 0.1 ms: this
+  # model's one bucket can take under 0.05 ms, so 0.0 is a valid figure; bucket count; hidden
+  # share in [0, 100] %), none on 1.
   ddp=$(sed -n 's/.*DDP (rank 0, mean over 50 steps): all-reduce \([0-9.]*\) ms per step in 1 bucket(s), \([0-9]*\) % of it hidden behind backward.*/\1 \2/p' "$tmp/run$np.log")
   if [ "$np" -eq 1 ] && [ -z "$ddp" ] ||
-     { [ "$np" -eq 2 ] && echo "$ddp" | awk 'NF == 2 && $1 > 0 && $2 >= 0 && $2 <= 100 { ok = 1 } END { exit !ok }'; }; then
+     { [ "$np" -eq 2 ] && echo "$ddp" | awk 'NF == 2 && $1 >= 0 && $2 >= 0 && $2 <= 100 { ok = 1 } END { exit !ok }'; }; then
     ok
   else
     bad "np $np: DDP summary '$ddp'"
