@@ -164,6 +164,31 @@ static mpt_status fsync_parent(const char *path) {
   return st;
 }
 
+/* The end of a checkpoint file's write: flushes the complete temporary file `tmp` to disk,
+ * closes it (*f becomes NULL), renames it to `path` (the kill point "before-rename" first) and
+ * fsyncs the folder; *created becomes 0 once the name is the final one. `what` begins the error
+ * messages; `may_inject` lets MPT_TEST_CKPT_FAIL=rename fail the rename (the background
+ * writer's fault hook). */
+static mpt_status commit_tmp(FILE **f, const char *tmp, const char *path, const char *what,
+                             int may_inject, int *created) {
+  if (fflush(*f) != 0 || fsync(fileno(*f)) != 0)
+    return MPT_FAIL(MPT_EIO, "%s: cannot flush %s to disk: %s", what, tmp, strerror(errno));
+  int rc = fclose(*f);
+  *f = NULL;
+  if (rc != 0) return MPT_FAIL(MPT_EIO, "%s: cannot close %s: %s", what, tmp, strerror(errno));
+  test_kill_point(NULL, "before-rename");
+  const char *fail_at = may_inject ? mpt__test_env("MPT_TEST_CKPT_FAIL") : NULL;
+  if (fail_at && strcmp(fail_at, "rename") == 0)
+    return MPT_FAIL(MPT_EIO, "%s: cannot rename %s to %s: injected failure "
+                    "(MPT_TEST_CKPT_FAIL=rename)", what, tmp, path);
+  if (rename(tmp, path) != 0)
+    return MPT_FAIL(MPT_EIO, "%s: cannot rename %s to %s: %s", what, tmp, path,
+                    strerror(errno));
+  *created = 0;
+  return fsync_parent(path);
+}
+
+
 static const mpt_param_info *entry_info(mpt_model *model, int np, int i) {
   return i < np ? mpt_model_param_info(model, i) : mpt_model_buffer_info(model, i - np);
 }
@@ -313,24 +338,7 @@ mpt_status mpt_ckpt_save(const char *path, mpt_model *model, mpt_optimizer *opti
   created = 1;
   writer w = {f, tmp, 0, 0, chunk, NULL};
   MPT_CHECK(write_all(&w, model, optimizer ? &os : NULL, kind, &m, total), out);
-  if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
-    st = MPT_FAIL(MPT_EIO, "checkpoint save: cannot flush %s to disk: %s", tmp, strerror(errno));
-    goto out;
-  }
-  int rc = fclose(f);
-  f = NULL;
-  if (rc != 0) {
-    st = MPT_FAIL(MPT_EIO, "checkpoint save: cannot close %s: %s", tmp, strerror(errno));
-    goto out;
-  }
-  test_kill_point(NULL, "before-rename");
-  if (rename(tmp, path) != 0) {
-    st = MPT_FAIL(MPT_EIO, "checkpoint save: cannot rename %s to %s: %s", tmp, path,
-                  strerror(errno));
-    goto out;
-  }
-  created = 0;
-  st = fsync_parent(path);
+  st = commit_tmp(&f, tmp, path, "checkpoint save", 0, &created);
 out:
   if (f) fclose(f);
   if (created) unlink(tmp);
@@ -402,30 +410,7 @@ mpt_status mpt__ckpt_write_bytes(const char *path, const uint8_t *bytes, size_t 
   test_kill_point(f, "mid-write");
   if (fwrite(bytes + half, 1, nbytes - half, f) != nbytes - half) goto write_failed;
   test_kill_point(f, "before-fsync");
-  if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
-    st = MPT_FAIL(MPT_EIO, "checkpoint write: cannot flush %s to disk: %s", tmp, strerror(errno));
-    goto out;
-  }
-  int rc = fclose(f);
-  f = NULL;
-  if (rc != 0) {
-    st = MPT_FAIL(MPT_EIO, "checkpoint write: cannot close %s: %s", tmp, strerror(errno));
-    goto out;
-  }
-  test_kill_point(NULL, "before-rename");
-  const char *fail_at = mpt__test_env("MPT_TEST_CKPT_FAIL"); /* fault injection: a failed rename */
-  if (fail_at && strcmp(fail_at, "rename") == 0) {
-    st = MPT_FAIL(MPT_EIO, "checkpoint write: cannot rename %s to %s: injected failure "
-                  "(MPT_TEST_CKPT_FAIL=rename)", tmp, path);
-    goto out;
-  }
-  if (rename(tmp, path) != 0) {
-    st = MPT_FAIL(MPT_EIO, "checkpoint write: cannot rename %s to %s: %s", tmp, path,
-                  strerror(errno));
-    goto out;
-  }
-  created = 0;
-  st = fsync_parent(path);
+  st = commit_tmp(&f, tmp, path, "checkpoint write", 1, &created);
   if (st == MPT_OK) test_kill_point(NULL, "after-rename");
   goto out;
 write_failed:
