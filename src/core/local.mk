@@ -9,7 +9,8 @@ libmpitrain_all_la_SOURCES += \
 	src/core/cpu/cpu.h src/core/cpu/vec.h src/core/cpu/vmath.h src/core/cpu/cpu_backend.c \
 	src/core/cpu/isa.h src/core/cpu/isa.c \
 	src/core/cpu/stream_cpu.c \
-	src/core/cpu/ops_cpu.c src/core/cpu/cpu_threads.c src/core/cpu/gemm_choice.c src/core/cpu/conv_cpu.c \
+	src/core/cpu/ops_cpu.c src/core/cpu/cpu_threads.c src/core/cpu/gemm_choice.c src/core/cpu/gemm_tune.c \
+	src/core/cpu/conv_cpu.c \
 	src/core/cpu/norm_cpu.c src/core/cpu/optim_cpu.c src/core/ops_gpt.c src/core/cpu/gpt_cpu.c \
 	src/core/ops_llama.c src/core/cpu/llama_cpu.c
 # The fused attention (src/core/cpu/attn_cpu.c) runs its (b, h) pairs on OpenMP's team, the
