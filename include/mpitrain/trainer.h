@@ -127,6 +127,9 @@ typedef struct mpt_trainer_config {
   const char *trace;          /* Chrome trace of every rank's phases */
   const char *save_params;    /* the final flat parameters, raw float32 (rank 0) */
   int profile;                /* each op's time per step at the end (steps after the first) */
+  const char *gemm_cache;     /* with mpt_cpu_set_gemm(MPT_CPU_GEMM_TUNE): the tuning cache file
+                                 (NULL or "": $MPT_GEMM_CACHE, else the per-host file of
+                                 mpt_cpu_gemm_cache_path); see "GEMM tuning" below */
   /* --- identity (logs, checks, checkpoints) --- */
   const char *model_name;     /* in logs and the metrics file (default "model") */
   const char *run_options;    /* "name value" lines recorded in CHECKPOINT_DIR/run-options.txt
