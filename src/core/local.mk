@@ -81,6 +81,14 @@ tests_test_sgemm_dnnl_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -fopenmp
 tests_test_sgemm_dnnl_LDADD = libmpitrain_all.la $(CHECK_LIBS) -lm
 endif
 endif
+# --gemm tune's table, recording, timing and cache file (src/core/cpu/gemm_tune.c)
+if HAVE_CHECK
+check_PROGRAMS += tests/test_gemm_tune
+TESTS += tests/test_gemm_tune
+tests_test_gemm_tune_SOURCES = tests/test_gemm_tune.c
+tests_test_gemm_tune_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_gemm_tune_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+endif
 # one table of op cases run on every CPU instruction-set path and every device
 # backend against the CPU reference (the CUDA half: tests/test_backend_ops_cuda.sh)
 if HAVE_CHECK
