@@ -339,7 +339,8 @@ MPT_API int mpt_cpu_gemm_recorded(mpt_cpu_gemm_tuned *shapes, int cap);
 /* Times OpenBLAS and oneDNN on each of the count shapes (m, n, k, trans read; at least the
  * (N,N) case when trans is 0), with the GEMM thread count in use, and writes each shape's
  * openblas_ms, onednn_ms (the median of `reps` alternating calls per library and transpose,
- * after one untimed call of each) and gemm (the faster; ties to OpenBLAS). Shapes are timed
+ * after one untimed call of each) and gemm: the fixed rule's library, unless the other is at
+ * least 5 % faster (near ties flip with the load from run to run). Shapes are timed
  * smallest first; once budget_ms of wall time is spent, or a shape's untimed calls show it
  * would overrun, the rest keep the fixed rule's answer and times of 0. Without oneDNN in the
  * build every shape gets OpenBLAS, untimed. Call while no other CPU op runs in the process.

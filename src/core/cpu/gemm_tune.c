@@ -30,6 +30,8 @@
 #endif
 
 #define CACHE_MAGIC "mpitrain-gemm-cache 1"
+/* The other library must be this much faster than the rule's (5 %) to be chosen. */
+#define MARGIN 0.05
 
 /* ---- timing ---- */
 
@@ -108,7 +110,11 @@ static mpt_status time_shape(mpt_cpu_gemm_tuned *s, int reps, double left_ms, in
   }
   s->openblas_ms = ob;
   s->onednn_ms = dn;
-  s->gemm = dn < ob ? MPT_CPU_GEMM_ONEDNN : MPT_CPU_GEMM_OPENBLAS;
+  /* the fixed rule's library (in s->gemm) stays unless the other is MARGIN faster: near ties
+   * flip with the load from run to run, and would change the bits for nothing */
+  if (s->gemm == MPT_CPU_GEMM_OPENBLAS && dn < ob * (1 - MARGIN)) s->gemm = MPT_CPU_GEMM_ONEDNN;
+  else if (s->gemm == MPT_CPU_GEMM_ONEDNN && ob < dn * (1 - MARGIN))
+    s->gemm = MPT_CPU_GEMM_OPENBLAS;
 done:
   mpt_device_free(mpt_device_cpu(), buf);
   free(times);
