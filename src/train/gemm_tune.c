@@ -185,8 +185,10 @@ mpt_status mpt__train_gemm_tune_end(mpt__trainer *t) {
   dump_table(t);
   if (t->rank != 0) return MPT_OK;
   char what[4400];
-  snprintf(what, sizeof what, "(%d timed in %.0f ms after the first step%s)", count, ms,
-           have ? ", the others from the cache" : "");
+  int timed = 0;
+  for (int i = 0; i < count; i++) timed += fresh[i].openblas_ms > 0 || fresh[i].onednn_ms > 0;
+  snprintf(what, sizeof what, "(%d of %d new timed in %.0f ms after the first step, within %.0f "
+           "ms%s)", timed, count, ms, TUNE_BUDGET_MS, have ? "; the others from the cache" : "");
   log_table(what, table, have + count);
   if (t->gemm_cache_path[0]) {
     /* the timed shapes only: one left to the rule by the budget is timed by a later run */
