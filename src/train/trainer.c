@@ -524,6 +524,7 @@ static mpt_status run(mpt__trainer *t, mpt_train_result *res) {
 }
 
 static void trainer_free(mpt__trainer *t) {
+  if (t->gemm_tune_pending) mpt_cpu_gemm_record(0); /* --gemm tune: no step ran */
   mpt_loader_free(t->train_loader);
   mpt_loader_free(t->eval_loader);
   mpt_sampler_free(t->train_sampler);
