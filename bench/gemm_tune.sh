@@ -10,7 +10,8 @@
 #   bench/gemm_tune.sh [--models mlp,cnn] [--pairs N] [--np N] [--isa native,avx2] [--build DIR]
 # Defaults: mlp,cnn; 5 pairs; 2 ranks; native,avx2. Training samples: mlp 8192, cnn 2048
 # (--synthetic). Environment: as bench/bench_lib.sh. Output: a machine line, then one line per
-# run, then per setting "median auto A, tune T samples/s: tune/auto R".
+# run, then per setting "median auto A, tune T samples/s: tune/auto R; median of the pairs'
+# ratios P" (P: each pair's tune/auto, which cancels the load that both runs of a pair share).
 set -u
 . "$(dirname "$0")/bench_lib.sh"
 models=mlp,cnn pairs=5 np=2 isas=native,avx2
@@ -51,6 +52,7 @@ for isa in $(bench_words "$isas"); do
     [ "$model" = cnn ] && limit=2048
     : > "$tmp/auto"
     : > "$tmp/tune"
+    : > "$tmp/ratio"
     i=0
     while [ $i -lt "$pairs" ]; do
       order="auto tune"
@@ -66,12 +68,14 @@ for isa in $(bench_words "$isas"); do
         [ "$mode" = tune ] && [ $i -eq 0 ] && grep -o 'GEMM tune: .*' "$tmp/out" | grep -v 'no cache' |
           sed 's/^/  /' | cut -c 1-600
       done
+      paste "$tmp/auto" "$tmp/tune" | tail -n 1 | awk '{ print $2 / $1 }' >> "$tmp/ratio"
       i=$((i + 1))
     done
     ma=$(median "$tmp/auto")
     mt=$(median "$tmp/tune")
-    awk -v m="$model" -v i="$isa" -v a="$ma" -v t="$mt" 'BEGIN {
-      printf "%s isa %s: median auto %s, tune %s samples/s: tune/auto %.3f\n", m, i, a, t, t / a }'
+    mr=$(median "$tmp/ratio")
+    awk -v m="$model" -v i="$isa" -v a="$ma" -v t="$mt" -v r="$mr" 'BEGIN {
+      printf "%s isa %s: median auto %s, tune %s samples/s: tune/auto %.3f; median of the pairs'"'"' ratios %.3f\n", m, i, a, t, t / a, r }'
   done
 done
 echo "load average at end: $(cut -d ' ' -f 1-3 /proc/loadavg)"

@@ -110,11 +110,20 @@ static void maybe_bias(const mpt__trainer *t, mpt_cpu_gemm_tuned *e, int count) 
   }
 }
 
+static mpt_status tune_begin(mpt__trainer *t, mpt_cpu_gemm_tuned *e);
+
 mpt_status mpt__train_gemm_tune_begin(mpt__trainer *t) {
   t->gemm_tune_pending = 0;
   if (mpt_cpu_gemm_setting() != MPT_CPU_GEMM_TUNE || t->device.type != MPT_DEVICE_CPU)
     return MPT_OK;
-  static mpt_cpu_gemm_tuned e[MPT_CPU_GEMM_TABLE_MAX];
+  mpt_cpu_gemm_tuned *e = calloc(MPT_CPU_GEMM_TABLE_MAX, sizeof *e);
+  if (!e) return MPT_FAIL(MPT_ENOMEM, "GEMM tuning: no memory for the table");
+  mpt_status st = tune_begin(t, e);
+  free(e);
+  return st;
+}
+
+static mpt_status tune_begin(mpt__trainer *t, mpt_cpu_gemm_tuned *e) {
   int count = 0;
   if (t->rank == 0) {
     char key[2048];
@@ -151,14 +160,25 @@ mpt_status mpt__train_gemm_tune_begin(mpt__trainer *t) {
   return MPT_OK;
 }
 
+static mpt_status tune_end(mpt__trainer *t, mpt_cpu_gemm_tuned *table, mpt_cpu_gemm_tuned *fresh,
+                           mpt_cpu_gemm_tuned *rec);
+
 mpt_status mpt__train_gemm_tune_end(mpt__trainer *t) {
   t->gemm_tune_pending = 0;
   mpt_cpu_gemm_record(0);
-  static mpt_cpu_gemm_tuned table[MPT_CPU_GEMM_TABLE_MAX], fresh[MPT_CPU_GEMM_TABLE_MAX];
+  mpt_cpu_gemm_tuned *buf = calloc(3 * MPT_CPU_GEMM_TABLE_MAX, sizeof *buf);
+  if (!buf) return MPT_FAIL(MPT_ENOMEM, "GEMM tuning: no memory for the table");
+  mpt_status st = tune_end(t, buf, buf + MPT_CPU_GEMM_TABLE_MAX, buf + 2 * MPT_CPU_GEMM_TABLE_MAX);
+  free(buf);
+  return st;
+}
+
+/* table: the installed table and room for the new shapes; fresh, rec: scratch. */
+static mpt_status tune_end(mpt__trainer *t, mpt_cpu_gemm_tuned *table, mpt_cpu_gemm_tuned *fresh,
+                           mpt_cpu_gemm_tuned *rec) {
   const int have = mpt_cpu_gemm_table(table, MPT_CPU_GEMM_TABLE_MAX);
   int count = 0;
   if (t->rank == 0) { /* rank 0's list of the shapes to time */
-    static mpt_cpu_gemm_tuned rec[MPT_CPU_GEMM_TABLE_MAX];
     int nrec = mpt_cpu_gemm_recorded(rec, MPT_CPU_GEMM_TABLE_MAX);
     if (nrec > MPT_CPU_GEMM_TABLE_MAX) nrec = MPT_CPU_GEMM_TABLE_MAX;
     for (int i = 0; i < nrec && have + count < MPT_CPU_GEMM_TABLE_MAX; i++) {
