@@ -1,6 +1,6 @@
 /* Which library computes an fp32 CPU product (include/mpitrain/ops.h, "CPU GEMM library"):
  * the process-wide setting and the fixed rule of MPT_CPU_GEMM_AUTO. mpt__cpu_gemm (ops_cpu.c)
- * and the attention's block products (attn_cpu.c) ask through mpt__cpu_sgemm_dnnl_wanted.
+ * and the attention's block products (attn_cpu.c) ask through mpt__cpu_gemm_route.
  *
  * The rule, from mpt_gemm_bench at one thread (bench/results/gemm_mlp.txt): with oneDNN's AVX-512
  * kernels its sgemm beats OpenBLAS on every model's step (mlp 1.09x, gpt-mini 1.10x); with its
@@ -117,9 +117,7 @@ mpt_cpu_gemm mpt_cpu_gemm_for(int64_t m, int64_t n, int64_t k) {
   } else if (s != MPT_CPU_GEMM_AUTO) {
     return s;
   }
-  if (onednn_has_avx512()) return MPT_CPU_GEMM_ONEDNN;
-  return (double)m * (double)n * (double)k < AVX2_ONEDNN_MIN_MACS ? MPT_CPU_GEMM_OPENBLAS
-                                                                  : MPT_CPU_GEMM_ONEDNN;
+  return mpt__cpu_gemm_rule(m, n, k);
 #else
   (void)m, (void)n, (void)k;
   return MPT_CPU_GEMM_OPENBLAS;
