@@ -136,6 +136,15 @@ CPU has); an instruction set the CPU lacks stops the run at start; \-\-version s
 OpenBLAS's kernels (Haswell, SkylakeX...), read when the library loads: MPT_CPU_ISA does not
 cap OpenBLAS
 .TP
+.B MPT_GEMM_CACHE=FILE
+\-\-gemm tune's cache file when \-\-gemm\-cache is not given
+.TP
+.B XDG_CACHE_HOME, HOME
+where \-\-gemm tune keeps its per-host cache by default:
+$XDG_CACHE_HOME/mpitrain/gemm\-HOST\-HASH.txt, else ~/.cache/mpitrain/ (HASH: of the host, CPU
+model, instruction sets, library versions and thread count); a corrupt or foreign file is
+ignored with a warning, an unwritable one is a warning
+.TP
 .B MPT_GEMM_THREADS=K
 a testing and debugging switch: the GEMMs and convolutions (oneDNN, OpenBLAS) use at most K
 threads while the other CPU ops use \-\-threads. A run gives the same bits run after run at

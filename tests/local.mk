@@ -18,6 +18,8 @@ EXTRA_DIST += tests/test_cli_groups.sh
 # --grad-comm fp32|bf16 (refusal, no-effect warning, 2-rank bf16 run against fp32)
 TESTS += tests/test_grad_comm.sh
 EXTRA_DIST += tests/test_grad_comm.sh
+TESTS += tests/test_gemm_tune_run.sh
+EXTRA_DIST += tests/test_gemm_tune_run.sh
 # the trainer's --zero (ZeRO-1)
 TESTS += tests/test_zero_cli.sh tests/test_recompute.sh tests/test_zero3_cli.sh
 EXTRA_DIST += tests/test_zero_cli.sh tests/test_recompute.sh tests/test_zero3_cli.sh

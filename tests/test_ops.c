@@ -96,13 +96,34 @@ static void gemm_case(int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t p
   free(c0);
 }
 
+/* On every CPU GEMM library of the build (mpt_cpu_set_gemm): OpenBLAS, oneDNN when built, the
+ * auto rule, and a tuned table that sends one shape to each library (mpt_cpu_gemm_for says
+ * which library each case took, so both are known to run). */
 START_TEST(test_gemm_matches_naive_for_all_transposes) {
-  for (int ta = 0; ta < 2; ta++)
-    for (int tb = 0; tb < 2; tb++) {
-      gemm_case(ta, tb, 7, 5, 9, 3);
-      gemm_case(ta, tb, 67, 45, 130, 5); /* large enough for OpenBLAS's blocked kernels */
-      gemm_case(ta, tb, 1, 33, 2, 1);
-    }
+  int ran[3] = {0, 0, 0};
+  const mpt_cpu_gemm settings[] = {MPT_CPU_GEMM_OPENBLAS, MPT_CPU_GEMM_ONEDNN, MPT_CPU_GEMM_AUTO,
+                                   MPT_CPU_GEMM_TUNE};
+  mpt_cpu_gemm_tuned table[2] = {{.m = 67, .n = 45, .k = 130, .gemm = MPT_CPU_GEMM_OPENBLAS},
+                                 {.m = 7, .n = 5, .k = 9, .gemm = MPT_CPU_GEMM_ONEDNN}};
+  const int onednn = mpt_cpu_set_gemm(MPT_CPU_GEMM_ONEDNN) == MPT_OK;
+  if (!onednn) table[1].gemm = MPT_CPU_GEMM_OPENBLAS;
+  OK(mpt_cpu_gemm_table_set(table, 2));
+  for (size_t i = 0; i < sizeof settings / sizeof settings[0]; i++) {
+    if (settings[i] == MPT_CPU_GEMM_ONEDNN && !onednn) continue;
+    OK(mpt_cpu_set_gemm(settings[i]));
+    for (int ta = 0; ta < 2; ta++)
+      for (int tb = 0; tb < 2; tb++) {
+        gemm_case(ta, tb, 7, 5, 9, 3);
+        gemm_case(ta, tb, 67, 45, 130, 5); /* large enough for OpenBLAS's blocked kernels */
+        gemm_case(ta, tb, 1, 33, 2, 1);
+      }
+    ran[mpt_cpu_gemm_for(7, 5, 9)]++;
+    ran[mpt_cpu_gemm_for(67, 45, 130)]++;
+  }
+  ck_assert_int_gt(ran[MPT_CPU_GEMM_OPENBLAS], 0);
+  if (onednn) ck_assert_int_gt(ran[MPT_CPU_GEMM_ONEDNN], 0);
+  OK(mpt_cpu_set_gemm(MPT_CPU_GEMM_AUTO));
+  OK(mpt_cpu_gemm_table_set(NULL, 0));
 }
 END_TEST
 

@@ -286,11 +286,18 @@ MPT_API const char *mpt_cpu_blas_name(void);
  * to OpenBLAS. The rule depends on nothing measured at run time, so a run's bits stay the same
  * run after run. Without oneDNN in the build every product goes to OpenBLAS, and asking for
  * MPT_CPU_GEMM_ONEDNN fails. The libraries sum in different orders: results agree to fp32
- * rounding, not bit for bit. */
+ * rounding, not bit for bit.
+ *
+ * MPT_CPU_GEMM_TUNE (opt-in, like torch.backends.cudnn.benchmark) answers per shape from a table
+ * timed on this machine (mpt_cpu_gemm_table_set; the trainer fills it, trainer.h "GEMM tuning"),
+ * and by the rule above for a shape the table lacks. It is not the default because a timed
+ * choice depends on the load of the moment: two runs may choose differently and then differ in
+ * the last bits, where AUTO gives the same bits run after run. */
 typedef enum {
   MPT_CPU_GEMM_AUTO = 0,     /* the rule above */
   MPT_CPU_GEMM_OPENBLAS = 1, /* every product on OpenBLAS's cblas_sgemm */
   MPT_CPU_GEMM_ONEDNN = 2,   /* every product with m, n > 1 on oneDNN's dnnl_sgemm */
+  MPT_CPU_GEMM_TUNE = 3,     /* the per-shape table, the rule above outside it */
 } mpt_cpu_gemm;
 
 /* Sets the GEMM library of this process. Call while no CPU op runs (a product already running
@@ -300,10 +307,94 @@ MPT_API mpt_status mpt_cpu_set_gemm(mpt_cpu_gemm gemm);
 /* The setting of mpt_cpu_set_gemm (MPT_CPU_GEMM_AUTO before any call). */
 MPT_API mpt_cpu_gemm mpt_cpu_gemm_setting(void);
 /* The library that computes an m x n x k product now: MPT_CPU_GEMM_OPENBLAS or
- * MPT_CPU_GEMM_ONEDNN, never AUTO (the rule applied). Calls mpt_cpu_isa_init (oneDNN's cap). */
+ * MPT_CPU_GEMM_ONEDNN, never AUTO or TUNE (the rule applied; under TUNE the table's entry for
+ * m x n x k when it has one). Calls mpt_cpu_isa_init (oneDNN's cap). */
 MPT_API mpt_cpu_gemm mpt_cpu_gemm_for(int64_t m, int64_t n, int64_t k);
-/* "auto", "openblas", "onednn" (the --gemm spellings); "unknown" outside the enum. */
+/* "auto", "openblas", "onednn", "tune" (the --gemm spellings); "unknown" outside the enum. */
 MPT_API const char *mpt_cpu_gemm_name(mpt_cpu_gemm gemm);
+
+/* ---- CPU GEMM tuning (MPT_CPU_GEMM_TUNE) ----
+ * One product shape and its library: m x n x k (C is m x n, k the summed extent, as
+ * mpt_op_gemm), the transposes the step used it with (bit 2 trans_a + trans_b set for each),
+ * the library, and the median milliseconds of each library on it (0 when not timed). The sum
+ * of the times over the transposes seen is what is compared. */
+typedef struct mpt_cpu_gemm_tuned {
+  int64_t m, n, k;
+  unsigned trans;     /* bits 0-3: (N,N), (N,T), (T,N), (T,T) seen */
+  mpt_cpu_gemm gemm;  /* MPT_CPU_GEMM_OPENBLAS or MPT_CPU_GEMM_ONEDNN */
+  double openblas_ms; /* median of the timed calls, summed over the transposes; 0: not timed */
+  double onednn_ms;
+} mpt_cpu_gemm_tuned;
+/* The most shapes a table, a recording or a cache file holds. */
+#define MPT_CPU_GEMM_TABLE_MAX 512
+
+/* Starts (on != 0: the list is emptied first) or stops noting the shape and transposes of every
+ * fp32 CPU product mpt_op_gemm and the attention's block products compute (m, n > 1, k > 0),
+ * whatever the setting. Any thread; the noting takes a mutex, so leave it off in the steps that
+ * are timed. Shapes beyond MPT_CPU_GEMM_TABLE_MAX are dropped. */
+MPT_API void mpt_cpu_gemm_record(int on);
+/* Copies up to cap noted shapes (in first-use order) to shapes (NULL: none), each with gemm set
+ * to the fixed rule's answer and no times; returns how many were noted. */
+MPT_API int mpt_cpu_gemm_recorded(mpt_cpu_gemm_tuned *shapes, int cap);
+/* Times OpenBLAS and oneDNN on each of the count shapes (m, n, k, trans read; at least the
+ * (N,N) case when trans is 0), with the GEMM thread count in use, and writes each shape's
+ * openblas_ms, onednn_ms (the median of `reps` alternating calls per library and transpose,
+ * after one untimed call of each) and gemm: the fixed rule's library, unless the other is at
+ * least 5 % faster (near ties flip with the load from run to run). Shapes are timed
+ * smallest first; once budget_ms of wall time is spent, or a shape's untimed calls show it
+ * would overrun, the rest keep the fixed rule's answer and times of 0. Without oneDNN in the
+ * build every shape gets OpenBLAS, untimed. Call while no other CPU op runs in the process.
+ * Errors: MPT_EINVAL (count outside 0..MPT_CPU_GEMM_TABLE_MAX, shapes NULL, reps < 1, a size
+ * < 1 or above INT_MAX), MPT_ENOMEM, a library's error. */
+MPT_API mpt_status mpt_cpu_gemm_time_shapes(mpt_cpu_gemm_tuned *shapes, int count, int reps,
+                                            double budget_ms);
+/* Installs the table MPT_CPU_GEMM_TUNE answers from (copied; count 0 empties it). Call while no
+ * CPU op runs. Errors: MPT_EINVAL (count outside 0..MPT_CPU_GEMM_TABLE_MAX, entries NULL with
+ * count > 0, a size < 1, a library other than openblas or onednn, one shape twice),
+ * MPT_ENOTSUP (onednn in a build without oneDNN); the table is unchanged then. */
+MPT_API mpt_status mpt_cpu_gemm_table_set(const mpt_cpu_gemm_tuned *entries, int count);
+/* Copies up to cap entries of the installed table to entries (NULL: none); returns its size. */
+MPT_API int mpt_cpu_gemm_table(mpt_cpu_gemm_tuned *entries, int cap);
+
+/* The tuning cache: a text file per host that keeps a table between runs,
+ *
+ *   mpitrain-gemm-cache 1
+ *   host node17                        (the key: the lines up to "shapes")
+ *   cpu AMD EPYC 7B12
+ *   isa avx2 onednn-isa avx2 blas Haswell
+ *   versions openblas 0.3.21 onednn 2.6.3
+ *   threads 1
+ *   shapes 2
+ *   64 512 784 1 openblas 0.4100 0.5230     (m n k trans library openblas_ms onednn_ms)
+ *   512 784 64 4 onednn 0.3900 0.3700
+ *   end
+ *
+ * The key says what the times hold for: the host name, the CPU's model string
+ * (/proc/cpuinfo), the instruction sets in use (the library's kernels, oneDNN's cap, OpenBLAS's
+ * kernel), the two libraries' versions and the GEMM thread count. */
+
+/* Writes this process's key (the lines above between the first and "shapes", each ending in a
+ * newline) to buf. Calls mpt_cpu_isa_init. Errors: MPT_EINVAL (buf NULL, or nbytes too small). */
+MPT_API mpt_status mpt_cpu_gemm_cache_key(char *buf, size_t nbytes);
+/* The default cache file of this key: $MPT_GEMM_CACHE when set and not empty, else
+ * $XDG_CACHE_HOME/mpitrain/gemm-HOST-HASH.txt (XDG_CACHE_HOME unset or empty: ~/.cache, from
+ * $HOME), HASH 16 hex digits of FNV-1a over the key: one file per key, so hosts that share a
+ * home folder, or one host at two thread counts, keep their own. Errors: MPT_EINVAL (NULL, or
+ * nbytes too small), MPT_ENOENT (neither XDG_CACHE_HOME nor HOME is set). */
+MPT_API mpt_status mpt_cpu_gemm_cache_path(const char *key, char *buf, size_t nbytes);
+/* Writes count entries under key to path, atomically (a temporary file renamed over it; the
+ * folders above it are created). Errors: MPT_EINVAL (NULL path or key, count outside
+ * 0..MPT_CPU_GEMM_TABLE_MAX, a bad entry as mpt_cpu_gemm_table_set), MPT_EIO naming the path. */
+MPT_API mpt_status mpt_cpu_gemm_cache_write(const char *path, const char *key,
+                                            const mpt_cpu_gemm_tuned *entries, int count);
+/* Reads path into entries (up to cap) and *count, checked whole before anything is trusted:
+ * MPT_ENOENT (no such file), MPT_EIO (unreadable), MPT_EFORMAT (not this format, a malformed or
+ * duplicate line, sizes < 1 or above INT_MAX, a library name other than openblas or onednn,
+ * negative or non-finite times, more entries than cap or MPT_CPU_GEMM_TABLE_MAX, the count
+ * line disagreeing, no end line: a cut file), MPT_EMISMATCH (a well-formed file of another key:
+ * the message names the first line that differs). *count is 0 on error. */
+MPT_API mpt_status mpt_cpu_gemm_cache_read(const char *path, const char *key,
+                                           mpt_cpu_gemm_tuned *entries, int cap, int *count);
 
 /* ---- CPU instruction sets ----
  * The library's own CPU kernels (the transformer ops of ops_gpt.h, the fused attention, the

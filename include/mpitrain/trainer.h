@@ -25,6 +25,15 @@
  * a global L2 norm of at most grad_clip (torch.nn.utils.clip_grad_norm_; the same norm on every
  * rank), and the optimizer steps with mpt_lr_at(schedule, lr, global step).
  *
+ * GEMM tuning: when the process's CPU GEMM setting is MPT_CPU_GEMM_TUNE (ops.h, "CPU GEMM
+ * library"; the program's --gemm tune) and the model is on the CPU, rank 0 reads the cache
+ * (gemm_cache, else mpt_cpu_gemm_cache_path) and its table is installed on every rank; the first
+ * step's product shapes are recorded (mpt_cpu_gemm_record); after it, the shapes the table lacks
+ * are timed on every rank at once (mpt_cpu_gemm_time_shapes: median of 5, 0.4 s in all, outside
+ * the training time) and rank 0's choices are broadcast and installed everywhere (the same
+ * library per shape on every rank); rank 0 logs the table in one line and writes the cache. An
+ * unreadable, corrupt or foreign cache, or one that cannot be written, is a warning.
+ *
  * Threads: mpt_trainer_run runs on the calling thread (the DDP engine's comm thread, the
  * loaders' prefetch threads and DataParallel's replica threads are the library's own, and block
  * the preemption signals); it is collective over `comm`: every rank calls it with the same
@@ -127,6 +136,9 @@ typedef struct mpt_trainer_config {
   const char *trace;          /* Chrome trace of every rank's phases */
   const char *save_params;    /* the final flat parameters, raw float32 (rank 0) */
   int profile;                /* each op's time per step at the end (steps after the first) */
+  const char *gemm_cache;     /* with mpt_cpu_set_gemm(MPT_CPU_GEMM_TUNE): the tuning cache file
+                                 (NULL or "": $MPT_GEMM_CACHE, else the per-host file of
+                                 mpt_cpu_gemm_cache_path); see "GEMM tuning" below */
   /* --- identity (logs, checks, checkpoints) --- */
   const char *model_name;     /* in logs and the metrics file (default "model") */
   const char *run_options;    /* "name value" lines recorded in CHECKPOINT_DIR/run-options.txt

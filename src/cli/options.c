@@ -234,9 +234,15 @@ typedef enum { P_I64, P_INT, P_F64, P_F32, P_F32D, P_STR, P_ON, P_OFF, P_FN } pa
     "auto|im2col|onednn",                                                                       \
     "convolutions: oneDNN (when built with it) or\nim2col + GEMM (default auto: oneDNN when "    \
     "available)", "the GPT has no convolutions")                                                \
-  X(GEMM, "gemm", P_FN, NOFIELD, 0, 0, ALL, "evaluation and output", "auto|openblas|onednn",     \
+  X(GEMM, "gemm", P_FN, NOFIELD, 0, 0, ALL, "evaluation and output",                           \
+    "auto|openblas|onednn|tune",                                                                \
     "CPU fp32 GEMMs: auto (default) oneDNN with its AVX-512\nkernels; with AVX2 only, OpenBLAS "  \
-    "below 2^27\nmultiply-adds and oneDNN above (measured: docs/cluster.md)", "")               \
+    "below 2^27\nmultiply-adds and oneDNN above (measured: docs/cluster.md);\ntune: time both "  \
+    "on the first step's shapes, choose\nper shape, cache per host (opt-in: a timed choice\n"     \
+    "may change the last bits from run to run)", "")                                            \
+  X(GEMM_CACHE, "gemm-cache", P_STR, FIELD(gemm_cache), 0, 0, ALL, "evaluation and output",     \
+    "FILE", "--gemm tune's cache file (default $MPT_GEMM_CACHE,\nelse "                          \
+    "~/.cache/mpitrain/gemm-HOST-HASH.txt)", "")                                                \
   X(PRECISION, "precision", P_FN, NOFIELD, 0, 0, ALL, "evaluation and output", "fp32|bf16",     \
     "GEMMs and convolutions: bf16 inputs, fp32 accumulation\n(oneDNN on CPUs with AVX-512 BF16,"  \
     " cuBLAS on GPUs);\nweights, gradients, optimizer stay fp32 (default fp32)", "")            \
@@ -631,7 +637,8 @@ static int parse_special(int id, const char *a, mpt_cli_options *o, int64_t *gpt
       if (strcmp(a, "auto") == 0) o->gemm = MPT_CPU_GEMM_AUTO;
       else if (strcmp(a, "openblas") == 0) o->gemm = MPT_CPU_GEMM_OPENBLAS;
       else if (strcmp(a, "onednn") == 0) o->gemm = MPT_CPU_GEMM_ONEDNN;
-      else return fail(msg, n, "--gemm: unknown library '%s' (auto, openblas or onednn)", a);
+      else if (strcmp(a, "tune") == 0) o->gemm = MPT_CPU_GEMM_TUNE;
+      else return fail(msg, n, "--gemm: unknown library '%s' (auto, openblas, onednn or tune)", a);
       return 0;
     case OPT_PRECISION:
       if (mpt_precision_parse(a, &o->precision) != MPT_OK)

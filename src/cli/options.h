@@ -64,6 +64,7 @@ typedef struct mpt_cli_options {
   int64_t stop_at_step;     /* stop after this global step (0 = never) */
   int skip_nonfinite;       /* skip optimizer steps whose averaged gradients are not finite */
   int64_t check_replicas;   /* every N steps compare a checksum of the parameters (0 = off) */
+  char gemm_cache[4096];    /* --gemm-cache: --gemm tune's cache file ("" = default) */
   char log_file[4096];      /* --log-file: each rank writes its output to <this>.<rank> */
   int quiet;                /* --quiet: warnings and errors only */
   double progress_interval_s; /* one-line progress on rank 0 when stderr is not a terminal */

@@ -83,6 +83,7 @@ static mpt_trainer_config config_of(const run *r) {
   c.trace = or_null(o->trace);
   c.save_params = or_null(o->save_params);
   c.profile = o->profile;
+  c.gemm_cache = or_null(o->gemm_cache);
   c.model_name = o->model;
   c.run_options = r->run_options;
   c.input_paths = r->inputs;

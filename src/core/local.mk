@@ -9,7 +9,8 @@ libmpitrain_all_la_SOURCES += \
 	src/core/cpu/cpu.h src/core/cpu/vec.h src/core/cpu/vmath.h src/core/cpu/cpu_backend.c \
 	src/core/cpu/isa.h src/core/cpu/isa.c \
 	src/core/cpu/stream_cpu.c \
-	src/core/cpu/ops_cpu.c src/core/cpu/cpu_threads.c src/core/cpu/gemm_choice.c src/core/cpu/conv_cpu.c \
+	src/core/cpu/ops_cpu.c src/core/cpu/cpu_threads.c src/core/cpu/gemm_choice.c src/core/cpu/gemm_tune.c \
+	src/core/cpu/conv_cpu.c \
 	src/core/cpu/norm_cpu.c src/core/cpu/optim_cpu.c src/core/ops_gpt.c src/core/cpu/gpt_cpu.c \
 	src/core/ops_llama.c src/core/cpu/llama_cpu.c
 # The fused attention (src/core/cpu/attn_cpu.c) runs its (b, h) pairs on OpenMP's team, the
@@ -79,6 +80,14 @@ tests_test_sgemm_dnnl_SOURCES = tests/test_sgemm_dnnl.c
 tests_test_sgemm_dnnl_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -fopenmp
 tests_test_sgemm_dnnl_LDADD = libmpitrain_all.la $(CHECK_LIBS) -lm
 endif
+endif
+# --gemm tune's table, recording, timing and cache file (src/core/cpu/gemm_tune.c)
+if HAVE_CHECK
+check_PROGRAMS += tests/test_gemm_tune
+TESTS += tests/test_gemm_tune
+tests_test_gemm_tune_SOURCES = tests/test_gemm_tune.c
+tests_test_gemm_tune_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_gemm_tune_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 endif
 # one table of op cases run on every CPU instruction-set path and every device
 # backend against the CPU reference (the CUDA half: tests/test_backend_ops_cuda.sh)

@@ -22,6 +22,7 @@ static const char *gemm_choice(void) {
   const mpt_cpu_gemm s = mpt_cpu_gemm_setting();
   if (s == MPT_CPU_GEMM_OPENBLAS) return "GEMMs on OpenBLAS, --gemm openblas";
   if (s == MPT_CPU_GEMM_ONEDNN) return "GEMMs on oneDNN, --gemm onednn";
+  if (s == MPT_CPU_GEMM_TUNE) return "GEMMs per shape as timed on this host, --gemm tune";
   const mpt_cpu_gemm small = mpt_cpu_gemm_for(64, 512, 784);
   const mpt_cpu_gemm big = mpt_cpu_gemm_for(1024, 1024, 1024);
   if (small == big)

@@ -103,6 +103,9 @@ typedef struct mpt__trainer {
   double strag_last_slow_ms, strag_last_fast_ms, strag_max_slow_ms, strag_max_fast_ms;
   /* the last evaluation */
   double eval_loss, eval_metric;
+  /* --gemm tune (gemm_tune.c): recording the first step's shapes; the cache file */
+  int gemm_tune_pending;
+  char gemm_cache_path[4200];
 } mpt__trainer;
 
 /* A built-in task (task_images.c, task_tokens.c): the public part first, then its destructor,
@@ -196,6 +199,15 @@ void mpt__train_maybe_slow(mpt__trainer *t, double ms);
 /* ---- straggler.c ---- */
 /* Collective, at each step line: the ranks' compute time per step, rank 0's line. */
 mpt_status mpt__train_stragglers(mpt__trainer *t);
+
+/* ---- gemm_tune.c ---- */
+/* Collective, at set-up after the thread count is set: under MPT_CPU_GEMM_TUNE on the CPU, rank
+ * 0's cache (when it holds for this host) becomes every rank's table, and the shapes of the
+ * first step are recorded (gemm_tune_pending). Nothing otherwise. */
+mpt_status mpt__train_gemm_tune_begin(mpt__trainer *t);
+/* Collective, after the first step: the recorded shapes the table lacks are timed on every rank
+ * at once, rank 0's choices become every rank's table, rank 0 logs them and writes the cache. */
+mpt_status mpt__train_gemm_tune_end(mpt__trainer *t);
 
 /* ---- report.c ---- */
 mpt_status mpt__train_log_setup(mpt__trainer *t);

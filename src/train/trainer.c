@@ -62,7 +62,7 @@ static mpt_status config_check(const mpt_trainer_config *in, const mpt_train_tas
   *c = *in;
   const char **s[] = {&c->dp_devices, &c->checkpoint_dir, &c->resume, &c->log_file,
                       &c->metrics_json, &c->trace, &c->save_params, &c->run_options,
-                      &c->input_paths, &c->debug_dir};
+                      &c->input_paths, &c->debug_dir, &c->gemm_cache};
   for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
     if (!*s[i]) *s[i] = "";
   if (empty(c->model_name)) c->model_name = "model";
@@ -270,6 +270,7 @@ static mpt_status setup(mpt__trainer *t) {
     if (!c->threads) t->threads = mpt_cpu_threads_per_rank(mpt_comm_local_size(t->comm), nd);
   }
   MPT_RETURN_IF(mpt_cpu_set_threads(t->threads));
+  MPT_RETURN_IF(mpt__train_gemm_tune_begin(t)); /* --gemm tune: the cache, and recording */
   t->device = mpt_model_device(t->model);
   MPT_RETURN_IF(mpt_stream_init(&t->stream, t->device, MPT_STREAM_INLINE));
   if (t->device.type != MPT_DEVICE_CPU) MPT_RETURN_IF(mpt__train_phase_events_init(t));
@@ -431,6 +432,8 @@ static mpt_status run_epoch(mpt__trainer *t, int64_t epoch) {
     MPT_RETURN_IF(mpt__train_stop_vote_finish(t));
     train_ms += mpt_time_ms() - s0;
     if (ran_out) break;
+    /* --gemm tune: the first step's shapes timed (outside the training time) */
+    if (t->gemm_tune_pending) MPT_RETURN_IF(mpt__train_gemm_tune_end(t));
     mpt__train_maybe_perturb(t);
     mpt_comm_set_purpose(t->comm, "after step");
     if (c->check_replicas > 0 && t->global_step % c->check_replicas == 0)
@@ -521,6 +524,7 @@ static mpt_status run(mpt__trainer *t, mpt_train_result *res) {
 }
 
 static void trainer_free(mpt__trainer *t) {
+  if (t->gemm_tune_pending) mpt_cpu_gemm_record(0); /* --gemm tune: no step ran */
   mpt_loader_free(t->train_loader);
   mpt_loader_free(t->eval_loader);
   mpt_sampler_free(t->train_sampler);

@@ -73,7 +73,7 @@ typedef struct attn_job {
 static int gemm1(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                  int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
 #ifdef MPT_HAVE_ONEDNN
-  if (!mpt__cpu_sgemm_dnnl_wanted(m, n, k))
+  if (!mpt__cpu_gemm_route(ta, tb, m, n, k))
     return mpt__cpu_gemm(NULL, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) == MPT_OK
                ? 0
                : -1;

@@ -55,6 +55,13 @@ mpt_status mpt__cpu_bf16_check(mpt_stream *s);
 /* sgemm_dnnl.c, built with oneDNN only: whether mpt__cpu_gemm sends an fp32 product (k >= 1) to
  * oneDNN (mpt_cpu_gemm_for's answer, gemm_choice.c), and that path (cblas_sgemm's arguments, row-major; MPT_EDEVICE if oneDNN fails). */
 int mpt__cpu_sgemm_dnnl_wanted(int64_t m, int64_t n, int64_t k);
+/* gemm_choice.c: whether an fp32 product goes to oneDNN (mpt_cpu_gemm_for), noting its shape
+ * and transposes while mpt_cpu_gemm_record is on; the fixed rule of MPT_CPU_GEMM_AUTO. */
+int mpt__cpu_gemm_route(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k);
+mpt_cpu_gemm mpt__cpu_gemm_rule(int64_t m, int64_t n, int64_t k);
+/* ops_cpu.c: the product on OpenBLAS's cblas_sgemm (its thread buffer secured first); k >= 1,
+ * sizes within int. */
+mpt_status mpt__cpu_sgemm_openblas(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 /* The OpenMP threads that path uses for an m x n x k product: OpenBLAS's count, 1 when small. */
 int mpt__cpu_sgemm_dnnl_threads(int64_t m, int64_t n, int64_t k);
 mpt_status mpt__cpu_sgemm_dnnl(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);

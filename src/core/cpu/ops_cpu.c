@@ -112,10 +112,20 @@ mpt_status mpt__cpu_gemm(mpt_stream *s, int trans_a, int trans_b, int64_t m, int
     }
     return MPT_OK;
   }
+  const int dnnl = mpt__cpu_gemm_route(trans_a, trans_b, m, n, k); /* gemm_choice.c */
 #ifdef MPT_HAVE_ONEDNN
-  if (mpt__cpu_sgemm_dnnl_wanted(m, n, k))
+  if (dnnl)
     return mpt__cpu_sgemm_dnnl(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+#else
+  (void)dnnl;
 #endif
+  return mpt__cpu_sgemm_openblas(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                                 ldc);
+}
+
+mpt_status mpt__cpu_sgemm_openblas(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                                   float alpha, const float *a, int64_t lda, const float *b,
+                                   int64_t ldb, float beta, float *c, int64_t ldc) {
   if (!blas_thread_ready) MPT_RETURN_IF(blas_thread_prepare());
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha, a, (int)lda,
