@@ -7,3 +7,11 @@ check_PROGRAMS += tests/llama_torch_helper
 TESTS += tests/test_llama_torch.sh
 tests_llama_torch_helper_SOURCES = tests/llama_torch_helper.c
 tests_llama_torch_helper_LDADD = libmpitrain_all.la -lm
+
+if HAVE_CHECK
+check_PROGRAMS += tests/test_llama
+TESTS += tests/test_llama
+tests_test_llama_SOURCES = tests/test_llama.c
+tests_test_llama_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_llama_LDADD = libmpitrain_all.la $(CHECK_LIBS) -lm
+endif
