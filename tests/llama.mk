@@ -8,7 +8,16 @@ TESTS += tests/test_llama_torch.sh
 tests_llama_torch_helper_SOURCES = tests/llama_torch_helper.c
 tests_llama_torch_helper_LDADD = libmpitrain_all.la -lm
 
+# tests/test_llama_ddp is an MPI program, run by the shell wrappers under tests/mpirun.sh with
+# 2 and 3 ranks (the program itself is not run bare).
+EXTRA_DIST += tests/test_llama_ddp_np2.sh tests/test_llama_ddp_np3.sh
+
 if HAVE_CHECK
+check_PROGRAMS += tests/test_llama_ddp
+TESTS += tests/test_llama_ddp_np2.sh tests/test_llama_ddp_np3.sh
+tests_test_llama_ddp_SOURCES = tests/test_llama_ddp.c
+tests_test_llama_ddp_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_llama_ddp_LDADD = libmpitrain_all.la $(CHECK_LIBS) -lm
 check_PROGRAMS += tests/test_llama
 TESTS += tests/test_llama
 tests_test_llama_SOURCES = tests/test_llama.c
