@@ -24,3 +24,8 @@ tests_test_llama_SOURCES = tests/test_llama.c
 tests_test_llama_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_llama_LDADD = libmpitrain_all.la $(CHECK_LIBS) -lm
 endif
+
+# `mpitrain train --model llama-tiny` through the trainer: learning, equivalence with one
+# process under DDP, ZeRO, accumulation and bf16 gradients, recompute, checkpoints.
+TESTS += tests/test_train_llama.sh
+EXTRA_DIST += tests/test_train_llama.sh
