@@ -26,6 +26,8 @@
  *   relative: the copies' rotations back are summed after, not before, rounding).
  * - RoPE inside the attention (rope_theta > 0) against mpt_nn_rope on q and k then the
  *   attention with rope_theta 0: the same bits, forward and every gradient.
+ * - linear_swiglu with its weights adjacent in memory (one product) and apart (two): the same
+ *   results within 1e-6 relative, and silu(x Wg^T) (x Wu^T) as computed in double (1e-5).
  * - The model: --recompute (each layer a checkpoint) gives the loss and every gradient bit for
  *   bit; a sequence longer than max_seq_len is MPT_ESHAPE, a token outside the vocabulary
  *   MPT_EINVAL naming it, a CUDA device MPT_ENOTSUP. */
@@ -217,14 +219,17 @@ typedef struct fixture {
   mpt_tape *tape;
 } fixture;
 
-/* A model whose parameters are the given tensors ([B, T, C] each), filled from `values`. */
-static void fixture_make(fixture *f, int n, const int64_t (*shapes)[3], float *const *values) {
+/* A model whose parameters are the given tensors (ndims[i] of shapes[i]; NULL ndims: 3 each),
+ * filled from `values`. */
+static void fixture_make_nd(fixture *f, int n, const int *ndims, const int64_t (*shapes)[3],
+                            float *const *values) {
   OK(mpt_model_init(&f->model, mpt_device_cpu()));
   for (int i = 0; i < n; i++) {
     char name[16];
     int index = -1;
     snprintf(name, sizeof name, "p%d", i);
-    OK(mpt_model_add_param(f->model, name, 3, shapes[i], MPT_INIT_ZEROS, 1, &index));
+    OK(mpt_model_add_param(f->model, name, ndims ? ndims[i] : 3, shapes[i], MPT_INIT_ZEROS, 1,
+                           &index));
   }
   OK(mpt_model_finalize(f->model));
   for (int i = 0; i < n; i++) {
@@ -234,6 +239,10 @@ static void fixture_make(fixture *f, int n, const int64_t (*shapes)[3], float *c
   OK(mpt_tape_init(&f->tape, f->model, NULL));
   mpt_tape_reset(f->tape, 1);
   OK(mpt_model_zero_grad(f->model, NULL));
+}
+
+static void fixture_make(fixture *f, int n, const int64_t (*shapes)[3], float *const *values) {
+  fixture_make_nd(f, n, NULL, shapes, values);
 }
 
 static void fixture_free(fixture *f) {
@@ -444,6 +453,62 @@ START_TEST(test_gqa_rope_fused_equals_rope_op) {
 }
 END_TEST
 
+/* linear_swiglu with its two weights adjacent in memory (one product over both, as in the
+ * model) and apart (two products): the same output and gradients (1e-6 relative: the products'
+ * blocking may differ); and silu(g) u at a few points against the formula in double. */
+START_TEST(test_swiglu_adjacent_or_apart) {
+  enum { R = 6, C = 5, F = 7 };
+  static float x[R * C], wg[F * C], wu[F * C], r[R * F];
+  fill(x, R * C, 11);
+  fill(wg, F * C, 12);
+  fill(wu, F * C, 13);
+  fill(r, R * F, 14);
+  const int nd[3] = {2, 2, 2};
+  const int64_t adj_shapes[3][3] = {{R, C}, {F, C}, {F, C}};
+  float *adj_vals[3] = {x, wg, wu}, *apart_vals[3] = {x, wu, wg};
+  fixture a, b;
+  fixture_make_nd(&a, 3, nd, adj_shapes, adj_vals);
+  fixture_make_nd(&b, 3, nd, adj_shapes, apart_vals); /* up registered before gate */
+  mpt_var *pa[3], *pb[3], *ya = NULL, *yb = NULL;
+  for (int i = 0; i < 3; i++) {
+    OK(mpt_tape_param(a.tape, i, &pa[i]));
+    OK(mpt_tape_param(b.tape, i, &pb[i]));
+  }
+  OK(mpt_nn_linear_swiglu(a.tape, pa[0], pa[1], pa[2], &ya));
+  OK(mpt_nn_linear_swiglu(b.tape, pb[0], pb[2], pb[1], &yb));
+  const float *va = mpt_var_value(ya)->data, *vb = mpt_var_value(yb)->data;
+  for (int i = 0; i < R * F; i++) {
+    const int row = i / F, col = i % F;
+    double g = 0, u = 0;
+    for (int j = 0; j < C; j++) {
+      g += (double)x[row * C + j] * wg[col * C + j];
+      u += (double)x[row * C + j] * wu[col * C + j];
+    }
+    const double want = g / (1 + exp(-g)) * u;
+    ck_assert_msg(fabs(va[i] - want) <= 1e-5 * (1 + fabs(want)), "y[%d] %g, want %g", i,
+                  (double)va[i], want);
+    ck_assert_msg(fabs(va[i] - vb[i]) <= 1e-6 * (1 + fabs(want)), "y[%d] %g apart %g", i,
+                  (double)va[i], (double)vb[i]);
+  }
+  backward_weighted(&a, ya, r);
+  backward_weighted(&b, yb, r);
+  const int map[3] = {0, 2, 1}; /* a's parameter i is b's map[i] */
+  for (int i = 0; i < 3; i++) {
+    const float *ga = grad_of(&a, i), *gb = grad_of(&b, map[i]);
+    const int n = (int)mpt_model_param_info(a.model, i)->count;
+    double scale = 0, err = 0;
+    for (int j = 0; j < n; j++) {
+      if (fabs(ga[j]) > scale) scale = fabs(ga[j]);
+      if (fabs(ga[j] - gb[j]) > err) err = fabs(ga[j] - gb[j]);
+    }
+    ck_assert_msg(scale > 0 && err <= 1e-6 * scale, "gradient %d: %g apart (largest %g)", i, err,
+                  scale);
+  }
+  fixture_free(&a);
+  fixture_free(&b);
+}
+END_TEST
+
 /* ---- the model ---- */
 
 /* Loss and gradients of llama-tiny (seed 3) on B 2 x T 16 tokens, with or without recompute. */
@@ -536,6 +601,7 @@ static Suite *llama_suite(void) {
   tcase_add_test(tc, test_gqa_weights_closed_form);
   tcase_add_test(tc, test_gqa_equals_repeated_mha);
   tcase_add_test(tc, test_gqa_rope_fused_equals_rope_op);
+  tcase_add_test(tc, test_swiglu_adjacent_or_apart);
   tcase_add_test(tc, test_model_recompute_same_bits);
   tcase_add_test(tc, test_model_bad_input);
   suite_add_tcase(s, tc);

@@ -210,7 +210,7 @@ mpt_status mpt_nn_rope(mpt_tape *tape, mpt_var *x, int n_heads, float theta, mpt
 /* ---- Linear + SwiGLU ---- */
 
 typedef struct swiglu_ctx {
-  const float *g, *u; /* [rows, f]: x Wg^T and x Wu^T, in the arena */
+  const float *gu; /* [rows, 2f]: each row x Wg^T then x Wu^T, in the arena */
   int64_t rows, c, f;
   mpt_precision precision; /* of the forward: backward's products match */
 } swiglu_ctx;
@@ -221,29 +221,39 @@ static mpt_status swiglu_backward(mpt_tape *tape, mpt_node *node) {
   mpt_var *x = mpt_node_input(node, 0), *wg = mpt_node_input(node, 1),
           *wu = mpt_node_input(node, 2);
   mpt_stream *s = mpt_tape_stream(tape);
-  const int64_t n = k->rows * k->f;
+  const int64_t f = k->f, f2 = 2 * k->f, c = k->c;
+  const float *dy = mpt_node_grad_output(node);
   float *dgu = NULL, *dx = NULL, *dwg = NULL, *dwu = NULL, beta_x = 1.0f;
-  /* dG and dU [rows, f] each, zeroed: the core op accumulates */
-  MPT_RETURN_IF(mpt_tape_scratch(tape, (size_t)(2 * n) * sizeof(float), (void **)&dgu));
-  MPT_RETURN_IF(mpt_op_fill(s, dgu, 2 * n, 0.0f));
-  float *dg = dgu, *du = dgu + n;
-  MPT_RETURN_IF(mpt_op_swiglu_backward(s, mpt_node_grad_output(node), k->g, k->u, n, dg, du));
+  /* dG and dU [rows, 2f], zeroed (the core op accumulates), laid out as the forward's gu */
+  MPT_RETURN_IF(mpt_tape_scratch(tape, (size_t)(k->rows * f2) * sizeof(float), (void **)&dgu));
+  MPT_RETURN_IF(mpt_op_fill(s, dgu, k->rows * f2, 0.0f));
+  for (int64_t r = 0; r < k->rows; r++) {
+    const float *g = k->gu + r * f2;
+    float *d = dgu + r * f2;
+    MPT_RETURN_IF(mpt_op_swiglu_backward(s, dy + r * f, g, g + f, f, d, d + f));
+  }
   MPT_RETURN_IF(mpt_var_grad_beta(tape, x, &dx, &beta_x));
   MPT_RETURN_IF(mpt_var_grad_acc(tape, wg, &dwg));
   MPT_RETURN_IF(mpt_var_grad_acc(tape, wu, &dwu));
-  if (dx) { /* dx [rows, c] = beta_x dx + dG Wg + dU Wu */
-    MPT_RETURN_IF(mpt_op_gemm_ex(s, k->precision, 0, 0, k->rows, k->c, k->f, 1.0f, dg, k->f,
-                                 VAL(wg), k->c, beta_x, dx, k->c));
-    MPT_RETURN_IF(mpt_op_gemm_ex(s, k->precision, 0, 0, k->rows, k->c, k->f, 1.0f, du, k->f,
-                                 VAL(wu), k->c, 1.0f, dx, k->c));
+  const float *g_w = VAL(wg), *u_w = VAL(wu);
+  if (dx && u_w == g_w + f * c) { /* dx [rows, c] = beta_x dx + dGU [Wg; Wu] in one product */
+    MPT_RETURN_IF(mpt_op_gemm_ex(s, k->precision, 0, 0, k->rows, c, f2, 1.0f, dgu, f2, g_w, c,
+                                 beta_x, dx, c));
+  } else if (dx) { /* dx = beta_x dx + dG Wg + dU Wu */
+    MPT_RETURN_IF(mpt_op_gemm_ex(s, k->precision, 0, 0, k->rows, c, f, 1.0f, dgu, f2, g_w, c,
+                                 beta_x, dx, c));
+    MPT_RETURN_IF(mpt_op_gemm_ex(s, k->precision, 0, 0, k->rows, c, f, 1.0f, dgu + f, f2, u_w,
+                                 c, 1.0f, dx, c));
   }
-  /* dWg [f, c] += dG^T x,  dWu += dU^T x */
-  if (dwg)
-    MPT_RETURN_IF(mpt_op_gemm_ex(s, k->precision, 1, 0, k->f, k->c, k->rows, 1.0f, dg, k->f,
-                                 VAL(x), k->c, 1.0f, dwg, k->c));
-  if (dwu)
-    MPT_RETURN_IF(mpt_op_gemm_ex(s, k->precision, 1, 0, k->f, k->c, k->rows, 1.0f, du, k->f,
-                                 VAL(x), k->c, 1.0f, dwu, k->c));
+  if (dwg && dwu == dwg + f * c) /* [dWg; dWu] [2f, c] += dGU^T x in one product */
+    return mpt_op_gemm_ex(s, k->precision, 1, 0, f2, c, k->rows, 1.0f, dgu, f2, VAL(x), c, 1.0f,
+                          dwg, c);
+  if (dwg) /* dWg [f, c] += dG^T x */
+    MPT_RETURN_IF(mpt_op_gemm_ex(s, k->precision, 1, 0, f, c, k->rows, 1.0f, dgu, f2, VAL(x), c,
+                                 1.0f, dwg, c));
+  if (dwu) /* dWu += dU^T x */
+    MPT_RETURN_IF(mpt_op_gemm_ex(s, k->precision, 1, 0, f, c, k->rows, 1.0f, dgu + f, f2,
+                                 VAL(x), c, 1.0f, dwu, c));
   return MPT_OK;
 }
 
@@ -263,32 +273,36 @@ mpt_status mpt_nn_linear_swiglu(mpt_tape *tape, mpt_var *x, mpt_var *w_gate, mpt
     return MPT_FAIL(MPT_ESHAPE, "%s: x %s, w_gate %s, w_up %s (want [..., C], [F, C], [F, C])",
                     op, SHAPE(x, xs), SHAPE(w_gate, gs), SHAPE(w_up, us));
   MPT_RETURN_IF(check_cpu(op, x));
-  const int64_t f = gt->shape[0], rows = xt->count / c;
+  const int64_t f = gt->shape[0], f2 = 2 * f, rows = xt->count / c;
   int64_t shape[MPT_MAX_DIMS];
   memcpy(shape, xt->shape, sizeof shape);
   shape[xt->ndim - 1] = f;
   mpt_stream *s = mpt_tape_stream(tape);
   const mpt_precision pr = mpt_tape_precision(tape);
+  const float *g_w = gt->data, *u_w = ut->data;
   mpt_var *o = NULL;
-  float *g = NULL, *u = NULL;
+  float *gu = NULL;
   MPT_RETURN_IF(mpt_tape_new_var(tape, xt->ndim, shape, MPT_F32, &o));
-  MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)(rows * f > 0 ? rows * f : 1) * sizeof(float),
-                               (void **)&g));
-  MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)(rows * f > 0 ? rows * f : 1) * sizeof(float),
-                               (void **)&u));
-  if (rows > 0) {
-    MPT_RETURN_IF(mpt_op_gemm_ex(s, pr, 0, 1, rows, f, c, 1.0f, xt->data, c, gt->data, c, 0.0f,
-                                 g, f));
-    MPT_RETURN_IF(mpt_op_gemm_ex(s, pr, 0, 1, rows, f, c, 1.0f, xt->data, c, ut->data, c, 0.0f,
-                                 u, f));
+  MPT_RETURN_IF(mpt_tape_alloc(tape, (size_t)(rows > 0 ? rows * f2 : 1) * sizeof(float),
+                               (void **)&gu));
+  if (rows > 0 && u_w == g_w + f * c) { /* the weights adjacent (the model's): one product */
+    MPT_RETURN_IF(mpt_op_gemm_ex(s, pr, 0, 1, rows, f2, c, 1.0f, xt->data, c, g_w, c, 0.0f, gu,
+                                 f2));
+  } else if (rows > 0) {
+    MPT_RETURN_IF(mpt_op_gemm_ex(s, pr, 0, 1, rows, f, c, 1.0f, xt->data, c, g_w, c, 0.0f, gu,
+                                 f2));
+    MPT_RETURN_IF(mpt_op_gemm_ex(s, pr, 0, 1, rows, f, c, 1.0f, xt->data, c, u_w, c, 0.0f,
+                                 gu + f, f2));
   }
-  MPT_RETURN_IF(mpt_op_swiglu(s, VAL(o), g, u, rows * f));
+  float *yv = VAL(o);
+  for (int64_t r = 0; r < rows; r++)
+    MPT_RETURN_IF(mpt_op_swiglu(s, yv + r * f, gu + r * f2, gu + r * f2 + f, f));
   mpt_var *inputs[3] = {x, w_gate, w_up};
   if (mpt_tape_needs_grad(tape, inputs, 3)) {
     mpt_node *node = NULL;
     MPT_RETURN_IF(mpt_tape_record(tape, op, swiglu_backward, inputs, 3, o, &node));
     *(swiglu_ctx *)mpt_node_ctx(node) =
-        (swiglu_ctx){.g = g, .u = u, .rows = rows, .c = c, .f = f, .precision = pr};
+        (swiglu_ctx){.gu = gu, .rows = rows, .c = c, .f = f, .precision = pr};
   }
   *y = o;
   return MPT_OK;
