@@ -28,6 +28,9 @@
  *   attention with rope_theta 0: the same bits, forward and every gradient.
  * - linear_swiglu with its weights adjacent in memory (one product) and apart (two): the same
  *   results within 1e-6 relative, and silu(x Wg^T) (x Wu^T) as computed in double (1e-5).
+ * - mpt_nn_llama_attention (projections, RoPE and attention in one node; one product when the
+ *   weights are adjacent) against linear_nd three times then mpt_nn_gqa_attention: 1e-6
+ *   relative, forward and every gradient, with the weights adjacent and apart.
  * - The model: --recompute (each layer a checkpoint) gives the loss and every gradient bit for
  *   bit; a sequence longer than max_seq_len is MPT_ESHAPE, a token outside the vocabulary
  *   MPT_EINVAL naming it, a CUDA device MPT_ENOTSUP. */
@@ -509,6 +512,68 @@ START_TEST(test_swiglu_adjacent_or_apart) {
 }
 END_TEST
 
+/* mpt_nn_llama_attention against linear_nd three times then mpt_nn_gqa_attention, with the
+ * weights adjacent in memory (one product) and apart (three): the same output and gradients
+ * within 1e-6 relative (the products' summation order). */
+static void llama_attention_case(int apart) {
+  enum { B = 2, T = 5, C = 12, H = 6, KV = 2, HD = 2 };
+  static float x[B * T * C], wq[H * HD * C], wk[KV * HD * C], wv[KV * HD * C], r[B * T * H * HD];
+  fill(x, B * T * C, 21);
+  fill(wq, H * HD * C, 22);
+  fill(wk, KV * HD * C, 23);
+  fill(wv, KV * HD * C, 24);
+  fill(r, B * T * H * HD, 25);
+  /* apart: v registered before q and k, so k is not followed by v */
+  const int nd[4] = {3, 2, 2, 2};
+  const int64_t shapes[4][3] = {{B, T, C}, {H * HD, C}, {KV * HD, C}, {KV * HD, C}};
+  const int64_t ashapes[4][3] = {{B, T, C}, {KV * HD, C}, {H * HD, C}, {KV * HD, C}};
+  float *vals[4] = {x, wq, wk, wv}, *avals[4] = {x, wv, wq, wk};
+  const int idx[4] = {0, 1, 2, 3}, aidx[4] = {0, 2, 3, 1}; /* x, q, k, v -> parameter */
+  const int *at = apart ? aidx : idx;
+  fixture a, b;
+  fixture_make_nd(&a, 4, nd, apart ? ashapes : shapes, apart ? avals : vals);
+  fixture_make_nd(&b, 4, nd, shapes, vals);
+  mpt_var *pa[4], *pb[4], *ya = NULL, *yb = NULL, *q = NULL, *k = NULL, *v = NULL;
+  for (int i = 0; i < 4; i++) {
+    OK(mpt_tape_param(a.tape, at[i], &pa[i]));
+    OK(mpt_tape_param(b.tape, i, &pb[i]));
+  }
+  OK(mpt_nn_llama_attention(a.tape, pa[0], pa[1], pa[2], pa[3], H, KV, 10000.0f, &ya));
+  OK(mpt_nn_linear_nd(b.tape, pb[0], pb[1], NULL, &q));
+  OK(mpt_nn_linear_nd(b.tape, pb[0], pb[2], NULL, &k));
+  OK(mpt_nn_linear_nd(b.tape, pb[0], pb[3], NULL, &v));
+  OK(mpt_nn_gqa_attention(b.tape, q, k, v, H, KV, 10000.0f, &yb));
+  const float *va = mpt_var_value(ya)->data, *vb = mpt_var_value(yb)->data;
+  double err = 0, scale = 0;
+  for (int i = 0; i < B * T * H * HD; i++) {
+    if (fabs(vb[i]) > scale) scale = fabs(vb[i]);
+    if (fabs(va[i] - vb[i]) > err) err = fabs(va[i] - vb[i]);
+  }
+  ck_assert_msg(scale > 0 && err <= 1e-6 * scale, "apart %d: y %g apart (largest %g)", apart,
+                err, scale);
+  backward_weighted(&a, ya, r);
+  backward_weighted(&b, yb, r);
+  for (int i = 0; i < 4; i++) {
+    const float *ga = grad_of(&a, at[i]), *gb = grad_of(&b, i);
+    const int n = (int)mpt_model_param_info(b.model, i)->count;
+    err = scale = 0;
+    for (int j = 0; j < n; j++) {
+      if (fabs(gb[j]) > scale) scale = fabs(gb[j]);
+      if (fabs(ga[j] - gb[j]) > err) err = fabs(ga[j] - gb[j]);
+    }
+    ck_assert_msg(scale > 0 && err <= 1e-6 * scale, "apart %d: gradient %d %g apart (largest "
+                  "%g)", apart, i, err, scale);
+  }
+  fixture_free(&a);
+  fixture_free(&b);
+}
+
+START_TEST(test_llama_attention_equals_unfused) {
+  llama_attention_case(0);
+  llama_attention_case(1);
+}
+END_TEST
+
 /* ---- the model ---- */
 
 /* Loss and gradients of llama-tiny (seed 3) on B 2 x T 16 tokens, with or without recompute. */
@@ -602,6 +667,7 @@ static Suite *llama_suite(void) {
   tcase_add_test(tc, test_gqa_equals_repeated_mha);
   tcase_add_test(tc, test_gqa_rope_fused_equals_rope_op);
   tcase_add_test(tc, test_swiglu_adjacent_or_apart);
+  tcase_add_test(tc, test_llama_attention_equals_unfused);
   tcase_add_test(tc, test_model_recompute_same_bits);
   tcase_add_test(tc, test_model_bad_input);
   suite_add_tcase(s, tc);
