@@ -17,7 +17,9 @@
 #   131,392 parameters);
 # - --recompute gives the same bytes as without;
 # - checkpoints on 2 ranks: 8 steps straight (a checkpoint every 4) against 4 steps, stop, and
-#   --resume auto for the rest: the same bytes.
+#   --resume auto for the rest: the same bytes;
+# - bad input: no shards, a GPT's size option, an unknown preset (status 2), a model past the
+#   host's memory, --device cuda (status 1), each with its message.
 # Prints "N passed, N failed".
 set -u
 prog=${MPITRAIN:-./mpitrain}
@@ -130,6 +132,29 @@ else
   bad "checkpoint resume (status $rc1 $rc2 $rc3): $(cmp "$tmp/straight.bin" "$tmp/resumed.bin" 2>&1);" \
     "$(tail -n 3 "$tmp/resumed.log")"
 fi
+
+# bad input: a clear message and status 2 (usage) or 1
+expect() { # STATUS PATTERN WHAT -- ARGS...
+  want=$1 pat=$2 what=$3
+  shift 4
+  out=$("$@" 2>&1 < /dev/null)
+  rc=$?
+  if [ $rc -eq "$want" ] && printf '%s\n' "$out" | grep -q -- "$pat"; then
+    ok
+  else
+    bad "$what: status $rc (want $want), output: $(printf '%s\n' "$out" | tail -n 2)"
+  fi
+}
+expect 2 "--model llama-tiny needs --shards GLOB" "no shards" -- "$prog" train --model llama-tiny
+expect 2 "--n-layer does not apply to --model llama-tiny: " "a GPT size" -- \
+  "$prog" train $common $data --n-layer 3
+expect 2 "unknown model 'llama-huge'" "an unknown preset" -- \
+  "$prog" train --model llama-huge $data
+expect 1 "--model llama-mini (9638784 parameters, B 8 x T 256) needs at least" \
+  "a model past the host's memory" -- env MPITRAIN_HOST_MEMORY=64M "$prog" train \
+  --model llama-mini --threads 1 $data
+# without a GPU the device is refused; with one, the model (CPU only)
+expect 1 "cuda\|CPU only" "--device cuda" -- "$prog" train $common $data --device cuda
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
