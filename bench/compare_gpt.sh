@@ -1,6 +1,6 @@
 #!/bin/sh
-# bench/compare_gpt.sh: GPT training throughput, mpitrain against PyTorch (bench/torch_gpt_ref.py:
-# the test oracle's GPT module) on the same model, batch B and sequence length T per rank, ranks,
+# bench/compare_gpt.sh: GPT and Llama training throughput, mpitrain against PyTorch
+# (bench/torch_gpt_ref.py: the test oracles' GPT and Llama modules) on the same model, batch B and sequence length T per rank, ranks,
 # threads per rank, optimizer (AdamW betas 0.9/0.95, weight decay 0.1 on >= 2-D weights,
 # gradient clipping at norm 1) and token shards; Debian's PyTorch 1.13, the newest from PyPI (a
 # virtual environment, bench/.venv, made with pip on first use), both or none. Also the DDP
@@ -25,6 +25,7 @@
 #   bench/compare_gpt.sh --model gpt-mini,gpt2 --np 1,2 --torch both --json gpt.json
 #   bench/compare_gpt.sh --model gpt2 --np 2 --torch none --bucket-cap-mb 5,25,100 --overlap both
 #   bench/compare_gpt.sh --model gpt-mini --precision fp32,bf16 --torch pypi
+#   bench/compare_gpt.sh --model gpt-mini,llama-mini --np 1,2
 set -u
 . "$(dirname "$0")/bench_lib.sh"
 
@@ -32,7 +33,8 @@ usage() {
   cat <<'EOF'
 usage: bench/compare_gpt.sh [options]
   --build DIR            build folder with mpitrain (default: $MPT_BUILD, ., build, build-*)
-  --model LIST           gpt-mini and/or gpt2 (default gpt-mini)
+  --model LIST           gpt-mini, gpt2 and/or llama-mini (default gpt-mini; llama-mini
+                         runs at its T, 256)
   --np LIST              ranks, e.g. 1,2 (default 1,2; 1 = one process, no DDP)
   --batch-size N         B per rank (default: gpt-mini 8, gpt2 4)
   --seq-len T            T (default: gpt-mini 256, gpt2 512; gpt2 with T != 1024 runs as
@@ -93,7 +95,12 @@ posint() {
   [ "$1" -ge 1 ] || bench_die "$2: '$1' is not a positive integer"
 }
 for m in $(bench_words "$models"); do
-  case $m in gpt-mini|gpt2) ;; *) bench_die "--model: '$m' is not gpt-mini or gpt2" ;; esac
+  case $m in
+    gpt-mini|gpt2) ;;
+    llama-mini) [ -z "$seqlen" ] || [ "$seqlen" -eq 256 ] ||
+                  bench_die "--model llama-mini: --seq-len $seqlen (the preset's T is 256)" ;;
+    *) bench_die "--model: '$m' is not gpt-mini, gpt2 or llama-mini" ;;
+  esac
 done
 for n in $(bench_words "$nps"); do posint "$n" --np; done
 for v in batch:--batch-size seqlen:--seq-len steps:--steps threads:--threads; do
@@ -156,7 +163,7 @@ manifest=$out/manifest.jsonl
 # The model's defaults and data: sets B T S W shard_glob and mpt_model (mpitrain's size options).
 model_setup() {
   case $1 in
-    gpt-mini) B=${batch:-8} T=${seqlen:-256} S=${steps:-10} W=${warmup:-2} V=256
+    gpt-mini|llama-mini) B=${batch:-8} T=${seqlen:-256} S=${steps:-10} W=${warmup:-2} V=256
               sizes="--n-layer 6 --n-head 6 --n-embd 384" pre_T=256 ;;
     gpt2) B=${batch:-4} T=${seqlen:-512} S=${steps:-3} W=${warmup:-1} V=50257
           sizes="--n-layer 12 --n-head 12 --n-embd 768" pre_T=1024 ;;
@@ -165,7 +172,7 @@ model_setup() {
   else mpt_model="--model gpt $sizes --seq-len $T --vocab-size $V"; fi
   if [ -n "$shards" ]; then
     shard_glob=$shards
-  elif [ "$1" = gpt-mini ]; then
+  elif [ "$1" = gpt-mini ] || [ "$1" = llama-mini ]; then
     shard_glob=$BENCH_SRCDIR/data/fortunes/'train_*.bin'
     # shellcheck disable=SC2086 # the glob on purpose
     if ! ls $shard_glob >/dev/null 2>&1; then

@@ -29,7 +29,7 @@ GOAL_RATIO = 1.25  # the goal: ahead of the faster PyTorch by 1.25x, in fp32
 GOAL_PEAK = 0.80   # and 80 % of the SGEMM peak on gpt-mini at 2 ranks and gpt2 in one process
 
 STEP = re.compile(r"step +(\d+)/(\d+) +loss ([0-9.naif]+) .* ([0-9.]+) tokens/s")
-PARAMS = re.compile(r"model gpt[^:]*: (\d+) parameters;")
+PARAMS = re.compile(r"model (?:gpt|llama)[^:]*: (\d+) parameters;")
 PEAK = re.compile(r"SGEMM peak measured now on these ranks: ([0-9.]+) GFLOP/s")
 DONE = re.compile(r"per step on rank 0: forward ([0-9.]+) ms, backward \(all-reduce included\) "
                   r"([0-9.]+) ms, clip \+ optimizer ([0-9.]+) ms")
@@ -112,7 +112,8 @@ def summarize(args):
             fpt = None
             for x in ok.values():
                 if impl == "mpitrain" and x.get("params"):
-                    fpt = 6 * x["params"] + 6 * {"gpt-mini": 6 * 384, "gpt2": 12 * 768}[model] * t
+                    fpt = 6 * x["params"] + 6 * {"gpt-mini": 6 * 384, "gpt2": 12 * 768,
+                                                  "llama-mini": 6 * 384}[model] * t
                 elif x.get("flops_per_token"):
                     fpt = x["flops_per_token"]
             d["flops_per_token"] = fpt

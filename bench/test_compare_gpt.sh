@@ -7,7 +7,9 @@
 # of the peak is FLOPs/token x tokens/s / the measured peak; the 2-rank run has the DDP figures
 # (buckets >= 1, hidden share in [0, 1]) and a peak resident memory for each rank, with
 # --no-overlap nothing hidden; --precision bf16 is run or reported as skipped, never a failure;
-# bad usage exits 2. Skipped (77) without mpirun. Prints "N passed, N failed".
+# bad usage exits 2. llama-mini too, at B 1 and one timed step: the same model (9,638,784
+# parameters) and FLOPs per token on both sides. Skipped (77) without mpirun. Prints "N passed,
+# N failed".
 set -u
 case ${1:-} in
   -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d' | grep -v shellcheck | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -81,8 +83,34 @@ grep -q "model gpt: 6 layers" "$tmp"/runs/mpitrain_gpt-mini_np1_fp32_*_r1.log &&
 grep -q "^# mpitrain --profile, gpt-mini_np2_fp32_cap25_ovon, repeat 1:" "$tmp/out.txt" &&
   grep -Eq "^  linear_nd +19.0 " "$tmp/out.txt" && ok || bad "profile tables: $(tail -20 "$tmp/out.txt")"
 
+# llama-mini (its T, 256; B 1, one warm-up and one timed step, one process): both sides built
+# the same Llama, 9,638,784 parameters, and the FLOPs per token are 6 N + 6 L C T on both
+"$here/compare_gpt.sh" --model llama-mini --batch-size 1 --steps 1 --warmup 1 --repeats 1 \
+  --np 1 --torch "$torch" --shards "$tmp/shards/train_*.bin" --out "$tmp/lruns" \
+  --json "$tmp/l.json" > "$tmp/lout.txt" 2>&1
+rc=$?
+"$PY" - "$tmp/l.json" "$torch" > "$tmp/lcheck.txt" 2>&1 <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+N, fpt = 9638784, 6 * 9638784 + 6 * 6 * 384 * 256
+(r,) = d["results"]
+m = r["impls"]["mpitrain"]
+assert r["model"] == "llama-mini" and m["tokens_per_sec"] > 0, r
+assert m["flops_per_token"] == fpt, (m["flops_per_token"], fpt)
+t = r["impls"].get("torch_debian")
+if sys.argv[2] != "none" and t and t["tokens_per_sec"]:
+    assert t["flops_per_token"] == fpt, (t["flops_per_token"], fpt)
+print("llama summary ok")
+EOF
+lrc=$?
+if [ $rc -eq 0 ] && [ $lrc -eq 0 ] && grep -q "model llama-mini: 6 layers" "$tmp"/lruns/mpitrain_*.log; then
+  ok
+else
+  bad "llama-mini (exit $rc): $(tail -3 "$tmp/lout.txt"); $(cat "$tmp/lcheck.txt")"
+fi
+
 for args in "--model gpt3" "--np 0" "--torch conda" "--precision fp16" "--overlap maybe" \
-  "--bucket-cap-mb x" "--steps"; do
+  "--bucket-cap-mb x" "--steps" "--model llama-mini --seq-len 16"; do
   # shellcheck disable=SC2086 # word list on purpose
   "$here/compare_gpt.sh" $args > "$tmp/usage.txt" 2>&1
   rc=$?

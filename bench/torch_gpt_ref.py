@@ -1,6 +1,11 @@
 #!/usr/bin/python3
-"""Reference: GPT-2 training throughput in PyTorch, for side-by-side runs with mpitrain
+"""Reference: GPT-2 and Llama training throughput in PyTorch, for side-by-side runs with mpitrain
 (bench/compare_gpt.sh).
+
+--model llama-mini: the Llama oracle's module (tests/llama_torch.py: Hugging Face's
+LlamaForCausalLM structure, RMSNorm, RoPE, SwiGLU, grouped-query attention), initialised as
+Hugging Face does (N(0, 0.02), norm weights 1), with F.scaled_dot_product_attention on the
+repeated keys and values where the version has it; the rest as below.
 
 The model is the test oracle's own nn.Module (tests/gpt_torch.py: GPT-2 written from the paper
 and llm.c's formulas, head tied to wte, vocabulary padded to a multiple of 128, the loss over
@@ -46,9 +51,11 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "tests"))
 import gpt_torch  # noqa: E402  (tests/gpt_torch.py: the oracle's GPT module)
+import llama_torch  # noqa: E402  (tests/llama_torch.py: the oracle's Llama module)
 
 PRESETS = {"gpt-mini": dict(L=6, H=6, C=384, T=256, V=256),
-           "gpt2": dict(L=12, H=12, C=768, T=1024, V=50257)}
+           "gpt2": dict(L=12, H=12, C=768, T=1024, V=50257),
+           "llama-mini": dict(L=6, H=6, KV=2, C=384, F=1024, T=256, V=256, llama=True)}
 
 
 class SdpaBlock(gpt_torch.Block):
@@ -63,7 +70,46 @@ class SdpaBlock(gpt_torch.Block):
         return y.transpose(1, 2).reshape(B, T, C)
 
 
+class SdpaAttention(llama_torch.Attention):
+    """The Llama oracle's attention with PyTorch's fused causal attention (same maths)."""
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        hd = self.hd
+        q = self.q_proj(x).view(B, T, self.H, hd).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, self.KV, hd).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.KV, hd).transpose(1, 2)
+        cos, sin = llama_torch.rope_tables(T, hd, self.theta)
+        q = q * cos + llama_torch.rotate_half(q) * sin
+        k = k * cos + llama_torch.rotate_half(k) * sin
+        rep = self.H // self.KV
+        k = k.repeat_interleave(rep, dim=1)
+        v = v.repeat_interleave(rep, dim=1)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, self.H * hd))
+
+
+def build_llama(cfg, attn, seed):
+    L, H, KV, C, Fd, V = cfg["L"], cfg["H"], cfg["KV"], cfg["C"], cfg["F"], cfg["V"]
+    torch.manual_seed(seed)
+    model = llama_torch.LlamaForCausalLM(V, C, L, H, KV, Fd, 10000.0, 1e-5, 0)
+    if attn == "sdpa":
+        for layer in model.model.layers:
+            sdpa = SdpaAttention(C, H, KV, 10000.0)
+            sdpa.load_state_dict(layer.self_attn.state_dict())
+            layer.self_attn = sdpa
+    with torch.no_grad():  # Hugging Face's initialisation: N(0, 0.02), norm weights 1
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 0.02)
+            else:
+                p.fill_(1.0)
+    return model
+
+
 def build_model(cfg, attn, seed):
+    if cfg.get("llama"):
+        return build_llama(cfg, attn, seed)
     L, H, C, T, V = cfg["L"], cfg["H"], cfg["C"], cfg["T"], cfg["V"]
     Vp = (V + 127) // 128 * 128
     torch.manual_seed(seed)
