@@ -17,7 +17,6 @@
 
 #include "ckpt/ckpt_impl.h"
 #include "core/atomic_file.h"
-#include "core/error.h"
 #include "mpitrain/data.h"
 #include "mpitrain/gpt_file.h"
 #include "mpitrain/safetensors.h"

@@ -17,7 +17,6 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt_impl.h"
-#include "core/error.h"
 #include "core/fault.h"
 
 mpt_ckpt_meta mpt_ckpt_meta_default(void) {

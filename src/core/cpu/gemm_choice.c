@@ -15,7 +15,6 @@
 #include <stdatomic.h>
 
 #include "core/cpu/cpu.h"
-#include "core/error.h"
 #include "mpitrain/ops.h"
 
 #ifdef MPT_HAVE_ONEDNN

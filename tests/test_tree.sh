@@ -1,0 +1,108 @@
+#!/bin/sh
+# Rules of the source tree that no compiler checks, read from the tracked files (git ls-files;
+# skipped outside a git checkout):
+#   1. src/core/error.h (the internal mpt__error) is included only by files that use mpt__error;
+#      everything else reaches the check macros through mpitrain/core.h;
+#   2. the log levels have one spelling each (MPT_LOG_ERROR / WARN / INFO / DEBUG): no
+#      MPT_LOG_ERR, MPT_LOG_WARNING, MPT_LOG_INF or MPT_LOG_DBG aliases;
+#   3. the documentation is one folder, docs/: nothing is tracked under doc/, every docs/NAME.md
+#      cited in a tracked file exists, and no file cites an upper-case NAME.md that is neither in
+#      the tree nor one of the documents of other projects named in `external` below;
+#   4. mpitrain.pc.in's Libs.private names every $(X_LIBS) the library links (Makefile.am's
+#      BASE_LIBS and each local.mk's libmpitrain_all_la_LIBADD), so a static link through
+#      pkg-config gets them all.
+# Each rule also runs on a made-up tree that breaks it, and must fail there. Prints
+# "N passed, N failed".
+set -u
+srcdir=$(cd "${srcdir:-.}" && pwd)
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+if ! git -C "$srcdir" rev-parse --is-inside-work-tree > /dev/null 2>&1; then
+  echo "SKIP: $srcdir is not a git checkout (the checks read the tracked files)"
+  exit 77
+fi
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/mpt_tree.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+# nccl-tests' PERFORMANCE.md (bus bandwidth); the design, style and environment notes kept
+# beside the repository.
+external='PERFORMANCE.md DESIGN.md STYLE.md ENVIRONMENT.md'
+
+# Each rule reads the tracked files of the git tree $1 and prints one line per breach.
+rule_error_h() {
+  git -C "$1" grep -lE '#include "core/error\.h"' -- 'src/*.c' 'src/*.h' 'src/*.cu' |
+    while read -r f; do
+      case $f in src/comm/comm_impl.h)
+        # the comm backends' shared header: comm_mpi.c and comm_nccl.c use it through it
+        git -C "$1" grep -qw mpt__error -- 'src/comm/*.c' || echo "$f: includes core/error.h, no comm file uses mpt__error"
+        continue ;;
+      esac
+      git -C "$1" grep -qw mpt__error -- "$f" || echo "$f: includes core/error.h and uses no mpt__error"
+    done
+}
+rule_log_aliases() {
+  git -C "$1" grep -nwE 'MPT_LOG_(ERR|WARNING|INF|DBG)' -- ':!tests/test_tree.sh' | cut -c1-160
+}
+rule_docs() {
+  git -C "$1" ls-files | grep '^doc/' | sed 's/^/tracked under doc\/: /'
+  git -C "$1" grep -ohE 'docs/[A-Za-z0-9_-]+\.md' -- ':!tests/test_tree.sh' | sort -u |
+    while read -r p; do [ -f "$1/$p" ] || echo "cited, not in the tree: $p"; done
+  names=$(git -C "$1" ls-files | sed 's|.*/||' | grep -E '^[A-Z][A-Z0-9_-]*\.md$' | sort -u)
+  git -C "$1" grep -ohE '\b[A-Z][A-Z0-9_-]*\.md\b' -- ':!tests/test_tree.sh' | sort -u |
+    while read -r n; do
+      case " $external $names " in *" $n "*) ;; *) echo "cited, not in the tree: $n" ;; esac
+    done
+}
+rule_pc() {
+  [ -f "$1/mpitrain.pc.in" ] || { echo "no mpitrain.pc.in"; return; }
+  libs=$(grep '^Libs.private:' "$1/mpitrain.pc.in")
+  { grep -E '^BASE_LIBS *=' "$1/Makefile.am"
+    git -C "$1" grep -h 'libmpitrain_all_la_LIBADD' -- '*.am' '*.mk'; } |
+    grep -oE '\$\([A-Z0-9_]+_LIBS\)' | sort -u | tr -d '$()' |
+    while read -r v; do
+      case $v in BASE_LIBS) continue ;; esac
+      case $libs in *"@$v@"*) ;; *) echo "mpitrain.pc.in: Libs.private lacks @$v@" ;; esac
+    done
+}
+
+check() { # NAME: the rule holds on the source tree
+  out=$("rule_$1" "$srcdir")
+  if [ -z "$out" ]; then ok; else bad "$1:"; printf '%s\n' "$out" | sed 's/^/  /'; fi
+}
+check error_h
+check log_aliases
+check docs
+check pc
+
+# The rules must be able to fail: a small git tree breaking each once.
+t=$tmp/tree
+mkdir -p "$t/src/core" "$t/src/nn" "$t/src/comm" "$t/doc" "$t/docs"
+printf '#include "core/error.h"\nint f(void) { return 0; }\n' > "$t/src/nn/a.c"
+printf '#include "core/error.h"\nint g(void) { return mpt__error(1); }\n' > "$t/src/nn/b.c"
+printf 'mpt_log(MPT_LOG_DBG, "x");\n' > "$t/src/nn/c.c"
+printf 'see docs/nowhere.md and FAULTS.md; docs/here.md, README.md, PERFORMANCE.md\n' > "$t/src/core/d.c"
+printf '# here\n' > "$t/docs/here.md"
+printf '# readme\n' > "$t/README.md"
+printf 'manual\n' > "$t/doc/x.1"
+printf 'BASE_LIBS = $(OPENBLAS_LIBS) $(ONEDNN_LIBS) -lm\n' > "$t/Makefile.am"
+printf 'libmpitrain_all_la_LIBADD += $(CUDA_LIBS) -lstdc++\n' > "$t/src/core/local.mk"
+printf 'Libs.private: @OPENBLAS_LIBS@ -lm\n' > "$t/mpitrain.pc.in"
+git -C "$t" init -q && git -C "$t" add -A
+probe() { # RULE, TEXT it must print
+  out=$("rule_$1" "$t")
+  case $out in *"$2"*) ok ;; *) bad "rule $1 misses '$2' on a tree that breaks it; it printed: $out" ;; esac
+}
+probe error_h "src/nn/a.c: includes core/error.h and uses no mpt__error"
+rule_error_h "$t" | grep -q 'b\.c' && bad "rule error_h names src/nn/b.c, which uses mpt__error" || ok
+probe log_aliases "MPT_LOG_DBG"
+probe docs "tracked under doc/: doc/x.1"
+probe docs "cited, not in the tree: docs/nowhere.md"
+probe docs "cited, not in the tree: FAULTS.md"
+rule_docs "$t" | grep -qE ': (docs/here|README|PERFORMANCE)\.md$' &&
+  bad "rule docs names a file that is there or allowed: $(rule_docs "$t")" || ok
+probe pc "lacks @ONEDNN_LIBS@"
+probe pc "lacks @CUDA_LIBS@"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
