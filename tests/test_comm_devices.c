@@ -1,6 +1,6 @@
 /* Collective tests of device binding (src/comm/devmap.c; docs/faults.md F11, F12) and of the NCCL
  * bootstrap's CPU part (src/comm/comm_nccl.c; F13), run under mpirun with 2 and 3 ranks on one
- * host (tests/test_comm_devices_np2.sh, _np3.sh) with fake device counts, so no GPU is needed:
+ * host (tests/test_comm_devices_np2.mpi, _np3.mpi) with fake device counts, so no GPU is needed:
  *
  * - every rank binds to cuda:<local rank>, even though every rank inherited a stale
  *   SLURM_LOCALID=0 (main sets it before the comm exists: MPI's local rank wins);
@@ -197,7 +197,7 @@ int main(void) {
   g_rank = mpt_comm_rank(g_comm);
   g_world = mpt_comm_world_size(g_comm);
   if (g_world < 2 || g_world > 16) {
-    fprintf(stderr, "run with 2 to 16 ranks (tests/test_comm_devices_np2.sh)\n");
+    fprintf(stderr, "run with 2 to 16 ranks (tests/test_comm_devices_np2.mpi)\n");
     mpt_comm_free(g_comm);
     mpt_comm_finalize();
     return 1;

@@ -1,5 +1,5 @@
 /* Tests of the sharded collectives (reduce-scatter, all-gather of shards) and of the bfloat16
- * reductions of the comm layer (include/mpitrain/comm.h), under mpirun: tests/test_comm_shard.sh
+ * reductions of the comm layer (include/mpitrain/comm.h), under mpirun: tests/test_comm_shard_npN.mpi
  * runs this program with 2, 3 and 4 ranks. Check runs without forking (MPI); the script bounds
  * the run with a timeout. The suite runs twice, in blocking and in polling mode, each pass with
  * its own shared comm; the unchecked mismatch runs in the polling pass only (a mismatched

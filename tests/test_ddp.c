@@ -1,5 +1,5 @@
-/* Tests of the DDP engine (src/ddp/ddp.c), run under mpirun with 2 and 3 ranks
- * (tests/test_ddp_np2.sh, tests/test_ddp_np3.sh):
+/* Tests of the DDP engine (src/ddp/ddp.c), run under mpirun with 2, 3 and 4 ranks
+ * (tests/test_ddp_np2.mpi, _np3.mpi, _np4.mpi):
  *
  * - Equivalence: W ranks with B samples each train like ONE process on the W*B samples: every
  *   rank also runs a plain model (no DDP) on the whole combined batch, and at each of 20

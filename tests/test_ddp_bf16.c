@@ -1,5 +1,5 @@
 /* Tests of bf16 gradient communication in the DDP engine (mpt_ddp_config.grad_comm, ddp.h), run
- * under mpirun with 2 and 3 ranks by tests/test_ddp_bf16.sh.
+ * under mpirun with 2 and 3 ranks (tests/test_ddp_bf16_np2.mpi, _np3.mpi).
  *
  * - Bound: the same MLP (784-64-64-10, several buckets) wrapped twice, fp32 and bf16, one
  *   backward on each rank's own batch: every averaged gradient element of the bf16 run is within

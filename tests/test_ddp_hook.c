@@ -1,5 +1,5 @@
 /* Tests of the DDP engine's communication hook (ddp.h mpt_ddp_register_comm_hook), run under
- * mpirun with 2 and 3 ranks by tests/test_ddp_hook.sh.
+ * mpirun with 2 and 3 ranks (tests/test_ddp_hook_np2.mpi, _np3.mpi).
  *
  * Oracles: the built-in reducers rebuilt as hooks give the same bits as the built-in ones:
  * - an all-reduce average hook against config.allreduce NATIVE; a sum hook that divides by W

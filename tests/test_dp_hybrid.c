@@ -1,6 +1,6 @@
 /* Hybrid data parallelism (include/mpitrain/dp.h): DataParallel over cpu:2 inside each rank,
  * the ranks' reduced gradients then averaged by the DDP engine (mpt_ddp_allreduce_grads).
- * Run under mpirun by tests/test_dp_hybrid.sh (2 ranks), never bare.
+ * Run under mpirun as tests/test_dp_hybrid_np2.mpi (2 ranks), never bare.
  *
  * Oracle: one process on the combined batch. Every rank draws the same W * B samples per
  * step, takes rows [rank * B, (rank + 1) * B) for its DP step, and also trains a plain model

@@ -1,6 +1,6 @@
 /* Tests for src/nn/eval.c: evaluation mode as one switch (mpt_tape_set_eval) and the evaluation
  * of a batch's real rows (mpt_eval_batch), run under mpirun with 2 and 3 ranks
- * (tests/test_eval_mpi.sh).
+ * (tests/test_eval_np2.mpi, _np3.mpi).
  *
  * - The switch gives bit for bit the logits of the two separate calls it stands for
  *   (mpt_model_set_training + mpt_tape_set_grad_enabled) on a CNN with BatchNorm and dropout,

@@ -1,5 +1,5 @@
 /* The DDP cases of docs/faults.md as tests of the engine (src/ddp/ddp.c), run
- * under mpirun with 2 and 3 ranks (tests/test_ddp_np2.sh, tests/test_ddp_np3.sh). Each case
+ * under mpirun with 2, 3 and 4 ranks (tests/test_faults_np2.mpi, _np3.mpi, _np4.mpi). Each case
  * uses the values given there, generalised to W ranks where the formula is plain (W = 2 gives
  * exactly the docs/faults.md numbers):
  *

@@ -1,5 +1,5 @@
 /* DDP equivalence for the GPT model (src/nn/gpt.c), run under mpirun with 2 and 3 ranks
- * (tests/test_gpt_ddp_np2.sh, tests/test_gpt_ddp_np3.sh):
+ * (tests/test_gpt_ddp_np2.mpi, tests/test_gpt_ddp_np3.mpi):
  *
  * W ranks with B sequences each train like ONE process on the W*B sequences. Every rank also
  * runs a plain tiny GPT (L 2, H 2, C 16, T 8, V 23 -> Vp 128; no DDP) on the whole combined

@@ -10,7 +10,10 @@
 #      the tree nor one of the documents of other projects named in `external` below;
 #   4. mpitrain.pc.in's Libs.private names every $(X_LIBS) the library links (Makefile.am's
 #      BASE_LIBS and each local.mk's libmpitrain_all_la_LIBADD), so a static link through
-#      pkg-config gets them all.
+#      pkg-config gets them all;
+#   5. an MPI program at a rank count is registered one way: TESTS names tests/PROGRAM_npN.mpi
+#      and tests/run_np.sh's table has its arm (and no arm that no registered name uses); no
+#      tests/*_npN.sh wrapper script is left.
 # Each rule also runs on a made-up tree that breaks it, and must fail there. Prints
 # "N passed, N failed".
 set -u
@@ -66,6 +69,22 @@ rule_pc() {
     done
 }
 
+rule_np() {
+  git -C "$1" ls-files 'tests/*_np[0-9]*.sh' | sed 's/^/a wrapper script instead of a PROGRAM_npN.mpi name: /'
+  names=$(git -C "$1" grep -ohE 'tests/[a-z0-9_]+_np[0-9]+\.mpi' -- '*.am' '*.mk' | sort -u)
+  for n in $names; do
+    sh "$1/tests/run_np.sh" --print "$n" > /dev/null 2>&1 || echo "$n: registered, not in tests/run_np.sh's table"
+  done
+  sed -n 's/^  \(test_[][a-z0-9_]*\.mpi\)).*/\1/p' "$1/tests/run_np.sh" | while read -r arm; do
+    used=0
+    for n in $names; do
+      # shellcheck disable=SC2254 # the arm is a pattern
+      case ${n#tests/} in $arm) used=1 ;; esac
+    done
+    [ $used -eq 1 ] || echo "tests/run_np.sh: the arm $arm matches no registered test"
+  done
+}
+
 check() { # NAME: the rule holds on the source tree
   out=$("rule_$1" "$srcdir")
   if [ -z "$out" ]; then ok; else bad "$1:"; printf '%s\n' "$out" | sed 's/^/  /'; fi
@@ -74,6 +93,7 @@ check error_h
 check log_aliases
 check docs
 check pc
+check np
 
 # The rules must be able to fail: a small git tree breaking each once.
 t=$tmp/tree
@@ -88,6 +108,11 @@ printf 'manual\n' > "$t/doc/x.1"
 printf 'BASE_LIBS = $(OPENBLAS_LIBS) $(ONEDNN_LIBS) -lm\n' > "$t/Makefile.am"
 printf 'libmpitrain_all_la_LIBADD += $(CUDA_LIBS) -lstdc++\n' > "$t/src/core/local.mk"
 printf 'Libs.private: @OPENBLAS_LIBS@ -lm\n' > "$t/mpitrain.pc.in"
+mkdir -p "$t/tests"
+sed 's/^  test_comm_np2\.mpi) .*/  test_gone_np2.mpi) limit=1 ;;/' "$srcdir/tests/run_np.sh" > "$t/tests/run_np.sh"
+cp "$srcdir/tests/mpirun.sh" "$t/tests/"
+printf 'exec true\n' > "$t/tests/test_old_np2.sh"
+printf 'TESTS += tests/test_comm_np2.mpi tests/test_comm_np3.mpi\n' > "$t/tests/x.mk"
 git -C "$t" init -q && git -C "$t" add -A
 probe() { # RULE, TEXT it must print
   out=$("rule_$1" "$t")
@@ -103,6 +128,10 @@ rule_docs "$t" | grep -qE ': (docs/here|README|PERFORMANCE)\.md$' &&
   bad "rule docs names a file that is there or allowed: $(rule_docs "$t")" || ok
 probe pc "lacks @ONEDNN_LIBS@"
 probe pc "lacks @CUDA_LIBS@"
+probe np "a wrapper script instead of a PROGRAM_npN.mpi name: tests/test_old_np2.sh"
+probe np "tests/test_comm_np2.mpi: registered, not in tests/run_np.sh's table"
+probe np "the arm test_gone_np2.mpi matches no registered test"
+rule_np "$t" | grep -q 'test_comm_np3' && bad "rule np names test_comm_np3.mpi, which is in the table" || ok
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -7,8 +7,6 @@ libmpitrain_all_la_SOURCES += \
 	src/nn/eval.c src/nn/gpt_ops.h src/nn/gpt_ops.c src/nn/attention.c src/nn/gpt.c \
 	src/nn/attention_bf16.c src/nn/linear_bf16.c
 
-EXTRA_DIST += tests/test_eval_mpi.sh
-
 if HAVE_CHECK
 check_PROGRAMS += tests/test_tape tests/test_layers tests/test_models tests/test_hooks
 TESTS += tests/test_tape tests/test_layers tests/test_models tests/test_hooks
@@ -59,9 +57,9 @@ tests_test_hooks_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 tests_test_models_SOURCES = tests/test_models.c
 tests_test_models_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_models_LDADD = libmpitrain_all.la $(CHECK_LIBS)
-# tests/test_eval is an MPI program, run by tests/test_eval_mpi.sh under tests/mpirun.sh
+# tests/test_eval is an MPI program, run with 2 and 3 ranks (tests/run_np.sh)
 check_PROGRAMS += tests/test_eval
-TESTS += tests/test_eval_mpi.sh
+TESTS += tests/test_eval_np2.mpi tests/test_eval_np3.mpi
 tests_test_eval_SOURCES = tests/test_eval.c
 tests_test_eval_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_eval_LDADD = libmpitrain_all.la $(CHECK_LIBS)
