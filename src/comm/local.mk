@@ -3,9 +3,9 @@
 # registry in comm.c picks one. devmap.c binds ranks to devices (docs/faults.md F11, F12).
 mpitraininclude_HEADERS += include/mpitrain/comm.h
 libmpitrain_all_la_SOURCES += \
-	src/comm/comm_impl.h src/comm/launch.h \
+	src/comm/comm_impl.h src/comm/comm_mpi_impl.h src/comm/launch.h \
 	src/comm/comm.c src/comm/comm_boot.c src/comm/comm_mpi.c src/comm/comm_wait.c \
-	src/comm/flight.c \
+	src/comm/comm_mpi_call.c src/comm/flight.c \
 	src/comm/comm_progress.c src/comm/init_watchdog.c \
 	src/comm/launch.c src/comm/devmap.c src/comm/host_stage.c
 if HAVE_CUDA

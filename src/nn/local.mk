@@ -2,7 +2,8 @@
 mpitraininclude_HEADERS += include/mpitrain/nn.h include/mpitrain/autograd.h \
 	include/mpitrain/transformer.h
 libmpitrain_all_la_SOURCES += \
-	src/nn/tape.h src/nn/tape.c src/nn/tape_profile.c src/nn/model.c src/nn/ops_basic.c \
+	src/nn/tape.h src/nn/tape_impl.h src/nn/tape.c src/nn/tape_backward.c src/nn/tape_profile.c \
+	src/nn/model.c src/nn/ops_basic.c \
 	src/nn/conv.c src/nn/pool.c src/nn/dropout.c src/nn/batchnorm.c src/nn/models.c \
 	src/nn/eval.c src/nn/gpt_ops.h src/nn/gpt_ops.c src/nn/attention.c src/nn/gpt.c \
 	src/nn/attention_bf16.c src/nn/linear_bf16.c
