@@ -13,7 +13,11 @@
 #      pkg-config gets them all;
 #   5. an MPI program at a rank count is registered one way: TESTS names tests/PROGRAM_npN.mpi
 #      and tests/run_np.sh's table has its arm (and no arm that no registered name uses); no
-#      tests/*_npN.sh wrapper script is left.
+#      tests/*_npN.sh wrapper script is left;
+#   6. the nn layer does not reach up into the file formats (src/ckpt): no file of src/nn and no
+#      nn header (nn.h, autograd.h, transformer.h, gpt_config.h) includes ckpt.h, gpt_file.h,
+#      safetensors.h or a src/ckpt header, and src/nn calls no mpt_gpt_file_, mpt_gpt_st_ or
+#      mpt_ckpt_ function (the GPT's config and layout are nn's: gpt_config.h).
 # Each rule also runs on a made-up tree that breaks it, and must fail there. Prints
 # "N passed, N failed".
 set -u
@@ -85,6 +89,13 @@ rule_np() {
   done
 }
 
+rule_nn_below_ckpt() {
+  git -C "$1" grep -nE '#include "(mpitrain/(ckpt|gpt_file|safetensors)\.h|ckpt/)' -- 'src/nn/*' \
+    include/mpitrain/nn.h include/mpitrain/autograd.h include/mpitrain/transformer.h \
+    include/mpitrain/gpt_config.h
+  git -C "$1" grep -nE '\bmpt_(gpt_file_|gpt_st_|ckpt_)[a-z_]*\(' -- 'src/nn/*.c'
+}
+
 check() { # NAME: the rule holds on the source tree
   out=$("rule_$1" "$srcdir")
   if [ -z "$out" ]; then ok; else bad "$1:"; printf '%s\n' "$out" | sed 's/^/  /'; fi
@@ -94,6 +105,7 @@ check log_aliases
 check docs
 check pc
 check np
+check nn_below_ckpt
 
 # The rules must be able to fail: a small git tree breaking each once.
 t=$tmp/tree
@@ -113,6 +125,9 @@ sed 's/^  test_comm_np2\.mpi) .*/  test_gone_np2.mpi) limit=1 ;;/' "$srcdir/test
 cp "$srcdir/tests/mpirun.sh" "$t/tests/"
 printf 'exec true\n' > "$t/tests/test_old_np2.sh"
 printf 'TESTS += tests/test_comm_np2.mpi tests/test_comm_np3.mpi\n' > "$t/tests/x.mk"
+mkdir -p "$t/include/mpitrain"
+printf '#include "mpitrain/gpt_file.h"\n' > "$t/include/mpitrain/transformer.h"
+printf 'static int f(void) { return mpt_gpt_file_read(0, 0, 0, 0, 0); }\n' > "$t/src/nn/g.c"
 git -C "$t" init -q && git -C "$t" add -A
 probe() { # RULE, TEXT it must print
   out=$("rule_$1" "$t")
@@ -131,6 +146,8 @@ probe pc "lacks @CUDA_LIBS@"
 probe np "a wrapper script instead of a PROGRAM_npN.mpi name: tests/test_old_np2.sh"
 probe np "tests/test_comm_np2.mpi: registered, not in tests/run_np.sh's table"
 probe np "the arm test_gone_np2.mpi matches no registered test"
+probe nn_below_ckpt 'include/mpitrain/transformer.h:1:#include "mpitrain/gpt_file.h"'
+probe nn_below_ckpt "src/nn/g.c:1:static int f(void) { return mpt_gpt_file_read("
 rule_np "$t" | grep -q 'test_comm_np3' && bad "rule np names test_comm_np3.mpi, which is in the table" || ok
 
 echo "$pass passed, $fail failed"

@@ -1,11 +1,14 @@
 # src/nn: the autodiff tape, layers and models; see the layer's public header include/mpitrain/nn.h
 mpitraininclude_HEADERS += include/mpitrain/nn.h include/mpitrain/autograd.h \
 	include/mpitrain/transformer.h
+# the GPT's configuration and parameter layout (the file formats of src/ckpt read and write it)
+mpitraininclude_HEADERS += include/mpitrain/gpt_config.h
 libmpitrain_all_la_SOURCES += \
 	src/nn/tape.h src/nn/tape_impl.h src/nn/tape.c src/nn/tape_backward.c src/nn/tape_profile.c \
 	src/nn/model.c src/nn/ops_basic.c \
 	src/nn/conv.c src/nn/pool.c src/nn/dropout.c src/nn/batchnorm.c src/nn/models.c \
 	src/nn/eval.c src/nn/gpt_ops.h src/nn/gpt_ops.c src/nn/attention.c src/nn/gpt.c \
+	src/nn/gpt_config.c \
 	src/nn/attention_bf16.c src/nn/linear_bf16.c
 
 if HAVE_CHECK
