@@ -28,36 +28,10 @@
 static mpt_comm *g_comm;
 static int g_rank, g_world;
 
-#define OK(expr)                                                                              \
-  do {                                                                                        \
-    mpt_status st_ = (expr);                                                                  \
-    ck_assert_msg(st_ == MPT_OK, "rank %d: %s -> %s: %s", g_rank, #expr, mpt_status_name(st_), \
-                  mpt_last_error());                                                          \
-  } while (0)
-
-static int g_bad;
-static char g_why[1024];
-#define EXPECT(cond, ...)                         \
-  do {                                            \
-    if (!(cond) && !g_bad) {                      \
-      g_bad = 1;                                  \
-      snprintf(g_why, sizeof g_why, __VA_ARGS__); \
-    }                                             \
-  } while (0)
+#define MPI_CHECK_COMM g_comm
+#include "mpi_check.h"
 #define EXPECT_HAS(text, needle) \
   EXPECT(strstr((text), (needle)) != NULL, "'%s' lacks '%s'", (text), (needle))
-
-static void expect_begin(void) {
-  g_bad = 0;
-  g_why[0] = '\0';
-}
-
-static void expect_agree(void) {
-  int32_t mine = g_bad, any = 0;
-  OK(mpt_comm_allreduce_sync(g_comm, &mine, &any, 1, MPT_I32, MPT_REDUCE_MAX));
-  ck_assert_msg(!g_bad, "rank %d: %s", g_rank, g_why);
-  ck_assert_msg(!any, "rank %d: another rank failed this test (see its output)", g_rank);
-}
 
 /* F12 + stale SLURM_LOCALID: each rank gets its own local rank's device. */
 START_TEST(test_every_rank_binds_to_its_local_rank) {
