@@ -17,7 +17,10 @@
 #   6. the nn layer does not reach up into the file formats (src/ckpt): no file of src/nn and no
 #      nn header (nn.h, autograd.h, transformer.h, gpt_config.h) includes ckpt.h, gpt_file.h,
 #      safetensors.h or a src/ckpt header, and src/nn calls no mpt_gpt_file_, mpt_gpt_st_ or
-#      mpt_ckpt_ function (the GPT's config and layout are nn's: gpt_config.h).
+#      mpt_ckpt_ function (the GPT's config and layout are nn's: gpt_config.h);
+#   7. whole files are replaced in one way: rename(2) is called in src/ only by
+#      core/atomic_file.c (temporary file, fsync, rename, fsync of the folder) and by
+#      comm/flight.c's dump, which runs in signal handlers (no stdio, no allocation).
 # Each rule also runs on a made-up tree that breaks it, and must fail there. Prints
 # "N passed, N failed".
 set -u
@@ -96,6 +99,11 @@ rule_nn_below_ckpt() {
   git -C "$1" grep -nE '\bmpt_(gpt_file_|gpt_st_|ckpt_)[a-z_]*\(' -- 'src/nn/*.c'
 }
 
+rule_rename() {
+  git -C "$1" grep -nE '\brename\(' -- 'src/*.c' ':!src/core/atomic_file.c' ':!src/comm/flight.c' |
+    grep -v '^[^:]*:[0-9]*: *\*'
+}
+
 check() { # NAME: the rule holds on the source tree
   out=$("rule_$1" "$srcdir")
   if [ -z "$out" ]; then ok; else bad "$1:"; printf '%s\n' "$out" | sed 's/^/  /'; fi
@@ -106,6 +114,7 @@ check docs
 check pc
 check np
 check nn_below_ckpt
+check rename
 
 # The rules must be able to fail: a small git tree breaking each once.
 t=$tmp/tree
@@ -128,6 +137,8 @@ printf 'TESTS += tests/test_comm_np2.mpi tests/test_comm_np3.mpi\n' > "$t/tests/
 mkdir -p "$t/include/mpitrain"
 printf '#include "mpitrain/gpt_file.h"\n' > "$t/include/mpitrain/transformer.h"
 printf 'static int f(void) { return mpt_gpt_file_read(0, 0, 0, 0, 0); }\n' > "$t/src/nn/g.c"
+printf 'int h(void) { return rename("a.tmp", "a"); }\n' > "$t/src/nn/h.c"
+printf ' * rename(2) of a temporary file, said in a comment\n' > "$t/src/nn/i.c"
 git -C "$t" init -q && git -C "$t" add -A
 probe() { # RULE, TEXT it must print
   out=$("rule_$1" "$t")
@@ -148,6 +159,8 @@ probe np "tests/test_comm_np2.mpi: registered, not in tests/run_np.sh's table"
 probe np "the arm test_gone_np2.mpi matches no registered test"
 probe nn_below_ckpt 'include/mpitrain/transformer.h:1:#include "mpitrain/gpt_file.h"'
 probe nn_below_ckpt "src/nn/g.c:1:static int f(void) { return mpt_gpt_file_read("
+probe rename 'src/nn/h.c:1:int h(void) { return rename("a.tmp", "a"); }'
+rule_rename "$t" | grep -q 'i\.c' && bad "rule rename names a comment (src/nn/i.c)" || ok
 rule_np "$t" | grep -q 'test_comm_np3' && bad "rule np names test_comm_np3.mpi, which is in the table" || ok
 
 echo "$pass passed, $fail failed"
