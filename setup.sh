@@ -88,9 +88,9 @@ fi
 #   kernels, the tape, the threads, the loaders, the checkpoints; two at a time, with ASan's fast
 #   unwinder for allocation stacks (3x faster; these do not start MPI, whose never-freed memory
 #   the leak suppressions in tests/lsan.supp match only on the slow unwinder's full stacks).
-# - the MPI Check programs at 2 ranks (comm, progress, devices, DDP, bf16 DDP, GPT DDP, DP
-#   inside DDP, evaluation): the 3- and 4-rank runs repeat the same code oversubscribed. Not
-#   test_comm_shard.sh: it bounds the peak resident memory, which ASan's shadow and quarantine
+# - the MPI Check programs at 2 ranks (comm, progress, devices, DDP, DDP faults, bf16 DDP,
+#   GPT DDP, DP inside DDP, evaluation): the 3- and 4-rank runs repeat the same code
+#   oversubscribed. Not test_comm_shard_npN.mpi: it bounds the peak resident memory, which ASan's shadow and quarantine
 #   raise (a failure that is no finding).
 # - the signal tests, the program under the sanitizers: tests/test_preempt.sh (SIGTERM to one
 #   process and to 1 of 2 ranks), tests/test_preempt_stress.sh (MPT_PREEMPT_RUNS signalled
@@ -105,9 +105,9 @@ san_skip=0
 san_trs=()
 sanitizer_stage() {
   local src=build-asan/src obj=build-asan/obj tests progs all_progs scripts t
-  scripts="tests/test_comm_np2.sh tests/test_comm_progress_np2.sh tests/test_comm_devices_np2.sh
-           tests/test_ddp_np2.sh tests/test_ddp_bf16.sh tests/test_gpt_ddp_np2.sh
-           tests/test_dp_hybrid.sh tests/test_eval_mpi.sh
+  scripts="tests/test_comm_np2.mpi tests/test_comm_progress_np2.mpi tests/test_comm_devices_np2.mpi
+           tests/test_ddp_np2.mpi tests/test_faults_np2.mpi tests/test_ddp_bf16_np2.mpi tests/test_gpt_ddp_np2.mpi
+           tests/test_dp_hybrid_np2.mpi tests/test_eval_np2.mpi
            tests/test_preempt.sh tests/test_preempt_stress.sh tests/test_usage.sh"
   if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
     echo "setup.sh: sanitizer stage skipped: it copies the sources with git (not a git checkout)"
@@ -128,11 +128,12 @@ sanitizer_stage() {
       return 0
     fi
   fi
-  # The suite's tests that are programs (the rest are scripts), and every test program (the
-  # scripts run some; check-TESTS would build them all anyway).
+  # The suite's tests that are programs run bare (the rest are scripts and the MPI programs
+  # registered at rank counts, PROGRAM_npN.mpi), and every test program (the scripts run some;
+  # check-TESTS would build them all anyway).
   tests=$(printf 'print:\n\t@echo $(TESTS)\n' |
             make -s --no-print-directory -C "$obj" -f Makefile -f - print || true)
-  progs=$(printf '%s\n' $tests | grep -v '\.sh$' | tr '\n' ' ')
+  progs=$(printf '%s\n' $tests | grep -vE '\.(sh|mpi)$' | tr '\n' ' ')
   all_progs=$(printf 'print:\n\t@echo $(check_PROGRAMS)\n' |
                 make -s --no-print-directory -C "$obj" -f Makefile -f - print || true)
   # Two make runs, not one "make all PROGS": automake's "all" is a recursive make, and a second

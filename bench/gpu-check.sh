@@ -21,7 +21,7 @@
 #                tests/test_backend_ops.c), test_cuda_ops (convolutions through cuDNN against
 #                im2col, bad labels), test_cuda_stream (streams, events, the allocator),
 #                test_comm_cuda (NCCL world of 1, DDP on CUDA), test_dp_cuda (DataParallel on CUDA against one
-#                CPU process), test_comm_cuda_np2.sh (2 ranks on the GPU, staged MPI backend),
+#                CPU process), test_comm_cuda_np2.mpi (2 ranks on the GPU, staged MPI backend),
 #                test_cuda_gpt_ops and test_cuda_gpt (the transformer layers and a tiny GPT on the
 #                GPU against the CPU), test_train_gpt_cuda.sh (`mpitrain train --model gpt
 #                --device cuda` against --device cpu: SGD, AdamW, --accumulate, resume),
@@ -378,7 +378,7 @@ setup_cuda() {
 # against one process (1 and 2 ranks), DataParallel on CUDA. They must PASS on a GPU; in a dry
 # run without one they SKIP (exit 77), visibly.
 CUDA_TESTS="tests/test_backend_ops_cuda.sh tests/test_cuda_ops tests/test_cuda_stream
-tests/test_comm_cuda tests/test_dp_cuda tests/test_comm_cuda_np2.sh tests/test_cuda_gpt_ops
+tests/test_comm_cuda tests/test_dp_cuda tests/test_comm_cuda_np2.mpi tests/test_cuda_gpt_ops
 tests/test_cuda_gpt tests/test_train_gpt_cuda.sh tests/test_cuda_bf16"
 CUDA_TEST_PROGRAMS="tests/test_backend_ops tests/test_cuda_ops tests/test_cuda_stream
 tests/test_comm_cuda tests/test_dp_cuda tests/test_cuda_gpt_ops tests/test_cuda_gpt mpitrain

@@ -9,6 +9,7 @@
 #include "mpitrain/ops_llama.h"
 #include "mpitrain/nn.h"
 #include "mpitrain/autograd.h"
+#include "mpitrain/gpt_config.h"
 #include "mpitrain/transformer.h"
 #include "mpitrain/llama.h"
 #include "mpitrain/data.h"

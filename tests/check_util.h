@@ -1,19 +1,35 @@
-/* Shared by the single-process Check programs of tests/ (the MPI ones use tests/mpi_check.h,
- * whose OK also names the rank).
+/* Shared by the Check programs of tests/ (the MPI ones through tests/mpi_check.h, which
+ * includes it after defining its own OK, one that also names the rank).
  *
  * OK(expr): a hard check that an mpitrain call returned MPT_OK; a failure names the call, the
- * status and the library's error detail (mpt_last_error). */
+ * status and the library's error detail (mpt_last_error).
+ * rel_diff(a, b, n): max |a - b| over the n elements, relative to max(|b|, 1e-3) (b is the
+ * reference): the measure of the equivalence tests (DDP or DP against one process). */
 #ifndef MPT_TESTS_CHECK_UTIL_H
 #define MPT_TESTS_CHECK_UTIL_H
 
 #include <check.h>
+#include <math.h>
+#include <stdint.h>
 
 #include "mpitrain/core.h"
 
+#ifndef OK
 #define OK(expr)                                                                              \
   do {                                                                                        \
     mpt_status st_ = (expr);                                                                  \
     ck_assert_msg(st_ == MPT_OK, "%s -> %s: %s", #expr, mpt_status_name(st_), mpt_last_error()); \
   } while (0)
+#endif
+
+static inline double rel_diff(const float *a, const float *b, int64_t n) {
+  double diff = 0, scale = 1e-3;
+  for (int64_t i = 0; i < n; i++) {
+    const double d = fabs((double)a[i] - (double)b[i]);
+    if (d > diff) diff = d;
+    if (fabs((double)b[i]) > scale) scale = fabs((double)b[i]);
+  }
+  return diff / scale;
+}
 
 #endif

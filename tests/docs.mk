@@ -5,3 +5,7 @@ EXTRA_DIST += tests/test_scripts_help.sh tests/test_user_mistakes.sh tests/check
 # No tracked file tells how the project was made (names with round suffixes, work-history words).
 TESTS += tests/test_no_history.sh
 EXTRA_DIST += tests/test_no_history.sh
+# Rules of the tree no compiler checks: core/error.h only where used, one spelling per log
+# level, docs/ the one documentation folder, mpitrain.pc naming every library linked.
+TESTS += tests/test_tree.sh
+EXTRA_DIST += tests/test_tree.sh

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "mpitrain/optim.h"
+#include "mpitrain/gpt_file.h"
 #include "mpitrain/transformer.h"
 
 enum { B = 2, T = 8, STEPS = 10, MAX_GROUPS = 64 };

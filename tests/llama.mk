@@ -8,13 +8,12 @@ TESTS += tests/test_llama_torch.sh
 tests_llama_torch_helper_SOURCES = tests/llama_torch_helper.c
 tests_llama_torch_helper_LDADD = libmpitrain_all.la -lm
 
-# tests/test_llama_ddp is an MPI program, run by the shell wrappers under tests/mpirun.sh with
-# 2 and 3 ranks (the program itself is not run bare).
-EXTRA_DIST += tests/test_llama_ddp_np2.sh tests/test_llama_ddp_np3.sh
+# tests/test_llama_ddp is an MPI program, run by tests/run_np.sh with 2 and 3 ranks (the program
+# itself is not run bare).
 
 if HAVE_CHECK
 check_PROGRAMS += tests/test_llama_ddp
-TESTS += tests/test_llama_ddp_np2.sh tests/test_llama_ddp_np3.sh
+TESTS += tests/test_llama_ddp_np2.mpi tests/test_llama_ddp_np3.mpi
 tests_test_llama_ddp_SOURCES = tests/test_llama_ddp.c
 tests_test_llama_ddp_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_llama_ddp_LDADD = libmpitrain_all.la $(CHECK_LIBS) -lm

@@ -1,6 +1,11 @@
 # tests of the program (the unit tests are listed in each layer's local.mk)
-TESTS += tests/test_cli.sh tests/test_kill_rank.sh tests/test_preempt.sh tests/test_resume.sh tests/test_ckpt_info.sh tests/test_ckpt_async.sh tests/test_resume_world.sh tests/test_ckpt_np2.sh tests/test_nonfinite.sh tests/test_usage.sh tests/test_readme.sh
-EXTRA_DIST += tests/expect.sh tests/test_cli.sh tests/test_kill_rank.sh tests/test_preempt.sh tests/test_resume.sh tests/test_ckpt_info.sh tests/test_ckpt_async.sh tests/test_resume_world.sh tests/test_ckpt_np2.sh tests/test_nonfinite.sh tests/test_usage.sh tests/test_readme.sh
+TESTS += tests/test_cli.sh tests/test_kill_rank.sh tests/test_preempt.sh tests/test_resume.sh tests/test_ckpt_info.sh tests/test_ckpt_async.sh tests/test_resume_world.sh tests/test_nonfinite.sh tests/test_usage.sh tests/test_readme.sh
+EXTRA_DIST += tests/expect.sh tests/test_cli.sh tests/test_kill_rank.sh tests/test_preempt.sh tests/test_resume.sh tests/test_ckpt_info.sh tests/test_ckpt_async.sh tests/test_resume_world.sh tests/test_nonfinite.sh tests/test_usage.sh tests/test_readme.sh
+# the collective checkpoint tests of tests/test_ckpt.c (save by rank 0, load on every rank,
+# errors reaching every rank) with 2 ranks
+if HAVE_CHECK
+TESTS += tests/test_ckpt_np2.mpi
+endif
 # --accumulate equals one step on the combined batch (remainder and short micro-batches)
 TESTS += tests/test_accumulate.sh
 EXTRA_DIST += tests/test_accumulate.sh
@@ -72,8 +77,8 @@ TESTS += tests/test_hang_report.sh
 EXTRA_DIST += tests/test_hang_report.sh
 # the flight recorder on 2-rank jobs: a skipped step named by hang-report and by checked mode, a
 # stopped rank's timeout dump, SIGUSR2 dumps of a live job that goes on (docs/hangs.md)
-TESTS += tests/test_flight_np2.sh
-EXTRA_DIST += tests/test_flight_np2.sh
+TESTS += tests/test_flight.sh
+EXTRA_DIST += tests/test_flight.sh
 # stragglers: a rank slowed by fault injection is named by rank 0's line and in the metrics JSON
-TESTS += tests/test_straggler_np2.sh
-EXTRA_DIST += tests/test_straggler_np2.sh
+TESTS += tests/test_straggler.sh
+EXTRA_DIST += tests/test_straggler.sh

@@ -1,5 +1,5 @@
 /* Tests of bf16 compute (include/mpitrain/ops_bf16.h; src/core/cpu/gemm_dnnl.c, conv_dnnl.c;
- * the tape's precision, src/nn/tape.c, ops_basic.c, gpt_ops.c).
+ * the tape's precision, src/nn/tape.c, tape_backward.c, ops_basic.c, gpt_ops.c).
  *
  * Bounds (ops_bf16.h): each input rounded to bf16 has relative error at most u = 2^-8; a product
  * of two bf16 values is exact in float; K products summed in float add at most gamma_K =

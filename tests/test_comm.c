@@ -1,5 +1,5 @@
-/* Tests of the comm layer (include/mpitrain/comm.h) under mpirun: run by tests/test_comm_np2.sh
- * and tests/test_comm_np3.sh. Check runs without forking (CK_NOFORK: MPI and fork do not mix),
+/* Tests of the comm layer (include/mpitrain/comm.h) under mpirun: run by tests/test_comm_np2.mpi
+ * and tests/test_comm_np3.mpi. Check runs without forking (CK_NOFORK: MPI and fork do not mix),
  * so the scripts bound the run with a timeout. The whole suite runs twice, in blocking mode (the
  * default) and in polling mode (config.blocking = 0), each pass with its own shared comm; the
  * cases whose outcome would leave a blocking-mode worker stuck inside MPI (mismatched counts
@@ -162,7 +162,7 @@ END_TEST
  * 1 vanished). Rank r holds NaN at the elements i with i % (W + 1) == r, so every rank is the
  * only NaN of some element in the same collective; elements with i % (W + 1) == W have none and
  * must be exact. Also -0 and +0: min is -0, max +0, the same bits on every rank. Run at 2, 3
- * and 4 ranks (test_comm_np4.sh runs this case alone). */
+ * and 4 ranks (test_comm_np4.mpi runs this case alone). */
 START_TEST(test_comm_allreduce_propagates_nan_in_every_reduction) {
   static const int64_t ns[] = {1, 7, 1023, 100003};
   const mpt_reduce_op ops[4] = {MPT_REDUCE_MIN, MPT_REDUCE_MAX, MPT_REDUCE_SUM, MPT_REDUCE_AVG};

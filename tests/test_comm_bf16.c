@@ -1,8 +1,8 @@
 /* Tests of the bfloat16 reductions of the comm layer rounded once (include/mpitrain/comm.h
- * "bfloat16"; src/comm/comm_mpi.c run_bf16_reduce), under mpirun: tests/test_comm_bf16.sh runs
- * this program with 2, 3, 4 and 8 ranks. Check runs without forking (MPI). Three passes, each
- * with its own comm: blocking, polling, and blocking with max_chunk_count 3 (the reduction in
- * rounds of one element per rank).
+ * "bfloat16"; src/comm/comm_mpi_call.c run_bf16_reduce), under mpirun: the tests
+ * tests/test_comm_bf16_npN.mpi run this program with 2, 3, 4 and 8 ranks. Check runs without
+ * forking (MPI). Three passes, each with its own comm: blocking, polling, and blocking with
+ * max_chunk_count 3 (the reduction in rounds of one element per rank).
  *
  * Oracle: small cases whose exact sum is computed here (in double, exact for these values) and
  * rounded to bfloat16 once; the result of every bf16 all-reduce and reduce-scatter (sum and

@@ -15,7 +15,7 @@
  *   the averaged gradients equal the mean over ranks of each rank's plain backward on its own
  *   batch (relative 1e-5).
  * Run bare (1 rank: NCCL world of 1) and under mpirun with 2 ranks sharing one GPU
- * (tests/test_comm_cuda_np2.sh: the staged MPI backend; NCCL only with 2 GPUs).
+ * (tests/test_comm_cuda_np2.mpi: the staged MPI backend; NCCL only with 2 GPUs).
  *
  * MPI rules: no forking (a CUDA context does not survive fork either); every rank runs the same
  * tests; soft checks agreed over a host comm at the end of each test. */

@@ -1,6 +1,6 @@
 /* Collective tests of device binding (src/comm/devmap.c; docs/faults.md F11, F12) and of the NCCL
  * bootstrap's CPU part (src/comm/comm_nccl.c; F13), run under mpirun with 2 and 3 ranks on one
- * host (tests/test_comm_devices_np2.sh, _np3.sh) with fake device counts, so no GPU is needed:
+ * host (tests/test_comm_devices_np2.mpi, _np3.mpi) with fake device counts, so no GPU is needed:
  *
  * - every rank binds to cuda:<local rank>, even though every rank inherited a stale
  *   SLURM_LOCALID=0 (main sets it before the comm exists: MPI's local rank wins);
@@ -28,36 +28,10 @@
 static mpt_comm *g_comm;
 static int g_rank, g_world;
 
-#define OK(expr)                                                                              \
-  do {                                                                                        \
-    mpt_status st_ = (expr);                                                                  \
-    ck_assert_msg(st_ == MPT_OK, "rank %d: %s -> %s: %s", g_rank, #expr, mpt_status_name(st_), \
-                  mpt_last_error());                                                          \
-  } while (0)
-
-static int g_bad;
-static char g_why[1024];
-#define EXPECT(cond, ...)                         \
-  do {                                            \
-    if (!(cond) && !g_bad) {                      \
-      g_bad = 1;                                  \
-      snprintf(g_why, sizeof g_why, __VA_ARGS__); \
-    }                                             \
-  } while (0)
+#define MPI_CHECK_COMM g_comm
+#include "mpi_check.h"
 #define EXPECT_HAS(text, needle) \
   EXPECT(strstr((text), (needle)) != NULL, "'%s' lacks '%s'", (text), (needle))
-
-static void expect_begin(void) {
-  g_bad = 0;
-  g_why[0] = '\0';
-}
-
-static void expect_agree(void) {
-  int32_t mine = g_bad, any = 0;
-  OK(mpt_comm_allreduce_sync(g_comm, &mine, &any, 1, MPT_I32, MPT_REDUCE_MAX));
-  ck_assert_msg(!g_bad, "rank %d: %s", g_rank, g_why);
-  ck_assert_msg(!any, "rank %d: another rank failed this test (see its output)", g_rank);
-}
 
 /* F12 + stale SLURM_LOCALID: each rank gets its own local rank's device. */
 START_TEST(test_every_rank_binds_to_its_local_rank) {
@@ -197,7 +171,7 @@ int main(void) {
   g_rank = mpt_comm_rank(g_comm);
   g_world = mpt_comm_world_size(g_comm);
   if (g_world < 2 || g_world > 16) {
-    fprintf(stderr, "run with 2 to 16 ranks (tests/test_comm_devices_np2.sh)\n");
+    fprintf(stderr, "run with 2 to 16 ranks (tests/test_comm_devices_np2.mpi)\n");
     mpt_comm_free(g_comm);
     mpt_comm_finalize();
     return 1;

@@ -4,11 +4,11 @@
  * mode, and mpt_stream_abandon (core.h) on which mpt_comm_free relies.
  *
  * Two ways to run it, both under mpirun (CK_NOFORK: MPI and fork do not mix):
- *   - no argument: the Check suite (tests/test_comm_progress_np2.sh, _np3.sh). Collectives
+ *   - no argument: the Check suite (tests/test_comm_progress_np2.mpi, _np3.mpi). Collectives
  *     that must stay pending on purpose are held by ranks > 0 waiting on a barrier of another
  *     comm, which rank 0 joins only after it has seen what it checks: no timing decides.
  *   - "missing-peer": the blocking-mode timeout that cannot end cleanly (tests/
- *     test_comm_abort_np2.sh). Rank 1 never calls the all-reduce; rank 0's synchronous wrapper
+ *     test_comm_abort.sh). Rank 1 never calls the all-reduce; rank 0's synchronous wrapper
  *     must return MPT_ETIMEOUT naming it, mpt_comm_free must return although the worker is
  *     stuck inside MPI, mpt_comm_finalize must refuse, and rank 0 then ends the job with
  *     mpt_comm_abort(…, 3). The script checks the exit status 3 and the printed lines. */
@@ -282,7 +282,7 @@ START_TEST(test_progress_abandoned_stream_runs_nothing_more) {
 }
 END_TEST
 
-/* ---- the case that must end by aborting (tests/test_comm_abort_np2.sh) ------------------- */
+/* ---- the case that must end by aborting (tests/test_comm_abort.sh) ------------------- */
 
 #define REQUIRE(cond, ...)                                                       \
   do {                                                                           \

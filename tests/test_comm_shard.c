@@ -1,9 +1,9 @@
 /* Tests of the sharded collectives (reduce-scatter, all-gather of shards) and of the bfloat16
- * reductions of the comm layer (include/mpitrain/comm.h), under mpirun: tests/test_comm_shard.sh
- * runs this program with 2, 3 and 4 ranks. Check runs without forking (MPI); the script bounds
- * the run with a timeout. The suite runs twice, in blocking and in polling mode, each pass with
- * its own shared comm; the unchecked mismatch runs in the polling pass only (a mismatched
- * blocking call may never return; see tests/test_comm.c).
+ * reductions of the comm layer (include/mpitrain/comm.h), under mpirun: the tests
+ * tests/test_comm_shard_npN.mpi run this program with 2, 3 and 4 ranks. Check runs without
+ * forking (MPI); tests/run_np.sh bounds the run with a timeout. The suite runs twice, in
+ * blocking and in polling mode, each pass with its own shared comm; the unchecked mismatch runs
+ * in the polling pass only (a mismatched blocking call may never return; see tests/test_comm.c).
  *
  * Oracles: small-integer inputs whose sums are exact in float32 and bfloat16, compared with
  * naive loops over the ranks; the bfloat16 error bound of comm.h for inputs that are not
@@ -190,7 +190,8 @@ static int reset_peak(void) {
  * one shorter) is exact and raises this process's peak resident memory by less than 16 MiB
  * above what it held before (measured 4-8 MiB): Open MPI's MPI_Reduce_scatter over the whole
  * buffer took 33-49 MiB more here, its temporaries, which the comm layer's pieces avoid
- * (comm_mpi.c RS_PIECE). Then one of 8 Mi + 1 bfloat16 elements is exact too. The memory check needs /proc/self/clear_refs (else only noted). */
+ * (comm_mpi_call.c RS_PIECE). Then one of 8 Mi + 1 bfloat16 elements is exact too. The memory
+ * check needs /proc/self/clear_refs (else only noted). */
 START_TEST(test_large_reduce_scatter_is_exact_and_bounded_in_memory) {
   const int64_t n = 8 * 1048576 + 1;
   int64_t off, mine;

@@ -29,6 +29,7 @@
 
 #include "mpitrain/ops.h"
 #include "mpitrain/optim.h"
+#include "mpitrain/gpt_file.h"
 #include "mpitrain/transformer.h"
 #include "check_util.h"
 

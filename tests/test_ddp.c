@@ -1,5 +1,5 @@
-/* Tests of the DDP engine (src/ddp/ddp.c), run under mpirun with 2 and 3 ranks
- * (tests/test_ddp_np2.sh, tests/test_ddp_np3.sh):
+/* Tests of the DDP engine (src/ddp/ddp.c), run under mpirun with 2, 3 and 4 ranks
+ * (tests/test_ddp_np2.mpi, _np3.mpi, _np4.mpi):
  *
  * - Equivalence: W ranks with B samples each train like ONE process on the W*B samples: every
  *   rank also runs a plain model (no DDP) on the whole combined batch, and at each of 20
@@ -139,29 +139,6 @@ typedef struct seq_probe {
 
 static void probe_param0(void *user, int param_index) {
   if (param_index == 0) ((seq_probe *)user)->at_param0 = mpt_comm_sequence(g_comm);
-}
-
-/* max |a - b| / max(max |b|, 1e-3) */
-static double rel_diff(const float *a, const float *b, int64_t n) {
-  double diff = 0, scale = 1e-3;
-  for (int64_t i = 0; i < n; i++) {
-    double d = fabs((double)a[i] - (double)b[i]);
-    if (d > diff) diff = d;
-    if (fabs((double)b[i]) > scale) scale = fabs((double)b[i]);
-  }
-  return diff / scale;
-}
-
-/* 1 if x[0..n) is bit-identical on every rank (element-wise MIN == MAX over ranks). */
-static int same_on_all_ranks(const float *x, int64_t n) {
-  float *lo = malloc((size_t)n * sizeof *lo), *hi = malloc((size_t)n * sizeof *hi);
-  ck_assert(lo && hi);
-  OK(mpt_comm_allreduce_sync(g_comm, x, lo, n, MPT_F32, MPT_REDUCE_MIN));
-  OK(mpt_comm_allreduce_sync(g_comm, x, hi, n, MPT_F32, MPT_REDUCE_MAX));
-  int same = memcmp(lo, hi, (size_t)n * sizeof *lo) == 0;
-  free(lo);
-  free(hi);
-  return same;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -754,22 +731,5 @@ static Suite *ddp_suite(void) {
 }
 
 int main(void) {
-  mpt_comm_config cc = mpt_comm_config_default();
-  cc.timeout_ms = 30000;
-  mpt_status st = mpt_comm_init(&g_comm, &cc);
-  if (st != MPT_OK) {
-    fprintf(stderr, "test_ddp: mpt_comm_init: %s: %s\n", mpt_status_name(st), mpt_last_error());
-    mpt_comm_finalize();
-    return EXIT_FAILURE;
-  }
-  g_rank = mpt_comm_rank(g_comm);
-  g_world = mpt_comm_world_size(g_comm);
-  SRunner *sr = srunner_create(ddp_suite());
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  mpt_comm_free(g_comm);
-  mpt_comm_finalize();
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return mpi_check_main("test_ddp", 30000, &g_comm, &g_world, ddp_suite);
 }

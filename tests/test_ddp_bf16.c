@@ -1,5 +1,5 @@
 /* Tests of bf16 gradient communication in the DDP engine (mpt_ddp_config.grad_comm, ddp.h), run
- * under mpirun with 2 and 3 ranks by tests/test_ddp_bf16.sh.
+ * under mpirun with 2 and 3 ranks (tests/test_ddp_bf16_np2.mpi, _np3.mpi).
  *
  * - Bound: the same MLP (784-64-64-10, several buckets) wrapped twice, fp32 and bf16, one
  *   backward on each rank's own batch: every averaged gradient element of the bf16 run is within
@@ -63,17 +63,6 @@ static void backward(mpt_model *m, mpt_tape *tape, const float *x, const int32_t
   OK(mpt_model_forward(m, tape, xv, &out));
   OK(mpt_nn_cross_entropy(tape, out, &yt, &loss));
   OK(mpt_tape_backward(tape, loss, 1.0f));
-}
-
-static int same_on_all_ranks(const float *x, int64_t n) {
-  float *lo = malloc((size_t)n * sizeof *lo), *hi = malloc((size_t)n * sizeof *hi);
-  ck_assert(lo && hi);
-  OK(mpt_comm_allreduce_sync(g_comm, x, lo, n, MPT_F32, MPT_REDUCE_MIN));
-  OK(mpt_comm_allreduce_sync(g_comm, x, hi, n, MPT_F32, MPT_REDUCE_MAX));
-  int same = memcmp(lo, hi, (size_t)n * sizeof *lo) == 0;
-  free(lo);
-  free(hi);
-  return same;
 }
 
 START_TEST(test_bf16_gradients_are_within_the_stated_bound_of_fp32) {
@@ -182,29 +171,16 @@ START_TEST(test_grad_comm_parses_and_rejects) {
 }
 END_TEST
 
-int main(void) {
-  mpt_comm_config cc = mpt_comm_config_default();
-  cc.timeout_ms = 30000;
-  mpt_status st = mpt_comm_init(&g_comm, &cc);
-  if (st != MPT_OK) {
-    fprintf(stderr, "test_ddp_bf16: %s: %s\n", mpt_status_name(st), mpt_last_error());
-    mpt_comm_finalize();
-    return EXIT_FAILURE;
-  }
-  g_rank = mpt_comm_rank(g_comm);
-  g_world = mpt_comm_world_size(g_comm);
+static Suite *make_suite(void) {
   Suite *s = suite_create("ddp bf16");
   TCase *tc = tcase_create("bf16");
   tcase_add_test(tc, test_grad_comm_parses_and_rejects);
   tcase_add_test(tc, test_bf16_gradients_are_within_the_stated_bound_of_fp32);
   tcase_add_test(tc, test_bf16_gradients_equal_fp32_bit_for_bit_when_representable);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  mpt_comm_free(g_comm);
-  mpt_comm_finalize();
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return s;
+}
+
+int main(void) {
+  return mpi_check_main("test_ddp_bf16", 30000, &g_comm, &g_world, make_suite);
 }

@@ -1,5 +1,5 @@
 /* Tests of the DDP engine's communication hook (ddp.h mpt_ddp_register_comm_hook), run under
- * mpirun with 2 and 3 ranks by tests/test_ddp_hook.sh.
+ * mpirun with 2 and 3 ranks (tests/test_ddp_hook_np2.mpi, _np3.mpi).
  *
  * Oracles: the built-in reducers rebuilt as hooks give the same bits as the built-in ones:
  * - an all-reduce average hook against config.allreduce NATIVE; a sum hook that divides by W
@@ -253,17 +253,7 @@ START_TEST(test_hook_refusals) {
 }
 END_TEST
 
-int main(void) {
-  mpt_comm_config cc = mpt_comm_config_default();
-  cc.timeout_ms = 30000;
-  mpt_status st = mpt_comm_init(&g_comm, &cc);
-  if (st != MPT_OK) {
-    fprintf(stderr, "test_ddp_hook: %s: %s\n", mpt_status_name(st), mpt_last_error());
-    mpt_comm_finalize();
-    return EXIT_FAILURE;
-  }
-  g_rank = mpt_comm_rank(g_comm);
-  g_world = mpt_comm_world_size(g_comm);
+static Suite *make_suite(void) {
   Suite *s = suite_create("ddp comm hook");
   TCase *tc = tcase_create("hook");
   tcase_add_test(tc, test_hook_average_equals_builtin_allreduce);
@@ -271,12 +261,9 @@ int main(void) {
   tcase_add_test(tc, test_failing_hook_fails_the_backward);
   tcase_add_test(tc, test_hook_refusals);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  mpt_comm_free(g_comm);
-  mpt_comm_finalize();
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return s;
+}
+
+int main(void) {
+  return mpi_check_main("test_ddp_hook", 30000, &g_comm, &g_world, make_suite);
 }

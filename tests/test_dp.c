@@ -109,17 +109,6 @@ static float ref_pass(mpt_model *m, mpt_tape *tape, const batch *b, int64_t firs
   return l;
 }
 
-/* max |a - b| over max(max |b|, 1e-3): relative to the tensor's scale. */
-static double rel_diff(const float *a, const float *b, int64_t n) {
-  double diff = 0, scale = 1e-3;
-  for (int64_t i = 0; i < n; i++) {
-    double d = fabs((double)a[i] - (double)b[i]);
-    if (d > diff) diff = d;
-    if (fabs((double)b[i]) > scale) scale = fabs((double)b[i]);
-  }
-  return diff / scale;
-}
-
 /* Every parameter tensor of `got` within TOL of `want` (flat buffers `ga`, `wa`). */
 static void expect_params_close(mpt_model *want, const float *ga, const float *wa,
                                 const char *what, int k, int64_t batch) {

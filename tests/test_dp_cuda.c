@@ -37,16 +37,6 @@ static mpt_model *cnn_make(mpt_device dev) {
   return m;
 }
 
-static double rel_diff(const float *a, const float *b, int64_t n) {
-  double diff = 0, scale = 1e-3;
-  for (int64_t i = 0; i < n; i++) {
-    const double d = fabs((double)a[i] - (double)b[i]);
-    if (d > diff) diff = d;
-    if (fabs((double)b[i]) > scale) scale = fabs((double)b[i]);
-  }
-  return diff / scale;
-}
-
 /* n floats of device memory to a new host array. */
 static float *to_host(mpt_stream *s, mpt_device dev, const float *src, int64_t n) {
   float *h = malloc((size_t)n * sizeof *h);

@@ -1,6 +1,6 @@
 /* Hybrid data parallelism (include/mpitrain/dp.h): DataParallel over cpu:2 inside each rank,
  * the ranks' reduced gradients then averaged by the DDP engine (mpt_ddp_allreduce_grads).
- * Run under mpirun by tests/test_dp_hybrid.sh (2 ranks), never bare.
+ * Run under mpirun as tests/test_dp_hybrid_np2.mpi (2 ranks), never bare.
  *
  * Oracle: one process on the combined batch. Every rank draws the same W * B samples per
  * step, takes rows [rank * B, (rank + 1) * B) for its DP step, and also trains a plain model
@@ -55,16 +55,6 @@ static mpt_model *model_make(int cnn, uint64_t seed) {
   return m;
 }
 
-static double rel_diff(const float *a, const float *b, int64_t n) {
-  double diff = 0, scale = 1e-3;
-  for (int64_t i = 0; i < n; i++) {
-    double d = fabs((double)a[i] - (double)b[i]);
-    if (d > diff) diff = d;
-    if (fabs((double)b[i]) > scale) scale = fabs((double)b[i]);
-  }
-  return diff / scale;
-}
-
 static mpt_optimizer *sgd_make(const mpt_model *m) {
   mpt_optimizer_config c = mpt_optimizer_config_default();
   c.lr = 0.05f;
@@ -72,17 +62,6 @@ static mpt_optimizer *sgd_make(const mpt_model *m) {
   mpt_optimizer *opt = NULL;
   OK(mpt_optimizer_init(&opt, &c, mpt_device_cpu(), mpt_model_param_count(m)));
   return opt;
-}
-
-static int same_on_all_ranks(const float *x, int64_t n) {
-  float *lo = malloc((size_t)n * sizeof *lo), *hi = malloc((size_t)n * sizeof *hi);
-  ck_assert(lo && hi);
-  OK(mpt_comm_allreduce_sync(g_comm, x, lo, n, MPT_F32, MPT_REDUCE_MIN));
-  OK(mpt_comm_allreduce_sync(g_comm, x, hi, n, MPT_F32, MPT_REDUCE_MAX));
-  int same = memcmp(lo, hi, (size_t)n * sizeof *lo) == 0;
-  free(lo);
-  free(hi);
-  return same;
 }
 
 /* _i: cnn = _i % 2; per-rank batch 5 (_i < 2) or 1. */
@@ -159,28 +138,14 @@ START_TEST(test_hybrid_matches_one_process_on_combined_batch) {
 }
 END_TEST
 
-int main(void) {
-  mpt_comm_config cc = mpt_comm_config_default();
-  cc.timeout_ms = 30000;
-  mpt_status st = mpt_comm_init(&g_comm, &cc);
-  if (st != MPT_OK) {
-    fprintf(stderr, "test_dp_hybrid: mpt_comm_init: %s: %s\n", mpt_status_name(st),
-            mpt_last_error());
-    mpt_comm_finalize();
-    return EXIT_FAILURE;
-  }
-  g_rank = mpt_comm_rank(g_comm);
-  g_world = mpt_comm_world_size(g_comm);
+static Suite *make_suite(void) {
   Suite *s = suite_create("dp_hybrid");
   TCase *tc = tcase_create("hybrid");
   tcase_add_loop_test(tc, test_hybrid_matches_one_process_on_combined_batch, 0, 4);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  mpt_comm_free(g_comm);
-  mpt_comm_finalize();
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return s;
+}
+
+int main(void) {
+  return mpi_check_main("test_dp_hybrid", 30000, &g_comm, &g_world, make_suite);
 }

@@ -1,6 +1,6 @@
 /* Tests for src/nn/eval.c: evaluation mode as one switch (mpt_tape_set_eval) and the evaluation
  * of a batch's real rows (mpt_eval_batch), run under mpirun with 2 and 3 ranks
- * (tests/test_eval_mpi.sh).
+ * (tests/test_eval_np2.mpi, _np3.mpi).
  *
  * - The switch gives bit for bit the logits of the two separate calls it stands for
  *   (mpt_model_set_training + mpt_tape_set_grad_enabled) on a CNN with BatchNorm and dropout,
@@ -194,28 +194,15 @@ START_TEST(test_eval_skips_padding_so_w_ranks_equal_one_process) {
 }
 END_TEST
 
-int main(void) {
-  mpt_comm_config cc = mpt_comm_config_default();
-  cc.timeout_ms = 30000;
-  mpt_status st = mpt_comm_init(&g_comm, &cc);
-  if (st != MPT_OK) {
-    fprintf(stderr, "test_eval: mpt_comm_init: %s: %s\n", mpt_status_name(st), mpt_last_error());
-    mpt_comm_finalize();
-    return EXIT_FAILURE;
-  }
-  g_rank = mpt_comm_rank(g_comm);
-  g_world = mpt_comm_world_size(g_comm);
+static Suite *make_suite(void) {
   Suite *s = suite_create("eval");
   TCase *tc = tcase_create("eval");
   tcase_add_test(tc, test_eval_switch_equals_the_two_separate_calls);
   tcase_add_test(tc, test_eval_skips_padding_so_w_ranks_equal_one_process);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  mpt_comm_free(g_comm);
-  mpt_comm_finalize();
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return s;
+}
+
+int main(void) {
+  return mpi_check_main("test_eval", 30000, &g_comm, &g_world, make_suite);
 }

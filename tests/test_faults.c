@@ -1,5 +1,5 @@
 /* The DDP cases of docs/faults.md as tests of the engine (src/ddp/ddp.c), run
- * under mpirun with 2 and 3 ranks (tests/test_ddp_np2.sh, tests/test_ddp_np3.sh). Each case
+ * under mpirun with 2, 3 and 4 ranks (tests/test_faults_np2.mpi, _np3.mpi, _np4.mpi). Each case
  * uses the values given there, generalised to W ranks where the formula is plain (W = 2 gives
  * exactly the docs/faults.md numbers):
  *
@@ -552,23 +552,5 @@ static Suite *faults_suite(void) {
 }
 
 int main(void) {
-  mpt_comm_config cc = mpt_comm_config_default();
-  cc.timeout_ms = 30000;
-  mpt_status st = mpt_comm_init(&g_comm, &cc);
-  if (st != MPT_OK) {
-    fprintf(stderr, "test_faults: mpt_comm_init: %s: %s\n", mpt_status_name(st),
-            mpt_last_error());
-    mpt_comm_finalize();
-    return EXIT_FAILURE;
-  }
-  g_rank = mpt_comm_rank(g_comm);
-  g_world = mpt_comm_world_size(g_comm);
-  SRunner *sr = srunner_create(faults_suite());
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  mpt_comm_free(g_comm);
-  mpt_comm_finalize();
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return mpi_check_main("test_faults", 30000, &g_comm, &g_world, faults_suite);
 }

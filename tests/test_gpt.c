@@ -36,6 +36,7 @@
 
 #include "mpitrain/ckpt.h"
 #include "mpitrain/optim.h"
+#include "mpitrain/gpt_file.h"
 #include "mpitrain/transformer.h"
 #include "check_util.h"
 

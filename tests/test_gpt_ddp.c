@@ -1,5 +1,5 @@
 /* DDP equivalence for the GPT model (src/nn/gpt.c), run under mpirun with 2 and 3 ranks
- * (tests/test_gpt_ddp_np2.sh, tests/test_gpt_ddp_np3.sh):
+ * (tests/test_gpt_ddp_np2.mpi, tests/test_gpt_ddp_np3.mpi):
  *
  * W ranks with B sequences each train like ONE process on the W*B sequences. Every rank also
  * runs a plain tiny GPT (L 2, H 2, C 16, T 8, V 23 -> Vp 128; no DDP) on the whole combined
@@ -83,28 +83,6 @@ static mpt_optimizer *adamw_make(mpt_model *m) {
   OK(mpt_param_groups_split_decay(m, 0.1f, groups, MAX_GROUPS, &ng));
   OK(mpt_optimizer_set_groups(opt, groups, ng));
   return opt;
-}
-
-/* max |a - b| / max(max |b|, 1e-3) */
-static double rel_diff(const float *a, const float *b, int64_t n) {
-  double diff = 0, scale = 1e-3;
-  for (int64_t i = 0; i < n; i++) {
-    double d = fabs((double)a[i] - (double)b[i]);
-    if (d > diff) diff = d;
-    if (fabs((double)b[i]) > scale) scale = fabs((double)b[i]);
-  }
-  return diff / scale;
-}
-
-static int same_on_all_ranks(const float *x, int64_t n) {
-  float *lo = malloc((size_t)n * sizeof *lo), *hi = malloc((size_t)n * sizeof *hi);
-  ck_assert(lo && hi);
-  OK(mpt_comm_allreduce_sync(g_comm, x, lo, n, MPT_F32, MPT_REDUCE_MIN));
-  OK(mpt_comm_allreduce_sync(g_comm, x, hi, n, MPT_F32, MPT_REDUCE_MAX));
-  int same = memcmp(lo, hi, (size_t)n * sizeof *lo) == 0;
-  free(lo);
-  free(hi);
-  return same;
 }
 
 /* Forward + loss of sequences [first, first + n) of the step's windows (T + 1 tokens each:

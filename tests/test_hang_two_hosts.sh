@@ -3,7 +3,7 @@
 # (scripts/two_hosts.sh: two network namespaces, rank 0 on host1, rank 1 on host2, a shared file
 # system as on a cluster; docs/hangs.md):
 #   1. rank 1 on host2 stops (SIGSTOP, raised by itself before step 20: MPT_TEST_STOP_RANK /
-#      _STEP, between two collectives; tests/test_flight_np2.sh says why): the job ends after its
+#      _STEP, between two collectives; tests/test_flight.sh says why): the job ends after its
 #      deadline (--timeout 5), non-zero; rank 0 dumps, and hang-report, run on host1 and on host2
 #      alike, names step 20's first collective, rank 0 inside it for at least 5 s, and rank 1
 #      with host2 and its pid as the rank that left no dump;

@@ -1,6 +1,6 @@
-/* Tests of the model's wrapper hooks and gradient state (include/mpitrain/nn.h,
- * src/nn/model.c and src/nn/tape.c), and of the public op API (include/mpitrain/autograd.h)
- * used from outside the library:
+/* Tests of the model's wrapper hooks and gradient state (include/mpitrain/nn.h, src/nn/model.c,
+ * tape.c and tape_backward.c), and of the public op API (include/mpitrain/autograd.h) used from
+ * outside the library:
  * - the hooks run in order (before_forward, before_backward, grad_ready per parameter in the
  *   order gradients become final, after_backward with backward's status) and only for training
  *   forwards with gradients; a tape with model hooks off calls none; a hook's error is the

@@ -1,4 +1,4 @@
-/* Tests for the nn core (src/nn/model.c, src/nn/tape.c, src/nn/ops_basic.c): the model
+/* Tests for the nn core (src/nn/model.c, tape.c, tape_backward.c, ops_basic.c): the model
  * registry and its flat buffers, initialisation, replication, the tape's gradients (finite
  * differences), its parameter use counts and grad-ready hook (the DDP contract), and the
  * arena's steady state. Everything runs on the CPU with the NULL stream, so device memory is

@@ -1,4 +1,4 @@
-/* The language-model windows under mpirun (2 and 3 ranks: tests/test_token_ddp_np2.sh, np3.sh):
+/* The language-model windows under mpirun (2 and 3 ranks: tests/test_token_ddp_np2.mpi, _np3.mpi):
  * every rank opens the same shards (written by rank 0) and draws its windows through
  * mpt_token_loader with its own rank. Gathered over the ranks: the one-rank order of each epoch
  * is the same on every rank; rank r's step i is position r + i W of it; the real steps of all

@@ -210,28 +210,6 @@ static float run_step(run *r, int step) {
   return norm;
 }
 
-/* max |a - b| / max(max |b|, 1e-3) */
-static double rel_diff(const float *a, const float *b, int64_t n) {
-  double diff = 0, scale = 1e-3;
-  for (int64_t i = 0; i < n; i++) {
-    double d = fabs((double)a[i] - (double)b[i]);
-    if (d > diff) diff = d;
-    if (fabs((double)b[i]) > scale) scale = fabs((double)b[i]);
-  }
-  return diff / scale;
-}
-
-static int same_on_all_ranks(const float *x, int64_t n) {
-  float *lo = malloc((size_t)n * sizeof *lo), *hi = malloc((size_t)n * sizeof *hi);
-  ck_assert(lo && hi);
-  OK(mpt_comm_allreduce_sync(g_comm, x, lo, n, MPT_F32, MPT_REDUCE_MIN));
-  OK(mpt_comm_allreduce_sync(g_comm, x, hi, n, MPT_F32, MPT_REDUCE_MAX));
-  int same = memcmp(lo, hi, (size_t)n * sizeof *lo) == 0;
-  free(lo);
-  free(hi);
-  return same;
-}
-
 typedef struct equiv_case {
   int kind, overlap;
   double cap_mb;

@@ -24,7 +24,7 @@
 #define MPITRAIN_TRANSFORMER_H
 
 #include "mpitrain/core.h"
-#include "mpitrain/gpt_file.h"
+#include "mpitrain/gpt_config.h"
 #include "mpitrain/nn.h"
 
 #ifdef __cplusplus
@@ -144,7 +144,7 @@ MPT_API mpt_status mpt_nn_cross_entropy_vocab(mpt_tape *tape, mpt_var *logits,
  * "gpt2-large" (774M: L 36, H 20, C 1280; 774,090,240 parameters; both T 1024, V 50257,
  * Vp 50304, llm.c's d24 and d36) and "gpt-mini" (T 256, V 256 (bytes), L 6, H 6, C 384,
  * Vp 256).
- * The config is mpt_gpt_config of gpt_file.h (the model file's header fields).
+ * The config is mpt_gpt_config of gpt_config.h (the model file's header fields).
  * Errors: MPT_EINVAL (NULL arguments, an unknown name). */
 MPT_API mpt_status mpt_gpt_config_preset(const char *name, mpt_gpt_config *config);
 
@@ -165,8 +165,8 @@ MPT_API mpt_status mpt_gpt_config_preset(const char *name, mpt_gpt_config *confi
  * finalises the last layer first, so each bucket is complete early and its all-reduce overlaps
  * the rest of backward (the llm.c file's per-kind order would make the first bucket wait for
  * layer 0: measured on gpt-mini, B 2, T 256, 1 MiB caps, ready at 92 % of backward against 4 %
- * layer-major). So the flat buffer is NOT the file's parameter array: mpt_gpt_load and
- * mpt_gpt_save map the two tensor by tensor.
+ * layer-major). So the flat buffer is NOT the file's parameter array: mpt_gpt_params_copy
+ * maps the two tensor by tensor (mpt_gpt_load and mpt_gpt_save of gpt_file.h use it).
  * Initialised by mpt_gpt_init_weights from `seed`. A zero padded_vocab_size is taken as
  * mpt_gpt_padded_vocab(vocab_size). Errors: MPT_EINVAL (NULL arguments; the config, as
  * mpt_gpt_layout_compute), MPT_ENOMEM; the forward: MPT_ESHAPE (input not int32 [B, T] with
@@ -188,26 +188,17 @@ MPT_API mpt_status mpt_model_init_gpt(mpt_model **model, mpt_device device,
 MPT_API mpt_status mpt_gpt_init_weights(mpt_model *model, const mpt_gpt_config *config,
                                         uint64_t seed);
 
-/* Reads an llm.c model file (gpt_file.h) into a GPT model built for `config`: the file's
- * header must match the config (every field; mpt_gpt_file_read's `expect`), then the whole
- * parameter array is read into a host staging buffer (4 N bytes) and copied into the model
- * tensor by tensor (file tensor k, layer l -> parameter "h{l}.<name k>"; one host-to-device
- * copy per tensor on a GPU). Does not change the model's generation (load before
- * mpt_ddp_init, or on every rank). Errors: MPT_EINVAL; MPT_ENOMEM (staging); MPT_ESHAPE (the
- * model is not a finalised GPT of `config`: its parameters' names and sizes are checked, or the
- * file's config differs: named); the errors of mpt_gpt_file_read (MPT_ENOENT, MPT_EIO,
- * MPT_EFORMAT); MPT_EFORMAT a NaN or infinite parameter (named: index, tensor and element; the
- * reader itself passes them through). A file that fails to read or check leaves the parameters
- * untouched; a failed device copy may leave them partly overwritten. */
-MPT_API mpt_status mpt_gpt_load(mpt_model *model, const mpt_gpt_config *config,
-                                const char *path);
-
-/* Writes the parameters of a GPT model built for `config` as an llm.c model file, atomically
- * (mpt_gpt_file_write: temporary file, fsync, rename): gathered tensor by tensor into the
- * file's order in a host staging buffer (4 N bytes). Errors: MPT_EINVAL, MPT_ENOMEM, MPT_ESHAPE
- * (not a finalised GPT of `config`), MPT_EIO naming the step. */
-MPT_API mpt_status mpt_gpt_save(mpt_model *model, const mpt_gpt_config *config,
-                                const char *path);
+/* Copies the parameters of a GPT model built for `config` between the model and `flat`, the
+ * parameters in llm.c's order (gpt_config.h: mpt_gpt_layout's offsets, layout.total floats of
+ * host memory): file tensor k of layer l <-> parameter "h{l}.<name k>", one copy per tensor (on
+ * a GPU on a stream of its own, synchronised before returning). to_model 1: flat -> model;
+ * 0: model -> flat. The model is checked first (its parameters' names and sizes): a NULL
+ * `flat` only checks. Does not change the model's generation. mpt_gpt_load and mpt_gpt_save
+ * (gpt_file.h) are built on it. Errors: MPT_EINVAL (NULL model or config; the config, as
+ * mpt_gpt_layout_compute); MPT_ESHAPE (the model is not a finalised GPT of `config`, `flat`
+ * untouched); the errors of the device copies (the destination may then be partly written). */
+MPT_API mpt_status mpt_gpt_params_copy(mpt_model *model, const mpt_gpt_config *config,
+                                       float *flat, int to_model);
 
 #ifdef __cplusplus
 }

@@ -21,7 +21,6 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt_impl.h"
-#include "core/error.h"
 
 #define NAME_PREFIX "ckpt-step"
 #define NAME_SUFFIX ".mpt"

@@ -12,7 +12,6 @@
 
 #include "ckpt/json.h"
 #include "core/atomic_file.h"
-#include "core/error.h"
 #include "mpitrain/safetensors.h"
 
 #define GPT_ST_MAX_CONFIG_NBYTES (16 << 20)

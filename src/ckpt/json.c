@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "ckpt/json.h"
-#include "core/error.h"
 
 #define JSON_MAX_DEPTH 64
 

@@ -13,7 +13,7 @@ tests_test_ckpt_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 endif
 # llm.c GPT model files (include/mpitrain/gpt_file.h)
 mpitraininclude_HEADERS += include/mpitrain/gpt_file.h
-libmpitrain_all_la_SOURCES += src/ckpt/gpt_file.c
+libmpitrain_all_la_SOURCES += src/ckpt/gpt_file.c src/ckpt/gpt_load.c
 # Hugging Face safetensors files and GPT-2 models in them (include/mpitrain/safetensors.h)
 mpitraininclude_HEADERS += include/mpitrain/safetensors.h
 libmpitrain_all_la_SOURCES += src/ckpt/json.h src/ckpt/json.c src/ckpt/safetensors.c \

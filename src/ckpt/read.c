@@ -22,7 +22,6 @@
 
 #include "ckpt/ckpt_impl.h"
 #include "mpitrain/gpt_file.h"
-#include "core/error.h"
 
 typedef struct reader {
   FILE *f;

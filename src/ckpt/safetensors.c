@@ -13,7 +13,6 @@
 
 #include "ckpt/json.h"
 #include "core/atomic_file.h"
-#include "core/error.h"
 #include "mpitrain/safetensors.h"
 
 #define ST_CHUNK_NBYTES (1 << 20)

@@ -4,7 +4,7 @@
  * Invariants: the final path is only ever produced by rename(2) of a complete temporary file
  * ("<path>.tmp.<pid>") that was flushed and fsynced first, so it always holds a complete
  * checkpoint (the old one or the new one); the directory is fsynced after the rename so the
- * new name survives a node crash. The size written into the preamble is computed before
+ * new name survives a node crash (core/atomic_file.h, shared with the other file writers). The size written into the preamble is computed before
  * writing and checked against the bytes actually written. Values are read from the device in
  * chunks of MPT__CKPT_CHUNK_NBYTES through host memory, so the writer needs no more host memory
  * than that whatever the model's size. Runs on the calling thread. */
@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt_impl.h"
-#include "core/error.h"
+#include "core/atomic_file.h"
 #include "core/fault.h"
 
 mpt_ckpt_meta mpt_ckpt_meta_default(void) {
@@ -145,49 +145,19 @@ static mpt_status check_name(const char *what, const char *name) {
   return MPT_OK;
 }
 
-/* fsyncs the directory holding `path`. EINVAL / ENOTSUP (file systems that cannot fsync a
- * directory) are not errors. */
-static mpt_status fsync_parent(const char *path) {
-  char *dir = strdup(path);
-  if (!dir) return MPT_FAIL(MPT_ENOMEM, "checkpoint save: out of host memory");
-  char *slash = strrchr(dir, '/');
-  if (!slash) strcpy(dir, ".");
-  else if (slash == dir) dir[1] = '\0';
-  else *slash = '\0';
-  mpt_status st = MPT_OK;
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL && errno != ENOTSUP))
-    st = MPT_FAIL(MPT_EIO, "checkpoint %s: cannot fsync its directory %s: %s (the file was "
-                  "renamed into place but may not be on disk)", path, dir, strerror(errno));
-  if (fd >= 0) close(fd);
-  free(dir);
-  return st;
-}
-
-/* The end of a checkpoint file's write: flushes the complete temporary file `tmp` to disk,
- * closes it (*f becomes NULL), renames it to `path` (the kill point "before-rename" first) and
- * fsyncs the folder; *created becomes 0 once the name is the final one. `what` begins the error
- * messages; `may_inject` lets MPT_TEST_CKPT_FAIL=rename fail the rename (the background
- * writer's fault hook). */
-static mpt_status commit_tmp(FILE **f, const char *tmp, const char *path, const char *what,
-                             int may_inject, int *created) {
-  if (fflush(*f) != 0 || fsync(fileno(*f)) != 0)
-    return MPT_FAIL(MPT_EIO, "%s: cannot flush %s to disk: %s", what, tmp, strerror(errno));
-  int rc = fclose(*f);
-  *f = NULL;
-  if (rc != 0) return MPT_FAIL(MPT_EIO, "%s: cannot close %s: %s", what, tmp, strerror(errno));
+/* The end of a checkpoint file's write (core/atomic_file.h): flushes, fsyncs and closes the
+ * complete temporary file, then renames it into place (the kill point "before-rename" first)
+ * and fsyncs the folder. `may_inject` lets MPT_TEST_CKPT_FAIL=rename fail the rename (the
+ * background writer's fault hook); the caller's mpt__afile_abort then removes the file. */
+static mpt_status commit_tmp(mpt__afile *af, int may_inject) {
+  MPT_RETURN_IF(mpt__afile_close(af));
   test_kill_point(NULL, "before-rename");
   const char *fail_at = may_inject ? mpt__test_env("MPT_TEST_CKPT_FAIL") : NULL;
   if (fail_at && strcmp(fail_at, "rename") == 0)
-    return MPT_FAIL(MPT_EIO, "%s: cannot rename %s to %s: injected failure "
-                    "(MPT_TEST_CKPT_FAIL=rename)", what, tmp, path);
-  if (rename(tmp, path) != 0)
-    return MPT_FAIL(MPT_EIO, "%s: cannot rename %s to %s: %s", what, tmp, path,
-                    strerror(errno));
-  *created = 0;
-  return fsync_parent(path);
+    return MPT_FAIL(MPT_EIO, "%s write: cannot rename %s to %s: injected failure "
+                    "(MPT_TEST_CKPT_FAIL=rename)", af->what, af->tmp, af->path);
+  return mpt__afile_rename(af);
 }
-
 
 static const mpt_param_info *entry_info(mpt_model *model, int np, int i) {
   return i < np ? mpt_model_param_info(model, i) : mpt_model_buffer_info(model, i - np);
@@ -319,31 +289,20 @@ mpt_status mpt_ckpt_save(const char *path, mpt_model *model, mpt_optimizer *opti
   uint64_t total;
   MPT_RETURN_IF(plan(path, model, optimizer, meta, &m, &os, &kind, &total));
 
-  size_t plen = strlen(path);
-  char *tmp = malloc(plen + 32);
-  void *chunk = malloc(MPT__CKPT_CHUNK_NBYTES);
-  FILE *f = NULL;
-  int created = 0;
+  mpt__afile af = {0};
   mpt_status st = MPT_OK;
-  if (!tmp || !chunk) {
+  void *chunk = malloc(MPT__CKPT_CHUNK_NBYTES);
+  if (!chunk) {
     st = MPT_FAIL(MPT_ENOMEM, "checkpoint save %s: out of host memory", path);
     goto out;
   }
-  snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
-  f = fopen(tmp, "wbe");
-  if (!f) {
-    st = MPT_FAIL(MPT_EIO, "checkpoint save: cannot create %s: %s", tmp, strerror(errno));
-    goto out;
-  }
-  created = 1;
-  writer w = {f, tmp, 0, 0, chunk, NULL};
+  MPT_CHECK(mpt__afile_open(&af, path, "checkpoint"), out);
+  writer w = {af.f, af.tmp, 0, 0, chunk, NULL};
   MPT_CHECK(write_all(&w, model, optimizer ? &os : NULL, kind, &m, total), out);
-  st = commit_tmp(&f, tmp, path, "checkpoint save", 0, &created);
+  st = commit_tmp(&af, 0);
 out:
-  if (f) fclose(f);
-  if (created) unlink(tmp);
+  mpt__afile_abort(&af);
   free(chunk);
-  free(tmp);
   return st;
 }
 
@@ -393,32 +352,17 @@ void mpt__ckpt_seal(uint8_t *bytes, size_t nbytes) {
 mpt_status mpt__ckpt_write_bytes(const char *path, const uint8_t *bytes, size_t nbytes) {
   if (!path || !path[0] || (!bytes && nbytes))
     return MPT_FAIL(MPT_EINVAL, "checkpoint write: NULL argument");
-  size_t plen = strlen(path);
-  char *tmp = malloc(plen + 32);
-  if (!tmp) return MPT_FAIL(MPT_ENOMEM, "checkpoint write %s: out of host memory", path);
-  snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
+  mpt__afile af;
   mpt_status st = MPT_OK;
-  int created = 0;
-  FILE *f = fopen(tmp, "wbe");
-  if (!f) {
-    st = MPT_FAIL(MPT_EIO, "checkpoint write: cannot create %s: %s", tmp, strerror(errno));
-    goto out;
-  }
-  created = 1;
+  MPT_CHECK(mpt__afile_open(&af, path, "checkpoint"), out);
   size_t half = nbytes / 2;
-  if (fwrite(bytes, 1, half, f) != half) goto write_failed;
-  test_kill_point(f, "mid-write");
-  if (fwrite(bytes + half, 1, nbytes - half, f) != nbytes - half) goto write_failed;
-  test_kill_point(f, "before-fsync");
-  st = commit_tmp(&f, tmp, path, "checkpoint write", 1, &created);
+  MPT_CHECK(mpt__afile_write(&af, bytes, half), out);
+  test_kill_point(af.f, "mid-write");
+  MPT_CHECK(mpt__afile_write(&af, bytes + half, nbytes - half), out);
+  test_kill_point(af.f, "before-fsync");
+  st = commit_tmp(&af, 1);
   if (st == MPT_OK) test_kill_point(NULL, "after-rename");
-  goto out;
-write_failed:
-  st = MPT_FAIL(MPT_EIO, "checkpoint write %s: write of %zu bytes failed: %s", tmp, nbytes,
-                strerror(errno));
 out:
-  if (f) fclose(f);
-  if (created) unlink(tmp);
-  free(tmp);
+  mpt__afile_abort(&af);
   return st;
 }

@@ -3,11 +3,11 @@
  *
  * A comm backend is a table of functions (DESIGN.md): each slot enqueues one collective on a
  * stream and returns; the public wrappers in comm.c have already checked the arguments, skipped
- * empty work and assigned the sequence number. Tables: MPI (comm_mpi.c), MPI with device
- * buffers staged through pinned host memory (comm_stage.c, CUDA builds), NCCL (comm_nccl.c:
- * rank 0 makes the unique id, MPI_Bcast of its 128 bytes on comm->mpi_comm, non-blocking
- * ncclCommInitRankConfig with a deadline). comm.c's registry picks one from the config's
- * backend and device. */
+ * empty work and assigned the sequence number. Tables: MPI (comm_mpi.c, comm_mpi_call.c), MPI
+ * with device buffers staged through pinned host memory (comm_stage.c, CUDA builds), NCCL
+ * (comm_nccl.c: rank 0 makes the unique id, MPI_Bcast of its 128 bytes on comm->mpi_comm,
+ * non-blocking ncclCommInitRankConfig with a deadline). comm.c's registry picks one from the
+ * config's backend and device. */
 #ifndef MPT_COMM_IMPL_H
 #define MPT_COMM_IMPL_H
 

@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "comm/launch.h"
-#include "core/error.h"
 
 void mpt__launch_env_clear(mpt__launch_env *env) { memset(env, 0, sizeof *env); }
 

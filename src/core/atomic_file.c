@@ -1,5 +1,6 @@
 /* Whole files (src/core/atomic_file.h): atomic replacement, temporary file + fsync + rename +
- * fsync of the directory, as the checkpoint writer does (src/ckpt/write.c); and the readers'
+ * fsync of the directory, for every writer of whole files (checkpoints, token shards, model
+ * files); and the readers'
  * checked open and exact pread. Calling thread only. */
 #include <errno.h>
 #include <fcntl.h>
@@ -52,14 +53,14 @@ static mpt_status fsync_dir_of(const char *path, const char *what) {
   mpt_status st = MPT_OK;
   int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL && errno != ENOTSUP))
-    st = MPT_FAIL(MPT_EIO, "%s %s: cannot fsync its directory %s: %s", what, path, dir,
-                  strerror(errno));
+    st = MPT_FAIL(MPT_EIO, "%s %s: cannot fsync its directory %s: %s (the file was renamed "
+                  "into place but may not be on disk)", what, path, dir, strerror(errno));
   if (fd >= 0) close(fd);
   free(dir);
   return st;
 }
 
-mpt_status mpt__afile_commit(mpt__afile *af) {
+mpt_status mpt__afile_close(mpt__afile *af) {
   if (!af->f) return MPT_FAIL(MPT_ESTATE, "%s write: the file is not open", af->what);
   mpt_status st = MPT_OK;
   if (fflush(af->f) != 0 || fsync(fileno(af->f)) != 0) {
@@ -73,18 +74,31 @@ mpt_status mpt__afile_commit(mpt__afile *af) {
     st = MPT_FAIL(MPT_EIO, "%s write: cannot close %s: %s", af->what, af->tmp, strerror(errno));
     goto fail;
   }
-  if (rename(af->tmp, af->path) != 0) {
-    st = MPT_FAIL(MPT_EIO, "%s write: cannot rename %s to %s: %s", af->what, af->tmp, af->path,
-                  strerror(errno));
-    goto fail;
-  }
-  free(af->tmp);
-  af->tmp = NULL;
-  return fsync_dir_of(af->path, af->what);
+  return MPT_OK;
 
 fail:
   mpt__afile_abort(af);
   return st;
+}
+
+mpt_status mpt__afile_rename(mpt__afile *af) {
+  if (af->f || !af->tmp)
+    return MPT_FAIL(MPT_ESTATE, "%s write: the file is %s", af->what,
+                    af->f ? "still open" : "not written");
+  if (rename(af->tmp, af->path) != 0) {
+    mpt_status st = MPT_FAIL(MPT_EIO, "%s write: cannot rename %s to %s: %s", af->what, af->tmp,
+                             af->path, strerror(errno));
+    mpt__afile_abort(af);
+    return st;
+  }
+  free(af->tmp);
+  af->tmp = NULL;
+  return fsync_dir_of(af->path, af->what);
+}
+
+mpt_status mpt__afile_commit(mpt__afile *af) {
+  MPT_RETURN_IF(mpt__afile_close(af));
+  return mpt__afile_rename(af);
 }
 
 void mpt__afile_abort(mpt__afile *af) {

@@ -1,8 +1,8 @@
-/* Whole files in the llm.c formats: atomic replacement for the writers, and the checked open
- * and exact pread the readers share. Atomic replacement (token shards, llm.c model files):
- * the bytes go to "<path>.tmp.<pid>", which is flushed, fsynced and closed, then renamed over
- * `path`, and the directory is fsynced; so `path` always holds either its old content or the
- * complete new one, never a partial file. Internal (mpt__), used from the calling thread only.
+/* Whole files: atomic replacement for the writers, and the checked open and exact pread the
+ * readers share. Atomic replacement (checkpoints, token shards, model files): the bytes go to
+ * "<path>.tmp.<pid>", which is flushed, fsynced and closed, then renamed over `path`, and the
+ * directory is fsynced; so `path` always holds either its old content or the complete new one,
+ * never a partial file. Internal (mpt__), used from the calling thread only.
  *
  *   mpt__afile af;
  *   MPT_CHECK(mpt__afile_open(&af, path, "token shard"), out);
@@ -34,6 +34,13 @@ mpt_status mpt__afile_write(mpt__afile *af, const void *p, size_t n);
 /* Flushes, fsyncs, closes and renames into place, then fsyncs the directory.
  * Errors: MPT_EIO naming the step that failed (the temporary file is removed). */
 mpt_status mpt__afile_commit(mpt__afile *af);
+/* The two halves of mpt__afile_commit, for a writer that acts between them (the checkpoint
+ * writer's kill point and injected rename failure): _close flushes, fsyncs and closes the
+ * temporary file; _rename renames it into place, then fsyncs the directory. On error each
+ * removes the temporary file (as mpt__afile_abort). Errors: MPT_EIO naming the step;
+ * MPT_ESTATE out of order. */
+mpt_status mpt__afile_close(mpt__afile *af);
+mpt_status mpt__afile_rename(mpt__afile *af);
 /* Closes and removes the temporary file if it is still there; frees what open allocated. */
 void mpt__afile_abort(mpt__afile *af);
 

@@ -29,10 +29,9 @@ tests_test_tokens_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_tokens_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 endif
 # the windows sharded over real ranks (mpirun -np 2 and 3)
-EXTRA_DIST += tests/test_token_ddp_np2.sh tests/test_token_ddp_np3.sh
 if HAVE_CHECK
 check_PROGRAMS += tests/test_token_ddp
-TESTS += tests/test_token_ddp_np2.sh tests/test_token_ddp_np3.sh
+TESTS += tests/test_token_ddp_np2.mpi tests/test_token_ddp_np3.mpi
 tests_test_token_ddp_SOURCES = tests/test_token_ddp.c tests/mpi_check.h
 tests_test_token_ddp_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_token_ddp_LDADD = libmpitrain_all.la $(CHECK_LIBS)

@@ -26,7 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
 #include "ddp/ddp_stats.h"
 #include "ddp/ddp_impl.h"
 #include "ddp/grad_comm.h"

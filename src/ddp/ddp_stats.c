@@ -3,7 +3,6 @@
  * CUDA event times after the events completed). No state, any thread. */
 #include <math.h>
 
-#include "core/error.h"
 #include "ddp/ddp_stats.h"
 
 static int bad_time(double t) { return !isfinite(t) || t < 0; }

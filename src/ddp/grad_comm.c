@@ -3,7 +3,6 @@
  * is a bfloat16 sum (comm.h). Pure functions; the widening runs on the comm worker thread. */
 #include <string.h>
 
-#include "core/error.h"
 #include "ddp/grad_comm.h"
 #include "mpitrain/ddp.h"
 

@@ -6,7 +6,6 @@
  * bucket; from_bf16: the part the collective reduced). */
 #include <stdio.h>
 
-#include "core/error.h"
 #include "ddp/ddp_impl.h"
 #include "ddp/grad_comm.h"
 #include "ddp/reducer.h"

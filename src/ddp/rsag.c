@@ -15,7 +15,6 @@
  * Threads: the training thread. */
 #include <math.h>
 
-#include "core/error.h"
 #include "ddp/ddp_impl.h"
 #include "mpitrain/ops.h"
 

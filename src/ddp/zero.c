@@ -19,7 +19,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "core/error.h"
 #include "ddp/ddp_impl.h"
 #include "ddp/reducer.h"
 #include "mpitrain/ops.h"

@@ -7,8 +7,9 @@
  * layer) and layer l: 2 + 12 l + (k - 2); lnfw is 2 + 12 L and lnfb 3 + 12 L. Backward
  * finalises the gradients of the last layer first, so DDP's buckets (contiguous slices of the
  * flat gradient buffer in reverse registration order, launched in index order) become ready one
- * after the other during backward. The llm.c model file orders the tensors per kind, then per
- * layer (gpt_file.h); load and save map tensor by tensor between the two, by kind and layer. */
+ * after the other during backward. The llm.c layout orders the tensors per kind, then per
+ * layer (gpt_config.h); mpt_gpt_params_copy maps tensor by tensor between the two, by kind and
+ * layer, for the file formats (src/ckpt). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -375,46 +376,10 @@ done:
   return st;
 }
 
-/* Load and save stage the file's parameter array on the host (4 N bytes), then map it tensor
- * by tensor (gpt_transfer). */
-mpt_status mpt_gpt_load(mpt_model *model, const mpt_gpt_config *config, const char *path) {
-  mpt_status st = MPT_OK;
-  mpt_gpt_config c, got;
-  mpt_gpt_layout lay;
-  float *host = NULL;
-  MPT_RETURN_IF(gpt_model_check(model, config, &c, &lay, "gpt load"));
-  if (!path) return MPT_FAIL(MPT_EINVAL, "gpt load: NULL path");
-  if (!(host = malloc((size_t)lay.total * sizeof *host)))
-    return MPT_FAIL(MPT_ENOMEM, "gpt load: %lld floats of staging", (long long)lay.total);
-  MPT_CHECK(mpt_gpt_file_read(path, &c, &got, host, lay.total), done);
-  for (int64_t i = 0; i < lay.total; i++) /* a model to train or sample from, not to inspect */
-    if (!isfinite(host[i])) {
-      int k = MPT_GPT_NUM_TENSORS - 1;
-      while (k > 0 && lay.offset[k] > i) k--;
-      st = MPT_FAIL(MPT_EFORMAT, "model file '%s': parameter %lld (%s element %lld) is %g: the "
-                    "file holds non-finite weights (saved from a run that diverged?)", path,
-                    (long long)i, mpt_gpt_tensor_name(k), (long long)(i - lay.offset[k]),
-                    (double)host[i]);
-      goto done;
-    }
-  MPT_CHECK(gpt_transfer(model, &c, &lay, host, 1), done);
-done:
-  free(host);
-  return st;
-}
-
-mpt_status mpt_gpt_save(mpt_model *model, const mpt_gpt_config *config, const char *path) {
-  mpt_status st = MPT_OK;
+mpt_status mpt_gpt_params_copy(mpt_model *model, const mpt_gpt_config *config, float *flat,
+                               int to_model) {
   mpt_gpt_config c;
   mpt_gpt_layout lay;
-  float *host = NULL;
-  MPT_RETURN_IF(gpt_model_check(model, config, &c, &lay, "gpt save"));
-  if (!path) return MPT_FAIL(MPT_EINVAL, "gpt save: NULL path");
-  if (!(host = malloc((size_t)lay.total * sizeof *host)))
-    return MPT_FAIL(MPT_ENOMEM, "gpt save: %lld floats of staging", (long long)lay.total);
-  MPT_CHECK(gpt_transfer(model, &c, &lay, host, 0), done);
-  MPT_CHECK(mpt_gpt_file_write(path, &c, host), done);
-done:
-  free(host);
-  return st;
+  MPT_RETURN_IF(gpt_model_check(model, config, &c, &lay, "GPT parameters"));
+  return flat ? gpt_transfer(model, &c, &lay, flat, to_model) : MPT_OK;
 }

@@ -1,13 +1,15 @@
 # src/nn: the autodiff tape, layers and models; see the layer's public header include/mpitrain/nn.h
 mpitraininclude_HEADERS += include/mpitrain/nn.h include/mpitrain/autograd.h \
 	include/mpitrain/transformer.h include/mpitrain/llama.h
+# the GPT's configuration and parameter layout (the file formats of src/ckpt read and write it)
+mpitraininclude_HEADERS += include/mpitrain/gpt_config.h
 libmpitrain_all_la_SOURCES += \
-	src/nn/tape.h src/nn/tape.c src/nn/tape_profile.c src/nn/model.c src/nn/ops_basic.c \
+	src/nn/tape.h src/nn/tape_impl.h src/nn/tape.c src/nn/tape_backward.c src/nn/tape_profile.c \
+	src/nn/model.c src/nn/ops_basic.c \
 	src/nn/conv.c src/nn/pool.c src/nn/dropout.c src/nn/batchnorm.c src/nn/models.c \
 	src/nn/eval.c src/nn/gpt_ops.h src/nn/gpt_ops.c src/nn/attention.c src/nn/gpt.c \
+	src/nn/gpt_config.c \
 	src/nn/attention_bf16.c src/nn/linear_bf16.c src/nn/llama_ops.c src/nn/llama.c
-
-EXTRA_DIST += tests/test_eval_mpi.sh
 
 if HAVE_CHECK
 check_PROGRAMS += tests/test_tape tests/test_layers tests/test_models tests/test_hooks
@@ -59,9 +61,9 @@ tests_test_hooks_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 tests_test_models_SOURCES = tests/test_models.c
 tests_test_models_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_models_LDADD = libmpitrain_all.la $(CHECK_LIBS)
-# tests/test_eval is an MPI program, run by tests/test_eval_mpi.sh under tests/mpirun.sh
+# tests/test_eval is an MPI program, run with 2 and 3 ranks (tests/run_np.sh)
 check_PROGRAMS += tests/test_eval
-TESTS += tests/test_eval_mpi.sh
+TESTS += tests/test_eval_np2.mpi tests/test_eval_np3.mpi
 tests_test_eval_SOURCES = tests/test_eval.c
 tests_test_eval_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_eval_LDADD = libmpitrain_all.la $(CHECK_LIBS)

@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "core/atomic_file.h"
 #include "core/fault.h"
 #include "train/train_impl.h"
 
@@ -257,32 +258,17 @@ static mpt_status params_on_host(mpt_model *model, mpt_stream *stream, float **h
 mpt_status mpt_trainer_save_params(mpt_model *model, mpt_stream *stream, const char *path) {
   if (!model || !path) return MPT_FAIL(MPT_EINVAL, "mpt_trainer_save_params: NULL argument");
   MPT_RETURN_IF(mpt_trainer_check_output_path("--save-params", path));
-  char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-  FILE *f = fopen(tmp, "wb");
-  if (!f) return MPT_FAIL(MPT_EIO, "cannot open '%s' for writing", tmp);
-  size_t n = (size_t)mpt_model_param_count(model);
+  mpt__afile af; /* written whole, then renamed into place (core/atomic_file.h) */
+  MPT_RETURN_IF(mpt__afile_open(&af, path, "--save-params"));
+  const size_t n = (size_t)mpt_model_param_count(model);
   float *host = NULL;
   mpt_status st = params_on_host(model, stream, &host);
-  if (st != MPT_OK) {
-    free(host);
-    fclose(f);
-    remove(tmp);
-    return st;
-  }
-  size_t w = fwrite(host ? host : mpt_model_params(model), sizeof(float), n, f);
-  int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
-  if (fclose(f) != 0 || bad || w != n) {
-    free(host);
-    remove(tmp);
-    return MPT_FAIL(MPT_EIO, "cannot write parameters to '%s'", tmp);
-  }
+  if (st == MPT_OK)
+    st = mpt__afile_write(&af, host ? host : mpt_model_params(model), n * sizeof(float));
+  if (st == MPT_OK) st = mpt__afile_commit(&af);
+  mpt__afile_abort(&af);
   free(host);
-  if (rename(tmp, path) != 0) {
-    remove(tmp);
-    return MPT_FAIL(MPT_EIO, "cannot rename '%s' to '%s'", tmp, path);
-  }
-  return MPT_OK;
+  return st;
 }
 
 /* 64-bit FNV-1a of `n` bytes, continuing from `h`. */

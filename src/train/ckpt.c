@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "core/atomic_file.h"
 #include "mpitrain/gpt_file.h"
 #include "train/train_impl.h"
 
@@ -452,19 +453,14 @@ mpt_status mpt__train_check_run_options(mpt__trainer *t) {
     }
   }
   if (!o->checkpoint_dir[0]) return MPT_OK;
-  char path[PATH_MAX + 32], tmp[PATH_MAX + 64];
+  char path[PATH_MAX + 32];
   snprintf(path, sizeof path, "%s/%s", o->checkpoint_dir, RUN_OPTIONS_FILE);
-  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-  FILE *f = fopen(tmp, "w");
-  if (!f) return MPT_FAIL(MPT_EIO, "cannot write '%s': %s", tmp, strerror(errno));
-  int bad = fwrite(ours, 1, ours_len, f) != ours_len;
-  bad |= fclose(f) != 0;
-  if (bad || rename(tmp, path) != 0) {
-    int e = errno;
-    unlink(tmp);
-    return MPT_FAIL(MPT_EIO, "cannot write '%s': %s", path, strerror(e));
-  }
-  return MPT_OK;
+  mpt__afile af; /* written whole, then renamed into place (core/atomic_file.h) */
+  mpt_status st = mpt__afile_open(&af, path, RUN_OPTIONS_FILE);
+  if (st == MPT_OK) st = mpt__afile_write(&af, ours, ours_len);
+  if (st == MPT_OK) st = mpt__afile_commit(&af);
+  mpt__afile_abort(&af);
+  return st;
 }
 
 

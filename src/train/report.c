@@ -13,6 +13,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "core/atomic_file.h"
 #include "train/train_impl.h"
 
 /* The log set-up is process-wide (file descriptors 1 and 2, the logger): done once, by
@@ -509,20 +510,16 @@ static void write_stragglers(FILE *f, const mpt__trainer *t) {
 }
 
 /* Rank 0: {"config": {...}, "epochs": [...], "final": {...}, "stragglers": {...},
- * "breakdown": {...}}, written to
- * "<path>.tmp.<pid>" and renamed over path once complete (a failed write leaves an earlier
- * file whole: faults.md F51). The keys name a classifier's figures (train_accuracy, test_loss,
+ * "breakdown": {...}}, written to "<path>.tmp.<pid>" and renamed over path once complete
+ * (core/atomic_file.h; a failed write leaves an earlier file whole: faults.md F51). The keys name a classifier's figures (train_accuracy, test_loss,
  * test_accuracy, samples_per_sec); for another task they hold its metric, its evaluation loss
  * and its units per second ("unit" says which). */
 mpt_status mpt__train_write_metrics(mpt__trainer *t, const mpt__breakdown *b) {
   const mpt_trainer_config *c = &t->c;
   const char *path = c->metrics_json;
-  char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-  FILE *f = fopen(tmp, "w");
-  if (!f)
-    return MPT_FAIL(MPT_EIO, "cannot open metrics file '%s' for writing: %s", tmp,
-                    strerror(errno));
+  mpt__afile af; /* written whole, then renamed into place (core/atomic_file.h) */
+  MPT_RETURN_IF(mpt__afile_open(&af, path, "metrics file"));
+  FILE *f = af.f;
   const char *mode = t->dp ? (t->world > 1 ? "dp+ddp" : "dp") : (t->world > 1 ? "ddp" : "single");
   fprintf(f, "{\n  \"config\": {\"model\": \"%s\", \"batch_size\": %" PRId64 ", \"world_size\": "
           "%d, \"seed\": %" PRIu64 ", \"optimizer\": \"%s\", \"lr\": ", c->model_name,
@@ -582,19 +579,15 @@ mpt_status mpt__train_write_metrics(mpt__trainer *t, const mpt__breakdown *b) {
   json_num(f, b->hidden_fraction);
   fprintf(f, ", \"steps\": %" PRId64 ", \"forward_includes_backward\": %s}\n}\n", b->steps,
           b->forward_includes_backward ? "true" : "false");
-  int bad = fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0;
-  int e = errno;
-  if (fclose(f) != 0 && !bad) {
-    bad = 1;
-    e = errno;
-  }
-  if (!bad && rename(tmp, path) != 0) {
-    bad = 1;
-    e = errno;
-  }
-  if (bad) {
-    remove(tmp);
-    return MPT_FAIL(MPT_EIO, "cannot write metrics file '%s': %s", path, strerror(e));
+  const int bad = fflush(f) != 0 || ferror(f); /* what fprintf could not write */
+  const int e = errno;
+  mpt_status st = bad ? MPT_EIO : mpt__afile_commit(&af);
+  mpt__afile_abort(&af);
+  if (bad) return MPT_FAIL(MPT_EIO, "cannot write metrics file '%s': %s", path, strerror(e));
+  if (st != MPT_OK) {
+    char detail[512];
+    snprintf(detail, sizeof detail, "%s", mpt_last_error());
+    return MPT_FAIL(st, "cannot write metrics file '%s': %s", path, detail);
   }
   return MPT_OK;
 }

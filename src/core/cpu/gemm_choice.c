@@ -24,7 +24,6 @@
 #include <string.h>
 
 #include "core/cpu/cpu.h"
-#include "core/error.h"
 #include "mpitrain/ops.h"
 
 #ifdef MPT_HAVE_ONEDNN
