@@ -71,28 +71,6 @@ static mpt_optimizer *adamw_make(mpt_model *m) {
   return opt;
 }
 
-/* max |a - b| / max(max |b|, 1e-3) */
-static double rel_diff(const float *a, const float *b, int64_t n) {
-  double diff = 0, scale = 1e-3;
-  for (int64_t i = 0; i < n; i++) {
-    double d = fabs((double)a[i] - (double)b[i]);
-    if (d > diff) diff = d;
-    if (fabs((double)b[i]) > scale) scale = fabs((double)b[i]);
-  }
-  return diff / scale;
-}
-
-static int same_on_all_ranks(const float *x, int64_t n) {
-  float *lo = malloc((size_t)n * sizeof *lo), *hi = malloc((size_t)n * sizeof *hi);
-  ck_assert(lo && hi);
-  OK(mpt_comm_allreduce_sync(g_comm, x, lo, n, MPT_F32, MPT_REDUCE_MIN));
-  OK(mpt_comm_allreduce_sync(g_comm, x, hi, n, MPT_F32, MPT_REDUCE_MAX));
-  int same = memcmp(lo, hi, (size_t)n * sizeof *lo) == 0;
-  free(lo);
-  free(hi);
-  return same;
-}
-
 /* Forward + loss of sequences [first, first + n) of the step's windows (T + 1 tokens each:
  * inputs, then the targets shifted by one), copied into tok / tgt (which outlive backward). */
 static mpt_var *forward_loss(mpt_model *m, mpt_tape *tape, const int32_t *windows,
@@ -280,23 +258,5 @@ static Suite *llama_ddp_suite(void) {
 }
 
 int main(void) {
-  mpt_comm_config cc = mpt_comm_config_default();
-  cc.timeout_ms = 30000;
-  mpt_status st = mpt_comm_init(&g_comm, &cc);
-  if (st != MPT_OK) {
-    fprintf(stderr, "test_llama_ddp: mpt_comm_init: %s: %s\n", mpt_status_name(st),
-            mpt_last_error());
-    mpt_comm_finalize();
-    return EXIT_FAILURE;
-  }
-  g_rank = mpt_comm_rank(g_comm);
-  g_world = mpt_comm_world_size(g_comm);
-  SRunner *sr = srunner_create(llama_ddp_suite());
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  mpt_comm_free(g_comm);
-  mpt_comm_finalize();
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return mpi_check_main("test_llama_ddp", 30000, &g_comm, &g_world, llama_ddp_suite);
 }

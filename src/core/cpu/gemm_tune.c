@@ -22,7 +22,6 @@
 
 #include "core/atomic_file.h"
 #include "core/cpu/cpu.h"
-#include "core/error.h"
 #include "mpitrain/ops.h"
 
 #ifdef MPT_HAVE_ONEDNN
