@@ -4,7 +4,10 @@ and DIR/model.safetensors of a 1-layer GPT-2 (T 16, V 256, C 8, H 2) with known 
 names prefixed "transformer." as a full GPT2LMHeadModel saves them, wpe and the attention
 weights in BF16, the rest F32, plus lm_head.weight and h.0.attn.bias; `check DIR FILE` checks
 that the llm.c model file FILE holds exactly those values, in llm.c's order, with transformers'
-Conv1D weights ([in, out]) transposed to [out, in]."""
+Conv1D weights ([in, out]) transposed to [out, in]; `bf16 F32FILE BF16FILE` checks that every
+tensor of BF16FILE is F32FILE's rounded to nearest even, bit for bit (rounding written here from
+the definition); `same FILE DIR` checks that the sharded model DIR (model.safetensors.index.json
+and the shards it names) holds exactly FILE's tensors."""
 import json
 import struct
 import sys
@@ -92,8 +95,60 @@ def check(path):
     print("oracle: %d parameters exact" % ((pos - 1024) // 4))
 
 
+def read_st(path):
+    """{name: (dtype, shape, raw bytes)} of a safetensors file."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack_from("<Q", data, 0)
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], data[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in header.items()}
+
+
+def rne(bits):
+    """The bfloat16 bits of the float32 of `bits`, rounded to nearest, ties to even."""
+    if bits & 0x7FFFFFFF > 0x7F800000:
+        return (bits >> 16) | 0x40
+    hi, lo = bits >> 16, bits & 0xFFFF
+    return hi + 1 if lo > 0x8000 or (lo == 0x8000 and hi & 1) else hi
+
+
+def bf16_check(f32_path, bf16_path):
+    a, b = read_st(f32_path), read_st(bf16_path)
+    if sorted(a) != sorted(b):
+        sys.exit("tensor names differ")
+    for name, (dt, shape, raw) in a.items():
+        dt2, shape2, raw2 = b[name]
+        if dt != "F32" or dt2 != "BF16" or shape != shape2:
+            sys.exit("%s: %s %s -> %s %s" % (name, dt, shape, dt2, shape2))
+        words = struct.unpack("<%dI" % (len(raw) // 4), raw)
+        want = struct.pack("<%dH" % len(words), *[rne(w) for w in words])
+        if want != raw2:
+            sys.exit("%s: not rounded to nearest even" % name)
+    print("oracle: %d tensors rounded to nearest even" % len(a))
+
+
+def same(path, d):
+    with open(d + "/model.safetensors.index.json") as f:
+        wmap = json.load(f)["weight_map"]
+    want, got = read_st(path), {}
+    for shard in sorted(set(wmap.values())):
+        for name, t in read_st(d + "/" + shard).items():
+            if name in got or wmap.get(name) != shard:
+                sys.exit("%s: in two shards or not in the map's" % name)
+            got[name] = t
+    if got != want:
+        sys.exit("the shards' tensors differ from the file's")
+    print("oracle: the shards hold the file's %d tensors, bit for bit" % len(want))
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "write":
         write(sys.argv[2])
+    elif sys.argv[1] == "bf16":
+        bf16_check(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "same":
+        same(sys.argv[2], sys.argv[3])
     else:
         check(sys.argv[3])

@@ -209,6 +209,14 @@ MPT_API mpt_status mpt_gpt_load(mpt_model *model, const mpt_gpt_config *config,
 MPT_API mpt_status mpt_gpt_save(mpt_model *model, const mpt_gpt_config *config,
                                 const char *path);
 
+struct mpt_st_save_options;
+/* As mpt_gpt_save, but opts non-NULL writes a Hugging Face safetensors model at `path` (a file
+ * or a folder, mpt_gpt_st_write: its dtype and shard size, safetensors.h) whatever its name;
+ * NULL is mpt_gpt_save. The same errors, and mpt_gpt_st_write's. */
+MPT_API mpt_status mpt_gpt_save_safetensors(mpt_model *model, const mpt_gpt_config *config,
+                                            const char *path,
+                                            const struct mpt_st_save_options *opts);
+
 #ifdef __cplusplus
 }
 #endif

@@ -77,12 +77,23 @@ typedef enum { P_I64, P_INT, P_F64, P_F32, P_F32D, P_STR, P_ON, P_OFF, P_FN } pa
   X(INIT_FROM, "init-from", P_STR, FIELD(init_from), 0, 0, GPT,                                 \
     "language models (--model gpt*)", "PATH",                                                   \
     "start from a model of the same sizes: an llm.c\nmodel file, or Hugging Face safetensors (a "  \
-    "folder\nwith model.safetensors and config.json, or\nX.safetensors with config.json beside it)", \
+    "folder\nwith config.json and model.safetensors or sharded\nmodel.safetensors.index.json, "    \
+    "or X.safetensors\nwith config.json beside it)",                                           \
     "llm.c model files hold GPT-2 models (checkpoints, --resume, hold any model)")              \
   X(SAVE_MODEL, "save-model", P_STR, FIELD(save_model), 0, 0, GPT,                              \
     "language models (--model gpt*)", "PATH",                                                   \
     "write the final model (rank 0): an llm.c model file;\nX.safetensors or a folder: Hugging "   \
-    "Face\nsafetensors (fp32) and config.json beside it",                                      \
+    "Face\nsafetensors (--save-dtype, --save-shard-size) and\nconfig.json beside it",            \
+    "llm.c model files hold GPT-2 models (--save-params writes any model's parameters)")        \
+  X(SAVE_DTYPE, "save-dtype", P_FN, NOFIELD, 0, 0, GPT, "language models (--model gpt*)",       \
+    "fp32|bf16", "safetensors --save-model: the tensors' dtype; bf16\n"                          \
+    "rounds to nearest even (default fp32)",                                                    \
+    "llm.c model files hold GPT-2 models (--save-params writes any model's parameters)")        \
+  X(SAVE_SHARD_SIZE, "save-shard-size", P_FN, NOFIELD, 0, 0, GPT,                              \
+    "language models (--model gpt*)", "SIZE",                                                   \
+    "--save-model FOLDER: past SIZE bytes of tensors, shards\n"                                 \
+    "model-0000K-of-0000N.safetensors and their\nmodel.safetensors.index.json, as transformers "  \
+    "(KB, MB,\nGB: powers of 1000; KiB, MiB, GiB: of 1024; default 5GB)",                        \
     "llm.c model files hold GPT-2 models (--save-params writes any model's parameters)")        \
   X(RECOMPUTE, "recompute", P_ON, FIELD(recompute), 0, 0, GPT, "language models (--model gpt*)", \
     "", "recompute each transformer block's activations in\nbackward: keeps only the blocks' "   \
@@ -378,6 +389,7 @@ void mpt_cli_options_default(mpt_cli_options *o) {
   o->flight_recorder = 2000;
   o->straggler_warn = 1.2;
   mpt_gpt_config_preset("gpt-mini", &o->gpt);
+  o->save = mpt_st_save_options_default();
 }
 
 /* ---- value parsers: 0 ok, -1 error (message written) ---- */
@@ -637,6 +649,17 @@ static int parse_special(int id, const char *a, mpt_cli_options *o, int64_t *gpt
       if (mpt_precision_parse(a, &o->precision) != MPT_OK)
         return fail(msg, n, "--precision: '%s' is not fp32 or bf16", a);
       return 0;
+    case OPT_SAVE_DTYPE:
+      if (strcmp(a, "fp32") != 0 && strcmp(a, "bf16") != 0)
+        return fail(msg, n, "--save-dtype: '%s' is not fp32 or bf16", a);
+      o->save.dtype = strcmp(a, "bf16") == 0 ? MPT_ST_BF16 : MPT_ST_F32;
+      snprintf(o->save_given, sizeof o->save_given, "%s", name);
+      return 0;
+    case OPT_SAVE_SHARD_SIZE:
+      if (mpt_st_parse_size(a, &o->save.shard_nbytes) != MPT_OK)
+        return fail(msg, n, "--save-shard-size: %s", mpt_last_error());
+      snprintf(o->save_given, sizeof o->save_given, "%s", name);
+      return 0;
     default:
       return fail(msg, n, "--%s: no parser", name);
   }
@@ -699,6 +722,9 @@ static int finish(mpt_cli_options *o, const int64_t *gpt_size, char *msg, size_t
     return fail(msg, n, "--mode dp needs --devices (e.g. cpu:2)");
   if (strcmp(o->resume, "auto") == 0 && o->checkpoint_dir[0] == '\0')
     return fail(msg, n, "--resume auto needs --checkpoint-dir (the directory to resume from)");
+  if (o->save_given[0] && !o->save_model[0])
+    return fail(msg, n, "--%s needs --save-model (a safetensors file or folder)",
+                o->save_given);
   if (family == GPT) {
     if (finish_gpt(o, gpt_size, msg, n) != 0) return -1;
     if (o->val_every > 0 && o->val_shards[0] == '\0')

@@ -253,6 +253,10 @@ static mpt_status setup_gpt(run *r) {
     }
     MPT_RETURN_IF(mpt_trainer_check_output_path("--save-model", out));
     MPT_RETURN_IF(mpt_cli_gpt_check_save_model(out));
+    if (out == o->save_model && !mpt_gpt_st_is_path(out) && o->save_given[0])
+      return MPT_FAIL(MPT_EINVAL, "--%s: --save-model '%s' is an llm.c model file (fp32, one "
+                      "file); give X.safetensors or a folder for Hugging Face safetensors",
+                      o->save_given, o->save_model);
     add_input(r, o->save_model); /* neither --save-params nor --metrics-json may be it */
   }
   mpt_token_data_config dc = mpt_token_data_config_default();
@@ -329,7 +333,11 @@ static mpt_status train(run *r, mpt_train_result *res) {
   MPT_RETURN_IF(mpt_cli_is_gpt(o) ? setup_gpt(r) : setup_images(r));
   MPT_RETURN_IF(mpt_trainer_run(r->comm, r->model, r->task, &c, res));
   if (mpt_cli_is_gpt(o) && r->rank == 0 && o->save_model[0]) {
-    MPT_RETURN_IF(mpt_gpt_save(r->model, &r->gpt, o->save_model));
+    struct stat sb;
+    const int st_model = mpt_gpt_st_is_path(o->save_model) ||
+                         (stat(o->save_model, &sb) == 0 && S_ISDIR(sb.st_mode));
+    MPT_RETURN_IF(mpt_gpt_save_safetensors(r->model, &r->gpt, o->save_model,
+                                           st_model ? &o->save : NULL));
     mpt_log(MPT_LOG_INFO, "model written to %s", o->save_model);
   }
   return MPT_OK;

@@ -16,6 +16,7 @@
 
 #include "mpitrain/autograd.h"
 #include "mpitrain/ops.h"
+#include "mpitrain/safetensors.h"
 #include "mpitrain/transformer.h"
 
 enum { PER_LAYER = 12, FIRST_LAYER_KIND = 2, LNF_KIND = 14 };
@@ -404,6 +405,11 @@ done:
 }
 
 mpt_status mpt_gpt_save(mpt_model *model, const mpt_gpt_config *config, const char *path) {
+  return mpt_gpt_save_safetensors(model, config, path, NULL);
+}
+
+mpt_status mpt_gpt_save_safetensors(mpt_model *model, const mpt_gpt_config *config,
+                                    const char *path, const struct mpt_st_save_options *opts) {
   mpt_status st = MPT_OK;
   mpt_gpt_config c;
   mpt_gpt_layout lay;
@@ -413,7 +419,8 @@ mpt_status mpt_gpt_save(mpt_model *model, const mpt_gpt_config *config, const ch
   if (!(host = malloc((size_t)lay.total * sizeof *host)))
     return MPT_FAIL(MPT_ENOMEM, "gpt save: %lld floats of staging", (long long)lay.total);
   MPT_CHECK(gpt_transfer(model, &c, &lay, host, 0), done);
-  MPT_CHECK(mpt_gpt_file_write(path, &c, host), done);
+  if (opts) MPT_CHECK(mpt_gpt_st_write(path, &c, host, opts), done);
+  else MPT_CHECK(mpt_gpt_file_write(path, &c, host), done);
 done:
   free(host);
   return st;
