@@ -10,6 +10,7 @@
 #include "mpitrain/nn.h"
 #include "mpitrain/autograd.h"
 #include "mpitrain/transformer.h"
+#include "mpitrain/llama.h"
 #include "mpitrain/data.h"
 #include "mpitrain/optim.h"
 #include "mpitrain/comm.h"

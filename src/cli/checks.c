@@ -1,14 +1,16 @@
 /* The checks of the program that come before a model is built, so they cannot be the loop's:
  * whether the model the options ask for fits in the host's memory (an mlp or cnn: its
- * parameters, gradients and optimizer state; a GPT: a lower bound of what each rank holds,
- * activations included; `mpitrain generate`: what sampling holds), and --save-model's path.
+ * parameters, gradients and optimizer state; a GPT or a Llama: a lower bound of what each
+ * rank holds, activations included; `mpitrain generate`: what sampling holds), and
+ * --save-model's path.
  * Sizes past the host otherwise end in the kernel's OOM killer (each allocation alone fits,
  * touching them all does not) rather than in an error. The GPT bound counts only what the
  * current GPT must hold, so it never refuses a run that fits: N parameters and N gradients
  * (fp32), AdamW's 2 N (SGD with momentum N) divided by the ranks (a sharded optimizer holds its
  * part), per token of the B T the 14 C values per layer the forward keeps (the LayerNorm
  * outputs, qkv, attention output, fc and GELU) and the Vp logits, what the attention layer keeps
- * and takes as it runs (mpt_nn_causal_attention_memory), and the samplers' 8 bytes per window;
+ * and takes as it runs (mpt_nn_causal_attention_memory), and the samplers' 8 bytes per window
+ * (a Llama: its 11 C + 2 KV hd + 3 F values per token and layer, the same otherwise);
  * the memory of the host is the smallest of the physical memory, a cgroup v2 limit and
  * RLIMIT_AS, shared by the ranks on it. */
 #include <errno.h>
@@ -56,14 +58,13 @@ static double host_memory_nbytes(void) {
   return limit;
 }
 
-mpt_status mpt_cli_gpt_check_memory(const mpt_cli_options *o, const mpt_gpt_config *cfg,
-                                    int world, int local_ranks, int64_t windows) {
-  mpt_gpt_layout lay;
-  MPT_RETURN_IF(mpt_gpt_layout_compute(cfg, &lay));
-  const double n = (double)lay.total, C = cfg->channels, L = cfg->num_layers;
-  const double tokens = (double)o->batch_size * cfg->max_seq_len;
-  const double Vp = cfg->padded_vocab_size ? cfg->padded_vocab_size
-                                           : (double)mpt_gpt_padded_vocab(cfg->vocab_size);
+/* A language model of n parameters, L layers of C channels whose forward keeps `per_layer`
+ * floats per token (the head's logits: Vp more), T positions, `heads` attention heads. */
+static mpt_status lm_check_memory(const mpt_cli_options *o, double n, double L, double C,
+                                  double per_layer,
+                                  int max_seq_len, int heads, double Vp, int world,
+                                  int local_ranks, int64_t windows) {
+  const double tokens = (double)o->batch_size * max_seq_len;
   /* model state per rank by ZeRO stage (at W > 1): 1 shards the optimizer state, 2 the
    * gradients too, 3 the parameters too */
   const int stage = world > 1 ? o->ddp.zero : 0;
@@ -71,12 +72,12 @@ mpt_status mpt_cli_gpt_check_memory(const mpt_cli_options *o, const mpt_gpt_conf
   double state = o->optim.kind == MPT_OPTIM_ADAMW ? 2 * n : o->optim.momentum > 0 ? n : 0;
   if (stage >= 1) state /= world;
   double saved = 0, scratch = 0; /* bytes: one layer's, and the largest while it runs */
-  mpt_nn_causal_attention_memory(NULL, o->precision, o->batch_size, cfg->max_seq_len,
-                                 cfg->num_heads, mpt_cpu_threads(), &saved, &scratch);
-  /* activations: 14 C per token and layer, or with --recompute each block's input (C) and one
-   * block's 14 C while it is recomputed */
-  const double acts = o->recompute ? 4 * tokens * (L * C + 14 * C + Vp) + saved
-                                   : 4 * tokens * (14 * L * C + Vp) + L * saved;
+  mpt_nn_causal_attention_memory(NULL, o->precision, o->batch_size, max_seq_len, heads,
+                                 mpt_cpu_threads(), &saved, &scratch);
+  /* activations: per_layer per token and layer, or with --recompute each block's input (C) and
+   * one block's per_layer while it is recomputed */
+  const double acts = o->recompute ? 4 * tokens * (L * C + per_layer + Vp) + saved
+                                   : 4 * tokens * (per_layer * L + Vp) + L * saved;
   const double model_state = 4 * (params + grads + state);
   /* the samplers' order: 8 bytes per window, whole on every rank (mpt_sampler) */
   const double need = model_state + acts + scratch + 8 * (double)windows;
@@ -89,7 +90,7 @@ mpt_status mpt_cli_gpt_check_memory(const mpt_cli_options *o, const mpt_gpt_conf
                   "GiB per rank (model state %.2f GiB%s: parameters %.2f, gradients %.2f, "
                   "optimizer state %.2f; activations %.2f GiB%s; the attention's scratch and 8 "
                   "bytes for each of the shards' %lld windows); this host has %.1f GiB for %d "
-                  "rank%s: give %s", o->model, n, (long long)o->batch_size, cfg->max_seq_len,
+                  "rank%s: give %s", o->model, n, (long long)o->batch_size, max_seq_len,
                   need / gib, model_state / gib, stage_s, 4 * params / gib, 4 * grads / gib,
                   4 * state / gib, acts / gib, o->recompute ? " with --recompute" : "",
                   (long long)windows, have / gib, local_ranks, local_ranks == 1 ? "" : "s",
@@ -101,6 +102,30 @@ mpt_status mpt_cli_gpt_check_memory(const mpt_cli_options *o, const mpt_gpt_conf
                   : !o->recompute
                       ? "--recompute, a smaller --batch-size or model, or fewer ranks per host"
                       : "a smaller --batch-size or model, or fewer ranks per host");
+}
+
+mpt_status mpt_cli_gpt_check_memory(const mpt_cli_options *o, const mpt_gpt_config *cfg,
+                                    int world, int local_ranks, int64_t windows) {
+  mpt_gpt_layout lay;
+  MPT_RETURN_IF(mpt_gpt_layout_compute(cfg, &lay));
+  const double Vp = cfg->padded_vocab_size ? cfg->padded_vocab_size
+                                           : (double)mpt_gpt_padded_vocab(cfg->vocab_size);
+  /* per token and layer: the LayerNorm outputs, qkv, attention output, fc and GELU: 14 C */
+  return lm_check_memory(o, (double)lay.total, cfg->num_layers, cfg->channels,
+                         14.0 * cfg->channels,
+                         cfg->max_seq_len, cfg->num_heads, Vp, world, local_ranks, windows);
+}
+
+mpt_status mpt_cli_llama_check_memory(const mpt_cli_options *o, const mpt_llama_config *cfg,
+                                      int world, int local_ranks, int64_t windows) {
+  MPT_RETURN_IF(mpt_llama_config_check(cfg));
+  const double C = cfg->dim, kv = (double)cfg->n_kv_heads * (cfg->dim / cfg->n_heads);
+  /* per token and layer: the two norms' outputs, q, k, v, the packed [3C] attention input,
+   * its output, o_proj's, the two residual sums, down_proj's (11 C), and gate, up and their
+   * product (3 F) */
+  return lm_check_memory(o, (double)mpt_llama_param_count(cfg), cfg->n_layers, C,
+                         11 * C + 2 * kv + 3.0 * cfg->ffn_dim, cfg->max_seq_len, cfg->n_heads,
+                         cfg->vocab_size, world, local_ranks, windows);
 }
 
 mpt_status mpt_cli_gpt_check_save_model(const char *path) {

@@ -16,6 +16,10 @@ mpt_status mpt_cli_check_model_fits(const mpt_cli_options *o, mpt_comm *comm, in
  * validation windows (the samplers hold 8 bytes for each). */
 mpt_status mpt_cli_gpt_check_memory(const mpt_cli_options *o, const mpt_gpt_config *cfg,
                                     int world, int local_ranks, int64_t windows);
+/* The same lower bound for a Llama (llama.h) of `cfg`: its parameters, gradients and optimizer
+ * state, and per token and layer the 11 C + 2 KV hd + 3 F values its forward keeps. */
+mpt_status mpt_cli_llama_check_memory(const mpt_cli_options *o, const mpt_llama_config *cfg,
+                                      int world, int local_ranks, int64_t windows);
 /* mpitrain generate, before the model's allocations: MPT_ENOMEM (naming the file, the sizes,
  * the bound and the host's memory) when a lower bound of what sampling from `cfg` with a context
  * of `context` tokens takes exceeds the host's memory limit; MPT_EINVAL for a bad config. */

@@ -19,10 +19,12 @@
 
 #include "config.h"
 #include "mpitrain/dp.h"
+#include "mpitrain/llama.h"
 #include "mpitrain/transformer.h"
 
-/* Model families: which options a model takes. */
-enum { MLP = 1, CNN = 2, GPT = 4, IMG = MLP | CNN, ALL = MLP | CNN | GPT };
+/* Model families: which options a model takes (LM: the language models, GPT and Llama). */
+enum { MLP = 1, CNN = 2, GPT = 4, LLAMA = 8, IMG = MLP | CNN, LM = GPT | LLAMA,
+       ALL = MLP | CNN | GPT | LLAMA };
 
 /* How a row's value is parsed: into an int64_t, int, double or float field with a range; a
  * string into a char array; a flag that sets an int to 1 or 0; or its own code (FN). */
@@ -37,68 +39,74 @@ typedef enum { P_I64, P_INT, P_F64, P_F32, P_F32D, P_STR, P_ON, P_OFF, P_FN } pa
  * ...". Sections in the order the usage prints them. */
 #define OPTIONS(X)                                                                              \
   X(MODEL, "model", P_FN, FIELD(model), 0, 0, ALL, "model and data",                            \
-    "mlp|cnn|gpt|gpt-mini|gpt2|gpt2-medium|gpt2-large",                                         \
-    "model (default mlp: 784-512-512-10); gpt-mini\n(6 layers, 6 heads, 384, T 256, bytes), "    \
+    "MODEL",                                                                                    \
+    "mlp (the default: 784-512-512-10), cnn, gpt,\ngpt-mini, gpt2, gpt2-medium, gpt2-large, "     \
+    "llama-tiny\nor llama-mini. gpt-mini (6 layers, 6 heads, 384,\nT 256, bytes), "              \
     "gpt2 (124M),\ngpt2-medium (350M: 24 layers, 16 heads, 1024) and\ngpt2-large (774M: 36 "    \
-    "layers, 20 heads, 1280)\nare GPT-2 presets, gpt is gpt-mini's sizes unless given", "")      \
+    "layers, 20 heads, 1280)\nare GPT-2 presets, gpt is gpt-mini's sizes unless given;\n"       \
+    "llama-mini (6 layers, 6 heads, 2 key/value heads,\n384, MLP 1024, T 256, bytes) and "       \
+    "llama-tiny (2\nlayers, 4 heads, 2 key/value heads, 64, MLP 192, T 64)\nare Llama presets "  \
+    "(RMSNorm, RoPE, SwiGLU, grouped-\nquery attention; CPU)", "")                              \
   X(HIDDEN, "hidden", P_FN, FIELD(mlp), 0, 0, MLP, "model and data", "N[,N...]",                \
     "mlp hidden sizes (default 512,512)", "it sets the mlp's hidden sizes")                     \
   X(BATCHNORM, "batchnorm", P_ON, FIELD(cnn.batchnorm), 0, 0, CNN, "model and data", "",        \
     "cnn: BatchNorm2d after each convolution", "only the cnn has convolutions to normalise")    \
   X(DROPOUT, "dropout", P_FN, NOFIELD, 0, 0.99, IMG, "model and data", "P",                     \
     "mlp and cnn: dropout probability in [0, 1) (default 0)",                                   \
-    "the GPT has no dropout layers")                                                            \
+    "a language model has no dropout layers")                                                            \
   X(DATA, "data", P_STR, FIELD(data_dir), 0, 0, IMG, "model and data", "DIR",                   \
     "Fashion-MNIST IDX files (default: Debian's\ndataset-fashion-mnist folder)",                \
-    "a GPT reads token shards (--shards)")                                                      \
+    "a language model reads token shards (--shards)")                                           \
   X(SYNTHETIC, "synthetic", P_ON, FIELD(synthetic), 0, 0, IMG, "model and data", "",            \
-    "random images of the same shape (benchmarks)", "a GPT reads token shards (--shards)")      \
+    "random images of the same shape (benchmarks)",                                             \
+    "a language model reads token shards (--shards)")                                           \
   X(TRAIN_LIMIT, "train-limit", P_I64, FIELD(train_limit), 0, BIG, ALL, "model and data", "N",  \
     "use the first N training samples: images, or token\nwindows (0 = all)", "")                \
   X(TEST_LIMIT, "test-limit", P_I64, FIELD(test_limit), 0, BIG, ALL, "model and data", "N",     \
     "use the first N test (GPT: validation) samples (0 = all)", "")                             \
-  X(N_LAYER, "n-layer", P_FN, NOFIELD, 1, 1024, GPT, "language models (--model gpt*)", "L",     \
+  X(N_LAYER, "n-layer", P_FN, NOFIELD, 1, 1024, GPT, "language models (--model gpt*, llama*)", "L",     \
     "--model gpt: layers (the vocabulary is padded to a\nmultiple of 128)", "a GPT's size")     \
-  X(N_HEAD, "n-head", P_FN, NOFIELD, 1, 1024, GPT, "language models (--model gpt*)", "H",       \
+  X(N_HEAD, "n-head", P_FN, NOFIELD, 1, 1024, GPT, "language models (--model gpt*, llama*)", "H",       \
     "--model gpt: attention heads", "a GPT's size")                                             \
-  X(N_EMBD, "n-embd", P_FN, NOFIELD, 1, 1 << 16, GPT, "language models (--model gpt*)", "C",    \
+  X(N_EMBD, "n-embd", P_FN, NOFIELD, 1, 1 << 16, GPT, "language models (--model gpt*, llama*)", "C",    \
     "--model gpt: channels", "a GPT's size")                                                    \
-  X(SEQ_LEN, "seq-len", P_FN, NOFIELD, 1, 1 << 20, GPT, "language models (--model gpt*)", "T",  \
+  X(SEQ_LEN, "seq-len", P_FN, NOFIELD, 1, 1 << 20, GPT, "language models (--model gpt*, llama*)", "T",  \
     "--model gpt: sequence length", "a GPT's size")                                             \
-  X(VOCAB_SIZE, "vocab-size", P_FN, NOFIELD, 1, 65536, GPT, "language models (--model gpt*)",   \
+  X(VOCAB_SIZE, "vocab-size", P_FN, NOFIELD, 1, 65536, GPT, "language models (--model gpt*, llama*)",   \
     "V", "--model gpt: vocabulary", "a GPT's size")                                             \
-  X(SHARDS, "shards", P_STR, FIELD(shards), 0, 0, GPT, "language models (--model gpt*)",        \
+  X(SHARDS, "shards", P_STR, FIELD(shards), 0, 0, LM, "language models (--model gpt*, llama*)",        \
     "GLOB", "training token shards (llm.c format; required)",                                   \
     "the mlp and cnn train on images (--data)")                                                 \
-  X(VAL_SHARDS, "val-shards", P_STR, FIELD(val_shards), 0, 0, GPT,                              \
-    "language models (--model gpt*)", "GLOB",                                                   \
+  X(VAL_SHARDS, "val-shards", P_STR, FIELD(val_shards), 0, 0, LM,                              \
+    "language models (--model gpt*, llama*)", "GLOB",                                                   \
     "validation shards: loss in nats per token",                                                \
     "the mlp and cnn are evaluated on the --data test set")                                     \
   X(INIT_FROM, "init-from", P_STR, FIELD(init_from), 0, 0, GPT,                                 \
-    "language models (--model gpt*)", "PATH",                                                   \
+    "language models (--model gpt*, llama*)", "PATH",                                                   \
     "start from a model of the same sizes: an llm.c\nmodel file, or Hugging Face safetensors (a "  \
     "folder\nwith config.json and model.safetensors or sharded\nmodel.safetensors.index.json, "    \
     "or X.safetensors\nwith config.json beside it)",                                           \
     "llm.c model files hold GPT-2 models (checkpoints, --resume, hold any model)")              \
   X(SAVE_MODEL, "save-model", P_STR, FIELD(save_model), 0, 0, GPT,                              \
-    "language models (--model gpt*)", "PATH",                                                   \
+    "language models (--model gpt*, llama*)", "PATH",                                                   \
     "write the final model (rank 0): an llm.c model file;\nX.safetensors or a folder: Hugging "   \
     "Face\nsafetensors (--save-dtype, --save-shard-size) and\nconfig.json beside it",            \
     "llm.c model files hold GPT-2 models (--save-params writes any model's parameters)")        \
-  X(SAVE_DTYPE, "save-dtype", P_FN, NOFIELD, 0, 0, GPT, "language models (--model gpt*)",       \
+  X(SAVE_DTYPE, "save-dtype", P_FN, NOFIELD, 0, 0, GPT,                                         \
+    "language models (--model gpt*, llama*)",                                                   \
     "fp32|bf16", "safetensors --save-model: the tensors' dtype; bf16\n"                          \
     "rounds to nearest even (default fp32)",                                                    \
     "llm.c model files hold GPT-2 models (--save-params writes any model's parameters)")        \
   X(SAVE_SHARD_SIZE, "save-shard-size", P_FN, NOFIELD, 0, 0, GPT,                              \
-    "language models (--model gpt*)", "SIZE",                                                   \
+    "language models (--model gpt*, llama*)", "SIZE",                                                   \
     "--save-model FOLDER: past SIZE bytes of tensors, shards\n"                                 \
     "model-0000K-of-0000N.safetensors and their\nmodel.safetensors.index.json, as transformers "  \
     "(KB, MB,\nGB: powers of 1000; KiB, MiB, GiB: of 1024; default 5GB)",                        \
     "llm.c model files hold GPT-2 models (--save-params writes any model's parameters)")        \
-  X(RECOMPUTE, "recompute", P_ON, FIELD(recompute), 0, 0, GPT, "language models (--model gpt*)", \
+  X(RECOMPUTE, "recompute", P_ON, FIELD(recompute), 0, 0, LM, "language models (--model gpt*, llama*)", \
     "", "recompute each transformer block's activations in\nbackward: keeps only the blocks' "   \
     "inputs, one more\nforward per step, the same bits (llm.c's -r)",                            \
-    "only the GPT has transformer blocks to recompute")                                         \
+    "only the language models have transformer blocks to recompute")                                         \
   X(EPOCHS, "epochs", P_I64, FIELD(epochs), 1, 100000, ALL, "training", "N",                    \
     "epochs (default 10; GPT 1)", "")                                                           \
   X(BATCH, "batch-size", P_FN, FIELD(batch_size), 1, 1 << 20, ALL, "training", "N|auto",        \
@@ -305,8 +313,8 @@ const char *mpt_cli_usage(void) {
       "       mpitrain tokenize --help, mpitrain generate --help,\n"
       "       mpitrain hang-report DIR [--json]   (why a job hung: docs/hangs.md)\n"
       "       mpitrain ckpt info FILE|DIR   (what a checkpoint holds: docs/checkpoints.md)\n"
-      "Options marked [mlp cnn] or [gpt] apply to those models only; every other option\n"
-      "works with every model.\n");
+      "Options marked [mlp cnn], [gpt] or [gpt llama] apply to those models only; every\n"
+      "other option works with every model.\n");
   const char *section = "";
   for (int i = 0; i < OPT_COUNT; i++) {
     const option_row *r = &rows[i];
@@ -315,7 +323,9 @@ const char *mpt_cli_usage(void) {
     char spec[96];
     snprintf(spec, sizeof spec, "--%s%s%s", r->name, r->arg[0] ? " " : "", r->arg);
     const char *fam = r->families == ALL ? "" : r->families == IMG ? " [mlp cnn]"
-                      : r->families == MLP ? " [mlp]" : r->families == CNN ? " [cnn]" : " [gpt]";
+                      : r->families == MLP ? " [mlp]" : r->families == CNN ? " [cnn]"
+                      : r->families == GPT ? " [gpt]" : r->families == LLAMA ? " [llama]"
+                      : r->families == LM ? " [gpt llama]" : "";
     const char *h = r->help;
     size_t len = strcspn(h, "\n");
     if (strlen(spec) <= 25)
@@ -356,9 +366,14 @@ int mpt_cli_given(const mpt_cli_options *o, const char *name) {
 }
 
 int mpt_cli_is_gpt(const mpt_cli_options *o) { return strncmp(o->model, "gpt", 3) == 0; }
+int mpt_cli_is_llama(const mpt_cli_options *o) { return strncmp(o->model, "llama", 5) == 0; }
+int mpt_cli_is_lm(const mpt_cli_options *o) { return mpt_cli_is_gpt(o) || mpt_cli_is_llama(o); }
 
 static int family_of(const char *model) {
-  return strncmp(model, "gpt", 3) == 0 ? GPT : strcmp(model, "cnn") == 0 ? CNN : MLP;
+  return strncmp(model, "gpt", 3) == 0     ? GPT
+         : strncmp(model, "llama", 5) == 0 ? LLAMA
+         : strcmp(model, "cnn") == 0       ? CNN
+                                           : MLP;
 }
 
 void mpt_cli_options_default(mpt_cli_options *o) {
@@ -389,6 +404,7 @@ void mpt_cli_options_default(mpt_cli_options *o) {
   o->flight_recorder = 2000;
   o->straggler_warn = 1.2;
   mpt_gpt_config_preset("gpt-mini", &o->gpt);
+  mpt_llama_config_preset("llama-tiny", &o->llama);
   o->save = mpt_st_save_options_default();
 }
 
@@ -534,9 +550,10 @@ static int parse_special(int id, const char *a, mpt_cli_options *o, int64_t *gpt
     case OPT_MODEL:
       if (strcmp(a, "mlp") != 0 && strcmp(a, "cnn") != 0 && strcmp(a, "gpt") != 0 &&
           strcmp(a, "gpt-mini") != 0 && strcmp(a, "gpt2") != 0 &&
-          strcmp(a, "gpt2-medium") != 0 && strcmp(a, "gpt2-large") != 0)
+          strcmp(a, "gpt2-medium") != 0 && strcmp(a, "gpt2-large") != 0 &&
+          strcmp(a, "llama-tiny") != 0 && strcmp(a, "llama-mini") != 0)
         return fail(msg, n, "--model: unknown model '%s' (expected mlp, cnn, gpt, gpt-mini, "
-                    "gpt2, gpt2-medium or gpt2-large)", a);
+                    "gpt2, gpt2-medium, gpt2-large, llama-tiny or llama-mini)", a);
       snprintf(o->model, sizeof o->model, "%s", a);
       return 0;
     case OPT_HIDDEN:
@@ -685,10 +702,23 @@ static int finish_gpt(mpt_cli_options *o, const int64_t size[5], char *msg, size
     return fail(msg, n, "--n-embd %d is not a multiple of --n-head %d", o->gpt.channels,
                 o->gpt.num_heads);
   o->gpt.padded_vocab_size = (int)mpt_gpt_padded_vocab(o->gpt.vocab_size);
+  return 0;
+}
+
+/* A Llama's sizes: its preset's. */
+static int finish_llama(mpt_cli_options *o, char *msg, size_t n) {
+  if (mpt_llama_config_preset(o->model, &o->llama) != MPT_OK)
+    return fail(msg, n, "--model %s: no preset", o->model);
+  return 0;
+}
+
+/* What the language models share: their data, and their defaults. */
+static int finish_lm(mpt_cli_options *o, char *msg, size_t n) {
   if (o->shards[0] == '\0')
     return fail(msg, n, "--model %s needs --shards GLOB (token shards: `mpitrain tokenize`)",
                 o->model);
-  /* the GPT's defaults, where the user said nothing (llm.c's and nanoGPT's choices) */
+  /* the GPT's defaults, where the user said nothing (llm.c's and nanoGPT's choices); the
+   * Llama takes them too */
   if (!o->given[OPT_OPTIMIZER]) o->optim.kind = MPT_OPTIM_ADAMW;
   if (!o->given[OPT_LR]) /* GPT-3's table for these sizes (Brown et al., 2020) */
     o->optim.lr = strcmp(o->model, "gpt2") == 0          ? 6e-4f
@@ -725,8 +755,10 @@ static int finish(mpt_cli_options *o, const int64_t *gpt_size, char *msg, size_t
   if (o->save_given[0] && !o->save_model[0])
     return fail(msg, n, "--%s needs --save-model (a safetensors file or folder)",
                 o->save_given);
-  if (family == GPT) {
-    if (finish_gpt(o, gpt_size, msg, n) != 0) return -1;
+  if (family & LM) {
+    if (family == GPT ? finish_gpt(o, gpt_size, msg, n) != 0 : finish_llama(o, msg, n) != 0)
+      return -1;
+    if (finish_lm(o, msg, n) != 0) return -1;
     if (o->val_every > 0 && o->val_shards[0] == '\0')
       return fail(msg, n, "--val-every needs --val-shards GLOB (the validation token shards)");
   }

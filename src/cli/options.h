@@ -12,6 +12,7 @@
 
 #include "mpitrain/ddp.h"
 #include "mpitrain/gpt_file.h"
+#include "mpitrain/llama.h"
 #include "mpitrain/nn.h"
 #include "mpitrain/optim.h"
 #include "mpitrain/safetensors.h"
@@ -26,7 +27,8 @@ typedef enum { MPT_MODE_SINGLE_OR_DDP = 0, MPT_MODE_DP = 1 } mpt_cli_mode;
 
 typedef struct mpt_cli_options {
   char command[16]; /* "train" */
-  char model[16];   /* "mlp" | "cnn" | "gpt" | "gpt-mini" | "gpt2" | "gpt2-medium" | "gpt2-large" */
+  char model[16];   /* "mlp" | "cnn" | "gpt" | "gpt-mini" | "gpt2" | "gpt2-medium" | "gpt2-large"
+                       | "llama-tiny" | "llama-mini" */
   mpt_mlp_config mlp;
   mpt_cnn_config cnn;
   int64_t epochs;
@@ -73,6 +75,7 @@ typedef struct mpt_cli_options {
   double straggler_warn;    /* --straggler-warn: slowest / fastest compute ratio to warn at */
   /* GPT language models */
   mpt_gpt_config gpt;       /* the preset's sizes, then --n-layer .. --vocab-size */
+  mpt_llama_config llama;   /* --model llama-*: the preset's sizes */
   char shards[4096];        /* --shards GLOB: training token shards */
   char val_shards[4096];    /* --val-shards GLOB ("" = no validation) */
   char init_from[4096];     /* --init-from FILE: an llm.c model file to start from */
@@ -92,8 +95,12 @@ typedef struct mpt_cli_options {
 
 enum { MPT_CLI_RUN = 0, MPT_CLI_EXIT_OK = 1, MPT_CLI_EXIT_USAGE = 2 };
 
-/* 1 for --model gpt, gpt-mini or gpt2. */
+/* 1 for --model gpt, gpt-mini or gpt2*. */
 int mpt_cli_is_gpt(const mpt_cli_options *opts);
+/* 1 for --model llama-tiny or llama-mini. */
+int mpt_cli_is_llama(const mpt_cli_options *opts);
+/* 1 for a language model (a GPT or a Llama): token shards, the tokens task. */
+int mpt_cli_is_lm(const mpt_cli_options *opts);
 /* Fills defaults (those of --model mlp; the GPT's are applied by mpt_cli_parse). */
 void mpt_cli_options_default(mpt_cli_options *opts);
 /* Parses argv (argv[0] is the program, argv[1] the command). Returns MPT_CLI_RUN, or

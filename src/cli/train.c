@@ -2,7 +2,8 @@
  * its data, model and task, and mpt_trainer_run does the rest, the same for every model:
  *   mlp, cnn    Fashion-MNIST (or synthetic images) through mpt_train_task_images;
  *   gpt*        a GPT-2 on llm.c token shards through mpt_train_task_tokens (--init-from reads
- *               an llm.c model file first, --save-model writes one at the end).
+ *               an llm.c model file first, --save-model writes one at the end);
+ *   llama*      a Llama (llama.h) on the same token shards through the same task.
  * What is the program's, not the loop's: MPI start-up (with the --timeout watchdog), the
  * warnings for options that have no effect in this run, the checks that need the options
  * before a model exists (memory, --save-model's path), and the exit status.
@@ -66,7 +67,7 @@ static mpt_trainer_config config_of(const run *r) {
   c.straggler_warn = o->straggler_warn;
   c.eval_every = o->val_every;
   c.eval_max_batches = o->val_steps;
-  c.eval_at_start = mpt_cli_is_gpt(o);
+  c.eval_at_start = mpt_cli_is_lm(o);
   c.checkpoint_dir = or_null(o->checkpoint_dir);
   c.checkpoint_every = o->checkpoint_every;
   c.keep = o->keep;
@@ -104,13 +105,21 @@ static void describe_run(run *r) {
                    "dropout %g\ntrain-limit %" PRId64 "\nsynthetic %d\n", o->model,
                    strcmp(o->model, "mlp") == 0 ? hidden : "-",
                    strcmp(o->model, "cnn") == 0 ? o->cnn.batchnorm : 0,
-                   mpt_cli_is_gpt(o) ? 0.0 : (double)o->mlp.dropout, o->train_limit,
+                   mpt_cli_is_lm(o) ? 0.0 : (double)o->mlp.dropout, o->train_limit,
                    o->synthetic);
   if (w > 0 && (size_t)w < sizeof r->run_options && mpt_cli_is_gpt(o))
     snprintf(r->run_options + w, sizeof r->run_options - (size_t)w,
              "n-layer/n-head/n-embd/seq-len/vocab-size %d/%d/%d/%d/%d\nshards %s\nval-shards "
              "%s\n", o->gpt.num_layers, o->gpt.num_heads, o->gpt.channels, o->gpt.max_seq_len,
              o->gpt.vocab_size, o->shards, o->val_shards[0] ? o->val_shards : "-");
+  else if (w > 0 && (size_t)w < sizeof r->run_options && mpt_cli_is_llama(o))
+    snprintf(r->run_options + w, sizeof r->run_options - (size_t)w,
+             "dim/n-layers/n-heads/n-kv-heads/ffn-dim/seq-len/vocab-size %d/%d/%d/%d/%d/%d/%d\n"
+             "rope-theta/norm-eps/tied %g/%g/%d\nshards %s\nval-shards %s\n", o->llama.dim,
+             o->llama.n_layers, o->llama.n_heads, o->llama.n_kv_heads, o->llama.ffn_dim,
+             o->llama.max_seq_len, o->llama.vocab_size, (double)o->llama.rope_theta,
+             (double)o->llama.norm_eps, o->llama.tied_embeddings, o->shards,
+             o->val_shards[0] ? o->val_shards : "-");
 }
 
 /* A warning for each option given that has no effect in this run. */
@@ -158,7 +167,7 @@ static void warn_unused(const run *r) {
   }
   if (o->progress == 1 || (o->progress == -1 && isatty(2)))
     warn(r, "progress-interval", "the progress bar is drawn instead");
-  if (!mpt_cli_is_gpt(o) && !o->val_shards[0] && o->val_steps && o->test_limit)
+  if (!mpt_cli_is_lm(o) && !o->val_shards[0] && o->val_steps && o->test_limit)
     warn(r, "val-steps", "--test-limit already limits the test set");
 }
 
@@ -227,6 +236,24 @@ static mpt_status setup_images(run *r) {
   return mpt_train_task_images(&r->task, &r->train, &r->test, dir);
 }
 
+/* The token shards of a language model (the training shards and, when given, the validation
+ * ones) with windows of B x seq_len tokens below vocab, listed as the run's inputs. */
+static mpt_status open_tokens(run *r, int seq_len, int vocab) {
+  const mpt_cli_options *o = r->o;
+  mpt_token_data_config dc = mpt_token_data_config_default();
+  dc.batch_size = o->batch_size;
+  dc.seq_len = seq_len;
+  dc.vocab_size = vocab;
+  MPT_RETURN_IF(mpt_token_data_init(&r->tokens, o->shards, &dc));
+  if (o->val_shards[0]) MPT_RETURN_IF(mpt_token_data_init(&r->val_tokens, o->val_shards, &dc));
+  for (int k = 0; k < 2; k++) {
+    const mpt_token_data *d = k ? r->val_tokens : r->tokens;
+    for (int i = 0; d && i < mpt_token_data_num_shards(d); i++)
+      add_input(r, mpt_token_data_shard_path(d, i));
+  }
+  return MPT_OK;
+}
+
 /* gpt*: the token shards, the model (from --init-from when given) and the language-model task.
  * FLOPs per token as llm.c counts them: 6 N + 6 L C T (attention). */
 static mpt_status setup_gpt(run *r) {
@@ -259,17 +286,7 @@ static mpt_status setup_gpt(run *r) {
                       o->save_given, o->save_model);
     add_input(r, o->save_model); /* neither --save-params nor --metrics-json may be it */
   }
-  mpt_token_data_config dc = mpt_token_data_config_default();
-  dc.batch_size = o->batch_size;
-  dc.seq_len = cfg->max_seq_len;
-  dc.vocab_size = cfg->vocab_size;
-  MPT_RETURN_IF(mpt_token_data_init(&r->tokens, o->shards, &dc));
-  if (o->val_shards[0]) MPT_RETURN_IF(mpt_token_data_init(&r->val_tokens, o->val_shards, &dc));
-  for (int k = 0; k < 2; k++) {
-    const mpt_token_data *d = k ? r->val_tokens : r->tokens;
-    for (int i = 0; d && i < mpt_token_data_num_shards(d); i++)
-      add_input(r, mpt_token_data_shard_path(d, i));
-  }
+  MPT_RETURN_IF(open_tokens(r, cfg->max_seq_len, cfg->vocab_size));
   if (o->init_from[0]) add_input(r, o->init_from);
   if (r->device.type == MPT_DEVICE_CPU) /* refused rather than killed for memory */
     MPT_RETURN_IF(mpt_cli_gpt_check_memory(
@@ -306,6 +323,30 @@ static mpt_status setup_gpt(run *r) {
   return mpt_train_task_tokens(&r->task, r->tokens, r->val_tokens, cfg->vocab_size, flops);
 }
 
+/* llama*: the token shards, the model and the language-model task. FLOPs per token as for the
+ * GPT: 6 N + 6 L C T (attention: the H query heads' scores and sums). */
+static mpt_status setup_llama(run *r) {
+  const mpt_cli_options *o = r->o;
+  const mpt_llama_config *cfg = &o->llama;
+  MPT_RETURN_IF(open_tokens(r, cfg->max_seq_len, cfg->vocab_size));
+  if (r->device.type == MPT_DEVICE_CPU) /* refused rather than killed for memory */
+    MPT_RETURN_IF(mpt_cli_llama_check_memory(
+        o, cfg, r->world, mpt_comm_local_size(r->comm),
+        mpt_token_data_num_windows(r->tokens) +
+            (r->val_tokens ? mpt_token_data_num_windows(r->val_tokens) : 0)));
+  MPT_RETURN_IF(mpt_model_init_llama(&r->model, r->device, cfg, o->seed));
+  const double flops = 6 * (double)mpt_model_param_count(r->model) +
+                       6.0 * cfg->n_layers * cfg->dim * cfg->max_seq_len;
+  mpt_log(MPT_LOG_INFO, "model %s: %d layers, %d heads (%d key/value), %d channels, MLP %d, "
+          "T %d, vocabulary %d, RoPE theta %g, %s head; %lld training windows of B %lld x T %d",
+          o->model, cfg->n_layers, cfg->n_heads, cfg->n_kv_heads, cfg->dim, cfg->ffn_dim,
+          cfg->max_seq_len, cfg->vocab_size, (double)cfg->rope_theta,
+          cfg->tied_embeddings ? "tied" : "untied",
+          (long long)mpt_token_data_num_windows(r->tokens), (long long)o->batch_size,
+          cfg->max_seq_len);
+  return mpt_train_task_tokens(&r->task, r->tokens, r->val_tokens, cfg->vocab_size, flops);
+}
+
 static mpt_status train(run *r, mpt_train_result *res) {
   const mpt_cli_options *o = r->o;
   MPT_RETURN_IF(mpt_trainer_device(r->comm, o->device, &r->device));
@@ -321,7 +362,7 @@ static mpt_status train(run *r, mpt_train_result *res) {
     /* auto: the batch and accumulation that keep the checkpoint's global batch, known before
      * the data is opened (a GPT's token windows are B x T) and the memory is checked */
     static mpt_cli_options resolved;
-    const int gpt = mpt_cli_is_gpt(o);
+    const int gpt = mpt_cli_is_lm(o);
     MPT_RETURN_IF(mpt_trainer_plan_resume(r->comm, &c, gpt ? 1 : 0,
                                           gpt ? MPT_CLI_DEFAULT_GPT_BATCH : MPT_CLI_DEFAULT_BATCH,
                                           NULL, NULL));
@@ -330,7 +371,8 @@ static mpt_status train(run *r, mpt_train_result *res) {
     resolved.accumulate = c.accumulate;
     r->o = o = &resolved;
   }
-  MPT_RETURN_IF(mpt_cli_is_gpt(o) ? setup_gpt(r) : setup_images(r));
+  MPT_RETURN_IF(mpt_cli_is_gpt(o) ? setup_gpt(r) : mpt_cli_is_llama(o) ? setup_llama(r)
+                                                                     : setup_images(r));
   MPT_RETURN_IF(mpt_trainer_run(r->comm, r->model, r->task, &c, res));
   if (mpt_cli_is_gpt(o) && r->rank == 0 && o->save_model[0]) {
     struct stat sb;

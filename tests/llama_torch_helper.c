@@ -1,0 +1,162 @@
+/* The mpitrain side of the Llama's PyTorch oracle (tests/test_llama_torch.sh,
+ * tests/llama_torch.py).
+ *
+ * Usage: llama_torch_helper DIR gqa|tied
+ *   gqa   V 23, C 32, L 2, H 4, KV 2 (two query heads per key/value head), F 48, T 8,
+ *         rope_theta 10000, eps 1e-5, an output head of its own;
+ *   tied  V 19, C 24, L 1, H 3, KV 1 (multi-query), F 40, T 8, rope_theta 500000, eps 1e-6,
+ *         the head tied to the token embedding.
+ * Builds the model from seed 3, adds U(-0.05, 0.05) to every parameter (so that the norm
+ * weights are not all 1 and a swapped tensor shows), and writes into DIR (little-endian, raw):
+ *   config.txt   "V C L H KV F T rope_theta norm_eps tied", one line
+ *   names.txt    one line per parameter tensor, in the model's registration order: its name,
+ *                then its extents
+ *   params0.bin  float32 [N] the flat parameter buffer before training (registration order)
+ *   tokens.bin   int32 [B, T + 1], B = 2: inputs are [:, :T], targets [:, 1:]
+ *   logits.bin   float32 [B, T, V] of the first forward
+ *   loss.bin     float32 [1] the first loss
+ *   grads.bin    float32 [N] the first gradients (the flat buffer)
+ *   norms.bin    float32 [STEPS] the global gradient norm before clipping at each step
+ *   losses.bin   float32 [STEPS] the loss at each step
+ *   params.bin   float32 [N] the parameters after STEPS steps of: zero_grad, forward, loss,
+ *                backward, mpt_clip_grad_norm(MAX_NORM), AdamW (lr 1e-2, betas 0.9 / 0.95,
+ *                eps 1e-8, weight decay 0.1 on the >= 2-D weights only) on the same batch.
+ * Exit status 0, or 1 with the error on stderr. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpitrain/llama.h"
+#include "mpitrain/optim.h"
+#include "mpitrain/transformer.h"
+
+enum { B = 2, STEPS = 10, MAX_GROUPS = 64 };
+#define MAX_NORM 0.5f
+#define LR 1e-2f
+
+static int write_raw(const char *dir, const char *name, const void *data, size_t nbytes) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "wb");
+  if (!f || fwrite(data, 1, nbytes, f) != nbytes || fclose(f) != 0) {
+    fprintf(stderr, "llama_torch_helper: cannot write %s\n", path);
+    return 1;
+  }
+  return 0;
+}
+
+#define CHECK(expr)                                                                           \
+  do {                                                                                        \
+    mpt_status st_ = (expr);                                                                  \
+    if (st_ != MPT_OK) {                                                                      \
+      fprintf(stderr, "llama_torch_helper: %s: %s: %s\n", #expr, mpt_status_name(st_),        \
+              mpt_last_error());                                                              \
+      return 1;                                                                               \
+    }                                                                                         \
+  } while (0)
+
+int main(int argc, char **argv) {
+  if (argc != 3 || (strcmp(argv[2], "gqa") != 0 && strcmp(argv[2], "tied") != 0)) {
+    fprintf(stderr, "usage: llama_torch_helper DIR gqa|tied\n");
+    return 2;
+  }
+  const char *dir = argv[1];
+  const int tied = strcmp(argv[2], "tied") == 0;
+  const mpt_llama_config cfg =
+      tied ? (mpt_llama_config){.vocab_size = 19, .dim = 24, .n_layers = 1, .n_heads = 3,
+                                .n_kv_heads = 1, .ffn_dim = 40, .max_seq_len = 8,
+                                .rope_theta = 500000.0f, .norm_eps = 1e-6f,
+                                .tied_embeddings = 1}
+           : (mpt_llama_config){.vocab_size = 23, .dim = 32, .n_layers = 2, .n_heads = 4,
+                                .n_kv_heads = 2, .ffn_dim = 48, .max_seq_len = 8,
+                                .rope_theta = 10000.0f, .norm_eps = 1e-5f,
+                                .tied_embeddings = 0};
+  const int T = cfg.max_seq_len, V = cfg.vocab_size;
+  mpt_model *m = NULL;
+  mpt_tape *tape = NULL;
+  mpt_optimizer *opt = NULL;
+  CHECK(mpt_model_init_llama(&m, mpt_device_cpu(), &cfg, 3));
+  CHECK(mpt_tape_init(&tape, m, NULL));
+  const int64_t n = mpt_model_param_count(m);
+  float *p = mpt_model_params(m);
+  mpt_rng rng;
+  mpt_rng_seed(&rng, 17);
+  float *noise = malloc((size_t)n * sizeof *noise);
+  if (!noise) return 1;
+  mpt_rng_fill_uniform(&rng, noise, n, -0.05f, 0.05f);
+  for (int64_t i = 0; i < n; i++) p[i] += noise[i];
+  free(noise);
+
+  char path[1024];
+  snprintf(path, sizeof path, "%s/config.txt", dir);
+  FILE *f = fopen(path, "w");
+  if (!f) return 1;
+  fprintf(f, "%d %d %d %d %d %d %d %.9g %.9g %d\n", cfg.vocab_size, cfg.dim, cfg.n_layers,
+          cfg.n_heads, cfg.n_kv_heads, cfg.ffn_dim, cfg.max_seq_len, (double)cfg.rope_theta,
+          (double)cfg.norm_eps, cfg.tied_embeddings);
+  fclose(f);
+  snprintf(path, sizeof path, "%s/names.txt", dir);
+  if (!(f = fopen(path, "w"))) return 1;
+  for (int i = 0; i < mpt_model_num_params(m); i++) {
+    const mpt_param_info *pi = mpt_model_param_info(m, i);
+    fprintf(f, "%s", pi->name);
+    for (int d = 0; d < pi->ndim; d++) fprintf(f, " %lld", (long long)pi->shape[d]);
+    fprintf(f, "\n");
+  }
+  fclose(f);
+  if (write_raw(dir, "params0.bin", p, (size_t)n * sizeof(float))) return 1;
+
+  int32_t window[B * 9], tok[B * 8], tgt[B * 8];
+  for (int i = 0; i < B * (T + 1); i++) window[i] = (int32_t)mpt_rng_below(&rng, (uint64_t)V);
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++) {
+      tok[b * T + t] = window[b * (T + 1) + t];
+      tgt[b * T + t] = window[b * (T + 1) + t + 1];
+    }
+  if (write_raw(dir, "tokens.bin", window, sizeof window)) return 1;
+  const int64_t shape[2] = {B, T};
+  mpt_tensor tt = mpt_tensor_view(tok, mpt_device_cpu(), MPT_I32, 2, shape);
+  mpt_tensor gt = mpt_tensor_view(tgt, mpt_device_cpu(), MPT_I32, 2, shape);
+
+  mpt_optimizer_config oc = mpt_optimizer_config_default();
+  oc.kind = MPT_OPTIM_ADAMW;
+  oc.lr = LR;
+  oc.beta1 = 0.9f;
+  oc.beta2 = 0.95f;
+  oc.eps = 1e-8f;
+  oc.weight_decay = 0.0f;
+  CHECK(mpt_optimizer_init(&opt, &oc, mpt_device_cpu(), n));
+  mpt_param_group groups[MAX_GROUPS];
+  int ng = 0;
+  CHECK(mpt_param_groups_split_decay(m, 0.1f, groups, MAX_GROUPS, &ng));
+  CHECK(mpt_optimizer_set_groups(opt, groups, ng));
+
+  float norms[STEPS], losses[STEPS];
+  for (int step = 0; step < STEPS; step++) {
+    mpt_var *in = NULL, *logits = NULL, *loss = NULL;
+    CHECK(mpt_model_zero_grad(m, NULL));
+    mpt_tape_reset(tape, 1);
+    CHECK(mpt_tape_input(tape, &tt, &in));
+    CHECK(mpt_model_forward(m, tape, in, &logits));
+    CHECK(mpt_nn_cross_entropy_vocab(tape, logits, &gt, V, &loss));
+    CHECK(mpt_var_item(tape, loss, &losses[step]));
+    CHECK(mpt_tape_backward(tape, loss, 1.0f));
+    if (step == 0) {
+      const mpt_tensor *lt = mpt_var_value(logits);
+      if (write_raw(dir, "logits.bin", lt->data, (size_t)lt->count * sizeof(float)) ||
+          write_raw(dir, "loss.bin", &losses[0], sizeof(float)) ||
+          write_raw(dir, "grads.bin", mpt_model_grads(m), (size_t)n * sizeof(float)))
+        return 1;
+    }
+    CHECK(mpt_clip_grad_norm(m, NULL, MAX_NORM, &norms[step]));
+    CHECK(mpt_optimizer_step_model(opt, m, NULL, LR));
+  }
+  if (write_raw(dir, "norms.bin", norms, sizeof norms) ||
+      write_raw(dir, "losses.bin", losses, sizeof losses) ||
+      write_raw(dir, "params.bin", mpt_model_params(m), (size_t)n * sizeof(float)))
+    return 1;
+  mpt_optimizer_free(opt);
+  mpt_tape_free(tape);
+  mpt_model_free(m);
+  return 0;
+}
