@@ -11,6 +11,7 @@
 #include "mpitrain/autograd.h"
 #include "mpitrain/transformer.h"
 #include "mpitrain/llama.h"
+#include "mpitrain/llama_file.h"
 #include "mpitrain/data.h"
 #include "mpitrain/optim.h"
 #include "mpitrain/comm.h"

@@ -81,6 +81,7 @@ typedef struct mpt_cli_options {
   char init_from[4096];     /* --init-from FILE: an llm.c model file to start from */
   char save_model[4096];    /* --save-model FILE: the final model as an llm.c model file */
   mpt_st_save_options save; /* --save-dtype, --save-shard-size (safetensors --save-model) */
+  int llama_seq_len;        /* --seq-len of a Llama: the training window (0: its max_seq_len) */
   char save_given[24];      /* "save-dtype" or "save-shard-size" when given, else "" */
   double grad_clip;         /* max global gradient L2 norm; 0 = off (GPT default 1.0) */
   int64_t val_every;        /* evaluation every N steps (0 = at the end of each epoch) */

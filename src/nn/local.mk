@@ -1,11 +1,12 @@
 # src/nn: the autodiff tape, layers and models; see the layer's public header include/mpitrain/nn.h
 mpitraininclude_HEADERS += include/mpitrain/nn.h include/mpitrain/autograd.h \
-	include/mpitrain/transformer.h include/mpitrain/llama.h
+	include/mpitrain/transformer.h include/mpitrain/llama.h include/mpitrain/llama_file.h
 libmpitrain_all_la_SOURCES += \
 	src/nn/tape.h src/nn/tape.c src/nn/tape_profile.c src/nn/model.c src/nn/ops_basic.c \
 	src/nn/conv.c src/nn/pool.c src/nn/dropout.c src/nn/batchnorm.c src/nn/models.c \
 	src/nn/eval.c src/nn/gpt_ops.h src/nn/gpt_ops.c src/nn/attention.c src/nn/gpt.c \
-	src/nn/attention_bf16.c src/nn/linear_bf16.c src/nn/llama_ops.c src/nn/llama.c
+	src/nn/attention_bf16.c src/nn/linear_bf16.c src/nn/llama_ops.c src/nn/llama.c \
+	src/nn/llama_file.c
 
 EXTRA_DIST += tests/test_eval_mpi.sh
 
