@@ -7,3 +7,11 @@ check_PROGRAMS += tests/llama_torch_helper
 TESTS += tests/test_llama_torch.sh
 tests_llama_torch_helper_SOURCES = tests/llama_torch_helper.c
 tests_llama_torch_helper_LDADD = libmpitrain_all.la -lm
+# Llama models as Hugging Face safetensors + config.json (src/nn/llama_file.c)
+if HAVE_CHECK
+check_PROGRAMS += tests/test_llama_file
+TESTS += tests/test_llama_file
+tests_test_llama_file_SOURCES = tests/test_llama_file.c
+tests_test_llama_file_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_llama_file_LDADD = libmpitrain_all.la $(CHECK_LIBS) -lm
+endif

@@ -37,6 +37,11 @@
 extern "C" {
 #endif
 
+/* 1 when `path` is a safetensors model (mpt_st_is_model_path) whose config.json says it is a
+ * Llama: model_type "llama", or architectures naming LlamaForCausalLM; 0 otherwise (also when
+ * config.json cannot be read: the reader then says why). */
+MPT_API int mpt_llama_st_is_model(const char *path);
+
 /* The config of the Llama at `path` (config.json, as above), checked against its safetensors
  * header(s): every tensor's presence, dtype and shape, no unknown tensor. Reads no tensor data.
  * Errors: MPT_ENOENT (config.json or the tensors' file missing); MPT_EFORMAT (config.json or a

@@ -206,6 +206,27 @@ fail:
   return st;
 }
 
+int mpt_llama_st_is_model(const char *path) {
+  char st_path[MPT__ST_PATH_MAX], cfg_path[MPT__ST_PATH_MAX];
+  mpt__json *root = NULL;
+  if (!path || !mpt_st_is_model_path(path)) return 0;
+  /* a folder without its tensors still has a config (the readers say what is missing) */
+  if (mpt_st_model_paths(path, st_path, cfg_path, sizeof st_path) != MPT_OK &&
+      snprintf(cfg_path, sizeof cfg_path, "%s/config.json", path) >= (int)sizeof cfg_path)
+    return 0;
+  int yes = 0;
+  if (mpt__st_config_read(cfg_path, path, LLAMA_NEEDS, &root) == MPT_OK) {
+    const mpt__json *t = mpt__json_get(root, "model_type");
+    const mpt__json *a = mpt__json_get(root, "architectures");
+    yes = t && t->type == MPT__JSON_STRING && strcmp(t->s, "llama") == 0;
+    for (int i = 0; a && a->type == MPT__JSON_ARRAY && i < a->n && !yes; i++)
+      yes = a->items[i].type == MPT__JSON_STRING &&
+            strcmp(a->items[i].s, "LlamaForCausalLM") == 0;
+  }
+  mpt__json_free(root);
+  return yes;
+}
+
 mpt_status mpt_llama_st_read_header(const char *path, mpt_llama_config *config) {
   if (!path || !config) return MPT_FAIL(MPT_EINVAL, "mpt_llama_st_read_header: NULL argument");
   mpt_llama_config c;
