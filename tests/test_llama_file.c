@@ -211,6 +211,10 @@ START_TEST(test_bad_llama_configs_and_files_are_refused_naming_the_problem) {
       {", \"rope_scaling\": {\"rope_type\": \"yarn\"}", "rope_scaling of type 'yarn'"},
       {", \"num_key_value_heads\": 2, \"rms_norm_eps\": -1", "rms_norm_eps is not a number in"},
       {", \"num_key_value_heads\": 2,", "trailing comma"},
+      {", \"rope_parameters\": {\"rope_type\": \"llama3\", \"rope_theta\": 5e5}",
+       "rope_parameters of rope_type 'llama3' is not implemented"},
+      {", \"rope_theta\": 1e4, \"rope_parameters\": {\"rope_theta\": 5e5}",
+       "rope_theta 10000 and rope_parameters' rope_theta 500000 differ"},
   };
   mpt_llama_config c;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -230,6 +234,14 @@ START_TEST(test_bad_llama_configs_and_files_are_refused_naming_the_problem) {
   write_text(path_of("m/config.json"), text);
   ck_assert_int_eq(mpt_llama_st_read_header(path_of("m"), &c), MPT_OK);
   ck_assert_int_eq(memcmp(&c, &tiny, sizeof c), 0);
+  /* transformers 5's rope_parameters */
+  snprintf(text, sizeof text, "{%s, \"num_key_value_heads\": 2, \"rms_norm_eps\": 1e-5, "
+           "\"rope_parameters\": {\"rope_theta\": 250000.0, \"rope_type\": \"default\"}}", base);
+  write_text(path_of("m/config.json"), text);
+  ck_assert_int_eq(mpt_llama_st_read_header(path_of("m"), &c), MPT_OK);
+  ck_assert(c.rope_theta == 250000.0f);
+  snprintf(text, sizeof text, "{%s, \"num_key_value_heads\": 2, \"rms_norm_eps\": 1e-5}", base);
+  write_text(path_of("m/config.json"), text);
   sparse_model(path_of("m/model.safetensors"), &tiny, "F32", "model.layers.1.mlp.up_proj.weight",
                NULL);
   ASSERT_ERR(mpt_llama_st_read_header(path_of("m"), &c), MPT_EFORMAT,
@@ -346,6 +358,8 @@ START_TEST(test_config_json_prints_floats_that_read_back_the_same) {
   ck_assert_int_eq(mpt_llama_st_config_json(&c, MPT_ST_BF16, json, sizeof json), MPT_OK);
   ck_assert_ptr_nonnull(strstr(json, "\"rms_norm_eps\": 1e-06,"));
   ck_assert_ptr_nonnull(strstr(json, "\"rope_theta\": 500000.0,"));
+  ck_assert_ptr_nonnull(strstr(json, "\"rope_parameters\": {\"rope_theta\": 500000.0, "
+                                     "\"rope_type\": \"default\"},"));
   ck_assert_ptr_nonnull(strstr(json, "\"torch_dtype\": \"bfloat16\","));
   ck_assert_ptr_nonnull(strstr(json, "\"num_key_value_heads\": 2,"));
   ck_assert_ptr_nonnull(strstr(json, "\"tie_word_embeddings\": false,"));

@@ -10,7 +10,8 @@
  *   hidden_size (dim), intermediate_size (ffn_dim), num_hidden_layers (n_layers),
  *   num_attention_heads (n_heads), num_key_value_heads (n_kv_heads; absent: n_heads, as
  *   transformers), vocab_size, max_position_embeddings (max_seq_len), rope_theta (absent:
- *   10000), rms_norm_eps (absent: 1e-6), tie_word_embeddings (absent: false), and, checked:
+ *   10000; or rope_parameters' rope_theta, as transformers 5 writes it, its rope_type absent or
+ *   "default", the two equal when both are given), rms_norm_eps (absent: 1e-6), tie_word_embeddings (absent: false), and, checked:
  *   head_dim (absent, null or hidden_size / num_attention_heads), rope_scaling (absent, null or
  *   of type "default": the scaled RoPEs of Llama 3.1 / 3.2 ("llama3"), "linear", "dynamic",
  *   "yarn", ... are not implemented and are refused, named), hidden_act (absent or "silu"),
@@ -49,8 +50,9 @@ MPT_API int mpt_llama_st_is_model(const char *path);
  * (NULL arguments). */
 MPT_API mpt_status mpt_llama_st_read_header(const char *path, mpt_llama_config *config);
 
-/* Writes config.json's text for `config` into buf[cap] (transformers' LlamaConfig keys,
- * architectures ["LlamaForCausalLM"], torch_dtype of `dtype`; floats printed with the fewest
+/* Writes config.json's text for `config` into buf[cap] (transformers' LlamaConfig keys, the
+ * RoPE both as rope_theta (transformers 4) and rope_parameters (5), architectures
+ * ["LlamaForCausalLM"], torch_dtype of `dtype`; floats printed with the fewest
  * digits that read back as the same float). Errors: MPT_EINVAL (NULL, a bad config, cap too
  * small). */
 MPT_API mpt_status mpt_llama_st_config_json(const mpt_llama_config *config, mpt_st_dtype dtype,

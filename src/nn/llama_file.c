@@ -114,6 +114,27 @@ static mpt_status read_config(const char *cfg_path, const char *model, mpt_llama
   double theta, eps;
   const double theta0 = 10000, eps0 = 1e-6;
   MPT_CHECK(mpt__st_config_num(root, cfg_path, "rope_theta", 1, 1e30, &theta0, &theta), out);
+  /* transformers 5 writes {"rope_theta": ..., "rope_type": "default"} as rope_parameters */
+  v = mpt__json_get(root, "rope_parameters");
+  if (v && v->type != MPT__JSON_NULL) {
+    const mpt__json *t = mpt__json_get(v, "rope_type");
+    if (v->type != MPT__JSON_OBJECT || (t && (t->type != MPT__JSON_STRING ||
+                                              strcmp(t->s, "default") != 0))) {
+      st = MPT_FAIL(MPT_EFORMAT, "model config '%s': rope_parameters of rope_type '%.40s' is "
+                    "not implemented (mpitrain's RoPE is the unscaled one, rope_theta only): a "
+                    "model trained with it would not compute the same", cfg_path,
+                    t && t->type == MPT__JSON_STRING ? t->s : "?");
+      goto out;
+    }
+    double t2;
+    MPT_CHECK(mpt__st_config_num(v, cfg_path, "rope_theta", 1, 1e30, &theta, &t2), out);
+    if (mpt__json_get(root, "rope_theta") && t2 != theta) {
+      st = MPT_FAIL(MPT_EFORMAT, "model config '%s': rope_theta %g and rope_parameters' "
+                    "rope_theta %g differ", cfg_path, theta, t2);
+      goto out;
+    }
+    theta = t2;
+  }
   MPT_CHECK(mpt__st_config_num(root, cfg_path, "rms_norm_eps", 0, 1, &eps0, &eps), out);
   c->rope_theta = (float)theta;
   c->norm_eps = (float)eps;
@@ -261,11 +282,13 @@ mpt_status mpt_llama_st_config_json(const mpt_llama_config *config, mpt_st_dtype
       "  \"initializer_range\": 0.02,\n  \"intermediate_size\": %d,\n"
       "  \"max_position_embeddings\": %d,\n  \"mlp_bias\": false,\n  \"model_type\": \"llama\",\n"
       "  \"num_attention_heads\": %d,\n  \"num_hidden_layers\": %d,\n"
-      "  \"num_key_value_heads\": %d,\n  \"rms_norm_eps\": %s,\n  \"rope_scaling\": null,\n"
-      "  \"rope_theta\": %s,\n  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"%s\",\n"
+      "  \"num_key_value_heads\": %d,\n  \"rms_norm_eps\": %s,\n"
+      "  \"rope_parameters\": {\"rope_theta\": %s, \"rope_type\": \"default\"},\n"
+      "  \"rope_scaling\": null,\n  \"rope_theta\": %s,\n  \"tie_word_embeddings\": %s,\n"
+      "  \"torch_dtype\": \"%s\",\n"
       "  \"use_cache\": true,\n  \"vocab_size\": %d\n}\n",
       c->dim / c->n_heads, c->dim, c->ffn_dim, c->max_seq_len, c->n_heads, c->n_layers,
-      c->n_kv_heads, eps, theta, c->tied_embeddings ? "true" : "false",
+      c->n_kv_heads, eps, theta, theta, c->tied_embeddings ? "true" : "false",
       mpt__st_torch_dtype(dtype), c->vocab_size);
   if (n < 0 || (size_t)n >= cap)
     return MPT_FAIL(MPT_EINVAL, "mpt_llama_st_config_json: %zu bytes is too small", cap);
