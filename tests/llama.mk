@@ -15,3 +15,6 @@ tests_test_llama_file_SOURCES = tests/test_llama_file.c
 tests_test_llama_file_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_llama_file_LDADD = libmpitrain_all.la $(CHECK_LIBS) -lm
 endif
+# Llama safetensors models through train --model llama / --init-from / --save-model and generate
+TESTS += tests/test_llama_safetensors_cli.sh
+EXTRA_DIST += tests/test_llama_safetensors_cli.sh

@@ -7,7 +7,12 @@ that the llm.c model file FILE holds exactly those values, in llm.c's order, wit
 Conv1D weights ([in, out]) transposed to [out, in]; `bf16 F32FILE BF16FILE` checks that every
 tensor of BF16FILE is F32FILE's rounded to nearest even, bit for bit (rounding written here from
 the definition); `same FILE DIR` checks that the sharded model DIR (model.safetensors.index.json
-and the shards it names) holds exactly FILE's tensors."""
+and the shards it names) holds exactly FILE's tensors; `llama DIR` writes a Llama as transformers'
+LlamaForCausalLM names it, in BF16, of Llama 3.2 1B's structure (16 layers, 32 query and 8
+key/value heads, vocabulary 128256, rope_theta 500000, tied: no lm_head.weight) at width 128
+(MLP 512), its config.json as transformers writes Llama 3.2's (rope_scaling null); `llama-check
+DIR FILE` checks that the F32 safetensors FILE holds exactly those values under the same names
+and shapes (Linear weights [out, in]: no transposes)."""
 import json
 import struct
 import sys
@@ -95,6 +100,72 @@ def check(path):
     print("oracle: %d parameters exact" % ((pos - 1024) // 4))
 
 
+LLAMA = dict(V=128256, C=128, L=16, H=32, KV=8, F=512)
+
+
+def llama_tensors():
+    """(name, shape) of LlamaForCausalLM's state_dict, tied (no lm_head.weight)."""
+    v, c, hd, f = LLAMA["V"], LLAMA["C"], LLAMA["C"] // LLAMA["H"], LLAMA["F"]
+    out = [("model.embed_tokens.weight", [v, c])]
+    for l in range(LLAMA["L"]):
+        p = "model.layers.%d." % l
+        out += [(p + "input_layernorm.weight", [c]),
+                (p + "self_attn.q_proj.weight", [LLAMA["H"] * hd, c]),
+                (p + "self_attn.k_proj.weight", [LLAMA["KV"] * hd, c]),
+                (p + "self_attn.v_proj.weight", [LLAMA["KV"] * hd, c]),
+                (p + "self_attn.o_proj.weight", [c, LLAMA["H"] * hd]),
+                (p + "post_attention_layernorm.weight", [c]),
+                (p + "mlp.gate_proj.weight", [f, c]), (p + "mlp.up_proj.weight", [f, c]),
+                (p + "mlp.down_proj.weight", [c, f])]
+    return out + [("model.norm.weight", [c])]
+
+
+def llama_raw(k, n, width):
+    """Tensor k's n values, multiples of 1/1024 in [-1/16, 1/16) (exact in BF16), as `width`-byte
+    little-endian floats (2: BF16, 4: F32); period 128, so built by repetition."""
+    block = b"".join(struct.pack("<f", ((i * 37 + k * 11) % 128 - 64) / 1024.0)[4 - width:]
+                     for i in range(128))
+    return (block * (n // 128 + 1))[:n * width]
+
+
+def llama_write(d):
+    header, blobs, off = {"__metadata__": {"format": "pt"}}, [], 0
+    for k, (name, shape) in enumerate(llama_tensors()):
+        raw = llama_raw(k, count(shape), 2)
+        header[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [off, off + len(raw)]}
+        blobs.append(raw)
+        off += len(raw)
+    text = json.dumps(header).encode()
+    with open(d + "/model.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        for b in blobs:
+            f.write(b)
+    with open(d + "/config.json", "w") as f:
+        json.dump({"architectures": ["LlamaForCausalLM"], "attention_bias": False,
+                   "attention_dropout": 0.0, "bos_token_id": 128000, "eos_token_id": 128001,
+                   "head_dim": LLAMA["C"] // LLAMA["H"], "hidden_act": "silu",
+                   "hidden_size": LLAMA["C"], "initializer_range": 0.02,
+                   "intermediate_size": LLAMA["F"], "max_position_embeddings": 131072,
+                   "mlp_bias": False, "model_type": "llama", "num_attention_heads": LLAMA["H"],
+                   "num_hidden_layers": LLAMA["L"], "num_key_value_heads": LLAMA["KV"],
+                   "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_scaling": None,
+                   "rope_theta": 500000.0, "tie_word_embeddings": True,
+                   "torch_dtype": "bfloat16", "transformers_version": "4.45.0.dev0",
+                   "use_cache": True, "vocab_size": LLAMA["V"]}, f, indent=2)
+
+
+def llama_check(path):
+    got = read_st(path)
+    want = llama_tensors()
+    if sorted(got) != sorted(n for n, _ in want):
+        sys.exit("names differ: %s" % sorted(set(got) ^ set(n for n, _ in want))[:5])
+    for k, (name, shape) in enumerate(want):
+        dt, sh, raw = got[name]
+        if dt != "F32" or sh != shape or raw != llama_raw(k, count(shape), 4):
+            sys.exit("%s: %s %s, not the values written" % (name, dt, sh))
+    print("oracle: %d Llama tensors exact" % len(want))
+
+
 def read_st(path):
     """{name: (dtype, shape, raw bytes)} of a safetensors file."""
     with open(path, "rb") as f:
@@ -150,5 +221,9 @@ if __name__ == "__main__":
         bf16_check(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "same":
         same(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "llama":
+        llama_write(sys.argv[2])
+    elif sys.argv[1] == "llama-check":
+        llama_check(sys.argv[3])
     else:
         check(sys.argv[3])

@@ -361,7 +361,8 @@ static mpt_status setup_llama(run *r) {
     return MPT_FAIL(MPT_EINVAL, "--seq-len %d is longer than the model's T %d "
                     "(max_position_embeddings)", T, cfg->max_seq_len);
   MPT_RETURN_IF(check_lm_files(r, 1));
-  MPT_RETURN_IF(open_tokens(r, T, cfg->vocab_size));
+  /* llm.c's shards hold uint16 ids: a larger vocabulary (Llama 3's 128256) takes them all */
+  MPT_RETURN_IF(open_tokens(r, T, cfg->vocab_size < 65536 ? cfg->vocab_size : 65536));
   if (o->init_from[0]) add_input(r, o->init_from);
   mpt_llama_config window = *cfg; /* the activations are those of T positions */
   window.max_seq_len = T;
