@@ -7,6 +7,29 @@ check_PROGRAMS += tests/llama_torch_helper
 TESTS += tests/test_llama_torch.sh
 tests_llama_torch_helper_SOURCES = tests/llama_torch_helper.c
 tests_llama_torch_helper_LDADD = libmpitrain_all.la -lm
+
+# tests/test_llama_ddp is an MPI program, run by the shell wrappers under tests/mpirun.sh with
+# 2 and 3 ranks (the program itself is not run bare).
+EXTRA_DIST += tests/test_llama_ddp_np2.sh tests/test_llama_ddp_np3.sh
+
+if HAVE_CHECK
+check_PROGRAMS += tests/test_llama_ddp
+TESTS += tests/test_llama_ddp_np2.sh tests/test_llama_ddp_np3.sh
+tests_test_llama_ddp_SOURCES = tests/test_llama_ddp.c
+tests_test_llama_ddp_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_llama_ddp_LDADD = libmpitrain_all.la $(CHECK_LIBS) -lm
+check_PROGRAMS += tests/test_llama
+TESTS += tests/test_llama
+tests_test_llama_SOURCES = tests/test_llama.c
+tests_test_llama_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_llama_LDADD = libmpitrain_all.la $(CHECK_LIBS) -lm
+endif
+
+# `mpitrain train --model llama-tiny` through the trainer: learning, equivalence with one
+# process under DDP, ZeRO, accumulation and bf16 gradients, recompute, checkpoints.
+TESTS += tests/test_train_llama.sh
+EXTRA_DIST += tests/test_train_llama.sh
+
 # Llama models as Hugging Face safetensors + config.json (src/nn/llama_file.c)
 if HAVE_CHECK
 check_PROGRAMS += tests/test_llama_file

@@ -20,7 +20,7 @@ different summation orders (BLAS blocking, PyTorch's reductions vs mpitrain's do
 row sums) and RoPE's angles are rounded differently (here in float64 then cast, as mpitrain),
 which changes results by a few ulps, ~1e-7 relative to the magnitudes summed (measured: logits
 <= 1.8e-7 absolute, gradients <= 4e-7 of each tensor's largest, parameters after 10 steps
-<= 6.1e-6 absolute, a fifth of their tolerance: AdamW divides by sqrt(v), which enlarges the
+<= 9.7e-6 absolute, a third of their tolerance: AdamW divides by sqrt(v), which enlarges the
 noise of the smallest gradients). So:
 - logits: max |diff| <= 1e-5 * max |logit| (+ 1e-6); a wrong op (RoPE's layout, a key/value
   head paired with the wrong query heads, RMSNorm's eps, silu on the wrong branch) moves logits

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Every trainer option with every model (the one training loop, trainer.h): for each row of the
-# table below and each of mlp, cnn and a tiny GPT, the option either works (a run of 2 steps on
+# table below and each of mlp, cnn, a tiny GPT and llama-tiny, the option either works (a run of 2 steps on
 # tiny data, and its effect checked: the file it writes parses, the lines it prints are there,
 # the state it keeps is on disk) or is refused with status 2 and a message naming the model's
 # reason. Rows: OPTIONS | MODELS THAT REFUSE IT | CHECK. Runs on 1 rank, or on 2 (np2) where
@@ -24,11 +24,17 @@ base_mlp="--model mlp --hidden 32 --synthetic --train-limit 256 --test-limit 64 
 base_cnn="--model cnn --synthetic --train-limit 128 --test-limit 64 --batch-size 16"
 base_gpt="--model gpt --n-layer 1 --n-head 2 --n-embd 16 --seq-len 16 --batch-size 2
   --shards $tmp/shards/train_000000.bin --val-shards $tmp/shards/val_000000.bin --val-steps 2"
+base_llama="--model llama-tiny --batch-size 2
+  --shards $tmp/shards/train_000000.bin --val-shards $tmp/shards/val_000000.bin --val-steps 2"
 common="--epochs 1 --max-steps 2 --threads 1 --no-progress --progress-interval 0"
 # a model file of the tiny GPT's sizes, for --init-from
 # shellcheck disable=SC2086 # word lists on purpose
 "$prog" train $base_gpt $common --save-model "$tmp/g0.bin" > "$tmp/g0.log" 2>&1 ||
   { echo "FAIL: the GPT run that writes the model file: $(tail -3 "$tmp/g0.log")"; exit 1; }
+# and a llama-tiny as Hugging Face safetensors (a Llama's only model files)
+# shellcheck disable=SC2086 # word lists on purpose
+"$prog" train $base_llama $common --save-model "$tmp/l0.safetensors" > "$tmp/l0.log" 2>&1 ||
+  { echo "FAIL: the Llama run that writes the model file: $(tail -3 "$tmp/l0.log")"; exit 1; }
 
 # check NAME FILE: the effect of an option, on the run's output FILE (exit 0: seen); every
 # check but those of where the output goes and where the run stops also wants the 2 steps run.
@@ -101,25 +107,29 @@ rows='--metrics-json W/m.json||metrics|1
 --recompute|mlp cnn|ran|1
 --grad-comm bf16||bf16wire|2
 --allreduce-algo rs-ag||rsag|2
---hidden 16|cnn gpt|ran|1
---batchnorm|mlp gpt|ran|1
---dropout 0.1|gpt|ran|1
---conv-algo im2col|gpt|ran|1
---data W/|gpt|ran|1
---synthetic|gpt|ran|1
---n-layer 1|mlp cnn|ran|1
---init-from G0|mlp cnn|ran|1
---save-model W/g.bin|mlp cnn|ran|1'
+--hidden 16|cnn gpt llama|ran|1
+--batchnorm|mlp gpt llama|ran|1
+--dropout 0.1|gpt llama|ran|1
+--conv-algo im2col|gpt llama|ran|1
+--data W/|gpt llama|ran|1
+--synthetic|gpt llama|ran|1
+--n-layer 1|mlp cnn llama|ran|1
+--init-from M0|mlp cnn|ran|1
+--save-model W/M1|mlp cnn|ran|1'
 
-printf '%-56s %-6s %-6s %-6s\n' "option" "mlp" "cnn" "gpt"
+printf '%-56s %-6s %-6s %-6s %-6s\n' "option" "mlp" "cnn" "gpt" "llama"
 printf '%s\n' "$rows" > "$tmp/rows"
 while IFS='|' read -r opts refused what np; do
   line=$(printf '%-56s' "$opts")
-  for model in mlp cnn gpt; do
+  for model in mlp cnn gpt llama; do
     rm -rf "$tmp/w"
     mkdir -p "$tmp/w"
-    o=$(printf '%s' "$opts" | sed "s|W/|$tmp/w/|g; s|G0|$tmp/g0.bin|g")
+    m0=$tmp/g0.bin m1=g.bin # the model files of the model: llm.c's, a Llama's safetensors
+    [ "$model" = llama ] && m0=$tmp/l0.safetensors m1=l.safetensors
+    o=$(printf '%s' "$opts" | sed "s|W/|$tmp/w/|g; s|M0|$m0|g; s|M1|$m1|g")
     eval "base=\$base_$model"
+    mname=$model
+    [ "$model" = llama ] && mname=llama-tiny
     log="$tmp/w/out.log"
     case " $refused " in *" $model "*) want=refused ;; *) want=works ;; esac
     if [ "$np" -eq 2 ]; then launch="$mpirun 2 120 $prog"; else launch="$prog"; fi
@@ -128,7 +138,7 @@ while IFS='|' read -r opts refused what np; do
     rc=$?
     name=$(printf '%s' "$opts" | cut -d' ' -f1)
     if [ "$want" = refused ]; then
-      if [ $rc -eq 2 ] && grep -q -- "$name does not apply to --model $model: [a-z]" "$log"; then
+      if [ $rc -eq 2 ] && grep -q -- "$name does not apply to --model $mname: [a-z]" "$log"; then
         ok
         line="$line refused"
       else

@@ -93,6 +93,23 @@ MPT_API mpt_status mpt_nn_gqa_attention(mpt_tape *tape, mpt_var *q, mpt_var *k, 
                                         int n_heads, int n_kv_heads, float rope_theta,
                                         mpt_var **y);
 
+/* The attention block of a Llama layer before its output projection, fused: the projections
+ * q = x Wq^T, k = x Wk^T, v = x Wv^T of x [B, T, C] (wq [H hd, C], wk and wv [KV hd, C], no
+ * bias), then mpt_nn_gqa_attention(q, k, v, n_heads, n_kv_heads, rope_theta). One node
+ * ("llama_attention") computes the products, the rotation and the pack; when the three weights
+ * lie one after the other in memory (as a model registers them: q_proj, k_proj, v_proj) the
+ * products are ONE GEMM over [Wq; Wk; Wv], as the GPT's qkv, and so are backward's dx =
+ * dQKV [Wq; Wk; Wv] and, when their gradients lie one after the other too, [dWq; dWk; dWv] +=
+ * dQKV^T x; otherwise one GEMM per weight. q, k and v are not kept (backward needs only x and
+ * the weights); the packed [B, T, 3 H hd] is, as in mpt_nn_gqa_attention. The results are those
+ * of mpt_nn_linear_nd three times then mpt_nn_gqa_attention up to float rounding (the
+ * products' summation order; tests/test_llama.c).
+ * Errors: as mpt_nn_gqa_attention; MPT_ESHAPE also for x not [B, T, C] or a weight of another
+ * shape. */
+MPT_API mpt_status mpt_nn_llama_attention(mpt_tape *tape, mpt_var *x, mpt_var *wq, mpt_var *wk,
+                                          mpt_var *wv, int n_heads, int n_kv_heads,
+                                          float rope_theta, mpt_var **y);
+
 /* ------------------------------------------------------------------------------------------ */
 /* The Llama model (src/nn/llama.c)                                                           */
 
@@ -135,7 +152,8 @@ MPT_API int64_t mpt_llama_param_count(const mpt_llama_config *config);
  *     x += o_proj(gqa_attention(q_proj(h), k_proj(h), v_proj(h))),  h = input_layernorm(x);
  *     x += down_proj(silu(gate_proj(h)) * up_proj(h)),  h = post_attention_layernorm(x);
  *   logits = norm(x) lm_head^T  [B, T, V]  (lm_head = embed_tokens when tied);
- * RoPE with rope_theta on q and k inside the attention (mpt_nn_gqa_attention). The input var
+ * RoPE with rope_theta on q and k inside the attention (mpt_nn_llama_attention: the three
+ * projections in one GEMM, rotation and grouped-query attention). The input var
  * holds int32 tokens [B, T] (mpt_tape_input of an I32 tensor on the CPU, valid until
  * backward), 1 <= T <= max_seq_len, each in [0, vocab_size); the loss is
  * mpt_nn_cross_entropy_vocab(tape, logits, targets, vocab_size) (transformer.h).

@@ -255,7 +255,7 @@ typedef enum { P_I64, P_INT, P_F64, P_F32, P_F32D, P_STR, P_ON, P_OFF, P_FN } pa
   X(CONV_ALGO, "conv-algo", P_FN, NOFIELD, 0, 0, IMG, "evaluation and output",                  \
     "auto|im2col|onednn",                                                                       \
     "convolutions: oneDNN (when built with it) or\nim2col + GEMM (default auto: oneDNN when "    \
-    "available)", "the GPT has no convolutions")                                                \
+    "available)", "a language model has no convolutions")                                                \
   X(GEMM, "gemm", P_FN, NOFIELD, 0, 0, ALL, "evaluation and output", "auto|openblas|onednn",     \
     "CPU fp32 GEMMs: auto (default) oneDNN with its AVX-512\nkernels; with AVX2 only, OpenBLAS "  \
     "below 2^27\nmultiply-adds and oneDNN above (measured: docs/cluster.md)", "")               \

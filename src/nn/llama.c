@@ -217,19 +217,17 @@ static mpt_status llama_block_forward(mpt_tape *tape, void *user, mpt_var *x, mp
   const llama_block *b = user;
   const mpt_llama_config *c = b->cfg;
   mpt_var *p[LLAMA_PER_LAYER];
-  mpt_var *h = NULL, *q = NULL, *k = NULL, *v = NULL, *a = NULL;
+  mpt_var *h = NULL, *a = NULL;
   /* each parameter taken right before the op that reads it (ZeRO-3 may give it back after) */
 #define P(kind) (mpt_tape_param(tape, layer_index(b->layer, kind), &p[kind]))
   MPT_RETURN_IF(P(LLAMA_K_LN1));
   MPT_RETURN_IF(mpt_nn_rmsnorm(tape, x, p[LLAMA_K_LN1], c->norm_eps, &h));
   MPT_RETURN_IF(P(LLAMA_K_Q));
-  MPT_RETURN_IF(mpt_nn_linear_nd(tape, h, p[LLAMA_K_Q], NULL, &q));
   MPT_RETURN_IF(P(LLAMA_K_K));
-  MPT_RETURN_IF(mpt_nn_linear_nd(tape, h, p[LLAMA_K_K], NULL, &k));
   MPT_RETURN_IF(P(LLAMA_K_V));
-  MPT_RETURN_IF(mpt_nn_linear_nd(tape, h, p[LLAMA_K_V], NULL, &v));
-  MPT_RETURN_IF(mpt_nn_gqa_attention(tape, q, k, v, c->n_heads, c->n_kv_heads, c->rope_theta,
-                                     &a));
+  /* q, k and v adjacent in the flat buffer: one product over the three */
+  MPT_RETURN_IF(mpt_nn_llama_attention(tape, h, p[LLAMA_K_Q], p[LLAMA_K_K], p[LLAMA_K_V],
+                                       c->n_heads, c->n_kv_heads, c->rope_theta, &a));
   MPT_RETURN_IF(P(LLAMA_K_O));
   MPT_RETURN_IF(mpt_nn_linear_nd(tape, a, p[LLAMA_K_O], NULL, &a));
   MPT_RETURN_IF(mpt_nn_add(tape, x, a, &x));
