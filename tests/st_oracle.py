@@ -10,7 +10,8 @@ the definition); `same FILE DIR` checks that the sharded model DIR (model.safete
 and the shards it names) holds exactly FILE's tensors; `llama DIR` writes a Llama as transformers'
 LlamaForCausalLM names it, in BF16, of Llama 3.2 1B's structure (16 layers, 32 query and 8
 key/value heads, vocabulary 128256, rope_theta 500000, tied: no lm_head.weight) at width 128
-(MLP 512), its config.json as transformers writes Llama 3.2's (rope_scaling null); `llama-check
+(MLP 512; `llama DIR full`: 2048 and 8192, the whole shape), its config.json as transformers
+writes Llama 3.2's (rope_scaling null); `llama-check
 DIR FILE` checks that the F32 safetensors FILE holds exactly those values under the same names
 and shapes (Linear weights [out, in]: no transposes)."""
 import json
@@ -129,17 +130,16 @@ def llama_raw(k, n, width):
 
 
 def llama_write(d):
-    header, blobs, off = {"__metadata__": {"format": "pt"}}, [], 0
+    header, off = {"__metadata__": {"format": "pt"}}, 0
     for k, (name, shape) in enumerate(llama_tensors()):
-        raw = llama_raw(k, count(shape), 2)
-        header[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [off, off + len(raw)]}
-        blobs.append(raw)
-        off += len(raw)
+        n = 2 * count(shape)
+        header[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [off, off + n]}
+        off += n
     text = json.dumps(header).encode()
-    with open(d + "/model.safetensors", "wb") as f:
+    with open(d + "/model.safetensors", "wb") as f:  # tensor by tensor: the full width is 2.5 GB
         f.write(struct.pack("<Q", len(text)) + text)
-        for b in blobs:
-            f.write(b)
+        for k, (name, shape) in enumerate(llama_tensors()):
+            f.write(llama_raw(k, count(shape), 2))
     with open(d + "/config.json", "w") as f:
         json.dump({"architectures": ["LlamaForCausalLM"], "attention_bias": False,
                    "attention_dropout": 0.0, "bos_token_id": 128000, "eos_token_id": 128001,
@@ -222,6 +222,8 @@ if __name__ == "__main__":
     elif sys.argv[1] == "same":
         same(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "llama":
+        if sys.argv[3:] == ["full"]:  # Llama 3.2 1B's width too (not run by the tests)
+            LLAMA.update(C=2048, F=8192)
         llama_write(sys.argv[2])
     elif sys.argv[1] == "llama-check":
         llama_check(sys.argv[3])
