@@ -12,10 +12,16 @@
 import json
 import sys
 
-import numpy as np
-import torch
-import transformers
-from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM)
+if __name__ == "__main__" and (len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help")):
+    print(__doc__.strip())
+    sys.exit(0 if len(sys.argv) >= 2 else 2)
+
+# after --help: these need the PyPI packages (bench/hf_interop.sh's virtual environment)
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig,  # noqa: E402
+                          LlamaForCausalLM)
 
 transformers.utils.logging.disable_progress_bar()
 transformers.utils.logging.set_verbosity_error()

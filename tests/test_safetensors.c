@@ -544,6 +544,8 @@ START_TEST(test_gpt_bf16_and_sharded_models_round_trip) {
   ck_assert_int_eq(mpt_gpt_st_write(path_of("s"), &tiny, p, NULL), MPT_OK);
   list_dir(path_of("s"), names, sizeof names);
   ck_assert_str_eq(names, "config.json model.safetensors ");
+  ASSERT_ERR(mpt_gpt_st_write(path_of("s/model.safetensors.index.json"), &tiny, p, &o),
+             MPT_EINVAL, "an index is written with its shards: give their folder");
   /* a file path is one file whatever the shard size */
   ck_assert_int_eq(mpt_gpt_st_write(path_of("one.safetensors"), &tiny, p, &o), MPT_OK);
   ck_assert_int_eq(mpt_st_open_model(path_of("one.safetensors"), &sf), MPT_OK);

@@ -153,7 +153,8 @@ MPT_API mpt_status mpt_st_open_model(const char *path, mpt_st_file **out);
  * {"total_size": <tensor bytes>}, "weight_map": {...}}), then the files of the model it
  * replaces are removed (model.safetensors, or the index and shards of another count). Every
  * file atomically; each shard carries meta. opts NULL: the defaults. Errors: those of
- * mpt_st_write; MPT_EINVAL more than 99999 shards, shard_nbytes < 1; MPT_EIO. */
+ * mpt_st_write; MPT_EINVAL more than 99999 shards, shard_nbytes < 1, a path ending in
+ * ".index.json" (give the folder); MPT_EIO. */
 MPT_API mpt_status mpt_st_write_model(const char *path, const mpt_st_write_tensor *tensors,
                                       int n, const char *const *meta, int nmeta,
                                       const char *config_json, const mpt_st_save_options *opts,

@@ -222,6 +222,9 @@ mpt_status mpt_st_write_model(const char *path, const mpt_st_write_tensor *tenso
   if (!path || (n > 0 && !tensors) || n < 0 || !fill)
     return MPT_FAIL(MPT_EINVAL, "mpt_st_write_model: NULL or negative argument");
   const mpt_st_save_options o = opts ? *opts : mpt_st_save_options_default();
+  if (ends_with(path, ".index.json"))
+    return MPT_FAIL(MPT_EINVAL, "safetensors model write '%s': an index is written with its "
+                    "shards: give their folder", path);
   if (o.shard_nbytes < 1)
     return MPT_FAIL(MPT_EINVAL, "mpt_st_write_model: shard size %lld bytes", (long long)o.shard_nbytes);
   const int es = o.dtype == MPT_ST_BF16 ? 2 : 4;
