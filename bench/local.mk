@@ -45,3 +45,9 @@ mpt_fused_bench_LDADD = libmpitrain_all.la
 noinst_PROGRAMS += mpt_attn_bench
 mpt_attn_bench_SOURCES = bench/attn_bench.c
 mpt_attn_bench_LDADD = libmpitrain_all.la
+
+# The logits of a safetensors model (GPT-2 or Llama) for bench/hf_interop.sh (not installed).
+noinst_PROGRAMS += mpt_st_logits
+mpt_st_logits_SOURCES = bench/st_logits.c
+mpt_st_logits_LDADD = libmpitrain_all.la
+EXTRA_DIST += bench/hf_interop.sh bench/hf_interop.py

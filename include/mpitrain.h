@@ -12,6 +12,7 @@
 #include "mpitrain/gpt_config.h"
 #include "mpitrain/transformer.h"
 #include "mpitrain/llama.h"
+#include "mpitrain/llama_file.h"
 #include "mpitrain/data.h"
 #include "mpitrain/optim.h"
 #include "mpitrain/comm.h"

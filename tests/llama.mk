@@ -28,3 +28,15 @@ endif
 # process under DDP, ZeRO, accumulation and bf16 gradients, recompute, checkpoints.
 TESTS += tests/test_train_llama.sh
 EXTRA_DIST += tests/test_train_llama.sh
+
+# Llama models as Hugging Face safetensors + config.json (src/ckpt/llama_file.c)
+if HAVE_CHECK
+check_PROGRAMS += tests/test_llama_file
+TESTS += tests/test_llama_file
+tests_test_llama_file_SOURCES = tests/test_llama_file.c
+tests_test_llama_file_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_llama_file_LDADD = libmpitrain_all.la $(CHECK_LIBS) -lm
+endif
+# Llama safetensors models through train --model llama / --init-from / --save-model and generate
+TESTS += tests/test_llama_safetensors_cli.sh
+EXTRA_DIST += tests/test_llama_safetensors_cli.sh

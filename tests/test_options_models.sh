@@ -31,6 +31,10 @@ common="--epochs 1 --max-steps 2 --threads 1 --no-progress --progress-interval 0
 # shellcheck disable=SC2086 # word lists on purpose
 "$prog" train $base_gpt $common --save-model "$tmp/g0.bin" > "$tmp/g0.log" 2>&1 ||
   { echo "FAIL: the GPT run that writes the model file: $(tail -3 "$tmp/g0.log")"; exit 1; }
+# and a llama-tiny as Hugging Face safetensors (a Llama's only model files)
+# shellcheck disable=SC2086 # word lists on purpose
+"$prog" train $base_llama $common --save-model "$tmp/l0.safetensors" > "$tmp/l0.log" 2>&1 ||
+  { echo "FAIL: the Llama run that writes the model file: $(tail -3 "$tmp/l0.log")"; exit 1; }
 
 # check NAME FILE: the effect of an option, on the run's output FILE (exit 0: seen); every
 # check but those of where the output goes and where the run stops also wants the 2 steps run.
@@ -110,8 +114,8 @@ rows='--metrics-json W/m.json||metrics|1
 --data W/|gpt llama|ran|1
 --synthetic|gpt llama|ran|1
 --n-layer 1|mlp cnn llama|ran|1
---init-from G0|mlp cnn llama|ran|1
---save-model W/g.bin|mlp cnn llama|ran|1'
+--init-from M0|mlp cnn|ran|1
+--save-model W/M1|mlp cnn|ran|1'
 
 printf '%-56s %-6s %-6s %-6s %-6s\n' "option" "mlp" "cnn" "gpt" "llama"
 printf '%s\n' "$rows" > "$tmp/rows"
@@ -120,7 +124,9 @@ while IFS='|' read -r opts refused what np; do
   for model in mlp cnn gpt llama; do
     rm -rf "$tmp/w"
     mkdir -p "$tmp/w"
-    o=$(printf '%s' "$opts" | sed "s|W/|$tmp/w/|g; s|G0|$tmp/g0.bin|g")
+    m0=$tmp/g0.bin m1=g.bin # the model files of the model: llm.c's, a Llama's safetensors
+    [ "$model" = llama ] && m0=$tmp/l0.safetensors m1=l.safetensors
+    o=$(printf '%s' "$opts" | sed "s|W/|$tmp/w/|g; s|M0|$m0|g; s|M1|$m1|g")
     eval "base=\$base_$model"
     mname=$model
     [ "$model" = llama ] && mname=llama-tiny

@@ -385,6 +385,288 @@ START_TEST(test_bad_files_are_refused_naming_file_and_problem) {
 }
 END_TEST
 
+
+/* bf16 bits of x rounded to nearest even, written here from the definition (not with the
+ * library's converter): the 16 dropped bits against half of the last kept bit's weight. */
+static uint16_t rne_bf16(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)(u >> 16 | 0x40);
+  const uint32_t lo = u & 0xFFFFu, hi = u >> 16;
+  return (uint16_t)(lo > 0x8000u || (lo == 0x8000u && (hi & 1)) ? hi + 1 : hi);
+}
+
+static float f_of(uint32_t u) {
+  float x;
+  memcpy(&x, &u, 4);
+  return x;
+}
+
+static const float *rne_values;
+static mpt_status values_fill(void *ctx, int i, float *dst) {
+  (void)ctx;
+  (void)i;
+  memcpy(dst, rne_values, 12 * sizeof *dst);
+  return MPT_OK;
+}
+
+START_TEST(test_bf16_write_rounds_to_nearest_even) {
+  /* ties to even both ways, just above a tie, the largest float (to infinity), -0, inf, NaN,
+   * a subnormal, a value that carries into the exponent */
+  const float v[12] = {1.0f, f_of(0x3F808000u), f_of(0x3F818000u), f_of(0x3F808001u),
+                       f_of(0x7F7FFFFFu), -0.0f, 1.0f / 0.0f, f_of(0x7FC00001u),
+                       f_of(0x00012345u), f_of(0x3FFFFFFFu), -2.5f, f_of(0x3F807FFFu)};
+  const uint16_t want[12] = {0x3F80, 0x3F80, 0x3F82, 0x3F81, 0x7F80, 0x8000, 0x7F80, 0x7FC0,
+                             0x0001, 0x4000, 0xC020, 0x3F80};
+  for (int i = 0; i < 12; i++) ck_assert_uint_eq(rne_bf16(v[i]), want[i]);
+  rne_values = v;
+  mpt_st_write_tensor t = {.name = "x", .ndim = 2, .shape = {3, 4}};
+  ck_assert_int_eq(mpt_st_write(path_of("b.safetensors"), &t, 1, NULL, 0, MPT_ST_BF16,
+                                values_fill, NULL), MPT_OK);
+  size_t n;
+  char *f = slurp(path_of("b.safetensors"), &n);
+  uint64_t hn = 0;
+  for (int k = 7; k >= 0; k--) hn = hn << 8 | (unsigned char)f[k];
+  ck_assert_int_eq(n, 8 + hn + 24);
+  for (int i = 0; i < 12; i++) {
+    const unsigned char *b = (const unsigned char *)f + 8 + hn + 2 * i;
+    ck_assert_msg((b[0] | b[1] << 8) == want[i], "value %d: %04x, want %04x", i,
+                  b[0] | b[1] << 8, want[i]);
+  }
+  f[8 + hn] = 0;
+  ck_assert_ptr_nonnull(strstr(f + 8, "{\"x\":{\"dtype\":\"BF16\",\"shape\":[3,4],"
+                                      "\"data_offsets\":[0,24]}}"));
+  free(f);
+  mpt_st_file *sf;
+  ck_assert_int_eq(mpt_st_open(path_of("b.safetensors"), &sf), MPT_OK);
+  float r[12];
+  ck_assert_int_eq(mpt_st_read_f32(sf, mpt_st_find(sf, "x"), r, 12), MPT_OK);
+  for (int i = 0; i < 12; i++) {
+    const uint32_t u = (uint32_t)want[i] << 16;
+    ck_assert_int_eq(memcmp(&r[i], &u, 4), 0);
+  }
+  mpt_st_close(sf);
+  ASSERT_ERR(mpt_st_write(path_of("c.safetensors"), &t, 1, NULL, 0, (mpt_st_dtype)7,
+                          values_fill, NULL), MPT_EINVAL, "dtype 7");
+}
+END_TEST
+
+/* The file names in folder `dir`, sorted, joined by spaces. */
+static void list_dir(const char *dir, char *out, size_t cap) {
+  char cmd[700];
+  snprintf(cmd, sizeof cmd, "ls '%s' | tr '\\n' ' '", dir);
+  FILE *p = popen(cmd, "r");
+  ck_assert_ptr_nonnull(p);
+  size_t k = fread(out, 1, cap - 1, p);
+  out[k] = 0;
+  pclose(p);
+}
+
+START_TEST(test_gpt_bf16_and_sharded_models_round_trip) {
+  mpt_gpt_layout lay;
+  float *p = tiny_params(&lay);
+  float *q = malloc((size_t)lay.total * sizeof *q);
+  mpt_gpt_config c;
+  char names[1024];
+  /* bf16: every value read back is the round-to-nearest-even of the written one */
+  ck_assert_int_eq(mkdir(path_of("b"), 0755), 0);
+  mpt_st_save_options o = mpt_st_save_options_default();
+  ck_assert_int_eq(o.dtype, MPT_ST_F32);
+  ck_assert_int_eq(o.shard_nbytes, 5000000000LL);
+  o.dtype = MPT_ST_BF16;
+  ck_assert_int_eq(mpt_gpt_st_write(path_of("b"), &tiny, p, &o), MPT_OK);
+  ck_assert_int_eq(mpt_gpt_file_read(path_of("b"), &tiny, &c, q, lay.total), MPT_OK);
+  for (int64_t i = 0; i < lay.total; i++) {
+    const uint32_t u = (uint32_t)rne_bf16(p[i]) << 16;
+    ck_assert_msg(memcmp(&q[i], &u, 4) == 0, "parameter %lld: %a from %a", (long long)i,
+                  (double)q[i], (double)p[i]);
+  }
+  size_t n;
+  char *cfg = slurp(path_of("b/config.json"), &n);
+  cfg[n - 1] = 0;
+  ck_assert_ptr_nonnull(strstr(cfg, "\"torch_dtype\": \"bfloat16\""));
+  free(cfg);
+  /* sharded: the model is 2,912 bytes of F32 (wte 800, wpe 128, 976 per layer, ln_f 32);
+   * 500-byte shards, filled in order: wte (800) alone, then 496, 336, 496, 480, 304 bytes */
+  ck_assert_int_eq(mkdir(path_of("s"), 0755), 0);
+  ck_assert_int_eq(mpt_gpt_st_write(path_of("s"), &tiny, p, NULL), MPT_OK); /* one file first */
+  o.dtype = MPT_ST_F32;
+  o.shard_nbytes = 500;
+  ck_assert_int_eq(mpt_gpt_st_write(path_of("s"), &tiny, p, &o), MPT_OK);
+  list_dir(path_of("s"), names, sizeof names);
+  ck_assert_str_eq(names, "config.json model-00001-of-00006.safetensors "
+                   "model-00002-of-00006.safetensors model-00003-of-00006.safetensors "
+                   "model-00004-of-00006.safetensors model-00005-of-00006.safetensors "
+                   "model-00006-of-00006.safetensors model.safetensors.index.json ");
+  ck_assert_int_eq(mpt_gpt_st_is_path(path_of("s")), 1);
+  memset(q, 0x7f, (size_t)lay.total * sizeof *q);
+  ck_assert_int_eq(mpt_gpt_file_read(path_of("s"), &tiny, &c, q, lay.total), MPT_OK);
+  ck_assert_int_eq(memcmp(p, q, (size_t)lay.total * sizeof *p), 0); /* bit-exact */
+  char *idx = slurp(path_of("s/model.safetensors.index.json"), &n);
+  idx[n - 1] = 0;
+  ck_assert_ptr_nonnull(strstr(idx, "\"total_size\": 2912"));
+  ck_assert_ptr_nonnull(strstr(idx, "\"wte.weight\": \"model-00001-of-00006.safetensors\""));
+  ck_assert_ptr_nonnull(strstr(idx, "\"wpe.weight\": \"model-00002-of-00006.safetensors\""));
+  ck_assert_ptr_nonnull(strstr(idx, "\"h.0.ln_2.bias\": \"model-00003-of-00006.safetensors\""));
+  ck_assert_ptr_nonnull(strstr(idx, "\"ln_f.bias\": \"model-00006-of-00006.safetensors\""));
+  free(idx);
+  mpt_st_file *sf;
+  ck_assert_int_eq(mpt_st_open_model(path_of("s"), &sf), MPT_OK);
+  ck_assert_int_eq(mpt_st_num_shards(sf), 6);
+  ck_assert_int_eq(mpt_st_num_tensors(sf), 28);
+  ck_assert_str_eq(mpt_st_shard_path(sf, mpt_st_find(sf, "ln_f.bias")->shard),
+                   path_of("s/model-00006-of-00006.safetensors"));
+  ck_assert_ptr_null(mpt_st_shard_path(sf, 6));
+  ck_assert_str_eq(mpt_st_metadata(sf, "format"), "pt");
+  mpt_st_close(sf);
+  /* each shard a valid file of the bytes above */
+  static const int64_t shard_bytes[6] = {800, 496, 336, 496, 480, 304};
+  for (int k = 1; k <= 6; k++) {
+    char name[64];
+    snprintf(name, sizeof name, "s/model-%05d-of-00006.safetensors", k);
+    ck_assert_int_eq(mpt_st_open(path_of(name), &sf), MPT_OK);
+    int64_t bytes = 0;
+    for (int i = 0; i < mpt_st_num_tensors(sf); i++)
+      bytes += mpt_st_tensor_at(sf, i)->end - mpt_st_tensor_at(sf, i)->begin;
+    ck_assert_int_eq(bytes, shard_bytes[k - 1]);
+    mpt_st_close(sf);
+  }
+  /* 3 shards of another count replace the 6 (960, 976, 976 bytes); one file the shards */
+  o.shard_nbytes = 1000;
+  ck_assert_int_eq(mpt_gpt_st_write(path_of("s"), &tiny, p, &o), MPT_OK);
+  list_dir(path_of("s"), names, sizeof names);
+  ck_assert_str_eq(names, "config.json model-00001-of-00003.safetensors "
+                   "model-00002-of-00003.safetensors model-00003-of-00003.safetensors "
+                   "model.safetensors.index.json ");
+  memset(q, 0, (size_t)lay.total * sizeof *q);
+  ck_assert_int_eq(mpt_gpt_file_read(path_of("s"), &tiny, &c, q, lay.total), MPT_OK);
+  ck_assert_int_eq(memcmp(p, q, (size_t)lay.total * sizeof *p), 0);
+  ck_assert_int_eq(mpt_gpt_st_write(path_of("s"), &tiny, p, NULL), MPT_OK);
+  list_dir(path_of("s"), names, sizeof names);
+  ck_assert_str_eq(names, "config.json model.safetensors ");
+  ASSERT_ERR(mpt_gpt_st_write(path_of("s/model.safetensors.index.json"), &tiny, p, &o),
+             MPT_EINVAL, "an index is written with its shards: give their folder");
+  /* a file path is one file whatever the shard size */
+  ck_assert_int_eq(mpt_gpt_st_write(path_of("one.safetensors"), &tiny, p, &o), MPT_OK);
+  ck_assert_int_eq(mpt_st_open_model(path_of("one.safetensors"), &sf), MPT_OK);
+  ck_assert_int_eq(mpt_st_num_shards(sf), 1);
+  mpt_st_close(sf);
+  free(q);
+  free(p);
+}
+END_TEST
+
+START_TEST(test_bad_indexes_and_configs_are_refused_naming_the_problem) {
+  const unsigned char zeros[64] = {0};
+  const char *a = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
+  const char *b = "{\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
+  const char *ab = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                   "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}";
+  hand_file("x1.safetensors", a, zeros, 8);
+  hand_file("x2.safetensors", b, zeros, 8);
+  hand_file("x3.safetensors", ab, zeros, 16);
+  mpt_st_file *f = NULL;
+  write_bytes(path_of("ok.index.json"), "{\"metadata\": {\"total_size\": 16}, \"weight_map\": "
+              "{\"b\": \"x2.safetensors\", \"a\": \"x1.safetensors\"}}", 0);
+  ck_assert_int_eq(mpt_st_open_index(path_of("ok.index.json"), &f), MPT_OK);
+  ck_assert_int_eq(mpt_st_num_shards(f), 2);
+  ck_assert_str_eq(mpt_st_tensor_at(f, 0)->name, "b"); /* shard order: first mention */
+  ck_assert_int_eq(mpt_st_tensor_at(f, 1)->shard, 1);
+  float v[2] = {1, 1};
+  ck_assert_int_eq(mpt_st_read_f32(f, mpt_st_find(f, "a"), v, 2), MPT_OK);
+  ck_assert(v[0] == 0 && v[1] == 0);
+  mpt_st_close(f);
+  static const struct { const char *json; const char *why; } cases[] = {
+      {"{\"weight_map\": {\"a\": \"x1.safetensors\", \"b\": \"gone.safetensors\"}}",
+       "names shard 'gone.safetensors', which does not exist"},
+      {"{\"weight_map\": {\"a\": \"x1.safetensors\", \"b\": \"x3.safetensors\"}}",
+       "tensor 'a' is in two shards, 'x1.safetensors' and 'x3.safetensors'"},
+      {"{\"weight_map\": {\"a\": \"x3.safetensors\"}}",
+       "shard 'x3.safetensors' holds tensor 'b', which the index's weight_map does not list"},
+      {"{\"weight_map\": {\"a\": \"x1.safetensors\", \"b\": \"x2.safetensors\", "
+       "\"c\": \"x2.safetensors\"}}",
+       "puts tensor 'c' in shard 'x2.safetensors', which does not hold it"},
+      {"{\"weight_map\": {\"a\": \"x1.safetensors\", \"a\": \"x2.safetensors\"}}",
+       "duplicate key 'a'"},
+      {"{\"metadata\": {}}", "has no \"weight_map\" object"},
+      {"{\"weight_map\": {\"a\": \"../x1.safetensors\"}}", "tensor 'a' is not mapped to a file name"},
+      {"{\"weight_map\": {\"a\": 3}}", "tensor 'a' is not mapped to a file name"},
+      {"{\"weight_map\": {\"a\": \"x1.safetensors\",}}", "invalid JSON at byte 38: trailing comma"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "bad%zu.index.json", i);
+    write_bytes(path_of(name), cases[i].json, 0);
+    f = NULL;
+    ASSERT_ERR(mpt_st_open_index(path_of(name), &f), MPT_EFORMAT, name, cases[i].why);
+    ck_assert_ptr_null(f);
+  }
+  /* a shard that is itself bad: its own message */
+  hand_file("x4.safetensors", a, zeros, 4);
+  write_bytes(path_of("cut.index.json"), "{\"weight_map\": {\"a\": \"x4.safetensors\"}}", 0);
+  ASSERT_ERR(mpt_st_open_index(path_of("cut.index.json"), &f), MPT_EFORMAT, "x4.safetensors",
+             "past the end of the data (4 bytes)");
+  ASSERT_ERR(mpt_st_open_index(path_of("none.index.json"), &f), MPT_ENOENT, "none.index.json");
+  /* a GPT folder: both layouts at once, neither; config dtypes */
+  mpt_gpt_layout lay;
+  float *p = tiny_params(&lay);
+  mpt_gpt_config c;
+  ck_assert_int_eq(mkdir(path_of("m"), 0755), 0);
+  mpt_st_save_options o = mpt_st_save_options_default();
+  o.shard_nbytes = 500;
+  ck_assert_int_eq(mpt_gpt_st_write(path_of("m"), &tiny, p, &o), MPT_OK);
+  char cmd[1200];
+  snprintf(cmd, sizeof cmd, "cp '%s' '%s'", path_of("m/model-00001-of-00006.safetensors"),
+           path_of("m/model.safetensors"));
+  ck_assert_int_eq(system(cmd), 0);
+  ASSERT_ERR(mpt_gpt_file_read_header(path_of("m"), &c), MPT_EFORMAT,
+             "holds both model.safetensors and model.safetensors.index.json");
+  ck_assert_int_eq(unlink(path_of("m/model.safetensors")), 0);
+  ck_assert_int_eq(unlink(path_of("m/model-00003-of-00006.safetensors")), 0);
+  ASSERT_ERR(mpt_gpt_file_read_header(path_of("m"), &c), MPT_EFORMAT,
+             "names shard 'model-00003-of-00006.safetensors', which does not exist");
+  ck_assert_int_eq(unlink(path_of("m/model.safetensors.index.json")), 0);
+  ASSERT_ERR(mpt_gpt_file_read_header(path_of("m"), &c), MPT_ENOENT,
+             "holds neither model.safetensors nor model.safetensors.index.json");
+  ck_assert_int_eq(mpt_gpt_st_write(path_of("m"), &tiny, p, NULL), MPT_OK);
+  write_bytes(path_of("m/config.json"), "{\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 4, "
+              "\"n_positions\": 8, \"vocab_size\": 50, \"torch_dtype\": \"bfloat16\"}", 0);
+  ASSERT_ERR(mpt_gpt_file_read_header(path_of("m"), &c), MPT_EFORMAT,
+             "tensor 'wte.weight' is F32, the config", "gives BF16 (torch_dtype)");
+  write_bytes(path_of("m/config.json"), "{\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 4, "
+              "\"n_positions\": 8, \"vocab_size\": 50, \"dtype\": \"int8\"}", 0);
+  ASSERT_ERR(mpt_gpt_file_read_header(path_of("m"), &c), MPT_EFORMAT,
+             "dtype 'int8' is not float32, bfloat16 or float16");
+  write_bytes(path_of("m/config.json"), "{\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 4, "
+              "\"n_positions\": 8, \"vocab_size\": 50, \"torch_dtype\": \"float32\"}", 0);
+  ck_assert_int_eq(mpt_gpt_file_read_header(path_of("m"), &c), MPT_OK);
+  write_bytes(path_of("m/config.json"), "{\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 4, "
+              "\"n_positions\": 8, \"vocab_size\": 51}", 0);
+  ASSERT_ERR(mpt_gpt_file_read_header(path_of("m"), &c), MPT_EFORMAT,
+             "tensor 'wte.weight' has shape [50, 4], the config", "gives [51, 4]");
+  free(p);
+}
+END_TEST
+
+START_TEST(test_sizes_parse_as_transformers_writes_them) {
+  static const struct { const char *text; int64_t nbytes; } good[] = {
+      {"5GB", 5000000000LL}, {"5gb", 5000000000LL}, {"2GiB", 2147483648LL}, {"10KB", 10000},
+      {"10kib", 10240}, {"123", 123}, {"7B", 7}, {"3MB", 3000000}, {"1MiB", 1048576},
+      {"1TB", 1000000000000LL}};
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    int64_t v = 0;
+    ck_assert_int_eq(mpt_st_parse_size(good[i].text, &v), MPT_OK);
+    ck_assert_int_eq(v, good[i].nbytes);
+  }
+  static const char *const bad[] = {"", "0", "0GB", "5 GB", "-5GB", "5XB", "GB", "1.5GB",
+                                    "99999999999999999999", "9999999999TB"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    int64_t v = 0;
+    ASSERT_ERR(mpt_st_parse_size(bad[i], &v), MPT_EINVAL, "is not a positive whole number");
+  }
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("safetensors");
   TCase *tc = tcase_create("safetensors");
@@ -394,6 +676,10 @@ int main(void) {
   tcase_add_test(tc, test_gpt_prefix_and_transformers_extras_are_accepted_others_refused);
   tcase_add_test(tc, test_bf16_and_f16_read_to_their_exact_values);
   tcase_add_test(tc, test_bad_files_are_refused_naming_file_and_problem);
+  tcase_add_test(tc, test_bf16_write_rounds_to_nearest_even);
+  tcase_add_test(tc, test_gpt_bf16_and_sharded_models_round_trip);
+  tcase_add_test(tc, test_bad_indexes_and_configs_are_refused_naming_the_problem);
+  tcase_add_test(tc, test_sizes_parse_as_transformers_writes_them);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -4,8 +4,10 @@
 # saved as safetensors, read back (--lr 0 leaves it unchanged) and saved as an llm.c file equal
 # to the one the same run writes directly; generate gives the same text from both; a model
 # written by tests/st_oracle.py from the format alone (BF16 and F32, the "transformer." prefix,
-# transformers' extra tensors) read exactly; bad models refused naming the file. Needs python3
-# (skipped without). About 12 runs of the program, 10 s.
+# transformers' extra tensors) read exactly; --save-dtype bf16 checked by the oracle's own
+# rounding, --save-shard-size's shards against the one file and read back exactly; bad models
+# and options refused naming the file. Needs python3 (skipped without). About 20 runs of the
+# program, 15 s.
 set -u
 prog=${MPITRAIN:-./mpitrain}
 command -v python3 > /dev/null 2>&1 || { echo "no python3: skipped"; exit 77; }
@@ -57,6 +59,46 @@ cmp -s "$tmp/hf/model.safetensors" "$tmp/hf2/model.safetensors" && ok ||
 g1=$("$prog" generate --model-file "$tmp/a/m.bin" --tokens 40 --seed 5 2>&1 | od -An -tx1)
 g2=$("$prog" generate --model-file "$tmp/hf" --tokens 40 --seed 5 2>&1 | od -An -tx1)
 [ -n "$g1" ] && [ "$g1" = "$g2" ] && ok || bad "generate: llm.c and safetensors models differ"
+
+# --save-dtype bf16: every value the oracle's round-to-nearest-even of the fp32 file's;
+# --save-shard-size: shards and their index, read back bit-exact (the llm.c file of the same
+# parameters byte-identical), generate the same text; the two options refused where they mean
+# nothing.
+mkdir "$tmp/b16" "$tmp/sh16"
+# shellcheck disable=SC2086
+expect 0 "model written to $tmp/b16" "train --save-dtype bf16" -- \
+  "$prog" train $tiny $shards --max-steps 1 --lr 0 --init-from "$tmp/hf" --save-model "$tmp/b16" \
+  --save-dtype bf16
+expect 0 "oracle: 28 tensors rounded to nearest even" "bf16 values" -- \
+  python3 "$oracle" bf16 "$tmp/hf/model.safetensors" "$tmp/b16/model.safetensors"
+grep -q '"torch_dtype": "bfloat16"' "$tmp/b16/config.json" && ok || bad "bf16 config.json: torch_dtype"
+# shellcheck disable=SC2086
+expect 0 "model written to $tmp/sh16" "train --save-shard-size 16KB" -- \
+  "$prog" train $tiny $shards --max-steps 1 --lr 0 --init-from "$tmp/hf" --save-model "$tmp/sh16" \
+  --save-shard-size 16KB
+[ -f "$tmp/sh16/model.safetensors.index.json" ] && [ ! -f "$tmp/sh16/model.safetensors" ] &&
+  n=$(ls "$tmp/sh16" | grep -c '^model-000[0-9][0-9]-of-000[0-9][0-9].safetensors$') && [ "$n" -ge 3 ] && ok ||
+  bad "--save-shard-size 16KB: $(ls "$tmp/sh16" | tr '\n' ' ')"
+expect 0 "oracle: the shards hold the file's 28 tensors, bit for bit" "shards against the file" -- \
+  python3 "$oracle" same "$tmp/hf/model.safetensors" "$tmp/sh16"
+# shellcheck disable=SC2086
+expect 0 "the parameters were read from $tmp/sh16" "train --init-from a sharded folder" -- \
+  "$prog" train $tiny $shards --max-steps 1 --lr 0 --init-from "$tmp/sh16" --save-model "$tmp/a/sh.bin"
+cmp -s "$tmp/a/m.bin" "$tmp/a/sh.bin" && ok || bad "sharded -> llm.c differs from the direct llm.c file"
+g3=$("$prog" generate --model-file "$tmp/sh16" --tokens 40 --seed 5 2>&1 | od -An -tx1)
+[ "$g1" = "$g3" ] && ok || bad "generate: the sharded model's text differs"
+# shellcheck disable=SC2086
+expect 2 "--save-dtype needs --save-model" "--save-dtype without --save-model" -- \
+  "$prog" train $tiny $shards --max-steps 1 --save-dtype bf16
+# shellcheck disable=SC2086
+expect 2 "--save-shard-size: size '5XB' is not a positive whole number" "a bad size" -- \
+  "$prog" train $tiny $shards --max-steps 1 --save-model "$tmp/x" --save-shard-size 5XB
+# shellcheck disable=SC2086
+expect 2 "--save-dtype: 'fp16' is not fp32 or bf16" "--save-dtype fp16" -- \
+  "$prog" train $tiny $shards --max-steps 1 --save-model "$tmp/x" --save-dtype fp16
+# shellcheck disable=SC2086
+expect 1 "--save-dtype: --save-model '$tmp/a/x.bin' is an llm.c model file" "bf16 to an llm.c file" -- \
+  "$prog" train $tiny $shards --max-steps 1 --save-model "$tmp/a/x.bin" --save-dtype bf16
 
 # The oracle's model: every value exact after --init-from DIR and --save-model FILE.bin.
 mkdir "$tmp/or"

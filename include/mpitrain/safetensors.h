@@ -1,5 +1,6 @@
 /* Hugging Face safetensors files (https://huggingface.co/docs/safetensors): a generic reader
- * and fp32 writer, and the GPT-2 mapping (the tensor names of transformers' GPT2LMHeadModel,
+ * and fp32 / bf16 writer, sharded models (model.safetensors.index.json) as transformers writes
+ * them, and the GPT-2 mapping (the tensor names of transformers' GPT2LMHeadModel,
  * with config.json) onto mpitrain's GPT parameters (gpt_file.h).
  *
  * Format: an 8-byte little-endian header length N, then N bytes of JSON
@@ -35,6 +36,7 @@ typedef struct mpt_st_tensor {
   int64_t shape[MPT_ST_MAX_DIMS];
   int64_t count;                 /* elements: the product of shape (1 for a scalar) */
   int64_t begin, end;            /* byte offsets in the data section, end - begin = count x size */
+  int shard;                     /* the file holding it: 0, or its shard of an index */
 } mpt_st_tensor;
 
 /* An open, validated file (mpt_st_open): its descriptor, the parsed header and metadata. */
@@ -44,6 +46,21 @@ typedef struct mpt_st_file mpt_st_file;
  * Errors: MPT_ENOENT missing; MPT_EIO unreadable or not a regular file; MPT_EFORMAT as above;
  * MPT_ENOMEM; MPT_EINVAL NULL arguments. *out is NULL on error. */
 MPT_API mpt_status mpt_st_open(const char *path, mpt_st_file **out);
+/* Opens a sharded model's index (transformers' model.safetensors.index.json:
+ * {"metadata": {...}, "weight_map": {"<tensor>": "<file>", ...}}) and every shard it names (a
+ * file name in the index's folder), each as mpt_st_open, as one file whose tensors are those
+ * of the shards, in shard order (the shards' first mention in the map), each with its shard.
+ * __metadata__ is the first shard's. Errors (MPT_EFORMAT, naming the index and, where there is
+ * one, the tensor and the shards): the index's errors as mpt_st_open's for a header (size,
+ * invalid JSON), no weight_map object, a value that is not a plain file name, a shard that
+ * does not exist, a tensor in two shards, a shard's tensor the map does not list or puts in
+ * another shard, a listed tensor its shard does not hold; a shard's, as mpt_st_open; MPT_ENOENT
+ * the index missing; MPT_EIO; MPT_ENOMEM; MPT_EINVAL NULL arguments. *out is NULL on error. */
+MPT_API mpt_status mpt_st_open_index(const char *path, mpt_st_file **out);
+/* The number of files of f (1 for mpt_st_open's), and the path of file `shard` (NULL outside);
+ * a tensor's file is mpt_st_shard_path(f, t->shard). */
+MPT_API int mpt_st_num_shards(const mpt_st_file *f);
+MPT_API const char *mpt_st_shard_path(const mpt_st_file *f, int shard);
 /* Closes the file and frees it; NULL is a no-op. */
 MPT_API void mpt_st_close(mpt_st_file *f);
 /* The number of tensors, and tensor i (0 <= i < count, in the header's order; NULL outside). */
@@ -69,6 +86,17 @@ typedef struct mpt_st_write_tensor {
  * write and is returned by mpt_st_write_f32. */
 typedef mpt_status (*mpt_st_fill_fn)(void *ctx, int index, float *dst);
 
+/* The dtypes written: IEEE float32, or bfloat16 rounded to nearest even (mpt_bf16_from_f32:
+ * NaN stays a quiet NaN, a value past the largest bf16 rounds to infinity). */
+typedef enum mpt_st_dtype { MPT_ST_F32 = 0, MPT_ST_BF16 = 1 } mpt_st_dtype;
+
+/* Writes a safetensors file of the n tensors as `dtype` (F32 or BF16), otherwise as
+ * mpt_st_write_f32 (fill still gives floats). Errors: those of mpt_st_write_f32; MPT_EINVAL
+ * another dtype. */
+MPT_API mpt_status mpt_st_write(const char *path, const mpt_st_write_tensor *tensors, int n,
+                                const char *const *meta, int nmeta, mpt_st_dtype dtype,
+                                mpt_st_fill_fn fill, void *ctx);
+
 /* Writes an F32 safetensors file of the n tensors (data in that order, contiguous, the header
  * padded with spaces to a multiple of 8 bytes) and the metadata pairs meta[0..2*nmeta) (key,
  * value; may be NULL when nmeta is 0), atomically (temporary file, fsync, rename). fill is
@@ -79,9 +107,61 @@ MPT_API mpt_status mpt_st_write_f32(const char *path, const mpt_st_write_tensor 
                                     const char *const *meta, int nmeta, mpt_st_fill_fn fill,
                                     void *ctx);
 
+/* ---- models: a folder or a file, one file or shards, with config.json ----
+ * A model is a folder holding config.json and either model.safetensors or a sharded
+ * model.safetensors.index.json with the shards it names; or a file X.safetensors (or
+ * X.safetensors.index.json) with config.json in the same folder. */
+
+/* transformers' default shard size, "5GB" (save_pretrained's max_shard_size). */
+#define MPT_ST_DEFAULT_SHARD_NBYTES INT64_C(5000000000)
+
+/* How mpt_st_write_model writes. */
+typedef struct mpt_st_save_options {
+  mpt_st_dtype dtype;   /* MPT_ST_F32 (default) or MPT_ST_BF16 */
+  int64_t shard_nbytes; /* a folder's largest shard, in tensor bytes (>= 1; default 5e9) */
+} mpt_st_save_options;
+
+/* The defaults: F32, MPT_ST_DEFAULT_SHARD_NBYTES. */
+MPT_API mpt_st_save_options mpt_st_save_options_default(void);
+
+/* Parses a size: a whole number >= 1 with an optional unit, B, KB, MB, GB, TB (powers of
+ * 1000, as transformers' "5GB") or KiB, MiB, GiB, TiB (powers of 1024), any case: "5GB" is
+ * 5,000,000,000. Errors: MPT_EINVAL (the text named; overflow, 0, junk). */
+MPT_API mpt_status mpt_st_parse_size(const char *text, int64_t *nbytes);
+
+/* 1 when `path` names a safetensors model: ends in ".safetensors" or
+ * ".safetensors.index.json", or is a folder holding model.safetensors,
+ * model.safetensors.index.json or config.json. */
+MPT_API int mpt_st_is_model_path(const char *path);
+
+/* The tensors' file (model.safetensors, or the index) and config.json of the model at `path`,
+ * into buffers of cap bytes. Errors: MPT_ENOENT a folder with neither file; MPT_EFORMAT a
+ * folder with both (a stale one left by another writer); MPT_EINVAL a path too long. */
+MPT_API mpt_status mpt_st_model_paths(const char *path, char *tensors_path, char *config_path,
+                                      size_t cap);
+
+/* Opens the tensors of the model at `path` (mpt_st_model_paths): mpt_st_open_index for an
+ * index, else mpt_st_open; their errors. */
+MPT_API mpt_status mpt_st_open_model(const char *path, mpt_st_file **out);
+
+/* Writes the n tensors (fill as mpt_st_write_f32) as a model at `path`, and config_json (when
+ * not NULL) as its config.json. A file path: that one file, whatever its size. An existing
+ * folder: path/model.safetensors when the tensors' bytes fit opts->shard_nbytes; otherwise
+ * shards as transformers' save_pretrained: tensors in order, each in the current shard unless
+ * it would pass the size (then the next; a larger tensor alone), named
+ * model-00001-of-0000K.safetensors, then model.safetensors.index.json ({"metadata":
+ * {"total_size": <tensor bytes>}, "weight_map": {...}}), then the files of the model it
+ * replaces are removed (model.safetensors, or the index and shards of another count). Every
+ * file atomically; each shard carries meta. opts NULL: the defaults. Errors: those of
+ * mpt_st_write; MPT_EINVAL more than 99999 shards, shard_nbytes < 1, a path ending in
+ * ".index.json" (give the folder); MPT_EIO. */
+MPT_API mpt_status mpt_st_write_model(const char *path, const mpt_st_write_tensor *tensors,
+                                      int n, const char *const *meta, int nmeta,
+                                      const char *config_json, const mpt_st_save_options *opts,
+                                      mpt_st_fill_fn fill, void *ctx);
+
 /* ---- GPT-2 (transformers' GPT2LMHeadModel) ----
- * A model is a directory holding model.safetensors and config.json, or a file whose name ends
- * in ".safetensors" with config.json in the same directory. config.json gives n_layer, n_head,
+ * A model as above (mpt_st_model_paths: one file or shards). config.json gives n_layer, n_head,
  * n_embd, n_positions (n_ctx when absent) and vocab_size (integers; other keys are ignored).
  * Tensors (an optional "transformer." prefix on every name), with mpitrain's tensor (gpt_file.h):
  *   wte.weight [V, C] wte (its first V rows; the padded rows past V read as 0)   wpe.weight [T, C]
@@ -93,10 +173,10 @@ MPT_API mpt_status mpt_st_write_f32(const char *path, const mpt_st_write_tensor 
  * (transformers' Conv1D stores [in, out]; mpitrain, as nn.Linear and llm.c, [out, in].) Also
  * accepted and not read: lm_head.weight (tied to wte), h.<l>.attn.bias and
  * h.<l>.attn.masked_bias (the causal-mask buffers older files hold). Any other tensor, a
- * missing one, or a shape that differs is refused naming it. F32, BF16 and F16 are read. */
+ * missing one, or a shape that differs is refused naming it. F32, BF16 and F16 are read; when
+ * config.json names a dtype (torch_dtype, or dtype), every tensor must be of it. */
 
-/* 1 when `path` names a safetensors model: ends in ".safetensors", or is a directory holding
- * model.safetensors or config.json. (mpt_gpt_file_write also takes any directory as one.) */
+/* mpt_st_is_model_path(path). (mpt_gpt_file_write also takes any directory as a model.) */
 MPT_API int mpt_gpt_st_is_path(const char *path);
 
 /* The config of the model at `path` (config.json; padded_vocab_size is
@@ -113,12 +193,20 @@ MPT_API mpt_status mpt_gpt_st_read_header(const char *path, mpt_gpt_config *conf
 MPT_API mpt_status mpt_gpt_st_read(const char *path, const mpt_gpt_config *expect,
                                    mpt_gpt_config *config, float *params, int64_t capacity);
 
-/* Writes params (llm.c's order, layout.total floats) as an F32 GPT-2 model at `path` (an
- * existing directory: path/model.safetensors; otherwise the file itself) and config.json beside it,
- * each atomically. wte's rows past V are not written. Metadata {"format": "pt"} (what
- * transformers expects). Errors: those of mpt_gpt_layout_compute and mpt_st_write_f32. */
+/* Writes params (llm.c's order, layout.total floats) as a GPT-2 model at `path` with
+ * mpt_st_write_model (a file, or a folder: model.safetensors or shards), F32 or BF16 as opts
+ * says (NULL: F32, 5 GB shards), and config.json (its torch_dtype the dtype written). wte's rows
+ * past V are not written. Metadata {"format": "pt"} (what transformers expects). Errors: those
+ * of mpt_gpt_layout_compute and mpt_st_write_model. */
 MPT_API mpt_status mpt_gpt_st_write(const char *path, const mpt_gpt_config *config,
-                                    const float *params);
+                                    const float *params, const mpt_st_save_options *opts);
+
+/* As mpt_gpt_save (gpt_file.h), but opts non-NULL writes a Hugging Face safetensors model at
+ * `path` (a file or a folder, mpt_gpt_st_write: its dtype and shard size) whatever its name;
+ * NULL is mpt_gpt_save. The model's parameters are staged on the host (4 N bytes) by
+ * mpt_gpt_params_copy (transformer.h). The same errors, and mpt_gpt_st_write's. */
+MPT_API mpt_status mpt_gpt_save_safetensors(mpt_model *model, const mpt_gpt_config *config,
+                                            const char *path, const mpt_st_save_options *opts);
 
 #ifdef __cplusplus
 }

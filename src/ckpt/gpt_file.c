@@ -168,7 +168,7 @@ mpt_status mpt_gpt_file_write(const char *path, const mpt_gpt_config *config,
     return MPT_FAIL(MPT_EINVAL, "mpt_gpt_file_write: NULL argument");
   struct stat dir;
   if (mpt_gpt_st_is_path(path) || (stat(path, &dir) == 0 && S_ISDIR(dir.st_mode)))
-    return mpt_gpt_st_write(path, config, params);
+    return mpt_gpt_st_write(path, config, params, NULL);
   mpt_gpt_layout lay;
   MPT_RETURN_IF(mpt_gpt_layout_compute(config, &lay));
   mpt_gpt_config c = *config;

@@ -1,4 +1,5 @@
-/* mpt_gpt_load and mpt_gpt_save (include/mpitrain/gpt_file.h): a GPT model's parameters from
+/* mpt_gpt_load, mpt_gpt_save (include/mpitrain/gpt_file.h) and mpt_gpt_save_safetensors
+ * (safetensors.h): a GPT model's parameters from
  * and to a model file (llm.c's, or a Hugging Face model: gpt_file.c takes either), staged on
  * the host in the file's order (4 N bytes) and mapped tensor by tensor by the model's
  * mpt_gpt_params_copy (transformer.h). The model is checked against the config before the file
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 
 #include "mpitrain/gpt_file.h"
+#include "mpitrain/safetensors.h"
 #include "mpitrain/transformer.h"
 
 /* The config with a zero padded vocabulary filled in (as the model resolves it), and its
@@ -47,6 +49,11 @@ done:
 }
 
 mpt_status mpt_gpt_save(mpt_model *model, const mpt_gpt_config *config, const char *path) {
+  return mpt_gpt_save_safetensors(model, config, path, NULL);
+}
+
+mpt_status mpt_gpt_save_safetensors(mpt_model *model, const mpt_gpt_config *config,
+                                    const char *path, const mpt_st_save_options *opts) {
   mpt_status st = MPT_OK;
   mpt_gpt_config c;
   mpt_gpt_layout lay;
@@ -57,7 +64,8 @@ mpt_status mpt_gpt_save(mpt_model *model, const mpt_gpt_config *config, const ch
   if (!(host = malloc((size_t)lay.total * sizeof *host)))
     return MPT_FAIL(MPT_ENOMEM, "gpt save: %lld floats of staging", (long long)lay.total);
   MPT_CHECK(mpt_gpt_params_copy(model, &c, host, 0), done);
-  MPT_CHECK(mpt_gpt_file_write(path, &c, host), done);
+  if (opts) MPT_CHECK(mpt_gpt_st_write(path, &c, host, opts), done);
+  else MPT_CHECK(mpt_gpt_file_write(path, &c, host), done);
 done:
   free(host);
   return st;

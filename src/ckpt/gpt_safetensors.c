@@ -10,12 +10,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt/json.h"
-#include "core/atomic_file.h"
+#include "ckpt/st_model.h"
 #include "mpitrain/safetensors.h"
 
-#define GPT_ST_MAX_CONFIG_NBYTES (16 << 20)
-#define GPT_ST_PATH_MAX 4200
+#define GPT_ST_PATH_MAX MPT__ST_PATH_MAX
 
 /* One Hugging Face tensor and where it lies in llm.c's flat parameter array. */
 typedef struct entry {
@@ -74,73 +72,24 @@ static entry *gpt_entries(const mpt_gpt_config *c, const mpt_gpt_layout *lay, in
   return e;
 }
 
-int mpt_gpt_st_is_path(const char *path) {
-  if (!path) return 0;
-  size_t n = strlen(path);
-  if (n >= 12 && strcmp(path + n - 12, ".safetensors") == 0) return 1;
-  struct stat s;
-  if (stat(path, &s) != 0 || !S_ISDIR(s.st_mode)) return 0;
-  char p[GPT_ST_PATH_MAX];
-  for (int k = 0; k < 2; k++) /* a folder of another kind is not taken for a model */
-    if (snprintf(p, sizeof p, "%s/%s", path, k ? "config.json" : "model.safetensors") <
-            (int)sizeof p && stat(p, &s) == 0)
-      return 1;
-  return 0;
-}
+int mpt_gpt_st_is_path(const char *path) { return mpt_st_is_model_path(path); }
 
-/* The safetensors file and config.json of the model at `path`. */
-static mpt_status resolve(const char *path, char *st_path, char *cfg_path) {
-  struct stat s;
-  if (stat(path, &s) == 0 && S_ISDIR(s.st_mode)) {
-    if (snprintf(st_path, GPT_ST_PATH_MAX, "%s/model.safetensors", path) >= GPT_ST_PATH_MAX ||
-        snprintf(cfg_path, GPT_ST_PATH_MAX, "%s/config.json", path) >= GPT_ST_PATH_MAX)
-      return MPT_FAIL(MPT_EINVAL, "safetensors model path too long: %.100s...", path);
-    return MPT_OK;
-  }
-  const char *slash = strrchr(path, '/');
-  const int dir = slash ? (int)(slash - path + 1) : 0;
-  if (snprintf(st_path, GPT_ST_PATH_MAX, "%s", path) >= GPT_ST_PATH_MAX ||
-      snprintf(cfg_path, GPT_ST_PATH_MAX, "%.*sconfig.json", dir, path) >= GPT_ST_PATH_MAX)
-    return MPT_FAIL(MPT_EINVAL, "safetensors model path too long: %.100s...", path);
-  return MPT_OK;
-}
-
-static mpt_status read_config(const char *cfg_path, const char *model, mpt_gpt_config *c) {
-  int fd;
-  int64_t size;
-  mpt_status st = mpt__file_open_regular(cfg_path, "model config", &fd, &size);
-  if (st == MPT_ENOENT)
-    return MPT_FAIL(MPT_ENOENT, "safetensors model '%s': its config '%s' does not exist (it "
-                    "gives n_layer, n_head, n_embd, n_positions, vocab_size)", model, cfg_path);
-  MPT_RETURN_IF(st);
-  char *text = NULL;
+static mpt_status read_config(const char *cfg_path, const char *model, mpt_gpt_config *c,
+                              char dtype[12]) {
   mpt__json *root = NULL;
-  if (size > GPT_ST_MAX_CONFIG_NBYTES) {
-    st = MPT_FAIL(MPT_EFORMAT, "model config '%s' is %lld bytes: not a config.json", cfg_path,
-                  (long long)size);
-    goto out;
-  }
-  if (!(text = malloc((size_t)size + 1))) {
-    st = MPT_FAIL(MPT_ENOMEM, "model config '%s'", cfg_path);
-    goto out;
-  }
-  MPT_CHECK(mpt__file_pread(fd, "model config", cfg_path, text, size, 0), out);
-  text[size] = 0;
-  char what[GPT_ST_PATH_MAX + 32];
-  snprintf(what, sizeof what, "model config '%s'", cfg_path);
-  MPT_CHECK(mpt__json_parse(text, size, what, &root), out);
+  MPT_RETURN_IF(mpt__st_config_read(cfg_path, model, "n_layer, n_head, n_embd, n_positions, "
+                                    "vocab_size", &root));
+  mpt_status st = MPT_OK;
   const char *keys[5] = {"n_positions", "vocab_size", "n_layer", "n_head", "n_embd"};
   int *fields[5] = {&c->max_seq_len, &c->vocab_size, &c->num_layers, &c->num_heads, &c->channels};
   for (int k = 0; k < 5; k++) {
-    const mpt__json *v = mpt__json_get(root, keys[k]);
-    if (!v && k == 0) v = mpt__json_get(root, "n_ctx");
-    if (!v || v->type != MPT__JSON_NUMBER || !v->is_int || v->i < 1 || v->i > 1 << 30) {
-      st = MPT_FAIL(MPT_EFORMAT, "model config '%s': %s %s", cfg_path, keys[k],
-                    v ? "is not a positive integer" : "is missing");
-      goto out;
-    }
-    *fields[k] = (int)v->i;
+    int64_t v;
+    const char *key = k == 0 && !mpt__json_get(root, keys[0]) && mpt__json_get(root, "n_ctx")
+                          ? "n_ctx" : keys[k];
+    MPT_CHECK(mpt__st_config_int(root, cfg_path, key, 1, 1 << 30, NULL, &v), out);
+    *fields[k] = (int)v;
   }
+  MPT_CHECK(mpt__st_config_dtype(root, cfg_path, dtype), out);
   c->padded_vocab_size = (int)mpt_gpt_padded_vocab(c->vocab_size);
   mpt_gpt_layout lay;
   if (mpt_gpt_layout_compute(c, &lay) != MPT_OK) {
@@ -150,8 +99,6 @@ static mpt_status read_config(const char *cfg_path, const char *model, mpt_gpt_c
   }
 out:
   mpt__json_free(root);
-  free(text);
-  close(fd);
   return st;
 }
 
@@ -168,14 +115,14 @@ static int ignorable(const char *name) {
 /* Opens and checks the model at path: *f open, *entries (free) with *n, *prefix. */
 static mpt_status open_model(const char *path, mpt_gpt_config *c, mpt_gpt_layout *lay,
                              mpt_st_file **f, entry **entries, int *n, const char **prefix) {
-  char st_path[GPT_ST_PATH_MAX], cfg_path[GPT_ST_PATH_MAX];
+  char st_path[GPT_ST_PATH_MAX], cfg_path[GPT_ST_PATH_MAX], dtype[12];
   *f = NULL;
   *entries = NULL;
   memset(c, 0, sizeof *c);
-  MPT_RETURN_IF(resolve(path, st_path, cfg_path));
-  MPT_RETURN_IF(read_config(cfg_path, path, c));
+  MPT_RETURN_IF(mpt_st_model_paths(path, st_path, cfg_path, sizeof st_path));
+  MPT_RETURN_IF(read_config(cfg_path, path, c, dtype));
   MPT_RETURN_IF(mpt_gpt_layout_compute(c, lay));
-  MPT_RETURN_IF(mpt_st_open(st_path, f));
+  MPT_RETURN_IF(mpt_st_open_model(path, f));
   mpt_status st = MPT_OK;
   if (!(*entries = gpt_entries(c, lay, n))) {
     st = MPT_FAIL(MPT_ENOMEM, "safetensors model '%s': tensor list", path);
@@ -194,36 +141,18 @@ static mpt_status open_model(const char *path, mpt_gpt_config *c, mpt_gpt_layout
                     "layers)", st_path, full, cfg_path, c->num_layers);
       goto fail;
     }
-    if (strcmp(t->dtype, "F32") && strcmp(t->dtype, "BF16") && strcmp(t->dtype, "F16")) {
-      st = MPT_FAIL(MPT_EFORMAT, "safetensors file '%s': tensor '%s' is %s; F32, BF16 and F16 "
-                    "are read", st_path, full, t->dtype);
-      goto fail;
-    }
-    if (t->ndim != x->ndim || t->shape[0] != x->shape[0] ||
-        (x->ndim == 2 && t->shape[1] != x->shape[1])) {
-      char got[160] = "";
-      for (int d = 0; d < t->ndim && strlen(got) < 120; d++)
-        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "",
-                 (long long)t->shape[d]);
-      char want[64];
-      if (x->ndim == 2)
-        snprintf(want, sizeof want, "%lld, %lld", (long long)x->shape[0], (long long)x->shape[1]);
-      else
-        snprintf(want, sizeof want, "%lld", (long long)x->shape[0]);
-      st = MPT_FAIL(MPT_EFORMAT, "safetensors file '%s': tensor '%s' has shape [%s], the config "
-                    "'%s' gives [%s]", st_path, full, got, cfg_path, want);
-      goto fail;
-    }
+    MPT_CHECK(mpt__st_check_tensor(*f, t, x->ndim, x->shape, dtype, cfg_path), fail);
   }
   for (int i = 0; i < mpt_st_num_tensors(*f); i++) {
-    const char *name = mpt_st_tensor_at(*f, i)->name;
+    const mpt_st_tensor *t = mpt_st_tensor_at(*f, i);
+    const char *name = t->name;
     const char *bare = strncmp(name, *prefix, pn) == 0 ? name + pn : NULL;
     int known = strcmp(name, "lm_head.weight") == 0 || (bare && ignorable(bare));
     for (int k = 0; k < *n && !known && bare; k++) known = strcmp((*entries)[k].name, bare) == 0;
     if (!known) {
       st = MPT_FAIL(MPT_EFORMAT, "safetensors file '%s' holds tensor '%s', which is not a GPT-2 "
-                    "(GPT2LMHeadModel) parameter of this config (%d layers)", st_path, name,
-                    c->num_layers);
+                    "(GPT2LMHeadModel) parameter of this config (%d layers)",
+                    mpt_st_shard_path(*f, t->shard), name, c->num_layers);
       goto fail;
     }
   }
@@ -343,21 +272,18 @@ static mpt_status fill_entry(void *ctx, int i, float *dst) {
   return MPT_OK;
 }
 
-mpt_status mpt_gpt_st_write(const char *path, const mpt_gpt_config *config,
-                            const float *params) {
+mpt_status mpt_gpt_st_write(const char *path, const mpt_gpt_config *config, const float *params,
+                            const mpt_st_save_options *opts) {
   if (!path || !config || !params) return MPT_FAIL(MPT_EINVAL, "mpt_gpt_st_write: NULL argument");
+  const mpt_st_save_options o = opts ? *opts : mpt_st_save_options_default();
   mpt_gpt_config c = *config;
   if (!c.padded_vocab_size) c.padded_vocab_size = (int)mpt_gpt_padded_vocab(c.vocab_size);
   mpt_gpt_layout lay;
   MPT_RETURN_IF(mpt_gpt_layout_compute(&c, &lay));
-  char st_path[GPT_ST_PATH_MAX], cfg_path[GPT_ST_PATH_MAX];
-  MPT_RETURN_IF(resolve(path, st_path, cfg_path));
   int n;
   entry *e = gpt_entries(&c, &lay, &n);
   mpt_st_write_tensor *t = calloc((size_t)n + 1, sizeof *t);
   mpt_status st = MPT_OK;
-  mpt__afile af;
-  memset(&af, 0, sizeof af);
   if (!e || !t) {
     st = MPT_FAIL(MPT_ENOMEM, "safetensors model write %s: tensor list", path);
     goto out;
@@ -370,22 +296,19 @@ mpt_status mpt_gpt_st_write(const char *path, const mpt_gpt_config *config,
   }
   static const char *const meta[2] = {"format", "pt"};
   write_ctx w = {.e = e, .params = params};
-  MPT_CHECK(mpt_st_write_f32(st_path, t, n, meta, 1, fill_entry, &w), out);
-  char json[512];
-  const int len = snprintf(json, sizeof json,
-                           "{\n  \"activation_function\": \"gelu_new\",\n"
-                           "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
-                           "  \"layer_norm_epsilon\": 1e-05,\n  \"model_type\": \"gpt2\",\n"
-                           "  \"n_ctx\": %d,\n  \"n_embd\": %d,\n  \"n_head\": %d,\n"
-                           "  \"n_layer\": %d,\n  \"n_positions\": %d,\n"
-                           "  \"tie_word_embeddings\": true,\n  \"vocab_size\": %d\n}\n",
-                           c.max_seq_len, c.channels, c.num_heads, c.num_layers, c.max_seq_len,
-                           c.vocab_size);
-  MPT_CHECK(mpt__afile_open(&af, cfg_path, "model config"), out);
-  MPT_CHECK(mpt__afile_write(&af, json, (size_t)len), out);
-  MPT_CHECK(mpt__afile_commit(&af), out);
+  char json[600];
+  snprintf(json, sizeof json,
+           "{\n  \"activation_function\": \"gelu_new\",\n"
+           "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
+           "  \"layer_norm_epsilon\": 1e-05,\n  \"model_type\": \"gpt2\",\n"
+           "  \"n_ctx\": %d,\n  \"n_embd\": %d,\n  \"n_head\": %d,\n"
+           "  \"n_layer\": %d,\n  \"n_positions\": %d,\n"
+           "  \"tie_word_embeddings\": true,\n  \"torch_dtype\": \"%s\",\n"
+           "  \"vocab_size\": %d\n}\n",
+           c.max_seq_len, c.channels, c.num_heads, c.num_layers, c.max_seq_len,
+           mpt__st_torch_dtype(o.dtype), c.vocab_size);
+  MPT_CHECK(mpt_st_write_model(path, t, n, meta, 1, json, &o, fill_entry, &w), out);
 out:
-  mpt__afile_abort(&af);
   free(t);
   free(e);
   return st;

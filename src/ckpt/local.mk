@@ -17,7 +17,10 @@ libmpitrain_all_la_SOURCES += src/ckpt/gpt_file.c src/ckpt/gpt_load.c
 # Hugging Face safetensors files and GPT-2 models in them (include/mpitrain/safetensors.h)
 mpitraininclude_HEADERS += include/mpitrain/safetensors.h
 libmpitrain_all_la_SOURCES += src/ckpt/json.h src/ckpt/json.c src/ckpt/safetensors.c \
-	src/ckpt/gpt_safetensors.c
+	src/ckpt/gpt_safetensors.c src/ckpt/st_model.h src/ckpt/st_model.c
+# Llama models as Hugging Face safetensors (include/mpitrain/llama_file.h)
+mpitraininclude_HEADERS += include/mpitrain/llama_file.h
+libmpitrain_all_la_SOURCES += src/ckpt/llama_file.c
 if HAVE_CHECK
 check_PROGRAMS += tests/test_gpt_file
 TESTS += tests/test_gpt_file

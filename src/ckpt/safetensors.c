@@ -17,11 +17,18 @@
 
 #define ST_CHUNK_NBYTES (1 << 20)
 
-struct mpt_st_file {
+/* One file of the model: a lone file, or a shard of an index. */
+typedef struct st_shard {
   char *path;
   int fd;
   int64_t data_offset;  /* 8 + N */
   int64_t data_nbytes;  /* file size - 8 - N */
+} st_shard;
+
+struct mpt_st_file {
+  char *path;           /* the file, or the index */
+  int nshards;
+  st_shard *shards;     /* [nshards]; a lone file is shard 0 */
   int n;
   mpt_st_tensor *tensors;
   char **names;
@@ -36,7 +43,11 @@ static const struct { const char *name; int nbytes; } dtypes[] = {
 
 void mpt_st_close(mpt_st_file *f) {
   if (!f) return;
-  if (f->fd >= 0) close(f->fd);
+  for (int i = 0; i < f->nshards; i++) {
+    if (f->shards[i].fd >= 0) close(f->shards[i].fd);
+    free(f->shards[i].path);
+  }
+  free(f->shards);
   for (int i = 0; i < f->n; i++) free(f->names[i]);
   for (int i = 0; i < 2 * f->nmeta; i++) free(f->meta[i]);
   free(f->names);
@@ -134,20 +145,26 @@ mpt_status mpt_st_open(const char *path, mpt_st_file **out) {
   const mpt_st_tensor **sorted = NULL;
   mpt_st_file *f = calloc(1, sizeof *f);
   if (!f) return MPT_FAIL(MPT_ENOMEM, "safetensors file '%s': out of host memory", path);
-  f->fd = -1;
-  if (!(f->path = dup_str(path))) {
+  if (!(f->shards = calloc(1, sizeof *f->shards))) {
+    st = MPT_FAIL(MPT_ENOMEM, "safetensors file '%s': out of host memory", path);
+    goto fail;
+  }
+  f->nshards = 1;
+  st_shard *sh = &f->shards[0];
+  sh->fd = -1;
+  if (!(f->path = dup_str(path)) || !(sh->path = dup_str(path))) {
     st = MPT_FAIL(MPT_ENOMEM, "safetensors file '%s': out of host memory", path);
     goto fail;
   }
   int64_t size;
-  MPT_CHECK(mpt__file_open_regular(path, "safetensors file", &f->fd, &size), fail);
+  MPT_CHECK(mpt__file_open_regular(path, "safetensors file", &sh->fd, &size), fail);
   if (size < 8) {
     st = MPT_FAIL(MPT_EFORMAT, "safetensors file '%s' is %lld bytes, shorter than the 8-byte "
                   "header length", path, (long long)size);
     goto fail;
   }
   uint8_t h8[8];
-  MPT_CHECK(mpt__file_pread(f->fd, "safetensors file", path, h8, 8, 0), fail);
+  MPT_CHECK(mpt__file_pread(sh->fd, "safetensors file", path, h8, 8, 0), fail);
   uint64_t hn = 0;
   for (int k = 7; k >= 0; k--) hn = hn << 8 | h8[k];
   if (hn > (uint64_t)MPT_ST_MAX_HEADER_NBYTES || hn > (uint64_t)(size - 8) || hn < 2) {
@@ -159,14 +176,14 @@ mpt_status mpt_st_open(const char *path, mpt_st_file **out) {
                   hn > (uint64_t)MPT_ST_MAX_HEADER_NBYTES ? ": not a safetensors file?" : "");
     goto fail;
   }
-  f->data_offset = 8 + (int64_t)hn;
-  f->data_nbytes = size - f->data_offset;
+  sh->data_offset = 8 + (int64_t)hn;
+  sh->data_nbytes = size - sh->data_offset;
   if (!(text = malloc(hn + 1))) {
     st = MPT_FAIL(MPT_ENOMEM, "safetensors file '%s': %llu bytes of header", path,
                   (unsigned long long)hn);
     goto fail;
   }
-  MPT_CHECK(mpt__file_pread(f->fd, "safetensors file", path, text, (int64_t)hn, 8), fail);
+  MPT_CHECK(mpt__file_pread(sh->fd, "safetensors file", path, text, (int64_t)hn, 8), fail);
   text[hn] = 0;
   char what[4200];
   snprintf(what, sizeof what, "safetensors file '%s': header", path);
@@ -214,7 +231,7 @@ mpt_status mpt_st_open(const char *path, mpt_st_file **out) {
       goto fail;
     }
     mpt_st_tensor *t = &f->tensors[f->n];
-    MPT_CHECK(parse_entry(path, root->keys[i], v, f->data_nbytes, t), fail);
+    MPT_CHECK(parse_entry(path, root->keys[i], v, sh->data_nbytes, t), fail);
     if (!(f->names[f->n] = dup_str(root->keys[i]))) {
       st = MPT_FAIL(MPT_ENOMEM, "safetensors file '%s': names", path);
       goto fail;
@@ -243,6 +260,164 @@ fail:
   mpt__json_free(root);
   mpt_st_close(f);
   return st;
+}
+
+/* Index files are small: a name and a file name per tensor. */
+#define ST_MAX_INDEX_NBYTES (64 << 20)
+
+/* The index's folder joined with `name` into out[cap]; 0 when it does not fit. */
+static int join_dir(const char *index_path, const char *name, char *out, size_t cap) {
+  const char *slash = strrchr(index_path, '/');
+  const int dir = slash ? (int)(slash - index_path + 1) : 0;
+  return snprintf(out, cap, "%.*s%s", dir, index_path, name) < (int)cap;
+}
+
+/* Moves the n tensors, names, descriptor and (for the first) metadata of the open lone file
+ * `from` into f as its shard `k`; `from` is left empty to close. */
+static void adopt_shard(mpt_st_file *f, int k, mpt_st_file *from) {
+  f->shards[k] = from->shards[0];
+  from->shards[0].fd = -1;
+  from->shards[0].path = NULL;
+  for (int i = 0; i < from->n; i++) {
+    f->tensors[f->n] = from->tensors[i];
+    f->tensors[f->n].shard = k;
+    f->names[f->n] = from->names[i];
+    from->names[i] = NULL;
+    f->n++;
+  }
+  if (k == 0) {
+    f->meta = from->meta;
+    f->nmeta = from->nmeta;
+    from->meta = NULL;
+    from->nmeta = 0;
+  }
+}
+
+mpt_status mpt_st_open_index(const char *path, mpt_st_file **out) {
+  if (!path || !out) return MPT_FAIL(MPT_EINVAL, "mpt_st_open_index: NULL argument");
+  *out = NULL;
+  mpt_status st = MPT_OK;
+  char *text = NULL;
+  mpt__json *root = NULL;
+  mpt_st_file *f = NULL, **subs = NULL;
+  const char **shard_names = NULL;
+  int nsub = 0, fd = -1;
+  int64_t size;
+  MPT_RETURN_IF(mpt__file_open_regular(path, "safetensors index", &fd, &size));
+  if (size > ST_MAX_INDEX_NBYTES) {
+    st = MPT_FAIL(MPT_EFORMAT, "safetensors index '%s' is %lld bytes: not an index", path,
+                  (long long)size);
+    goto out;
+  }
+  if (!(text = malloc((size_t)size + 1))) {
+    st = MPT_FAIL(MPT_ENOMEM, "safetensors index '%s'", path);
+    goto out;
+  }
+  MPT_CHECK(mpt__file_pread(fd, "safetensors index", path, text, size, 0), out);
+  text[size] = 0;
+  char what[4200];
+  snprintf(what, sizeof what, "safetensors index '%s'", path);
+  MPT_CHECK(mpt__json_parse(text, size, what, &root), out);
+  const mpt__json *map = mpt__json_get(root, "weight_map");
+  if (!map || map->type != MPT__JSON_OBJECT) {
+    st = MPT_FAIL(MPT_EFORMAT, "safetensors index '%s' has no \"weight_map\" object (tensor "
+                  "name -> shard file)", path);
+    goto out;
+  }
+  /* the shard files, in the order of their first mention */
+  if (!(shard_names = calloc((size_t)map->n + 1, sizeof *shard_names)) ||
+      !(subs = calloc((size_t)map->n + 1, sizeof *subs))) {
+    st = MPT_FAIL(MPT_ENOMEM, "safetensors index '%s'", path);
+    goto out;
+  }
+  for (int i = 0; i < map->n; i++) {
+    const mpt__json *v = &map->items[i];
+    if (v->type != MPT__JSON_STRING || !v->s[0] || strchr(v->s, '/') ||
+        strcmp(v->s, ".") == 0 || strcmp(v->s, "..") == 0) {
+      st = MPT_FAIL(MPT_EFORMAT, "safetensors index '%s': tensor '%s' is not mapped to a file "
+                    "name (a string naming a file in the index's folder)", path, map->keys[i]);
+      goto out;
+    }
+    int k = 0;
+    while (k < nsub && strcmp(shard_names[k], v->s) != 0) k++;
+    if (k == nsub) shard_names[nsub++] = v->s;
+  }
+  int64_t total = 0;
+  for (int k = 0; k < nsub; k++) {
+    char sp[4200];
+    if (!join_dir(path, shard_names[k], sp, sizeof sp)) {
+      st = MPT_FAIL(MPT_EINVAL, "safetensors index '%s': shard path too long", path);
+      goto out;
+    }
+    st = mpt_st_open(sp, &subs[k]);
+    if (st == MPT_ENOENT) {
+      st = MPT_FAIL(MPT_EFORMAT, "safetensors index '%s' names shard '%s', which does not exist "
+                    "(%s)", path, shard_names[k], sp);
+      goto out;
+    }
+    MPT_CHECK(st, out);
+    total += subs[k]->n;
+  }
+  /* every shard's tensor in the map under that shard, and in no other shard */
+  for (int k = 0; k < nsub; k++)
+    for (int i = 0; i < subs[k]->n; i++) {
+      const char *name = subs[k]->tensors[i].name;
+      for (int j = 0; j < k; j++)
+        if (mpt_st_find(subs[j], name)) {
+          st = MPT_FAIL(MPT_EFORMAT, "safetensors index '%s': tensor '%s' is in two shards, "
+                        "'%s' and '%s'", path, name, shard_names[j], shard_names[k]);
+          goto out;
+        }
+      const mpt__json *v = mpt__json_get(map, name);
+      if (!v) {
+        st = MPT_FAIL(MPT_EFORMAT, "safetensors index '%s': shard '%s' holds tensor '%s', which "
+                      "the index's weight_map does not list", path, shard_names[k], name);
+        goto out;
+      }
+      if (strcmp(v->s, shard_names[k]) != 0) {
+        st = MPT_FAIL(MPT_EFORMAT, "safetensors index '%s': tensor '%s' is in shard '%s', the "
+                      "weight_map puts it in '%s'", path, name, shard_names[k], v->s);
+        goto out;
+      }
+    }
+  for (int i = 0; i < map->n; i++) {
+    int k = 0;
+    while (strcmp(shard_names[k], map->items[i].s) != 0) k++;
+    if (!mpt_st_find(subs[k], map->keys[i])) {
+      st = MPT_FAIL(MPT_EFORMAT, "safetensors index '%s' puts tensor '%s' in shard '%s', which "
+                    "does not hold it", path, map->keys[i], shard_names[k]);
+      goto out;
+    }
+  }
+  if (!(f = calloc(1, sizeof *f)) || !(f->path = dup_str(path)) ||
+      !(f->shards = calloc((size_t)nsub + 1, sizeof *f->shards)) ||
+      !(f->tensors = calloc((size_t)total + 1, sizeof *f->tensors)) ||
+      !(f->names = calloc((size_t)total + 1, sizeof *f->names))) {
+    st = MPT_FAIL(MPT_ENOMEM, "safetensors index '%s'", path);
+    goto out;
+  }
+  for (int k = 0; k < nsub; k++) {
+    adopt_shard(f, k, subs[k]);
+    f->nshards = k + 1;
+  }
+  for (int i = 0; i < f->n; i++) f->tensors[i].name = f->names[i];
+  *out = f;
+  f = NULL;
+out:
+  for (int k = 0; subs && k < nsub; k++) mpt_st_close(subs[k]);
+  free(subs);
+  free(shard_names);
+  mpt_st_close(f);
+  mpt__json_free(root);
+  free(text);
+  if (fd >= 0) close(fd);
+  return st;
+}
+
+int mpt_st_num_shards(const mpt_st_file *f) { return f ? f->nshards : 0; }
+
+const char *mpt_st_shard_path(const mpt_st_file *f, int shard) {
+  return f && shard >= 0 && shard < f->nshards ? f->shards[shard].path : NULL;
 }
 
 int mpt_st_num_tensors(const mpt_st_file *f) { return f ? f->n : 0; }
@@ -284,12 +459,15 @@ mpt_status mpt_st_read_f32(mpt_st_file *f, const mpt_st_tensor *t, float *dst,
   if (!f || !t || (!dst && t->count)) return MPT_FAIL(MPT_EINVAL, "mpt_st_read_f32: NULL argument");
   const int kind = strcmp(t->dtype, "F32") == 0 ? 0 : strcmp(t->dtype, "BF16") == 0 ? 1
                  : strcmp(t->dtype, "F16") == 0 ? 2 : -1;
+  if (t->shard < 0 || t->shard >= f->nshards)
+    return MPT_FAIL(MPT_EINVAL, "mpt_st_read_f32: tensor '%s' is not of this file", t->name);
+  const st_shard *sh = &f->shards[t->shard];
   if (kind < 0)
     return MPT_FAIL(MPT_ENOTSUP, "safetensors file '%s': tensor '%s' is %s; F32, BF16 and F16 "
-                    "are read", f->path, t->name, t->dtype);
+                    "are read", sh->path, t->name, t->dtype);
   if (t->count > capacity)
     return MPT_FAIL(MPT_ESHAPE, "safetensors file '%s': tensor '%s' has %lld elements, the "
-                    "buffer %lld", f->path, t->name, (long long)t->count, (long long)capacity);
+                    "buffer %lld", sh->path, t->name, (long long)t->count, (long long)capacity);
   mpt_status st = MPT_OK;
   uint8_t *buf = malloc(ST_CHUNK_NBYTES);
   if (!buf) return MPT_FAIL(MPT_ENOMEM, "safetensors read: out of host memory");
@@ -297,8 +475,8 @@ mpt_status mpt_st_read_f32(mpt_st_file *f, const mpt_st_tensor *t, float *dst,
   const int64_t per = ST_CHUNK_NBYTES / es;
   for (int64_t i = 0; i < t->count; i += per) {
     const int64_t m = t->count - i < per ? t->count - i : per;
-    MPT_CHECK(mpt__file_pread(f->fd, "safetensors file", f->path, buf, m * es,
-                              f->data_offset + t->begin + i * es), out);
+    MPT_CHECK(mpt__file_pread(sh->fd, "safetensors file", sh->path, buf, m * es,
+                              sh->data_offset + t->begin + i * es), out);
     for (int64_t j = 0; j < m; j++) {
       const uint8_t *p = buf + j * es;
       uint32_t u;
@@ -342,10 +520,17 @@ static int put_str(char **b, size_t *n, size_t *cap, const char *s) {
   return r || put(b, n, cap, "\"", 1);
 }
 
-mpt_status mpt_st_write_f32(const char *path, const mpt_st_write_tensor *tensors, int n,
-                            const char *const *meta, int nmeta, mpt_st_fill_fn fill, void *ctx) {
+mpt_status mpt_st_write(const char *path, const mpt_st_write_tensor *tensors, int n,
+                        const char *const *meta, int nmeta, mpt_st_dtype dtype,
+                        mpt_st_fill_fn fill, void *ctx) {
   if (!path || (n > 0 && !tensors) || !fill || n < 0 || nmeta < 0 || (nmeta > 0 && !meta))
-    return MPT_FAIL(MPT_EINVAL, "mpt_st_write_f32: NULL or negative argument");
+    return MPT_FAIL(MPT_EINVAL, "mpt_st_write: NULL or negative argument");
+  if (dtype != MPT_ST_F32 && dtype != MPT_ST_BF16)
+    return MPT_FAIL(MPT_EINVAL, "mpt_st_write: dtype %d is neither MPT_ST_F32 nor MPT_ST_BF16",
+                    (int)dtype);
+  const int es = dtype == MPT_ST_BF16 ? 2 : 4;
+  const char *entry_head = dtype == MPT_ST_BF16 ? ":{\"dtype\":\"BF16\",\"shape\":["
+                                                : ":{\"dtype\":\"F32\",\"shape\":[";
   mpt_status st = MPT_OK;
   char *hdr = NULL;
   size_t hn = 0, cap = 0;
@@ -378,8 +563,7 @@ mpt_status mpt_st_write_f32(const char *path, const mpt_st_write_tensor *tensors
     char num[64];
     bad = bad || (nmeta > 0 || i ? put(&hdr, &hn, &cap, ",", 1) : 0) ||
           put_str(&hdr, &hn, &cap, t->name) ||
-          put(&hdr, &hn, &cap, ":{\"dtype\":\"F32\",\"shape\":[",
-              strlen(":{\"dtype\":\"F32\",\"shape\":["));
+          put(&hdr, &hn, &cap, entry_head, strlen(entry_head));
     for (int d = 0; d < t->ndim; d++) {
       if (t->shape[d] < 0 || (t->shape[d] && count > INT64_MAX / 8 / t->shape[d])) {
         st = MPT_FAIL(MPT_EINVAL, "safetensors write %s: tensor '%s': bad shape[%d] %lld", path,
@@ -391,9 +575,9 @@ mpt_status mpt_st_write_f32(const char *path, const mpt_st_write_tensor *tensors
       bad = bad || put(&hdr, &hn, &cap, num, strlen(num));
     }
     snprintf(num, sizeof num, "],\"data_offsets\":[%lld,%lld]}", (long long)offset,
-             (long long)(offset + 4 * count));
+             (long long)(offset + es * count));
     bad = bad || put(&hdr, &hn, &cap, num, strlen(num));
-    offset += 4 * count;
+    offset += es * count;
     if (count > max_count) max_count = count;
   }
   bad = bad || put(&hdr, &hn, &cap, "}", 1);
@@ -411,15 +595,24 @@ mpt_status mpt_st_write_f32(const char *path, const mpt_st_write_tensor *tensors
     int64_t count = 1;
     for (int d = 0; d < tensors[i].ndim; d++) count *= tensors[i].shape[d];
     MPT_CHECK(fill(ctx, i, buf), out);
+    if (dtype == MPT_ST_BF16) { /* in place: element j's 2 bytes never pass float j */
+      uint8_t *b = (uint8_t *)buf;
+      for (int64_t j = 0; j < count; j++) {
+        const uint16_t h = mpt_bf16_from_f32(buf[j]);
+        b[2 * j] = (uint8_t)h;
+        b[2 * j + 1] = (uint8_t)(h >> 8);
+      }
+    } else {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    for (int64_t j = 0; j < count; j++) {
-      uint32_t u;
-      memcpy(&u, &buf[j], 4);
-      u = __builtin_bswap32(u);
-      memcpy(&buf[j], &u, 4);
-    }
+      for (int64_t j = 0; j < count; j++) {
+        uint32_t u;
+        memcpy(&u, &buf[j], 4);
+        u = __builtin_bswap32(u);
+        memcpy(&buf[j], &u, 4);
+      }
 #endif
-    MPT_CHECK(mpt__afile_write(&af, buf, (size_t)count * sizeof *buf), out);
+    }
+    MPT_CHECK(mpt__afile_write(&af, buf, (size_t)count * (size_t)es), out);
   }
   MPT_CHECK(mpt__afile_commit(&af), out);
 out:
@@ -427,4 +620,9 @@ out:
   free(buf);
   free(hdr);
   return st;
+}
+
+mpt_status mpt_st_write_f32(const char *path, const mpt_st_write_tensor *tensors, int n,
+                            const char *const *meta, int nmeta, mpt_st_fill_fn fill, void *ctx) {
+  return mpt_st_write(path, tensors, n, meta, nmeta, MPT_ST_F32, fill, ctx);
 }

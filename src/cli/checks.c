@@ -180,6 +180,22 @@ mpt_status mpt_cli_gpt_check_generate_memory(const char *path, const mpt_gpt_con
                       ? ": give fewer --tokens or a shorter --prompt" : "");
 }
 
+mpt_status mpt_cli_llama_check_generate_memory(const char *path, const mpt_llama_config *cfg,
+                                               int64_t context) {
+  MPT_RETURN_IF(mpt_llama_config_check(cfg));
+  const double n = (double)mpt_llama_param_count(cfg), V = cfg->vocab_size;
+  /* the parameters and their gradients (the model holds both), the largest tensor's staging
+   * copy (the embedding, V C), and the logits [context, V] of the last forward */
+  const double need = 4 * (2 * n + V * cfg->dim + (double)context * V);
+  const double have = host_memory_nbytes();
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  if (have <= 0 || need <= have) return MPT_OK;
+  return MPT_FAIL(MPT_ENOMEM, "model '%s' (%.0f parameters, a context of %lld tokens) needs at "
+                  "least %.1f GiB to sample from (parameters, gradients, staging and the "
+                  "logits); this host has %.1f GiB", path, n, (long long)context, need / gib,
+                  have / gib);
+}
+
 /* The parameter count the options ask for, computed in double (a --hidden list can exceed
  * int64 products only in theory, but the estimate must not wrap). */
 static double model_params_estimate(const mpt_cli_options *o) {

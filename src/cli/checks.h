@@ -25,6 +25,9 @@ mpt_status mpt_cli_llama_check_memory(const mpt_cli_options *o, const mpt_llama_
  * of `context` tokens takes exceeds the host's memory limit; MPT_EINVAL for a bad config. */
 mpt_status mpt_cli_gpt_check_generate_memory(const char *path, const mpt_gpt_config *cfg,
                                              int64_t context);
+/* The same for a Llama of `cfg` (its parameters, gradients, one tensor's staging, logits). */
+mpt_status mpt_cli_llama_check_generate_memory(const char *path, const mpt_llama_config *cfg,
+                                               int64_t context);
 /* --save-model's path, if it exists, must hold an llm.c model file (or nothing), and the
  * writer's temporary file can be created beside it: MPT_EINVAL naming what it holds (a token
  * shard, a checkpoint, anything else), so that a slip of the path does not replace the data. */

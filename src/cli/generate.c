@@ -1,6 +1,6 @@
 /* `mpitrain generate --model-file F [--prompt TEXT] [--tokens N] [--temperature X] [--top-k K]
- * [--seed S]`: samples a continuation from a GPT model (an llm.c file or Hugging Face
- * safetensors), one process, CPU.
+ * [--seed S]`: samples a continuation from a GPT-2 model (an llm.c file or Hugging Face
+ * safetensors) or a Llama (Hugging Face safetensors, config.json saying so), one process, CPU.
  *
  * The model's sizes come from the file's header. With a byte vocabulary (V = 256) the prompt is
  * text (each byte a token; default a newline) and the output is text; otherwise the prompt is a
@@ -24,9 +24,10 @@
 
 static const char *usage_text =
     "usage: mpitrain generate --model-file FILE [options]\n"
-    "Samples a continuation from a GPT model (e.g. from --save-model): an llm.c model\n"
-    "file, or Hugging Face safetensors (a folder with model.safetensors and config.json,\n"
-    "or X.safetensors with config.json beside it).\n"
+    "Samples a continuation from a GPT-2 or Llama model (e.g. from --save-model): an\n"
+    "llm.c model file (GPT-2), or Hugging Face safetensors (a folder with config.json and\n"
+    "model.safetensors or a sharded model.safetensors.index.json, or X.safetensors with\n"
+    "config.json beside it; a Llama when config.json says model_type \"llama\").\n"
     "  --model-file FILE     the model (required)\n"
     "  --prompt TEXT         the start: text for a byte vocabulary (256; default a newline),\n"
     "                        else token ids separated by spaces (default the last id)\n"
@@ -167,12 +168,18 @@ int mpt_cli_generate(int argc, char **argv) {
   int32_t *ctx = NULL;
   double *probs = NULL;
   mpt_gpt_config cfg;
-  mpt_status st = mpt_gpt_file_read_header(path, &cfg);
+  mpt_llama_config lcfg;
+  const int llama = mpt_llama_st_is_model(path);
+  mpt_status st = llama ? mpt_llama_st_read_header(path, &lcfg)
+                        : mpt_gpt_file_read_header(path, &cfg);
   if (st != MPT_OK) {
     fprintf(stderr, "mpitrain generate: %s: %s\n", mpt_status_message(st), mpt_last_error());
     goto out;
   }
-  const int64_t T = cfg.max_seq_len, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
+  /* the logits' rows are Vp wide (the GPT's padded vocabulary), a Llama's V */
+  const int64_t T = llama ? lcfg.max_seq_len : cfg.max_seq_len;
+  const int64_t V = llama ? lcfg.vocab_size : cfg.vocab_size;
+  const int64_t Vp = llama ? V : cfg.padded_vocab_size;
   const int64_t plen = prompt ? (int64_t)strlen(prompt) + 1 : 1;
   const int64_t cap = plen + (int64_t)ntok;
   ctx = malloc((size_t)cap * sizeof *ctx);
@@ -192,9 +199,15 @@ int mpt_cli_generate(int argc, char **argv) {
   }
   /* before the model's allocations: refused rather than killed for memory */
   const int64_t context = n + (int64_t)ntok < T ? n + (int64_t)ntok : T;
-  st = mpt_cli_gpt_check_generate_memory(path, &cfg, context);
-  if (st == MPT_OK) st = mpt_model_init_gpt(&model, mpt_device_cpu(), &cfg, 0);
-  if (st == MPT_OK) st = mpt_gpt_load(model, &cfg, path);
+  if (llama) {
+    st = mpt_cli_llama_check_generate_memory(path, &lcfg, context);
+    if (st == MPT_OK) st = mpt_model_init_llama(&model, mpt_device_cpu(), &lcfg, 0);
+    if (st == MPT_OK) st = mpt_llama_load(model, &lcfg, path);
+  } else {
+    st = mpt_cli_gpt_check_generate_memory(path, &cfg, context);
+    if (st == MPT_OK) st = mpt_model_init_gpt(&model, mpt_device_cpu(), &cfg, 0);
+    if (st == MPT_OK) st = mpt_gpt_load(model, &cfg, path);
+  }
   if (st == MPT_OK) st = mpt_tape_init(&tape, model, NULL);
   if (st != MPT_OK) {
     fprintf(stderr, "mpitrain generate: %s: %s\n", mpt_status_message(st), mpt_last_error());

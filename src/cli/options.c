@@ -46,7 +46,8 @@ typedef enum { P_I64, P_INT, P_F64, P_F32, P_F32D, P_STR, P_ON, P_OFF, P_FN } pa
     "layers, 20 heads, 1280)\nare GPT-2 presets, gpt is gpt-mini's sizes unless given;\n"       \
     "llama-mini (6 layers, 6 heads, 2 key/value heads,\n384, MLP 1024, T 256, bytes) and "       \
     "llama-tiny (2\nlayers, 4 heads, 2 key/value heads, 64, MLP 192, T 64)\nare Llama presets "  \
-    "(RMSNorm, RoPE, SwiGLU, grouped-\nquery attention; CPU)", "")                              \
+    "(RMSNorm, RoPE, SwiGLU, grouped-\nquery attention; CPU); llama is the shape of\n"           \
+    "--init-from's config.json (Hugging Face)", "")                                             \
   X(HIDDEN, "hidden", P_FN, FIELD(mlp), 0, 0, MLP, "model and data", "N[,N...]",                \
     "mlp hidden sizes (default 512,512)", "it sets the mlp's hidden sizes")                     \
   X(BATCHNORM, "batchnorm", P_ON, FIELD(cnn.batchnorm), 0, 0, CNN, "model and data", "",        \
@@ -70,8 +71,9 @@ typedef enum { P_I64, P_INT, P_F64, P_F32, P_F32D, P_STR, P_ON, P_OFF, P_FN } pa
     "--model gpt: attention heads", "a GPT's size")                                             \
   X(N_EMBD, "n-embd", P_FN, NOFIELD, 1, 1 << 16, GPT, "language models (--model gpt*, llama*)", "C",    \
     "--model gpt: channels", "a GPT's size")                                                    \
-  X(SEQ_LEN, "seq-len", P_FN, NOFIELD, 1, 1 << 20, GPT, "language models (--model gpt*, llama*)", "T",  \
-    "--model gpt: sequence length", "a GPT's size")                                             \
+  X(SEQ_LEN, "seq-len", P_FN, NOFIELD, 1, 1 << 20, LM, "language models (--model gpt*, llama*)", "T",  \
+    "--model gpt: sequence length; a Llama: the training\nwindow (default and at most its "     \
+    "T)", "a language model's size")                                                            \
   X(VOCAB_SIZE, "vocab-size", P_FN, NOFIELD, 1, 65536, GPT, "language models (--model gpt*, llama*)",   \
     "V", "--model gpt: vocabulary", "a GPT's size")                                             \
   X(SHARDS, "shards", P_STR, FIELD(shards), 0, 0, LM, "language models (--model gpt*, llama*)",        \
@@ -81,15 +83,28 @@ typedef enum { P_I64, P_INT, P_F64, P_F32, P_F32D, P_STR, P_ON, P_OFF, P_FN } pa
     "language models (--model gpt*, llama*)", "GLOB",                                                   \
     "validation shards: loss in nats per token",                                                \
     "the mlp and cnn are evaluated on the --data test set")                                     \
-  X(INIT_FROM, "init-from", P_STR, FIELD(init_from), 0, 0, GPT,                                 \
+  X(INIT_FROM, "init-from", P_STR, FIELD(init_from), 0, 0, LM,                                  \
     "language models (--model gpt*, llama*)", "PATH",                                                   \
-    "start from a model of the same sizes: an llm.c\nmodel file, or Hugging Face safetensors (a "  \
-    "folder\nwith model.safetensors and config.json, or\nX.safetensors with config.json beside it)", \
+    "start from a model of the same sizes: an llm.c\nmodel file (GPT-2), or Hugging Face "        \
+    "safetensors (a "                                                                           \
+    "folder\nwith config.json and model.safetensors or sharded\nmodel.safetensors.index.json, "    \
+    "or X.safetensors\nwith config.json beside it)",                                           \
     "llm.c model files hold GPT-2 models (checkpoints, --resume, hold any model)")              \
-  X(SAVE_MODEL, "save-model", P_STR, FIELD(save_model), 0, 0, GPT,                              \
+  X(SAVE_MODEL, "save-model", P_STR, FIELD(save_model), 0, 0, LM,                               \
     "language models (--model gpt*, llama*)", "PATH",                                                   \
     "write the final model (rank 0): an llm.c model file;\nX.safetensors or a folder: Hugging "   \
-    "Face\nsafetensors (fp32) and config.json beside it",                                      \
+    "Face\nsafetensors (--save-dtype, --save-shard-size) and\nconfig.json beside it",            \
+    "llm.c model files hold GPT-2 models (--save-params writes any model's parameters)")        \
+  X(SAVE_DTYPE, "save-dtype", P_FN, NOFIELD, 0, 0, LM,                                          \
+    "language models (--model gpt*, llama*)",                                                   \
+    "fp32|bf16", "safetensors --save-model: the tensors' dtype; bf16\n"                          \
+    "rounds to nearest even (default fp32)",                                                    \
+    "llm.c model files hold GPT-2 models (--save-params writes any model's parameters)")        \
+  X(SAVE_SHARD_SIZE, "save-shard-size", P_FN, NOFIELD, 0, 0, LM,                               \
+    "language models (--model gpt*, llama*)", "SIZE",                                                   \
+    "--save-model FOLDER: past SIZE bytes of tensors, shards\n"                                 \
+    "model-0000K-of-0000N.safetensors and their\nmodel.safetensors.index.json, as transformers "  \
+    "(KB, MB,\nGB: powers of 1000; KiB, MiB, GiB: of 1024; default 5GB)",                        \
     "llm.c model files hold GPT-2 models (--save-params writes any model's parameters)")        \
   X(RECOMPUTE, "recompute", P_ON, FIELD(recompute), 0, 0, LM, "language models (--model gpt*, llama*)", \
     "", "recompute each transformer block's activations in\nbackward: keeps only the blocks' "   \
@@ -399,6 +414,7 @@ void mpt_cli_options_default(mpt_cli_options *o) {
   o->straggler_warn = 1.2;
   mpt_gpt_config_preset("gpt-mini", &o->gpt);
   mpt_llama_config_preset("llama-tiny", &o->llama);
+  o->save = mpt_st_save_options_default();
 }
 
 /* ---- value parsers: 0 ok, -1 error (message written) ---- */
@@ -544,9 +560,9 @@ static int parse_special(int id, const char *a, mpt_cli_options *o, int64_t *gpt
       if (strcmp(a, "mlp") != 0 && strcmp(a, "cnn") != 0 && strcmp(a, "gpt") != 0 &&
           strcmp(a, "gpt-mini") != 0 && strcmp(a, "gpt2") != 0 &&
           strcmp(a, "gpt2-medium") != 0 && strcmp(a, "gpt2-large") != 0 &&
-          strcmp(a, "llama-tiny") != 0 && strcmp(a, "llama-mini") != 0)
+          strcmp(a, "llama-tiny") != 0 && strcmp(a, "llama-mini") != 0 && strcmp(a, "llama") != 0)
         return fail(msg, n, "--model: unknown model '%s' (expected mlp, cnn, gpt, gpt-mini, "
-                    "gpt2, gpt2-medium, gpt2-large, llama-tiny or llama-mini)", a);
+                    "gpt2, gpt2-medium, gpt2-large, llama-tiny, llama-mini or llama)", a);
       snprintf(o->model, sizeof o->model, "%s", a);
       return 0;
     case OPT_HIDDEN:
@@ -660,6 +676,17 @@ static int parse_special(int id, const char *a, mpt_cli_options *o, int64_t *gpt
       if (mpt_precision_parse(a, &o->precision) != MPT_OK)
         return fail(msg, n, "--precision: '%s' is not fp32 or bf16", a);
       return 0;
+    case OPT_SAVE_DTYPE:
+      if (strcmp(a, "fp32") != 0 && strcmp(a, "bf16") != 0)
+        return fail(msg, n, "--save-dtype: '%s' is not fp32 or bf16", a);
+      o->save.dtype = strcmp(a, "bf16") == 0 ? MPT_ST_BF16 : MPT_ST_F32;
+      snprintf(o->save_given, sizeof o->save_given, "%s", name);
+      return 0;
+    case OPT_SAVE_SHARD_SIZE:
+      if (mpt_st_parse_size(a, &o->save.shard_nbytes) != MPT_OK)
+        return fail(msg, n, "--save-shard-size: %s", mpt_last_error());
+      snprintf(o->save_given, sizeof o->save_given, "%s", name);
+      return 0;
     default:
       return fail(msg, n, "--%s: no parser", name);
   }
@@ -688,10 +715,22 @@ static int finish_gpt(mpt_cli_options *o, const int64_t size[5], char *msg, size
   return 0;
 }
 
-/* A Llama's sizes: its preset's. */
-static int finish_llama(mpt_cli_options *o, char *msg, size_t n) {
+/* A Llama's sizes: its preset's, or (--model llama) those of --init-from's config.json, read
+ * when the run starts; --seq-len, the training window. */
+static int finish_llama(mpt_cli_options *o, const int64_t size[5], char *msg, size_t n) {
+  o->llama_seq_len = (int)size[3];
+  if (strcmp(o->model, "llama") == 0) {
+    if (!o->init_from[0])
+      return fail(msg, n, "--model llama takes its shape from a Hugging Face model's "
+                  "config.json: give --init-from DIR|X.safetensors (or a preset: llama-tiny, "
+                  "llama-mini)");
+    return 0;
+  }
   if (mpt_llama_config_preset(o->model, &o->llama) != MPT_OK)
     return fail(msg, n, "--model %s: no preset", o->model);
+  if (o->llama_seq_len > o->llama.max_seq_len)
+    return fail(msg, n, "--seq-len %d is longer than --model %s's T %d", o->llama_seq_len,
+                o->model, o->llama.max_seq_len);
   return 0;
 }
 
@@ -735,8 +774,11 @@ static int finish(mpt_cli_options *o, const int64_t *gpt_size, char *msg, size_t
     return fail(msg, n, "--mode dp needs --devices (e.g. cpu:2)");
   if (strcmp(o->resume, "auto") == 0 && o->checkpoint_dir[0] == '\0')
     return fail(msg, n, "--resume auto needs --checkpoint-dir (the directory to resume from)");
+  if (o->save_given[0] && !o->save_model[0])
+    return fail(msg, n, "--%s needs --save-model (a safetensors file or folder)",
+                o->save_given);
   if (family & LM) {
-    if (family == GPT ? finish_gpt(o, gpt_size, msg, n) != 0 : finish_llama(o, msg, n) != 0)
+    if (family == GPT ? finish_gpt(o, gpt_size, msg, n) != 0 : finish_llama(o, gpt_size, msg, n) != 0)
       return -1;
     if (finish_lm(o, msg, n) != 0) return -1;
     if (o->val_every > 0 && o->val_shards[0] == '\0')

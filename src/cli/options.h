@@ -15,6 +15,7 @@
 #include "mpitrain/llama.h"
 #include "mpitrain/nn.h"
 #include "mpitrain/optim.h"
+#include "mpitrain/safetensors.h"
 
 typedef enum { MPT_MODE_SINGLE_OR_DDP = 0, MPT_MODE_DP = 1 } mpt_cli_mode;
 
@@ -80,6 +81,9 @@ typedef struct mpt_cli_options {
   char val_shards[4096];    /* --val-shards GLOB ("" = no validation) */
   char init_from[4096];     /* --init-from FILE: an llm.c model file to start from */
   char save_model[4096];    /* --save-model FILE: the final model as an llm.c model file */
+  mpt_st_save_options save; /* --save-dtype, --save-shard-size (safetensors --save-model) */
+  int llama_seq_len;        /* --seq-len of a Llama: the training window (0: its max_seq_len) */
+  char save_given[24];      /* "save-dtype" or "save-shard-size" when given, else "" */
   double grad_clip;         /* max global gradient L2 norm; 0 = off (GPT default 1.0) */
   int64_t val_every;        /* evaluation every N steps (0 = at the end of each epoch) */
   int64_t val_steps;        /* at most this many evaluation batches per rank (0 = all) */

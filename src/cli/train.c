@@ -255,6 +255,69 @@ static mpt_status open_tokens(run *r, int seq_len, int vocab) {
   return MPT_OK;
 }
 
+/* --init-from and --save-model of a language model (llama: a Llama, whose files are Hugging
+ * Face safetensors only), checked before the run: --resume FILE excludes --init-from, and rank
+ * 0 checks that the model can be written where asked. */
+static mpt_status check_lm_files(run *r, int llama) {
+  const mpt_cli_options *o = r->o;
+  if (o->init_from[0] && o->resume[0] && strcmp(o->resume, "auto") != 0)
+    return MPT_FAIL(MPT_EINVAL, "--init-from and --resume: give one (a checkpoint already "
+                    "holds the parameters)");
+  if (llama && o->init_from[0] && !mpt_st_is_model_path(o->init_from))
+    return MPT_FAIL(MPT_EINVAL, "--init-from '%s': a Llama starts from Hugging Face safetensors "
+                    "(a folder with config.json, or X.safetensors with config.json beside it); "
+                    "llm.c model files hold GPT-2 models", o->init_from);
+  if (r->rank == 0 && o->save_model[0]) {
+    /* a folder takes a Hugging Face model: the file checked is its model.safetensors */
+    char in_dir[4200];
+    const char *out = o->save_model;
+    struct stat sb;
+    if (stat(out, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+      snprintf(in_dir, sizeof in_dir, "%s/model.safetensors", out);
+      out = in_dir;
+    }
+    if (llama && out == o->save_model && !mpt_st_is_model_path(out))
+      return MPT_FAIL(MPT_EINVAL, "--save-model '%s': a Llama is written as Hugging Face "
+                      "safetensors: give X.safetensors or a folder (llm.c model files hold "
+                      "GPT-2 models)", o->save_model);
+    MPT_RETURN_IF(mpt_trainer_check_output_path("--save-model", out));
+    MPT_RETURN_IF(mpt_cli_gpt_check_save_model(out));
+    if (out == o->save_model && !mpt_gpt_st_is_path(out) && o->save_given[0])
+      return MPT_FAIL(MPT_EINVAL, "--%s: --save-model '%s' is an llm.c model file (fp32, one "
+                      "file); give X.safetensors or a folder for Hugging Face safetensors",
+                      o->save_given, o->save_model);
+    add_input(r, o->save_model); /* neither --save-params nor --metrics-json may be it */
+  }
+  return MPT_OK;
+}
+
+/* Reads --init-from into the model (gpt: a GPT of that config, else llama: a Llama), unless
+ * --resume auto finds a checkpoint: a new run starts from --init-from, a resubmitted one from
+ * its checkpoint (the model file is then not read: it may be gone, or be the run's own
+ * --save-model). */
+static mpt_status init_from(run *r, const mpt_gpt_config *gpt, const mpt_llama_config *llama) {
+  const mpt_cli_options *o = r->o;
+  if (!o->init_from[0]) return MPT_OK;
+  int32_t resuming = 0;
+  if (strcmp(o->resume, "auto") == 0) {
+    char latest[4200];
+    if (r->rank == 0)
+      resuming = mpt_ckpt_find_latest(o->checkpoint_dir, latest, sizeof latest) == MPT_OK;
+    if (r->world > 1)
+      MPT_RETURN_IF(mpt_comm_allreduce_sync(r->comm, &resuming, &resuming, 1, MPT_I32,
+                                            MPT_REDUCE_MAX));
+  }
+  if (resuming) {
+    mpt_log(MPT_LOG_INFO, "--resume auto found a checkpoint: --init-from %s is not read (it "
+            "starts a new run only)", o->init_from);
+    return MPT_OK;
+  }
+  MPT_RETURN_IF(gpt ? mpt_gpt_load(r->model, gpt, o->init_from)
+                    : mpt_llama_load(r->model, llama, o->init_from));
+  mpt_log(MPT_LOG_INFO, "--init-from: the parameters were read from %s", o->init_from);
+  return MPT_OK;
+}
+
 /* gpt*: the token shards, the model (from --init-from when given) and the language-model task.
  * FLOPs per token as llm.c counts them: 6 N + 6 L C T (attention). */
 static mpt_status setup_gpt(run *r) {
@@ -267,22 +330,7 @@ static mpt_status setup_gpt(run *r) {
     if (file.vocab_size == gpt.vocab_size && file.padded_vocab_size >= gpt.vocab_size)
       gpt.padded_vocab_size = file.padded_vocab_size;
   }
-  if (o->init_from[0] && o->resume[0] && strcmp(o->resume, "auto") != 0)
-    return MPT_FAIL(MPT_EINVAL, "--init-from and --resume: give one (a checkpoint already "
-                    "holds the parameters)");
-  if (r->rank == 0 && o->save_model[0]) {
-    /* a folder takes a Hugging Face model: the file checked is its model.safetensors */
-    char in_dir[4200];
-    const char *out = o->save_model;
-    struct stat sb;
-    if (stat(out, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-      snprintf(in_dir, sizeof in_dir, "%s/model.safetensors", out);
-      out = in_dir;
-    }
-    MPT_RETURN_IF(mpt_trainer_check_output_path("--save-model", out));
-    MPT_RETURN_IF(mpt_cli_gpt_check_save_model(out));
-    add_input(r, o->save_model); /* neither --save-params nor --metrics-json may be it */
-  }
+  MPT_RETURN_IF(check_lm_files(r, 0));
   MPT_RETURN_IF(open_tokens(r, cfg->max_seq_len, cfg->vocab_size));
   if (o->init_from[0]) add_input(r, o->init_from);
   if (r->device.type == MPT_DEVICE_CPU) /* refused rather than killed for memory */
@@ -291,24 +339,7 @@ static mpt_status setup_gpt(run *r) {
         mpt_token_data_num_windows(r->tokens) +
             (r->val_tokens ? mpt_token_data_num_windows(r->val_tokens) : 0)));
   MPT_RETURN_IF(mpt_model_init_gpt(&r->model, r->device, cfg, o->seed));
-  /* --resume auto: a new run starts from --init-from, a resubmitted one from its checkpoint
-   * (the model file is then not read: it may be gone, or be the run's own --save-model) */
-  int32_t resuming = 0;
-  if (o->init_from[0] && strcmp(o->resume, "auto") == 0) {
-    char latest[4200];
-    if (r->rank == 0)
-      resuming = mpt_ckpt_find_latest(o->checkpoint_dir, latest, sizeof latest) == MPT_OK;
-    if (r->world > 1)
-      MPT_RETURN_IF(mpt_comm_allreduce_sync(r->comm, &resuming, &resuming, 1, MPT_I32,
-                                            MPT_REDUCE_MAX));
-  }
-  if (o->init_from[0] && !resuming) {
-    MPT_RETURN_IF(mpt_gpt_load(r->model, cfg, o->init_from));
-    mpt_log(MPT_LOG_INFO, "--init-from: the parameters were read from %s", o->init_from);
-  } else if (o->init_from[0]) {
-    mpt_log(MPT_LOG_INFO, "--resume auto found a checkpoint: --init-from %s is not read (it "
-            "starts a new run only)", o->init_from);
-  }
+  MPT_RETURN_IF(init_from(r, cfg, NULL));
   const double flops = 6 * (double)mpt_model_param_count(r->model) +
                        6.0 * cfg->num_layers * cfg->channels * cfg->max_seq_len;
   mpt_log(MPT_LOG_INFO, "model %s: %d layers, %d heads, %d channels, T %d, vocabulary %d "
@@ -325,22 +356,32 @@ static mpt_status setup_gpt(run *r) {
 static mpt_status setup_llama(run *r) {
   const mpt_cli_options *o = r->o;
   const mpt_llama_config *cfg = &o->llama;
-  MPT_RETURN_IF(open_tokens(r, cfg->max_seq_len, cfg->vocab_size));
+  /* the training window: --seq-len, else the model's longest */
+  const int T = o->llama_seq_len ? o->llama_seq_len : cfg->max_seq_len;
+  if (T > cfg->max_seq_len)
+    return MPT_FAIL(MPT_EINVAL, "--seq-len %d is longer than the model's T %d "
+                    "(max_position_embeddings)", T, cfg->max_seq_len);
+  MPT_RETURN_IF(check_lm_files(r, 1));
+  /* llm.c's shards hold uint16 ids: a larger vocabulary (Llama 3's 128256) takes them all */
+  MPT_RETURN_IF(open_tokens(r, T, cfg->vocab_size < 65536 ? cfg->vocab_size : 65536));
+  if (o->init_from[0]) add_input(r, o->init_from);
+  mpt_llama_config window = *cfg; /* the activations are those of T positions */
+  window.max_seq_len = T;
   if (r->device.type == MPT_DEVICE_CPU) /* refused rather than killed for memory */
     MPT_RETURN_IF(mpt_cli_llama_check_memory(
-        o, cfg, r->world, mpt_comm_local_size(r->comm),
+        o, &window, r->world, mpt_comm_local_size(r->comm),
         mpt_token_data_num_windows(r->tokens) +
             (r->val_tokens ? mpt_token_data_num_windows(r->val_tokens) : 0)));
   MPT_RETURN_IF(mpt_model_init_llama(&r->model, r->device, cfg, o->seed));
+  MPT_RETURN_IF(init_from(r, NULL, cfg));
   const double flops = 6 * (double)mpt_model_param_count(r->model) +
-                       6.0 * cfg->n_layers * cfg->dim * cfg->max_seq_len;
+                       6.0 * cfg->n_layers * cfg->dim * T;
   mpt_log(MPT_LOG_INFO, "model %s: %d layers, %d heads (%d key/value), %d channels, MLP %d, "
           "T %d, vocabulary %d, RoPE theta %g, %s head; %lld training windows of B %lld x T %d",
           o->model, cfg->n_layers, cfg->n_heads, cfg->n_kv_heads, cfg->dim, cfg->ffn_dim,
           cfg->max_seq_len, cfg->vocab_size, (double)cfg->rope_theta,
           cfg->tied_embeddings ? "tied" : "untied",
-          (long long)mpt_token_data_num_windows(r->tokens), (long long)o->batch_size,
-          cfg->max_seq_len);
+          (long long)mpt_token_data_num_windows(r->tokens), (long long)o->batch_size, T);
   return mpt_train_task_tokens(&r->task, r->tokens, r->val_tokens, cfg->vocab_size, flops);
 }
 
@@ -350,6 +391,12 @@ static mpt_status train(run *r, mpt_train_result *res) {
   if (o->mode == MPT_MODE_DP && r->device.type != MPT_DEVICE_CPU)
     return MPT_FAIL(MPT_ENOTSUP, "--mode dp with --device cuda is not wired into the trainer "
                     "yet (use DDP: one rank per GPU)");
+  if (strcmp(o->model, "llama") == 0) { /* its shape: --init-from's config.json */
+    static mpt_cli_options shaped;
+    shaped = *o;
+    MPT_RETURN_IF(mpt_llama_st_read_header(o->init_from, &shaped.llama));
+    r->o = o = &shaped;
+  }
   describe_run(r);
   MPT_RETURN_IF(mpt_cpu_set_gemm(o->gemm));
   mpt_trainer_config c = config_of(r);
@@ -372,7 +419,15 @@ static mpt_status train(run *r, mpt_train_result *res) {
                                                                      : setup_images(r));
   MPT_RETURN_IF(mpt_trainer_run(r->comm, r->model, r->task, &c, res));
   if (mpt_cli_is_gpt(o) && r->rank == 0 && o->save_model[0]) {
-    MPT_RETURN_IF(mpt_gpt_save(r->model, &r->gpt, o->save_model));
+    struct stat sb;
+    const int st_model = mpt_gpt_st_is_path(o->save_model) ||
+                         (stat(o->save_model, &sb) == 0 && S_ISDIR(sb.st_mode));
+    MPT_RETURN_IF(mpt_gpt_save_safetensors(r->model, &r->gpt, o->save_model,
+                                           st_model ? &o->save : NULL));
+    mpt_log(MPT_LOG_INFO, "model written to %s", o->save_model);
+  }
+  if (mpt_cli_is_llama(o) && r->rank == 0 && o->save_model[0]) {
+    MPT_RETURN_IF(mpt_llama_save(r->model, &o->llama, o->save_model, &o->save));
     mpt_log(MPT_LOG_INFO, "model written to %s", o->save_model);
   }
   return MPT_OK;
