@@ -43,6 +43,7 @@ mpt_ddp_config mpt_ddp_config_default(void) {
   c.grad_comm = MPT_DDP_GRAD_FP32;
   c.zero = 0;
   c.prefetch = 1;
+  c.unit_buckets = 0;
   c.allreduce = MPT_DDP_ALLREDUCE_NATIVE;
   return c;
 }
@@ -76,9 +77,26 @@ static mpt_status plan_buckets(mpt_ddp *d) {
   int b = 0, open = 0;
   mpt_dtype dtype = MPT_F32;
   double bytes = 0;
+  /* One bucket per unit (ddp.h "unit_buckets"): the caps are not used; a bucket closes where
+   * the next parameter (walking down) starts another unit. unit_of[p] is p's unit. */
+  int *unit_of = NULL;
+  if (d->cfg.unit_buckets && n > 0) {
+    const int *first = NULL;
+    const int nu = mpt_model_units(d->model, &first);
+    if (nu < 1 || !first || !(unit_of = malloc(sizeof(int) * (size_t)n)))
+      return MPT_FAIL(MPT_ENOMEM, "cannot plan buckets by unit");
+    for (int u = 0, p = 0; p < n; p++) {
+      while (u + 1 < nu && first[u + 1] <= p) u++;
+      unit_of[p] = u;
+    }
+  }
   for (int p = n - 1; p >= 0; p--) {
     const mpt_param_info *info = mpt_model_param_info(d->model, p);
     double size = (double)info->count * (double)mpt_dtype_size(info->dtype);
+    if (unit_of && open && unit_of[p] != unit_of[p + 1]) { /* another unit: another bucket */
+      b++;
+      open = 0;
+    }
     if (open && info->dtype != dtype) { /* never mix dtypes in one bucket */
       b++;
       open = 0;
@@ -96,13 +114,14 @@ static mpt_status plan_buckets(mpt_ddp *d) {
     d->buckets[b].count += info->count;
     d->param_bucket[p] = b;
     bytes += size;
-    if (bytes >= cap && p > 0) { /* reached the cap: close (PyTorch's rule) */
+    if (!unit_of && bytes >= cap && p > 0) { /* reached the cap: close (PyTorch's rule) */
       b++;
       open = 0;
       cap = d->cfg.bucket_cap_mb * 1048576.0;
     }
   }
   d->nbuckets = n ? b + 1 : 0;
+  free(unit_of);
   return MPT_OK;
 }
 
@@ -271,6 +290,8 @@ mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm, mpt_str
   d->cfg = cfg;
   d->sync = 1;
   d->nparams = mpt_model_num_params(model);
+  if (cfg.zero == 3) d->cfg.unit_buckets = 1; /* ZeRO-3 gathers and reduces unit by unit */
+  d->cfg.unit_buckets = d->cfg.unit_buckets != 0;
   d->rsag = !cfg.zero && mpt_comm_world_size(comm) > 1 &&
             cfg.allreduce == MPT_DDP_ALLREDUCE_RS_AG;
   MPT_CHECK(plan_buckets(d), fail);
