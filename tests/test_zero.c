@@ -671,6 +671,77 @@ START_TEST(test_zero_gradient_pages_after_backward) {
 }
 END_TEST
 
+/* A GPT built with its initialisation deferred (mpt_model_init_gpt_deferred): its units
+ * written in reverse order give the bytes of mpt_model_init_gpt for the seed, and a forward
+ * before is refused. Wrapped by the engine, the deferred model starts from those bytes on every
+ * rank; ZeRO-3 initialises it unit by unit and keeps only the shard's pages resident (mincore:
+ * at most two more per bucket cut by the shard's edges), where the other stages hold it whole. */
+START_TEST(test_zero_deferred_init) {
+  expect_begin();
+  mpt_gpt_config gc = {.max_seq_len = 16, .vocab_size = 256, .num_layers = 2, .num_heads = 4,
+                       .channels = 64, .padded_vocab_size = 0};
+  mpt_model *ref = NULL, *m = NULL, *w = NULL;
+  OK(mpt_model_init_gpt(&ref, mpt_device_cpu(), &gc, 21));
+  const int64_t n = mpt_model_param_count(ref);
+  const size_t nbytes = sizeof(float) * (size_t)n;
+  OK(mpt_model_init_gpt_deferred(&m, mpt_device_cpu(), &gc, 21));
+  const int units = mpt_model_units(m, NULL);
+  EXPECT(units == 4 && mpt_model_init_pending(m) == 4, "%d units, %d pending, want 4 and 4",
+         units, mpt_model_init_pending(m));
+  EXPECT(mpt_model_init_pending(ref) == 0, "an ordinary GPT has units pending");
+  mpt_tape *tape = NULL;
+  OK(mpt_tape_init(&tape, m, NULL));
+  int32_t tok[16] = {0};
+  int64_t ts[2] = {1, 16};
+  mpt_tensor xt = mpt_tensor_view(tok, mpt_device_cpu(), MPT_I32, 2, ts);
+  mpt_var *xv = NULL, *out = NULL;
+  mpt_tape_reset(tape, 1);
+  OK(mpt_tape_input(tape, &xt, &xv));
+  EXPECT(mpt_model_forward(m, tape, xv, &out) == MPT_ESTATE, "a forward with units pending "
+         "was not refused");
+  for (int u = units - 1; u >= 0; u--) OK(mpt_model_init_unit(m, u));
+  EXPECT(mpt_model_init_pending(m) == 0, "%d units still pending", mpt_model_init_pending(m));
+  EXPECT(memcmp(mpt_model_params(m), mpt_model_params(ref), nbytes) == 0, "the units written "
+         "in reverse differ from mpt_model_init_gpt's values");
+  EXPECT(mpt_model_init_unit(m, 0) == MPT_ESTATE, "a unit written after the initialisation "
+         "ended");
+  mpt_tape_free(tape);
+  mpt_model_free(m);
+
+  OK(mpt_model_init_gpt_deferred(&w, mpt_device_cpu(), &gc, 21));
+  EXPECT(mpt_model_init_unit(w, units) == MPT_EINVAL, "unit %d of %d accepted", units, units);
+  mpt_ddp_config dc = mpt_ddp_config_default();
+  dc.timeout_ms = 30000;
+  dc.zero = g_stage;
+  mpt_ddp *ddp = NULL;
+  OK(mpt_ddp_init(&ddp, w, g_comm, NULL, &dc));
+  EXPECT(mpt_model_init_pending(w) == 0, "units pending after mpt_ddp_init");
+  int64_t whole = 0;
+  const long page = sysconf(_SC_PAGESIZE);
+  const int64_t res = resident_pages(mpt_model_params(w), nbytes, &whole);
+  const int64_t most = (mpt_ddp_shard_count(ddp) * 4 + page - 1) / page +
+                       2 * mpt_ddp_num_buckets(ddp);
+  if (g_stage == 3)
+    EXPECT(res <= most && whole > 4 * most / 3, "ZeRO-3: %lld of %lld parameter pages resident "
+           "after init, want at most %lld (the shard's)", (long long)res, (long long)whole,
+           (long long)most);
+  else
+    EXPECT(res == whole, "ZeRO-%d: %lld of %lld parameter pages resident after init, want all",
+           g_stage, (long long)res, (long long)whole);
+  if (g_rank == 0)
+    printf("zero%d at %d ranks, deferred GPT: %lld of %lld parameter pages resident after "
+           "init (%d buckets)\n", g_stage, g_world, (long long)res, (long long)whole,
+           mpt_ddp_num_buckets(ddp));
+  OK(mpt_ddp_gather_params(ddp));
+  EXPECT(memcmp(mpt_model_params(w), mpt_model_params(ref), nbytes) == 0, "rank %d: the "
+         "deferred model wrapped differs from mpt_model_init_gpt's values", g_rank);
+  mpt_ddp_free(ddp);
+  mpt_model_free(w);
+  mpt_model_free(ref);
+  expect_agree();
+}
+END_TEST
+
 START_TEST(test_zero_refuses_bad_uses) {
   mpt_model *m = model_make(KIND_MLP, 1);
   mpt_ddp_config dc = mpt_ddp_config_default();
@@ -710,6 +781,7 @@ int main(int argc, char **argv) {
   Suite *s = suite_create("zero1");
   TCase *tc = tcase_create("zero1");
   tcase_add_test(tc, test_zero_refuses_bad_uses);
+  tcase_add_test(tc, test_zero_deferred_init);
   tcase_add_test(tc, test_zero_gradient_pages_after_backward);
   tcase_add_test(tc, test_zero1_optimizer_state_is_the_shard);
   tcase_add_test(tc, test_zero1_shards_hold_the_exact_average);

@@ -272,7 +272,12 @@ static mpt_status setup_gpt(run *r) {
         o, cfg, r->world, mpt_comm_local_size(r->comm),
         mpt_token_data_num_windows(r->tokens) +
             (r->val_tokens ? mpt_token_data_num_windows(r->val_tokens) : 0)));
-  MPT_RETURN_IF(mpt_model_init_gpt(&r->model, r->device, cfg, o->seed));
+  /* --zero 3 over ranks: the parameters are initialised unit by unit by mpt_ddp_init, each
+   * rank keeping its shard, so no rank ever holds the whole model (nn.h) */
+  if (o->ddp.zero == 3 && r->world > 1 && r->device.type == MPT_DEVICE_CPU && !o->init_from[0])
+    MPT_RETURN_IF(mpt_model_init_gpt_deferred(&r->model, r->device, cfg, o->seed));
+  else
+    MPT_RETURN_IF(mpt_model_init_gpt(&r->model, r->device, cfg, o->seed));
   /* --resume auto: a new run starts from --init-from, a resubmitted one from its checkpoint
    * (the model file is then not read: it may be gone, or be the run's own --save-model) */
   int32_t resuming = 0;

@@ -290,6 +290,8 @@ mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm, mpt_str
   d->cfg = cfg;
   d->sync = 1;
   d->nparams = mpt_model_num_params(model);
+  d->params = mpt_model_params(model);
+  d->grads = mpt_model_grads(model);
   if (cfg.zero == 3) d->cfg.unit_buckets = 1; /* ZeRO-3 gathers and reduces unit by unit */
   d->cfg.unit_buckets = d->cfg.unit_buckets != 0;
   d->rsag = !cfg.zero && mpt_comm_world_size(comm) > 1 &&
@@ -329,8 +331,19 @@ mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm, mpt_str
   MPT_CHECK(timing_init(d), fail);
   if (d->compute) MPT_CHECK(mpt_event_init(&d->order_event, mpt_stream_device(d->compute)), fail);
   MPT_CHECK(verify_models(d), fail);
+  /* A model whose initialisation was deferred (nn.h): ZeRO-3 initialises it unit by unit,
+   * keeping its shard (below); otherwise it is initialised whole here. */
+  const int by_unit = d->z3 && mpt_model_init_pending(model);
+  for (int u = 0; !by_unit && mpt_model_init_pending(model) && u < mpt_model_units(model, NULL);
+       u++)
+    MPT_CHECK(mpt_model_init_unit(model, u), fail);
   /* Start bit-identical: rank 0's parameters and buffers everywhere. */
-  if (mpt_comm_world_size(comm) > 1) {
+  if (by_unit) {
+    MPT_CHECK(mpt__ddp_z3_init_by_unit(d), fail);
+    MPT_CHECK(mpt_comm_broadcast_sync(comm, mpt_model_buffers(model),
+                                      mpt_model_buffer_count(model), MPT_F32, 0),
+              fail);
+  } else if (mpt_comm_world_size(comm) > 1) {
     MPT_CHECK(order_after_compute(d), fail);
     MPT_CHECK(mpt_comm_broadcast_sync(comm, mpt_model_params(model),
                                       mpt_model_param_count(model), MPT_F32, 0),
@@ -340,8 +353,6 @@ mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm, mpt_str
               fail);
   }
   d->generation = mpt_model_generation(model);
-  d->params = mpt_model_params(model);
-  d->grads = mpt_model_grads(model);
   const mpt_model_hooks hooks = {.user = d,
                                  .before_forward = hook_before_forward,
                                  .before_backward = hook_before_backward,
