@@ -256,10 +256,45 @@ MPT_API mpt_ddp_stats mpt_ddp_get_stats(mpt_ddp *ddp);
 /* Zeroes the stats (the last pass and the sums; a pass whose timings are pending is dropped). */
 MPT_API void mpt_ddp_reset_stats(mpt_ddp *ddp);
 
-/* ---- ZeRO (config.zero = 1 or 2): sharded optimizer state, sharded gradients ------------------
+/* ---- ZeRO (config.zero = 1, 2 or 3): the sharded optimizer ---------------------------------
  * The functions of this section make up the sharded optimizer: they work for every stage (with
  * ZeRO off each does what the plain call does), so a training loop calls them always and is
- * the same whatever the stage.
+ * the same whatever the stage:
+ *     mpt_ddp_init -> mpt_ddp_optimizer_init -> per step: zero_grad, forward, backward (the
+ *     engine's hooks reduce), mpt_ddp_grads_nonfinite, mpt_ddp_clip_grad_norm,
+ *     mpt_ddp_optimizer_step -> for checkpoints mpt_ddp_optimizer_gather / _scatter, and with
+ *     ZeRO-3 mpt_ddp_gather_params before reading the parameters outside a pass.
+ * The shard. Every bucket of the plan (a contiguous slice of the flat buffers) is split over the
+ * W ranks as mpt_comm_shard splits a buffer; rank r owns its piece of each bucket
+ * (mpt_ddp_shard: the slices by offset; mpt_ddp_shard_count: their elements, about N / W). The
+ * same slices are its gradient shard, its optimizer state and, under ZeRO-3, its parameter
+ * shard.
+ * What each rank holds between steps, and when the collectives run (N parameters, W ranks):
+ *                    stage 1             stage 2              stage 3
+ *   parameters       whole (N)           whole (N)            shard (N / W)
+ *   gradients        whole (N)           shard (N / W)        shard (N / W)
+ *   optimizer state  shard               shard                shard
+ *   forward          -                   -                    each unit all-gathered when
+ *                                                             first taken (the next one
+ *                                                             prefetched), given back two
+ *                                                             units later
+ *   backward         each bucket reduce-scattered (average) into the shards as soon as it is
+ *                    ready; stage 2 and 3 give the rest of its gradients back; stage 3
+ *                    gathers a unit again if it was given back, and gives it back once its
+ *                    gradients are reduce-scattered
+ *   clip, check      mpt_ddp_clip_grad_norm, mpt_ddp_grads_nonfinite: over the shards, the W
+ *                    partial results all-gathered and combined in rank order (one collective)
+ *   step             mpt_ddp_optimizer_step: the shard stepped; stages 1 and 2 then all-gather
+ *                    every bucket's parameters (waited for); stage 3 gives the parameters back
+ *                    to the shards (the next forward gathers them)
+ *   start            mpt_ddp_init broadcasts rank 0's model; stage 3 keeps only the shard, and
+ *                    a model whose initialisation was deferred (nn.h, transformer.h
+ *                    mpt_model_init_gpt_deferred) is initialised unit by unit, so no rank holds
+ *                    more than its shard and one unit
+ *   checkpoints      one whole file: mpt_ddp_optimizer_gather to the writer (bucket by bucket),
+ *                    mpt_ddp_optimizer_scatter on resume; stage 3 mpt_ddp_gather_params first
+ * Counters: mpt_ddp_zero_stage, mpt_ddp_param_gathers (stage 3's all-gathers),
+ * mpt_ddp_sent_bytes and mpt_ddp_step_bytes (ring model). The details of each stage follow.
  * Stage 1 of ZeRO (Rajbhandari et al., SC 2020; PyTorch's ZeroRedundancyOptimizer, llm.c's
  * zero_stage 1): parameters and gradients stay whole on every rank, the optimizer state is
  * split.
