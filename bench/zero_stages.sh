@@ -7,7 +7,7 @@
 # rank at start (VmHWM when training starts: the model built, wrapped and its optimizer made)
 # and over the run (the trainer's memory lines), the model state per rank it reports, and ms
 # per step (the trainer's per-step breakdown, slowest rank).
-# PAIRS=N: step time alone, N rounds each running plain DDP, ZeRO-3 and ZeRO-3 --no-prefetch
+# PAIRS=N: step time alone, N sets each running plain DDP, ZeRO-3 and ZeRO-3 --no-prefetch
 # one after the other (alternated, so that a change of the machine's load falls on all three),
 # each run's ms/step and the 1-minute load average before it, then the medians.
 # Usage: sh bench/zero_stages.sh [OUT.txt]   (from the build folder; STEPS=N, HEADLINE=1,
@@ -51,7 +51,7 @@ row() { # label args...
     row "zero 3 --no-prefetch" $gpt2 --zero 3 --no-prefetch
   fi
   if [ "${PAIRS:-0}" -gt 0 ]; then
-    echo "# step time, gpt2-shaped at 2 ranks, T 128, $steps steps (the first left out), $PAIRS rounds of DDP / ZeRO-3 / ZeRO-3 --no-prefetch; $(date -u +%F)"
+    echo "# step time, gpt2-shaped at 2 ranks, T 128, $steps steps (the first left out), $PAIRS sets of DDP / ZeRO-3 / ZeRO-3 --no-prefetch; $(date -u +%F)"
     i=0
     while [ "$i" -lt "$PAIRS" ]; do
       i=$((i + 1))
@@ -60,7 +60,7 @@ row() { # label args...
         "$here/../tests/mpirun.sh" 2 1800 "$prog" train $gpt2 --zero $cfg $common \
           >"$tmp/run.out" 2>&1 </dev/null || { echo "zero $cfg: failed"; continue; }
         ms=$(sed -n 's/.*per-step breakdown .* total \([0-9.]*\).*/\1/p' "$tmp/run.out" | tail -1)
-        printf 'round %d  zero %-16s load %5s  %s ms/step\n' "$i" "$cfg" "$load" "$ms"
+        printf 'set %d  zero %-16s load %5s  %s ms/step\n' "$i" "$cfg" "$load" "$ms"
         printf '%s %s\n' "$(echo "$cfg" | tr ' ' '_')" "$ms" >>"$tmp/times"
       done
     done
