@@ -7,8 +7,11 @@
 # (--accumulate 1 and 2) and 3 ranks (rs-ag: ZeRO's summation order) with --zero 3 (prefetch
 # on, and off at 3 ranks), with and without --recompute, ends with the bytes of --zero 1 with
 # --unit-buckets (ZeRO-3's plan: one bucket per unit, 5 here, which the DDP line reports; the
-# caps of 0.01 MiB given would cut the units otherwise). Checkpoints: a --zero 3 run at 3 ranks stopped at step 5 and resumed with
-# --zero 3, and one resumed with --zero 1, end with the straight run's bytes; a --zero 1
+# caps of 0.01 MiB given would cut the units otherwise); the --zero 3 GPT is initialised unit by
+# unit as it is wrapped (its log says so), so these equalities also show that the deferred
+# initialisation writes the ordinary one's values. Checkpoints: a --zero 3 run at 3 ranks
+# stopped at step 5 and resumed with --zero 3, and one resumed with --zero 1, end with the
+# straight run's bytes; a --zero 1
 # checkpoint resumed with --zero 3 too. --check-replicas (which gathers the parameters) passes
 # under --zero 3. A run that cannot fit in the host's memory (MPITRAIN_HOST_MEMORY) is refused
 # before it starts, with its model state per rank by stage (below). Prints "N passed, N failed".
@@ -88,6 +91,8 @@ run g0n3 3 $gpt --zero 0 --allreduce-algo rs-ag --unit-buckets --save-model "$tm
 run g3n3 3 $gpt --zero 3 --save-model "$tmp/g3n3.bin"
 run g3rn3 3 $gpt --zero 3 --recompute --save-model "$tmp/g3rn3.bin"
 run g3pn3 3 $gpt --zero 3 --no-prefetch --save-model "$tmp/g3pn3.bin"
+grep -q "ZeRO-3: the parameters are initialised unit by unit" "$tmp/g3n3.out" && ok ||
+  bad "the --zero 3 GPT was not initialised unit by unit (deferred)"
 for f in g3n3 g1n3 g0n3; do
   grep -q "DDP: 5 bucket(s) (one per unit)" "$tmp/$f.out" && ok ||
     bad "$f: the DDP line does not report 5 buckets, one per unit: $(grep 'DDP:' "$tmp/$f.out")"

@@ -274,9 +274,11 @@ static mpt_status setup_gpt(run *r) {
             (r->val_tokens ? mpt_token_data_num_windows(r->val_tokens) : 0)));
   /* --zero 3 over ranks: the parameters are initialised unit by unit by mpt_ddp_init, each
    * rank keeping its shard, so no rank ever holds the whole model (nn.h) */
-  if (o->ddp.zero == 3 && r->world > 1 && r->device.type == MPT_DEVICE_CPU && !o->init_from[0])
+  if (o->ddp.zero == 3 && r->world > 1 && r->device.type == MPT_DEVICE_CPU && !o->init_from[0]) {
     MPT_RETURN_IF(mpt_model_init_gpt_deferred(&r->model, r->device, cfg, o->seed));
-  else
+    mpt_log(MPT_LOG_INFO, "ZeRO-3: the parameters are initialised unit by unit as the model is "
+            "wrapped, each rank keeping its shard");
+  } else
     MPT_RETURN_IF(mpt_model_init_gpt(&r->model, r->device, cfg, o->seed));
   /* --resume auto: a new run starts from --init-from, a resubmitted one from its checkpoint
    * (the model file is then not read: it may be gone, or be the run's own --save-model) */
