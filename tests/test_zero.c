@@ -675,7 +675,8 @@ END_TEST
  * written in reverse order give the bytes of mpt_model_init_gpt for the seed, and a forward
  * before is refused. Wrapped by the engine, the deferred model starts from those bytes on every
  * rank; ZeRO-3 initialises it unit by unit and keeps only the shard's pages resident (mincore:
- * at most two more per bucket cut by the shard's edges), where the other stages hold it whole. */
+ * at most two more per bucket cut by the shard's edges), where the other stages hold it whole;
+ * a model deferred on rank 0 only is refused on every rank (MPT_EMISMATCH). */
 START_TEST(test_zero_deferred_init) {
   expect_begin();
   mpt_gpt_config gc = {.max_seq_len = 16, .vocab_size = 256, .num_layers = 2, .num_heads = 4,
@@ -737,6 +738,20 @@ START_TEST(test_zero_deferred_init) {
          "deferred model wrapped differs from mpt_model_init_gpt's values", g_rank);
   mpt_ddp_free(ddp);
   mpt_model_free(w);
+  /* ZeRO-3: a deferred model on rank 0 only is refused on every rank (the collectives of the
+   * unit-by-unit start would not pair) */
+  if (g_stage == 3 && g_world > 1) {
+    if (g_rank == 0)
+      OK(mpt_model_init_gpt_deferred(&w, mpt_device_cpu(), &gc, 21));
+    else
+      OK(mpt_model_init_gpt(&w, mpt_device_cpu(), &gc, 21));
+    ddp = NULL;
+    const mpt_status st = mpt_ddp_init(&ddp, w, g_comm, NULL, &dc);
+    EXPECT(st == MPT_EMISMATCH && !ddp, "rank %d: deferred on rank 0 only: %s, want "
+           "MPT_EMISMATCH", g_rank, mpt_status_name(st));
+    mpt_ddp_free(ddp);
+    mpt_model_free(w);
+  }
   mpt_model_free(ref);
   expect_agree();
 }

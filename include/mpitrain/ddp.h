@@ -159,10 +159,14 @@ MPT_API mpt_status mpt_ddp_buffer_mode_parse(const char *text, mpt_ddp_buffer_mo
  * (NULL: the CPU, inline). Collective: every rank calls it. Verifies the model signature across
  * ranks (MPT_EMISMATCH naming the first rank and parameter that differ), broadcasts rank 0's
  * parameters and buffers, and installs DDP's hooks on the model (see the top of this file).
- * Finish the model (and load its weights) first. Errors: MPT_EINVAL (NULL ddp, model or comm;
- * bad config), MPT_ENOTSUP (bf16 gradients, ZeRO or the rs-ag all-reduce with gradients
- * outside host memory), MPT_EMISMATCH, MPT_ESTATE (the model is not finalised, or already
- * wrapped), MPT_ENOMEM, comm errors (MPT_ECOMM, MPT_ETIMEOUT). */
+ * Finish the model (and load its weights) first. A model whose initialisation is deferred
+ * (nn.h mpt_model_init_unit) is initialised here: under ZeRO-3 at W > 1 unit by unit, each
+ * unit broadcast from rank 0 and given back outside this rank's shard (no rank holds more than
+ * its shard and one unit); otherwise whole, before the broadcast. Errors: MPT_EINVAL (NULL
+ * ddp, model or comm; bad config), MPT_ENOTSUP (bf16 gradients, ZeRO or the rs-ag all-reduce
+ * with gradients outside host memory), MPT_EMISMATCH (also, under ZeRO-3, some ranks' models
+ * deferred and others' not), MPT_ESTATE (the model is not finalised, or already wrapped),
+ * MPT_ENOMEM, comm errors (MPT_ECOMM, MPT_ETIMEOUT). */
 MPT_API mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm,
                                 mpt_stream *compute, const mpt_ddp_config *config);
 /* Removes the hooks (the model trains alone again) and frees the engine. Free it before the

@@ -334,6 +334,18 @@ mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm, mpt_str
   /* A model whose initialisation was deferred (nn.h): ZeRO-3 initialises it unit by unit,
    * keeping its shard (below); otherwise it is initialised whole here. */
   const int by_unit = d->z3 && mpt_model_init_pending(model);
+  if (d->z3) { /* every rank's model deferred, or none: else the collectives would not pair */
+    int32_t mine = by_unit, lo = 0, hi = 0;
+    MPT_CHECK(mpt_comm_allreduce_sync(comm, &mine, &lo, 1, MPT_I32, MPT_REDUCE_MIN), fail);
+    MPT_CHECK(mpt_comm_allreduce_sync(comm, &mine, &hi, 1, MPT_I32, MPT_REDUCE_MAX), fail);
+    if (lo != hi) {
+      st = MPT_FAIL(MPT_EMISMATCH, "ranks hold different models: the initialisation of rank "
+                    "%d's is %s, another rank's %s (build every rank's model alike)",
+                    mpt_comm_rank(comm), by_unit ? "deferred" : "done",
+                    by_unit ? "done" : "deferred");
+      goto fail;
+    }
+  }
   for (int u = 0; !by_unit && mpt_model_init_pending(model) && u < mpt_model_units(model, NULL);
        u++)
     MPT_CHECK(mpt_model_init_unit(model, u), fail);
