@@ -178,8 +178,8 @@ MPT_API mpt_status mpt_model_init_gpt(mpt_model **model, mpt_device device,
  * resident); mpt_model_init_unit writes a unit's values (the embeddings, a block, the final
  * LayerNorm), the bytes mpt_model_init_gpt writes for `seed`, and DDP's ZeRO-3 does so unit
  * by unit at mpt_ddp_init, keeping only its shard. The construction walks the random stream
- * once to record where each weight tensor's draws start (generator steps only: about 1 s for
- * gpt2-large). Host memory only. Errors: those of mpt_model_init_gpt; MPT_ENOTSUP (a device). */
+ * once to record where each weight tensor's draws start (about N generator steps, without the
+ * normal transform). Host memory only. Errors: those of mpt_model_init_gpt; MPT_ENOTSUP (a device). */
 MPT_API mpt_status mpt_model_init_gpt_deferred(mpt_model **model, mpt_device device,
                                                const mpt_gpt_config *config, uint64_t seed);
 
