@@ -1,6 +1,7 @@
 #!/bin/sh
 # The trainer's --zero 3 (parameters sharded too) and the memory lines of every stage. MLP at 2
-# ranks: --zero 3 ends with the bytes of --zero 1 and of plain DDP; the memory report at the
+# ranks: --zero 3 ends with the bytes of --zero 1 and of plain DDP (and plain DDP with
+# --unit-buckets, 3 buckets, with its own bytes); the memory report at the
 # end names per rank, in MiB to 2 decimals: stage 0 parameters P, gradients P, optimizer state
 # 2 P (AdamW); stage 1 P, P, 2 S; stage 2 P, S, 2 S; stage 3 S, S, 2 S, where S is the rank's
 # shard (the two ranks' S adding up to P). A tiny GPT (3 layers, tied head) at 2 ranks
@@ -41,6 +42,10 @@ same() { # a b what
 for z in 0 1 2 3; do
   run mlp$z 2 $small --zero $z --check-replicas 5 --save-params "$tmp/mlp$z.bin"
 done
+run mlp0u 2 $small --zero 0 --unit-buckets --save-params "$tmp/mlp0u.bin"
+same mlp0 mlp0u "mlp, 2 ranks, plain DDP with --unit-buckets"
+grep -q "DDP: 3 bucket(s) (one per unit)" "$tmp/mlp0u.out" && ok ||
+  bad "plain DDP with --unit-buckets: $(grep 'DDP:' "$tmp/mlp0u.out")"
 same mlp0 mlp3 "mlp, 2 ranks, --zero 3 against plain DDP"
 same mlp1 mlp3 "mlp, 2 ranks, --zero 3 against --zero 1"
 grep -q "DDP: .*, ZeRO-3 (parameters sharded" "$tmp/mlp3.out" && ok ||
