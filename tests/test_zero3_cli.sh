@@ -1,8 +1,8 @@
 #!/bin/sh
 # The trainer's --zero 3 (parameters sharded too) and the memory lines of every stage. MLP at 2
-# ranks: --zero 3 ends with the bytes of --zero 1 and of plain DDP (and plain DDP with
-# --unit-buckets, 3 buckets, with its own bytes); the memory report at the
-# end names per rank, in MiB to 2 decimals: stage 0 parameters P, gradients P, optimizer state
+# ranks: --zero 3 ends with the bytes of --zero 1 and of plain DDP, and so does plain DDP with
+# --unit-buckets (3 buckets, one per layer); the memory report at the end names per rank, in MiB
+# to 2 decimals: stage 0 parameters P, gradients P, optimizer state
 # 2 P (AdamW); stage 1 P, P, 2 S; stage 2 P, S, 2 S; stage 3 S, S, 2 S, where S is the rank's
 # shard (the two ranks' S adding up to P). A tiny GPT (3 layers, tied head) at 2 ranks
 # (--accumulate 1 and 2) and 3 ranks (rs-ag: ZeRO's summation order) with --zero 3 (prefetch
