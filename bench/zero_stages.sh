@@ -4,10 +4,14 @@
 # without and with --recompute, and ZeRO-3 without its prefetch; then (HEADLINE=1) gpt2-large
 # at 2 ranks with --zero 3 --recompute for a few steps. Each run is short (STEPS steps, the
 # first a warm-up the step time leaves out). Prints one row per run: peak resident MiB of each
-# rank (VmHWM, the trainer's memory line), the model state per rank it reports, and ms per
-# step (the trainer's per-step breakdown, slowest rank).
+# rank at start (VmHWM when training starts: the model built, wrapped and its optimizer made)
+# and over the run (the trainer's memory lines), the model state per rank it reports, and ms
+# per step (the trainer's per-step breakdown, slowest rank).
+# PAIRS=N: step time alone, N sets each running plain DDP, ZeRO-3 and ZeRO-3 --no-prefetch
+# one after the other (alternated, so that a change of the machine's load falls on all three),
+# each run's ms/step and the 1-minute load average before it, then the medians.
 # Usage: sh bench/zero_stages.sh [OUT.txt]   (from the build folder; STEPS=N, HEADLINE=1,
-# ROWS=0 for the headline alone)
+# ROWS=0 for the headline alone, PAIRS=N)
 set -u
 case ${1:-} in
   -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -31,9 +35,11 @@ row() { # label args...
   "$here/../tests/mpirun.sh" 2 1800 "$prog" train "$@" $common >"$tmp/run.out" 2>&1 ||
     { echo "$label: failed: $(tail -3 "$tmp/run.out")"; return; }
   peaks=$(sed -n 's/.*memory at the end, rank \([0-9]\): parameters \([0-9.]*\) MiB, gradients \([0-9.]*\) MiB, optimizer state \([0-9.]*\) MiB.*peak resident \([0-9.]*\) MiB.*/r\1 \5 (state \2+\3+\4)/p' "$tmp/run.out" | tr '\n' ' ')
+  starts=$(sed -n 's/.*memory at start, rank \([0-9]\):.*peak resident \([0-9.]*\) MiB.*/r\1 \2/p' "$tmp/run.out" | tr '\n' ' ')
   ms=$(sed -n 's/.*per-step breakdown .* total \([0-9.]*\).*/\1/p' "$tmp/run.out" | tail -1)
   loss=$(sed -n 's/.*step *\([0-9]*\)\/[0-9]*  loss \([0-9.]*\).*/\2/p' "$tmp/run.out" | tr '\n' ' ')
-  printf '%-34s peak MiB %s| %s ms/step | loss %s\n' "$label" "$peaks" "$ms" "$loss"
+  printf '%-34s start MiB %s| peak MiB %s| %s ms/step | loss %s\n' "$label" "$starts" "$peaks" \
+    "$ms" "$loss"
 }
 {
   if [ "${ROWS:-1}" = 1 ]; then
@@ -43,6 +49,27 @@ row() { # label args...
       row "zero $z --recompute" $gpt2 --zero $z --recompute
     done
     row "zero 3 --no-prefetch" $gpt2 --zero 3 --no-prefetch
+  fi
+  if [ "${PAIRS:-0}" -gt 0 ]; then
+    echo "# step time, gpt2-shaped at 2 ranks, T 128, $steps steps (the first left out), $PAIRS sets of DDP / ZeRO-3 / ZeRO-3 --no-prefetch; $(date -u +%F)"
+    i=0
+    while [ "$i" -lt "$PAIRS" ]; do
+      i=$((i + 1))
+      for cfg in "0" "3" "3 --no-prefetch"; do
+        load=$(cut -d' ' -f1 /proc/loadavg)
+        "$here/../tests/mpirun.sh" 2 1800 "$prog" train $gpt2 --zero $cfg $common \
+          >"$tmp/run.out" 2>&1 </dev/null || { echo "zero $cfg: failed"; continue; }
+        ms=$(sed -n 's/.*per-step breakdown .* total \([0-9.]*\).*/\1/p' "$tmp/run.out" | tail -1)
+        printf 'set %d  zero %-16s load %5s  %s ms/step\n' "$i" "$cfg" "$load" "$ms"
+        printf '%s %s\n' "$(echo "$cfg" | tr ' ' '_')" "$ms" >>"$tmp/times"
+      done
+    done
+    for cfg in 0 3 3_--no-prefetch; do
+      awk -v c="$cfg" '$1 == c { v[n++] = $2 } END { if (!n) exit
+        for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+        m = n % 2 ? v[(n - 1) / 2] : (v[n / 2 - 1] + v[n / 2]) / 2
+        printf "median zero %-16s %.1f ms/step over %d runs\n", c, m, n }' "$tmp/times" | tr '_' ' '
+    done
   fi
   if [ "${HEADLINE:-0}" = 1 ]; then
     echo "# gpt2-large (774M) at 2 ranks, B 1, T 64 (--model gpt with its sizes), $steps steps"

@@ -10,7 +10,10 @@
  *   collectives on the comm's stream, the synchronous wrappers, a caller's CUDA stream, small
  *   host buffers (staged by both backends),
  *   mpt_comm_wait_event, and the same compute-stream ordering with CUDA events both ways;
- *   refusal of a CPU stream;
+ *   refusal of a CPU stream; the bfloat16 reduce-scatter rounded once (SUM and AVG, in and
+ *   out of place): rank 0 holds 1 + k/128, the others 1/512, and every owned element is the
+ *   float32 sum in rank order (divided by W) rounded once, bit for bit (bare, on one GPU, the
+ *   path runs too: send and receive to itself, the summing kernel);
  * - the DDP engine unchanged on CUDA (NCCL when every rank has a GPU, else the staged MPI comm):
  *   the averaged gradients equal the mean over ranks of each rank's plain backward on its own
  *   batch (relative 1e-5).
@@ -328,6 +331,34 @@ START_TEST(test_nccl_sharded_and_bf16_collectives) {
       EXPECT(mpt_bf16_to_f32(hb[i]) == want, "bf16 all-reduce [%d] = %g, not %g", i,
              (double)mpt_bf16_to_f32(hb[i]), (double)want);
     }
+    /* bf16 rounded once (comm.h "bfloat16"): rank 0 holds 1 + i/128, the others 1/512 each:
+     * the float32 sum in rank order, divided by W for AVG, rounded once, bit for bit (from 4
+     * ranks on a rounding at each hop would read 1 + i/128 instead: 1 + 3/512 is nearer
+     * 1 + 1/128) */
+    for (int avg = 0; avg < 2; avg++)
+      for (int in_place = 0; in_place < 2; in_place++) {
+        const int n = N - 1;
+        int64_t off, mine;
+        mpt_comm_shard(n, g_world, g_rank, &off, &mine);
+        for (int i = 0; i < n; i++)
+          hb[i] = mpt_bf16_from_f32(g_rank == 0 ? 1.0f + (float)(i % 8) / 128.0f : 1.0f / 512);
+        up(x, hb, sizeof(uint16_t) * (size_t)n);
+        uint16_t *dst = in_place ? (uint16_t *)(void *)x + off : (uint16_t *)(void *)y;
+        OK(mpt_comm_reduce_scatter(c, NULL, x, dst, n, MPT_BF16,
+                                   avg ? MPT_REDUCE_AVG : MPT_REDUCE_SUM));
+        OK(mpt_event_record(ev, mpt_comm_stream(c)));
+        OK(mpt_comm_wait_event(c, ev));
+        if (mine > 0) down(hb, dst, sizeof(uint16_t) * (size_t)mine);
+        for (int64_t i = 0; i < mine; i++) {
+          const int j = (int)(off + i);
+          float acc = 1.0f + (float)(j % 8) / 128.0f;
+          for (int q = 1; q < g_world; q++) acc += 1.0f / 512;
+          const uint16_t want = mpt_bf16_from_f32(avg ? acc / (float)g_world : acc);
+          EXPECT(hb[i] == want, "bf16 reduce-scatter (avg %d, in place %d) [%d] = %g, not %g "
+                 "(one rounding)", avg, in_place, j, (double)mpt_bf16_to_f32(hb[i]),
+                 (double)mpt_bf16_to_f32(want));
+        }
+      }
     mpt_event_free(ev);
     mpt_comm_free(c);
   }

@@ -180,6 +180,7 @@ static run run_make(int kind, uint64_t seed, int zero, int overlap, double cap_m
   dc.grad_comm = wire;
   dc.zero = zero ? g_stage : 0;
   dc.allreduce = g_algo;
+  dc.unit_buckets = g_stage == 3; /* ZeRO-3's plan (one bucket per unit) for both runs */
   OK(mpt_ddp_init(&r.ddp, r.m, g_comm, NULL, &dc));
   mpt_optimizer_config oc = optim_config(sgd);
   OK(mpt_ddp_optimizer_init(r.ddp, &r.opt, &oc, mpt_device_cpu()));
@@ -347,6 +348,14 @@ static int64_t want_mlp_shard(int world, int rank) {
   return world == 2 ? w2[rank] : world == 3 ? w3[rank] : w4[rank];
 }
 
+/* The same MLP with one bucket per unit (ZeRO-3): fc1 48670, fc2 3969, fc3 640 parameters,
+ * each split by mpt_comm_shard (W = 3: 16224 16224 16222, 1323 x 3, 214 214 212). */
+static int64_t want_mlp_unit_shard(int world, int rank) {
+  static const int64_t w2[] = {26640, 26639}, w3[] = {17761, 17761, 17757},
+                       w4[] = {13321, 13321, 13321, 13316};
+  return world == 2 ? w2[rank] : world == 3 ? w3[rank] : w4[rank];
+}
+
 START_TEST(test_zero1_optimizer_state_is_the_shard) {
   expect_begin();
   run z = run_make(KIND_MLP, 5, 1, 1, 25, MPT_DDP_GRAD_FP32, 0);
@@ -354,12 +363,29 @@ START_TEST(test_zero1_optimizer_state_is_the_shard) {
   mpt_optimizer_state sz, sd;
   OK(mpt_optimizer_get_state(z.opt, &sz));
   OK(mpt_optimizer_get_state(d.opt, &sd));
-  EXPECT(mpt_ddp_num_buckets(z.ddp) == 1, "%d buckets", mpt_ddp_num_buckets(z.ddp));
+  /* ZeRO-3: one bucket per unit (fc1, fc2, fc3), each a unit's exact parameter range */
+  const int want_buckets = g_stage == 3 ? 3 : 1;
+  EXPECT(mpt_ddp_num_buckets(z.ddp) == want_buckets, "%d buckets, want %d",
+         mpt_ddp_num_buckets(z.ddp), want_buckets);
+  if (g_stage == 3) {
+    const int *first = NULL;
+    const int nu = mpt_model_units(z.m, &first);
+    EXPECT(nu == 3, "%d units", nu);
+    for (int u = 0; u < nu && u < mpt_ddp_num_buckets(z.ddp); u++) {
+      const mpt_ddp_bucket_info *bk = mpt_ddp_bucket(z.ddp, nu - 1 - u); /* launched last first */
+      const int last = u + 1 < nu ? first[u + 1] - 1 : mpt_model_num_params(z.m) - 1;
+      EXPECT(bk->last_param == first[u] && bk->first_param == last, "bucket %d holds parameters "
+             "%d..%d, unit %d is %d..%d", nu - 1 - u, bk->last_param, bk->first_param, u,
+             first[u], last);
+    }
+  }
   EXPECT(mpt_model_param_count(z.m) == 53279, "%lld parameters",
          (long long)mpt_model_param_count(z.m));
-  EXPECT(sz.nbuffers == 2 && sz.count == want_mlp_shard(g_world, g_rank),
+  const int64_t want_shard = g_stage == 3 ? want_mlp_unit_shard(g_world, g_rank)
+                                          : want_mlp_shard(g_world, g_rank);
+  EXPECT(sz.nbuffers == 2 && sz.count == want_shard,
          "rank %d: %d state buffers of %lld, want 2 of %lld", g_rank, sz.nbuffers,
-         (long long)sz.count, (long long)want_mlp_shard(g_world, g_rank));
+         (long long)sz.count, (long long)want_shard);
   EXPECT(sd.count == 53279, "plain DDP state of %lld", (long long)sd.count);
   EXPECT(mpt_ddp_shard_count(z.ddp) == sz.count, "shard %lld, state %lld",
          (long long)mpt_ddp_shard_count(z.ddp), (long long)sz.count);
@@ -367,16 +393,23 @@ START_TEST(test_zero1_optimizer_state_is_the_shard) {
   run_step(&z, 0);
   run_step(&d, 0);
   const double n = 53279, f = (double)(g_world - 1) / g_world;
-  if (g_stage == 3) { /* whole after init: the first step only reduce-scatters; the next one
-                       * gathers its one bucket once in forward (every unit is in it) */
-    EXPECT(mpt_ddp_sent_bytes(z.ddp) == f * 4 * n, "ZeRO-3 sent %.0f bytes in the first step, "
-           "want %.0f", mpt_ddp_sent_bytes(z.ddp), f * 4 * n);
-    EXPECT(mpt_ddp_param_gathers(z.ddp) == 0, "%lld gathers", (long long)mpt_ddp_param_gathers(z.ddp));
-    const double before = mpt_ddp_sent_bytes(z.ddp);
+  if (g_stage == 3) { /* one all-gather per unit. Whole after init, the first step's forward
+                       * gives back every unit but fc1 when it takes fc1, then gathers fc2 and
+                       * fc3, and moving to fc3 gives fc1 back: backward gathers fc1 again (3
+                       * all-gathers, N elements), besides the reduce-scatter's N. The second
+                       * step starts from the shards: fc1, fc2, fc3 in forward, fc1 again in
+                       * backward (4 all-gathers, N + 48670 elements) */
+    /* (summed per collective: equal up to the rounding of (W-1)/W) */
+    EXPECT(fabs(mpt_ddp_sent_bytes(z.ddp) - 2 * f * 4 * n) <= 1e-9 * n, "ZeRO-3 sent %.0f bytes "
+           "in the first step, want %.0f", mpt_ddp_sent_bytes(z.ddp), 2 * f * 4 * n);
+    EXPECT(mpt_ddp_param_gathers(z.ddp) == 3, "%lld gathers in the first step, want 3",
+           (long long)mpt_ddp_param_gathers(z.ddp));
+    const double before = mpt_ddp_sent_bytes(z.ddp), want2 = f * 4 * (2 * n + 48670);
     run_step(&z, 1);
-    EXPECT(mpt_ddp_sent_bytes(z.ddp) - before == 2 * f * 4 * n, "ZeRO-3 sent %.0f bytes in the "
-           "second step, want %.0f", mpt_ddp_sent_bytes(z.ddp) - before, 2 * f * 4 * n);
-    EXPECT(mpt_ddp_param_gathers(z.ddp) == 1, "%lld gathers in the second step, want 1",
+    EXPECT(fabs(mpt_ddp_sent_bytes(z.ddp) - before - want2) <= 1e-9 * n, "ZeRO-3 sent %.0f bytes in the "
+           "second step, want %.0f", mpt_ddp_sent_bytes(z.ddp) - before, want2);
+    EXPECT(mpt_ddp_param_gathers(z.ddp) == 3 + 4, "%lld gathers after the second step, want 7 "
+           "(one per unit: 3 in forward, fc1 again in backward)",
            (long long)mpt_ddp_param_gathers(z.ddp));
     EXPECT(mpt_ddp_step_bytes(z.ddp) == 2 * f * 4 * n, "step bytes %.0f",
            mpt_ddp_step_bytes(z.ddp));
@@ -616,6 +649,92 @@ START_TEST(test_zero_gradient_pages_after_backward) {
 }
 END_TEST
 
+/* A GPT built with its initialisation deferred (mpt_model_init_gpt_deferred): its units
+ * written in reverse order give the bytes of mpt_model_init_gpt for the seed, and a forward
+ * before is refused. Wrapped by the engine, the deferred model starts from those bytes on every
+ * rank; ZeRO-3 initialises it unit by unit and keeps only the shard's pages resident (mincore:
+ * at most two more per bucket cut by the shard's edges), where the other stages hold it whole;
+ * a model deferred on rank 0 only is refused on every rank (MPT_EMISMATCH). */
+START_TEST(test_zero_deferred_init) {
+  expect_begin();
+  mpt_gpt_config gc = {.max_seq_len = 16, .vocab_size = 256, .num_layers = 2, .num_heads = 4,
+                       .channels = 64, .padded_vocab_size = 0};
+  mpt_model *ref = NULL, *m = NULL, *w = NULL;
+  OK(mpt_model_init_gpt(&ref, mpt_device_cpu(), &gc, 21));
+  const int64_t n = mpt_model_param_count(ref);
+  const size_t nbytes = sizeof(float) * (size_t)n;
+  OK(mpt_model_init_gpt_deferred(&m, mpt_device_cpu(), &gc, 21));
+  const int units = mpt_model_units(m, NULL);
+  EXPECT(units == 4 && mpt_model_init_pending(m) == 4, "%d units, %d pending, want 4 and 4",
+         units, mpt_model_init_pending(m));
+  EXPECT(mpt_model_init_pending(ref) == 0, "an ordinary GPT has units pending");
+  mpt_tape *tape = NULL;
+  OK(mpt_tape_init(&tape, m, NULL));
+  int32_t tok[16] = {0};
+  int64_t ts[2] = {1, 16};
+  mpt_tensor xt = mpt_tensor_view(tok, mpt_device_cpu(), MPT_I32, 2, ts);
+  mpt_var *xv = NULL, *out = NULL;
+  mpt_tape_reset(tape, 1);
+  OK(mpt_tape_input(tape, &xt, &xv));
+  EXPECT(mpt_model_forward(m, tape, xv, &out) == MPT_ESTATE, "a forward with units pending "
+         "was not refused");
+  for (int u = units - 1; u >= 0; u--) OK(mpt_model_init_unit(m, u));
+  EXPECT(mpt_model_init_pending(m) == 0, "%d units still pending", mpt_model_init_pending(m));
+  EXPECT(memcmp(mpt_model_params(m), mpt_model_params(ref), nbytes) == 0, "the units written "
+         "in reverse differ from mpt_model_init_gpt's values");
+  EXPECT(mpt_model_init_unit(m, 0) == MPT_ESTATE, "a unit written after the initialisation "
+         "ended");
+  mpt_tape_free(tape);
+  mpt_model_free(m);
+
+  OK(mpt_model_init_gpt_deferred(&w, mpt_device_cpu(), &gc, 21));
+  EXPECT(mpt_model_init_unit(w, units) == MPT_EINVAL, "unit %d of %d accepted", units, units);
+  mpt_ddp_config dc = mpt_ddp_config_default();
+  dc.timeout_ms = 30000;
+  dc.zero = g_stage;
+  mpt_ddp *ddp = NULL;
+  OK(mpt_ddp_init(&ddp, w, g_comm, NULL, &dc));
+  EXPECT(mpt_model_init_pending(w) == 0, "units pending after mpt_ddp_init");
+  int64_t whole = 0;
+  const long page = sysconf(_SC_PAGESIZE);
+  const int64_t res = resident_pages(mpt_model_params(w), nbytes, &whole);
+  const int64_t most = (mpt_ddp_shard_count(ddp) * 4 + page - 1) / page +
+                       2 * mpt_ddp_num_buckets(ddp);
+  if (g_stage == 3)
+    EXPECT(res <= most && whole > 4 * most / 3, "ZeRO-3: %lld of %lld parameter pages resident "
+           "after init, want at most %lld (the shard's)", (long long)res, (long long)whole,
+           (long long)most);
+  else
+    EXPECT(res == whole, "ZeRO-%d: %lld of %lld parameter pages resident after init, want all",
+           g_stage, (long long)res, (long long)whole);
+  if (g_rank == 0)
+    printf("zero%d at %d ranks, deferred GPT: %lld of %lld parameter pages resident after "
+           "init (%d buckets)\n", g_stage, g_world, (long long)res, (long long)whole,
+           mpt_ddp_num_buckets(ddp));
+  OK(mpt_ddp_gather_params(ddp));
+  EXPECT(memcmp(mpt_model_params(w), mpt_model_params(ref), nbytes) == 0, "rank %d: the "
+         "deferred model wrapped differs from mpt_model_init_gpt's values", g_rank);
+  mpt_ddp_free(ddp);
+  mpt_model_free(w);
+  /* ZeRO-3: a deferred model on rank 0 only is refused on every rank (the collectives of the
+   * unit-by-unit start would not pair) */
+  if (g_stage == 3 && g_world > 1) {
+    if (g_rank == 0)
+      OK(mpt_model_init_gpt_deferred(&w, mpt_device_cpu(), &gc, 21));
+    else
+      OK(mpt_model_init_gpt(&w, mpt_device_cpu(), &gc, 21));
+    ddp = NULL;
+    const mpt_status st = mpt_ddp_init(&ddp, w, g_comm, NULL, &dc);
+    EXPECT(st == MPT_EMISMATCH && !ddp, "rank %d: deferred on rank 0 only: %s, want "
+           "MPT_EMISMATCH", g_rank, mpt_status_name(st));
+    mpt_ddp_free(ddp);
+    mpt_model_free(w);
+  }
+  mpt_model_free(ref);
+  expect_agree();
+}
+END_TEST
+
 START_TEST(test_zero_refuses_bad_uses) {
   mpt_model *m = model_make(KIND_MLP, 1);
   mpt_ddp_config dc = mpt_ddp_config_default();
@@ -655,6 +774,7 @@ int main(int argc, char **argv) {
   Suite *s = suite_create("zero1");
   TCase *tc = tcase_create("zero1");
   tcase_add_test(tc, test_zero_refuses_bad_uses);
+  tcase_add_test(tc, test_zero_deferred_init);
   tcase_add_test(tc, test_zero_gradient_pages_after_backward);
   tcase_add_test(tc, test_zero1_optimizer_state_is_the_shard);
   tcase_add_test(tc, test_zero1_shards_hold_the_exact_average);

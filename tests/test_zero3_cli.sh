@@ -1,14 +1,18 @@
 #!/bin/sh
 # The trainer's --zero 3 (parameters sharded too) and the memory lines of every stage. MLP at 2
-# ranks: --zero 3 ends with the bytes of --zero 1 and of plain DDP; the memory report at the
-# end names per rank, in MiB to 2 decimals: stage 0 parameters P, gradients P, optimizer state
+# ranks: --zero 3 ends with the bytes of --zero 1 and of plain DDP, and so does plain DDP with
+# --unit-buckets (3 buckets, one per layer); the memory report at the end names per rank, in MiB
+# to 2 decimals: stage 0 parameters P, gradients P, optimizer state
 # 2 P (AdamW); stage 1 P, P, 2 S; stage 2 P, S, 2 S; stage 3 S, S, 2 S, where S is the rank's
-# shard (the two ranks' S adding up to P). A tiny GPT (3 layers, buckets of 0.01 MiB so that
-# units and buckets cut each other, tied head) at 2 ranks (--accumulate 1 and 2) and 3 ranks
-# (rs-ag: ZeRO's summation order) with --zero 3 (prefetch on, and off at 3 ranks), with and
-# without --recompute, ends with the
-# bytes of --zero 1. Checkpoints: a --zero 3 run at 3 ranks stopped at step 5 and resumed with
-# --zero 3, and one resumed with --zero 1, end with the straight run's bytes; a --zero 1
+# shard (the two ranks' S adding up to P). A tiny GPT (3 layers, tied head) at 2 ranks
+# (--accumulate 1 and 2) and 3 ranks (rs-ag: ZeRO's summation order) with --zero 3 (prefetch
+# on, and off at 3 ranks), with and without --recompute, ends with the bytes of --zero 1 with
+# --unit-buckets (ZeRO-3's plan: one bucket per unit, 5 here, which the DDP line reports; the
+# caps of 0.01 MiB given would cut the units otherwise); the --zero 3 GPT is initialised unit by
+# unit as it is wrapped (its log says so), so these equalities also show that the deferred
+# initialisation writes the ordinary one's values. Checkpoints: a --zero 3 run at 3 ranks
+# stopped at step 5 and resumed with --zero 3, and one resumed with --zero 1, end with the
+# straight run's bytes; a --zero 1
 # checkpoint resumed with --zero 3 too. --check-replicas (which gathers the parameters) passes
 # under --zero 3. A run that cannot fit in the host's memory (MPITRAIN_HOST_MEMORY) is refused
 # before it starts, with its model state per rank by stage (below). Prints "N passed, N failed".
@@ -38,6 +42,10 @@ same() { # a b what
 for z in 0 1 2 3; do
   run mlp$z 2 $small --zero $z --check-replicas 5 --save-params "$tmp/mlp$z.bin"
 done
+run mlp0u 2 $small --zero 0 --unit-buckets --save-params "$tmp/mlp0u.bin"
+same mlp0 mlp0u "mlp, 2 ranks, plain DDP with --unit-buckets"
+grep -q "DDP: 3 bucket(s) (one per unit)" "$tmp/mlp0u.out" && ok ||
+  bad "plain DDP with --unit-buckets: $(grep 'DDP:' "$tmp/mlp0u.out")"
 same mlp0 mlp3 "mlp, 2 ranks, --zero 3 against plain DDP"
 same mlp1 mlp3 "mlp, 2 ranks, --zero 3 against --zero 1"
 grep -q "DDP: .*, ZeRO-3 (parameters sharded" "$tmp/mlp3.out" && ok ||
@@ -77,28 +85,36 @@ awk 'BEGIN { srand(3); for (i = 0; i < 400; i++) { s = "";
   bad "tokenize failed"
 gpt="train --model gpt --n-layer 3 --n-head 2 --n-embd 16 --seq-len 16 --vocab-size 256 --batch-size 2 --max-steps 8 --threads 1 --bucket-cap-mb 0.01 --first-bucket-cap-mb 0.005 --shards $tmp/shards/train_000000.bin --val-steps 2"
 for acc in 1 2; do
-  run g1.$acc 2 $gpt --accumulate $acc --zero 1 --save-model "$tmp/g1.$acc.bin"
+  run g1.$acc 2 $gpt --accumulate $acc --zero 1 --unit-buckets --save-model "$tmp/g1.$acc.bin"
   run g3.$acc 2 $gpt --accumulate $acc --zero 3 --save-model "$tmp/g3.$acc.bin"
   run g3r.$acc 2 $gpt --accumulate $acc --zero 3 --recompute --save-model "$tmp/g3r.$acc.bin"
   same g1.$acc g3.$acc "gpt, 2 ranks, --accumulate $acc, --zero 3"
   same g1.$acc g3r.$acc "gpt, 2 ranks, --accumulate $acc, --zero 3 --recompute"
 done
-run g1n3 3 $gpt --zero 1 --save-model "$tmp/g1n3.bin"
-run g0n3 3 $gpt --zero 0 --allreduce-algo rs-ag --save-model "$tmp/g0n3.bin"
+run g1n3 3 $gpt --zero 1 --unit-buckets --save-model "$tmp/g1n3.bin"
+run g0n3 3 $gpt --zero 0 --allreduce-algo rs-ag --unit-buckets --save-model "$tmp/g0n3.bin"
 run g3n3 3 $gpt --zero 3 --save-model "$tmp/g3n3.bin"
 run g3rn3 3 $gpt --zero 3 --recompute --save-model "$tmp/g3rn3.bin"
 run g3pn3 3 $gpt --zero 3 --no-prefetch --save-model "$tmp/g3pn3.bin"
+grep -q "ZeRO-3: the parameters are initialised unit by unit" "$tmp/g3n3.out" && ok ||
+  bad "the --zero 3 GPT was not initialised unit by unit (deferred)"
+for f in g3n3 g1n3 g0n3; do
+  grep -q "DDP: 5 bucket(s) (one per unit)" "$tmp/$f.out" && ok ||
+    bad "$f: the DDP line does not report 5 buckets, one per unit: $(grep 'DDP:' "$tmp/$f.out")"
+done
 same g1n3 g3pn3 "gpt, 3 ranks, --zero 3 --no-prefetch"
 same g1n3 g3n3 "gpt, 3 ranks, --zero 3"
 same g0n3 g3n3 "gpt, 3 ranks, --zero 3 against plain DDP with rs-ag"
 same g1n3 g3rn3 "gpt, 3 ranks, --zero 3 --recompute"
 
-# checkpoints across stages (3 ranks)
-run full1 3 $small --zero 1 --save-params "$tmp/full1.bin"
+# checkpoints across stages (3 ranks; --zero 1 with ZeRO-3's bucket plan, so that the
+# reduce-scatters add the same elements in the same order)
+run full1 3 $small --zero 1 --unit-buckets --save-params "$tmp/full1.bin"
 run part3 3 $small --zero 3 --checkpoint-dir "$tmp/ck3" --checkpoint-every 5 --stop-at-step 5
 run res33 3 $small --zero 3 --resume "$tmp/ck3" --save-params "$tmp/res33.bin"
-run res31 3 $small --zero 1 --resume "$tmp/ck3" --save-params "$tmp/res31.bin"
-run part1 3 $small --zero 1 --checkpoint-dir "$tmp/ck1" --checkpoint-every 5 --stop-at-step 5
+run res31 3 $small --zero 1 --unit-buckets --resume "$tmp/ck3" --save-params "$tmp/res31.bin"
+run part1 3 $small --zero 1 --unit-buckets --checkpoint-dir "$tmp/ck1" --checkpoint-every 5 \
+  --stop-at-step 5
 run res13 3 $small --zero 3 --resume "$tmp/ck1" --save-params "$tmp/res13.bin"
 same full1 res33 "a --zero 3 checkpoint resumed with --zero 3"
 same full1 res31 "a --zero 3 checkpoint resumed with --zero 1"

@@ -365,9 +365,14 @@ MPT_API mpt_status mpt_comm_allgather_shards(mpt_comm *comm, mpt_stream *stream,
  * (mpt_bf16_round_array) adds u |g_r| each. When the sum is representable in bfloat16 and
  * float32 adds it exactly (small integers) the result is exact. The temporaries are a send and
  * a receive buffer of at most 512 Ki bfloat16 elements each per call (rounds of 512 Ki / W
- * elements per rank, and of max_chunk_count / W at most). NCCL backend: ncclBfloat16, whose
- * reduction rounds each partial sum to bfloat16 (per hop: gamma(W - 1) sum_r |x_r| with u as
- * above, gamma(k) = k u / (1 - k u)).
+ * elements per rank, and of max_chunk_count / W at most). NCCL backend: the same
+ * arithmetic, so the same bits: one NCCL group of ncclSend / ncclRecv per round moves the
+ * bfloat16 pieces to their owners, a CUDA kernel widens the W pieces of the owner's shard, adds
+ * them in float32 in rank order, divides by W for AVG and rounds once; the all-reduce then
+ * all-gathers the shards (grouped ncclBroadcast). Its temporary is one device buffer of W
+ * pieces (at most 512 Ki elements in all), stream-ordered (cudaMallocAsync / cudaFreeAsync on
+ * the collective's stream). Never NCCL's own bfloat16 reduction, which rounds each partial sum
+ * (per hop: gamma(W - 1) sum_r |x_r| with u as above, gamma(k) = k u / (1 - k u)).
  * Broadcast and all-gather move bfloat16 as 2-byte elements. */
 
 /* Completes on each rank once every rank has reached it. */

@@ -28,7 +28,8 @@
  * their gradients) and added to the open bucket, which closes as soon as its size reaches its
  * cap: first_bucket_cap_mb (1 MiB) for the first bucket, bucket_cap_mb (25 MiB) for the rest
  * (PyTorch's compute_bucket_assignment_by_size), so a bucket exceeds its cap by at most its last
- * parameter, and a parameter of another dtype starts a new bucket.
+ * parameter, and a parameter of another dtype starts a new bucket. With config.unit_buckets
+ * (always under ZeRO-3) each unit of the model is one bucket instead, the caps unused.
  * Because the model's gradients live in one flat buffer in registration order, each bucket is
  * a contiguous slice {offset, count} of it: no packing copy. Buckets are keyed by parameter
  * (never by arrival order) and launched strictly in index order, so every rank issues the same
@@ -141,6 +142,12 @@ typedef struct mpt_ddp_config {
   mpt_ddp_allreduce_algo allreduce; /* MPT_DDP_ALLREDUCE_NATIVE (plain DDP; ZeRO ignores it) */
   int prefetch;                /* ZeRO-3: 1 (default) gathers the next unit during the current
                                   one's compute; 0 gathers each unit when it is reached */
+  int unit_buckets;            /* 1: one bucket per unit of the model (nn.h mpt_model_units: a
+                                  GPT's embeddings, each block, its final LayerNorm; an mlp's or
+                                  cnn's layers), the caps unused (a unit whose parameters change
+                                  dtype is cut there), as FSDP's one flat parameter per wrapped
+                                  module; 0 (default): the size caps (see "Buckets"). ZeRO-3
+                                  always plans by unit, whatever this says. */
 } mpt_ddp_config;
 
 /* The defaults noted on each field (PyTorch's bucket caps, overlap on, broadcast buffers). */
@@ -152,10 +159,14 @@ MPT_API mpt_status mpt_ddp_buffer_mode_parse(const char *text, mpt_ddp_buffer_mo
  * (NULL: the CPU, inline). Collective: every rank calls it. Verifies the model signature across
  * ranks (MPT_EMISMATCH naming the first rank and parameter that differ), broadcasts rank 0's
  * parameters and buffers, and installs DDP's hooks on the model (see the top of this file).
- * Finish the model (and load its weights) first. Errors: MPT_EINVAL (NULL ddp, model or comm;
- * bad config), MPT_ENOTSUP (bf16 gradients, ZeRO or the rs-ag all-reduce with gradients
- * outside host memory), MPT_EMISMATCH, MPT_ESTATE (the model is not finalised, or already
- * wrapped), MPT_ENOMEM, comm errors (MPT_ECOMM, MPT_ETIMEOUT). */
+ * Finish the model (and load its weights) first. A model whose initialisation is deferred
+ * (nn.h mpt_model_init_unit) is initialised here: under ZeRO-3 at W > 1 unit by unit, each
+ * unit broadcast from rank 0 and given back outside this rank's shard (no rank holds more than
+ * its shard and one unit); otherwise whole, before the broadcast. Errors: MPT_EINVAL (NULL
+ * ddp, model or comm; bad config), MPT_ENOTSUP (bf16 gradients, ZeRO or the rs-ag all-reduce
+ * with gradients outside host memory), MPT_EMISMATCH (also, under ZeRO-3, some ranks' models
+ * deferred and others' not), MPT_ESTATE (the model is not finalised, or already wrapped),
+ * MPT_ENOMEM, comm errors (MPT_ECOMM, MPT_ETIMEOUT). */
 MPT_API mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm,
                                 mpt_stream *compute, const mpt_ddp_config *config);
 /* Removes the hooks (the model trains alone again) and frees the engine. Free it before the
@@ -249,10 +260,45 @@ MPT_API mpt_ddp_stats mpt_ddp_get_stats(mpt_ddp *ddp);
 /* Zeroes the stats (the last pass and the sums; a pass whose timings are pending is dropped). */
 MPT_API void mpt_ddp_reset_stats(mpt_ddp *ddp);
 
-/* ---- ZeRO (config.zero = 1 or 2): sharded optimizer state, sharded gradients ------------------
+/* ---- ZeRO (config.zero = 1, 2 or 3): the sharded optimizer ---------------------------------
  * The functions of this section make up the sharded optimizer: they work for every stage (with
  * ZeRO off each does what the plain call does), so a training loop calls them always and is
- * the same whatever the stage.
+ * the same whatever the stage:
+ *     mpt_ddp_init -> mpt_ddp_optimizer_init -> per step: zero_grad, forward, backward (the
+ *     engine's hooks reduce), mpt_ddp_grads_nonfinite, mpt_ddp_clip_grad_norm,
+ *     mpt_ddp_optimizer_step -> for checkpoints mpt_ddp_optimizer_gather / _scatter, and with
+ *     ZeRO-3 mpt_ddp_gather_params before reading the parameters outside a pass.
+ * The shard. Every bucket of the plan (a contiguous slice of the flat buffers) is split over the
+ * W ranks as mpt_comm_shard splits a buffer; rank r owns its piece of each bucket
+ * (mpt_ddp_shard: the slices by offset; mpt_ddp_shard_count: their elements, about N / W). The
+ * same slices are its gradient shard, its optimizer state and, under ZeRO-3, its parameter
+ * shard.
+ * What each rank holds between steps, and when the collectives run (N parameters, W ranks):
+ *                    stage 1             stage 2              stage 3
+ *   parameters       whole (N)           whole (N)            shard (N / W)
+ *   gradients        whole (N)           shard (N / W)        shard (N / W)
+ *   optimizer state  shard               shard                shard
+ *   forward          -                   -                    each unit all-gathered when
+ *                                                             first taken (the next one
+ *                                                             prefetched), given back two
+ *                                                             units later
+ *   backward         each bucket reduce-scattered (average) into the shards as soon as it is
+ *                    ready; stage 2 and 3 give the rest of its gradients back; stage 3
+ *                    gathers a unit again if it was given back, and gives it back once its
+ *                    gradients are reduce-scattered
+ *   clip, check      mpt_ddp_clip_grad_norm, mpt_ddp_grads_nonfinite: over the shards, the W
+ *                    partial results all-gathered and combined in rank order (one collective)
+ *   step             mpt_ddp_optimizer_step: the shard stepped; stages 1 and 2 then all-gather
+ *                    every bucket's parameters (waited for); stage 3 gives the parameters back
+ *                    to the shards (the next forward gathers them)
+ *   start            mpt_ddp_init broadcasts rank 0's model; stage 3 keeps only the shard, and
+ *                    a model whose initialisation was deferred (nn.h, transformer.h
+ *                    mpt_model_init_gpt_deferred) is initialised unit by unit, so no rank holds
+ *                    more than its shard and one unit
+ *   checkpoints      one whole file: mpt_ddp_optimizer_gather to the writer (bucket by bucket),
+ *                    mpt_ddp_optimizer_scatter on resume; stage 3 mpt_ddp_gather_params first
+ * Counters: mpt_ddp_zero_stage, mpt_ddp_param_gathers (stage 3's all-gathers),
+ * mpt_ddp_sent_bytes and mpt_ddp_step_bytes (ring model). The details of each stage follow.
  * Stage 1 of ZeRO (Rajbhandari et al., SC 2020; PyTorch's ZeroRedundancyOptimizer, llm.c's
  * zero_stage 1): parameters and gradients stay whole on every rank, the optimizer state is
  * split.
@@ -311,19 +357,20 @@ MPT_API void mpt_ddp_reset_stats(mpt_ddp *ddp);
  * the parameters are sharded too: after each optimizer step only this rank's shard of the
  * flat parameter buffer is current and resident (the other pages are given back as stage 2
  * gives back the gradients'). The model's units (nn.h mpt_model_set_units: a GPT's embeddings,
- * each transformer block, its final LayerNorm; an mlp's or cnn's layers by parameter name) say
- * what is gathered together: when a forward first takes a parameter of a unit, the buckets of
- * neither that unit nor the previous one are given back, and the buckets holding the unit's
- * parameters are all-gathered (mpt_comm_allgather_shards, waited for) as each parameter is
- * first taken. With config.prefetch (the default) the buckets of the next unit (u + 1 in
- * forward, u - 1 in backward) are all-gathered on the comm stream as soon as unit u is reached,
- * so the gather overlaps unit u's compute, and waited for when first needed; in backward, a node's parameters are gathered again before its backward runs
- * if they were given back, and a bucket's parameters are given back as soon as its gradients
- * are reduce-scattered (its last use in the pass). The gather granularity is the bucket: a
- * unit smaller than a bucket brings the bucket's other units along. Tied weights (a GPT's wte
- * and head) are one parameter: gathered again for the second use, reduced once. The trainer's
+ * each transformer block, its final LayerNorm; an mlp's or cnn's layers by parameter name) are
+ * the granularity of everything: stage 3 plans one bucket per unit (config.unit_buckets is
+ * forced on), so a unit is one all-gather and one reduce-scatter, and a gather brings no other
+ * unit along. When a forward first takes a parameter of unit u, the units other than u and the
+ * previous one are given back, and unit u is all-gathered (mpt_comm_allgather_shards, waited
+ * for). With config.prefetch (the default) the next unit (u + 1 in forward, u - 1 in backward)
+ * is all-gathered on the comm stream as soon as unit u is reached, so the gather overlaps unit
+ * u's compute, and waited for when first needed; in backward, a node's unit is gathered again
+ * before its backward runs if it was given back, and a unit's parameters are given back as
+ * soon as its gradients are reduce-scattered (its last use in the pass). Tied weights (a GPT's
+ * wte and head) are one parameter: gathered again for the second use, reduced once. The
  * numbers are stage 1's (the same reduce-scatter, norm and step), so a stage-3 run trains bit
- * for bit as stages 1 and 2 and as plain DDP with config.allreduce RS_AG.
+ * for bit as stages 1 and 2 and as plain DDP with config.allreduce RS_AG when those plan the
+ * same buckets (config.unit_buckets = 1).
  * Reading the parameters outside a training pass (saving, a checkpoint, evaluation on ranks
  * whose batch counts differ, comparing replicas) needs them whole first:
  * mpt_ddp_gather_params (collective) gathers every bucket that is not whole; the next
@@ -338,8 +385,8 @@ MPT_API mpt_status mpt_ddp_gather_params(mpt_ddp *ddp);
 /* ZeRO-3: gives back the pages of every bucket's parameters outside this rank's shard (local;
  * the next use gathers them again); otherwise nothing. Errors: MPT_EINVAL (NULL). */
 MPT_API mpt_status mpt_ddp_release_params(mpt_ddp *ddp);
-/* Buckets all-gathered by ZeRO-3 since init (forward, backward and mpt_ddp_gather_params);
- * 0 otherwise. */
+/* Buckets (units: one bucket each) all-gathered by ZeRO-3 since init (forward, backward and
+ * mpt_ddp_gather_params); 0 otherwise. */
 MPT_API int64_t mpt_ddp_param_gathers(const mpt_ddp *ddp);
 
 /* The configured ZeRO stage (0, 1, 2 or 3); 0 for NULL. */

@@ -234,6 +234,21 @@ MPT_API mpt_status mpt_model_set_units(mpt_model *model, int n, const int *first
  * model without parameters. Errors: none (ENOMEM on deriving them: 0). */
 MPT_API int mpt_model_units(mpt_model *model, const int **first_param);
 
+/* Initialisation by unit. A model made by a deferred constructor (transformer.h
+ * mpt_model_init_gpt_deferred) has its parameters registered and finalised but not written:
+ * they read zero and none of their pages is resident. mpt_model_init_unit writes unit u's
+ * initial values, the very bytes the ordinary constructor writes for the same seed, in any
+ * order of units, so a sharded wrapper (DDP's ZeRO-3 at mpt_ddp_init) can initialise the model
+ * one unit at a time, keep its shard and give the rest back: no rank ever holds the whole model.
+ * While units are pending a forward is refused (MPT_ESTATE); mpt_model_init_params writes
+ * everything (nothing pending after it). Writing a unit again writes the same values. */
+/* The number of units whose initial values are not written yet; 0 when none (every model
+ * made by an ordinary constructor), and for NULL. */
+MPT_API int mpt_model_init_pending(const mpt_model *model);
+/* Writes unit `unit`'s initial values (above). Errors: MPT_EINVAL (NULL, unit out of range),
+ * MPT_ESTATE (the model's initialisation is not pending). */
+MPT_API mpt_status mpt_model_init_unit(mpt_model *model, int unit);
+
 /* Installs `hooks` (copied), or removes them with NULL. One wrapper at a time: MPT_ESTATE when
  * hooks with another `user` are installed; MPT_EINVAL for a NULL model. */
 MPT_API mpt_status mpt_model_set_hooks(mpt_model *model, const mpt_model_hooks *hooks);

@@ -173,6 +173,15 @@ MPT_API mpt_status mpt_gpt_config_preset(const char *name, mpt_gpt_config *confi
  * 1 <= T <= max_seq_len), errors of the ops. */
 MPT_API mpt_status mpt_model_init_gpt(mpt_model **model, mpt_device device,
                                       const mpt_gpt_config *config, uint64_t seed);
+/* mpt_model_init_gpt with the initialisation deferred (nn.h "Initialisation by unit"): the
+ * parameters are registered and finalised but not written (they read zero, no page of them is
+ * resident); mpt_model_init_unit writes a unit's values (the embeddings, a block, the final
+ * LayerNorm), the bytes mpt_model_init_gpt writes for `seed`, and DDP's ZeRO-3 does so unit
+ * by unit at mpt_ddp_init, keeping only its shard. The construction walks the random stream
+ * once to record where each weight tensor's draws start (about N generator steps, without the
+ * normal transform). Host memory only. Errors: those of mpt_model_init_gpt; MPT_ENOTSUP (a device). */
+MPT_API mpt_status mpt_model_init_gpt_deferred(mpt_model **model, mpt_device device,
+                                               const mpt_gpt_config *config, uint64_t seed);
 
 /* Re-initialises a finalised GPT model of `config` as GPT-2: mpt_model_init_params (biases 0,
  * LayerNorm weights 1, the model's generation is bumped), then the weights wte, wpe, qkvw,

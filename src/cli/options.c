@@ -162,6 +162,9 @@ typedef enum { P_I64, P_INT, P_F64, P_F32, P_F32D, P_STR, P_ON, P_OFF, P_FN } pa
     "distributed", "F", "gradient bucket size in MiB (default 25)", "")                         \
   X(FIRST_BUCKET_CAP, "first-bucket-cap-mb", P_F64, FIELD(ddp.first_bucket_cap_mb), 1e-6, 1e6, \
     ALL, "distributed", "F", "first bucket size in MiB (default 1)", "")                        \
+  X(UNIT_BUCKETS, "unit-buckets", P_ON, FIELD(ddp.unit_buckets), 0, 0, ALL, "distributed", "",  \
+    "one bucket per model unit (a GPT block, a layer),\nthe caps unused; --zero 3 always does",  \
+    "")                                                                                         \
   X(NO_OVERLAP, "no-overlap", P_OFF, FIELD(ddp.overlap), 0, 0, ALL, "distributed", "",          \
     "all-reduce after backward instead of during it", "")                                       \
   X(FIND_UNUSED, "find-unused-parameters", P_ON, FIELD(ddp.find_unused_parameters), 0, 0, ALL,  \

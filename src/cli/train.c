@@ -338,7 +338,14 @@ static mpt_status setup_gpt(run *r) {
         o, cfg, r->world, mpt_comm_local_size(r->comm),
         mpt_token_data_num_windows(r->tokens) +
             (r->val_tokens ? mpt_token_data_num_windows(r->val_tokens) : 0)));
-  MPT_RETURN_IF(mpt_model_init_gpt(&r->model, r->device, cfg, o->seed));
+  /* --zero 3 over ranks: the parameters are initialised unit by unit by mpt_ddp_init, each
+   * rank keeping its shard, so no rank ever holds the whole model (nn.h) */
+  if (o->ddp.zero == 3 && r->world > 1 && r->device.type == MPT_DEVICE_CPU && !o->init_from[0]) {
+    MPT_RETURN_IF(mpt_model_init_gpt_deferred(&r->model, r->device, cfg, o->seed));
+    mpt_log(MPT_LOG_INFO, "ZeRO-3: the parameters are initialised unit by unit as the model is "
+            "wrapped, each rank keeping its shard");
+  } else
+    MPT_RETURN_IF(mpt_model_init_gpt(&r->model, r->device, cfg, o->seed));
   MPT_RETURN_IF(init_from(r, cfg, NULL));
   const double flops = 6 * (double)mpt_model_param_count(r->model) +
                        6.0 * cfg->num_layers * cfg->channels * cfg->max_seq_len;

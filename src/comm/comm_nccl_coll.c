@@ -25,6 +25,7 @@
 
 #include "comm/comm_nccl_impl.h"
 #include "core/cuda/cuda.h"
+#include "core/cuda/kernels.h"
 
 enum { SIG_LEN = 5 };
 
@@ -119,13 +120,105 @@ static ncclResult_t sharded_locked(mpt__nccl_state *s, const mpt__coll *c, const
   return r != ncclSuccess ? r : e;
 }
 
+/* Locked: the outcome of NCCL call(s) that returned `r`, polled until enqueued; on failure the
+ * communicator is aborted (the comm failed) and the detail recorded. */
+static mpt_status settle_locked(mpt__nccl_state *s, const mpt__coll *c, ncclResult_t r,
+                                double deadline_ms) {
+  mpt_comm *comm = s->comm;
+  int expired = 0;
+  r = mpt__nccl_settle(s->nc, r, deadline_ms, &expired);
+  char what[160];
+  mpt__coll_describe(c, what, sizeof what);
+  if (expired)
+    return mpt__nccl_fail_locked(s, MPT_FAIL(MPT_ETIMEOUT, "enqueueing %s did not complete "
+                                 "within %g s on rank %d (NCCL on cuda:%d: connecting to a "
+                                 "peer?); the NCCL communicator was aborted", what,
+                                 comm->config.timeout_ms / 1000.0, comm->rank, s->dev));
+  if (r != ncclSuccess) return mpt__nccl_fail_locked(s, MPT_NCCL_ERROR(s, r, "%s", what));
+  return MPT_OK;
+}
+
+/* The bfloat16 reduction rounded once (comm.h "bfloat16"), as comm_mpi.c's run_bf16_reduce:
+ * in rounds of at most BF16_PIECE elements per rank, one NCCL group of ncclSend / ncclRecv
+ * sends each shard's owner (mpt_comm_shard) its piece of `send` in bfloat16 and receives the
+ * W pieces of this rank's shard into a stream-ordered temporary (cudaMallocAsync, W x piece
+ * elements), then k_bf16_sum_pieces widens them, adds them in float32 in rank order, divides
+ * by W for AVG and rounds once into `out` (this rank's shard: in place when out is its shard
+ * of send). Bytes on the wire: (W-1)/W of the buffer per rank, a ring reduce-scatter's. */
+enum { BF16_PIECE = 1 << 19 };
+
+static mpt_status bf16_reduce_locked(mpt__nccl_state *s, const mpt__coll *c, const void *sendv,
+                                     void *outv, cudaStream_t cs, double deadline_ms) {
+  const int world = s->comm->world_size, me = s->comm->rank;
+  const uint16_t *send = sendv;
+  uint16_t *out = outv;
+  int64_t my_off, my_n, longest, s_off, s_n;
+  mpt_comm_shard(c->count, world, me, &my_off, &my_n);
+  mpt_comm_shard(c->count, world, 0, &s_off, &longest);
+  int64_t piece = BF16_PIECE / world > 0 ? BF16_PIECE / world : 1;
+  if (piece > longest) piece = longest > 0 ? longest : 1;
+  uint16_t *got = NULL;
+  cudaError_t e = cudaMallocAsync((void **)&got, sizeof(uint16_t) * (size_t)world *
+                                  (size_t)piece, cs);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return MPT_FAIL(MPT_ENOMEM, "the bfloat16 reduction's %lld-element temporary on cuda:%d: %s",
+                    (long long)world * (long long)piece, s->dev, cudaGetErrorString(e));
+  }
+  mpt_status st = MPT_OK;
+  const int avg = c->arg == MPT_REDUCE_AVG;
+  for (int64_t off = 0; off < longest && st == MPT_OK; off += piece) {
+    const int64_t m = my_n - off < piece ? (my_n - off > 0 ? my_n - off : 0) : piece;
+    ncclResult_t r = ncclGroupStart();
+    for (int q = 0; q < world && r == ncclSuccess; q++) {
+      mpt_comm_shard(c->count, world, q, &s_off, &s_n);
+      const int64_t k = s_n - off < piece ? (s_n - off > 0 ? s_n - off : 0) : piece;
+      if (k > 0) r = ncclSend(send + s_off + off, (size_t)k, ncclBfloat16, q, s->nc, cs);
+      if (r == ncclSuccess && m > 0)
+        r = ncclRecv(got + (size_t)q * (size_t)piece, (size_t)m, ncclBfloat16, q, s->nc, cs);
+    }
+    const ncclResult_t g = ncclGroupEnd();
+    st = settle_locked(s, c, r != ncclSuccess ? r : g, deadline_ms);
+    if (st == MPT_OK && m > 0 &&
+        (e = mpt__cuk_bf16_sum_pieces(cs, got, world, piece, m, avg, out + off)) != cudaSuccess) {
+      (void)cudaGetLastError();
+      st = MPT_FAIL(MPT_EDEVICE, "the bfloat16 reduction's sum on cuda:%d: %s", s->dev,
+                    cudaGetErrorString(e));
+    }
+  }
+  if ((e = cudaFreeAsync(got, cs)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (st == MPT_OK)
+      st = MPT_FAIL(MPT_EDEVICE, "freeing the bfloat16 reduction's temporary on cuda:%d: %s",
+                    s->dev, cudaGetErrorString(e));
+  }
+  return st;
+}
+
+/* Locked: a bfloat16 all-reduce or reduce-scatter rounded once: the reduction above into this
+ * rank's shard (of recv for the reduce-scatter, at its place in recv for the all-reduce), then
+ * for the all-reduce the all-gather of the shards in recv. */
+static mpt_status bf16_locked(mpt__nccl_state *s, const mpt__coll *c, const void *send,
+                              void *recv, cudaStream_t cs, double deadline_ms) {
+  int64_t off, n;
+  mpt_comm_shard(c->count, s->comm->world_size, s->comm->rank, &off, &n);
+  if (c->kind == MPT__COLL_REDUCE_SCATTER)
+    return bf16_reduce_locked(s, c, send, recv, cs, deadline_ms);
+  MPT_RETURN_IF(bf16_reduce_locked(s, c, send, (uint16_t *)recv + off, cs, deadline_ms));
+  mpt__coll g = *c;
+  g.kind = MPT__COLL_ALLGATHER_SHARDS;
+  return settle_locked(s, c, sharded_locked(s, &g, recv, recv, cs), deadline_ms);
+}
+
 /* Locked: the NCCL call of `c` on the given buffers, polled until enqueued. On failure the
  * communicator is aborted (the comm failed) and the detail recorded. */
 static mpt_status call_locked(mpt__nccl_state *s, const mpt__coll *c, const void *send,
                               void *recv, cudaStream_t cs, double deadline_ms) {
-  mpt_comm *comm = s->comm;
   const size_t n = (size_t)c->count;
   ncclResult_t r;
+  if (c->dtype == MPT_BF16 &&
+      (c->kind == MPT__COLL_ALLREDUCE || c->kind == MPT__COLL_REDUCE_SCATTER))
+    return bf16_locked(s, c, send, recv, cs, deadline_ms);
   switch (c->kind) {
     case MPT__COLL_ALLREDUCE:
       r = ncclAllReduce(send, recv, n, nccl_dtype(c->dtype), nccl_op(c->arg), s->nc, cs);
@@ -143,17 +236,7 @@ static mpt_status call_locked(mpt__nccl_state *s, const mpt__coll *c, const void
     default:
       r = ncclAllReduce(s->one, s->one, 1, ncclFloat32, ncclSum, s->nc, cs);
   }
-  int expired = 0;
-  r = mpt__nccl_settle(s->nc, r, deadline_ms, &expired);
-  char what[160];
-  mpt__coll_describe(c, what, sizeof what);
-  if (expired)
-    return mpt__nccl_fail_locked(s, MPT_FAIL(MPT_ETIMEOUT, "enqueueing %s did not complete "
-                                 "within %g s on rank %d (NCCL on cuda:%d: connecting to a "
-                                 "peer?); the NCCL communicator was aborted", what,
-                                 comm->config.timeout_ms / 1000.0, comm->rank, s->dev));
-  if (r != ncclSuccess) return mpt__nccl_fail_locked(s, MPT_NCCL_ERROR(s, r, "%s", what));
-  return MPT_OK;
+  return settle_locked(s, c, r, deadline_ms);
 }
 
 /* Locked: records the ring event after `c` on cs and returns its slot. */

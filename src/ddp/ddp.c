@@ -42,6 +42,7 @@ mpt_ddp_config mpt_ddp_config_default(void) {
   c.grad_comm = MPT_DDP_GRAD_FP32;
   c.zero = 0;
   c.prefetch = 1;
+  c.unit_buckets = 0;
   c.allreduce = MPT_DDP_ALLREDUCE_NATIVE;
   return c;
 }
@@ -75,9 +76,26 @@ static mpt_status plan_buckets(mpt_ddp *d) {
   int b = 0, open = 0;
   mpt_dtype dtype = MPT_F32;
   double bytes = 0;
+  /* One bucket per unit (ddp.h "unit_buckets"): the caps are not used; a bucket closes where
+   * the next parameter (walking down) starts another unit. unit_of[p] is p's unit. */
+  int *unit_of = NULL;
+  if (d->cfg.unit_buckets && n > 0) {
+    const int *first = NULL;
+    const int nu = mpt_model_units(d->model, &first);
+    if (nu < 1 || !first || !(unit_of = malloc(sizeof(int) * (size_t)n)))
+      return MPT_FAIL(MPT_ENOMEM, "cannot plan buckets by unit");
+    for (int u = 0, p = 0; p < n; p++) {
+      while (u + 1 < nu && first[u + 1] <= p) u++;
+      unit_of[p] = u;
+    }
+  }
   for (int p = n - 1; p >= 0; p--) {
     const mpt_param_info *info = mpt_model_param_info(d->model, p);
     double size = (double)info->count * (double)mpt_dtype_size(info->dtype);
+    if (unit_of && open && unit_of[p] != unit_of[p + 1]) { /* another unit: another bucket */
+      b++;
+      open = 0;
+    }
     if (open && info->dtype != dtype) { /* never mix dtypes in one bucket */
       b++;
       open = 0;
@@ -95,13 +113,14 @@ static mpt_status plan_buckets(mpt_ddp *d) {
     d->buckets[b].count += info->count;
     d->param_bucket[p] = b;
     bytes += size;
-    if (bytes >= cap && p > 0) { /* reached the cap: close (PyTorch's rule) */
+    if (!unit_of && bytes >= cap && p > 0) { /* reached the cap: close (PyTorch's rule) */
       b++;
       open = 0;
       cap = d->cfg.bucket_cap_mb * 1048576.0;
     }
   }
   d->nbuckets = n ? b + 1 : 0;
+  free(unit_of);
   return MPT_OK;
 }
 
@@ -270,6 +289,10 @@ mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm, mpt_str
   d->cfg = cfg;
   d->sync = 1;
   d->nparams = mpt_model_num_params(model);
+  d->params = mpt_model_params(model);
+  d->grads = mpt_model_grads(model);
+  if (cfg.zero == 3) d->cfg.unit_buckets = 1; /* ZeRO-3 gathers and reduces unit by unit */
+  d->cfg.unit_buckets = d->cfg.unit_buckets != 0;
   d->rsag = !cfg.zero && mpt_comm_world_size(comm) > 1 &&
             cfg.allreduce == MPT_DDP_ALLREDUCE_RS_AG;
   MPT_CHECK(plan_buckets(d), fail);
@@ -307,8 +330,31 @@ mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm, mpt_str
   MPT_CHECK(timing_init(d), fail);
   if (d->compute) MPT_CHECK(mpt_event_init(&d->order_event, mpt_stream_device(d->compute)), fail);
   MPT_CHECK(verify_models(d), fail);
+  /* A model whose initialisation was deferred (nn.h): ZeRO-3 initialises it unit by unit,
+   * keeping its shard (below); otherwise it is initialised whole here. */
+  const int by_unit = d->z3 && mpt_model_init_pending(model);
+  if (d->z3) { /* every rank's model deferred, or none: else the collectives would not pair */
+    int32_t mine = by_unit, lo = 0, hi = 0;
+    MPT_CHECK(mpt_comm_allreduce_sync(comm, &mine, &lo, 1, MPT_I32, MPT_REDUCE_MIN), fail);
+    MPT_CHECK(mpt_comm_allreduce_sync(comm, &mine, &hi, 1, MPT_I32, MPT_REDUCE_MAX), fail);
+    if (lo != hi) {
+      st = MPT_FAIL(MPT_EMISMATCH, "ranks hold different models: the initialisation of rank "
+                    "%d's is %s, another rank's %s (build every rank's model alike)",
+                    mpt_comm_rank(comm), by_unit ? "deferred" : "done",
+                    by_unit ? "done" : "deferred");
+      goto fail;
+    }
+  }
+  for (int u = 0; !by_unit && mpt_model_init_pending(model) && u < mpt_model_units(model, NULL);
+       u++)
+    MPT_CHECK(mpt_model_init_unit(model, u), fail);
   /* Start bit-identical: rank 0's parameters and buffers everywhere. */
-  if (mpt_comm_world_size(comm) > 1) {
+  if (by_unit) {
+    MPT_CHECK(mpt__ddp_z3_init_by_unit(d), fail);
+    MPT_CHECK(mpt_comm_broadcast_sync(comm, mpt_model_buffers(model),
+                                      mpt_model_buffer_count(model), MPT_F32, 0),
+              fail);
+  } else if (mpt_comm_world_size(comm) > 1) {
     MPT_CHECK(order_after_compute(d), fail);
     MPT_CHECK(mpt_comm_broadcast_sync(comm, mpt_model_params(model),
                                       mpt_model_param_count(model), MPT_F32, 0),
@@ -318,8 +364,6 @@ mpt_status mpt_ddp_init(mpt_ddp **ddp, mpt_model *model, mpt_comm *comm, mpt_str
               fail);
   }
   d->generation = mpt_model_generation(model);
-  d->params = mpt_model_params(model);
-  d->grads = mpt_model_grads(model);
   const mpt_model_hooks hooks = {.user = d,
                                  .before_forward = hook_before_forward,
                                  .before_backward = hook_before_backward,

@@ -99,6 +99,11 @@ mpt_status mpt__ddp_zero_grads(void *user, float *grads, int64_t count);
 /* ZeRO-3 (zero.c): at init (after zero_init): the units and the gathered flags (every bucket
  * whole after the broadcast). Errors: MPT_ENOMEM. */
 mpt_status mpt__ddp_z3_init(struct mpt_ddp *d);
+/* At init, for a model whose initialisation is pending (nn.h mpt_model_init_unit): each unit
+ * initialised in turn on every rank, its bucket broadcast from rank 0 and given back outside
+ * this rank's shard, so no rank holds more than its shard and one unit. Collective. Errors:
+ * those of the initialisation, comm errors. */
+mpt_status mpt__ddp_z3_init_by_unit(struct mpt_ddp *d);
 /* The param_needed model hook (nn.h): a forward's move to another unit gives back the buckets
  * of neither this unit nor the previous one; the parameter's bucket is all-gathered if it is not
  * whole (waited for). */

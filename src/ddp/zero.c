@@ -180,6 +180,29 @@ mpt_status mpt__ddp_z3_release(mpt_ddp *d, int b) {
   return MPT_OK;
 }
 
+mpt_status mpt__ddp_z3_init_by_unit(mpt_ddp *d) {
+  /* Buckets are units here (one bucket per unit; a unit whose dtype changes spans two): walk
+   * them in unit order, i.e. from the last bucket down. A unit is initialised once, when its
+   * first bucket comes. */
+  float *params = mpt_model_params(d->model);
+  int done_unit = -1;
+  for (int b = d->nbuckets - 1; b >= 0; b--) {
+    const mpt_ddp_bucket_info *bk = &d->buckets[b];
+    for (int p = bk->last_param; p <= bk->first_param; p++)
+      if (d->param_unit[p] > done_unit) {
+        done_unit = d->param_unit[p];
+        MPT_RETURN_IF(mpt_model_init_unit(d->model, done_unit));
+      }
+    char purpose[MPT_COMM_PURPOSE_MAX];
+    snprintf(purpose, sizeof purpose, "zero3 init %d", b % 1000000); /* flight recorder's tag */
+    mpt_comm_set_purpose(d->comm, purpose);
+    MPT_RETURN_IF(mpt_comm_broadcast_sync(d->comm, params + bk->offset, bk->count, MPT_F32, 0));
+    d->gathered[b] = Z3_WHOLE;
+    MPT_RETURN_IF(mpt__ddp_z3_release(d, b));
+  }
+  return MPT_OK;
+}
+
 mpt_status mpt__ddp_z3_param_needed(void *user, mpt_tape *tape, int param, int phase) {
   mpt_ddp *d = user;
   (void)tape;

@@ -18,6 +18,7 @@
 #include "mpitrain/autograd.h"
 #include "mpitrain/ops.h"
 #include "mpitrain/transformer.h"
+#include "nn/tape.h"
 
 enum { PER_LAYER = 12, FIRST_LAYER_KIND = 2, LNF_KIND = 14 };
 
@@ -30,14 +31,24 @@ typedef struct gpt_block {
   int layer;
 } gpt_block;
 
+/* Where the normal draws of one weight tensor start in mpt_gpt_init_weights' stream: the
+ * generator, and Box-Muller's kept second value (deferred initialisation). */
+typedef struct gpt_draw_start {
+  mpt_rng rng;
+  double spare;
+  int has_spare;
+} gpt_draw_start;
+
 typedef struct gpt_ctx {
   mpt_gpt_config cfg; /* padded_vocab_size filled in */
   gpt_block *blocks;  /* [num_layers]: each block's checkpoint argument (recompute) */
+  gpt_draw_start *starts; /* deferred: [weight kind i][layer], as init_weights draws them */
 } gpt_ctx;
 
 static void gpt_ctx_free(void *p) {
   gpt_ctx *ctx = p;
   if (ctx) free(ctx->blocks);
+  if (ctx) free(ctx->starts);
   free(ctx);
 }
 
@@ -258,6 +269,49 @@ static mpt_status sync_copy(mpt_device dst_dev, void *dst, mpt_device src_dev, c
   return st != MPT_OK ? st : sync;
 }
 
+/* The weight kinds drawn from the normal, in the order mpt_gpt_init_weights draws them. */
+static const int GPT_WEIGHTS[] = {0, 1, 4, 6, 10, 12}; /* wte wpe qkvw attprojw fcw fcprojw */
+enum { GPT_NUM_WEIGHTS = 6 };
+
+/* The stream moved past n normal draws without computing them: the kept value first, then
+ * whole pairs (two generator steps each), then one pair computed when n leaves its second
+ * value kept. */
+static void skip_normals(gpt_draw_start *d, int64_t n) {
+  if (n > 0 && d->has_spare) {
+    d->has_spare = 0;
+    n--;
+  }
+  for (int64_t i = 0; i + 1 < n; i += 2) {
+    mpt_rng_next(&d->rng);
+    mpt_rng_next(&d->rng);
+  }
+  if (n % 2) (void)normal_draw(&d->rng, &d->spare, &d->has_spare);
+}
+
+/* Deferred initialisation (mpt__model_range_init): parameters [first, end) get their draws
+ * from the recorded start of each weight tensor. */
+static mpt_status gpt_init_range(void *vctx, mpt_model *model, int first, int end) {
+  const gpt_ctx *ctx = vctx;
+  const mpt_gpt_config *c = &ctx->cfg;
+  mpt_gpt_layout lay;
+  MPT_RETURN_IF(mpt_gpt_layout_compute(c, &lay));
+  const double proj_std = GPT_INIT_STD / sqrt(2.0 * c->num_layers);
+  for (int i = 0; i < GPT_NUM_WEIGHTS; i++) {
+    const int k = GPT_WEIGHTS[i];
+    const double std = (k == 6 || k == 12) ? proj_std : GPT_INIT_STD;
+    for (int l = 0; l < (gpt_per_layer(k) ? c->num_layers : 1); l++) {
+      const int p = gpt_index(c, k, l);
+      if (p < first || p >= end) continue;
+      gpt_draw_start d = ctx->starts[(size_t)i * (size_t)c->num_layers + (size_t)l];
+      const int64_t n = gpt_part_count(c, &lay, k);
+      float *w = mpt_model_params(model) + mpt_model_param_info(model, p)->offset;
+      for (int64_t j = 0; j < n; j++) w[j] = (float)(std * normal_draw(&d.rng, &d.spare,
+                                                                        &d.has_spare));
+    }
+  }
+  return MPT_OK;
+}
+
 /* The weights are drawn in the file's order (kind by kind, each kind layer by layer, each
  * tensor in its flat order), whatever the registration order: the values of each named
  * parameter for a seed do not depend on where it lies in the flat buffer. */
@@ -303,8 +357,44 @@ done:
   return st;
 }
 
+static mpt_status gpt_build(mpt_model **model, mpt_device device, const mpt_gpt_config *config,
+                            uint64_t seed, int deferred);
+
 mpt_status mpt_model_init_gpt(mpt_model **model, mpt_device device, const mpt_gpt_config *config,
                               uint64_t seed) {
+  return gpt_build(model, device, config, seed, 0);
+}
+
+mpt_status mpt_model_init_gpt_deferred(mpt_model **model, mpt_device device,
+                                       const mpt_gpt_config *config, uint64_t seed) {
+  if (model) *model = NULL;
+  if (device.type != MPT_DEVICE_CPU)
+    return MPT_FAIL(MPT_ENOTSUP, "gpt: a deferred initialisation needs the model in host memory");
+  return gpt_build(model, device, config, seed, 1);
+}
+
+/* Where each weight tensor's draws start (one pass over the stream, nothing computed but the
+ * pairs cut at a tensor's end). */
+static mpt_status gpt_record_starts(gpt_ctx *ctx, uint64_t seed) {
+  const mpt_gpt_config *c = &ctx->cfg;
+  mpt_gpt_layout lay;
+  MPT_RETURN_IF(mpt_gpt_layout_compute(c, &lay));
+  ctx->starts = calloc((size_t)GPT_NUM_WEIGHTS * (size_t)c->num_layers, sizeof *ctx->starts);
+  if (!ctx->starts) return MPT_FAIL(MPT_ENOMEM, "gpt: the draws' starts");
+  gpt_draw_start d = {.spare = 0, .has_spare = 0};
+  mpt_rng_seed(&d.rng, seed);
+  for (int i = 0; i < GPT_NUM_WEIGHTS; i++) {
+    const int k = GPT_WEIGHTS[i];
+    for (int l = 0; l < (gpt_per_layer(k) ? c->num_layers : 1); l++) {
+      ctx->starts[(size_t)i * (size_t)c->num_layers + (size_t)l] = d;
+      skip_normals(&d, gpt_part_count(c, &lay, k));
+    }
+  }
+  return MPT_OK;
+}
+
+static mpt_status gpt_build(mpt_model **model, mpt_device device, const mpt_gpt_config *config,
+                            uint64_t seed, int deferred) {
   mpt_status st = MPT_OK;
   mpt_model *m = NULL;
   mpt_gpt_layout lay;
@@ -337,7 +427,12 @@ mpt_status mpt_model_init_gpt(mpt_model **model, mpt_device device, const mpt_gp
     if (st != MPT_OK) goto fail;
   }
   MPT_CHECK(mpt_model_finalize(m), fail);
-  MPT_CHECK(mpt_gpt_init_weights(m, &ctx->cfg, seed), fail);
+  if (deferred) {
+    MPT_CHECK(gpt_record_starts(ctx, seed), fail);
+    MPT_CHECK(mpt__model_defer_init(m, gpt_init_range), fail);
+  } else {
+    MPT_CHECK(mpt_gpt_init_weights(m, &ctx->cfg, seed), fail);
+  }
   *model = m;
   return MPT_OK;
 fail:
@@ -381,5 +476,8 @@ mpt_status mpt_gpt_params_copy(mpt_model *model, const mpt_gpt_config *config, f
   mpt_gpt_config c;
   mpt_gpt_layout lay;
   MPT_RETURN_IF(gpt_model_check(model, config, &c, &lay, "GPT parameters"));
-  return flat ? gpt_transfer(model, &c, &lay, flat, to_model) : MPT_OK;
+  if (!flat) return MPT_OK;
+  MPT_RETURN_IF(gpt_transfer(model, &c, &lay, flat, to_model));
+  if (to_model) mpt__model_init_clear(model); /* every value written from flat */
+  return MPT_OK;
 }

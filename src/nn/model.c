@@ -16,8 +16,11 @@
  * Host work runs on the calling thread; device work goes on a temporary inline stream of the
  * model's device that is synchronised before the call returns. */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "mpitrain/core.h"
 #include "mpitrain/autograd.h"
@@ -56,6 +59,11 @@ struct mpt_model {
   int has_hooks;
   int *unit_first;              /* mpt_model_set_units, or derived from the names; NULL: none */
   int nunits;
+  /* Deferred initialisation (mpt__model_defer_init): writes the initial values of parameters
+   * [first, end) from the forward context; unit_done[u] once unit u's are written */
+  mpt__model_range_init range_init;
+  unsigned char *unit_done;     /* [nunits] while the initialisation is pending; NULL: not */
+  int units_left;
 };
 
 static void entry_list_free(entry_list *list) {
@@ -82,11 +90,14 @@ void mpt_model_free(mpt_model *model) {
   entry_list_free(&model->params);
   entry_list_free(&model->buffers);
   free(model->unit_first);
+  free(model->unit_done);
   free(model);
 }
 
 mpt_status mpt_model_set_units(mpt_model *model, int n, const int *first_param) {
   if (!model) return MPT_FAIL(MPT_EINVAL, "model_set_units: NULL model");
+  if (model->unit_done)
+    return MPT_FAIL(MPT_ESTATE, "model_set_units: the initialisation by unit is pending");
   const int np = model->params.count;
   int ok = n >= 1 && first_param && first_param[0] == 0;
   for (int u = 1; ok && u < n; u++) ok = first_param[u] > first_param[u - 1] && first_param[u] < np;
@@ -242,6 +253,24 @@ static void assign_offsets(entry_list *list) {
   list->total = offset;
 }
 
+/* Zeroes host memory [p, p + nbytes): the whole pages inside it are given back to the system
+ * (private anonymous memory, the C heap's: they read as zero and take no memory until written),
+ * the partial pages at its ends, which it may share with other data, are written. So a large
+ * buffer that is never written stays out of the resident set. */
+static void zero_host(void *p, size_t nbytes) {
+  static long page;
+  if (!p || nbytes == 0) return;
+  if (page <= 0) page = sysconf(_SC_PAGESIZE);
+  const uintptr_t a = (uintptr_t)p, e = a + nbytes, m = (uintptr_t)(page > 0 ? page : 1) - 1;
+  const uintptr_t f = (a + m) & ~m, t = e & ~m;
+  if (page <= 0 || t <= f || madvise((void *)f, t - f, MADV_DONTNEED) != 0) {
+    memset(p, 0, nbytes);
+    return;
+  }
+  memset(p, 0, f - a);
+  memset((void *)t, 0, e - t);
+}
+
 mpt_status mpt_model_finalize(mpt_model *model) {
   if (!model) return MPT_FAIL(MPT_EINVAL, "model_finalize: NULL model");
   if (model->finalized) return MPT_FAIL(MPT_ESTATE, "model_finalize: already finalised");
@@ -254,11 +283,17 @@ mpt_status mpt_model_finalize(mpt_model *model) {
   MPT_CHECK(mpt_device_alloc(model->device, pbytes, (void **)&model->param_data), fail);
   MPT_CHECK(mpt_device_alloc(model->device, pbytes, (void **)&model->grad_data), fail);
   MPT_CHECK(mpt_device_alloc(model->device, bbytes, (void **)&model->buffer_data), fail);
-  MPT_CHECK(work_stream(model->device, &stream), fail);
-  st = mpt_op_fill(stream, model->param_data, model->params.total, 0.0f);
-  if (st == MPT_OK) st = mpt_op_fill(stream, model->grad_data, model->params.total, 0.0f);
-  if (st == MPT_OK) st = mpt_op_fill(stream, model->buffer_data, model->buffers.total, 0.0f);
-  MPT_CHECK(work_stream_finish(stream, st), fail);
+  if (model->device.type == MPT_DEVICE_CPU) { /* zeros without making the pages resident */
+    zero_host(model->param_data, pbytes);
+    zero_host(model->grad_data, pbytes);
+    zero_host(model->buffer_data, bbytes);
+  } else {
+    MPT_CHECK(work_stream(model->device, &stream), fail);
+    st = mpt_op_fill(stream, model->param_data, model->params.total, 0.0f);
+    if (st == MPT_OK) st = mpt_op_fill(stream, model->grad_data, model->params.total, 0.0f);
+    if (st == MPT_OK) st = mpt_op_fill(stream, model->buffer_data, model->buffers.total, 0.0f);
+    MPT_CHECK(work_stream_finish(stream, st), fail);
+  }
   model->finalized = 1;
   return MPT_OK;
 fail:
@@ -296,6 +331,7 @@ mpt_status mpt_model_init_params(mpt_model *model, uint64_t seed) {
   if (!model->finalized)
     return MPT_FAIL(MPT_ESTATE, "model_init_params: call mpt_model_finalize first");
   model->generation++;
+  mpt__model_init_clear(model); /* every value written now */
   mpt_status st = MPT_OK;
   mpt_stream *stream = NULL;
   const int64_t n = model->params.total > model->buffers.total ? model->params.total
@@ -458,6 +494,10 @@ mpt_status mpt_model_forward(mpt_model *model, mpt_tape *tape, mpt_var *input,
     return MPT_FAIL(MPT_ESTATE, "model_forward: no forward function (mpt_model_set_forward)");
   if (mpt_tape_model(tape) != model)
     return MPT_FAIL(MPT_EINVAL, "model_forward: the tape belongs to another model");
+  if (model->unit_done)
+    return MPT_FAIL(MPT_ESTATE, "model_forward: the parameters' initialisation is pending (%d "
+                    "unit(s) left: mpt_model_init_unit, or wrap the model with mpt_ddp_init)",
+                    model->units_left);
   *output = NULL;
   if (model->training && mpt_tape_grad_enabled(tape)) { /* a training forward */
     if (model->grads_state == MPT_GRADS_APPLIED)
@@ -517,4 +557,56 @@ mpt_status mpt_model_replicate(const mpt_model *src, mpt_device device, mpt_mode
 fail:
   mpt_model_free(m);
   return st;
+}
+
+/* ---- initialisation by unit ---- */
+
+mpt_status mpt__model_defer_init(mpt_model *model, mpt__model_range_init fn) {
+  if (!model || !fn || !model->finalized)
+    return MPT_FAIL(MPT_EINVAL, "model: deferred initialisation of a model not finalised");
+  const int n = mpt_model_units(model, NULL);
+  if (n < 1) return MPT_FAIL(MPT_EINVAL, "model: deferred initialisation without parameters");
+  free(model->unit_done);
+  if (!(model->unit_done = calloc((size_t)n, 1)))
+    return MPT_FAIL(MPT_ENOMEM, "model: %d units", n);
+  model->range_init = fn;
+  model->units_left = n;
+  return MPT_OK;
+}
+
+void mpt__model_init_clear(mpt_model *model) {
+  if (!model) return;
+  free(model->unit_done);
+  model->unit_done = NULL;
+  model->units_left = 0;
+}
+
+int mpt_model_init_pending(const mpt_model *model) {
+  return model && model->unit_done ? model->units_left : 0;
+}
+
+mpt_status mpt_model_init_unit(mpt_model *model, int unit) {
+  if (!model) return MPT_FAIL(MPT_EINVAL, "model_init_unit: NULL model");
+  if (!model->unit_done)
+    return MPT_FAIL(MPT_ESTATE, "model_init_unit: the model's initialisation is not pending "
+                    "(its constructor initialised it)");
+  if (unit < 0 || unit >= model->nunits)
+    return MPT_FAIL(MPT_EINVAL, "model_init_unit: unit %d of %d", unit, model->nunits);
+  const int first = model->unit_first[unit];
+  const int end = unit + 1 < model->nunits ? model->unit_first[unit + 1] : model->params.count;
+  for (int p = first; p < end; p++) { /* the registered kinds (zeros, ones), then the model's */
+    const model_entry *e = &model->params.items[p];
+    if (e->init == MPT_INIT_FAN_IN)
+      return MPT_FAIL(MPT_ENOTSUP, "model_init_unit: parameter '%s' draws its values in "
+                      "mpt_model_init_params' order", e->info.name);
+    const float v = e->init == MPT_INIT_ONES ? 1.0f : 0.0f;
+    float *x = model->param_data + e->info.offset;
+    for (int64_t j = 0; j < e->info.count; j++) x[j] = v;
+  }
+  MPT_RETURN_IF(model->range_init(model->ctx, model, first, end));
+  if (!model->unit_done[unit]) {
+    model->unit_done[unit] = 1;
+    if (--model->units_left == 0) mpt__model_init_clear(model);
+  }
+  return MPT_OK;
 }

@@ -29,4 +29,13 @@ int mpt__tape_profile_rows(const mpt__tape_profile *p, mpt_op_time *rows, int ma
 /* Called by mpt_model_forward at its start: the first op's forward is timed from here. */
 mpt_status mpt__tape_profile_start_forward(mpt_tape *tape);
 
+/* Deferred initialisation (nn.h mpt_model_init_unit). fn writes the initial values of
+ * parameters [first, end) (one unit), after their registered kinds (zeros, ones) were written,
+ * from the model's forward context `ctx`. defer: marks every unit pending (host models whose
+ * parameters are all zeros, ones or fn's; MPT_EINVAL not finalised, MPT_ENOMEM). clear: none
+ * pending (the values were written otherwise: mpt_model_init_params, a load). */
+typedef mpt_status (*mpt__model_range_init)(void *ctx, mpt_model *model, int first, int end);
+mpt_status mpt__model_defer_init(mpt_model *model, mpt__model_range_init fn);
+void mpt__model_init_clear(mpt_model *model);
+
 #endif

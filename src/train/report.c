@@ -119,10 +119,15 @@ void mpt__train_log_start(mpt__trainer *t) {
           task->eval_name ? task->eval_name : "evaluation", task->name ? task->name : "task",
           c->batch_size, t->world, c->accumulate, t->steps_per_epoch, t->total_steps, t->threads,
           mpt_cpu_blas_name(), gemm_choice());
+  char bucket_rule[96];
+  if (c->ddp.unit_buckets || c->ddp.zero == 3)
+    snprintf(bucket_rule, sizeof bucket_rule, "one per unit");
+  else
+    snprintf(bucket_rule, sizeof bucket_rule, "first cap %g MiB, cap %g MiB",
+             c->ddp.first_bucket_cap_mb, c->ddp.bucket_cap_mb);
   if (t->ddp)
-    mpt_log(MPT_LOG_INFO, "DDP: %d bucket(s) (first cap %g MiB, cap %g MiB), overlap %s, "
-            "gradients %s on the wire, %s%s%s%s", mpt_ddp_num_buckets(t->ddp),
-            c->ddp.first_bucket_cap_mb, c->ddp.bucket_cap_mb, c->ddp.overlap ? "on" : "off",
+    mpt_log(MPT_LOG_INFO, "DDP: %d bucket(s) (%s), overlap %s, gradients %s on the wire, "
+            "%s%s%s%s", mpt_ddp_num_buckets(t->ddp), bucket_rule, c->ddp.overlap ? "on" : "off",
             mpt_ddp_grad_comm_name(c->ddp.grad_comm),
             c->ddp.zero == 3 ? "ZeRO-3 (parameters sharded: each unit all-gathered before its "
                                "forward and backward, gradients reduce-scattered into the shards)"

@@ -498,6 +498,14 @@ static mpt_status run(mpt__trainer *t, mpt_train_result *res) {
   mpt_comm_set_step(t->comm, t->global_step);
   mpt_comm_set_purpose(t->comm, "end of run");
   MPT_RETURN_IF(mpt__train_memory_report(t, "at the end", t->global_step - t->loop_start_step));
+  if (t->ddp && t->rank == 0 && mpt_ddp_param_gathers(t->ddp) > 0) {
+    const int64_t steps = t->global_step - t->loop_start_step;
+    mpt_log(MPT_LOG_INFO, "ZeRO-3: %" PRId64 " all-gathers of a unit's parameters in %" PRId64
+            " step(s) (%.1f per step; %d units, one bucket each; evaluations and replica checks "
+            "included)", mpt_ddp_param_gathers(t->ddp), steps,
+            steps > 0 ? (double)mpt_ddp_param_gathers(t->ddp) / (double)steps : 0.0,
+            mpt_ddp_num_buckets(t->ddp));
+  }
   if (t->ddp) MPT_RETURN_IF(mpt_ddp_gather_params(t->ddp)); /* ZeRO-3: whole for the outputs */
   mpt__breakdown bd;
   memset(&bd, 0, sizeof bd);

@@ -51,6 +51,11 @@ cudaError_t mpt__cuk_check_finite(cudaStream_t s, const float *x, int64_t n, uin
  * stride ld). */
 cudaError_t mpt__cuk_round_bf16(cudaStream_t s, const float *src, int64_t rows, int64_t cols,
                                 int64_t ld, uint16_t *dst);
+/* out[i] = round to nearest even of (sum over q = 0 .. world-1, in that order, in float32, of
+ * pieces[q * stride + i] widened), divided by world first when avg; i < n (the bfloat16
+ * reduction rounded once of the NCCL backend). */
+cudaError_t mpt__cuk_bf16_sum_pieces(cudaStream_t s, const uint16_t *pieces, int world,
+                                     int64_t stride, int64_t n, int avg, uint16_t *out);
 
 /* kernels_conv.cu */
 cudaError_t mpt__cuk_im2col(cudaStream_t s, mpt_conv_geom g, const float *x, float *col);

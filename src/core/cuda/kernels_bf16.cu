@@ -19,3 +19,24 @@ extern "C" cudaError_t mpt__cuk_round_bf16(cudaStream_t s, const float *src, int
   k_round_bf16<<<grid, MPT_CUK_BLOCK, 0, s>>>(src, rows, cols, ld, (__nv_bfloat16 *)dst);
   return cudaGetLastError();
 }
+
+/* The owner's step of the bfloat16 reduction rounded once (comm_nccl_coll.c): element i of the
+ * W pieces (piece q at pieces + q * stride) widened, added in float32 in rank order, divided by
+ * W for an average, rounded once (nearest even), as comm_mpi.c's run_bf16_reduce. */
+__global__ void k_bf16_sum_pieces(const __nv_bfloat16 *pieces, int world, int64_t stride,
+                                  int64_t n, int avg, __nv_bfloat16 *out) {
+  MPT_CUK_FOR(i, n) {
+    float acc = __bfloat162float(pieces[i]);
+    for (int q = 1; q < world; q++) acc = __fadd_rn(acc, __bfloat162float(pieces[q * stride + i]));
+    out[i] = __float2bfloat16_rn(avg ? __fdiv_rn(acc, (float)world) : acc);
+  }
+}
+
+extern "C" cudaError_t mpt__cuk_bf16_sum_pieces(cudaStream_t s, const uint16_t *pieces,
+                                                int world, int64_t stride, int64_t n, int avg,
+                                                uint16_t *out) {
+  const unsigned grid = mpt_cuk_grid(n, MPT_CUK_BLOCK, MPT_CUK_MAX_GRID);
+  k_bf16_sum_pieces<<<grid, MPT_CUK_BLOCK, 0, s>>>((const __nv_bfloat16 *)pieces, world, stride,
+                                                   n, avg, (__nv_bfloat16 *)out);
+  return cudaGetLastError();
+}
