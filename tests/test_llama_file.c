@@ -172,15 +172,16 @@ START_TEST(test_llama_3_2_1b_shape_reads_from_its_file) {
             "\"rope_theta\": 500000.0, \"rope_type\": \"llama3\"}");
   ck_assert_int_eq(mpt_llama_st_read_header(path_of("1b"), &c), MPT_OK);
   ck_assert_int_eq(memcmp(&c, &want, sizeof c), 0);
-  /* the two spellings disagreeing; llama3 without its numbers or with bad ones */
+  /* the two spellings disagreeing: rope_scaling wins, as in transformers 5; llama3 without
+   * its numbers or with bad ones */
   config_1b(path_of("1b/config.json"),
             "{\"factor\": 8.0, \"high_freq_factor\": 4.0, \"low_freq_factor\": 1.0, "
             "\"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}",
             ", \"rope_parameters\": {\"factor\": 32.0, \"high_freq_factor\": 4.0, "
             "\"low_freq_factor\": 1.0, \"original_max_position_embeddings\": 8192, "
             "\"rope_theta\": 500000.0, \"rope_type\": \"llama3\"}");
-  ASSERT_ERR(mpt_llama_st_read_header(path_of("1b"), &c), MPT_EFORMAT,
-             "rope_parameters and rope_scaling give different RoPE scalings");
+  ck_assert_int_eq(mpt_llama_st_read_header(path_of("1b"), &c), MPT_OK);
+  ck_assert(c.rope_scaling.type == MPT_ROPE_LLAMA3 && c.rope_scaling.factor == 8.0f);
   config_1b(path_of("1b/config.json"), "{\"rope_type\": \"llama3\", \"factor\": 32.0}", "");
   ASSERT_ERR(mpt_llama_st_read_header(path_of("1b"), &c), MPT_EFORMAT,
              "low_freq_factor is missing");

@@ -154,10 +154,9 @@ static mpt_status read_config(const char *cfg_path, const char *model, mpt_llama
    * and the type's numbers}; transformers 4 as rope_theta and rope_scaling */
   v = mpt__json_get(root, "rope_parameters");
   mpt_rope_scaling sp = {0}, ss = {0};
-  int has_p = 0, has_s = 0;
+  int has_s = 0; /* rope_scaling given (not null) */
   if (v && v->type != MPT__JSON_NULL) {
     MPT_CHECK(read_scaling(v, cfg_path, "rope_parameters", &sp), out);
-    has_p = 1;
     double t2;
     MPT_CHECK(mpt__st_config_num(v, cfg_path, "rope_theta", 1, 1e30, &theta, &t2), out);
     if (mpt__json_get(root, "rope_theta") && t2 != theta) {
@@ -172,12 +171,8 @@ static mpt_status read_config(const char *cfg_path, const char *model, mpt_llama
     MPT_CHECK(read_scaling(v, cfg_path, "rope_scaling", &ss), out);
     has_s = 1;
   }
-  if (has_p && has_s && memcmp(&sp, &ss, sizeof sp) != 0) {
-    st = MPT_FAIL(MPT_EFORMAT, "model config '%s': rope_parameters and rope_scaling give "
-                  "different RoPE scalings", cfg_path);
-    goto out;
-  }
-  c->rope_scaling = has_p ? sp : ss;
+  /* as transformers 5: a non-null rope_scaling replaces rope_parameters */
+  c->rope_scaling = has_s ? ss : sp;
   MPT_CHECK(mpt__st_config_num(root, cfg_path, "rms_norm_eps", 0, 1, &eps0, &eps), out);
   c->rope_theta = (float)theta;
   c->norm_eps = (float)eps;
