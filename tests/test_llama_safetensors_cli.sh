@@ -63,7 +63,8 @@ g3=$("$prog" generate --model-file "$tmp/shd" --tokens 30 --seed 4 2>&1 | od -An
 # original context of 16 so that it changes positions below T: llama-tiny's head of 16 has
 # wavelengths 2 pi, 20, 63, ... against the bands' 4 and 16): read, its scaling shown, written
 # back in both spellings and read again byte-identical (--lr 0); generate runs, the same from
-# both. (That the scaling computes Hugging Face's numbers: tests/test_llama_torch.sh.)
+# both; its checkpoint is refused to an unscaled resume. (That the scaling computes Hugging
+# Face's numbers: tests/test_llama_torch.sh.)
 mkdir "$tmp/l3" "$tmp/l3b"
 cp "$tmp/m/model.safetensors" "$tmp/l3/"
 sed 's/"rope_scaling": null/"rope_scaling": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0, "original_max_position_embeddings": 16, "rope_type": "llama3"}/' \
@@ -81,6 +82,16 @@ cmp -s "$tmp/m/model.safetensors" "$tmp/l3b/model.safetensors" && ok ||
 g4=$("$prog" generate --model-file "$tmp/l3" --tokens 30 --seed 4 2>&1 | od -An -tx1)
 g5=$("$prog" generate --model-file "$tmp/l3b" --tokens 30 --seed 4 2>&1 | od -An -tx1)
 [ -n "$g4" ] && [ "$g4" = "$g5" ] && ok || bad "generate: the llama3 model and its copy differ"
+# a checkpoint of the scaled run is not resumed by an unscaled one (run-options.txt)
+# shellcheck disable=SC2086
+expect 0 "step      2/2" "a llama3-scaled run with checkpoints" -- \
+  "$prog" train --model llama --init-from "$tmp/l3" $shards --max-steps 2 --batch-size 2 \
+  --no-progress --log-every 1 --checkpoint-dir "$tmp/l3ck" --checkpoint-every 1
+# shellcheck disable=SC2086
+expect 1 "rope-scaling llama3 factor/low/high/original-context 8/1/4/16 in the checkpointed run, none now" \
+  "resuming a llama3-scaled run without its scaling" -- \
+  "$prog" train --model llama-tiny $shards --max-steps 2 --batch-size 2 \
+  --no-progress --resume "$tmp/l3ck/ckpt-step00000001.mpt"
 
 # The oracle's Llama of Llama 3.2 1B's structure: one step, then every value back exact.
 mkdir "$tmp/or"

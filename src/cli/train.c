@@ -121,15 +121,19 @@ static void describe_run(run *r) {
              o->llama.max_seq_len, o->llama.vocab_size, (double)o->llama.rope_theta,
              (double)o->llama.norm_eps, o->llama.tied_embeddings, o->shards,
              o->val_shards[0] ? o->val_shards : "-");
-  /* a scaled RoPE adds its line (an unscaled run's text is as before, so its checkpoints
-   * resume); a resume with another scaling is then refused as another run */
+  /* RoPE's scaling: a resume with another one is refused as another run (checkpoints written
+   * before this line existed lack it, and are not compared on it) */
   const mpt_rope_scaling *rs = &o->llama.rope_scaling;
   const size_t len = strlen(r->run_options);
-  if (mpt_cli_is_llama(o) && rs->type == MPT_ROPE_LLAMA3 && len < sizeof r->run_options)
-    snprintf(r->run_options + len, sizeof r->run_options - len,
-             "rope-scaling llama3 factor/low/high/original-context %g/%g/%g/%d\n",
-             (double)rs->factor, (double)rs->low_freq_factor, (double)rs->high_freq_factor,
-             rs->original_max_position_embeddings);
+  if (mpt_cli_is_llama(o) && len < sizeof r->run_options) {
+    if (rs->type == MPT_ROPE_LLAMA3)
+      snprintf(r->run_options + len, sizeof r->run_options - len,
+               "rope-scaling llama3 factor/low/high/original-context %g/%g/%g/%d\n",
+               (double)rs->factor, (double)rs->low_freq_factor, (double)rs->high_freq_factor,
+               rs->original_max_position_embeddings);
+    else
+      snprintf(r->run_options + len, sizeof r->run_options - len, "rope-scaling none\n");
+  }
 }
 
 /* A warning for each option given that has no effect in this run. */
