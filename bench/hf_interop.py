@@ -5,9 +5,11 @@
       config.json says; float32), runs the tokens, and prints the max abs difference between
       its logits and mpitrain's (MPT_LOGITS: raw float32 [T, V] from mpt_st_logits), the
       largest logit magnitude, and the arg max agreement.
-  hf_interop.py make llama|llama-tied|gpt2 DIR
+  hf_interop.py make llama|llama-tied|llama3|gpt2 DIR
       a model of random weights (transformers' own initialisation, seed 0) saved by
-      save_pretrained into DIR.
+      save_pretrained into DIR; llama3 is llama with Llama 3.1's RoPE scaling (factor 32,
+      low/high_freq_factor 1/4, an original context of 64 so that it acts within the compared
+      tokens: of the head's frequencies one is kept, one smoothed, six divided by 32).
 """
 import json
 import sys
@@ -52,9 +54,14 @@ def compare(d, mpt_path, tokens):
 def make(kind, d):
     torch.manual_seed(0)
     if kind.startswith("llama"):
+        rope = {"rope_type": "default", "rope_theta": 500000.0}
+        if kind == "llama3":
+            rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0,
+                    "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                    "original_max_position_embeddings": 64}
         cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=176,
                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                          max_position_embeddings=128, rope_theta=500000.0, rms_norm_eps=1e-5,
+                          max_position_embeddings=128, rope_parameters=rope, rms_norm_eps=1e-5,
                           tie_word_embeddings=kind == "llama-tied", bos_token_id=1,
                           eos_token_id=2)
         m = LlamaForCausalLM(cfg)

@@ -8,7 +8,7 @@
 #     (from_pretrained, float32); both compute the logits of the same tokens (mpitrain's from
 #     mpt_st_logits) and the max abs difference is printed.
 #   transformers -> mpitrain: models of random weights saved by save_pretrained (a Llama with
-#     grouped-query attention, untied and tied; a GPT-2) are read by mpitrain (logits compared
+#     grouped-query attention, untied, tied, and with Llama 3.1's "llama3" RoPE scaling; a GPT-2) are read by mpitrain (logits compared
 #     the same way), trained by it for a few steps from --init-from (the loss printed at the
 #     first and last step), saved, and loaded back by transformers, logits compared again.
 #
@@ -95,7 +95,7 @@ compare "$out/gpt2"
 echo
 
 echo "## transformers -> mpitrain"
-for kind in llama llama-tied gpt2; do
+for kind in llama llama-tied llama3 gpt2; do
   "$py" "$helper" make "$kind" "$out/hf_$kind" 2>&1 | grep -v -i "warn\|token_id"
   compare "$out/hf_$kind"
   mkdir -p "$out/hf_${kind}_trained"

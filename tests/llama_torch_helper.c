@@ -1,14 +1,19 @@
 /* The mpitrain side of the Llama's PyTorch oracle (tests/test_llama_torch.sh,
  * tests/llama_torch.py).
  *
- * Usage: llama_torch_helper DIR gqa|tied
+ * Usage: llama_torch_helper DIR gqa|tied|llama3
  *   gqa   V 23, C 32, L 2, H 4, KV 2 (two query heads per key/value head), F 48, T 8,
  *         rope_theta 10000, eps 1e-5, an output head of its own;
  *   tied  V 19, C 24, L 1, H 3, KV 1 (multi-query), F 40, T 8, rope_theta 500000, eps 1e-6,
- *         the head tied to the token embedding.
+ *         the head tied to the token embedding;
+ *   llama3  gqa's shape with Llama 3's RoPE scaling: factor 8, low_freq_factor 1,
+ *         high_freq_factor 4, original_max_position_embeddings 1024, so that of the head's
+ *         frequencies 1, 0.1, 0.01, 0.001 (wavelengths 6.3, 63, 628, 6283 against the bands'
+ *         256 and 1024) two are kept, one smoothed and one divided by 8.
  * Builds the model from seed 3, adds U(-0.05, 0.05) to every parameter (so that the norm
  * weights are not all 1 and a swapped tensor shows), and writes into DIR (little-endian, raw):
- *   config.txt   "V C L H KV F T rope_theta norm_eps tied", one line
+ *   config.txt   "V C L H KV F T rope_theta norm_eps tied", one line, then for llama3
+ *                " factor low_freq_factor high_freq_factor original_max_position_embeddings"
  *   names.txt    one line per parameter tensor, in the model's registration order: its name,
  *                then its extents
  *   params0.bin  float32 [N] the flat parameter buffer before training (registration order)
@@ -56,13 +61,15 @@ static int write_raw(const char *dir, const char *name, const void *data, size_t
   } while (0)
 
 int main(int argc, char **argv) {
-  if (argc != 3 || (strcmp(argv[2], "gqa") != 0 && strcmp(argv[2], "tied") != 0)) {
-    fprintf(stderr, "usage: llama_torch_helper DIR gqa|tied\n");
+  if (argc != 3 || (strcmp(argv[2], "gqa") != 0 && strcmp(argv[2], "tied") != 0 &&
+                    strcmp(argv[2], "llama3") != 0)) {
+    fprintf(stderr, "usage: llama_torch_helper DIR gqa|tied|llama3\n");
     return 2;
   }
   const char *dir = argv[1];
   const int tied = strcmp(argv[2], "tied") == 0;
-  const mpt_llama_config cfg =
+  const int scaled = strcmp(argv[2], "llama3") == 0;
+  mpt_llama_config cfg =
       tied ? (mpt_llama_config){.vocab_size = 19, .dim = 24, .n_layers = 1, .n_heads = 3,
                                 .n_kv_heads = 1, .ffn_dim = 40, .max_seq_len = 8,
                                 .rope_theta = 500000.0f, .norm_eps = 1e-6f,
@@ -71,6 +78,7 @@ int main(int argc, char **argv) {
                                 .n_kv_heads = 2, .ffn_dim = 48, .max_seq_len = 8,
                                 .rope_theta = 10000.0f, .norm_eps = 1e-5f,
                                 .tied_embeddings = 0};
+  if (scaled) cfg.rope_scaling = (mpt_rope_scaling){MPT_ROPE_LLAMA3, 8.0f, 1.0f, 4.0f, 1024};
   const int T = cfg.max_seq_len, V = cfg.vocab_size;
   mpt_model *m = NULL;
   mpt_tape *tape = NULL;
@@ -91,9 +99,14 @@ int main(int argc, char **argv) {
   snprintf(path, sizeof path, "%s/config.txt", dir);
   FILE *f = fopen(path, "w");
   if (!f) return 1;
-  fprintf(f, "%d %d %d %d %d %d %d %.9g %.9g %d\n", cfg.vocab_size, cfg.dim, cfg.n_layers,
+  fprintf(f, "%d %d %d %d %d %d %d %.9g %.9g %d", cfg.vocab_size, cfg.dim, cfg.n_layers,
           cfg.n_heads, cfg.n_kv_heads, cfg.ffn_dim, cfg.max_seq_len, (double)cfg.rope_theta,
           (double)cfg.norm_eps, cfg.tied_embeddings);
+  if (scaled)
+    fprintf(f, " %.9g %.9g %.9g %d", (double)cfg.rope_scaling.factor,
+            (double)cfg.rope_scaling.low_freq_factor, (double)cfg.rope_scaling.high_freq_factor,
+            cfg.rope_scaling.original_max_position_embeddings);
+  fprintf(f, "\n");
   fclose(f);
   snprintf(path, sizeof path, "%s/names.txt", dir);
   if (!(f = fopen(path, "w"))) return 1;

@@ -30,7 +30,10 @@
  *   results within 1e-6 relative, and silu(x Wg^T) (x Wu^T) as computed in double (1e-5).
  * - mpt_nn_llama_attention (projections, RoPE and attention in one node; one product when the
  *   weights are adjacent) against linear_nd three times then mpt_nn_gqa_attention: 1e-6
- *   relative, forward and every gradient, with the weights adjacent and apart.
+ *   relative, forward and every gradient, with the weights adjacent and apart, unscaled and
+ *   with llama3 RoPE scaling.
+ * - llama3-scaled RoPE inside the attention against q and k rotated beforehand by
+ *   mpt_op_rope_freqs: the same bits, forward and (rotated back) every gradient.
  * - The model: --recompute (each layer a checkpoint) gives the loss and every gradient bit for
  *   bit; a sequence longer than max_seq_len is MPT_ESHAPE, a token outside the vocabulary
  *   MPT_EINVAL naming it, a CUDA device MPT_ENOTSUP. */
@@ -515,7 +518,7 @@ END_TEST
 /* mpt_nn_llama_attention against linear_nd three times then mpt_nn_gqa_attention, with the
  * weights adjacent in memory (one product) and apart (three): the same output and gradients
  * within 1e-6 relative (the products' summation order). */
-static void llama_attention_case(int apart) {
+static void llama_attention_case(int apart, const mpt_rope_scaling *sc) {
   enum { B = 2, T = 5, C = 12, H = 6, KV = 2, HD = 2 };
   static float x[B * T * C], wq[H * HD * C], wk[KV * HD * C], wv[KV * HD * C], r[B * T * H * HD];
   fill(x, B * T * C, 21);
@@ -538,11 +541,12 @@ static void llama_attention_case(int apart) {
     OK(mpt_tape_param(a.tape, at[i], &pa[i]));
     OK(mpt_tape_param(b.tape, i, &pb[i]));
   }
-  OK(mpt_nn_llama_attention(a.tape, pa[0], pa[1], pa[2], pa[3], H, KV, 10000.0f, &ya));
+  OK(mpt_nn_llama_attention_scaled(a.tape, pa[0], pa[1], pa[2], pa[3], H, KV, 10000.0f, sc,
+                                   &ya));
   OK(mpt_nn_linear_nd(b.tape, pb[0], pb[1], NULL, &q));
   OK(mpt_nn_linear_nd(b.tape, pb[0], pb[2], NULL, &k));
   OK(mpt_nn_linear_nd(b.tape, pb[0], pb[3], NULL, &v));
-  OK(mpt_nn_gqa_attention(b.tape, q, k, v, H, KV, 10000.0f, &yb));
+  OK(mpt_nn_gqa_attention_scaled(b.tape, q, k, v, H, KV, 10000.0f, sc, &yb));
   const float *va = mpt_var_value(ya)->data, *vb = mpt_var_value(yb)->data;
   double err = 0, scale = 0;
   for (int i = 0; i < B * T * H * HD; i++) {
@@ -569,8 +573,70 @@ static void llama_attention_case(int apart) {
 }
 
 START_TEST(test_llama_attention_equals_unfused) {
-  llama_attention_case(0);
-  llama_attention_case(1);
+  /* unscaled, and llama3-scaled (an original context of 1: the one frequency divided by 4) */
+  const mpt_rope_scaling sc = {MPT_ROPE_LLAMA3, 4.0f, 1.0f, 4.0f, 1};
+  llama_attention_case(0, NULL);
+  llama_attention_case(1, NULL);
+  llama_attention_case(0, &sc);
+  llama_attention_case(1, &sc);
+}
+END_TEST
+
+/* The llama3-scaled RoPE inside the attention against q and k rotated beforehand with
+ * mpt_op_rope_freqs (the table of mpt_rope_inv_freq) and the attention without RoPE: the same
+ * output bits, and the q and k gradients those of the rotated inputs rotated back
+ * (mpt_op_rope_freqs_backward): the same bits. The scaled output differs from the unscaled
+ * one; a bad scaling is MPT_EINVAL. */
+START_TEST(test_gqa_scaled_rope_equals_rotated_inputs) {
+  enum { B = 2, T = 6, H = 4, KV = 2, HD = 6 };
+  enum { NQ = B * T * H * HD, NK = B * T * KV * HD };
+  static float q[NQ], k[NK], v[NK], r[NQ], qr[NQ], kr[NK];
+  fill(q, NQ, 15);
+  fill(k, NK, 16);
+  fill(v, NK, 17);
+  fill(r, NQ, 18);
+  /* theta 100, hd 6: frequencies 1, 0.215, 0.0464 (wavelengths 6.3, 29, 135) against the
+   * bands 8 and 32: one kept, one smoothed, one divided by 8 */
+  const mpt_rope_scaling sc = {MPT_ROPE_LLAMA3, 8.0f, 1.0f, 4.0f, 32};
+  float f[HD / 2];
+  OK(mpt_rope_inv_freq(HD, 100.0f, &sc, f));
+  memcpy(qr, q, sizeof q);
+  memcpy(kr, k, sizeof k);
+  OK(mpt_op_rope_freqs(NULL, qr, B, T, H, HD, f));
+  OK(mpt_op_rope_freqs(NULL, kr, B, T, KV, HD, f));
+  const int64_t shapes[3][3] = {{B, T, H * HD}, {B, T, KV * HD}, {B, T, KV * HD}};
+  float *vals[3] = {q, k, v}, *rvals[3] = {qr, kr, v};
+  fixture a, b, c;
+  fixture_make(&a, 3, shapes, vals);
+  fixture_make(&b, 3, shapes, rvals);
+  fixture_make(&c, 3, shapes, vals);
+  mpt_var *pa[3], *pb[3], *pc[3], *ya = NULL, *yb = NULL, *yc = NULL, *bad = NULL;
+  for (int i = 0; i < 3; i++) {
+    OK(mpt_tape_param(a.tape, i, &pa[i]));
+    OK(mpt_tape_param(b.tape, i, &pb[i]));
+    OK(mpt_tape_param(c.tape, i, &pc[i]));
+  }
+  OK(mpt_nn_gqa_attention_scaled(a.tape, pa[0], pa[1], pa[2], H, KV, 100.0f, &sc, &ya));
+  OK(mpt_nn_gqa_attention(b.tape, pb[0], pb[1], pb[2], H, KV, 0.0f, &yb));
+  OK(mpt_nn_gqa_attention(c.tape, pc[0], pc[1], pc[2], H, KV, 100.0f, &yc));
+  ck_assert(memcmp(mpt_var_value(ya)->data, mpt_var_value(yb)->data, sizeof q) == 0);
+  ck_assert(memcmp(mpt_var_value(ya)->data, mpt_var_value(yc)->data, sizeof q) != 0);
+  backward_weighted(&a, ya, r);
+  backward_weighted(&b, yb, r);
+  float gq[NQ], gk[NK];
+  memcpy(gq, grad_of(&b, 0), sizeof gq);
+  memcpy(gk, grad_of(&b, 1), sizeof gk);
+  OK(mpt_op_rope_freqs_backward(NULL, gq, B, T, H, HD, f));
+  OK(mpt_op_rope_freqs_backward(NULL, gk, B, T, KV, HD, f));
+  ck_assert(memcmp(grad_of(&a, 0), gq, sizeof gq) == 0);
+  ck_assert(memcmp(grad_of(&a, 1), gk, sizeof gk) == 0);
+  ck_assert(memcmp(grad_of(&a, 2), grad_of(&b, 2), sizeof v) == 0);
+  const mpt_rope_scaling wrong = {MPT_ROPE_LLAMA3, 8.0f, 4.0f, 1.0f, 32}; /* high < low */
+  ck_assert_int_eq(mpt_nn_gqa_attention_scaled(c.tape, pc[0], pc[1], pc[2], H, KV, 100.0f,
+                                               &wrong, &bad), MPT_EINVAL);
+  fixture_free(&a);
+  fixture_free(&b);
+  fixture_free(&c);
 }
 END_TEST
 
@@ -668,6 +734,7 @@ static Suite *llama_suite(void) {
   tcase_add_test(tc, test_gqa_rope_fused_equals_rope_op);
   tcase_add_test(tc, test_swiglu_adjacent_or_apart);
   tcase_add_test(tc, test_llama_attention_equals_unfused);
+  tcase_add_test(tc, test_gqa_scaled_rope_equals_rotated_inputs);
   tcase_add_test(tc, test_model_recompute_same_bits);
   tcase_add_test(tc, test_model_bad_input);
   suite_add_tcase(s, tc);

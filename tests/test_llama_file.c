@@ -158,15 +158,41 @@ START_TEST(test_llama_3_2_1b_shape_reads_from_its_file) {
   ck_assert_int_eq(mpt_llama_st_read_header(path_of("1b"), &c), MPT_OK);
   ck_assert_int_eq(memcmp(&c, &llama_1b, sizeof c), 0);
   ck_assert_int_eq(mpt_llama_param_count(&c), 1235814400LL);
-  /* the real file's llama3 RoPE scaling is not implemented: refused, named */
+  /* the real file's llama3 RoPE scaling, as transformers 4 writes it and as 5 does */
+  mpt_llama_config want = llama_1b;
+  want.rope_scaling = (mpt_rope_scaling){MPT_ROPE_LLAMA3, 32.0f, 1.0f, 4.0f, 8192};
   config_1b(path_of("1b/config.json"),
             "{\"factor\": 32.0, \"high_freq_factor\": 4.0, \"low_freq_factor\": 1.0, "
             "\"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}", "");
-  ASSERT_ERR(mpt_llama_st_read_header(path_of("1b"), &c), MPT_EFORMAT, "1b/config.json",
-             "rope_scaling of type 'llama3' is not implemented");
+  ck_assert_int_eq(mpt_llama_st_read_header(path_of("1b"), &c), MPT_OK);
+  ck_assert_int_eq(memcmp(&c, &want, sizeof c), 0);
+  config_1b(path_of("1b/config.json"), "null",
+            ", \"rope_parameters\": {\"factor\": 32.0, \"high_freq_factor\": 4.0, "
+            "\"low_freq_factor\": 1.0, \"original_max_position_embeddings\": 8192, "
+            "\"rope_theta\": 500000.0, \"rope_type\": \"llama3\"}");
+  ck_assert_int_eq(mpt_llama_st_read_header(path_of("1b"), &c), MPT_OK);
+  ck_assert_int_eq(memcmp(&c, &want, sizeof c), 0);
+  /* the two spellings disagreeing: rope_scaling wins, as in transformers 5; llama3 without
+   * its numbers or with bad ones */
+  config_1b(path_of("1b/config.json"),
+            "{\"factor\": 8.0, \"high_freq_factor\": 4.0, \"low_freq_factor\": 1.0, "
+            "\"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}",
+            ", \"rope_parameters\": {\"factor\": 32.0, \"high_freq_factor\": 4.0, "
+            "\"low_freq_factor\": 1.0, \"original_max_position_embeddings\": 8192, "
+            "\"rope_theta\": 500000.0, \"rope_type\": \"llama3\"}");
+  ck_assert_int_eq(mpt_llama_st_read_header(path_of("1b"), &c), MPT_OK);
+  ck_assert(c.rope_scaling.type == MPT_ROPE_LLAMA3 && c.rope_scaling.factor == 8.0f);
+  config_1b(path_of("1b/config.json"), "{\"rope_type\": \"llama3\", \"factor\": 32.0}", "");
+  ASSERT_ERR(mpt_llama_st_read_header(path_of("1b"), &c), MPT_EFORMAT,
+             "low_freq_factor is missing");
+  config_1b(path_of("1b/config.json"),
+            "{\"factor\": 32.0, \"high_freq_factor\": 1.0, \"low_freq_factor\": 1.0, "
+            "\"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}", "");
+  ASSERT_ERR(mpt_llama_st_read_header(path_of("1b"), &c), MPT_EFORMAT,
+             "rope_scaling's llama3 numbers", "out of range");
   config_1b(path_of("1b/config.json"), "{\"type\": \"linear\", \"factor\": 2.0}", "");
   ASSERT_ERR(mpt_llama_st_read_header(path_of("1b"), &c), MPT_EFORMAT,
-             "rope_scaling of type 'linear' is not implemented");
+             "rope_scaling of rope_type 'linear' is not implemented");
   config_1b(path_of("1b/config.json"), "{\"rope_type\": \"default\"}", "");
   ck_assert_int_eq(mpt_llama_st_read_header(path_of("1b"), &c), MPT_OK);
   /* num_attention_heads not a multiple of num_key_value_heads */
@@ -208,11 +234,11 @@ START_TEST(test_bad_llama_configs_and_files_are_refused_naming_the_problem) {
       {", \"rope_theta\": \"big\"", "rope_theta is not a number in"},
       {", \"tie_word_embeddings\": 1", "tie_word_embeddings is not true or false"},
       {", \"torch_dtype\": \"int8\"", "torch_dtype 'int8' is not float32, bfloat16 or float16"},
-      {", \"rope_scaling\": {\"rope_type\": \"yarn\"}", "rope_scaling of type 'yarn'"},
+      {", \"rope_scaling\": {\"rope_type\": \"yarn\"}", "rope_scaling of rope_type 'yarn'"},
       {", \"num_key_value_heads\": 2, \"rms_norm_eps\": -1", "rms_norm_eps is not a number in"},
       {", \"num_key_value_heads\": 2,", "trailing comma"},
-      {", \"rope_parameters\": {\"rope_type\": \"llama3\", \"rope_theta\": 5e5}",
-       "rope_parameters of rope_type 'llama3' is not implemented"},
+      {", \"rope_parameters\": {\"rope_type\": \"dynamic\", \"rope_theta\": 5e5}",
+       "rope_parameters of rope_type 'dynamic' is not implemented"},
       {", \"rope_theta\": 1e4, \"rope_parameters\": {\"rope_theta\": 5e5}",
        "rope_theta 10000 and rope_parameters' rope_theta 500000 differ"},
   };
@@ -364,6 +390,28 @@ START_TEST(test_config_json_prints_floats_that_read_back_the_same) {
   ck_assert_ptr_nonnull(strstr(json, "\"num_key_value_heads\": 2,"));
   ck_assert_ptr_nonnull(strstr(json, "\"tie_word_embeddings\": false,"));
   ck_assert_ptr_nonnull(strstr(json, "\"architectures\": [\"LlamaForCausalLM\"]"));
+  ck_assert_ptr_nonnull(strstr(json, "\"rope_scaling\": null,"));
+  /* llama3 scaling: written in both spellings, read back the same */
+  c.rope_scaling = (mpt_rope_scaling){MPT_ROPE_LLAMA3, 32.0f, 1.0f, 4.0f, 8192};
+  ck_assert_int_eq(mpt_llama_st_config_json(&c, MPT_ST_F32, json, sizeof json), MPT_OK);
+  ck_assert_ptr_nonnull(strstr(json, "\"rope_parameters\": {\"factor\": 32.0, "
+                                     "\"high_freq_factor\": 4.0, \"low_freq_factor\": 1.0, "
+                                     "\"original_max_position_embeddings\": 8192, "
+                                     "\"rope_theta\": 500000.0, \"rope_type\": \"llama3\"},"));
+  ck_assert_ptr_nonnull(strstr(json, "\"rope_scaling\": {\"factor\": 32.0, "
+                                     "\"high_freq_factor\": 4.0, \"low_freq_factor\": 1.0, "
+                                     "\"original_max_position_embeddings\": 8192, "
+                                     "\"rope_type\": \"llama3\"},"));
+  ck_assert_int_eq(mkdir(path_of("w"), 0755), 0);
+  write_text(path_of("w/config.json"), json);
+  sparse_model(path_of("w/model.safetensors"), &c, "F32", NULL, NULL);
+  mpt_llama_config back;
+  ck_assert_int_eq(mpt_llama_st_read_header(path_of("w"), &back), MPT_OK);
+  ck_assert_int_eq(memcmp(&back, &c, sizeof c), 0);
+  c.rope_scaling.high_freq_factor = 0.5f; /* below low_freq_factor */
+  ASSERT_ERR(mpt_llama_st_config_json(&c, MPT_ST_F32, json, sizeof json), MPT_EINVAL,
+             "high_freq_factor 0.5 must be finite and > low_freq_factor 1");
+  c.rope_scaling = (mpt_rope_scaling){0};
   ASSERT_ERR(mpt_llama_st_config_json(&c, MPT_ST_F32, json, 100), MPT_EINVAL, "too small");
   c.n_kv_heads = 3;
   ck_assert_int_ne(mpt_llama_st_config_json(&c, MPT_ST_F32, json, sizeof json), MPT_OK);

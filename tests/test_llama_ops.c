@@ -10,6 +10,15 @@
  *   float with step 1e-2 on a loss sum(y * r): the difference quotient's float error is about
  *   1e-7 / 1e-2 = 1e-5 per value of size 1 and its truncation error h^2 f''' / 6 about 2e-5,
  *   so 2e-3 relative (plus 2e-3 absolute) only fails on a wrong formula.
+ * - Llama 3's scaled frequencies in closed form: d 8, theta 2^16 gives the exact powers of two
+ *   1, 1/16, 1/256, 1/4096 (wavelengths 2 pi, 32 pi, 512 pi, 8192 pi); with
+ *   original_max_position_embeddings 8192, low_freq_factor 1, high_freq_factor 8, factor 8
+ *   (bands: wavelength below 1024 kept, above 8192 divided by 8, between them smoothed) the
+ *   first two are kept exactly, the last is exactly 2^-15, and the third is
+ *   ((1 - s) / 8 + s) / 256 with s = (16 / pi - 1) / 7, within float rounding (4e-7 relative:
+ *   a few roundings of size 6e-8 each).
+ * - mpt_op_rope_freqs at position p rotates a pair by the float product p f_i (closed form:
+ *   f = 1/2 and 1/16 are exact, so the angles p / 2 and p / 16 are), and its backward undoes it.
  * - Bad arguments are refused with MPT_EINVAL. */
 #include <check.h>
 #include <math.h>
@@ -70,6 +79,62 @@ START_TEST(rope_backward_inverts) {
   ck_assert_int_eq(mpt_op_rope(NULL, y, B, T, H, D, 500000.0f), MPT_OK);
   ck_assert_int_eq(mpt_op_rope_backward(NULL, y, B, T, H, D, 500000.0f), MPT_OK);
   for (int i = 0; i < N; i++) ck_assert_float_eq_tol(y[i], x[i], 1e-6);
+}
+END_TEST
+
+START_TEST(rope_llama3_frequencies_closed_form) {
+  const mpt_rope_scaling sc = {MPT_ROPE_LLAMA3, 8.0f, 1.0f, 8.0f, 8192};
+  float f[4];
+  ck_assert_int_eq(mpt_rope_inv_freq(8, 65536.0f, &sc, f), MPT_OK);
+  ck_assert(f[0] == 1.0f);              /* high frequency: kept */
+  ck_assert(f[1] == 1.0f / 16.0f);      /* kept */
+  ck_assert(f[3] == 1.0f / 32768.0f);   /* low frequency: 2^-12 / 8 */
+  const double pi = 3.14159265358979323846, sm = (16.0 / pi - 1.0) / 7.0;
+  const double want = ((1.0 - sm) / 8.0 + sm) / 256.0; /* smoothed */
+  ck_assert_msg(fabs(f[2] - want) <= 4e-7 * want, "f[2] %.9g want %.9g", f[2], want);
+  ck_assert(f[2] > 1.0f / 2048.0f && f[2] < 1.0f / 256.0f); /* between the two bands' values */
+  /* unscaled (NULL or default): theta^(-2i/d) itself; 10000^(-1/2) = 1/100 in float */
+  ck_assert_int_eq(mpt_rope_inv_freq(4, 10000.0f, NULL, f), MPT_OK);
+  ck_assert(f[0] == 1.0f && f[1] == 1.0f / 100.0f);
+  const mpt_rope_scaling none = {0};
+  ck_assert_int_eq(mpt_rope_inv_freq(4, 10000.0f, &none, f), MPT_OK);
+  ck_assert(f[0] == 1.0f && f[1] == 1.0f / 100.0f);
+  /* every wavelength long: all divided by factor */
+  const mpt_rope_scaling tiny_ctx = {MPT_ROPE_LLAMA3, 4.0f, 1.0f, 2.0f, 1};
+  ck_assert_int_eq(mpt_rope_inv_freq(4, 10000.0f, &tiny_ctx, f), MPT_OK);
+  ck_assert(f[0] == 0.25f && f[1] == 0.01f / 4.0f);
+}
+END_TEST
+
+START_TEST(rope_freqs_closed_form_and_backward) {
+  /* b 1, t 3, one head, d 4, f = (1/2, 1/16): position p turns (x[0], x[2]) by p / 2 and
+   * (x[1], x[3]) by p / 16 */
+  const float f[2] = {0.5f, 0.0625f};
+  float x[12];
+  for (int i = 0; i < 12; i++) x[i] = (i % 4 < 2) ? 1.0f : 0.0f;
+  ck_assert_int_eq(mpt_op_rope_freqs(NULL, x, 1, 3, 1, 4, f), MPT_OK);
+  for (int p = 0; p < 3; p++) {
+    ck_assert_float_eq_tol(x[4 * p + 0], cos(p / 2.0), 1e-7);
+    ck_assert_float_eq_tol(x[4 * p + 2], sin(p / 2.0), 1e-7);
+    ck_assert_float_eq_tol(x[4 * p + 1], cos(p / 16.0), 1e-7);
+    ck_assert_float_eq_tol(x[4 * p + 3], sin(p / 16.0), 1e-7);
+  }
+  enum { B = 2, T = 5, H = 3, D = 8, N = B * T * H * D };
+  float a[N], y[N], g[D / 2], z[N];
+  const mpt_rope_scaling sc = {MPT_ROPE_LLAMA3, 8.0f, 1.0f, 4.0f, 64};
+  ck_assert_int_eq(mpt_rope_inv_freq(D, 500000.0f, &sc, g), MPT_OK);
+  fill(a, N, 11);
+  memcpy(y, a, sizeof a);
+  ck_assert_int_eq(mpt_op_rope_freqs(NULL, y, B, T, H, D, g), MPT_OK);
+  ck_assert_int_eq(mpt_op_rope_freqs_backward(NULL, y, B, T, H, D, g), MPT_OK);
+  for (int i = 0; i < N; i++) ck_assert_float_eq_tol(y[i], a[i], 1e-6);
+  /* the unscaled table gives mpt_op_rope's rotation (its angle in double: float rounding) */
+  ck_assert_int_eq(mpt_rope_inv_freq(D, 500000.0f, NULL, g), MPT_OK);
+  memcpy(y, a, sizeof a);
+  memcpy(z, a, sizeof a);
+  ck_assert_int_eq(mpt_op_rope_freqs(NULL, y, B, T, H, D, g), MPT_OK);
+  ck_assert_int_eq(mpt_op_rope(NULL, z, B, T, H, D, 500000.0f), MPT_OK);
+  for (int i = 0; i < N; i++) ck_assert_float_eq_tol(y[i], z[i], 2e-6);
 }
 END_TEST
 
@@ -148,6 +213,29 @@ START_TEST(bad_arguments) {
   ck_assert_int_eq(mpt_op_rope(NULL, x, 1, 1, 1, 3, 10000.0f), MPT_EINVAL); /* odd d */
   ck_assert_int_eq(mpt_op_rope(NULL, x, 1, 1, 2, 4, 1.0f), MPT_EINVAL);     /* theta <= 1 */
   ck_assert_int_eq(mpt_op_rope(NULL, x, 1, 1, 2, 4, NAN), MPT_EINVAL);
+  const float fr[2] = {1.0f, INFINITY};
+  ck_assert_int_eq(mpt_op_rope_freqs(NULL, x, 1, 1, 2, 4, NULL), MPT_EINVAL);
+  ck_assert_int_eq(mpt_op_rope_freqs(NULL, x, 1, 1, 2, 4, fr), MPT_EINVAL); /* not finite */
+  ck_assert_int_eq(mpt_op_rope_freqs_backward(NULL, x, 1, 1, 1, 3, fr), MPT_EINVAL);
+  mpt_rope_scaling sc = {MPT_ROPE_LLAMA3, 0.5f, 1.0f, 4.0f, 8192}; /* factor < 1 */
+  float f[2];
+  ck_assert_int_eq(mpt_rope_scaling_check(&sc), MPT_EINVAL);
+  ck_assert_int_eq(mpt_rope_inv_freq(4, 10000.0f, &sc, f), MPT_EINVAL);
+  sc.factor = 8.0f;
+  sc.original_max_position_embeddings = 0;
+  ck_assert_int_eq(mpt_rope_scaling_check(&sc), MPT_EINVAL);
+  sc.original_max_position_embeddings = 8192;
+  sc.low_freq_factor = 0.0f;
+  ck_assert_int_eq(mpt_rope_scaling_check(&sc), MPT_EINVAL);
+  sc.low_freq_factor = 4.0f; /* high_freq_factor must be above it */
+  ck_assert_int_eq(mpt_rope_scaling_check(&sc), MPT_EINVAL);
+  sc.low_freq_factor = 1.0f;
+  ck_assert_int_eq(mpt_rope_scaling_check(&sc), MPT_OK);
+  sc.type = (mpt_rope_type)7;
+  ck_assert_int_eq(mpt_rope_scaling_check(&sc), MPT_EINVAL);
+  ck_assert_int_eq(mpt_rope_scaling_check(NULL), MPT_OK);
+  ck_assert_int_eq(mpt_rope_inv_freq(3, 10000.0f, NULL, f), MPT_EINVAL);
+  ck_assert_int_eq(mpt_rope_inv_freq(4, 10000.0f, NULL, NULL), MPT_EINVAL);
   ck_assert_int_eq(mpt_op_swiglu(NULL, y, NULL, x, 8), MPT_EINVAL);
   ck_assert_int_eq(mpt_op_swiglu(NULL, y, x, x, -1), MPT_EINVAL);
   ck_assert_int_eq(mpt_op_swiglu(NULL, NULL, NULL, NULL, 0), MPT_OK); /* no work */
@@ -160,6 +248,8 @@ int main(void) {
   tcase_add_test(tc, rmsnorm_closed_form);
   tcase_add_test(tc, rope_closed_form);
   tcase_add_test(tc, rope_backward_inverts);
+  tcase_add_test(tc, rope_llama3_frequencies_closed_form);
+  tcase_add_test(tc, rope_freqs_closed_form_and_backward);
   tcase_add_test(tc, rmsnorm_gradients);
   tcase_add_test(tc, swiglu_values_and_gradients);
   tcase_add_test(tc, bad_arguments);

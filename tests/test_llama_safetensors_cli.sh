@@ -59,6 +59,40 @@ g2=$("$prog" generate --model-file "$tmp/m2.safetensors" --tokens 30 --seed 4 2>
 g3=$("$prog" generate --model-file "$tmp/shd" --tokens 30 --seed 4 2>&1 | od -An -tx1)
 [ -n "$g1" ] && [ "$g1" = "$g2" ] && [ "$g1" = "$g3" ] && ok || bad "generate: folder, file and shards differ"
 
+# The same model with Llama 3's RoPE scaling in config.json (transformers 4's rope_scaling; an
+# original context of 16 so that it changes positions below T: llama-tiny's head of 16 has
+# wavelengths 2 pi, 20, 63, ... against the bands' 4 and 16): read, its scaling shown, written
+# back in both spellings and read again byte-identical (--lr 0); generate runs, the same from
+# both; its checkpoint is refused to an unscaled resume. (That the scaling computes Hugging
+# Face's numbers: tests/test_llama_torch.sh.)
+mkdir "$tmp/l3" "$tmp/l3b"
+cp "$tmp/m/model.safetensors" "$tmp/l3/"
+sed 's/"rope_scaling": null/"rope_scaling": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0, "original_max_position_embeddings": 16, "rope_type": "llama3"}/' \
+  "$tmp/m/config.json" > "$tmp/l3/config.json"
+# shellcheck disable=SC2086
+expect 0 "RoPE theta 10000 (llama3 scaling: factor 8, low/high_freq_factor 1/4, original context 16)" \
+  "--init-from a llama3-scaled model" -- \
+  "$prog" train --model llama --init-from "$tmp/l3" $shards $run --save-model "$tmp/l3b"
+grep -q '"rope_parameters": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0, "original_max_position_embeddings": 16, "rope_theta": 10000.0, "rope_type": "llama3"}' \
+  "$tmp/l3b/config.json" && ok || bad "llama3 rope_parameters not written: $(grep rope "$tmp/l3b/config.json")"
+grep -q '"rope_scaling": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0, "original_max_position_embeddings": 16, "rope_type": "llama3"}' \
+  "$tmp/l3b/config.json" && ok || bad "llama3 rope_scaling not written"
+cmp -s "$tmp/m/model.safetensors" "$tmp/l3b/model.safetensors" && ok ||
+  bad "the llama3-scaled model through --lr 0 is not byte-identical"
+g4=$("$prog" generate --model-file "$tmp/l3" --tokens 30 --seed 4 2>&1 | od -An -tx1)
+g5=$("$prog" generate --model-file "$tmp/l3b" --tokens 30 --seed 4 2>&1 | od -An -tx1)
+[ -n "$g4" ] && [ "$g4" = "$g5" ] && ok || bad "generate: the llama3 model and its copy differ"
+# a checkpoint of the scaled run is not resumed by an unscaled one (run-options.txt)
+# shellcheck disable=SC2086
+expect 0 "step      2/2" "a llama3-scaled run with checkpoints" -- \
+  "$prog" train --model llama --init-from "$tmp/l3" $shards --max-steps 2 --batch-size 2 \
+  --no-progress --log-every 1 --checkpoint-dir "$tmp/l3ck" --checkpoint-every 1
+# shellcheck disable=SC2086
+expect 1 "rope-scaling llama3 factor/low/high/original-context 8/1/4/16 in the checkpointed run, none now" \
+  "resuming a llama3-scaled run without its scaling" -- \
+  "$prog" train --model llama-tiny $shards --max-steps 2 --batch-size 2 \
+  --no-progress --resume "$tmp/l3ck/ckpt-step00000001.mpt"
+
 # The oracle's Llama of Llama 3.2 1B's structure: one step, then every value back exact.
 mkdir "$tmp/or"
 python3 "$oracle" llama "$tmp/or" || { echo "FAIL: st_oracle.py llama"; exit 1; }
@@ -91,9 +125,13 @@ sed 's/"num_key_value_heads": 2/"num_key_value_heads": 3/' "$tmp/m/config.json" 
 # shellcheck disable=SC2086
 expect 1 "num_attention_heads 4 is not a multiple of num_key_value_heads 3" "heads % kv heads" -- \
   "$prog" train --model llama --init-from "$tmp/bad" $shards $run
+sed 's/"rope_scaling": null/"rope_scaling": {"rope_type": "yarn", "factor": 32.0}/' \
+  "$tmp/m/config.json" > "$tmp/bad/config.json"
+expect 1 "rope_scaling of rope_type 'yarn' is not implemented" "yarn RoPE scaling" -- \
+  "$prog" generate --model-file "$tmp/bad" --tokens 4
 sed 's/"rope_scaling": null/"rope_scaling": {"rope_type": "llama3", "factor": 32.0}/' \
   "$tmp/m/config.json" > "$tmp/bad/config.json"
-expect 1 "rope_scaling of type 'llama3' is not implemented" "llama3 RoPE scaling" -- \
+expect 1 "low_freq_factor is missing" "llama3 RoPE scaling without its numbers" -- \
   "$prog" generate --model-file "$tmp/bad" --tokens 4
 sed 's/"intermediate_size": 192/"intermediate_size": 96/' "$tmp/m/config.json" > "$tmp/bad/config.json"
 expect 1 "tensor 'model.layers.0.mlp.gate_proj.weight' has shape \[192, 64\], the config .* gives \[96, 64\]" \

@@ -5,7 +5,8 @@
 # own nn.Module with Hugging Face's parameter names, loads the parameters by name and compares
 # everything (tolerances and why: in llama_torch.py). Two shapes: grouped-query attention (4
 # query heads, 2 key/value heads) with an untied head, and multi-query attention (1 key/value
-# head) with the head tied to the embedding.
+# head) with the head tied to the embedding; and the first with Llama 3's RoPE frequency
+# scaling (llama3: one frequency in each of its three bands, the oracle's own float64 rule).
 # Skipped (77) when /usr/bin/python3 cannot import torch and numpy.
 set -u
 here=$(dirname "$0")
@@ -16,7 +17,7 @@ if ! "$py" -c 'import torch, numpy' > /dev/null 2>&1; then
 fi
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-for shape in gqa tied; do
+for shape in gqa tied llama3; do
   mkdir "$dir/$shape"
   echo "== $shape"
   ./tests/llama_torch_helper "$dir/$shape" "$shape" || { echo "FAIL: llama_torch_helper $shape"; exit 1; }

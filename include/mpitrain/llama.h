@@ -25,6 +25,7 @@
 
 #include "mpitrain/core.h"
 #include "mpitrain/nn.h"
+#include "mpitrain/ops_llama.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -93,6 +94,16 @@ MPT_API mpt_status mpt_nn_gqa_attention(mpt_tape *tape, mpt_var *q, mpt_var *k, 
                                         int n_heads, int n_kv_heads, float rope_theta,
                                         mpt_var **y);
 
+/* mpt_nn_gqa_attention with RoPE's frequencies scaled: scaling NULL or of type
+ * MPT_ROPE_DEFAULT is mpt_nn_gqa_attention itself; MPT_ROPE_LLAMA3 rotates q and k (forward and
+ * backward) with mpt_op_rope_freqs and the table of mpt_rope_inv_freq(hd, rope_theta, scaling).
+ * Errors: as mpt_nn_gqa_attention; MPT_EINVAL also for a scaling mpt_rope_scaling_check
+ * refuses. */
+MPT_API mpt_status mpt_nn_gqa_attention_scaled(mpt_tape *tape, mpt_var *q, mpt_var *k,
+                                               mpt_var *v, int n_heads, int n_kv_heads,
+                                               float rope_theta,
+                                               const mpt_rope_scaling *scaling, mpt_var **y);
+
 /* The attention block of a Llama layer before its output projection, fused: the projections
  * q = x Wq^T, k = x Wk^T, v = x Wv^T of x [B, T, C] (wq [H hd, C], wk and wv [KV hd, C], no
  * bias), then mpt_nn_gqa_attention(q, k, v, n_heads, n_kv_heads, rope_theta). One node
@@ -110,6 +121,14 @@ MPT_API mpt_status mpt_nn_llama_attention(mpt_tape *tape, mpt_var *x, mpt_var *w
                                           mpt_var *wv, int n_heads, int n_kv_heads,
                                           float rope_theta, mpt_var **y);
 
+/* mpt_nn_llama_attention with RoPE's frequencies scaled, as mpt_nn_gqa_attention_scaled (the
+ * model's attention: mpt_llama_config's rope_scaling). Errors: as mpt_nn_llama_attention;
+ * MPT_EINVAL also for a scaling mpt_rope_scaling_check refuses. */
+MPT_API mpt_status mpt_nn_llama_attention_scaled(mpt_tape *tape, mpt_var *x, mpt_var *wq,
+                                                 mpt_var *wk, mpt_var *wv, int n_heads,
+                                                 int n_kv_heads, float rope_theta,
+                                                 const mpt_rope_scaling *scaling, mpt_var **y);
+
 /* ------------------------------------------------------------------------------------------ */
 /* The Llama model (src/nn/llama.c)                                                           */
 
@@ -125,12 +144,15 @@ typedef struct mpt_llama_config {
   float rope_theta;    /* RoPE's base [rope_theta]: 10000 (Llama 2), 500000 (Llama 3) */
   float norm_eps;      /* RMSNorm's eps [rms_norm_eps] */
   int tied_embeddings; /* 1: the output head is the token embedding [tie_word_embeddings] */
+  /* RoPE's frequency scaling [rope_scaling, or rope_parameters in transformers 5]: zeroed (type
+   * MPT_ROPE_DEFAULT) for none, MPT_ROPE_LLAMA3 for Llama 3.1 / 3.2's (mpt_rope_inv_freq) */
+  mpt_rope_scaling rope_scaling;
 } mpt_llama_config;
 
 /* Checks that a model can be built from `config`: every size >= 1 (and below 2^31 / 8 in
  * total extents), n_kv_heads <= n_heads and dividing it, dim a multiple of n_heads, an even
  * head size (RoPE rotates pairs), rope_theta finite and > 1, norm_eps finite and >= 0,
- * tied_embeddings 0 or 1. Errors: MPT_EINVAL naming the first field at fault and its value
+ * tied_embeddings 0 or 1, rope_scaling as mpt_rope_scaling_check. Errors: MPT_EINVAL naming the first field at fault and its value
  * (NULL config too). */
 MPT_API mpt_status mpt_llama_config_check(const mpt_llama_config *config);
 
@@ -152,7 +174,8 @@ MPT_API int64_t mpt_llama_param_count(const mpt_llama_config *config);
  *     x += o_proj(gqa_attention(q_proj(h), k_proj(h), v_proj(h))),  h = input_layernorm(x);
  *     x += down_proj(silu(gate_proj(h)) * up_proj(h)),  h = post_attention_layernorm(x);
  *   logits = norm(x) lm_head^T  [B, T, V]  (lm_head = embed_tokens when tied);
- * RoPE with rope_theta on q and k inside the attention (mpt_nn_llama_attention: the three
+ * RoPE with rope_theta (and rope_scaling) on q and k inside the attention
+ * (mpt_nn_llama_attention_scaled: the three
  * projections in one GEMM, rotation and grouped-query attention). The input var
  * holds int32 tokens [B, T] (mpt_tape_input of an I32 tensor on the CPU, valid until
  * backward), 1 <= T <= max_seq_len, each in [0, vocab_size); the loss is

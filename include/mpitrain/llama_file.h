@@ -10,11 +10,15 @@
  *   hidden_size (dim), intermediate_size (ffn_dim), num_hidden_layers (n_layers),
  *   num_attention_heads (n_heads), num_key_value_heads (n_kv_heads; absent: n_heads, as
  *   transformers), vocab_size, max_position_embeddings (max_seq_len), rope_theta (absent:
- *   10000; or rope_parameters' rope_theta, as transformers 5 writes it, its rope_type absent or
- *   "default", the two equal when both are given), rms_norm_eps (absent: 1e-6), tie_word_embeddings (absent: false), and, checked:
- *   head_dim (absent, null or hidden_size / num_attention_heads), rope_scaling (absent, null or
- *   of type "default": the scaled RoPEs of Llama 3.1 / 3.2 ("llama3"), "linear", "dynamic",
- *   "yarn", ... are not implemented and are refused, named), hidden_act (absent or "silu"),
+ *   10000; or rope_parameters' rope_theta, as transformers 5 writes it, the two equal when both
+ *   are given), RoPE's scaling (rope_scaling): rope_scaling (transformers 4) when given and not
+ *   null, else rope_parameters (transformers 5), each with rope_type (or "type") absent or
+ *   "default" (none) or "llama3" (Llama 3.1 / 3.2's, with factor, low_freq_factor,
+ *   high_freq_factor and original_max_position_embeddings, all required and in
+ *   mpt_rope_scaling_check's ranges), rms_norm_eps (absent: 1e-6), tie_word_embeddings
+ *   (absent: false), and, checked: head_dim (absent, null or hidden_size /
+ *   num_attention_heads), the other RoPE types ("linear", "dynamic", "yarn", ...: not
+ *   implemented, refused, named), hidden_act (absent or "silu"),
  *   attention_bias and mlp_bias (absent or false), model_type (absent or "llama"), torch_dtype
  *   or dtype (when given, every tensor's). Refused too, naming the key: a missing required key,
  *   a value of the wrong type or range, num_attention_heads not a multiple of
@@ -51,7 +55,8 @@ MPT_API int mpt_llama_st_is_model(const char *path);
 MPT_API mpt_status mpt_llama_st_read_header(const char *path, mpt_llama_config *config);
 
 /* Writes config.json's text for `config` into buf[cap] (transformers' LlamaConfig keys, the
- * RoPE both as rope_theta (transformers 4) and rope_parameters (5), architectures
+ * RoPE both as rope_theta (transformers 4) and rope_parameters (5), its scaling both as
+ * rope_scaling (4; null when unscaled) and in rope_parameters (5), architectures
  * ["LlamaForCausalLM"], torch_dtype of `dtype`; floats printed with the fewest
  * digits that read back as the same float). Errors: MPT_EINVAL (NULL, a bad config, cap too
  * small). */
@@ -59,8 +64,8 @@ MPT_API mpt_status mpt_llama_st_config_json(const mpt_llama_config *config, mpt_
                                             char *buf, size_t cap);
 
 /* Reads the Llama at `path` into `model`, a finalised Llama of `config`
- * (mpt_llama_check_model): the file's config must equal `config` (every field; rope_theta and
- * norm_eps as floats), then each parameter is read by name. Non-finite values are refused
+ * (mpt_llama_check_model): the file's config must equal `config` (every field, rope_scaling's
+ * too; rope_theta and norm_eps as floats), then each parameter is read by name. Non-finite values are refused
  * (naming the tensor). Errors: those of
  * mpt_llama_st_read_header; MPT_ESHAPE (the model or the file's config differs from `config`,
  * naming the field); MPT_EFORMAT (a non-finite weight); MPT_ENOMEM; errors of the copy. */

@@ -42,6 +42,47 @@ MPT_API mpt_status mpt_op_rope(mpt_stream *stream, float *x, int64_t b, int64_t 
 MPT_API mpt_status mpt_op_rope_backward(mpt_stream *stream, float *dx, int64_t b, int64_t t,
                                         int64_t heads, int64_t d, float theta);
 
+/* The scaling of RoPE's frequencies (Hugging Face's rope_scaling / rope_parameters):
+ * MPT_ROPE_DEFAULT is the plain theta^(-2i/d) (the four numbers are unused and may be 0);
+ * MPT_ROPE_LLAMA3 is Llama 3.1 / 3.2's rule (rope_type "llama3"; see mpt_rope_inv_freq). */
+typedef enum mpt_rope_type { MPT_ROPE_DEFAULT = 0, MPT_ROPE_LLAMA3 = 1 } mpt_rope_type;
+typedef struct mpt_rope_scaling {
+  mpt_rope_type type;
+  float factor;          /* llama3: the long wavelengths' divisor [factor], finite, >= 1 */
+  float low_freq_factor; /* llama3: [low_freq_factor], finite, > 0 */
+  float high_freq_factor; /* llama3: [high_freq_factor], finite, > low_freq_factor */
+  int original_max_position_embeddings; /* llama3: the pretraining context, >= 1 */
+} mpt_rope_scaling;
+
+/* Checks a scaling: a known type and, for MPT_ROPE_LLAMA3, the ranges above. A NULL scaling is
+ * the default one (MPT_OK). Errors: MPT_EINVAL naming the field at fault and its value. */
+MPT_API mpt_status mpt_rope_scaling_check(const mpt_rope_scaling *scaling);
+
+/* RoPE's d/2 inverse frequencies, written to inv_freq[0 .. d/2), in float32 exactly as Hugging
+ * Face's transformers forms them: e_i = (float)(2i) / d, f_i = 1 / (float)theta^e_i (the power
+ * rounded to float). With MPT_ROPE_LLAMA3 (NULL or MPT_ROPE_DEFAULT: f_i as is), in float32
+ * with the constants rounded to float: the wavelength w_i = 2 pi / f_i against
+ * lo = original_max_position_embeddings / low_freq_factor and
+ * hi = original_max_position_embeddings / high_freq_factor:
+ *   w_i > lo: f_i / factor;   w_i < hi: f_i;   otherwise, with
+ *   s = (original_max_position_embeddings / w_i - low_freq_factor)
+ *       / (high_freq_factor - low_freq_factor):   ((1 - s) f_i) / factor + s f_i.
+ * d even and >= 2, theta finite and > 1, the scaling as mpt_rope_scaling_check; else
+ * MPT_EINVAL (NULL inv_freq too). */
+MPT_API mpt_status mpt_rope_inv_freq(int64_t d, float theta, const mpt_rope_scaling *scaling,
+                                     float *inv_freq);
+
+/* mpt_op_rope with the inverse frequencies given: inv_freq [d/2] (mpt_rope_inv_freq; each
+ * finite, else MPT_EINVAL), the angle of position p and pair i the float32 product
+ * a = (float)p * inv_freq[i] (as Hugging Face forms it), cos a and sin a computed in double and
+ * rounded to float. The rotation and layout are mpt_op_rope's. */
+MPT_API mpt_status mpt_op_rope_freqs(mpt_stream *stream, float *x, int64_t b, int64_t t,
+                                     int64_t heads, int64_t d, const float *inv_freq);
+/* Its backward: mpt_op_rope_backward's inverse rotation, in place, with these angles. */
+MPT_API mpt_status mpt_op_rope_freqs_backward(mpt_stream *stream, float *dx, int64_t b,
+                                              int64_t t, int64_t heads, int64_t d,
+                                              const float *inv_freq);
+
 /* The SwiGLU gate: y[k] = silu(gate[k]) up[k], silu(a) = a / (1 + exp(-a)), count elements;
  * y may equal gate or up. */
 MPT_API mpt_status mpt_op_swiglu(mpt_stream *stream, float *y, const float *gate,

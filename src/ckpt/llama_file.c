@@ -66,6 +66,43 @@ static int ignorable(const mpt_llama_config *c, const char *name) {
 
 static int json_true(const mpt__json *v) { return v && v->type == MPT__JSON_BOOL && v->i; }
 
+/* A RoPE scaling object (rope_scaling, or transformers 5's rope_parameters) into *out: its
+ * rope_type (or the older "type"; absent or "default": none) and, for "llama3", its four
+ * numbers, all required. Other types are refused, named. */
+static mpt_status read_scaling(const mpt__json *v, const char *cfg_path, const char *what,
+                               mpt_rope_scaling *out) {
+  memset(out, 0, sizeof *out);
+  if (v->type != MPT__JSON_OBJECT)
+    return MPT_FAIL(MPT_EFORMAT, "model config '%s': %s is not an object or null", cfg_path,
+                    what);
+  const mpt__json *t = mpt__json_get(v, "rope_type");
+  if (!t) t = mpt__json_get(v, "type");
+  if (t && t->type != MPT__JSON_STRING)
+    return MPT_FAIL(MPT_EFORMAT, "model config '%s': %s's rope_type is not a string", cfg_path,
+                    what);
+  if (!t || strcmp(t->s, "default") == 0) return MPT_OK;
+  if (strcmp(t->s, "llama3") != 0)
+    return MPT_FAIL(MPT_EFORMAT, "model config '%s': %s of rope_type '%.40s' is not "
+                    "implemented (mpitrain's RoPE is the unscaled one or Llama 3's \"llama3\" "
+                    "scaling): a model trained with it would not compute the same", cfg_path,
+                    what, t->s);
+  double factor, lo, hi;
+  int64_t ctx;
+  MPT_RETURN_IF(mpt__st_config_num(v, cfg_path, "factor", 1, 1e30, NULL, &factor));
+  MPT_RETURN_IF(mpt__st_config_num(v, cfg_path, "low_freq_factor", 0, 1e30, NULL, &lo));
+  MPT_RETURN_IF(mpt__st_config_num(v, cfg_path, "high_freq_factor", 0, 1e30, NULL, &hi));
+  MPT_RETURN_IF(mpt__st_config_int(v, cfg_path, "original_max_position_embeddings", 1,
+                                   INT32_MAX, NULL, &ctx));
+  *out = (mpt_rope_scaling){.type = MPT_ROPE_LLAMA3, .factor = (float)factor,
+                            .low_freq_factor = (float)lo, .high_freq_factor = (float)hi,
+                            .original_max_position_embeddings = (int)ctx};
+  if (mpt_rope_scaling_check(out) != MPT_OK)
+    return MPT_FAIL(MPT_EFORMAT, "model config '%s': %s's llama3 numbers (factor %g >= 1, "
+                    "low_freq_factor %g > 0, high_freq_factor %g > low_freq_factor) are out of "
+                    "range", cfg_path, what, factor, lo, hi);
+  return MPT_OK;
+}
+
 static mpt_status read_config(const char *cfg_path, const char *model, mpt_llama_config *c,
                               char dtype[12]) {
   mpt__json *root = NULL;
@@ -113,18 +150,13 @@ static mpt_status read_config(const char *cfg_path, const char *model, mpt_llama
   double theta, eps;
   const double theta0 = 10000, eps0 = 1e-6;
   MPT_CHECK(mpt__st_config_num(root, cfg_path, "rope_theta", 1, 1e30, &theta0, &theta), out);
-  /* transformers 5 writes {"rope_theta": ..., "rope_type": "default"} as rope_parameters */
+  /* transformers 5 writes the RoPE as rope_parameters {"rope_theta": ..., "rope_type": ...,
+   * and the type's numbers}; transformers 4 as rope_theta and rope_scaling */
   v = mpt__json_get(root, "rope_parameters");
+  mpt_rope_scaling sp = {0}, ss = {0};
+  int has_s = 0; /* rope_scaling given (not null) */
   if (v && v->type != MPT__JSON_NULL) {
-    const mpt__json *t = mpt__json_get(v, "rope_type");
-    if (v->type != MPT__JSON_OBJECT || (t && (t->type != MPT__JSON_STRING ||
-                                              strcmp(t->s, "default") != 0))) {
-      st = MPT_FAIL(MPT_EFORMAT, "model config '%s': rope_parameters of rope_type '%.40s' is "
-                    "not implemented (mpitrain's RoPE is the unscaled one, rope_theta only): a "
-                    "model trained with it would not compute the same", cfg_path,
-                    t && t->type == MPT__JSON_STRING ? t->s : "?");
-      goto out;
-    }
+    MPT_CHECK(read_scaling(v, cfg_path, "rope_parameters", &sp), out);
     double t2;
     MPT_CHECK(mpt__st_config_num(v, cfg_path, "rope_theta", 1, 1e30, &theta, &t2), out);
     if (mpt__json_get(root, "rope_theta") && t2 != theta) {
@@ -134,6 +166,13 @@ static mpt_status read_config(const char *cfg_path, const char *model, mpt_llama
     }
     theta = t2;
   }
+  v = mpt__json_get(root, "rope_scaling");
+  if (v && v->type != MPT__JSON_NULL) {
+    MPT_CHECK(read_scaling(v, cfg_path, "rope_scaling", &ss), out);
+    has_s = 1;
+  }
+  /* as transformers 5: a non-null rope_scaling replaces rope_parameters */
+  c->rope_scaling = has_s ? ss : sp;
   MPT_CHECK(mpt__st_config_num(root, cfg_path, "rms_norm_eps", 0, 1, &eps0, &eps), out);
   c->rope_theta = (float)theta;
   c->norm_eps = (float)eps;
@@ -144,19 +183,6 @@ static mpt_status read_config(const char *cfg_path, const char *model, mpt_llama
     goto out;
   }
   c->tied_embeddings = json_true(v);
-  v = mpt__json_get(root, "rope_scaling");
-  if (v && v->type != MPT__JSON_NULL) {
-    const mpt__json *t = mpt__json_get(v, "rope_type");
-    if (!t) t = mpt__json_get(v, "type");
-    if (v->type != MPT__JSON_OBJECT || !t || t->type != MPT__JSON_STRING ||
-        strcmp(t->s, "default") != 0) {
-      st = MPT_FAIL(MPT_EFORMAT, "model config '%s': rope_scaling of type '%.40s' is not "
-                    "implemented (mpitrain's RoPE is the unscaled one, rope_theta only): a model "
-                    "trained with it would not compute the same", cfg_path,
-                    t && t->type == MPT__JSON_STRING ? t->s : "?");
-      goto out;
-    }
-  }
   v = mpt__json_get(root, "hidden_act");
   if (v && (v->type != MPT__JSON_STRING || strcmp(v->s, "silu") != 0)) {
     st = MPT_FAIL(MPT_EFORMAT, "model config '%s': hidden_act %.40s is not \"silu\" (the "
@@ -271,9 +297,19 @@ mpt_status mpt_llama_st_config_json(const mpt_llama_config *config, mpt_st_dtype
   if (!config || !buf) return MPT_FAIL(MPT_EINVAL, "mpt_llama_st_config_json: NULL argument");
   MPT_RETURN_IF(mpt_llama_config_check(config));
   const mpt_llama_config *c = config;
-  char theta[32], eps[32];
+  char theta[32], eps[32], sc[4][32], extra[256] = "", scaling[256] = "null";
   shortest(theta, sizeof theta, c->rope_theta);
   shortest(eps, sizeof eps, c->norm_eps);
+  const mpt_rope_scaling *r = &c->rope_scaling;
+  if (r->type == MPT_ROPE_LLAMA3) { /* the same numbers in both spellings */
+    shortest(sc[0], sizeof sc[0], r->factor);
+    shortest(sc[1], sizeof sc[1], r->high_freq_factor);
+    shortest(sc[2], sizeof sc[2], r->low_freq_factor);
+    snprintf(extra, sizeof extra, "\"factor\": %s, \"high_freq_factor\": %s, "
+             "\"low_freq_factor\": %s, \"original_max_position_embeddings\": %d, ", sc[0],
+             sc[1], sc[2], r->original_max_position_embeddings);
+    snprintf(scaling, sizeof scaling, "{%s\"rope_type\": \"llama3\"}", extra);
+  }
   const int n = snprintf(
       buf, cap,
       "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"attention_bias\": false,\n"
@@ -282,12 +318,13 @@ mpt_status mpt_llama_st_config_json(const mpt_llama_config *config, mpt_st_dtype
       "  \"max_position_embeddings\": %d,\n  \"mlp_bias\": false,\n  \"model_type\": \"llama\",\n"
       "  \"num_attention_heads\": %d,\n  \"num_hidden_layers\": %d,\n"
       "  \"num_key_value_heads\": %d,\n  \"rms_norm_eps\": %s,\n"
-      "  \"rope_parameters\": {\"rope_theta\": %s, \"rope_type\": \"default\"},\n"
-      "  \"rope_scaling\": null,\n  \"rope_theta\": %s,\n  \"tie_word_embeddings\": %s,\n"
+      "  \"rope_parameters\": {%s\"rope_theta\": %s, \"rope_type\": \"%s\"},\n"
+      "  \"rope_scaling\": %s,\n  \"rope_theta\": %s,\n  \"tie_word_embeddings\": %s,\n"
       "  \"torch_dtype\": \"%s\",\n"
       "  \"use_cache\": true,\n  \"vocab_size\": %d\n}\n",
       c->dim / c->n_heads, c->dim, c->ffn_dim, c->max_seq_len, c->n_heads, c->n_layers,
-      c->n_kv_heads, eps, theta, theta, c->tied_embeddings ? "true" : "false",
+      c->n_kv_heads, eps, extra, theta, r->type == MPT_ROPE_LLAMA3 ? "llama3" : "default",
+      scaling, theta, c->tied_embeddings ? "true" : "false",
       mpt__st_torch_dtype(dtype), c->vocab_size);
   if (n < 0 || (size_t)n >= cap)
     return MPT_FAIL(MPT_EINVAL, "mpt_llama_st_config_json: %zu bytes is too small", cap);
@@ -334,7 +371,15 @@ mpt_status mpt_llama_load(mpt_model *model, const mpt_llama_config *config, cons
       {"max_position_embeddings", c.max_seq_len, config->max_seq_len},
       {"rope_theta", c.rope_theta, config->rope_theta},
       {"rms_norm_eps", c.norm_eps, config->norm_eps},
-      {"tie_word_embeddings", c.tied_embeddings, config->tied_embeddings}};
+      {"tie_word_embeddings", c.tied_embeddings, config->tied_embeddings},
+      {"RoPE scaling type (1 llama3)", c.rope_scaling.type, config->rope_scaling.type},
+      {"RoPE scaling factor", c.rope_scaling.factor, config->rope_scaling.factor},
+      {"RoPE low_freq_factor", c.rope_scaling.low_freq_factor,
+       config->rope_scaling.low_freq_factor},
+      {"RoPE high_freq_factor", c.rope_scaling.high_freq_factor,
+       config->rope_scaling.high_freq_factor},
+      {"RoPE original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings,
+       config->rope_scaling.original_max_position_embeddings}};
   for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++)
     if (fl[i].file != fl[i].want) {
       st = MPT_FAIL(MPT_ESHAPE, "safetensors model '%s' has %s %g, the model %g", path,

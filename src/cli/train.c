@@ -121,6 +121,19 @@ static void describe_run(run *r) {
              o->llama.max_seq_len, o->llama.vocab_size, (double)o->llama.rope_theta,
              (double)o->llama.norm_eps, o->llama.tied_embeddings, o->shards,
              o->val_shards[0] ? o->val_shards : "-");
+  /* RoPE's scaling: a resume with another one is refused as another run (checkpoints written
+   * before this line existed lack it, and are not compared on it) */
+  const mpt_rope_scaling *rs = &o->llama.rope_scaling;
+  const size_t len = strlen(r->run_options);
+  if (mpt_cli_is_llama(o) && len < sizeof r->run_options) {
+    if (rs->type == MPT_ROPE_LLAMA3)
+      snprintf(r->run_options + len, sizeof r->run_options - len,
+               "rope-scaling llama3 factor/low/high/original-context %g/%g/%g/%d\n",
+               (double)rs->factor, (double)rs->low_freq_factor, (double)rs->high_freq_factor,
+               rs->original_max_position_embeddings);
+    else
+      snprintf(r->run_options + len, sizeof r->run_options - len, "rope-scaling none\n");
+  }
 }
 
 /* A warning for each option given that has no effect in this run. */
@@ -383,10 +396,16 @@ static mpt_status setup_llama(run *r) {
   MPT_RETURN_IF(init_from(r, NULL, cfg));
   const double flops = 6 * (double)mpt_model_param_count(r->model) +
                        6.0 * cfg->n_layers * cfg->dim * T;
+  const mpt_rope_scaling *rs = &cfg->rope_scaling;
+  char scaled[160] = "";
+  if (rs->type == MPT_ROPE_LLAMA3)
+    snprintf(scaled, sizeof scaled, " (llama3 scaling: factor %g, low/high_freq_factor %g/%g, "
+             "original context %d)", (double)rs->factor, (double)rs->low_freq_factor,
+             (double)rs->high_freq_factor, rs->original_max_position_embeddings);
   mpt_log(MPT_LOG_INFO, "model %s: %d layers, %d heads (%d key/value), %d channels, MLP %d, "
-          "T %d, vocabulary %d, RoPE theta %g, %s head; %lld training windows of B %lld x T %d",
-          o->model, cfg->n_layers, cfg->n_heads, cfg->n_kv_heads, cfg->dim, cfg->ffn_dim,
-          cfg->max_seq_len, cfg->vocab_size, (double)cfg->rope_theta,
+          "T %d, vocabulary %d, RoPE theta %g%s, %s head; %lld training windows of B %lld x T "
+          "%d", o->model, cfg->n_layers, cfg->n_heads, cfg->n_kv_heads, cfg->dim, cfg->ffn_dim,
+          cfg->max_seq_len, cfg->vocab_size, (double)cfg->rope_theta, scaled,
           cfg->tied_embeddings ? "tied" : "untied",
           (long long)mpt_token_data_num_windows(r->tokens), (long long)o->batch_size, T);
   return mpt_train_task_tokens(&r->task, r->tokens, r->val_tokens, cfg->vocab_size, flops);

@@ -163,14 +163,15 @@ typedef struct mpt__device_backend {
                                     int64_t n, int64_t vp, int64_t v, const float *stats,
                                     const float *dloss, float *dlogits);
   /* Optional: the Llama ops of ops_llama.h, same meaning and order; rope's last argument is 1
-   * for the backward (the inverse rotation). */
+   * for the backward (the inverse rotation); a non-NULL inv_freq [d/2] replaces theta (the
+   * angle is then the float product p inv_freq[i], mpt_op_rope_freqs). */
   mpt_status (*rmsnorm)(mpt_stream *s, const float *x, int64_t rows, int64_t c, const float *w,
                         float eps, float *y, float *rstd);
   mpt_status (*rmsnorm_backward)(mpt_stream *s, const float *dy, const float *x, int64_t rows,
                                  int64_t c, const float *w, const float *rstd, float *dx,
                                  float *dw);
   mpt_status (*rope)(mpt_stream *s, float *x, int64_t b, int64_t t, int64_t heads, int64_t d,
-                     float theta, int inverse);
+                     float theta, const float *inv_freq, int inverse);
   mpt_status (*swiglu)(mpt_stream *s, float *y, const float *gate, const float *up,
                        int64_t count);
   mpt_status (*swiglu_backward)(mpt_stream *s, const float *dy, const float *gate,

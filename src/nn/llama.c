@@ -89,6 +89,7 @@ mpt_status mpt_llama_config_check(const mpt_llama_config *c) {
   if (c->tied_embeddings != 0 && c->tied_embeddings != 1)
     return MPT_FAIL(MPT_EINVAL, "%s: tied_embeddings = %d must be 0 or 1", pre,
                     c->tied_embeddings);
+  MPT_RETURN_IF(mpt_rope_scaling_check(&c->rope_scaling));
   /* every tensor's extents, and the activations' rows times columns, stay within what the
    * core ops take (2^31 per extent); the whole model within int64 */
   const int64_t lim = INT32_MAX;
@@ -226,8 +227,9 @@ static mpt_status llama_block_forward(mpt_tape *tape, void *user, mpt_var *x, mp
   MPT_RETURN_IF(P(LLAMA_K_K));
   MPT_RETURN_IF(P(LLAMA_K_V));
   /* q, k and v adjacent in the flat buffer: one product over the three */
-  MPT_RETURN_IF(mpt_nn_llama_attention(tape, h, p[LLAMA_K_Q], p[LLAMA_K_K], p[LLAMA_K_V],
-                                       c->n_heads, c->n_kv_heads, c->rope_theta, &a));
+  MPT_RETURN_IF(mpt_nn_llama_attention_scaled(tape, h, p[LLAMA_K_Q], p[LLAMA_K_K],
+                                              p[LLAMA_K_V], c->n_heads, c->n_kv_heads,
+                                              c->rope_theta, &c->rope_scaling, &a));
   MPT_RETURN_IF(P(LLAMA_K_O));
   MPT_RETURN_IF(mpt_nn_linear_nd(tape, a, p[LLAMA_K_O], NULL, &a));
   MPT_RETURN_IF(mpt_nn_add(tape, x, a, &x));

@@ -6,6 +6,7 @@
  * are copies and sums on the host: the ops run on the CPU only (the core ops of ops_llama.h
  * exist there only), and refuse other devices with MPT_ENOTSUP. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mpitrain/autograd.h"
@@ -308,6 +309,7 @@ mpt_status mpt_nn_linear_swiglu(mpt_tape *tape, mpt_var *x, mpt_var *w_gate, mpt
 typedef struct pack_ctx {
   int64_t b, t, nh, nkv, hd;
   float theta; /* 0: no RoPE */
+  mpt_rope_scaling scaling; /* its frequencies' scaling (type MPT_ROPE_DEFAULT: none) */
   /* mpt_nn_llama_attention only: the input's channels and the products' precision */
   int64_t cx;
   mpt_precision precision;
@@ -352,20 +354,37 @@ static void copy_cols(float *dst, int64_t ldd, const float *src, int64_t lds, in
     memcpy(dst + r * ldd, src + r * lds, (size_t)width * sizeof(float));
 }
 
+/* RoPE (inverse 1: its backward) on x [b, t, heads, hd] with the pack's theta and scaling:
+ * the unscaled op, or the scaled inverse frequencies' one. */
+static mpt_status pack_rope(mpt_tape *tape, const pack_ctx *k, float *x, int64_t heads,
+                            int inverse) {
+  mpt_stream *s = mpt_tape_stream(tape);
+  if (k->scaling.type == MPT_ROPE_DEFAULT)
+    return inverse ? mpt_op_rope_backward(s, x, k->b, k->t, heads, k->hd, k->theta)
+                   : mpt_op_rope(s, x, k->b, k->t, heads, k->hd, k->theta);
+  float *f = malloc((size_t)(k->hd / 2) * sizeof *f);
+  if (!f) return MPT_FAIL(MPT_ENOMEM, "rope: %lld frequencies", (long long)(k->hd / 2));
+  mpt_status st = mpt_rope_inv_freq(k->hd, k->theta, &k->scaling, f);
+  if (st == MPT_OK)
+    st = inverse ? mpt_op_rope_freqs_backward(s, x, k->b, k->t, heads, k->hd, f)
+                 : mpt_op_rope_freqs(s, x, k->b, k->t, heads, k->hd, f);
+  free(f);
+  return st;
+}
+
 /* The forward's pack of q, k, v (each rows of its own stride: ldq, ldk, ldv) into p; with RoPE
  * q and k are rotated in `tmp` (rows x H hd floats) first. */
 static mpt_status pack_all(mpt_tape *tape, const pack_ctx *k, const float *q, int64_t ldq,
                            const float *kk, int64_t ldk, const float *v, int64_t ldv, float *tmp,
                            float *p) {
-  mpt_stream *s = mpt_tape_stream(tape);
   const int64_t rows = k->b * k->t, c = k->nh * k->hd, ckv = k->nkv * k->hd;
   const int64_t n_rep = k->nh / k->nkv;
   if (k->theta > 0.0f) {
     copy_cols(tmp, c, q, ldq, rows, c);
-    MPT_RETURN_IF(mpt_op_rope(s, tmp, k->b, k->t, k->nh, k->hd, k->theta));
+    MPT_RETURN_IF(pack_rope(tape, k, tmp, k->nh, 0));
     pack_part(tmp, c, rows, c, 0, k->nh, 1, k->hd, p);
     copy_cols(tmp, ckv, kk, ldk, rows, ckv);
-    MPT_RETURN_IF(mpt_op_rope(s, tmp, k->b, k->t, k->nkv, k->hd, k->theta));
+    MPT_RETURN_IF(pack_rope(tape, k, tmp, k->nkv, 0));
     pack_part(tmp, ckv, rows, c, c, k->nkv, n_rep, k->hd, p);
   } else {
     pack_part(q, ldq, rows, c, 0, k->nh, 1, k->hd, p);
@@ -383,7 +402,7 @@ static mpt_status unpack_part(mpt_tape *tape, const pack_ctx *k, const float *dp
   unpack_sum(dp, k->b * k->t, c, which * c, heads, k->nh / heads, k->hd, g, ld);
   if (which == 2 || k->theta <= 0.0f) return MPT_OK;
   if (ld == heads * k->hd) /* contiguous: rotated in place */
-    return mpt_op_rope_backward(mpt_tape_stream(tape), g, k->b, k->t, heads, k->hd, k->theta);
+    return pack_rope(tape, k, g, heads, 1);
   return MPT_FAIL(MPT_ESTATE, "gqa: a strided part to rotate back"); /* not reached */
 }
 
@@ -413,25 +432,32 @@ static mpt_status pack_backward(mpt_tape *tape, mpt_node *node) {
 
 /* The checks of both attention ops: q's channels c (H hd), and k's and v's (KV hd) from the
  * heads; rope_theta 0 or > 1; hd even with RoPE. */
-static mpt_status gqa_check_heads(const char *op, int n_heads, int n_kv_heads, float rope_theta) {
+static mpt_status gqa_check_heads(const char *op, int n_heads, int n_kv_heads, float rope_theta,
+                                  const mpt_rope_scaling *scaling) {
   if (n_heads < 1 || n_kv_heads < 1 || n_heads % n_kv_heads != 0)
     return MPT_FAIL(MPT_EINVAL, "%s: n_heads %d is not a positive multiple of n_kv_heads %d",
                     op, n_heads, n_kv_heads);
   if (rope_theta != 0.0f && (!isfinite(rope_theta) || !(rope_theta > 1.0f)))
     return MPT_FAIL(MPT_EINVAL, "%s: rope_theta %g must be 0 (no RoPE) or finite and > 1", op,
                     (double)rope_theta);
-  return MPT_OK;
+  return mpt_rope_scaling_check(scaling);
 }
 
 mpt_status mpt_nn_gqa_attention(mpt_tape *tape, mpt_var *q, mpt_var *k, mpt_var *v,
                                 int n_heads, int n_kv_heads, float rope_theta, mpt_var **y) {
+  return mpt_nn_gqa_attention_scaled(tape, q, k, v, n_heads, n_kv_heads, rope_theta, NULL, y);
+}
+
+mpt_status mpt_nn_gqa_attention_scaled(mpt_tape *tape, mpt_var *q, mpt_var *k, mpt_var *v,
+                                       int n_heads, int n_kv_heads, float rope_theta,
+                                       const mpt_rope_scaling *scaling, mpt_var **y) {
   static const char op[] = "gqa_attention";
   if (!tape || !y) return MPT_FAIL(MPT_EINVAL, "%s: NULL tape or output", op);
   *y = NULL;
   MPT_RETURN_IF(check_var(op, "q", q));
   MPT_RETURN_IF(check_var(op, "k", k));
   MPT_RETURN_IF(check_var(op, "v", v));
-  MPT_RETURN_IF(gqa_check_heads(op, n_heads, n_kv_heads, rope_theta));
+  MPT_RETURN_IF(gqa_check_heads(op, n_heads, n_kv_heads, rope_theta, scaling));
   const int rope = rope_theta != 0.0f;
   const mpt_tensor *qt = mpt_var_value(q), *kt = mpt_var_value(k), *vt = mpt_var_value(v);
   char qs[128], ks[128], vs[128];
@@ -451,7 +477,8 @@ mpt_status mpt_nn_gqa_attention(mpt_tape *tape, mpt_var *q, mpt_var *k, mpt_var 
   const int64_t nb = qt->shape[0], nt = qt->shape[1], rows = nb * nt, ckv = n_kv_heads * hd;
   const int64_t shape[3] = {nb, nt, 3 * c};
   const pack_ctx pc = {.b = nb, .t = nt, .nh = n_heads, .nkv = n_kv_heads, .hd = hd,
-                       .theta = rope ? rope_theta : 0.0f};
+                       .theta = rope ? rope_theta : 0.0f,
+                       .scaling = rope && scaling ? *scaling : (mpt_rope_scaling){0}};
   mpt_var *p = NULL;
   float *tmp = NULL;
   MPT_RETURN_IF(mpt_tape_new_var(tape, 3, shape, MPT_F32, &p));
@@ -520,6 +547,14 @@ static mpt_status qkv_backward(mpt_tape *tape, mpt_node *node) {
 mpt_status mpt_nn_llama_attention(mpt_tape *tape, mpt_var *x, mpt_var *wq, mpt_var *wk,
                                   mpt_var *wv, int n_heads, int n_kv_heads, float rope_theta,
                                   mpt_var **y) {
+  return mpt_nn_llama_attention_scaled(tape, x, wq, wk, wv, n_heads, n_kv_heads, rope_theta, NULL,
+                                       y);
+}
+
+mpt_status mpt_nn_llama_attention_scaled(mpt_tape *tape, mpt_var *x, mpt_var *wq, mpt_var *wk,
+                                         mpt_var *wv, int n_heads, int n_kv_heads,
+                                         float rope_theta, const mpt_rope_scaling *scaling,
+                                         mpt_var **y) {
   static const char op[] = "llama_attention";
   if (!tape || !y) return MPT_FAIL(MPT_EINVAL, "%s: NULL tape or output", op);
   *y = NULL;
@@ -527,7 +562,7 @@ mpt_status mpt_nn_llama_attention(mpt_tape *tape, mpt_var *x, mpt_var *wq, mpt_v
   MPT_RETURN_IF(check_var(op, "wq", wq));
   MPT_RETURN_IF(check_var(op, "wk", wk));
   MPT_RETURN_IF(check_var(op, "wv", wv));
-  MPT_RETURN_IF(gqa_check_heads(op, n_heads, n_kv_heads, rope_theta));
+  MPT_RETURN_IF(gqa_check_heads(op, n_heads, n_kv_heads, rope_theta, scaling));
   const int rope = rope_theta != 0.0f;
   const mpt_tensor *xt = mpt_var_value(x), *w[3] = {mpt_var_value(wq), mpt_var_value(wk),
                                                      mpt_var_value(wv)};
@@ -549,7 +584,9 @@ mpt_status mpt_nn_llama_attention(mpt_tape *tape, mpt_var *x, mpt_var *wq, mpt_v
   mpt_stream *s = mpt_tape_stream(tape);
   const mpt_precision pr = mpt_tape_precision(tape);
   const pack_ctx pc = {.b = nb, .t = nt, .nh = n_heads, .nkv = n_kv_heads, .hd = hd,
-                       .theta = rope ? rope_theta : 0.0f, .cx = cx, .precision = pr};
+                       .theta = rope ? rope_theta : 0.0f,
+                       .scaling = rope && scaling ? *scaling : (mpt_rope_scaling){0},
+                       .cx = cx, .precision = pr};
   mpt_var *p = NULL;
   float *qkv = NULL;
   MPT_RETURN_IF(mpt_tape_new_var(tape, 3, shape, MPT_F32, &p));

@@ -88,7 +88,7 @@ mpt_status mpt__cpu_check_finite(mpt_stream *s, const float *x, int64_t count, i
 /* llama_cpu.c: the Llama ops (include/mpitrain/ops_llama.h). */
 mpt_status mpt__cpu_rmsnorm(mpt_stream *s, const float *x, int64_t rows, int64_t c, const float *w, float eps, float *y, float *rstd);
 mpt_status mpt__cpu_rmsnorm_backward(mpt_stream *s, const float *dy, const float *x, int64_t rows, int64_t c, const float *w, const float *rstd, float *dx, float *dw);
-mpt_status mpt__cpu_rope(mpt_stream *s, float *x, int64_t b, int64_t t, int64_t heads, int64_t d, float theta, int inverse);
+mpt_status mpt__cpu_rope(mpt_stream *s, float *x, int64_t b, int64_t t, int64_t heads, int64_t d, float theta, const float *inv_freq, int inverse);
 mpt_status mpt__cpu_swiglu(mpt_stream *s, float *y, const float *gate, const float *up, int64_t count);
 mpt_status mpt__cpu_swiglu_backward(mpt_stream *s, const float *dy, const float *gate, const float *up, int64_t count, float *dgate, float *dup);
 /* gpt_cpu.c: the transformer ops (include/mpitrain/ops_gpt.h). */

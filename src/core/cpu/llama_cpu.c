@@ -41,7 +41,7 @@ mpt_status mpt__cpu_rmsnorm_backward(mpt_stream *s, const float *dy, const float
 }
 
 mpt_status mpt__cpu_rope(mpt_stream *s, float *x, int64_t b, int64_t t, int64_t heads,
-                         int64_t d, float theta, int inverse) {
+                         int64_t d, float theta, const float *inv_freq, int inverse) {
   (void)s;
   const int64_t half = d / 2;
   float *cs = malloc((size_t)(2 * half) * sizeof *cs);
@@ -49,7 +49,9 @@ mpt_status mpt__cpu_rope(mpt_stream *s, float *x, int64_t b, int64_t t, int64_t 
   const float sign = inverse ? -1.0f : 1.0f;
   for (int64_t p = 0; p < t; p++) {
     for (int64_t i = 0; i < half; i++) {
-      const double a = (double)p * pow((double)theta, -2.0 * (double)i / (double)d);
+      /* the table's angle is the float product, as Hugging Face's */
+      const double a = inv_freq ? (double)((float)p * inv_freq[i])
+                                : (double)p * pow((double)theta, -2.0 * (double)i / (double)d);
       cs[i] = (float)cos(a);
       cs[half + i] = sign * (float)sin(a);
     }
