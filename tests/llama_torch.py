@@ -261,14 +261,16 @@ def main():
     if clipped == 0:
         failures.append("clipping never active: the test would not see it")
     m_params = split(np.fromfile(d + "/params.bin", dtype="<f4"))
-    # The scaled-RoPE case stops at the losses and norms: the optimizer is the other cases', and
-    # its parameters' check is too tight for this batch (AdamW's division by sqrt(v) enlarges a
-    # near-zero gradient's rounding noise: 9.5e-5 measured in one MLP tensor, while the losses,
-    # norms and first gradients above agree as in the unscaled cases).
-    for name in (names if scaling is None else []):
+    # The scaled-RoPE case's parameters get a tolerance 10 times looser (2e-3 of how far each
+    # tensor moved instead of 2e-4): AdamW's division by sqrt(v) enlarges a near-zero
+    # gradient's rounding noise, and this batch has such gradients in the MLP (9.5e-5 measured
+    # in one tensor), while its losses, norms and first gradients above agree as in the
+    # unscaled cases. A wrong step (a missing update, a wrong decay) still moves far more.
+    rel = 2e-4 if scaling is None else 2e-3
+    for name in names:
         p = params[name].detach().numpy()
         moved = float(np.max(np.abs(p - start[name])))
-        check("params after 10 steps " + name, m_params[name], p, 1e-5 + 2e-4 * moved)
+        check("params after 10 steps " + name, m_params[name], p, 1e-5 + rel * moved)
     if failures:
         print("FAILED: " + ", ".join(failures))
         return 1
