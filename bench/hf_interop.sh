@@ -48,6 +48,7 @@ export OMP_NUM_THREADS
 
 echo "# bench/hf_interop.sh: mpitrain $("$prog" --version | sed -n '1s/^mpitrain //p'), $("$py" -c \
   'import torch, transformers, safetensors; print("transformers", transformers.__version__, "torch", torch.__version__, "safetensors", safetensors.__version__)')"
+echo "# commit $(git -C "$BENCH_SRCDIR" rev-parse --short HEAD 2> /dev/null || echo unknown)"
 echo "# machine: $(uname -srm), $(bench_ncpus) CPU(s), $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1); $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 echo
 
