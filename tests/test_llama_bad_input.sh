@@ -1,0 +1,158 @@
+#!/bin/sh
+# Bad input to the Llama safetensors models and to --gemm tune's cache, each refused, named, or
+# handled: config.json fields out of range, of the wrong type or inconsistent; an index naming
+# files outside its folder, itself, a folder or a FIFO; a header length past the file;
+# --save-model onto a FIFO; --save-shard-size and --save-dtype garbage; --seq-len past
+# max_position_embeddings. --gemm-cache (and MPT_GEMM_CACHE) naming a folder, a FIFO (its open
+# blocked the run for good, SIGTERM included), a character device (as root, --gemm-cache
+# /dev/null replaced the device by a regular file), 100 MB of garbage or a file in a missing
+# folder: the run times the shapes, warns, leaves the special file as it was, and succeeds.
+# About 40 short runs, 20 to 60 s.
+set -u
+prog=${MPITRAIN:-./mpitrain}
+# shellcheck source=tests/expect.sh
+. "${srcdir:-.}/tests/expect.sh" # pass, fail, ok, bad, expect
+command -v mkfifo > /dev/null 2>&1 || { echo "no mkfifo: skipped"; exit 77; }
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/mpt_llama_bad.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+EXPECT_TIMEOUT_S=120
+
+awk 'BEGIN { for (i = 0; i < 200; i++) print "the cat sat on the mat and ran fast." }' \
+  > "$tmp/text.txt"
+"$prog" tokenize --bytes -o "$tmp/sh" "$tmp/text.txt" > /dev/null || { echo "FAIL: tokenize"; exit 1; }
+run="--shards $tmp/sh/train_000000.bin --max-steps 1 --batch-size 2 --no-progress --lr 0"
+mkdir "$tmp/m"
+# shellcheck disable=SC2086
+expect 0 "model written to $tmp/m" "llama-tiny --save-model DIR" -- \
+  "$prog" train --model llama-tiny $run --save-model "$tmp/m"
+
+# config.json: one field replaced (KEY VALUE), then generate
+mkdir "$tmp/b"
+cp "$tmp/m/model.safetensors" "$tmp/b/"
+field() {
+  sed "s/\"$1\": [^,]*/\"$1\": $2/" "$tmp/m/config.json" > "$tmp/b/config.json"
+  grep -q "\"$1\": $2" "$tmp/b/config.json" || bad "config.json: $1 not replaced"
+}
+gen_bad() { # KEY VALUE PATTERN
+  field "$1" "$2"
+  expect 1 "$3" "config.json $1 $2" -- "$prog" generate --model-file "$tmp/b" --tokens 4
+}
+range="is not an integer in \[1, 2147483647\]"
+gen_bad vocab_size -1 "vocab_size $range"
+gen_bad vocab_size 0 "vocab_size $range"
+gen_bad vocab_size 1e40 "vocab_size $range"
+gen_bad vocab_size '"256"' "vocab_size $range"
+gen_bad vocab_size 2147483647 "holds 2^31 elements or more"
+gen_bad vocab_size 300 "has shape \[256, 64\], the config"
+gen_bad hidden_size 0 "hidden_size $range"
+gen_bad hidden_size 2.5 "hidden_size $range"
+gen_bad hidden_size 66 "head_dim is not hidden_size / num_attention_heads (66 / 4)"
+gen_bad num_attention_heads 3 "num_attention_heads 3 is not a multiple of num_key_value_heads 2"
+gen_bad num_attention_heads 0 "num_attention_heads $range"
+gen_bad num_key_value_heads 0 "num_key_value_heads $range"
+gen_bad num_key_value_heads 8 "num_attention_heads 4 is not a multiple of num_key_value_heads 8"
+gen_bad num_key_value_heads null "num_key_value_heads $range"
+gen_bad num_hidden_layers 1000000 "has no tensor 'model.layers.2.input_layernorm.weight'"
+gen_bad num_hidden_layers 1 "holds tensor 'model.layers.1.input_layernorm.weight', which is not"
+gen_bad max_position_embeddings 0 "max_position_embeddings $range"
+gen_bad intermediate_size 100000000 "holds 2^31 elements or more"
+gen_bad rms_norm_eps NaN "invalid JSON"
+gen_bad rms_norm_eps -1 "rms_norm_eps is not a number in \[0, 1\]"
+gen_bad rope_theta 0 "rope_theta is not a number in \[1, 1e+30\]"
+gen_bad tie_word_embeddings '"yes"' "tie_word_embeddings is not true or false"
+field max_position_embeddings 16
+# shellcheck disable=SC2086
+expect 1 "--seq-len 17 is longer than the model's T 16 (max_position_embeddings)" \
+  "--seq-len past max_position_embeddings" -- \
+  "$prog" train --model llama --init-from "$tmp/b" $run --seq-len 17
+expect 0 "" "generate past max_position_embeddings" -- \
+  "$prog" generate --model-file "$tmp/b" --tokens 40 --prompt "the cat sat on the mat and ran."
+printf '{"hidden_size": 64' > "$tmp/b/config.json"
+expect 1 "model config '$tmp/b/config.json'" "a cut config.json" -- \
+  "$prog" generate --model-file "$tmp/b" --tokens 4
+rm "$tmp/b/config.json"
+mkdir "$tmp/b/config.json"
+expect 1 "is not a regular file" "config.json a folder" -- \
+  "$prog" generate --model-file "$tmp/b" --tokens 4
+rmdir "$tmp/b/config.json"
+mkfifo "$tmp/b/config.json"
+expect 1 "is not a regular file" "config.json a FIFO" -- \
+  "$prog" generate --model-file "$tmp/b" --tokens 4
+rm -f "$tmp/b/config.json"
+
+# model.safetensors.index.json
+mkdir "$tmp/i"
+cp "$tmp/m/config.json" "$tmp/i/"
+cp "$tmp/m/model.safetensors" "$tmp/x.safetensors"
+index() { printf '{"metadata": {}, "weight_map": {"model.embed_tokens.weight": %s}}\n' "$1" \
+  > "$tmp/i/model.safetensors.index.json"; }
+index '"../x.safetensors"'
+expect 1 "is not mapped to a file name" "an index naming ../" -- \
+  "$prog" generate --model-file "$tmp/i" --tokens 4
+index '"model.safetensors.index.json"'
+expect 1 "safetensors" "an index naming itself" -- \
+  "$prog" generate --model-file "$tmp/i" --tokens 4
+printf '{"weight_map": {"a": "s.safetensors", "a": "s.safetensors"}}\n' \
+  > "$tmp/i/model.safetensors.index.json"
+expect 1 "duplicate key 'a'" "an index with a tensor twice" -- \
+  "$prog" generate --model-file "$tmp/i" --tokens 4
+index '"s.safetensors"'
+mkdir "$tmp/i/s.safetensors"
+expect 1 "is not a regular file" "a shard that is a folder" -- \
+  "$prog" generate --model-file "$tmp/i" --tokens 4
+rmdir "$tmp/i/s.safetensors"
+mkfifo "$tmp/i/s.safetensors"
+expect 1 "is not a regular file" "a shard that is a FIFO" -- \
+  "$prog" generate --model-file "$tmp/i" --tokens 4
+rm -f "$tmp/i/s.safetensors"
+printf '\377\377\377\377\377\377\377\177{}' > "$tmp/i/s.safetensors"
+expect 1 "safetensors" "a header length of 2^63" -- \
+  "$prog" generate --model-file "$tmp/i" --tokens 4
+printf '\020\000\000\000\000\000\000\000{"a": 1}' > "$tmp/i/s.safetensors"
+expect 1 "safetensors" "a header length past the file" -- \
+  "$prog" generate --model-file "$tmp/i" --tokens 4
+
+# --save-model and its options
+mkfifo "$tmp/f.safetensors"
+# shellcheck disable=SC2086
+expect 1 "exists and is not a regular file" "--save-model onto a FIFO" -- \
+  "$prog" train --model llama-tiny $run --save-model "$tmp/f.safetensors"
+[ -p "$tmp/f.safetensors" ] && ok || bad "--save-model replaced the FIFO"
+for s in 0 -5 garbage 1e3 99999999999999999999999; do
+  # shellcheck disable=SC2086
+  expect 2 "size '$s' is not a positive whole number" "--save-shard-size $s" -- \
+    "$prog" train --model llama-tiny $run --save-model "$tmp/m" --save-shard-size "$s"
+done
+# shellcheck disable=SC2086
+expect 2 "'fp16' is not fp32 or bf16" "--save-dtype fp16" -- \
+  "$prog" train --model llama-tiny $run --save-model "$tmp/m" --save-dtype fp16
+
+# --gemm tune's cache: special files are neither read (a FIFO blocked the open) nor replaced
+mkdir "$tmp/cdir"
+mkfifo "$tmp/fifo"
+head -c 100000000 /dev/zero | tr '\000' 'x' > "$tmp/garbage"
+dev=
+if [ "$(id -u)" -eq 0 ] && mknod "$tmp/null" c 1 3 2> /dev/null; then dev=null; fi
+for c in cdir fifo $dev; do
+  # shellcheck disable=SC2086
+  expect 0 "GEMM tuning cache '$tmp/$c' is not a regular file" "--gemm-cache $c" -- \
+    "$prog" train --model llama-tiny $run --gemm tune --gemm-cache "$tmp/$c"
+  printf '%s\n' "$out" | grep -q "the cache could not be written" && ok ||
+    bad "--gemm-cache $c: no warning that the cache was not written"
+  # shellcheck disable=SC2086
+  expect 0 "GEMM tuning cache '$tmp/$c' is not a regular file" "MPT_GEMM_CACHE=$c" -- \
+    env MPT_GEMM_CACHE="$tmp/$c" "$prog" train --model llama-tiny $run --gemm tune
+done
+[ -d "$tmp/cdir" ] && [ -p "$tmp/fifo" ] && ok || bad "the folder or the FIFO was replaced"
+[ -z "$dev" ] || { [ -c "$tmp/null" ] && ok || bad "the device was replaced by a file"; }
+# shellcheck disable=SC2086
+expect 0 "GEMM tuning cache $tmp/garbage: larger than 1 MiB" "--gemm-cache of 100 MB" -- \
+  "$prog" train --model llama-tiny $run --gemm tune --gemm-cache "$tmp/garbage"
+# shellcheck disable=SC2086
+expect 0 "no cache at $tmp/no/such/c.txt yet" "--gemm-cache in a missing folder" -- \
+  "$prog" train --model llama-tiny $run --gemm tune --gemm-cache "$tmp/no/such/c.txt"
+head -n 1 "$tmp/no/such/c.txt" | grep -q "mpitrain-gemm-cache 1" && ok ||
+  bad "the cache in a missing folder was not written"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
