@@ -7,7 +7,8 @@
 # blocked the run for good, SIGTERM included), a character device (as root, --gemm-cache
 # /dev/null replaced the device by a regular file), 100 MB of garbage or a file in a missing
 # folder: the run times the shapes, warns, leaves the special file as it was, and succeeds.
-# About 40 short runs, 20 to 60 s.
+# Also a vocabulary too large for the host, refused before allocation, and three runs sharing
+# one cache. About 45 short runs, 30 to 90 s.
 set -u
 prog=${MPITRAIN:-./mpitrain}
 # shellcheck source=tests/expect.sh
@@ -60,6 +61,17 @@ gen_bad rms_norm_eps NaN "invalid JSON"
 gen_bad rms_norm_eps -1 "rms_norm_eps is not a number in \[0, 1\]"
 gen_bad rope_theta 0 "rope_theta is not a number in \[1, 1e+30\]"
 gen_bad tie_word_embeddings '"yes"' "tie_word_embeddings is not true or false"
+# tie_word_embeddings against the tensors: true with an lm_head.weight reads as transformers
+# does (the head is the embedding; lm_head.weight not read); false without one is refused
+field tie_word_embeddings true
+mkdir "$tmp/t"
+# shellcheck disable=SC2086
+expect 0 "tied head" "tie_word_embeddings true beside an lm_head.weight" -- \
+  "$prog" train --model llama --init-from "$tmp/b" $run --save-model "$tmp/t"
+sed 's/"tie_word_embeddings": true/"tie_word_embeddings": false/' "$tmp/t/config.json" \
+  > "$tmp/t/c.json" && mv "$tmp/t/c.json" "$tmp/t/config.json"
+expect 1 "has no tensor 'lm_head.weight'" "tie_word_embeddings false without lm_head.weight" -- \
+  "$prog" generate --model-file "$tmp/t" --tokens 4
 field max_position_embeddings 16
 # shellcheck disable=SC2086
 expect 1 "--seq-len 17 is longer than the model's T 16 (max_position_embeddings)" \
@@ -112,6 +124,48 @@ printf '\020\000\000\000\000\000\000\000{"a": 1}' > "$tmp/i/s.safetensors"
 expect 1 "safetensors" "a header length past the file" -- \
   "$prog" generate --model-file "$tmp/i" --tokens 4
 
+# A vocabulary of 4 million (2 GB of float32, a sparse file): refused by the memory bound
+# before anything is allocated (MPITRAIN_HOST_MEMORY stands for a host of 512 MiB)
+if command -v python3 > /dev/null 2>&1; then
+  mkdir "$tmp/huge"
+  python3 - "$tmp/m" "$tmp/huge" << 'PY'
+import json, struct, sys
+src, dst = sys.argv[1], sys.argv[2]
+raw = open(src + "/model.safetensors", "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head, data = json.loads(raw[8:8 + n]), raw[8 + n:]
+V, out, off, parts = 4000000, {}, 0, []
+for k in sorted((k for k in head if k != "__metadata__"), key=lambda k: head[k]["data_offsets"][0]):
+    t = head[k]
+    s, e = t["data_offsets"]
+    big = k in ("model.embed_tokens.weight", "lm_head.weight")
+    nb = V * t["shape"][1] * 4 if big else e - s
+    out[k] = {"dtype": t["dtype"], "shape": [V, t["shape"][1]] if big else t["shape"],
+              "data_offsets": [off, off + nb]}
+    parts.append((off, None if big else data[s:e]))
+    off += nb
+h = json.dumps(out).encode()
+h += b" " * (-len(h) % 8)
+with open(dst + "/model.safetensors", "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h)
+    base = f.tell()
+    for o, d in parts:
+        if d is not None:
+            f.seek(base + o)
+            f.write(d)
+    f.truncate(base + off)
+c = json.load(open(src + "/config.json"))
+c["vocab_size"] = V
+json.dump(c, open(dst + "/config.json", "w"))
+PY
+  expect 1 "needs at least 4.8 GiB to sample from" "generate from a 2 GB model on 512 MiB" -- \
+    env MPITRAIN_HOST_MEMORY=512M "$prog" generate --model-file "$tmp/huge" --tokens 4
+  # shellcheck disable=SC2086
+  expect 1 "needs at least 9.5 GiB per rank" "train a 2 GB model on 512 MiB" -- \
+    env MPITRAIN_HOST_MEMORY=512M "$prog" train --model llama --init-from "$tmp/huge" $run
+  rm -rf "$tmp/huge"
+fi
+
 # --save-model and its options
 mkfifo "$tmp/f.safetensors"
 # shellcheck disable=SC2086
@@ -153,6 +207,18 @@ expect 0 "no cache at $tmp/no/such/c.txt yet" "--gemm-cache in a missing folder"
   "$prog" train --model llama-tiny $run --gemm tune --gemm-cache "$tmp/no/such/c.txt"
 head -n 1 "$tmp/no/such/c.txt" | grep -q "mpitrain-gemm-cache 1" && ok ||
   bad "the cache in a missing folder was not written"
+
+# Three runs writing one cache at once: each succeeds, the file is one whole cache
+for i in 1 2 3; do
+  # shellcheck disable=SC2086
+  "$prog" train --model llama-tiny $run --gemm tune --gemm-cache "$tmp/shared.txt" \
+    > "$tmp/c$i.log" 2>&1 &
+  pids="${pids:-} $!"
+done
+for p in $pids; do wait "$p" || bad "a run sharing the cache failed"; done
+head -n 1 "$tmp/shared.txt" | grep -q "mpitrain-gemm-cache 1" && [ "$(tail -n 1 "$tmp/shared.txt")" = end ] &&
+  ok || bad "the shared cache is not one whole cache"
+[ "$(ls "$tmp" | grep -c '^shared')" -eq 1 ] && ok || bad "temporary files of the shared cache left"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
