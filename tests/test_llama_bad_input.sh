@@ -166,6 +166,31 @@ PY
   rm -rf "$tmp/huge"
 fi
 
+# A GPT-2 safetensors folder: its config.json's fields out of range, and what mpitrain's GPT-2
+# computes with fixed (LayerNorm epsilon 1e-5, tanh GELU, tied head), which was read past
+mkdir "$tmp/g" "$tmp/gb"
+# shellcheck disable=SC2086
+expect 0 "model written to $tmp/g" "gpt-mini --save-model DIR" -- \
+  "$prog" train --model gpt-mini $run --save-model "$tmp/g"
+cp "$tmp/g/model.safetensors" "$tmp/gb/"
+gpt_bad() { # KEY VALUE PATTERN
+  sed "s/\"$1\": [^,]*/\"$1\": $2/" "$tmp/g/config.json" > "$tmp/gb/config.json"
+  grep -q "\"$1\": $2" "$tmp/gb/config.json" || bad "config.json: $1 not replaced"
+  expect 1 "$3" "GPT-2 config.json $1 $2" -- "$prog" generate --model-file "$tmp/gb" --tokens 4
+}
+grange="is not an integer in \[1, 1073741824\]"
+gpt_bad n_embd 0 "n_embd $grange"
+gpt_bad n_head 5 "channels 384 not a multiple of heads 5"
+gpt_bad n_layer -1 "n_layer $grange"
+gpt_bad n_positions 1e9 "n_positions $grange"
+gpt_bad n_positions 100 "tensor 'wpe.weight' has shape \[256, 384\], the config"
+gpt_bad vocab_size 999999999 "vocabulary size 999999999 outside 1..16777216"
+gpt_bad vocab_size '"a"' "vocab_size $grange"
+gpt_bad layer_norm_epsilon -1 "layer_norm_epsilon is not a number in \[0, 1\]"
+gpt_bad layer_norm_epsilon 1e-6 "layer_norm_epsilon 1e-06 is not 1e-05"
+gpt_bad activation_function '"relu"' "activation_function relu is not \"gelu_new\""
+gpt_bad tie_word_embeddings false "tie_word_embeddings is not true"
+
 # --save-model and its options
 mkfifo "$tmp/f.safetensors"
 # shellcheck disable=SC2086
