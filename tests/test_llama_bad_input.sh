@@ -245,5 +245,26 @@ head -n 1 "$tmp/shared.txt" | grep -q "mpitrain-gemm-cache 1" && [ "$(tail -n 1 
   ok || bad "the shared cache is not one whole cache"
 [ "$(ls "$tmp" | grep -c '^shared')" -eq 1 ] && ok || bad "temporary files of the shared cache left"
 
+# SIGTERM mid-run of a llama-tiny: exit 75 and a checkpoint that --resume auto continues from
+awk 'BEGIN { for (i = 0; i < 3000; i++) print "the cat sat on the mat " i "." }' > "$tmp/long.txt"
+"$prog" tokenize --bytes -o "$tmp/lsh" "$tmp/long.txt" > /dev/null || bad "tokenize the long text"
+pre="--model llama-tiny --shards $tmp/lsh/train_000000.bin --epochs 1000 --batch-size 2 \
+  --no-progress --threads 1 --checkpoint-dir $tmp/ck"
+for attempt in first resumed; do
+  # shellcheck disable=SC2086
+  "$prog" train $pre --resume auto > "$tmp/pre.log" 2>&1 &
+  pid=$!
+  n=0
+  while [ $n -lt 600 ] && ! grep -q "step" "$tmp/pre.log" 2> /dev/null; do sleep 0.2; n=$((n + 1)); done
+  sleep 2
+  kill -TERM "$pid"
+  wait "$pid"
+  rc=$?
+  [ $rc -eq 75 ] && grep -q "preempted (SIGTERM): exit status 75" "$tmp/pre.log" && ok ||
+    bad "$attempt llama-tiny run: status $rc after SIGTERM (want 75): $(tail -n 2 "$tmp/pre.log")"
+  ls "$tmp/ck"/ckpt-step*.mpt > /dev/null 2>&1 && ok || bad "no checkpoint after SIGTERM"
+done
+grep -q "resumed from $tmp/ck: epoch" "$tmp/pre.log" && ok || bad "the second run did not resume"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
