@@ -40,3 +40,6 @@ endif
 # Llama safetensors models through train --model llama / --init-from / --save-model and generate
 TESTS += tests/test_llama_safetensors_cli.sh
 EXTRA_DIST += tests/test_llama_safetensors_cli.sh
+# Bad input to Llama safetensors models, their --save-model options and --gemm tune's cache
+TESTS += tests/test_llama_bad_input.sh
+EXTRA_DIST += tests/test_llama_bad_input.sh

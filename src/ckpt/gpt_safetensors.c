@@ -4,6 +4,7 @@
  * Invariants: config.json and every tensor's presence, dtype and shape are checked before the
  * caller's buffer is written; tensors are read one at a time, the Conv1D weights through a
  * staging buffer of one layer's matrix (transposed into place). Runs on the calling thread. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +91,32 @@ static mpt_status read_config(const char *cfg_path, const char *model, mpt_gpt_c
     *fields[k] = (int)v;
   }
   MPT_CHECK(mpt__st_config_dtype(root, cfg_path, dtype), out);
+  /* what mpitrain's GPT-2 computes with, fixed (src/nn/gpt.c): a config asking for another
+   * LayerNorm epsilon, activation or an untied head is refused rather than run differently */
+  double eps;
+  const double eps0 = 1e-5;
+  MPT_CHECK(mpt__st_config_num(root, cfg_path, "layer_norm_epsilon", 0, 1, &eps0, &eps), out);
+  if (fabs(eps - eps0) > 1e-6 * eps0) {
+    st = MPT_FAIL(MPT_EFORMAT, "model config '%s': layer_norm_epsilon %g is not 1e-05, the "
+                  "GPT-2 LayerNorm's: a model trained with another would not compute the same",
+                  cfg_path, eps);
+    goto out;
+  }
+  const mpt__json *v = mpt__json_get(root, "activation_function");
+  if (v && (v->type != MPT__JSON_STRING ||
+            (strcmp(v->s, "gelu_new") != 0 && strcmp(v->s, "gelu_pytorch_tanh") != 0))) {
+    st = MPT_FAIL(MPT_EFORMAT, "model config '%s': activation_function %.40s is not "
+                  "\"gelu_new\" (the GPT-2 MLP's tanh GELU)", cfg_path,
+                  v->type == MPT__JSON_STRING ? v->s : "(not a string)");
+    goto out;
+  }
+  v = mpt__json_get(root, "tie_word_embeddings");
+  if (v && (v->type != MPT__JSON_BOOL || !v->i)) {
+    st = MPT_FAIL(MPT_EFORMAT, "model config '%s': tie_word_embeddings is not true: the GPT-2's "
+                  "head is its token embedding (wte), an untied lm_head is not implemented",
+                  cfg_path);
+    goto out;
+  }
   c->padded_vocab_size = (int)mpt_gpt_padded_vocab(c->vocab_size);
   mpt_gpt_layout lay;
   if (mpt_gpt_layout_compute(c, &lay) != MPT_OK) {

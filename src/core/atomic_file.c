@@ -16,6 +16,13 @@ mpt_status mpt__afile_open(mpt__afile *af, const char *path, const char *what) {
   memset(af, 0, sizeof *af);
   af->what = what ? what : "file";
   if (!path || !path[0]) return MPT_FAIL(MPT_EINVAL, "%s write: empty path", af->what);
+  /* the rename would put a regular file in place of a device, FIFO or symbolic link's target
+   * kind (as root, /dev/null itself): only a regular file, or nothing, is replaced */
+  struct stat sb;
+  if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+    return MPT_FAIL(MPT_EINVAL, "%s write: '%s' exists and is not a regular file (%s): it is not "
+                    "replaced", af->what, path, S_ISDIR(sb.st_mode) ? "a folder" : "a device, "
+                    "FIFO or socket");
   size_t n = strlen(path) + 32;
   af->tmp = malloc(n);
   if (!af->tmp) return MPT_FAIL(MPT_ENOMEM, "%s write %s: out of host memory", af->what, path);

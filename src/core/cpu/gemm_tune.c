@@ -318,29 +318,29 @@ mpt_status mpt_cpu_gemm_cache_write(const char *path, const char *key,
 /* Reads a whole small file (at most 1 MiB) into a NUL-terminated string. */
 static mpt_status slurp(const char *path, char **out) {
   *out = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return MPT_FAIL(errno == ENOENT ? MPT_ENOENT : MPT_EIO, "GEMM tuning cache %s: %s", path,
-                    strerror(errno));
-  const size_t cap = 1 << 20;
-  char *text = malloc(cap + 1);
-  if (!text) {
-    fclose(f);
-    return MPT_FAIL(MPT_ENOMEM, "GEMM tuning cache %s: no memory", path);
-  }
-  const size_t n = fread(text, 1, cap + 1, f);
-  const int err = ferror(f);
-  fclose(f);
-  if (err) {
-    free(text);
-    return MPT_FAIL(MPT_EIO, "GEMM tuning cache %s: read error", path);
-  }
-  if (n > cap) {
-    free(text);
+  int fd;
+  int64_t size;
+  /* a regular file only: a FIFO would block the open, a folder or device is no cache */
+  mpt_status st = mpt__file_open_regular(path, "GEMM tuning cache", &fd, &size);
+  if (st != MPT_OK) return st;
+  const int64_t cap = 1 << 20;
+  if (size > cap) {
+    close(fd);
     return MPT_FAIL(MPT_EFORMAT, "GEMM tuning cache %s: larger than 1 MiB", path);
   }
-  text[n] = '\0';
-  if (strlen(text) != n) {
+  char *text = malloc((size_t)size + 1);
+  if (!text) {
+    close(fd);
+    return MPT_FAIL(MPT_ENOMEM, "GEMM tuning cache %s: no memory", path);
+  }
+  st = mpt__file_pread(fd, "GEMM tuning cache", path, text, size, 0);
+  close(fd);
+  if (st != MPT_OK) {
+    free(text);
+    return st;
+  }
+  text[size] = '\0';
+  if (strlen(text) != (size_t)size) {
     free(text);
     return MPT_FAIL(MPT_EFORMAT, "GEMM tuning cache %s: a NUL byte (not a text file)", path);
   }
