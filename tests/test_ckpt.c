@@ -777,8 +777,9 @@ START_TEST(test_ckpt_killed_writer_leaves_previous_checkpoint_intact) {
 END_TEST
 #endif /* MPT_FAULT_INJECTION */
 
-/* A failed save (the target is a directory, so rename fails) removes its temporary file and
- * leaves what was there. */
+/* A save onto a directory is refused before anything is written (core/atomic_file replaces
+ * only a regular file): no temporary file is left and what was there stays. (A rename that
+ * fails is the fault-injection case MPT_TEST_CKPT_FAIL=rename.) */
 START_TEST(test_ckpt_failed_save_removes_its_temporary_file) {
   mpt_model *a = make_model(MODEL_BASE, 1);
   const char *target = tmp_path("adir");
@@ -786,8 +787,8 @@ START_TEST(test_ckpt_failed_save_removes_its_temporary_file) {
   char inner[600];
   snprintf(inner, sizeof inner, "%s/keep", target);
   write_file(inner, "x", 1);
-  ck_assert_int_eq(mpt_ckpt_save(target, a, NULL, NULL), MPT_EIO);
-  check_detail("rename", "rename", NULL);
+  ck_assert_int_eq(mpt_ckpt_save(target, a, NULL, NULL), MPT_EINVAL);
+  check_detail("folder", "is not a regular file", "a folder", NULL);
   char tmp[600];
   snprintf(tmp, sizeof tmp, "%s.tmp.%ld", target, (long)getpid());
   ck_assert(!file_exists(tmp));
