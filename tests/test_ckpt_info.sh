@@ -71,6 +71,16 @@ else
     bad "2-rank training run failed ($st)"; tail -n 5 "$tmp/run2.log"; fi
 fi
 
+# A language model: its sample is one window of --batch-size rows, so G = 1 x 1 x 1 here, and
+# the line's product is that, not the batch size 2.
+awk 'BEGIN { for (i = 0; i < 50; i++) print "the cat sat on the mat and ran fast." }' > "$tmp/t.txt"
+./mpitrain tokenize --bytes -o "$tmp/sh" "$tmp/t.txt" >/dev/null 2>&1 || bad "tokenize"
+./mpitrain train --model gpt --n-layer 1 --n-head 2 --n-embd 16 --seq-len 16 --vocab-size 256 \
+  --shards "$tmp/sh/train_000000.bin" --batch-size 2 --max-steps 2 --no-progress --threads 1 \
+  --checkpoint-dir "$tmp/ck3" >"$tmp/run3.log" 2>&1 || { bad "gpt run failed"; tail -n 3 "$tmp/run3.log"; }
+expect_info "gpt" 0 "$tmp/ck3" "global step: 2" "batch size: 2" \
+  "global batch: 1 (1 rank x 1 x accumulate 1; a sample is one window of batch 2 x the sequence length)"
+
 # Damaged files.
 f="$tmp/ck1/$newest"
 size=$(wc -c < "$f")

@@ -137,9 +137,19 @@ static int info(const char *arg) {
   if (m->format_version >= 2) {
     printf("samples consumed in epoch: %" PRId64 " of %" PRId64 "\n", m->epoch_cursor,
            m->epoch_samples);
-    printf("global batch: %" PRId64 " (%d rank%s x batch %" PRId64 " x accumulate %d)\n",
-           m->global_batch, (int)m->world_size, m->world_size == 1 ? "" : "s", m->batch_size,
-           (int)m->accumulate);
+    /* G = ranks x samples per micro-batch x accumulate; a language model's sample is one
+     * window of --batch-size rows, so its batch size is not that factor */
+    const int64_t per_micro = m->world_size > 0 && m->accumulate > 0
+        ? m->global_batch / ((int64_t)m->world_size * m->accumulate) : m->batch_size;
+    if (per_micro == m->batch_size)
+      printf("global batch: %" PRId64 " (%d rank%s x batch %" PRId64 " x accumulate %d)\n",
+             m->global_batch, (int)m->world_size, m->world_size == 1 ? "" : "s", m->batch_size,
+             (int)m->accumulate);
+    else
+      printf("global batch: %" PRId64 " (%d rank%s x %" PRId64 " x accumulate %d; a sample is "
+             "one window of batch %" PRId64 " x the sequence length)\n", m->global_batch,
+             (int)m->world_size, m->world_size == 1 ? "" : "s", per_micro, (int)m->accumulate,
+             m->batch_size);
     printf("batch size: %" PRId64 "\n", m->batch_size);
     printf("accumulate: %d\n", (int)m->accumulate);
     printf("data set: %" PRId64 " training samples\n", m->dataset_count);
