@@ -266,7 +266,8 @@ typedef enum { P_I64, P_INT, P_F64, P_F32, P_F32D, P_STR, P_ON, P_OFF, P_FN } pa
     "CPU fp32 GEMMs: auto (default) oneDNN with its AVX-512\nkernels; with AVX2 only, OpenBLAS "  \
     "below 2^27\nmultiply-adds and oneDNN above (measured: docs/cluster.md);\ntune: time both "  \
     "on the first step's shapes, choose\nper shape, cache per host (opt-in: a timed choice\n"     \
-    "may change the last bits from run to run)", "")                                            \
+    "may change the last bits from run to run); the timing\ntakes at most 0.4 s a run: "         \
+    "shapes it leaves\nuntimed keep the rule and are timed by later runs", "")                  \
   X(GEMM_CACHE, "gemm-cache", P_STR, FIELD(gemm_cache), 0, 0, ALL, "evaluation and output",     \
     "FILE", "--gemm tune's cache file (default $MPT_GEMM_CACHE,\nelse "                          \
     "~/.cache/mpitrain/gemm-HOST-HASH.txt)", "")                                                \
