@@ -46,29 +46,40 @@ expect_error() {
 newest=$(ls "$tmp/ck1" | grep "^ckpt-step" | sort | tail -n 1)
 for p in "$tmp/ck1" "$tmp/ck1/$newest"; do
   expect_info "1 rank ($p)" 0 "$p" "file: $tmp/ck1/$newest" "format version: 2" \
-    "global step: 32" "epoch: 2" "step in epoch: 0" "samples consumed in epoch: 0 of 512" "model: mlp" "world size: 1" "seed: 7" \
-    "global batch: 32 (1 ranks x batch 32 x accumulate 1)" "data set: 512 training samples" \
+    "global step: 32" "epoch: 2 complete (counted from 1, as the training log does)" "step in epoch: 0" "samples consumed in epoch: 0 of 512" "model: mlp" "world size: 1" "seed: 7" \
+    "global batch: 32 (1 rank x batch 32 x accumulate 1)" "data set: 512 training samples" \
     "parameters: 6 tensors, 669706 values (2.55 MiB)" \
     "optimizer: sgd, 1 state buffer(s) of 669706 values, step count 32"
 done
-# The older file, at the start of epoch 1.
-expect_info "1 rank, step 16" 0 "$tmp/ck1/ckpt-step00000016.mpt" "global step: 16" "epoch: 1" \
+# The older file, at the end of epoch 1 (as the log counts; the start of the second).
+expect_info "1 rank, step 16" 0 "$tmp/ck1/ckpt-step00000016.mpt" "global step: 16" \
+  "epoch: 1 complete (counted from 1, as the training log does)" \
   "step in epoch: 0" "samples consumed in epoch: 0 of 512"
 grep -q "^checksum: OK (CRC-32 0x[0-9a-f]\{8\} over every byte)$" "$tmp/out" && ok ||
   bad "no 'checksum: OK' line"
 
-# Two ranks, stopped after step 5 of epoch 0 (8 steps per epoch): G = 2 x 32 x 1, 5 x 64
+# Two ranks, stopped after step 5 of the first epoch (8 steps per epoch): G = 2 x 32 x 1, 5 x 64
 # samples of the epoch consumed.
 if "$dir/mpirun.sh" 2 120 ./mpitrain $base --checkpoint-dir "$tmp/ck2" --checkpoint-every 3 \
   --stop-at-step 5 >"$tmp/run2.log" 2>&1; then
   expect_info "2 ranks" 0 "$tmp/ck2" "file: $tmp/ck2/ckpt-step00000005.mpt" "global step: 5" \
-    "epoch: 0" "step in epoch: 5" "samples consumed in epoch: 320 of 512" "world size: 2" \
+    "epoch: 1 (counted from 1, as the training log does)" "step in epoch: 5" "samples consumed in epoch: 320 of 512" "world size: 2" \
     "global batch: 64 (2 ranks x batch 32 x accumulate 1)"
 else
   st=$?
   if [ "$st" -eq 77 ]; then echo "2-rank part skipped (no MPI launcher)"; else
     bad "2-rank training run failed ($st)"; tail -n 5 "$tmp/run2.log"; fi
 fi
+
+# A language model: its sample is one window of --batch-size rows, so G = 1 x 1 x 1 here, and
+# the line's product is that, not the batch size 2.
+awk 'BEGIN { for (i = 0; i < 50; i++) print "the cat sat on the mat and ran fast." }' > "$tmp/t.txt"
+./mpitrain tokenize --bytes -o "$tmp/sh" "$tmp/t.txt" >/dev/null 2>&1 || bad "tokenize"
+./mpitrain train --model gpt --n-layer 1 --n-head 2 --n-embd 16 --seq-len 16 --vocab-size 256 \
+  --shards "$tmp/sh/train_000000.bin" --batch-size 2 --max-steps 2 --no-progress --threads 1 \
+  --checkpoint-dir "$tmp/ck3" >"$tmp/run3.log" 2>&1 || { bad "gpt run failed"; tail -n 3 "$tmp/run3.log"; }
+expect_info "gpt" 0 "$tmp/ck3" "global step: 2" "batch size: 2" \
+  "global batch: 1 (1 rank x 1 x accumulate 1; a sample is one window of batch 2 x the sequence length)"
 
 # Damaged files.
 f="$tmp/ck1/$newest"
@@ -90,9 +101,19 @@ expect_error "truncated" "is truncated: expected $size bytes" "$tmp/cut.mpt"
 expect_error "/dev/null" "not a regular file" /dev/null
 printf 'epoch 1 loss 0.5\n' > "$tmp/notes.txt"
 expect_error "text file" "not an mpitrain checkpoint" "$tmp/notes.txt"
-expect_error "missing file" "no/such/file" "$tmp/no/such/file"
+grep -qx "checksum: not verified" "$tmp/out" && ok || bad "text file: no 'checksum: not verified'"
+# A missing path and an empty folder: said plainly, on one line, with no checksum result (no
+# file was read) and neither the trainer's "resume from" nor a source place or rank.
+expect_error "missing file" "^mpitrain ckpt info: $tmp/no/such/file: no such file or directory$" \
+  "$tmp/no/such/file"
 mkdir "$tmp/empty"
-expect_error "empty directory" "empty" "$tmp/empty"
+expect_error "empty directory" "no checkpoint (ckpt-step<step>.mpt) in $tmp/empty$" "$tmp/empty"
+for p in "$tmp/no/such/file" "$tmp/empty"; do
+  ./mpitrain ckpt info "$p" >"$tmp/out" 2>"$tmp/err"
+  [ -s "$tmp/out" ] && bad "$p: printed on stdout: $(cat "$tmp/out")" || ok
+  [ "$(wc -l < "$tmp/err")" -eq 1 ] && ! grep -q "resume from\|rank \|(at " "$tmp/err" && ok ||
+    bad "$p: stderr: $(cat "$tmp/err")"
+done
 
 # Usage.
 for args in "ckpt" "ckpt show $f" "ckpt info" "ckpt info $f extra" "ckpt info --json"; do

@@ -41,6 +41,19 @@ check 0 "usage: mpitrain train" --help
 last=$("$prog" train --help 2>&1 | sed "/^$/d" | tail -n 1)
 if [ "$last" = "  --help, --version" ]; then pass=$((pass + 1)); else
   fail=$((fail + 1)); echo "FAIL: mpitrain train --help ends with '$last', not '  --help, --version'"; fi
+# A model tag ([gpt], [gpt llama], [mlp cnn]...) ends its entry: it closes a line, and the next
+# line is not a continuation of that entry (text at column 30); the language models' section
+# says which options shape a GPT only.
+"$prog" train --help 2>&1 | awk '
+  tagged && /^                             [^ ]/ { print "continued after its tag: " prev; bad = 1 }
+  { tagged = 0 }
+  /^ / && /\[(mlp|cnn|gpt|llama)( (cnn|llama))?\]/ {
+    if ($0 !~ /\[(mlp|cnn|gpt|llama)( (cnn|llama))?\]$/) { print "tag inside the line: " $0; bad = 1 }
+    tagged = 1; prev = $0
+  }
+  END { exit bad }' && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: train --help: a tag inside an entry"; }
+if "$prog" train --help 2>&1 | grep -q "^  A GPT's shape: --n-layer, --n-head, --n-embd, --vocab-size (GPT only)"; then
+  pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: train --help: no note on a GPT's shape options"; fi
 check 0 "mpitrain [0-9]" --version
 check 1 "no/such/dir" train --data /no/such/dir --epochs 1
 check 1 "is not a regular file" train --synthetic --train-limit 64 --test-limit 16 --epochs 1 --save-params /dev/null

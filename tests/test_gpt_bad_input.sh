@@ -415,13 +415,15 @@ tn=$("$prog" train $one --shards "$tmp/same.bin" --lr 0 --max-steps 100000 --log
 # A checkpoint after 3 steps of B 2; resuming it with another --accumulate, --batch-size or --lr
 # continued silently (the epoch position then counts other windows), and with --n-head 4 or
 # --vocab-size 200 (the same tensor shapes) loaded the parameters into another model. Now each
-# is refused naming both values (--accumulate: the global batch it would change and the
-# setting that keeps it); the same options still resume.
+# is refused naming both values (--accumulate: the global batch it would change, as a product
+# that equals it, and the setting that keeps it; --max-steps, which sets the epoch's length when
+# the data holds more: the checkpoint's); the same options still resume.
 # shellcheck disable=SC2086
 "$prog" train $tiny $shards --batch-size 2 --max-steps 6 --checkpoint-dir "$tmp/ck" \
   --stop-at-step 3 > "$tmp/ck.log" 2>&1 || bad "checkpointed run: $(tail -n 2 "$tmp/ck.log")"
 small="--model gpt --n-layer 1 --n-embd 16 --seq-len 16"
-for case in "--accumulate 2|global batch of 1 samples per step.*keep it: --accumulate 1" \
+for case in "--accumulate 2|global batch of 1 window(s) of --batch-size x --seq-len tokens per step (1 rank(s) x 1 x accumulate 1), and 1 x 1 x 2 = 2 .*keep it: --accumulate 1" \
+            "--max-steps 8|--max-steps changed: the checkpointed run's epochs are 6 steps of 1 sample(s) (its --max-steps, fewer than the data holds), this run's, with --max-steps 8, are 8 steps: give --max-steps 6 to continue the same run" \
             "--batch-size 4|(--batch-size 2), this run's of 4: --batch-size must stay 2" \
             "--lr 0.1|--lr 0.001 in the checkpointed run, 0.1 now"; do
   # shellcheck disable=SC2086
@@ -438,7 +440,7 @@ expect 1 "1/2/16/16/256 in the checkpointed run, 1/2/16/16/200 now" \
   --batch-size 2 --max-steps 6 --resume "$tmp/ck"
 # ... on 2 ranks too (rank 0 compares; the job ends, not only rank 0)
 # shellcheck disable=SC2086
-expect 1 "global batch of 1 samples per step.*ranks that can: 1" \
+expect 1 "global batch of 1 window(s) of --batch-size x --seq-len tokens per step (1 rank(s) x 1 x accumulate 1).*ranks that can: 1" \
   "--resume with --accumulate 2, 2 ranks" -- \
   "${srcdir:-.}/tests/mpirun.sh" 2 60 "$prog" train $tiny $shards --batch-size 2 --max-steps 6 \
   --resume "$tmp/ck" --accumulate 2

@@ -105,6 +105,28 @@ printf '%s\n' "$out" | grep -q "16 layers, 32 heads (8 key/value), 128 channels,
 expect 0 "oracle: 146 Llama tensors exact" "the oracle's values in mpitrain's file" -- \
   python3 "$oracle" llama-check "$tmp/or" "$tmp/or.safetensors"
 
+# --save-model PATH that does not exist yet: without the .safetensors suffix a folder, created
+# with its missing parents (with or without a trailing /), holding the same bytes; for a GPT-2
+# a suffix-less path is a folder too, while X.bin stays an llm.c model file.
+for d in "new/sub" "new2/"; do
+  # shellcheck disable=SC2086
+  expect 0 "model written to $tmp/$d" "--save-model to a missing folder $d" -- \
+    "$prog" train --model llama --init-from "$tmp/m" $shards $run --save-model "$tmp/$d"
+  cmp -s "$tmp/m/model.safetensors" "$tmp/${d%/}/model.safetensors" && ok ||
+    bad "--save-model $d: not the folder's model.safetensors, byte-identical"
+  [ -f "$tmp/${d%/}/config.json" ] && ok || bad "--save-model $d: no config.json"
+done
+# shellcheck disable=SC2086
+expect 0 "model written to $tmp/gnew" "gpt-mini --save-model to a missing folder" -- \
+  "$prog" train --model gpt-mini $shards $run --save-model "$tmp/gnew"
+[ -f "$tmp/gnew/model.safetensors" ] && [ -f "$tmp/gnew/config.json" ] && ok ||
+  bad "gpt-mini --save-model gnew: not a safetensors folder"
+# shellcheck disable=SC2086
+expect 0 "model written to $tmp/g.bin" "gpt-mini --save-model X.bin" -- \
+  "$prog" train --model gpt-mini $shards $run --save-model "$tmp/g.bin"
+[ -f "$tmp/g.bin" ] && [ "$(head -c 4 "$tmp/g.bin" | od -An -tu4 | tr -d ' ')" = 20240326 ] &&
+  ok || bad "gpt-mini --save-model g.bin: not an llm.c model file"
+
 # Bad models and options: named.
 # shellcheck disable=SC2086
 expect 2 "--model llama takes its shape from a Hugging Face model's config.json" \

@@ -7,10 +7,12 @@
  * values (mpt_ckpt_read_info validates before it returns anything). */
 #include "cli/ckpt_info.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "mpitrain/ckpt.h"
 #include "mpitrain/core.h"
@@ -76,19 +78,37 @@ static void print_run_options(const char *path) {
 
 static double mib(uint64_t values) { return (double)values * 4.0 / (1024.0 * 1024.0); }
 
+/* Prints the library's last error, without the " (at file:line, rank R)" it ends with: this
+ * tool is one process, and the place in the source means nothing to its reader. */
+static void print_error(mpt_status st) {
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", mpt_last_error());
+  char *at = strstr(msg, " (at ");
+  for (char *next = at; next; next = strstr(next + 1, " (at ")) at = next;
+  if (at && strstr(at, ", rank ") && at[strlen(at) - 1] == ')') *at = '\0';
+  fprintf(stderr, "mpitrain ckpt info: %s: %s\n", mpt_status_message(st), msg);
+}
+
 static int info(const char *arg) {
   char path[PATH_MAX];
+  struct stat sb;
+  if (stat(arg, &sb) != 0) { /* said plainly: nothing was read, so no checksum line */
+    fprintf(stderr, "mpitrain ckpt info: %s: %s\n", arg,
+            errno == ENOENT ? "no such file or directory" : strerror(errno));
+    return 1;
+  }
   mpt_status st = mpt_ckpt_resolve(arg, path, sizeof path);
-  if (st != MPT_OK) {
-    fprintf(stderr, "mpitrain ckpt info: %s: %s\n", mpt_status_message(st), mpt_last_error());
-    printf("file: %s\nchecksum: NOT OK\n", arg);
+  if (st != MPT_OK) { /* a folder without a checkpoint: no file was read either */
+    print_error(st);
     return 1;
   }
   mpt_ckpt_info in;
   st = mpt_ckpt_read_info(path, &in);
   if (st != MPT_OK) {
-    fprintf(stderr, "mpitrain ckpt info: %s: %s\n", mpt_status_message(st), mpt_last_error());
-    printf("file: %s\nchecksum: NOT OK\n", path);
+    print_error(st);
+    /* NOT OK only where the CRC was computed and differs; other faults stop the reader first */
+    printf("file: %s\nchecksum: %s\n", path,
+           strstr(mpt_last_error(), "CRC-32 mismatch") ? "NOT OK" : "not verified");
     return 1;
   }
   const mpt_ckpt_meta *m = &in.meta;
@@ -106,15 +126,30 @@ static int info(const char *arg) {
            mpt_optimizer_kind_name((mpt_optim_kind)in.optimizer_kind),
            (int)in.optimizer_nbuffers, in.optimizer_count, in.optimizer_step_count);
   printf("global step: %" PRId64 "\n", m->global_step);
-  printf("epoch: %" PRId64 "\n", m->epoch);
+  /* m->epoch counts from 0 (the epoch in progress); the training log counts from 1 */
+  if (m->step_in_epoch == 0 && m->epoch > 0)
+    printf("epoch: %" PRId64 " complete (counted from 1, as the training log does)\n", m->epoch);
+  else
+    printf("epoch: %" PRId64 " (counted from 1, as the training log does)\n", m->epoch + 1);
   printf("step in epoch: %" PRId64 "\n", m->step_in_epoch);
   printf("world size: %d\n", (int)m->world_size);
   printf("seed: %" PRIu64 "\n", m->seed);
   if (m->format_version >= 2) {
     printf("samples consumed in epoch: %" PRId64 " of %" PRId64 "\n", m->epoch_cursor,
            m->epoch_samples);
-    printf("global batch: %" PRId64 " (%d ranks x batch %" PRId64 " x accumulate %d)\n",
-           m->global_batch, (int)m->world_size, m->batch_size, (int)m->accumulate);
+    /* G = ranks x samples per micro-batch x accumulate; a language model's sample is one
+     * window of --batch-size rows, so its batch size is not that factor */
+    const int64_t per_micro = m->world_size > 0 && m->accumulate > 0
+        ? m->global_batch / ((int64_t)m->world_size * m->accumulate) : m->batch_size;
+    if (per_micro == m->batch_size)
+      printf("global batch: %" PRId64 " (%d rank%s x batch %" PRId64 " x accumulate %d)\n",
+             m->global_batch, (int)m->world_size, m->world_size == 1 ? "" : "s", m->batch_size,
+             (int)m->accumulate);
+    else
+      printf("global batch: %" PRId64 " (%d rank%s x %" PRId64 " x accumulate %d; a sample is "
+             "one window of batch %" PRId64 " x the sequence length)\n", m->global_batch,
+             (int)m->world_size, m->world_size == 1 ? "" : "s", per_micro, (int)m->accumulate,
+             m->batch_size);
     printf("batch size: %" PRId64 "\n", m->batch_size);
     printf("accumulate: %d\n", (int)m->accumulate);
     printf("data set: %" PRId64 " training samples\n", m->dataset_count);

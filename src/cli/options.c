@@ -92,8 +92,10 @@ typedef enum { P_I64, P_INT, P_F64, P_F32, P_F32D, P_STR, P_ON, P_OFF, P_FN } pa
     "llm.c model files hold GPT-2 models (checkpoints, --resume, hold any model)")              \
   X(SAVE_MODEL, "save-model", P_STR, FIELD(save_model), 0, 0, LM,                               \
     "language models (--model gpt*, llama*)", "PATH",                                                   \
-    "write the final model (rank 0): an llm.c model file;\nX.safetensors or a folder: Hugging "   \
-    "Face\nsafetensors (--save-dtype, --save-shard-size) and\nconfig.json beside it",            \
+    "write the final model (rank 0): X.bin, an llm.c\nmodel file (GPT-2); X.safetensors or a "     \
+    "folder\n(created when missing: a path ending in / or without\n.safetensors; a GPT-2's: "    \
+    "without an extension):\nHugging Face safetensors (--save-dtype,\n--save-shard-size) "      \
+    "and config.json beside it",                                                                \
     "llm.c model files hold GPT-2 models (--save-params writes any model's parameters)")        \
   X(SAVE_DTYPE, "save-dtype", P_FN, NOFIELD, 0, 0, LM,                                          \
     "language models (--model gpt*, llama*)",                                                   \
@@ -264,7 +266,8 @@ typedef enum { P_I64, P_INT, P_F64, P_F32, P_F32D, P_STR, P_ON, P_OFF, P_FN } pa
     "CPU fp32 GEMMs: auto (default) oneDNN with its AVX-512\nkernels; with AVX2 only, OpenBLAS "  \
     "below 2^27\nmultiply-adds and oneDNN above (measured: docs/cluster.md);\ntune: time both "  \
     "on the first step's shapes, choose\nper shape, cache per host (opt-in: a timed choice\n"     \
-    "may change the last bits from run to run)", "")                                            \
+    "may change the last bits from run to run); the timing\ntakes at most 0.4 s a run: "         \
+    "shapes it leaves\nuntimed keep the rule and are timed by later runs", "")                  \
   X(GEMM_CACHE, "gemm-cache", P_STR, FIELD(gemm_cache), 0, 0, ALL, "evaluation and output",     \
     "FILE", "--gemm tune's cache file (default $MPT_GEMM_CACHE,\nelse "                          \
     "~/.cache/mpitrain/gemm-HOST-HASH.txt)", "")                                                \
@@ -331,23 +334,31 @@ const char *mpt_cli_usage(void) {
   for (int i = 0; i < OPT_COUNT; i++) {
     const option_row *r = &rows[i];
     if (!r->section[0]) continue;
-    if (strcmp(r->section, section) != 0) PUT("%s:\n", section = r->section);
+    if (strcmp(r->section, section) != 0) {
+      PUT("%s:\n", section = r->section);
+      if (strncmp(section, "language models", 15) == 0) /* whose shape comes from where */
+        PUT("  A GPT's shape: --n-layer, --n-head, --n-embd, --vocab-size (GPT only). A\n"
+            "  Llama's is fixed: its preset's (llama-tiny, llama-mini) or --init-from's\n"
+            "  config.json.\n");
+    }
     char spec[96];
     snprintf(spec, sizeof spec, "--%s%s%s", r->name, r->arg[0] ? " " : "", r->arg);
     const char *fam = r->families == ALL ? "" : r->families == IMG ? " [mlp cnn]"
                       : r->families == MLP ? " [mlp]" : r->families == CNN ? " [cnn]"
                       : r->families == GPT ? " [gpt]" : r->families == LLAMA ? " [llama]"
                       : r->families == LM ? " [gpt llama]" : "";
+    /* the model tag ends the entry's last line */
     const char *h = r->help;
     size_t len = strcspn(h, "\n");
+    const char *tag = h[len] ? "" : fam;
     if (strlen(spec) <= 25)
-      PUT("  %-26s %.*s%s\n", spec, (int)len, h, fam);
+      PUT("  %-26s %.*s%s\n", spec, (int)len, h, tag);
     else
-      PUT("  %s   %.*s%s\n", spec, (int)len, h, fam);
+      PUT("  %s   %.*s%s\n", spec, (int)len, h, tag);
     for (h += len; *h == '\n';) {
       h++;
       len = strcspn(h, "\n");
-      PUT("%29s%.*s\n", "", (int)len, h);
+      PUT("%29s%.*s%s\n", "", (int)len, h, h[len] ? "" : fam);
       h += len;
     }
   }

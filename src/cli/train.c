@@ -12,6 +12,7 @@
  * is then aborted (MPI_Abort) so no rank waits for one that has stopped. */
 #include "cli/train.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -268,6 +269,48 @@ static mpt_status open_tokens(run *r, int seq_len, int vocab) {
   return MPT_OK;
 }
 
+static int ends_with(const char *s, const char *suffix) {
+  const size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* 1 when --save-model PATH names a Hugging Face folder rather than one file: an existing
+ * folder, a path ending in '/', and, when nothing of that name exists, a Llama's path not
+ * ending in .safetensors, .safetensors.index.json or .bin (llm.c) and a GPT-2's path whose last
+ * component has no extension (a GPT-2's X.bin or other X.EXT is an llm.c model file). */
+static int save_model_is_folder(const char *path, int llama) {
+  struct stat sb;
+  if (stat(path, &sb) == 0) return S_ISDIR(sb.st_mode);
+  if (ends_with(path, "/")) return 1;
+  if (ends_with(path, ".safetensors") || ends_with(path, ".safetensors.index.json") ||
+      ends_with(path, ".bin"))
+    return 0;
+  if (llama) return 1;
+  const char *base = strrchr(path, '/');
+  return strchr(base ? base + 1 : path, '.') == NULL;
+}
+
+/* mkdir -p: the --save-model folder and its missing parents. */
+static mpt_status make_save_dirs(const char *dir) {
+  char p[4200];
+  if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p)
+    return MPT_FAIL(MPT_EINVAL, "--save-model '%.100s...': path too long", dir);
+  for (char *s = p + 1;; s++) {
+    if (*s != '/' && *s != '\0') continue;
+    const char c = *s;
+    *s = '\0';
+    if (mkdir(p, 0777) != 0 && errno != EEXIST)
+      return MPT_FAIL(MPT_EIO, "--save-model '%s': cannot create the folder %s (%s)", dir, p,
+                      strerror(errno));
+    *s = c;
+    if (c == '\0' || s[1] == '\0') break;
+  }
+  struct stat sb;
+  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    return MPT_FAIL(MPT_EIO, "--save-model '%s' is not a folder", dir);
+  return MPT_OK;
+}
+
 /* --init-from and --save-model of a language model (llama: a Llama, whose files are Hugging
  * Face safetensors only), checked before the run: --resume FILE excludes --init-from, and rank
  * 0 checks that the model can be written where asked. */
@@ -281,18 +324,20 @@ static mpt_status check_lm_files(run *r, int llama) {
                     "(a folder with config.json, or X.safetensors with config.json beside it); "
                     "llm.c model files hold GPT-2 models", o->init_from);
   if (r->rank == 0 && o->save_model[0]) {
-    /* a folder takes a Hugging Face model: the file checked is its model.safetensors */
+    /* a folder takes a Hugging Face model, created when missing (as save_pretrained does):
+     * the file checked is its model.safetensors */
     char in_dir[4200];
     const char *out = o->save_model;
-    struct stat sb;
-    if (stat(out, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-      snprintf(in_dir, sizeof in_dir, "%s/model.safetensors", out);
+    if (save_model_is_folder(out, llama)) {
+      MPT_RETURN_IF(make_save_dirs(out));
+      snprintf(in_dir, sizeof in_dir, "%s%smodel.safetensors", out,
+               ends_with(out, "/") ? "" : "/");
       out = in_dir;
     }
     if (llama && out == o->save_model && !mpt_st_is_model_path(out))
       return MPT_FAIL(MPT_EINVAL, "--save-model '%s': a Llama is written as Hugging Face "
-                      "safetensors: give X.safetensors or a folder (llm.c model files hold "
-                      "GPT-2 models)", o->save_model);
+                      "safetensors: give X.safetensors or a folder (llm.c model files, X.bin, "
+                      "hold GPT-2 models)", o->save_model);
     MPT_RETURN_IF(mpt_trainer_check_output_path("--save-model", out));
     MPT_RETURN_IF(mpt_cli_gpt_check_save_model(out));
     if (out == o->save_model && !mpt_gpt_st_is_path(out) && o->save_given[0])

@@ -306,11 +306,13 @@ mpt_status mpt__train_resume(mpt__trainer *t) {
           meta.epoch + 1, meta.global_step);
   if (meta.global_batch > 0 && (meta.world_size != t->world || meta.batch_size != o->batch_size ||
                                 meta.accumulate != o->accumulate))
-    mpt_log(MPT_LOG_INFO, "the checkpoint was written by %d rank(s) x batch %" PRId64 " x "
-            "accumulate %d, this job runs %d x %" PRId64 " x %d: the same global batch of %"
-            PRId64 " samples per step, the same samples in each step (%" PRId64 " of epoch %"
-            PRId64 " done)", meta.world_size, meta.batch_size, meta.accumulate, t->world,
-            o->batch_size, o->accumulate, meta.global_batch, meta.epoch_cursor, meta.epoch + 1);
+    mpt_log(MPT_LOG_INFO, "the checkpoint was written by %d rank(s) x %" PRId64 " sample(s) "
+            "per micro-batch x accumulate %d, this job runs %d x %" PRId64 " x %d: the same "
+            "global batch of %" PRId64 " samples per step, the same samples in each step (%"
+            PRId64 " of epoch %" PRId64 " done)", meta.world_size,
+            meta.global_batch / ((int64_t)meta.world_size * meta.accumulate), meta.accumulate,
+            t->world, t->samples_per_batch, o->accumulate, meta.global_batch,
+            meta.epoch_cursor, meta.epoch + 1);
   return MPT_OK;
 }
 

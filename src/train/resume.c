@@ -133,10 +133,14 @@ static mpt_status pick(mpt_trainer_config *c, int world, int64_t window, const c
   else
     snprintf(mine, sizeof mine, "%d x %" PRId64 " x %" PRId64 " = %" PRId64, world, spb, k,
              (int64_t)world * spb * k);
+  /* the checkpoint's own product: its samples per micro-batch are G / (ranks x accumulate) (a
+   * language model's sample is a window of --batch-size rows: its batch size is not a factor) */
+  const int64_t spb0 = meta->world_size > 0 && k0 > 0 ? g / ((int64_t)meta->world_size * k0) : b0;
   return MPT_FAIL(MPT_EMISMATCH, "--resume '%s': the checkpoint trains with a global batch of %"
-                  PRId64 " samples per step (%d rank(s) x %" PRId64 " x accumulate %d), and %s "
+                  PRId64 " %s per step (%d rank(s) x %" PRId64 " x accumulate %d), and %s "
                   "on this job's %d rank(s) makes it%s. Settings that keep it: %s", path, g,
-                  meta->world_size, window > 0 ? window : b0, k0, mine, world,
+                  window > 0 ? "window(s) of --batch-size x --seq-len tokens" : "samples",
+                  meta->world_size, spb0, k0, mine, world,
                   auto_b || auto_k ? "" : " (ranks x samples per micro-batch x accumulate)",
                   alt);
 }
@@ -227,10 +231,29 @@ mpt_status mpt__train_check_resume_fit(mpt__trainer *t) {
                     "--train-limit) would not continue the same run", c->resume,
                     m->dataset_count, n);
   const int64_t e = mpt__train_epoch_samples(t);
+  /* --max-steps shorter than the data makes an epoch (max-steps x G samples): another
+   * --max-steps, another epoch, which cannot continue the checkpoint's */
+  const int64_t was = m->epoch_samples / m->global_batch, now = e / t->global_batch;
+  if (m->epoch_samples != e && m->epoch_samples % m->global_batch == 0 && !c->drop_last &&
+      ((c->max_steps > 0 && e == c->max_steps * t->global_batch) || m->epoch_samples < n)) {
+    char this_run[96], want[160];
+    snprintf(this_run, sizeof this_run, c->max_steps > 0 ? "--max-steps %" PRId64 "" :
+             "no --max-steps", c->max_steps);
+    if (m->epoch_samples < n)
+      snprintf(want, sizeof want, "give --max-steps %" PRId64, was);
+    else
+      snprintf(want, sizeof want, "give the checkpointed run's --max-steps (none, or one of "
+               "at least %" PRId64 ": its run-options.txt records it)", was);
+    return MPT_FAIL(MPT_EMISMATCH, "--resume '%s': --max-steps changed: the checkpointed run's "
+                    "epochs are %" PRId64 " steps of %" PRId64 " sample(s) (%s), this run's, "
+                    "with %s, are %" PRId64 " steps: %s to continue the same run", c->resume,
+                    was, m->global_batch, m->epoch_samples < n ? "its --max-steps, fewer "
+                    "than the data holds" : "the whole data set", this_run, now, want);
+  }
   if (m->epoch_samples != e)
     return MPT_FAIL(MPT_EMISMATCH, "--resume '%s': an epoch of the checkpointed run trains on %"
-                    PRId64 " samples, on %d rank(s) with a batch of %" PRId64 " it would train "
-                    "on %" PRId64 "%s", c->resume, m->epoch_samples, t->world,
+                    PRId64 " samples, on %d rank(s) x %" PRId64 " sample(s) per micro-batch it would "
+                    "train on %" PRId64 "%s", c->resume, m->epoch_samples, t->world,
                     t->samples_per_batch, e, c->drop_last ? " (--drop-last drops the tail the "
                     "ranks x batch cannot share: another tail on another number of ranks; "
                     "resume on the same ranks and batch, or train without --drop-last)" : "");
