@@ -98,7 +98,8 @@ m = r["impls"]["mpitrain"]
 assert r["model"] == "llama-mini" and m["tokens_per_sec"] > 0, r
 assert m["flops_per_token"] == fpt, (m["flops_per_token"], fpt)
 t = r["impls"].get("torch_debian")
-if sys.argv[2] != "none" and t and t["tokens_per_sec"]:
+if sys.argv[2] != "none":  # the PyTorch side must have run, not only mpitrain's
+    assert t and t["tokens_per_sec"] and t["tokens_per_sec"] > 0, ("torch side failed", t)
     assert t["flops_per_token"] == fpt, (t["flops_per_token"], fpt)
 print("llama summary ok")
 EOF

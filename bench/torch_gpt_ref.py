@@ -92,10 +92,10 @@ class SdpaAttention(llama_torch.Attention):
 def build_llama(cfg, attn, seed):
     L, H, KV, C, Fd, V = cfg["L"], cfg["H"], cfg["KV"], cfg["C"], cfg["F"], cfg["V"]
     torch.manual_seed(seed)
-    model = llama_torch.LlamaForCausalLM(V, C, L, H, KV, Fd, 10000.0, 1e-5, 0)
+    model = llama_torch.LlamaForCausalLM(V, C, L, H, KV, Fd, (10000.0, None), 1e-5, 0)
     if attn == "sdpa":
         for layer in model.model.layers:
-            sdpa = SdpaAttention(C, H, KV, 10000.0)
+            sdpa = SdpaAttention(C, H, KV, (10000.0, None))
             sdpa.load_state_dict(layer.self_attn.state_dict())
             layer.self_attn = sdpa
     with torch.no_grad():  # Hugging Face's initialisation: N(0, 0.02), norm weights 1
