@@ -409,11 +409,13 @@ MPT_TEST_RECORD_SAMPLES=${rec:+$rec.full} MPT_MPIRUN_ARGS="-x MPT_TEST_RECORD_SA
 check "world: uninterrupted 4-rank reference run exits 0" [ -s "$work/ref_world.f32" ]
 wck=$work/ck-world
 export MPT_CHECKPOINT_DIR=$wck MPT_SAVE_PARAMS=1 MPT_REQUEUE=0
-# The whole run takes well under a second: with the fault-injection hooks rank 0 sleeps 10
+# The whole run takes well under a second: with the fault-injection hooks rank 0 sleeps 40
 # times each forward's time (MPT_TEST_SLOW_*; the other ranks wait for it in the all-reduce,
-# nothing computed changes), so that the TERM, sent when epoch 1 ends, lands before the end.
+# nothing computed changes), so that the TERM, sent when epoch 1 ends, lands before the end
+# (10 times was not always enough on an idle machine). Only epoch 1 and the step the job
+# stops at are slowed: the job ends there.
 slow=
-[ -n "$rec" ] && slow=1000
+[ -n "$rec" ] && slow=4000
 j_w1=$(MPT_TEST_RECORD_SAMPLES=${rec:+$rec.part} MPT_TEST_SLOW_RANK=${slow:+0} \
   MPT_TEST_SLOW_PCT=$slow MPT_TRAIN_ARGS="$wargs --batch-size 12" \
   sb train_single_node.sbatch --ntasks-per-node=4)
