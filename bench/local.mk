@@ -28,10 +28,13 @@ if HAVE_ONEDNN
 noinst_PROGRAMS += mpt_gemm_bench
 mpt_gemm_bench_SOURCES = bench/gemm_bench.c
 mpt_gemm_bench_LDADD = libmpitrain_all.la
+# Set outside the conditional: a per-target CPPFLAGS replaces AM_CPPFLAGS, so a value set only
+# when BLIS is found left the include paths out of builds without it.
+mpt_gemm_bench_CPPFLAGS = $(AM_CPPFLAGS)
 if HAVE_BLIS
 # BLIS after the library, so that cblas_sgemm stays OpenBLAS's (the bench prints which it got).
 mpt_gemm_bench_SOURCES += bench/gemm_blis.c
-mpt_gemm_bench_CPPFLAGS = $(AM_CPPFLAGS) -DMPT_BENCH_BLIS
+mpt_gemm_bench_CPPFLAGS += -DMPT_BENCH_BLIS
 mpt_gemm_bench_LDADD += $(BLIS_LIBS)
 endif
 endif
