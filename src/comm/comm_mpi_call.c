@@ -276,8 +276,8 @@ static mpt_status run_sharded(mpt_comm *comm, op_rec *r, int gather, const void 
  * reduce-scatter followed by the all-gather of the shards, so every bf16 reduction of the comm
  * (all-reduce, reduce-scatter, sum or average) yields the same bits for the same element.
  * Rounds of at most BF16_PIECE elements per rank (W pieces of BF16_PIECE / W) bound the
- * temporaries: a send and a receive buffer of BF16_PIECE 2-byte elements (1 MiB each),
- * allocated per call. */
+ * temporaries: a send and a receive buffer of BF16_PIECE 2-byte elements (1 MiB each) and two
+ * float32 rows of BF16_PIECE / W elements, allocated per call. */
 enum { BF16_PIECE = RS_PIECE / 2 };
 
 static mpt_status run_bf16_reduce(mpt_comm *comm, op_rec *r, const void *sendbuf,
@@ -295,8 +295,9 @@ static mpt_status run_bf16_reduce(mpt_comm *comm, op_rec *r, const void *sendbuf
   const size_t slots = (size_t)world * (size_t)piece;
   uint16_t *pack = malloc(sizeof(uint16_t) * 2 * slots);
   int *ints = malloc(sizeof(int) * 4 * (size_t)world);
+  float *acc = malloc(sizeof(float) * 2 * (size_t)piece);
   mpt_status st = MPT_OK;
-  if (!pack || !ints) {
+  if (!pack || !ints || !acc) {
     st = MPT_FAIL(MPT_ENOMEM, "cannot allocate the bfloat16 reduce-scatter's buffers (%zu "
                   "elements)", 2 * slots);
     goto done;
@@ -319,15 +320,24 @@ static mpt_status run_bf16_reduce(mpt_comm *comm, op_rec *r, const void *sendbuf
     mpi_call k = {CALL_ALLTOALLV, pack, got, 0, MPI_UINT16_T, 0, MPI_UINT16_T, MPI_OP_NULL, 0,
                   scount, sdispl, rcount, rdispl};
     st = mpt__mpi_run_call(comm, r, &k, STAGE_DATA, deadline_ms);
-    for (int64_t i = 0; st == MPT_OK && i < m; i++) {
-      float acc = mpt_bf16_to_f32(got[i]);
-      for (int q = 1; q < world; q++) acc += mpt_bf16_to_f32(got[(size_t)q * piece + i]);
-      out[off + i] = mpt_bf16_from_f32(avg ? acc / w : acc);
+    if (st != MPT_OK || m == 0) continue;
+    /* The same float32 operations in the same order as an element-by-element loop, through
+     * core's array conversions (vectorized: the scalar loop of calls made the bfloat16
+     * all-reduce 6x slower than raw MPI's at 1 MiB). */
+    float *tmp = acc + piece;
+    mpt_bf16_widen_array(got, acc, m);
+    for (int q = 1; q < world; q++) {
+      mpt_bf16_widen_array(got + (size_t)q * piece, tmp, m);
+      for (int64_t i = 0; i < m; i++) acc[i] += tmp[i];
     }
+    if (avg)
+      for (int64_t i = 0; i < m; i++) acc[i] /= w;
+    mpt_bf16_round_array(acc, out + off, m);
   }
 done:
   free(pack);
   free(ints);
+  free(acc);
   return st;
 }
 
