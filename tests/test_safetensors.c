@@ -15,37 +15,8 @@
 #include "mpitrain/gpt_file.h"
 #include "mpitrain/safetensors.h"
 
-static char tmpdir[256];
-
-static void setup(void) {
-  snprintf(tmpdir, sizeof tmpdir, "/tmp/mpt_test_safetensors_XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
-
-static void teardown(void) {
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
-}
-
-static const char *path_of(const char *name) {
-  static char paths[4][512];
-  static int next = 0;
-  char *p = paths[next++ % 4];
-  snprintf(p, 512, "%s/%s", tmpdir, name);
-  return p;
-}
-
-#define ASSERT_ERR(expr, status, ...)                                                    \
-  do {                                                                                   \
-    mpt_status st_ = (expr);                                                             \
-    ck_assert_msg(st_ == (status), "%s gave %s (%s)", #expr, mpt_status_name(st_),       \
-                  mpt_last_error());                                                     \
-    const char *needles_[] = {__VA_ARGS__};                                              \
-    for (size_t n_ = 0; n_ < sizeof needles_ / sizeof needles_[0]; n_++)                 \
-      ck_assert_msg(strstr(mpt_last_error(), needles_[n_]), "'%s' not in: %s", needles_[n_], \
-                    mpt_last_error());                                                   \
-  } while (0)
+#define FILE_CHECK_NAME "test_safetensors"
+#include "file_check.h"
 
 /* T 8, V 50 (padded to 128), L 2, H 2, C 4. */
 static const mpt_gpt_config tiny = {8, 50, 2, 2, 4, 0};
@@ -384,7 +355,6 @@ START_TEST(test_bad_files_are_refused_naming_file_and_problem) {
   ck_assert_int_ne(access(path_of("w.safetensors"), F_OK), 0);
 }
 END_TEST
-
 
 /* bf16 bits of x rounded to nearest even, written here from the definition (not with the
  * library's converter): the 16 dropped bits against half of the last kept bit's weight. */
