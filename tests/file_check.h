@@ -5,7 +5,10 @@
  * /tmp/mpt_<FILE_CHECK_NAME>_XXXXXX into tmpdir and removes it with everything in it.
  * path_of(name): tmpdir/name, in one of 4 rotating buffers (so up to 4 paths stay valid at
  * once). ASSERT_ERR(expr, status, needles...): expr returns `status` and the library's error
- * detail (mpt_last_error) contains every needle. The including file defines FILE_CHECK_NAME
+ * detail (mpt_last_error) contains every needle. file_check_main(name, timeout_s, add_tests):
+ * the whole main: one suite and one case named `name` with the fixture above, the timeout and
+ * the tests add_tests adds, run; EXIT_SUCCESS when every test passed, else EXIT_FAILURE.
+ * The including file defines FILE_CHECK_NAME
  * (a string, the program's name) before including this header. */
 #ifndef MPT_TESTS_FILE_CHECK_H
 #define MPT_TESTS_FILE_CHECK_H
@@ -48,5 +51,19 @@ static const char *path_of(const char *name) {
       ck_assert_msg(strstr(mpt_last_error(), needles_[n_]), "'%s' not in: %s", needles_[n_], \
                     mpt_last_error());                                                   \
   } while (0)
+
+static int file_check_main(const char *name, double timeout_s, void (*add_tests)(TCase *tc)) {
+  Suite *s = suite_create(name);
+  TCase *tc = tcase_create(name);
+  tcase_add_unchecked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, timeout_s);
+  add_tests(tc);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
 
 #endif

@@ -216,18 +216,10 @@ START_TEST(test_model_file_rejects_bad_files_naming_them) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("gpt_file");
-  TCase *tc = tcase_create("gpt_file");
-  tcase_add_unchecked_fixture(tc, setup, teardown);
-  tcase_set_timeout(tc, 30);
+static void add_tests(TCase *tc) {
   tcase_add_test(tc, test_layout_of_gpt2_124m_has_its_known_parameter_count);
   tcase_add_test(tc, test_model_file_round_trip_is_bit_identical_and_matches_the_format);
   tcase_add_test(tc, test_model_file_rejects_bad_files_naming_them);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+int main(void) { return file_check_main("gpt_file", 30, add_tests); }

@@ -389,19 +389,11 @@ START_TEST(test_config_json_prints_floats_that_read_back_the_same) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("llama_file");
-  TCase *tc = tcase_create("llama_file");
-  tcase_add_unchecked_fixture(tc, setup, teardown);
-  tcase_set_timeout(tc, 120);
+static void add_tests(TCase *tc) {
   tcase_add_test(tc, test_llama_3_2_1b_shape_reads_from_its_file);
   tcase_add_test(tc, test_bad_llama_configs_and_files_are_refused_naming_the_problem);
   tcase_add_test(tc, test_llama_saves_and_loads_back_bit_for_bit);
   tcase_add_test(tc, test_config_json_prints_floats_that_read_back_the_same);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+int main(void) { return file_check_main("llama_file", 120, add_tests); }

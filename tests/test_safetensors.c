@@ -637,11 +637,7 @@ START_TEST(test_sizes_parse_as_transformers_writes_them) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("safetensors");
-  TCase *tc = tcase_create("safetensors");
-  tcase_add_unchecked_fixture(tc, setup, teardown);
-  tcase_set_timeout(tc, 30);
+static void add_tests(TCase *tc) {
   tcase_add_test(tc, test_gpt_round_trip_is_bit_identical_and_llmc_converts_byte_identically);
   tcase_add_test(tc, test_gpt_prefix_and_transformers_extras_are_accepted_others_refused);
   tcase_add_test(tc, test_bf16_and_f16_read_to_their_exact_values);
@@ -650,10 +646,6 @@ int main(void) {
   tcase_add_test(tc, test_gpt_bf16_and_sharded_models_round_trip);
   tcase_add_test(tc, test_bad_indexes_and_configs_are_refused_naming_the_problem);
   tcase_add_test(tc, test_sizes_parse_as_transformers_writes_them);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+int main(void) { return file_check_main("safetensors", 30, add_tests); }

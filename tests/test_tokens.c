@@ -414,11 +414,7 @@ START_TEST(test_check_ids_finds_a_bad_token_up_front_in_its_part_only) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("tokens");
-  TCase *tc = tcase_create("tokens");
-  tcase_add_unchecked_fixture(tc, setup, teardown);
-  tcase_set_timeout(tc, 60);
+static void add_tests(TCase *tc) {
   tcase_add_test(tc, test_shard_round_trip_is_bit_identical_and_matches_the_format);
   tcase_add_test(tc, test_shard_write_is_atomic_and_leaves_no_temporary_file);
   tcase_add_test(tc, test_shard_rejects_bad_files_naming_them);
@@ -429,10 +425,6 @@ int main(void) {
   tcase_add_test(tc, test_token_loader_shards_windows_like_the_distributed_sampler);
   tcase_add_test(tc, test_token_loader_reports_a_bad_token_with_its_shard_and_offset);
   tcase_add_test(tc, test_check_ids_finds_a_bad_token_up_front_in_its_part_only);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+int main(void) { return file_check_main("tokens", 60, add_tests); }
