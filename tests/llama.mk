@@ -2,7 +2,8 @@
 
 # The PyTorch oracle (skipped without Debian's python3-torch): a helper program writes the
 # parameters and mpitrain's results, tests/llama_torch.py compares.
-EXTRA_DIST += tests/test_llama_torch.sh tests/llama_torch.py
+EXTRA_DIST += tests/test_llama_torch.sh tests/llama_torch.py tests/torch_helper.h \
+	tests/lm_ddp_check.h
 check_PROGRAMS += tests/llama_torch_helper
 TESTS += tests/test_llama_torch.sh
 tests_llama_torch_helper_SOURCES = tests/llama_torch_helper.c

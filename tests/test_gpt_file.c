@@ -14,37 +14,8 @@
 
 #include "mpitrain/gpt_file.h"
 
-static char tmpdir[256];
-
-static void setup(void) {
-  snprintf(tmpdir, sizeof tmpdir, "/tmp/mpt_test_gpt_file_XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
-
-static void teardown(void) {
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
-}
-
-static const char *path_of(const char *name) {
-  static char paths[4][512];
-  static int next = 0;
-  char *p = paths[next++ % 4];
-  snprintf(p, 512, "%s/%s", tmpdir, name);
-  return p;
-}
-
-#define ASSERT_ERR(expr, status, ...)                                                    \
-  do {                                                                                   \
-    mpt_status st_ = (expr);                                                             \
-    ck_assert_msg(st_ == (status), "%s gave %s (%s)", #expr, mpt_status_name(st_),       \
-                  mpt_last_error());                                                     \
-    const char *needles_[] = {__VA_ARGS__};                                              \
-    for (size_t n_ = 0; n_ < sizeof needles_ / sizeof needles_[0]; n_++)                 \
-      ck_assert_msg(strstr(mpt_last_error(), needles_[n_]), "'%s' not in: %s", needles_[n_], \
-                    mpt_last_error());                                                   \
-  } while (0)
+#define FILE_CHECK_NAME "test_gpt_file"
+#include "file_check.h"
 
 /* T 8, V 50 (padded to 128), L 2, H 2, C 4. */
 static const mpt_gpt_config tiny = {8, 50, 2, 2, 4, 0};
@@ -245,18 +216,10 @@ START_TEST(test_model_file_rejects_bad_files_naming_them) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("gpt_file");
-  TCase *tc = tcase_create("gpt_file");
-  tcase_add_unchecked_fixture(tc, setup, teardown);
-  tcase_set_timeout(tc, 30);
+static void add_tests(TCase *tc) {
   tcase_add_test(tc, test_layout_of_gpt2_124m_has_its_known_parameter_count);
   tcase_add_test(tc, test_model_file_round_trip_is_bit_identical_and_matches_the_format);
   tcase_add_test(tc, test_model_file_rejects_bad_files_naming_them);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+int main(void) { return file_check_main("gpt_file", 30, add_tests); }

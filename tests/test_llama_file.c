@@ -17,37 +17,8 @@
 #include "mpitrain/llama.h"
 #include "mpitrain/llama_file.h"
 
-static char tmpdir[256];
-
-static void setup(void) {
-  snprintf(tmpdir, sizeof tmpdir, "/tmp/mpt_test_llama_file_XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
-
-static void teardown(void) {
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
-}
-
-static const char *path_of(const char *name) {
-  static char paths[4][512];
-  static int next = 0;
-  char *p = paths[next++ % 4];
-  snprintf(p, 512, "%s/%s", tmpdir, name);
-  return p;
-}
-
-#define ASSERT_ERR(expr, status, ...)                                                    \
-  do {                                                                                   \
-    mpt_status st_ = (expr);                                                             \
-    ck_assert_msg(st_ == (status), "%s gave %s (%s)", #expr, mpt_status_name(st_),       \
-                  mpt_last_error());                                                     \
-    const char *needles_[] = {__VA_ARGS__};                                              \
-    for (size_t n_ = 0; n_ < sizeof needles_ / sizeof needles_[0]; n_++)                 \
-      ck_assert_msg(strstr(mpt_last_error(), needles_[n_]), "'%s' not in: %s", needles_[n_], \
-                    mpt_last_error());                                                   \
-  } while (0)
+#define FILE_CHECK_NAME "test_llama_file"
+#include "file_check.h"
 
 static void write_text(const char *path, const char *text) {
   FILE *f = fopen(path, "w");
@@ -418,19 +389,11 @@ START_TEST(test_config_json_prints_floats_that_read_back_the_same) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("llama_file");
-  TCase *tc = tcase_create("llama_file");
-  tcase_add_unchecked_fixture(tc, setup, teardown);
-  tcase_set_timeout(tc, 120);
+static void add_tests(TCase *tc) {
   tcase_add_test(tc, test_llama_3_2_1b_shape_reads_from_its_file);
   tcase_add_test(tc, test_bad_llama_configs_and_files_are_refused_naming_the_problem);
   tcase_add_test(tc, test_llama_saves_and_loads_back_bit_for_bit);
   tcase_add_test(tc, test_config_json_prints_floats_that_read_back_the_same);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+int main(void) { return file_check_main("llama_file", 120, add_tests); }

@@ -14,26 +14,8 @@
 
 #include "mpitrain/data.h"
 
-static char tmpdir[256];
-
-static void setup(void) {
-  snprintf(tmpdir, sizeof tmpdir, "/tmp/mpt_test_tokens_XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
-
-static void teardown(void) {
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
-}
-
-static const char *path_of(const char *name) {
-  static char paths[4][512];
-  static int next = 0;
-  char *p = paths[next++ % 4];
-  snprintf(p, 512, "%s/%s", tmpdir, name);
-  return p;
-}
+#define FILE_CHECK_NAME "test_tokens"
+#include "file_check.h"
 
 /* A shard written by hand, independently of the writer: header slots h[0..2], `count` tokens
  * (v(i) = (i * 7919 + salt) mod vocab), then `extra` bytes (negative: cut that many). */
@@ -61,17 +43,6 @@ static int64_t file_size(const char *path) {
   ck_assert_int_eq(stat(path, &sb), 0);
   return (int64_t)sb.st_size;
 }
-
-#define ASSERT_ERR(expr, status, ...)                                                    \
-  do {                                                                                   \
-    mpt_status st_ = (expr);                                                             \
-    ck_assert_msg(st_ == (status), "%s gave %s (%s)", #expr, mpt_status_name(st_),       \
-                  mpt_last_error());                                                     \
-    const char *needles_[] = {__VA_ARGS__};                                              \
-    for (size_t n_ = 0; n_ < sizeof needles_ / sizeof needles_[0]; n_++)                 \
-      ck_assert_msg(strstr(mpt_last_error(), needles_[n_]), "'%s' not in: %s", needles_[n_], \
-                    mpt_last_error());                                                   \
-  } while (0)
 
 /* ------------------------------------------------------------------------------------------ */
 /* Shards                                                                                     */
@@ -443,11 +414,7 @@ START_TEST(test_check_ids_finds_a_bad_token_up_front_in_its_part_only) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("tokens");
-  TCase *tc = tcase_create("tokens");
-  tcase_add_unchecked_fixture(tc, setup, teardown);
-  tcase_set_timeout(tc, 60);
+static void add_tests(TCase *tc) {
   tcase_add_test(tc, test_shard_round_trip_is_bit_identical_and_matches_the_format);
   tcase_add_test(tc, test_shard_write_is_atomic_and_leaves_no_temporary_file);
   tcase_add_test(tc, test_shard_rejects_bad_files_naming_them);
@@ -458,10 +425,6 @@ int main(void) {
   tcase_add_test(tc, test_token_loader_shards_windows_like_the_distributed_sampler);
   tcase_add_test(tc, test_token_loader_reports_a_bad_token_with_its_shard_and_offset);
   tcase_add_test(tc, test_check_ids_finds_a_bad_token_up_front_in_its_part_only);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+int main(void) { return file_check_main("tokens", 60, add_tests); }

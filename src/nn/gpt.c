@@ -18,6 +18,7 @@
 #include "mpitrain/autograd.h"
 #include "mpitrain/ops.h"
 #include "mpitrain/transformer.h"
+#include "nn/lm_common.h"
 #include "nn/tape.h"
 
 enum { PER_LAYER = 12, FIRST_LAYER_KIND = 2, LNF_KIND = 14 };
@@ -136,13 +137,8 @@ static mpt_status gpt_forward(mpt_model *model, mpt_tape *tape, void *vctx, mpt_
   const gpt_ctx *ctx = vctx;
   const mpt_gpt_config *c = &ctx->cfg;
   const mpt_tensor *tok = mpt_var_value(input);
-  char xs[64];
   (void)model;
-  if (tok->dtype != MPT_I32 || tok->ndim != 2 || tok->shape[1] < 1 ||
-      tok->shape[1] > c->max_seq_len)
-    return MPT_FAIL(MPT_ESHAPE, "gpt: input %s %s, want int32 tokens [B, T] with 1 <= T <= %d",
-                    mpt_dtype_name(tok->dtype), mpt_shape_str(tok->ndim, tok->shape, xs, sizeof xs),
-                    c->max_seq_len);
+  MPT_RETURN_IF(mpt__lm_check_tokens("gpt", tok, c->max_seq_len));
   mpt_var *p[2 + PER_LAYER] = {0}; /* wte, wpe, then one block's (num_layers >= 1) */
   mpt_var *x = NULL, *h = NULL, *a = NULL;
   MPT_RETURN_IF(mpt_tape_param(tape, 0, &p[0]));
@@ -242,21 +238,6 @@ static mpt_status gpt_model_check(mpt_model *model, const mpt_gpt_config *config
   return MPT_OK;
 }
 
-/* A standard normal from two 53-bit uniforms in (0, 1) (Box-Muller); the second value of each
- * pair is kept in *spare for the next call. */
-static double normal_draw(mpt_rng *rng, double *spare, int *has_spare) {
-  if (*has_spare) {
-    *has_spare = 0;
-    return *spare;
-  }
-  double u1 = ((double)(mpt_rng_next(rng) >> 11) + 0.5) * 0x1.0p-53;
-  double u2 = ((double)(mpt_rng_next(rng) >> 11) + 0.5) * 0x1.0p-53;
-  double r = sqrt(-2.0 * log(u1)), th = 6.283185307179586 * u2;
-  *spare = r * sin(th);
-  *has_spare = 1;
-  return r * cos(th);
-}
-
 /* A synchronous copy between the host and a device (a stream of its own, synchronised). */
 static mpt_status sync_copy(mpt_device dst_dev, void *dst, mpt_device src_dev, const void *src,
                             size_t nbytes) {
@@ -285,7 +266,7 @@ static void skip_normals(gpt_draw_start *d, int64_t n) {
     mpt_rng_next(&d->rng);
     mpt_rng_next(&d->rng);
   }
-  if (n % 2) (void)normal_draw(&d->rng, &d->spare, &d->has_spare);
+  if (n % 2) (void)mpt__lm_normal_draw(&d->rng, &d->spare, &d->has_spare);
 }
 
 /* Deferred initialisation (mpt__model_range_init): parameters [first, end) get their draws
@@ -305,8 +286,8 @@ static mpt_status gpt_init_range(void *vctx, mpt_model *model, int first, int en
       gpt_draw_start d = ctx->starts[(size_t)i * (size_t)c->num_layers + (size_t)l];
       const int64_t n = gpt_part_count(c, &lay, k);
       float *w = mpt_model_params(model) + mpt_model_param_info(model, p)->offset;
-      for (int64_t j = 0; j < n; j++) w[j] = (float)(std * normal_draw(&d.rng, &d.spare,
-                                                                        &d.has_spare));
+      for (int64_t j = 0; j < n; j++)
+        w[j] = (float)(std * mpt__lm_normal_draw(&d.rng, &d.spare, &d.has_spare));
     }
   }
   return MPT_OK;
@@ -347,7 +328,8 @@ mpt_status mpt_gpt_init_weights(mpt_model *model, const mpt_gpt_config *config, 
       const mpt_param_info *pi = mpt_model_param_info(model, gpt_index(&c, k, l));
       float *dst = mpt_model_params(model) + pi->offset;
       float *w = on_cpu ? dst : host;
-      for (int64_t j = 0; j < n; j++) w[j] = (float)(std * normal_draw(&rng, &spare, &has_spare));
+      for (int64_t j = 0; j < n; j++)
+        w[j] = (float)(std * mpt__lm_normal_draw(&rng, &spare, &has_spare));
       if (!on_cpu)
         MPT_CHECK(sync_copy(dev, dst, mpt_device_cpu(), host, (size_t)n * sizeof *host), done);
     }

@@ -13,6 +13,7 @@
 #include "mpitrain/autograd.h"
 #include "mpitrain/llama.h"
 #include "mpitrain/transformer.h"
+#include "nn/lm_common.h"
 
 enum {
   LLAMA_K_LN1,
@@ -249,13 +250,8 @@ static mpt_status llama_forward(mpt_model *model, mpt_tape *tape, void *vctx, mp
   const llama_ctx *ctx = vctx;
   const mpt_llama_config *c = &ctx->cfg;
   const mpt_tensor *tok = mpt_var_value(input);
-  char xs[64];
   (void)model;
-  if (tok->dtype != MPT_I32 || tok->ndim != 2 || tok->shape[1] < 1 ||
-      tok->shape[1] > c->max_seq_len)
-    return MPT_FAIL(MPT_ESHAPE, "llama: input %s %s, want int32 tokens [B, T] with 1 <= T <= %d",
-                    mpt_dtype_name(tok->dtype), mpt_shape_str(tok->ndim, tok->shape, xs, sizeof xs),
-                    c->max_seq_len);
+  MPT_RETURN_IF(mpt__lm_check_tokens("llama", tok, c->max_seq_len));
   mpt_var *e = NULL, *x = NULL, *nw = NULL, *head = NULL;
   MPT_RETURN_IF(mpt_tape_param(tape, 0, &e));
   MPT_RETURN_IF(mpt_nn_embedding(tape, tok, c->vocab_size, e, &x));
@@ -271,21 +267,6 @@ static mpt_status llama_forward(mpt_model *model, mpt_tape *tape, void *vctx, mp
   /* the head taken where it is used (ZeRO-3 gathers it then; tied: the embedding's unit) */
   MPT_RETURN_IF(mpt_tape_param(tape, head_index(c), &head));
   return mpt_nn_linear_nd(tape, x, head, NULL, output);
-}
-
-/* A standard normal from two 53-bit uniforms in (0, 1) (Box-Muller), as gpt.c draws; the
- * second value of each pair is kept for the next call. */
-static double normal_draw(mpt_rng *rng, double *spare, int *has_spare) {
-  if (*has_spare) {
-    *has_spare = 0;
-    return *spare;
-  }
-  double u1 = ((double)(mpt_rng_next(rng) >> 11) + 0.5) * 0x1.0p-53;
-  double u2 = ((double)(mpt_rng_next(rng) >> 11) + 0.5) * 0x1.0p-53;
-  double r = sqrt(-2.0 * log(u1)), th = 6.283185307179586 * u2;
-  *spare = r * sin(th);
-  *has_spare = 1;
-  return r * cos(th);
 }
 
 mpt_status mpt_llama_init_weights(mpt_model *model, const mpt_llama_config *config,
@@ -309,7 +290,7 @@ mpt_status mpt_llama_init_weights(mpt_model *model, const mpt_llama_config *conf
     const mpt_param_info *pi = mpt_model_param_info(model, i);
     float *w = mpt_model_params(model) + pi->offset;
     for (int64_t j = 0; j < pi->count; j++)
-      w[j] = (float)(LLAMA_INIT_STD * normal_draw(&rng, &spare, &has_spare));
+      w[j] = (float)(LLAMA_INIT_STD * mpt__lm_normal_draw(&rng, &spare, &has_spare));
   }
   return MPT_OK;
 }

@@ -9,7 +9,8 @@ libmpitrain_all_la_SOURCES += \
 	src/nn/conv.c src/nn/pool.c src/nn/dropout.c src/nn/batchnorm.c src/nn/models.c \
 	src/nn/eval.c src/nn/gpt_ops.h src/nn/gpt_ops.c src/nn/attention.c src/nn/gpt.c \
 	src/nn/gpt_config.c \
-	src/nn/attention_bf16.c src/nn/linear_bf16.c src/nn/llama_ops.c src/nn/llama.c
+	src/nn/attention_bf16.c src/nn/linear_bf16.c src/nn/llama_ops.c src/nn/llama.c \
+	src/nn/lm_common.h src/nn/lm_common.c
 
 if HAVE_CHECK
 check_PROGRAMS += tests/test_tape tests/test_layers tests/test_models tests/test_hooks
