@@ -12,7 +12,8 @@
 set -u
 isa=${1:-}
 case $isa in avx512|avx2|baseline) ;; *) echo "usage: $0 avx512|avx2|baseline" >&2; exit 2 ;; esac
-programs="test_backend_ops test_ops test_ops_train test_gpt_core test_gpt_ops test_gpt_fused
+programs="test_backend_ops test_ops test_ops_conv test_ops_train test_gpt_core test_gpt_ops
+          test_gpt_ops_attention test_gpt_fused
           test_attention_fused test_bf16 test_sgemm_dnnl test_layers test_optim"
 if ! ./tests/test_backend_ops --offers "$isa"; then
   echo "SKIP: this CPU has no $isa path (see ./mpitrain --version)"

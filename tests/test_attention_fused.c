@@ -3,8 +3,8 @@
  *
  * Oracle: the reference layer (src/nn/attention.c, mpt__causal_attention_reference), which
  * materialises [B, H, T, T] and is itself checked against naive loops in double and finite
- * differences (tests/test_gpt_ops.c, which now runs the fused path). The fused op does the
- * reference's GEMMs and float operations in the reference's order (attn_cpu.c), so the
+ * differences (tests/test_gpt_ops_attention.c, which now runs the fused path). The fused op
+ * does the reference's GEMMs and float operations in the reference's order (attn_cpu.c), so the
  * tolerance is zero: y and every element of dqkv are compared bit for bit, at 1, 2 and 3
  * threads (the op splits its (b, h) pairs over an OpenMP team of that size), on shapes that cover T = 1, T below, at and across the 64-row block (63, 64, 65,
  * 150), H = 1, H = 3 with an odd head size, and a qkv used twice (the second backward adds into
@@ -141,7 +141,7 @@ static double objective(const float *qkv, const float *r, int64_t b, int64_t t, 
   return sum;
 }
 
-/* The tolerance of tests/test_gpt_ops.c's gradient checks (eps 1e-2; rounding ~1e-5,
+/* The tolerance of the gradient checks of tests/gpt_ops_util.h (eps 1e-2; rounding ~1e-5,
  * truncation ~1e-5; a wrong term moves an entry by 5-100 %). */
 START_TEST(test_fused_attention_gradients_match_finite_differences) {
   enum { B = 1, T = 70, C = 8, H = 2, N = B * T * 3 * C, NY = B * T * C };

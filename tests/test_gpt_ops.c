@@ -1,7 +1,8 @@
 /* Tests of the transformer ops (include/mpitrain/transformer.h; src/nn/gpt_ops.c, attention.c):
- * token + position embedding, LayerNorm, GELU, Linear over the last dimension, causal
- * multi-head attention, the fused cross-entropy over a padded vocabulary, the tied output head,
- * and a 2-block mini GPT made of them.
+ * token + position embedding, LayerNorm, GELU, Linear over the last dimension, the fused
+ * cross-entropy over a padded vocabulary, the tied output head, and a 2-block mini GPT made of
+ * them with causal multi-head attention (whose own tests are in tests/test_gpt_ops_attention.c;
+ * the fixture and the gradient check are in tests/gpt_ops_util.h).
  *
  * Oracles:
  * - Gradients: central finite differences in double of L = sum_i y_i r_i (r fixed, random) or,
@@ -11,10 +12,7 @@
  *   Vp = 16.
  * - Exact small cases: embedding rows added bit for bit; LayerNorm of a constant row is its
  *   bias and of a +-1 row is x / sqrt(1 + eps); GELU at points computed in double by Python;
- *   attention at T = 1 is the v projection, and with equal keys it is the running mean of v
- *   (the causal mask); uniform logits give log(V) whatever the padding columns hold.
- * - Attention at T = 150 (several blocks of any blocking) against naive loops in double, forward
- *   and backward.
+ *   uniform logits give log(V) whatever the padding columns hold.
  * - Tied weights: one parameter used by the embedding and the output head gets the sum of the
  *   gradients of two untied copies, and its grad-ready hook fires once, after both uses. */
 #include <check.h>
@@ -25,165 +23,7 @@
 
 #include "mpitrain/autograd.h"
 #include "mpitrain/transformer.h"
-#include "check_util.h"
-
-
-enum { NB = 2, NT = 5, NC = 8, NH = 2, NV = 11, NVP = 16, MAXT = 6 };
-
-/* ------------------------------------------------------------------------------------------ */
-/* Fixture: a model whose parameters are the op's inputs, a tape, tokens and targets          */
-
-typedef struct fx {
-  mpt_model *model;
-  mpt_tape *tape;
-  int p[40];      /* parameter indices, in registration order */
-  int np;
-  int n_head;     /* attention */
-  int32_t tokens[NB * NT], targets[NB * NT];
-  mpt_tensor tok, tgt;
-  float *r;       /* the weights of L = sum(y * r); NULL when the build returns a loss */
-  mpt_var *seen[64]; /* gpt_build's intermediate vars of the last pass */
-  int nseen;
-} fx;
-
-typedef mpt_status (*build_fn)(fx *f, mpt_var **y);
-
-static int add_param(fx *f, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2,
-                     int64_t fan_in) {
-  const int64_t shape[3] = {d0, d1, d2};
-  int index = -1;
-  OK(mpt_model_add_param(f->model, name, ndim, shape, MPT_INIT_FAN_IN, fan_in, &index));
-  f->p[f->np++] = index;
-  return index;
-}
-
-static void fx_begin(fx *f) {
-  memset(f, 0, sizeof *f);
-  f->n_head = NH;
-  OK(mpt_model_init(&f->model, mpt_device_cpu()));
-  const int64_t shape[2] = {NB, NT};
-  for (int i = 0; i < NB * NT; i++) {
-    f->tokens[i] = (int32_t)((i * 7 + 3) % NV); /* repeats: rows accumulate twice */
-    f->targets[i] = (int32_t)((i * 5 + 1) % NV);
-  }
-  f->tokens[3] = NV - 1; /* the last real row */
-  f->targets[4] = NV - 1;
-  f->tok = mpt_tensor_view(f->tokens, mpt_device_cpu(), MPT_I32, 2, shape);
-  f->tgt = mpt_tensor_view(f->targets, mpt_device_cpu(), MPT_I32, 2, shape);
-}
-
-static void fx_finish(fx *f, uint64_t seed) {
-  OK(mpt_model_finalize(f->model));
-  OK(mpt_model_init_params(f->model, seed));
-  OK(mpt_tape_init(&f->tape, f->model, NULL));
-}
-
-static void fx_free(fx *f) {
-  mpt_tape_free(f->tape);
-  mpt_model_free(f->model);
-  free(f->r);
-}
-
-static float *pdata(fx *f, int index) { return mpt_model_param(f->model, index).data; }
-static float *gdata(fx *f, int index) { return mpt_model_grad(f->model, index).data; }
-
-static mpt_var *pv(fx *f, int index) {
-  mpt_var *v = NULL;
-  OK(mpt_tape_param(f->tape, index, &v));
-  return v;
-}
-
-static float *random_floats(int64_t count, uint64_t seed, float lo, float hi) {
-  mpt_rng rng;
-  float *r = malloc((size_t)count * sizeof *r);
-  ck_assert_ptr_nonnull(r);
-  mpt_rng_seed(&rng, seed);
-  mpt_rng_fill_uniform(&rng, r, count, lo, hi);
-  return r;
-}
-
-/* The objective: L = sum(y * r) in double (forward only), or the loss the build returns. */
-static double objective(fx *f, build_fn build) {
-  mpt_var *y = NULL;
-  mpt_tape_reset(f->tape, 7);
-  mpt_tape_set_grad_enabled(f->tape, 0);
-  OK(build(f, &y));
-  mpt_tape_set_grad_enabled(f->tape, 1);
-  const mpt_tensor *yt = mpt_var_value(y);
-  const float *yv = yt->data;
-  if (!f->r) return yv[0];
-  double sum = 0;
-  for (int64_t i = 0; i < yt->count; i++) sum += (double)yv[i] * f->r[i];
-  return sum;
-}
-
-/* Zeroes the gradients and backpropagates the objective through the tape. */
-static void backprop(fx *f, build_fn build) {
-  mpt_var *y = NULL, *rv = NULL, *loss = NULL;
-  OK(mpt_model_zero_grad(f->model, NULL));
-  mpt_tape_reset(f->tape, 7);
-  OK(build(f, &y));
-  if (f->r) {
-    const mpt_tensor *yt = mpt_var_value(y);
-    mpt_tensor rt = mpt_tensor_view(f->r, mpt_device_cpu(), MPT_F32, yt->ndim, yt->shape);
-    OK(mpt_tape_input(f->tape, &rt, &rv));
-    OK(mpt_nn_mul(f->tape, y, rv, &y));
-    OK(mpt_nn_sum(f->tape, y, &loss));
-  } else {
-    loss = y;
-  }
-  OK(mpt_tape_backward(f->tape, loss, 1.0f));
-}
-
-/* Tolerance of the gradient checks. The forward is float32: the rounding error of L is about
- * 1e-7 |L| (|L| ~ 1..10), which a central difference with eps = 1e-2 turns into ~1e-5; the
- * truncation error is O(eps^2 f''') ~ 1e-5. Measured: the largest error is 2e-5 (attention),
- * and every error is under 20 % of the tolerance below. Gradients are
- * O(1e-4..1); a wrong backward term (a dropped mean term in LayerNorm, a wrong tanh' in GELU,
- * the softmax Jacobian, the mask or a missing scale in attention, the padding in the
- * cross-entropy, a "=" for a "+=") changes affected entries by 5..100 % and fails. */
-#define FD_EPS 1e-2
-#define FD_RTOL 2e-3
-#define FD_ATOL 1e-4
-
-/* Checks dL/d(element j of parameter `index`) for j in [0, count) stepping `stride`. */
-static void gradcheck(fx *f, build_fn build, int index, int64_t stride, const char *what) {
-  backprop(f, build);
-  const int64_t count = mpt_model_param_info(f->model, index)->count;
-  float *analytic = malloc((size_t)count * sizeof *analytic);
-  ck_assert_ptr_nonnull(analytic);
-  memcpy(analytic, gdata(f, index), (size_t)count * sizeof *analytic);
-  float *p = pdata(f, index);
-  for (int64_t j = 0; j < count; j += stride) {
-    const float saved = p[j];
-    p[j] = (float)(saved + FD_EPS);
-    const double up = (double)p[j] - saved;
-    const double lp = objective(f, build);
-    p[j] = (float)(saved - FD_EPS);
-    const double down = (double)saved - p[j];
-    const double lm = objective(f, build);
-    p[j] = saved;
-    const double numeric = (lp - lm) / (up + down);
-    const double err = fabs(numeric - analytic[j]);
-    const double tol = FD_RTOL * fmax(fabs(numeric), fabs(analytic[j])) + FD_ATOL;
-    ck_assert_msg(err <= tol, "%s: d/d%s[%lld]: analytic %.6g, numeric %.6g (err %.3g > %.3g)",
-                  what, mpt_model_param_info(f->model, index)->name, (long long)j,
-                  analytic[j], numeric, err, tol);
-  }
-  free(analytic);
-}
-
-static void gradcheck_all(fx *f, build_fn build, const char *what) {
-  for (int i = 0; i < f->np; i++) gradcheck(f, build, f->p[i], 1, what);
-}
-
-/* Sets f->r to random weights shaped like the build's output. */
-static void use_weighted_sum(fx *f, build_fn build) {
-  mpt_var *y = NULL;
-  mpt_tape_reset(f->tape, 7);
-  OK(build(f, &y));
-  f->r = random_floats(mpt_var_value(y)->count, 99, -1.0f, 1.0f);
-}
+#include "gpt_ops_util.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Embedding                                                                                  */
@@ -358,160 +198,6 @@ START_TEST(test_linear_nd_gradients_match_finite_differences) {
   ck_assert_int_eq(mpt_var_value(y)->count, mpt_var_value(y2)->count);
   ck_assert_mem_eq(mpt_var_value(y)->data, mpt_var_value(y2)->data,
                    (size_t)mpt_var_value(y)->count * sizeof(float));
-  fx_free(&f);
-}
-END_TEST
-
-/* ------------------------------------------------------------------------------------------ */
-/* Attention                                                                                  */
-
-static mpt_status attn_build(fx *f, mpt_var **y) {
-  return mpt_nn_causal_attention(f->tape, pv(f, f->p[0]), f->n_head, y);
-}
-
-START_TEST(test_attention_gradients_match_finite_differences) {
-  /* _i: heads 1, 2, 4 */
-  fx f;
-  fx_begin(&f);
-  f.n_head = 1 << _i;
-  add_param(&f, "qkv", 3, NB, NT, 3 * NC, 1);
-  fx_finish(&f, 16);
-  float *x = pdata(&f, f.p[0]);
-  for (int i = 0; i < NB * NT * 3 * NC; i++) x[i] *= 2.0f; /* peaked softmaxes too */
-  use_weighted_sum(&f, attn_build);
-  gradcheck_all(&f, attn_build, "attention");
-  fx_free(&f);
-}
-END_TEST
-
-START_TEST(test_attention_of_one_position_is_the_v_projection) {
-  fx f;
-  fx_begin(&f);
-  add_param(&f, "qkv", 3, 3, 1, 3 * NC, 1);
-  fx_finish(&f, 17);
-  mpt_var *y = NULL;
-  mpt_tape_reset(f.tape, 0);
-  OK(attn_build(&f, &y));
-  const float *x = pdata(&f, f.p[0]), *yv = mpt_var_value(y)->data;
-  for (int b = 0; b < 3; b++)
-    for (int c = 0; c < NC; c++) ck_assert_float_eq(yv[b * NC + c], x[b * 3 * NC + 2 * NC + c]);
-  fx_free(&f);
-}
-END_TEST
-
-START_TEST(test_attention_with_equal_keys_is_the_causal_running_mean_of_v) {
-  fx f;
-  fx_begin(&f);
-  add_param(&f, "qkv", 3, NB, NT, 3 * NC, 1);
-  fx_finish(&f, 18);
-  float *x = pdata(&f, f.p[0]);
-  for (int r = 0; r < NB * NT; r++) /* every position's key equals position 0's of batch 0 */
-    for (int c = 0; c < NC; c++) x[r * 3 * NC + NC + c] = x[NC + c];
-  mpt_var *y = NULL;
-  mpt_tape_reset(f.tape, 0);
-  OK(attn_build(&f, &y));
-  const float *yv = mpt_var_value(y)->data;
-  for (int b = 0; b < NB; b++)
-    for (int t = 0; t < NT; t++)
-      for (int c = 0; c < NC; c++) {
-        double mean = 0;
-        for (int t2 = 0; t2 <= t; t2++) mean += x[(b * NT + t2) * 3 * NC + 2 * NC + c];
-        mean /= t + 1;
-        ck_assert_double_eq_tol(yv[(b * NT + t) * NC + c], mean, 1e-6);
-      }
-  fx_free(&f);
-}
-END_TEST
-
-/* Naive loops in double, straight from the definition (transformer.h), for qkv [1, t, 3c] with
- * nh heads: y [t, c] and, for the upstream gradient g [t, c], dqkv [t, 3c]. */
-static void attention_naive(const float *qkv, const float *g, int t, int c, int nh, double *y,
-                            double *dqkv) {
-  const int hs = c / nh, c3 = 3 * c;
-  const double scale = 1.0 / sqrt((double)hs);
-  double *a = calloc((size_t)t, sizeof *a), *da = calloc((size_t)t, sizeof *da);
-  ck_assert(a && da);
-  memset(dqkv, 0, sizeof(double) * (size_t)(t * c3));
-  for (int h = 0; h < nh; h++)
-    for (int i = 0; i < t; i++) {
-      const float *q = qkv + i * c3 + h * hs;
-      double mx = -INFINITY, sum = 0, dot = 0;
-      for (int j = 0; j <= i; j++) {
-        a[j] = 0;
-        for (int e = 0; e < hs; e++) a[j] += (double)q[e] * qkv[j * c3 + c + h * hs + e];
-        a[j] *= scale;
-        mx = fmax(mx, a[j]);
-      }
-      for (int j = 0; j <= i; j++) sum += (a[j] = exp(a[j] - mx));
-      for (int j = 0; j <= i; j++) a[j] /= sum;
-      for (int e = 0; e < hs; e++) {
-        double acc = 0;
-        for (int j = 0; j <= i; j++) acc += a[j] * qkv[j * c3 + 2 * c + h * hs + e];
-        y[i * c + h * hs + e] = acc;
-      }
-      for (int j = 0; j <= i; j++) { /* dA, then dv */
-        da[j] = 0;
-        for (int e = 0; e < hs; e++) {
-          da[j] += (double)g[i * c + h * hs + e] * qkv[j * c3 + 2 * c + h * hs + e];
-          dqkv[j * c3 + 2 * c + h * hs + e] += a[j] * g[i * c + h * hs + e];
-        }
-        dot += a[j] * da[j];
-      }
-      for (int j = 0; j <= i; j++) { /* dS, then dq and dk */
-        const double ds = a[j] * (da[j] - dot) * scale;
-        for (int e = 0; e < hs; e++) {
-          dqkv[i * c3 + h * hs + e] += ds * qkv[j * c3 + c + h * hs + e];
-          dqkv[j * c3 + c + h * hs + e] += ds * q[e];
-        }
-      }
-    }
-  free(a);
-  free(da);
-}
-
-START_TEST(test_attention_matches_naive_loops_at_long_sequences) {
-  /* T = 150 (several blocks of any row blocking), C = 16, H = 2 */
-  enum { LT = 150, LC = 16, LH = 2 };
-  fx f;
-  fx_begin(&f);
-  f.n_head = LH;
-  add_param(&f, "qkv", 3, 1, LT, 3 * LC, 1);
-  fx_finish(&f, 25);
-  float *x = pdata(&f, f.p[0]);
-  for (int i = 0; i < LT * 3 * LC; i++) x[i] *= 2.0f;
-  use_weighted_sum(&f, attn_build); /* the upstream gradient is r */
-  backprop(&f, attn_build);
-  mpt_var *y = NULL;
-  mpt_tape_reset(f.tape, 0);
-  OK(attn_build(&f, &y));
-  double *want = malloc(sizeof(double) * LT * LC), *dwant = malloc(sizeof(double) * LT * 3 * LC);
-  ck_assert(want && dwant);
-  attention_naive(x, f.r, LT, LC, LH, want, dwant);
-  const float *yv = mpt_var_value(y)->data, *g = gdata(&f, f.p[0]);
-  for (int i = 0; i < LT * LC; i++)
-    ck_assert_msg(fabs(yv[i] - want[i]) <= 1e-5 * (1 + fabs(want[i])), "y[%d] = %.7g, want %.7g",
-                  i, yv[i], want[i]);
-  for (int i = 0; i < LT * 3 * LC; i++)
-    ck_assert_msg(fabs(g[i] - dwant[i]) <= 1e-5 * (1 + fabs(dwant[i])),
-                  "dqkv[%d] = %.7g, want %.7g", i, g[i], dwant[i]);
-  free(want);
-  free(dwant);
-  fx_free(&f);
-}
-END_TEST
-
-START_TEST(test_attention_rejects_bad_shapes) {
-  fx f;
-  fx_begin(&f);
-  add_param(&f, "qkv", 3, NB, NT, 3 * NC, 1);
-  add_param(&f, "x2", 2, NT, 3 * NC, 0, 1);
-  fx_finish(&f, 19);
-  mpt_var *y = NULL;
-  mpt_tape_reset(f.tape, 0);
-  ck_assert_int_eq(mpt_nn_causal_attention(f.tape, pv(&f, f.p[0]), 3, &y), MPT_ESHAPE);
-  ck_assert_int_eq(mpt_nn_causal_attention(f.tape, pv(&f, f.p[0]), 0, &y), MPT_EINVAL);
-  ck_assert_int_eq(mpt_nn_causal_attention(f.tape, pv(&f, f.p[1]), 1, &y), MPT_ESHAPE);
-  ck_assert_ptr_null(y);
   fx_free(&f);
 }
 END_TEST
@@ -818,11 +504,6 @@ static Suite *gpt_ops_suite(void) {
   tcase_add_test(tc, test_gelu_gradients_match_finite_differences);
   tcase_add_test(tc, test_gelu_matches_the_tanh_formula);
   tcase_add_loop_test(tc, test_linear_nd_gradients_match_finite_differences, 0, 2);
-  tcase_add_loop_test(tc, test_attention_gradients_match_finite_differences, 0, 3);
-  tcase_add_test(tc, test_attention_of_one_position_is_the_v_projection);
-  tcase_add_test(tc, test_attention_with_equal_keys_is_the_causal_running_mean_of_v);
-  tcase_add_test(tc, test_attention_matches_naive_loops_at_long_sequences);
-  tcase_add_test(tc, test_attention_rejects_bad_shapes);
   tcase_add_test(tc, test_cross_entropy_vocab_gradients_match_finite_differences);
   tcase_add_test(tc, test_cross_entropy_vocab_of_uniform_logits_is_log_v);
   tcase_add_test(tc, test_cross_entropy_vocab_rejects_padding_targets_and_shapes);
@@ -834,10 +515,5 @@ static Suite *gpt_ops_suite(void) {
   return s;
 }
 
-int main(void) {
-  SRunner *sr = srunner_create(gpt_ops_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+int main(void) { return run_suite(gpt_ops_suite()); }
+

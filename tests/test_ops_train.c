@@ -14,23 +14,7 @@
 #include "mpitrain/core.h"
 #include "mpitrain/ops.h"
 #include "check_util.h"
-
-/* Fails unless |got - want| <= tol; the trailing printf arguments describe the value. */
-#define CLOSE(got, want, tol, ...)                                                  \
-  do {                                                                              \
-    const double got_ = (got), want_ = (want), tol_ = (tol);                        \
-    if (!(fabs(got_ - want_) <= tol_)) {                                            \
-      char ctx_[200];                                                               \
-      snprintf(ctx_, sizeof ctx_, __VA_ARGS__);                                     \
-      ck_abort_msg("%s: got %.9g, want %.9g (tol %.3g)", ctx_, got_, want_, tol_);  \
-    }                                                                               \
-  } while (0)
-
-static void rand_fill(float *x, int64_t n, uint64_t seed, float lo, float hi) {
-  mpt_rng r;
-  mpt_rng_seed(&r, seed);
-  mpt_rng_fill_uniform(&r, x, n, lo, hi);
-}
+#include "ops_util.h"
 
 /* ---- batch normalisation ---- */
 

@@ -5,11 +5,14 @@ libmpitrain_all_la_SOURCES += \
 	src/ckpt/ckpt_impl.h src/ckpt/write.c src/ckpt/read.c src/ckpt/dir.c
 
 if HAVE_CHECK
-check_PROGRAMS += tests/test_ckpt
-TESTS += tests/test_ckpt
-tests_test_ckpt_SOURCES = tests/test_ckpt.c
+check_PROGRAMS += tests/test_ckpt tests/test_ckpt_format
+TESTS += tests/test_ckpt tests/test_ckpt_format
+tests_test_ckpt_SOURCES = tests/test_ckpt.c tests/ckpt_util.h
 tests_test_ckpt_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_ckpt_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+tests_test_ckpt_format_SOURCES = tests/test_ckpt_format.c tests/ckpt_util.h
+tests_test_ckpt_format_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_ckpt_format_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 endif
 # llm.c GPT model files (include/mpitrain/gpt_file.h)
 mpitraininclude_HEADERS += include/mpitrain/gpt_file.h

@@ -30,12 +30,15 @@ libmpitrain_all_la_SOURCES += src/core/cpu/conv_dnnl.c src/core/cpu/gemm_dnnl.c 
 endif
 
 if HAVE_CHECK
-check_PROGRAMS += tests/test_ops tests/test_ops_train tests/test_stream
-TESTS += tests/test_ops tests/test_ops_train tests/test_stream
-tests_test_ops_SOURCES = tests/test_ops.c
+check_PROGRAMS += tests/test_ops tests/test_ops_conv tests/test_ops_train tests/test_stream
+TESTS += tests/test_ops tests/test_ops_conv tests/test_ops_train tests/test_stream
+tests_test_ops_SOURCES = tests/test_ops.c tests/ops_util.h
 tests_test_ops_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_ops_LDADD = libmpitrain_all.la $(CHECK_LIBS)
-tests_test_ops_train_SOURCES = tests/test_ops_train.c
+tests_test_ops_conv_SOURCES = tests/test_ops_conv.c tests/ops_util.h
+tests_test_ops_conv_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_ops_conv_LDADD = libmpitrain_all.la $(CHECK_LIBS)
+tests_test_ops_train_SOURCES = tests/test_ops_train.c tests/ops_util.h
 tests_test_ops_train_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_ops_train_LDADD = libmpitrain_all.la $(CHECK_LIBS)
 tests_test_stream_SOURCES = tests/test_stream.c
