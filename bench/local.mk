@@ -21,7 +21,7 @@ EXTRA_DIST += bench/README.md bench/bench_lib.sh bench/train_bench.sh bench/comp
 	bench/summarize_gpt.py bench/make_token_shard.py bench/test_compare_gpt.sh bench/gpt_fortunes.sh \
 	bench/raw_nccl.c bench/raw_nccl.h bench/results/README.md bench/gpu-check.sh \
 	bench/gpu_gpt_torch.py bench/torch_gemm.py bench/gemm_blis.c bench/comm_yield.sh bench/gemm_tune.sh \
-	bench/ckpt_stall.sh
+	bench/ckpt_stall.sh bench/flight_recorder_cost.sh bench/results_readme.py
 
 if HAVE_ONEDNN
 # The fp32 GEMMs of a GPT step on OpenBLAS against oneDNN (not installed: a measuring tool).
