@@ -278,15 +278,15 @@ MPT_API const char *mpt_cpu_blas_name(void);
 /* ---- CPU GEMM library ----
  * Which library computes an fp32 CPU product of mpt_op_gemm (and the attention's block
  * products), process-wide. MPT_CPU_GEMM_AUTO (the default) decides per product from the shape
- * and oneDNN's instruction set, by a fixed rule measured with mpt_gemm_bench
- * (bench/results/gemm_mlp.txt, bench/README.md "mpt_gemm_bench"): oneDNN's sgemm when oneDNN runs
- * AVX-512 kernels; with AVX2 kernels (an AVX2-only CPU, or MPT_CPU_ISA=avx2) OpenBLAS below
- * 2^27 multiply-adds (the mlp's 64 x 512 x 784 products: OpenBLAS 1.10x faster) and oneDNN from
- * there (gpt-mini's Linears: oneDNN 1.01-1.05x). A matrix-vector product (m or n = 1) always goes
- * to OpenBLAS. The rule depends on nothing measured at run time, so a run's bits stay the same
- * run after run. Without oneDNN in the build every product goes to OpenBLAS, and asking for
- * MPT_CPU_GEMM_ONEDNN fails. The libraries sum in different orders: results agree to fp32
- * rounding, not bit for bit.
+ * and oneDNN's instruction set, by a fixed rule measured with mpt_gemm_bench (bench/README.md
+ * "mpt_gemm_bench"; bench/results/gemm_mlp.txt, gemm_mlp_avx2.txt): oneDNN's sgemm when oneDNN
+ * runs AVX-512 kernels; with AVX2 kernels (an AVX2-only CPU, or MPT_CPU_ISA=avx2) OpenBLAS below
+ * 2^27 multiply-adds (the mlp's 64 x 512 x 784 products, where OpenBLAS is faster) and oneDNN
+ * from there (gpt-mini's Linears, where oneDNN is level or ahead). A matrix-vector product (m or
+ * n = 1) always goes to OpenBLAS. The rule depends on nothing measured at run time, so a run's
+ * bits stay the same run after run. Without oneDNN in the build every product goes to OpenBLAS,
+ * and asking for MPT_CPU_GEMM_ONEDNN fails. The libraries sum in different orders: results agree
+ * to fp32 rounding, not bit for bit.
  *
  * MPT_CPU_GEMM_TUNE (opt-in, like torch.backends.cudnn.benchmark) answers per shape from a table
  * timed on this machine (mpt_cpu_gemm_table_set; the trainer fills it, trainer.h "GEMM tuning"),

@@ -2,14 +2,15 @@
  * the process-wide setting and the fixed rule of MPT_CPU_GEMM_AUTO. mpt__cpu_gemm (ops_cpu.c)
  * and the attention's block products (attn_cpu.c) ask through mpt__cpu_gemm_route.
  *
- * The rule, from mpt_gemm_bench at one thread (bench/results/gemm_mlp.txt): with oneDNN's AVX-512
- * kernels its sgemm beats OpenBLAS on every model's step (mlp 1.09x, gpt-mini 1.10x); with its
- * AVX2 kernels it loses on the mlp's small products (0.92x; fc2's dX and dW at about 70 GFLOP/s
- * against OpenBLAS's 100) and stays level or ahead on gpt-mini's Linears (1.01x) and attention
- * blocks (1.01x). So under AVX2 the products below AVX2_ONEDNN_MIN_MACS multiply-adds go to
- * OpenBLAS: 2^27 lies between the mlp's largest product (64 x 512 x 784, 2.6e7) and gpt-mini's
- * smallest Linear (2048 x 384 x 384, 3.0e8). oneDNN's instruction set is read once, after
- * mpt_cpu_isa_init has capped it; it cannot change later in the process.
+ * The rule, from mpt_gemm_bench at one thread (bench/README.md "mpt_gemm_bench"; measured in
+ * bench/results/gemm_mlp.txt, gemm_mlp_avx2.txt, gemm_gpt_mini.txt): with oneDNN's AVX-512
+ * kernels its sgemm beats OpenBLAS on the mlp's and gpt-mini's steps; with its AVX2 kernels it
+ * loses on the mlp's small products (fc2's dX and dW most) and stays level or ahead on
+ * gpt-mini's Linears and attention blocks. So under AVX2 the products below
+ * AVX2_ONEDNN_MIN_MACS multiply-adds go to OpenBLAS: 2^27 lies between the mlp's largest product
+ * (64 x 512 x 784, 2.6e7) and gpt-mini's smallest Linear (2048 x 384 x 384, 3.0e8). oneDNN's
+ * instruction set is read once, after mpt_cpu_isa_init has capped it; it cannot change later in
+ * the process.
  *
  * MPT_CPU_GEMM_TUNE answers from a per-shape table (mpt_cpu_gemm_table_set; timed by
  * gemm_tune.c, installed by the trainer, src/train/gemm_tune.c), and by the rule above for a
