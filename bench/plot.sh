@@ -1,7 +1,7 @@
 #!/bin/sh
 # bench/plot.sh: PNG plots of the benchmark JSON files with gnuplot (Debian: apt-get install
 # gnuplot-nox). Each plot is drawn when its input is given (or found in --in DIR under the
-# names bench/results/README.md uses):
+# names bench/run_all.sh gives them):
 #   busbw_vs_size.png      busbw against message size, mpitrain and raw MPI, out-of-place and
 #                          in-place, with the ratio on the right axis   (--allreduce FILE,
 #                          from mpt_allreduce_bench --json; default allreduce_np2.json)
