@@ -67,11 +67,12 @@ def torch_row(d, stem, model, label, goal):
             f"{'; '.join(parts)} | {goal} |")
 
 
-def gpt_rows(d, name, model, goal):
+def gpt_rows(d, name, model, goal, precision="fp32"):
     j = load_json(d, name)
     rows = []
     for r in (j or {}).get("results", []):
-        if r.get("model") != model or r.get("precision", "fp32") != "fp32" or r.get("skipped"):
+        if (r.get("model") != model or r.get("precision", "fp32") != precision
+                or r.get("skipped")):
             continue
         imp = r["impls"]
         m = imp.get("mpitrain", {})
@@ -88,7 +89,8 @@ def gpt_rows(d, name, model, goal):
                else f"{r['np']} ranks x {r['threads']} thread(s)")
         pf = m.get("peak_fraction")
         peak = f", {100 * pf:.0f} % of the SGEMM peak" if pf else ""
-        rows.append(f"| {model}, B {r['batch_size']} x T {r['seq_len']}, {how}, tokens/s | {name} | "
+        prec = "" if precision == "fp32" else f", {precision}"
+        rows.append(f"| {model}{prec}, B {r['batch_size']} x T {r['seq_len']}, {how}, tokens/s | {name} | "
                     f"{m['tokens_per_sec']:.0f}{peak} | {'; '.join(parts)} | {goal} |")
     return rows or [f"| {model} tokens/s | {name} | {MISSING} | | {goal} |"]
 
@@ -178,6 +180,9 @@ def main():
         w(r)
     for r in gpt_rows(d, "compare_gpt_gpt2.json", "gpt2", ""):
         w(r)
+    if load_json(d, "compare_gpt_mini_bf16.json"):
+        for r in gpt_rows(d, "compare_gpt_mini_bf16.json", "gpt-mini", "", "bf16"):
+            w(r)
     w(f"| all-reduce bus bandwidth, sizes >= 1 MiB, 2 ranks | allreduce_np2.json | "
       f"{fmt(allreduce_ratio(d, 'allreduce_np2.json'))} of raw `MPI_Allreduce` | raw MPI | |")
     zs = read_text(d, "zero_step_time.txt")
@@ -216,6 +221,41 @@ def main():
         r = grep(t, r"yield/spin ([0-9.]+)")
         w(f"| the comm thread yielding against spinning, {m_}, 2 ranks | comm_yield_{m_}.txt | "
           f"{fmt(r)}x samples/s | spinning | |")
+    # Element rate of the bfloat16 all-reduce against float32's at the largest common size.
+    jf, jb = load_json(d, "allreduce_np2_float.json"), load_json(d, "allreduce_np2_bfloat16.json")
+    if jf and jb:
+        fb = {r["bytes"]: r for r in jf.get("rows", [])}
+        common = [r for r in jb.get("rows", []) if r["bytes"] in fb]
+        if common:
+            r = common[-1]
+            f = fb[r["bytes"]]
+            el = 2 * r["out_of_place"]["busbw_gbps"] / f["out_of_place"]["busbw_gbps"]
+            w(f"| bfloat16 all-reduce (rounded once) at {r['bytes'] >> 20} MiB: elements/s against "
+              f"float32's; against raw MPI's bfloat16 `MPI_Op` | allreduce_np2_{{float,bfloat16}}.json | "
+              f"{el:.2f}x; {r['ratio_out_of_place']:.2f} / {r['ratio_in_place']:.2f} (out-of-place / "
+              f"in-place) | float32; raw MPI | |")
+    gm = read_text(d, "gemm_gpt_mini.txt")
+    gt = read_text(d, "gemm_gpt_mini_torch.txt")
+    ours = grep(gm, r"^# step \(fwdb.*Linear.* mpt [0-9.]+ ms ([0-9.]+) GFLOP/s")
+    theirs = grep(gt, r"^# step \(fwd.*Linear.* torch [0-9.]+ ms ([0-9.]+) GFLOP/s")
+    w(f"| gpt-mini's Linear GEMMs (M 2048), one thread: GFLOP/s | gemm_gpt_mini.txt, "
+      f"gemm_gpt_mini_torch.txt | {fmt(ours, 1)} (mpt_op_gemm) | PyTorch 2.x (MKL): {fmt(theirs, 1)} | |")
+    for name, isa in (("gemm_mlp.txt", "the CPU's ISA"), ("gemm_mlp_avx2.txt", "AVX2 forced")):
+        t = read_text(d, name)
+        x = grep(t, r"^# step \(fwdb.* mpt [0-9.]+ ms [0-9.]+ GFLOP/s \(x([0-9.]+)\)")
+        w(f"| the mlp's GEMMs (M 64), one thread, {isa}: mpt_op_gemm against OpenBLAS | {name} | "
+          f"{fmt(x)}x | OpenBLAS | |")
+    tune = read_text(d, "gemm_tune.txt") or ""
+    tr = re.findall(r"^(\w+) isa (\w+): median auto [0-9.]+, tune [0-9.]+ samples/s: tune/auto ([0-9.]+)",
+                    tune, re.M)
+    w(f"| `--gemm tune` against `--gemm auto`, samples/s, 2 ranks | gemm_tune.txt | "
+      f"{'; '.join(f'{m} {i} {x}x' for m, i, x in tr) or MISSING} | `--gemm auto` | |")
+    at = read_text(d, "attn_fused.txt") or ""
+    ar = re.findall(r"^\s+[0-9.]+\s+[0-9.]+\s+([0-9.]+)\s+[0-9.]+\s+[0-9.]+\s+([0-9.]+)\s+(\w+)\s+(\w+)", at, re.M)
+    w(f"| the fused causal attention (gpt-mini's layer), 1 / 2 threads: reference time / fused | "
+      f"attn_fused.txt | {' / '.join(f'{a}x' for a, _, _, _ in ar) or MISSING} (wall)"
+      f"{', the same bits' if ar and all(y == 'same' and q == 'same' for _, _, y, q in ar) else ''} | "
+      f"the unfused layer | |")
     fr = read_text(d, "flight_recorder_cost.txt")
     fr_step = fmt(grep(fr, r"^median on/off \(gpt-mini step\): ([0-9.]+)"), 3)
     fr_ar = fmt(grep(fr, r"^median on-off \(8-byte all-reduce\): ([0-9.+-]+)"), 3)

@@ -72,8 +72,25 @@ row() { # label args...
     done
   fi
   if [ "${HEADLINE:-0}" = 1 ]; then
-    echo "# gpt2-large (774M) at 2 ranks, B 1, T 64 (--model gpt with its sizes), $steps steps"
-    row "gpt2-large zero 3 --recompute" --model gpt --n-layer 36 --n-head 20 --n-embd 1280 \
-      --vocab-size 50257 --seq-len 64 --zero 3 --recompute --lr 2.5e-4
+    large="--model gpt --n-layer 36 --n-head 20 --n-embd 1280 --vocab-size 50257 --seq-len 64"
+    avail=$(awk '/^MemAvailable/ { print $2 * 1024 }' /proc/meminfo)
+    echo "# gpt2-large (774M) at 2 ranks, B 1, T 64 (--model gpt with its sizes): whether each"
+    echo "# stage fits, from the trainer's own memory check (run with MPITRAIN_HOST_MEMORY=1K, so"
+    echo "# that every stage is refused and prints what it needs per rank), against this host's"
+    echo "# MemAvailable of $(awk -v a="$avail" 'BEGIN { printf "%.1f", a / 2^30 }') GiB for the 2 ranks"
+    for z in 0 1 2 3; do
+      for rc in "" --recompute; do
+        MPITRAIN_HOST_MEMORY=1K "$here/../tests/mpirun.sh" 2 300 "$prog" train $large --zero $z \
+          $rc $common >"$tmp/run.out" 2>&1 </dev/null
+        need=$(sed -n 's/.*needs at least \([0-9.]*\) GiB per rank (model state \([0-9.]*\) GiB.*/\1 \2/p' \
+          "$tmp/run.out" | head -1)
+        [ -n "$need" ] || { echo "zero $z $rc: no memory check line: $(tail -2 "$tmp/run.out")"; continue; }
+        set -- $need
+        printf '%-34s needs %5.1f GiB per rank (model state %5.2f): %s\n' "zero $z $rc" "$1" "$2" \
+          "$(awk -v n="$1" -v a="$avail" 'BEGIN { print (2 * n * 2^30 <= a) ? "fits" : "refused" }')"
+      done
+    done
+    echo "# gpt2-large trained at 2 ranks, $steps steps"
+    row "gpt2-large zero 3 --recompute" $large --zero 3 --recompute --lr 2.5e-4
   fi
 } >"$out"
