@@ -380,6 +380,17 @@ START_TEST(test_bf16_rounding_is_nearest_even_and_keeps_nan) {
     free(sum);
     free(rnd);
   }
+  /* Widening every bf16 value (the last 7 again) gives mpt_bf16_to_f32's bits, NaNs too. */
+  float *wide = malloc(sizeof(float) * M);
+  ck_assert(wide);
+  for (uint32_t i = 0; i < M; i++) a[i] = (uint16_t)i;
+  mpt_bf16_widen_array(a, wide, M);
+  for (uint32_t i = 0; i < M; i++) {
+    const float want = mpt_bf16_to_f32(a[i]);
+    if (memcmp(&wide[i], &want, sizeof want) != 0)
+      ck_abort_msg("widen %#x: %a, want %a", a[i], (double)wide[i], (double)want);
+  }
+  free(wide);
   free(a);
   free(b);
   free(f);

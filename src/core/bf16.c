@@ -67,6 +67,15 @@ void mpt_bf16_round_array(const float *src, uint16_t *dst, int64_t n) {
 
 void mpt_bf16_add_array(const uint16_t *a, uint16_t *b, int64_t n) { add_kernel(a, b, n); }
 
+MPT_ISA_KERNEL_VOID(widen_kernel, (const uint16_t *src, float *dst, int64_t n), (src, dst, n)) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (int j = 0; j < 32; j++) dst[i + j] = widen(src[i + j]);
+  for (; i < n; i++) dst[i] = widen(src[i]);
+}
+
+/* Not a loop of mpt_bf16_to_f32 calls: an exported function is called through the PLT and
+ * never inlined (1.7 ns an element here, 10x the kernel). */
 void mpt_bf16_widen_array(const uint16_t *src, float *dst, int64_t n) {
-  for (int64_t i = 0; i < n; i++) dst[i] = mpt_bf16_to_f32(src[i]);
+  widen_kernel(src, dst, n);
 }
