@@ -34,7 +34,7 @@ model="train --model gpt --n-layer 12 --n-head 12 --n-embd 768 --seq-len 64 --vo
 args="$model --batch-size 1 --max-steps 9 --log-every 1 --threads 1 --checkpoint-every 3 --keep 1"
 stamp() { while IFS= read -r line; do echo "$(date +%s.%N) $line"; done; }
 {
-  echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(uname -n), $(nproc) cores, shared with other jobs (noisy);"
+  echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(uname -n), $(nproc) cores, load average $(cut -d" " -f1-3 /proc/loadavg);"
   echo "# commit $(git -C "$dir" rev-parse --short HEAD 2>/dev/null || echo unknown); command per mode:"
   echo "#   mpirun -np 2 mpitrain $args --shards RANDOM --checkpoint-dir DIR --checkpoint-async M"
   printf '%-6s %14s %s\n' "async" "normal step s" "steps after a checkpoint (s); waits for the background writer"
