@@ -67,7 +67,7 @@ def torch_row(d, stem, model, label, goal):
             f"{'; '.join(parts)} | {goal} |")
 
 
-def gpt_rows(d, name, model, goal, precision="fp32"):
+def gpt_rows(d, name, model, goal, precision="fp32", note=""):
     j = load_json(d, name)
     rows = []
     for r in (j or {}).get("results", []):
@@ -89,7 +89,7 @@ def gpt_rows(d, name, model, goal, precision="fp32"):
                else f"{r['np']} ranks x {r['threads']} thread(s)")
         pf = m.get("peak_fraction")
         peak = f", {100 * pf:.0f} % of the SGEMM peak" if pf else ""
-        prec = "" if precision == "fp32" else f", {precision}"
+        prec = ("" if precision == "fp32" else f", {precision}") + note
         rows.append(f"| {model}{prec}, B {r['batch_size']} x T {r['seq_len']}, {how}, tokens/s | {name} | "
                     f"{m['tokens_per_sec']:.0f}{peak} | {'; '.join(parts)} | {goal} |")
     return rows or [f"| {model} tokens/s | {name} | {MISSING} | | {goal} |"]
@@ -176,6 +176,9 @@ def main():
                 ">= 1.5x"))
     for r in gpt_rows(d, "compare_gpt_mini.json", "gpt-mini", ">= 1.25x the faster"):
         w(r)
+    for r in gpt_rows(d, "compare_gpt_mini_avx2.json", "gpt-mini", ">= 1.25x the faster",
+                      note=", AVX2 forced on both sides"):
+        w(r)
     for r in gpt_rows(d, "compare_llama_mini.json", "llama-mini", ""):
         w(r)
     for r in gpt_rows(d, "compare_gpt_gpt2.json", "gpt2", ""):
@@ -240,6 +243,12 @@ def main():
     theirs = grep(gt, r"^# step \(fwd.*Linear.* torch [0-9.]+ ms ([0-9.]+) GFLOP/s")
     w(f"| gpt-mini's Linear GEMMs (M 2048), one thread: GFLOP/s | gemm_gpt_mini.txt, "
       f"gemm_gpt_mini_torch.txt | {fmt(ours, 1)} (mpt_op_gemm) | PyTorch 2.x (MKL): {fmt(theirs, 1)} | |")
+    ga = read_text(d, "gemm_gpt_mini_avx2.txt")
+    if ga:
+        x = grep(ga, r"^# step \(fwdb.*Linear.* mpt [0-9.]+ ms [0-9.]+ GFLOP/s \(x([0-9.]+)\)")
+        v = grep(ga, r"^# step \(fwdb.*Linear.* mpt [0-9.]+ ms ([0-9.]+) GFLOP/s")
+        w(f"| gpt-mini's Linear GEMMs, one thread, AVX2 forced: mpt_op_gemm against OpenBLAS | "
+          f"gemm_gpt_mini_avx2.txt | {fmt(v, 1)} GFLOP/s, {fmt(x)}x | OpenBLAS | |")
     for name, isa in (("gemm_mlp.txt", "the CPU's ISA"), ("gemm_mlp_avx2.txt", "AVX2 forced")):
         t = read_text(d, name)
         x = grep(t, r"^# step \(fwdb.* mpt [0-9.]+ ms [0-9.]+ GFLOP/s \(x([0-9.]+)\)")
@@ -272,8 +281,9 @@ def main():
     w("## Files")
     w("")
     w("Commands as run from the source folder (`./mpitrain`, `./mpt_*`: the build folder; "
-      "RESULTS: this folder; RUNS: run_all.sh's folder of logs). Load: the 1-minute load "
-      "average before the file's first run, on 2 CPUs.")
+      "RESULTS: this folder; RUNS: run_all.sh's folder of logs). s: the seconds the command took. "
+      "Load: the 1-minute load average when the command started; it still counts the previous "
+      "command's own processes (2 ranks keep it near 2), so read it against that.")
     w("")
     w("| file | start (UTC) | s | load | commit | command |")
     w("|---|---|---|---|---|---|")
