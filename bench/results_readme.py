@@ -88,7 +88,8 @@ def gpt_rows(d, name, model, goal, precision="fp32", note=""):
         how = (f"{r['np']} process x {r['threads']} threads" if r["np"] == 1
                else f"{r['np']} ranks x {r['threads']} thread(s)")
         pf = m.get("peak_fraction")
-        peak = f", {100 * pf:.0f} % of the SGEMM peak" if pf else ""
+        of = "the SGEMM peak" if precision == "fp32" else "the fp32 SGEMM peak"
+        peak = f", {100 * pf:.0f} % of {of}" if pf else ""
         prec = ("" if precision == "fp32" else f", {precision}") + note
         rows.append(f"| {model}{prec}, B {r['batch_size']} x T {r['seq_len']}, {how}, tokens/s | {name} | "
                     f"{m['tokens_per_sec']:.0f}{peak} | {'; '.join(parts)} | {goal} |")
