@@ -6,7 +6,7 @@
 set -u
 . "$(dirname "$0")/bench_lib.sh"
 
-sections_all="comm train torch gemm gpt zero ckpt hf"
+sections_all="comm train torch gemm avx2 gpt zero ckpt hf"
 usage() {
   cat <<EOF
 usage: bench/run_all.sh [options]
@@ -22,9 +22,9 @@ usage: bench/run_all.sh [options]
                      the same files of the set, whose manifest keeps the others' lines
   -h, --help
 Sections: comm (all-reduce against raw MPI, bf16, polling), train (the mlp's modes, ranks,
-buckets; the scaling model), torch (mlp and cnn against PyTorch 1.13 and PyPI's, at the CPU's
-ISA and with AVX2 forced; the comm thread's yield), gemm (the GEMM libraries, --gemm tune,
-the fused attention, PyTorch's GEMMs), gpt (gpt-mini, llama-mini and gpt2 against both
+buckets; the scaling model), torch (mlp and cnn against PyTorch 1.13 and PyPI's; the comm
+thread's yield), gemm (the GEMM libraries, --gemm tune, the fused attention, PyTorch's GEMMs),
+avx2 (AVX2 forced on both sides: mlp, cnn and gpt-mini against PyTorch, the GEMMs), gpt (gpt-mini, llama-mini and gpt2 against both
 PyTorch versions, DDP buckets, bf16, the flight recorder's cost, the fortunes), zero (memory
 and step time of ZeRO 0-3, gpt2-large), ckpt (the checkpoint stall), hf (Hugging Face interop).
 A whole run (no --only) first removes the files the previous manifest.tsv names, so that the
@@ -78,9 +78,13 @@ step() { echo "== $*" >&2; }
 # average before<TAB>commit<TAB>command". A whole run starts it afresh (and removes the files
 # of the previous one); --only replaces the lines of the files it remakes.
 manifest=$out/manifest.tsv
-commit=$(git -C "$BENCH_SRCDIR" rev-parse --short HEAD 2>/dev/null || echo unknown)
-[ -z "$(git -C "$BENCH_SRCDIR" status --porcelain --untracked-files=no -- src include 2>/dev/null)" ] ||
-  commit="$commit+changes"
+tree_commit() { # the commit of the source tree; "+changes" when src/ or include/ differ from it
+  _c=$(git -C "$BENCH_SRCDIR" rev-parse --short HEAD 2>/dev/null || echo unknown)
+  [ -z "$(git -C "$BENCH_SRCDIR" status --porcelain --untracked-files=no -- src include 2>/dev/null)" ] ||
+    _c="$_c+changes"
+  echo "$_c"
+}
+commit=$(tree_commit)
 if [ -z "$only" ]; then
   if [ -f "$manifest" ]; then
     cut -f1 "$manifest" | while read -r f; do
@@ -104,7 +108,7 @@ note() { # file command...: record FILE in the manifest (after the command that 
     "$_load" "$commit" "$(shown "$*")" >>"$manifest.tmp"
   mv "$manifest.tmp" "$manifest"
 }
-begin() { _t0=$(date +%s); _load=$(cut -d' ' -f1 /proc/loadavg); }
+begin() { _t0=$(date +%s); _load=$(cut -d' ' -f1 /proc/loadavg); commit=$(tree_commit); }
 run() { # NAME command...: stdout to NAME.txt (and the terminal), recorded in the manifest
   _name=$1
   shift
@@ -152,6 +156,8 @@ if want comm; then
   step "all-reduce, $np ranks: bfloat16 on the wire, against float at the same sizes"
   ar "allreduce_np${np}_float" -b 1M -e 64M -f 4 -n 10 -w 3 -R "$repeats" -d float
   ar "allreduce_np${np}_bfloat16" -b 1M -e 64M -f 4 -n 10 -w 3 -R "$repeats" -d bfloat16
+  step "all-reduce, $np ranks: reduce-scatter + all-gather (rs-ag, ZeRO's collectives), average"
+  ar "allreduce_np${np}_rsag" -o avg -b 1M -e 64M -f 4 -n 10 -w 3 -R "$repeats" --coll rsag
 fi
 
 if want train; then
@@ -205,12 +211,6 @@ if want torch; then
     --repeats "$repeats" --out "$runs/torch_cnn" --json "$out/compare_torch_cnn.json"
   note compare_torch_cnn_debian.json "(with compare_torch_cnn.txt)"
   note compare_torch_cnn_pypi.json "(with compare_torch_cnn.txt)"
-  step "the same with AVX2 forced on both sides"
-  run compare_torch_avx2 env $avx2 "$B/compare_torch.sh" --torch both --model mlp,cnn \
-    --np "$np" --steps 150 --repeats "$repeats" --out "$runs/torch_avx2" \
-    --json "$out/compare_torch_avx2.json"
-  note compare_torch_avx2_debian.json "(with compare_torch_avx2.txt)"
-  note compare_torch_avx2_pypi.json "(with compare_torch_avx2.txt)"
   step "the comm thread spinning against yielding"
   run comm_yield_mlp "$B/comm_yield.sh" --model mlp --pairs $((2 * repeats + 1)) --np "$np"
   run comm_yield_cnn "$B/comm_yield.sh" --model cnn --pairs $((2 * repeats - 1)) \
@@ -220,7 +220,6 @@ fi
 if want gemm; then
   step "GEMM libraries on the mlp's and gpt-mini's products, one thread"
   run gemm_mlp "$MPT_BUILD/mpt_gemm_bench" --model mlp --threads 1 --reps 21
-  run gemm_mlp_avx2 env $avx2 "$MPT_BUILD/mpt_gemm_bench" --model mlp --threads 1 --reps 21
   run gemm_gpt_mini "$MPT_BUILD/mpt_gemm_bench" --model gpt-mini --threads 1 --reps 5
   if [ -x "$venv/bin/python" ]; then
     run gemm_gpt_mini_torch "$venv/bin/python" "$B/torch_gemm.py" --model gpt-mini --threads 1 --reps 5
@@ -229,6 +228,25 @@ if want gemm; then
   run gemm_tune "$B/gemm_tune.sh" --pairs "$repeats" --np "$np"
   step "the fused causal attention against the reference, 1 and 2 threads"
   run attn_fused sh -c "for t in 1 2; do '$MPT_BUILD/mpt_attn_bench' 8 256 384 6 \$t 20; done"
+fi
+
+if want avx2; then
+  # The CPU's own kernels run above; here AVX2 is forced on both sides (mpitrain's kernels,
+  # OpenBLAS's Haswell kernels, oneDNN capped at AVX2, PyTorch's ATen and MKL at AVX2).
+  step "AVX2 forced: mlp and cnn against PyTorch DDP, $np ranks"
+  run compare_torch_avx2 env $avx2 "$B/compare_torch.sh" --torch both --model mlp,cnn \
+    --np "$np" --steps 150 --repeats "$repeats" --out "$runs/torch_avx2" \
+    --json "$out/compare_torch_avx2.json"
+  note compare_torch_avx2_debian.json "(with compare_torch_avx2.txt)"
+  note compare_torch_avx2_pypi.json "(with compare_torch_avx2.txt)"
+  step "AVX2 forced: the GEMM libraries on the mlp's and gpt-mini's products, one thread"
+  run gemm_mlp_avx2 env $avx2 "$MPT_BUILD/mpt_gemm_bench" --model mlp --threads 1 --reps 21
+  run gemm_gpt_mini_avx2 env $avx2 "$MPT_BUILD/mpt_gemm_bench" --model gpt-mini --threads 1 --reps 5
+  step "AVX2 forced: gpt-mini against both PyTorch versions, 1 and $np ranks"
+  run compare_gpt_mini_avx2 env $avx2 "$B/compare_gpt.sh" --model gpt-mini --np "1,$np" \
+    --torch both --repeats 2 --steps 5 --warmup 1 --out "$runs/gpt_mini_avx2" \
+    --json "$out/compare_gpt_mini_avx2.json"
+  note compare_gpt_mini_avx2.json "(with compare_gpt_mini_avx2.txt)"
 fi
 
 if want gpt; then
