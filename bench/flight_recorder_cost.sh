@@ -24,7 +24,8 @@ while [ $# -gt 0 ]; do
   shift 2
 done
 case $np$pairs in *[!0-9]*) bench_die "--np and --pairs take numbers" ;; esac
-[ "$pairs" -ge 1 ] || bench_die "--pairs must be at least 1"
+[ -n "$np" ] && [ -n "$pairs" ] && [ "$np" -ge 1 ] && [ "$pairs" -ge 1 ] ||
+  bench_die "--np and --pairs must be at least 1"
 bench_find_build
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/mpt_frcost.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT

@@ -189,6 +189,9 @@ def main():
             w(r)
     w(f"| all-reduce bus bandwidth, sizes >= 1 MiB, 2 ranks | allreduce_np2.json | "
       f"{fmt(allreduce_ratio(d, 'allreduce_np2.json'))} of raw `MPI_Allreduce` | raw MPI | |")
+    w(f"| reduce-scatter + all-gather (rs-ag, ZeRO's collectives), average, >= 1 MiB, 2 ranks | "
+      f"allreduce_np2_rsag.json | {fmt(allreduce_ratio(d, 'allreduce_np2_rsag.json'))} of raw "
+      f"`MPI_Allreduce` | raw MPI | |")
     zs = read_text(d, "zero_step_time.txt")
     z0 = grep(zs, r"^median zero 0\s+([0-9.]+)")
     z3 = grep(zs, r"^median zero 3\s+([0-9.]+)")
