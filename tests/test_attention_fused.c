@@ -14,6 +14,7 @@
  * Independently of the reference: central finite differences of L = sum(y * r) in double
  * against the fused backward at T = 70 (across a block boundary), and the op's argument checks
  * and a case small enough to know by hand. */
+#include <cblas.h>
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -100,7 +101,10 @@ static void check_same(const shape *s, int twice, int threads) {
   const int64_t n = s->b * s->t * 3 * s->c, ny = s->b * s->t * s->c;
   OK(mpt_cpu_set_threads(threads));
   result ref = run_layer(s, mpt__causal_attention_reference, twice);
+  const int blas_threads = openblas_get_num_threads();
   result fused = run_layer(s, mpt_nn_causal_attention, twice);
+  /* the op runs OpenBLAS on one thread while its team runs, and gives the rank's count back */
+  ck_assert_int_eq(openblas_get_num_threads(), blas_threads);
   for (int64_t i = 0; i < ny; i++)
     ck_assert_msg(memcmp(&ref.y[i], &fused.y[i], sizeof(float)) == 0,
                   "B %lld T %lld C %lld H %d, %d thread(s): y[%lld] fused %.9g, reference %.9g",

@@ -37,6 +37,7 @@
  * (OpenBLAS, its own threads). */
 #include "config.h"
 
+#include <cblas.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -200,6 +201,14 @@ static mpt_status run(attn_job *j, int64_t b, int backward) {
    * (which inherits the mask when libgomp starts it from here): once per call, not per GEMM */
   sigset_t old;
   mpt__signals_block(&old);
+  /* The block products that route to OpenBLAS (under AVX2 all of them: gemm_choice.c) must run
+   * on OpenBLAS's calling thread alone while the team runs: a threaded OpenBLAS called from two
+   * threads at once serialises them and spins its own threads against the team (gpt-mini at
+   * 2 threads, AVX2: the attention took 68 % of a step, 4x the 2-rank step). OpenBLAS gives the
+   * same bits at any thread count (it splits the rows and columns, never k). */
+  const int blas_threads = openblas_get_num_threads();
+  const int blas_one = threads > 1 && blas_threads > 1;
+  if (blas_one) openblas_set_num_threads(1);
 #ifdef MPT_HAVE_ONEDNN
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
 #endif
@@ -215,6 +224,7 @@ static mpt_status run(attn_job *j, int64_t b, int backward) {
     else
       forward_pair(j, pair, slot);
   }
+  if (blas_one) openblas_set_num_threads(blas_threads);
   mpt__signals_restore(&old);
   free(j->scratch);
   const int failed = atomic_load(&j->failed);
