@@ -54,7 +54,7 @@ done
 for s in $only; do
   case " $sections_all " in *" $s "*) ;; *) bench_die "--only: '$s' is not a section (see --help)" ;; esac
 done
-case $np in '' | *[!0-9]*) bench_die "--np: '$np' is not a number" ;; esac
+case $np in '' | *[!0-9]* | 0) bench_die "--np: '$np' is not a positive number" ;; esac
 case $repeats in '' | *[!0-9]* | 0) bench_die "--repeats: '$repeats' is not a positive number" ;; esac
 bench_find_build
 export MPT_BUILD
