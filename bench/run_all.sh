@@ -35,17 +35,22 @@ bench/.venv, made with pip on first use).
 EOF
 }
 
-out=$BENCH_SRCDIR/bench/results runs="" np=2 repeats=3 only=""
+out=$BENCH_SRCDIR/bench/results runs="" np=2 repeats=3 only="" only_given=0
 while [ $# -gt 0 ]; do
   case $1 in -h|--help) usage; exit 0 ;; esac
+  case $1 in --*) ;; *) usage >&2; bench_die "unknown option '$1'" ;; esac
   [ $# -ge 2 ] || bench_die "$1 needs a value (see --help)"
+  case $2 in
+    '') bench_die "$1: the value is empty" ;;
+    --*) bench_die "$1 needs a value, not the option '$2' (see --help)" ;;
+  esac
   case $1 in
     --build) MPT_BUILD=$2 ;;
     --out) out=$2 ;;
     --runs) runs=$2 ;;
     --np) np=$2 ;;
     --repeats) repeats=$2 ;;
-    --only) only=$(echo "$2" | tr ',' ' ') ;;
+    --only) only=$(echo "$2" | tr ',' ' ') only_given=1 ;;
     --wait-idle) MPT_BENCH_WAIT_IDLE_S=$2; export MPT_BENCH_WAIT_IDLE_S ;;
     *) usage >&2; bench_die "unknown option '$1'" ;;
   esac
@@ -54,8 +59,19 @@ done
 for s in $only; do
   case " $sections_all " in *" $s "*) ;; *) bench_die "--only: '$s' is not a section (see --help)" ;; esac
 done
-case $np in '' | *[!0-9]* | 0) bench_die "--np: '$np' is not a positive number" ;; esac
-case $repeats in '' | *[!0-9]* | 0) bench_die "--repeats: '$repeats' is not a positive number" ;; esac
+only=$(echo $only) # the words alone: "," names no section
+[ $only_given -eq 0 ] || [ -n "$only" ] || bench_die "--only names no section (see --help)"
+# Numbers in plain decimal (sh's arithmetic reads 010 as octal and stops at 08), at most 4 digits.
+case $np in *[!0-9]* | 0* | ?????*) bench_die "--np: '$np' is not a number from 1 to 9999" ;; esac
+case $repeats in *[!0-9]* | 0* | ?????*)
+  bench_die "--repeats: '$repeats' is not a number from 1 to 9999" ;;
+esac
+case ${MPT_BENCH_WAIT_IDLE_S:-0} in '' | *[!0-9]* | ??????*)
+  bench_die "--wait-idle (MPT_BENCH_WAIT_IDLE_S): '${MPT_BENCH_WAIT_IDLE_S:-}' is not a number of seconds (0 to 99999)" ;;
+esac
+for d in "$out" "$runs"; do
+  [ -z "$d" ] || [ ! -e "$d" ] || [ -d "$d" ] || bench_die "'$d' exists and is not a folder"
+done
 bench_find_build
 export MPT_BUILD
 # The prerequisites first, not after minutes of benchmarks.
@@ -66,8 +82,14 @@ command -v gnuplot >/dev/null 2>&1 ||
 venv=${MPT_TORCH_VENV:-$BENCH_SRCDIR/bench/.venv}
 MPT_TORCH_VENV=$venv
 export MPT_TORCH_VENV
-[ -n "$runs" ] || runs=$(mktemp -d "${TMPDIR:-/tmp}/mpt_run_all.XXXXXX")
-mkdir -p "$out" "$runs" || bench_die "cannot create $out or $runs"
+writable() { # DIR: made if missing, and a file can be written there (root passes test -w anywhere)
+  mkdir -p "$1" || bench_die "cannot create $1"
+  { (: >"$1/.run_all.$$") 2>/dev/null && rm -f "$1/.run_all.$$"; } || bench_die "cannot write in $1"
+}
+writable "$out"
+[ -n "$runs" ] || runs=$(mktemp -d "${TMPDIR:-/tmp}/mpt_run_all.XXXXXX") ||
+  bench_die "cannot make a folder for the runs in ${TMPDIR:-/tmp}"
+writable "$runs"
 echo "results in $out, runs in $runs" >&2
 B=$BENCH_SRCDIR/bench
 PY=$(bench_python)
