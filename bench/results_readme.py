@@ -17,19 +17,30 @@ import statistics
 import sys
 
 MISSING = "not in this set"
+# What a damaged file (a key missing, a value of the wrong type, a zero) raises while one of
+# its figures is read: that figure, or that record, is left out.
+BAD = (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError)
 
 
 def load_json(d, name):
+    """The file's object, or None when it is missing, unreadable or not a JSON object."""
     try:
         with open(os.path.join(d, name)) as f:
-            return json.load(f)
-    except (OSError, ValueError):
+            j = json.load(f)
+    except (OSError, ValueError, RecursionError):
         return None
+    return j if isinstance(j, dict) else None
+
+
+def records(j, key):
+    """The objects of the list j[key] (an empty list when j or the list is not there)."""
+    v = (j or {}).get(key)
+    return [r for r in v if isinstance(r, dict)] if isinstance(v, list) else []
 
 
 def read_text(d, name):
     try:
-        with open(os.path.join(d, name)) as f:
+        with open(os.path.join(d, name), errors="replace") as f:
             return f.read()
     except OSError:
         return None
@@ -46,11 +57,18 @@ def compare_torch(d, stem, model):
         j = load_json(d, f"{stem}_{flavor}.json")
         if not j:
             continue
-        for r in j.get("results", []):
-            if r.get("model") == model:
-                ours.append(r["mpitrain_samples_per_sec"])
-                sides[flavor] = (r["torch_samples_per_sec"], r.get("pair_ratio_median", r["ratio"]),
-                                 j.get("versions", {}).get("torch", "?"))
+        for r in records(j, "results"):
+            if r.get("model") != model:
+                continue
+            try:
+                o = float(r["mpitrain_samples_per_sec"])
+                t = float(r["torch_samples_per_sec"])
+                ratio = float(r["pair_ratio_median"] if "pair_ratio_median" in r else r["ratio"])
+                v = j.get("versions", {}).get("torch", "?")
+            except BAD:
+                continue
+            ours.append(o)
+            sides[flavor] = (t, ratio, str(v))
     return (statistics.median(ours) if ours else None), sides
 
 
@@ -70,30 +88,38 @@ def torch_row(d, stem, model, label, goal):
 def gpt_rows(d, name, model, goal, precision="fp32", note=""):
     j = load_json(d, name)
     rows = []
-    for r in (j or {}).get("results", []):
+    for r in records(j, "results"):
         if (r.get("model") != model or r.get("precision", "fp32") != precision
                 or r.get("skipped")):
             continue
-        imp = r["impls"]
-        m = imp.get("mpitrain", {})
-        if not m.get("tokens_per_sec"):
+        try:
+            rows.append(gpt_row(r, name, model, goal, precision, note))
+        except BAD:
             continue
-        parts = []
-        for side in ("torch_debian", "torch_pypi"):
-            t = imp.get(side)
-            if t and t.get("tokens_per_sec"):
-                v = t.get("torch_version", "?").split("+")[0]
-                parts.append(f"**{t.get('pair_ratio_median', t['ratio']):.2f}x** vs {v} "
-                             f"({t['tokens_per_sec']:.0f})")
-        how = (f"{r['np']} process x {r['threads']} threads" if r["np"] == 1
-               else f"{r['np']} ranks x {r['threads']} thread(s)")
-        pf = m.get("peak_fraction")
-        of = "the SGEMM peak" if precision == "fp32" else "the fp32 SGEMM peak"
-        peak = f", {100 * pf:.0f} % of {of}" if pf else ""
-        prec = ("" if precision == "fp32" else f", {precision}") + note
-        rows.append(f"| {model}{prec}, B {r['batch_size']} x T {r['seq_len']}, {how}, tokens/s | {name} | "
-                    f"{m['tokens_per_sec']:.0f}{peak} | {'; '.join(parts)} | {goal} |")
     return rows or [f"| {model} tokens/s | {name} | {MISSING} | | {goal} |"]
+
+
+def gpt_row(r, name, model, goal, precision, note):
+    """One result of compare_gpt.sh's JSON as a row; raises one of BAD on a damaged record."""
+    imp = r["impls"]
+    m = imp.get("mpitrain", {})
+    if not m.get("tokens_per_sec"):
+        raise ValueError("no tokens/s")
+    parts = []
+    for side in ("torch_debian", "torch_pypi"):
+        t = imp.get(side)
+        if t and t.get("tokens_per_sec"):
+            v = t.get("torch_version", "?").split("+")[0]
+            parts.append(f"**{t.get('pair_ratio_median', t['ratio']):.2f}x** vs {v} "
+                         f"({t['tokens_per_sec']:.0f})")
+    how = (f"{r['np']} process x {r['threads']} threads" if r["np"] == 1
+           else f"{r['np']} ranks x {r['threads']} thread(s)")
+    pf = m.get("peak_fraction")
+    of = "the SGEMM peak" if precision == "fp32" else "the fp32 SGEMM peak"
+    peak = f", {100 * pf:.0f} % of {of}" if pf else ""
+    prec = ("" if precision == "fp32" else f", {precision}") + note
+    return (f"| {model}{prec}, B {r['batch_size']} x T {r['seq_len']}, {how}, tokens/s | {name} | "
+            f"{m['tokens_per_sec']:.0f}{peak} | {'; '.join(parts)} | {goal} |")
 
 
 def allreduce_ratio(d, name):
@@ -101,32 +127,46 @@ def allreduce_ratio(d, name):
     if not j:
         return None
     rs = []
-    for row in j.get("rows", []):
-        if row["bytes"] >= 1 << 20:
-            rs += [row["ratio_out_of_place"], row["ratio_in_place"]]
+    for row in records(j, "rows"):
+        try:
+            if row["bytes"] >= 1 << 20:
+                rs += [float(row["ratio_out_of_place"]), float(row["ratio_in_place"])]
+        except BAD:
+            continue
     return statistics.mean(rs) if rs else None
 
 
-def grep(text, pattern, cast=float):
+def num(s):
+    """s as a float; None where it is not a number ("1.2.3", "+-", "e")."""
+    try:
+        return float(s)
+    except ValueError:
+        return None
+
+
+def grep(text, pattern):
     m = re.search(pattern, text or "", re.M)
-    return cast(m.group(1)) if m else None
+    return num(m.group(1)) if m else None
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dir", required=True)
     d = ap.parse_args().dir
+    if not os.path.isdir(d):
+        sys.exit(f"results_readme.py: --dir '{d}' is not a folder")
     machine = read_text(d, "machine.txt")
     if machine is None:
-        sys.exit(f"results_readme.py: {d}/machine.txt is missing (bench/run_all.sh writes it)")
+        sys.exit(f"results_readme.py: {d}/machine.txt is missing or unreadable "
+                 "(bench/run_all.sh writes it)")
     mach = {}
     for line in machine.splitlines():
         k, _, v = line.partition(": ")
         mach.setdefault(k, []).append(v)
     manifest = []
     for line in (read_text(d, "manifest.tsv") or "").splitlines():
-        f = line.split("\t")
-        if len(f) == 6:
+        f = line.split("\t", 5)  # a tab inside the command stays in the command
+        if len(f) == 6 and f[0]:
             manifest.append(f)
     commits = sorted({m[4] for m in manifest})
     starts = sorted(m[1] for m in manifest)
@@ -207,9 +247,10 @@ def main():
     for z in range(4):
         m = re.search(rf"^zero {z}\s+start.*?\| peak MiB r0 ([0-9.]+) \(state ([0-9.]+)\+([0-9.]+)\+([0-9.]+)\)",
                       zm, re.M)
-        if m:
-            states.append(f"{sum(float(m.group(i)) for i in (2, 3, 4)):.0f}")
-            peaks.append(f"{float(m.group(1)):.0f}")
+        v = [num(m.group(i)) for i in (1, 2, 3, 4)] if m else [None]
+        if None not in v:
+            states.append(f"{sum(v[1:]):.0f}")
+            peaks.append(f"{v[0]:.0f}")
     w(f"| ZeRO 0 / 1 / 2 / 3, gpt2-shaped, 2 ranks: model state per rank, peak resident (MiB) | "
       f"zero_memory.txt | {' / '.join(states) or MISSING}; peak {' / '.join(peaks) or '-'} | | |")
     gl = read_text(d, "zero_gpt2_large.txt") or ""
@@ -217,7 +258,8 @@ def main():
     w(f"| gpt2-large (774M) at 2 ranks, `--zero 3 --recompute`: loss per step | zero_gpt2_large.txt | "
       f"{' -> '.join(m.group(1).split()) if m else MISSING} | | |")
     hf = read_text(d, "hf_interop.txt") or ""
-    diffs = [float(x) for x in re.findall(r"max \|logit difference\| ([0-9.e+-]+)", hf)]
+    diffs = [x for x in map(num, re.findall(r"max \|logit difference\| ([0-9.e+-]+)", hf))
+             if x is not None]
     eq = re.findall(r"arg max equal at (\d+) of (\d+)", hf)
     alleq = eq and all(a == b for a, b in eq)
     w(f"| Hugging Face interop (transformers), {len(diffs)} loads both ways: max abs logit difference | "
@@ -230,17 +272,18 @@ def main():
           f"{fmt(r)}x samples/s | spinning | |")
     # Element rate of the bfloat16 all-reduce against float32's at the largest common size.
     jf, jb = load_json(d, "allreduce_np2_float.json"), load_json(d, "allreduce_np2_bfloat16.json")
-    if jf and jb:
-        fb = {r["bytes"]: r for r in jf.get("rows", [])}
-        common = [r for r in jb.get("rows", []) if r["bytes"] in fb]
-        if common:
-            r = common[-1]
-            f = fb[r["bytes"]]
-            el = 2 * r["out_of_place"]["busbw_gbps"] / f["out_of_place"]["busbw_gbps"]
-            w(f"| bfloat16 all-reduce (rounded once) at {r['bytes'] >> 20} MiB: elements/s against "
-              f"float32's; against raw MPI's bfloat16 `MPI_Op` | allreduce_np2_{{float,bfloat16}}.json | "
-              f"{el:.2f}x; {r['ratio_out_of_place']:.2f} / {r['ratio_in_place']:.2f} (out-of-place / "
-              f"in-place) | float32; raw MPI | |")
+    fb = {r.get("bytes"): r for r in records(jf, "rows")}
+    common = [r for r in records(jb, "rows") if r.get("bytes") in fb]
+    try:
+        r = common[-1]
+        f = fb[r["bytes"]]
+        el = 2 * r["out_of_place"]["busbw_gbps"] / f["out_of_place"]["busbw_gbps"]
+        w(f"| bfloat16 all-reduce (rounded once) at {r['bytes'] >> 20} MiB: elements/s against "
+          f"float32's; against raw MPI's bfloat16 `MPI_Op` | allreduce_np2_{{float,bfloat16}}.json | "
+          f"{el:.2f}x; {r['ratio_out_of_place']:.2f} / {r['ratio_in_place']:.2f} (out-of-place / "
+          f"in-place) | float32; raw MPI | |")
+    except BAD:  # either file missing or damaged, or no size in common: no row
+        pass
     gm = read_text(d, "gemm_gpt_mini.txt")
     gt = read_text(d, "gemm_gpt_mini_torch.txt")
     ours = grep(gm, r"^# step \(fwdb.*Linear.* mpt [0-9.]+ ms ([0-9.]+) GFLOP/s")
@@ -297,8 +340,9 @@ def main():
     w("| file | start (UTC) | s | load | commit | command |")
     w("|---|---|---|---|---|---|")
     for f, start, secs, load, commit, cmd in manifest:
-        cmd = cmd.replace("|", "\\|")
-        w(f"| [{f}]({f}) | {start} | {secs} | {load} | {commit} | `{cmd}` |"
+        cmd = cmd.replace("|", "\\|").replace("\t", " ")
+        code = f"`` {cmd} ``" if "`" in cmd else f"`{cmd}`"  # a backtick inside stays inside
+        w(f"| [{f}]({f}) | {start} | {secs} | {load} | {commit} | {code} |"
           if not cmd.startswith("(") else f"| [{f}]({f}) | {start} | | | {commit} | {cmd} |")
     print("\n".join(out))
 
