@@ -14,25 +14,29 @@ while [ $# -gt 0 ]; do
   case $1 in
     -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
   esac
+  case $1 in --np | --pairs | --build) ;; *) bench_die "unknown option '$1' (see --help)" ;; esac
   [ $# -ge 2 ] || bench_die "$1 needs a value (see --help)"
+  case $2 in
+    '') bench_die "$1: the value is empty" ;;
+    --*) bench_die "$1 needs a value, not the option '$2' (see --help)" ;;
+  esac
   case $1 in
     --np) np=$2 ;;
     --pairs) pairs=$2 ;;
     --build) MPT_BUILD=$2 ;;
-    *) bench_die "unknown option '$1' (see --help)" ;;
   esac
   shift 2
 done
-case $np$pairs in *[!0-9]*) bench_die "--np and --pairs take numbers" ;; esac
-[ -n "$np" ] && [ -n "$pairs" ] && [ "$np" -ge 1 ] && [ "$pairs" -ge 1 ] ||
-  bench_die "--np and --pairs must be at least 1"
+# Plain decimal numbers, at most 4 digits (test(1) stops at numbers past its range).
+case $np in *[!0-9]* | 0* | ?????*) bench_die "--np: '$np' is not a number from 1 to 9999" ;; esac
+case $pairs in *[!0-9]* | 0* | ?????*) bench_die "--pairs: '$pairs' is not a number from 1 to 9999" ;; esac
 bench_find_build
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/mpt_frcost.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-ls /usr/share/games/fortunes/* >/dev/null 2>&1 ||
-  bench_die "no fortunes in /usr/share/games/fortunes (apt-get install fortunes)"
-"$MPT_BUILD/mpitrain" tokenize --bytes --val-fraction 0.1 -o "$tmp/sh" \
-  $(ls /usr/share/games/fortunes/* | grep -v '\.dat$' | grep -v '\.u8$') >/dev/null ||
+fortunes=$(ls /usr/share/games/fortunes/* 2>/dev/null | grep -v '\.dat$' | grep -v '\.u8$')
+[ -n "$fortunes" ] || bench_die "no fortunes in /usr/share/games/fortunes (apt-get install fortunes)"
+# shellcheck disable=SC2086 # one word per file (the fortunes' names have no spaces)
+"$MPT_BUILD/mpitrain" tokenize --bytes --val-fraction 0.1 -o "$tmp/sh" $fortunes >/dev/null ||
   bench_die "tokenize failed"
 
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2];
