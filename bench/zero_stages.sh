@@ -17,10 +17,19 @@ case ${1:-} in
   -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
   -*) echo "usage: bench/zero_stages.sh [OUT.txt] (see --help)" >&2; exit 2 ;;
 esac
+[ $# -le 1 ] || { echo "usage: bench/zero_stages.sh [OUT.txt] (one file; see --help)" >&2; exit 2; }
+case ${STEPS:-4} in *[!0-9]* | 0* | ?????*)
+  echo "zero_stages.sh: STEPS=$STEPS is not a number from 1 to 9999" >&2; exit 2 ;;
+esac
+case ${PAIRS:-0} in *[!0-9]* | ?????*)
+  echo "zero_stages.sh: PAIRS=$PAIRS is not a number from 0 to 9999" >&2; exit 2 ;;
+esac
 prog=${MPITRAIN:-./mpitrain}
 here=$(dirname "$0")
 steps=${STEPS:-4}
 out=${1:-/dev/stdout}
+# The output can be written, before minutes of runs.
+{ : >>"$out"; } 2>/dev/null || { echo "zero_stages.sh: cannot write $out" >&2; exit 2; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/mpt_zero_mem.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 awk 'BEGIN { srand(7); for (i = 0; i < 4000; i++) { s = "";
@@ -60,6 +69,7 @@ row() { # label args...
         "$here/../tests/mpirun.sh" 2 1800 "$prog" train $gpt2 --zero $cfg $common \
           >"$tmp/run.out" 2>&1 </dev/null || { echo "zero $cfg: failed"; continue; }
         ms=$(sed -n 's/.*per-step breakdown .* total \([0-9.]*\).*/\1/p' "$tmp/run.out" | tail -1)
+        [ -n "$ms" ] || { echo "zero $cfg: no step time in its output"; continue; }
         printf 'set %d  zero %-16s load %5s  %s ms/step\n' "$i" "$cfg" "$load" "$ms"
         printf '%s %s\n' "$(echo "$cfg" | tr ' ' '_')" "$ms" >>"$tmp/times"
       done
