@@ -29,7 +29,7 @@ here=$(dirname "$0")
 steps=${STEPS:-4}
 out=${1:-/dev/stdout}
 # The output can be written, before minutes of runs.
-{ : >>"$out"; } 2>/dev/null || { echo "zero_stages.sh: cannot write $out" >&2; exit 2; }
+(: >>"$out") 2>/dev/null || { echo "zero_stages.sh: cannot write $out" >&2; exit 2; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/mpt_zero_mem.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 awk 'BEGIN { srand(7); for (i = 0; i < 4000; i++) { s = "";
