@@ -33,7 +33,10 @@ case $pairs in *[!0-9]* | 0* | ?????*) bench_die "--pairs: '$pairs' is not a num
 bench_find_build
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/mpt_frcost.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-fortunes=$(ls /usr/share/games/fortunes/* 2>/dev/null | grep -v '\.dat$' | grep -v '\.u8$')
+fortunes=""
+for f in /usr/share/games/fortunes/*; do # the text files, not the indexes (.dat) nor .u8 links
+  case $f in *.dat | *.u8) ;; *) [ ! -f "$f" ] || fortunes="$fortunes $f" ;; esac
+done
 [ -n "$fortunes" ] || bench_die "no fortunes in /usr/share/games/fortunes (apt-get install fortunes)"
 # shellcheck disable=SC2086 # one word per file (the fortunes' names have no spaces)
 "$MPT_BUILD/mpitrain" tokenize --bytes --val-fraction 0.1 -o "$tmp/sh" $fortunes >/dev/null ||

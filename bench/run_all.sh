@@ -56,10 +56,12 @@ while [ $# -gt 0 ]; do
   esac
   shift 2
 done
+case $only in *[!a-z0-9\ ]*) bench_die "--only: '$only' is not a comma-separated list of sections" ;; esac
 for s in $only; do
   case " $sections_all " in *" $s "*) ;; *) bench_die "--only: '$s' is not a section (see --help)" ;; esac
 done
-only=$(echo $only) # the words alone: "," names no section
+# shellcheck disable=SC2086,SC2116 # the words alone (letters only): "," names no section
+only=$(echo $only)
 [ $only_given -eq 0 ] || [ -n "$only" ] || bench_die "--only names no section (see --help)"
 # Numbers in plain decimal (sh's arithmetic reads 010 as octal and stops at 08), at most 4 digits.
 case $np in *[!0-9]* | 0* | ?????*) bench_die "--np: '$np' is not a number from 1 to 9999" ;; esac

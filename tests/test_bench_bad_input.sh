@@ -44,6 +44,7 @@ refused "not a number from 1 to 9999" $ra --repeats -1
 refused "the value is empty" $ra --only ""
 refused "names no section" $ra --only ,
 refused "'bogus' is not a section" $ra --only comm,bogus
+refused "not a comma-separated list" $ra --only "*"
 refused "not a number of seconds" $ra --wait-idle abc
 refused "not a number of seconds" $ra --wait-idle 1.5
 refused "exists and is not a folder" $ra --out afile
