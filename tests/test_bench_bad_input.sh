@@ -24,13 +24,18 @@ cd "$tmp" || exit 1
 MPT_BUILD=$tmp/nobuild
 export MPT_BUILD
 
-refused() { # "expected words" script args...: exit status 2, the words on stderr, nothing ran
+refused() { # "expected words" [VAR=value...] script args...: status 2, the words on stderr
   _want=$1
   shift
-  timeout -k 5 20 sh "$srcdir/bench/$@" </dev/null >out.txt 2>err.txt
+  _env=""
+  while case $1 in *=*) true ;; *) false ;; esac; do _env="$_env $1"; shift; done
+  _s=$1
+  shift
+  # shellcheck disable=SC2086 # the assignments (no spaces in them)
+  timeout -k 5 20 env $_env sh "$srcdir/bench/$_s" "$@" </dev/null >out.txt 2>err.txt
   _rc=$?
   if [ $_rc -eq 2 ] && grep -q -- "$_want" err.txt && [ "$(wc -l <err.txt)" -le 30 ]; then ok; else
-    bad "$*: status $_rc (want 2), stderr: $(head -c 300 err.txt) (want '$_want')"
+    bad "$_env $_s $*: status $_rc (want 2), stderr: $(head -c 300 err.txt) (want '$_want')"
   fi
 }
 ra=run_all.sh
@@ -51,7 +56,7 @@ refused "exists and is not a folder" $ra --out afile
 refused "exists and is not a folder" $ra --runs afile
 refused "not the option '--np'" $ra --out --np 2
 refused "unknown option 'bogus'" $ra bogus
-MPT_BENCH_WAIT_IDLE_S=zz refused "not a number of seconds" $ra --only comm
+refused "not a number of seconds" MPT_BENCH_WAIT_IDLE_S=zz $ra --only comm
 fr=flight_recorder_cost.sh
 refused "needs a value" $fr --pairs
 refused "not a number from 1 to 9999" $fr --np abc
@@ -63,8 +68,8 @@ refused "unknown option 'bogus'" $fr bogus
 zs=zero_stages.sh
 refused "usage" $zs --bogus
 refused "one file" $zs a.txt b.txt
-STEPS=0 refused "STEPS=0 is not a number" $zs
-PAIRS=x refused "PAIRS=x is not a number" $zs
+refused "STEPS=0 is not a number" STEPS=0 $zs
+refused "PAIRS=x is not a number" PAIRS=x $zs
 refused "cannot write" $zs "$tmp/no/such/folder/out.txt"
 
 # results_readme.py on damaged copies of the set (a source tree from a tarball has no set).
