@@ -321,7 +321,8 @@ def main():
     if any(re.search(r"\b1[0-9][0-9] % of the SGEMM peak", line) for line in out):
         w("The SGEMM peak is the trainer's own probe (one 512 x 512 x 512 product on the library "
           "the GEMM rule picks for it); where a row reads above 100 % that probe under-read the "
-          "rate the model's larger products reach (bench/README.md, compare_gpt.sh).")
+          "rate the model's own products reached in the step (their rate is in the file's "
+          "--profile tables; bench/README.md, compare_gpt.sh).")
         w("")
     pngs = sorted(f for f in os.listdir(d) if f.endswith(".png"))
     if pngs:
