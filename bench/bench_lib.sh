@@ -1,6 +1,8 @@
 # bench/bench_lib.sh: shell functions shared by the benchmark scripts (sourced, not run).
 #
 #   bench_find_build       sets MPT_BUILD to the build folder holding `mpitrain`
+#   bench_option_value     refuses an option without a usable value
+#   bench_count NAME V     refuses V unless it is a number from 1 to 9999
 #   bench_python           prints the python3 to use (Debian's, which has torch, when present)
 #   bench_launch NP CMD... runs CMD with NP ranks of mpirun (NP = 0: a plain process), under a
 #                          timeout, one BLAS thread per rank unless OPENBLAS_NUM_THREADS is set
@@ -29,6 +31,22 @@ bench_find_build() {
     fi
   done
   bench_die "no build folder with mpitrain found: build the project, then pass --build DIR or set MPT_BUILD"
+}
+
+# bench_option_value "$@": refuses (exit 2) the option $1 without a value, with an empty one, or
+# with another option where its value should be.
+bench_option_value() {
+  [ $# -ge 2 ] || bench_die "$1 needs a value (see --help)"
+  case $2 in
+    '') bench_die "$1: the value is empty" ;;
+    --*) bench_die "$1 needs a value, not the option '$2' (see --help)" ;;
+  esac
+}
+
+# bench_count NAME VALUE: refuses (exit 2) a VALUE that is not a plain decimal from 1 to 9999
+# (sh's arithmetic reads 010 as octal and stops at 08; test(1) stops past its range).
+bench_count() {
+  case $2 in *[!0-9]* | 0* | '' | ?????*) bench_die "$1: '$2' is not a number from 1 to 9999" ;; esac
 }
 
 bench_python() {

@@ -15,11 +15,7 @@ while [ $# -gt 0 ]; do
     -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
   esac
   case $1 in --np | --pairs | --build) ;; *) bench_die "unknown option '$1' (see --help)" ;; esac
-  [ $# -ge 2 ] || bench_die "$1 needs a value (see --help)"
-  case $2 in
-    '') bench_die "$1: the value is empty" ;;
-    --*) bench_die "$1 needs a value, not the option '$2' (see --help)" ;;
-  esac
+  bench_option_value "$@"
   case $1 in
     --np) np=$2 ;;
     --pairs) pairs=$2 ;;
@@ -27,9 +23,8 @@ while [ $# -gt 0 ]; do
   esac
   shift 2
 done
-# Plain decimal numbers, at most 4 digits (test(1) stops at numbers past its range).
-case $np in *[!0-9]* | 0* | ?????*) bench_die "--np: '$np' is not a number from 1 to 9999" ;; esac
-case $pairs in *[!0-9]* | 0* | ?????*) bench_die "--pairs: '$pairs' is not a number from 1 to 9999" ;; esac
+bench_count --np "$np"
+bench_count --pairs "$pairs"
 bench_find_build
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/mpt_frcost.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
@@ -55,33 +50,35 @@ gpt() { # on|off: prints the mean step in ms
     --max-steps 6 --epochs 1 --batch-size 8 --threads 1 --no-progress --log-every 0 $_fr \
     </dev/null 2>&1 | sed -n 's/.*per-step breakdown .* total \([0-9.]*\).*/\1/p' | tail -1
 }
+# alternate MEASURE WHAT UNIT: $pairs pairs of "MEASURE on" and "MEASURE off", the order swapped
+# from pair to pair; prints each pair and the median of on/off (UNIT ms) or of on - off (us).
+alternate() {
+  _i=0
+  : >"$tmp/pairs"
+  while [ "$_i" -lt "$pairs" ]; do
+    _i=$((_i + 1))
+    if [ $((_i % 2)) -eq 1 ]; then a=$($1 on); b=$($1 off); else b=$($1 off); a=$($1 on); fi
+    [ -n "$a" ] && [ -n "$b" ] || bench_die "a $2 run printed no time"
+    awk -v i="$_i" -v a="$a" -v b="$b" -v u="$3" 'BEGIN {
+      if (u == "ms") printf "pair %d  on %8.1f ms  off %8.1f ms  on/off %.3f\n", i, a, b, a / b
+      else printf "pair %d  on %7.3f us  off %7.3f us  on-off %+.3f us\n", i, a, b, a - b }' |
+      tee -a "$tmp/pairs"
+  done
+  if [ "$3" = ms ]; then
+    echo "median on/off ($2): $(awk '{ print $NF }' "$tmp/pairs" | median)"
+  else
+    echo "median on-off ($2): $(awk '{ print $(NF - 1) }' "$tmp/pairs" | median) us"
+  fi
+}
 gpt on >/dev/null
-i=0
-: >"$tmp/r1"
-while [ "$i" -lt "$pairs" ]; do
-  i=$((i + 1))
-  if [ $((i % 2)) -eq 1 ]; then a=$(gpt on); b=$(gpt off); else b=$(gpt off); a=$(gpt on); fi
-  [ -n "$a" ] && [ -n "$b" ] || bench_die "a gpt-mini run printed no step time"
-  r=$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", a / b }')
-  printf 'pair %d  on %8.1f ms  off %8.1f ms  on/off %s\n' "$i" "$a" "$b" "$r"
-  echo "$r" >>"$tmp/r1"
-done
-echo "median on/off (gpt-mini step): $(median <"$tmp/r1")"
+alternate gpt "gpt-mini step" ms
 
 echo "# 2. all-reduce of 8 bytes, $np ranks: mpitrain's time per call (us), out-of-place"
 echo "# mpirun -np $np ./mpt_allreduce_bench -b 8 -e 8 -n 20000 -w 1000 -R 3 --flight-recorder F"
-ar() { # F: prints mpitrain's out-of-place time per call
+ar() { # on|off: prints mpitrain's out-of-place time per call
+  _f=2000
+  [ "$1" = off ] && _f=0
   bench_launch "$np" "$MPT_BUILD/mpt_allreduce_bench" -b 8 -e 8 -n 20000 -w 1000 -R 3 \
-    --flight-recorder "$1" </dev/null 2>/dev/null | awk '$1 == 8 && $2 == 2 { print $5 }'
+    --flight-recorder "$_f" </dev/null 2>/dev/null | awk '$1 == 8 && $2 == 2 { print $5 }'
 }
-i=0
-: >"$tmp/r2"
-while [ "$i" -lt "$pairs" ]; do
-  i=$((i + 1))
-  if [ $((i % 2)) -eq 1 ]; then a=$(ar 2000); b=$(ar 0); else b=$(ar 0); a=$(ar 2000); fi
-  [ -n "$a" ] && [ -n "$b" ] || bench_die "an all-reduce run printed no time"
-  d=$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%+.3f", a - b }')
-  printf 'pair %d  on %7.3f us  off %7.3f us  on-off %s us\n' "$i" "$a" "$b" "$d"
-  echo "$d" >>"$tmp/r2"
-done
-echo "median on-off (8-byte all-reduce): $(median <"$tmp/r2") us"
+alternate ar "8-byte all-reduce" us

@@ -39,11 +39,7 @@ out=$BENCH_SRCDIR/bench/results runs="" np=2 repeats=3 only="" only_given=0
 while [ $# -gt 0 ]; do
   case $1 in -h|--help) usage; exit 0 ;; esac
   case $1 in --*) ;; *) usage >&2; bench_die "unknown option '$1'" ;; esac
-  [ $# -ge 2 ] || bench_die "$1 needs a value (see --help)"
-  case $2 in
-    '') bench_die "$1: the value is empty" ;;
-    --*) bench_die "$1 needs a value, not the option '$2' (see --help)" ;;
-  esac
+  bench_option_value "$@"
   case $1 in
     --build) MPT_BUILD=$2 ;;
     --out) out=$2 ;;
@@ -63,11 +59,8 @@ done
 # shellcheck disable=SC2086,SC2116 # the words alone (letters only): "," names no section
 only=$(echo $only)
 [ $only_given -eq 0 ] || [ -n "$only" ] || bench_die "--only names no section (see --help)"
-# Numbers in plain decimal (sh's arithmetic reads 010 as octal and stops at 08), at most 4 digits.
-case $np in *[!0-9]* | 0* | ?????*) bench_die "--np: '$np' is not a number from 1 to 9999" ;; esac
-case $repeats in *[!0-9]* | 0* | ?????*)
-  bench_die "--repeats: '$repeats' is not a number from 1 to 9999" ;;
-esac
+bench_count --np "$np"
+bench_count --repeats "$repeats"
 case ${MPT_BENCH_WAIT_IDLE_S:-0} in '' | *[!0-9]* | ??????*)
   bench_die "--wait-idle (MPT_BENCH_WAIT_IDLE_S): '${MPT_BENCH_WAIT_IDLE_S:-}' is not a number of seconds (0 to 99999)" ;;
 esac
