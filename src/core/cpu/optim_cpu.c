@@ -5,9 +5,9 @@
  *
  * SGD works in blocks of SGD_BLOCK elements through a stack buffer so that each pass is a plain
  * loop with its options decided outside it (vectorised at -O2, see vec.h); the block stays in
- * L1. AdamW: GCC does not vectorise sqrtf while it may set errno, so on the AVX-512 path (isa.h:
- * the CPU has it and MPT_CPU_ISA does not ask for less) the loop is written with AVX-512
- * intrinsics, 16 floats at a time, with the scalar loop's operations in the same order (IEEE
+ * L1. AdamW: GCC does not vectorise sqrtf while it may set errno, so on the AVX-512 and AVX2
+ * paths (isa.h: the CPU has it and MPT_CPU_ISA does not ask for less) the loop is written with
+ * intrinsics, 16 or 8 floats at a time (one body, ADAMW_VEC), with the scalar loop's operations in the same order (IEEE
  * add, mul, div and sqrt, no FMA; src/core/kernel_math.h's mpt__adamw_element, which CUDA
  * shares): the same bits as the scalar loop, which does the rest and every other CPU
  * (tests/test_ops_train.c compares them). AdamW splits large calls over the CPU threads
@@ -16,7 +16,7 @@
 #include <math.h>
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
-#define ADAMW_AVX512 1
+#define ADAMW_SIMD 1
 #endif
 
 #include "core/cpu/cpu.h"
@@ -59,33 +59,35 @@ mpt_status mpt__cpu_sgd_step(mpt_stream *s, float *restrict param, const float *
   return MPT_OK;
 }
 
-#ifdef ADAMW_AVX512
-/* The first count - count % 16 elements of the AdamW step (see mpt__cpu_adamw_step for the
- * scalar formula); returns how many it did. */
-__attribute__((target("avx512f"))) static int64_t adamw_avx512(
-    float *restrict param, const float *restrict grad, float *restrict m, float *restrict v,
-    int64_t count, float decay, float beta1, float b1c, float beta2, float b2c, float bc2_sqrt,
-    float eps, float step_size) {
-  const __m512 kdecay = _mm512_set1_ps(decay), kb1 = _mm512_set1_ps(beta1);
-  const __m512 kb1c = _mm512_set1_ps(b1c), kb2 = _mm512_set1_ps(beta2);
-  const __m512 kb2c = _mm512_set1_ps(b2c), kbc2 = _mm512_set1_ps(bc2_sqrt);
-  const __m512 keps = _mm512_set1_ps(eps), kstep = _mm512_set1_ps(step_size);
-  int64_t i = 0;
-  for (; i + 16 <= count; i += 16) {
-    const __m512 g = _mm512_loadu_ps(grad + i);
-    const __m512 p = _mm512_mul_ps(_mm512_loadu_ps(param + i), kdecay);
-    const __m512 mi = _mm512_add_ps(_mm512_mul_ps(kb1, _mm512_loadu_ps(m + i)),
-                                    _mm512_mul_ps(kb1c, g));
-    const __m512 vi = _mm512_add_ps(_mm512_mul_ps(kb2, _mm512_loadu_ps(v + i)),
-                                    _mm512_mul_ps(_mm512_mul_ps(kb2c, g), g));
-    _mm512_storeu_ps(m + i, mi);
-    _mm512_storeu_ps(v + i, vi);
-    const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), kbc2), keps);
-    _mm512_storeu_ps(param + i,
-                     _mm512_sub_ps(p, _mm512_mul_ps(kstep, _mm512_div_ps(mi, denom))));
+#ifdef ADAMW_SIMD
+/* The first count - count % W elements of the AdamW step, W floats at a time (see
+ * mpt__cpu_adamw_step for the scalar formula); returns how many it did. One body for both
+ * widths: VEC the register type, P the intrinsics' prefix (_mm512, _mm256). */
+#define ADAMW_VEC(name, isa, VEC, W, P)                                                         \
+  __attribute__((target(isa))) static int64_t name(                                             \
+      float *restrict param, const float *restrict grad, float *restrict m, float *restrict v,  \
+      int64_t count, float decay, float beta1, float b1c, float beta2, float b2c,              \
+      float bc2_sqrt, float eps, float step_size) {                                             \
+    const VEC kdecay = P##_set1_ps(decay), kb1 = P##_set1_ps(beta1);                          \
+    const VEC kb1c = P##_set1_ps(b1c), kb2 = P##_set1_ps(beta2);                               \
+    const VEC kb2c = P##_set1_ps(b2c), kbc2 = P##_set1_ps(bc2_sqrt);                           \
+    const VEC keps = P##_set1_ps(eps), kstep = P##_set1_ps(step_size);                         \
+    int64_t i = 0;                                                                              \
+    for (; i + W <= count; i += W) {                                                            \
+      const VEC g = P##_loadu_ps(grad + i);                                                    \
+      const VEC p = P##_mul_ps(P##_loadu_ps(param + i), kdecay);                               \
+      const VEC mi = P##_add_ps(P##_mul_ps(kb1, P##_loadu_ps(m + i)), P##_mul_ps(kb1c, g));   \
+      const VEC vi =                                                                            \
+          P##_add_ps(P##_mul_ps(kb2, P##_loadu_ps(v + i)), P##_mul_ps(P##_mul_ps(kb2c, g), g)); \
+      P##_storeu_ps(m + i, mi);                                                                 \
+      P##_storeu_ps(v + i, vi);                                                                 \
+      const VEC denom = P##_add_ps(P##_div_ps(P##_sqrt_ps(vi), kbc2), keps);                  \
+      P##_storeu_ps(param + i, P##_sub_ps(p, P##_mul_ps(kstep, P##_div_ps(mi, denom))));       \
+    }                                                                                           \
+    return i;                                                                                   \
   }
-  return i;
-}
+ADAMW_VEC(adamw_avx512, "avx512f", __m512, 16, _mm512)
+ADAMW_VEC(adamw_avx2, "avx2", __m256, 8, _mm256)
 #endif
 
 typedef struct adamw_job {
@@ -94,7 +96,7 @@ typedef struct adamw_job {
   float decay, beta1, b1c, beta2, b2c, bc2_sqrt, eps, step_size;
 } adamw_job;
 
-/* Elements [i0, i1): independent of each other, and the AVX-512 loop and the scalar one give
+/* Elements [i0, i1): independent of each other, and the vector loops and the scalar one give
  * the same bits, so any split gives the same result. */
 static void adamw_range(void *arg, int64_t i0, int64_t i1) {
   const adamw_job *j = arg;
@@ -104,10 +106,13 @@ static void adamw_range(void *arg, int64_t i0, int64_t i1) {
   const float decay = j->decay, beta1 = j->beta1, b1c = j->b1c, beta2 = j->beta2;
   const float b2c = j->b2c, bc2_sqrt = j->bc2_sqrt, eps = j->eps, step_size = j->step_size;
   int64_t i = 0;
-#ifdef ADAMW_AVX512
+#ifdef ADAMW_SIMD
   if (mpt__cpu_isa() == MPT_CPU_ISA_AVX512)
     i = adamw_avx512(param, grad, m, v, count, decay, beta1, b1c, beta2, b2c, bc2_sqrt, eps,
                      step_size);
+  else if (mpt__cpu_isa() == MPT_CPU_ISA_AVX2)
+    i = adamw_avx2(param, grad, m, v, count, decay, beta1, b1c, beta2, b2c, bc2_sqrt, eps,
+                   step_size);
 #endif
   for (; i < count; i++)
     param[i] = mpt__adamw_element(param[i] * decay, grad[i], &m[i], &v[i], beta1, b1c, beta2, b2c,
