@@ -17,7 +17,7 @@
 #             its time; timed tokens/s = S * tokens per step / the S steps' time;
 #   torch:    `torch_gpt_ref.py --warmup W --steps S` (barrier, S steps, barrier).
 # FLOPs per token as llm.c counts them, 6 N + 6 L C T; the fraction of the SGEMM peak that the
-# trainer measures at the end of each run (512^3 SGEMMs on all ranks at once, the same threads),
+# trainer measures at the end of each run (1024^3 SGEMMs on all ranks at once, the same threads),
 # the median over the mpitrain runs of the same ranks and threads, is used for both sides.
 # mpitrain runs with --profile (no cost on the CPU but two clock reads per op): after the
 # summary, each configuration's first run's table of where its steps went, op by op.

@@ -319,8 +319,8 @@ def main():
       f"flight_recorder_cost.txt | {fr_step}; {fr_ar} us | off | |")
     w("")
     if any(re.search(r"\b1[0-9][0-9] % of the SGEMM peak", line) for line in out):
-        w("The SGEMM peak is the trainer's own probe (one 512 x 512 x 512 product on the library "
-          "the GEMM rule picks for it); where a row reads above 100 % that probe under-read the "
+        w("The SGEMM peak is the trainer's own probe (src/train/report.c, measure_sgemm_peak: "
+          "one square product on the library the GEMM rule picks for it); where a row reads above 100 % that probe under-read the "
           "rate the model's own products reached in the step (their rate is in the file's "
           "--profile tables; bench/README.md, compare_gpt.sh).")
         w("")

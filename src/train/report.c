@@ -290,12 +290,15 @@ mpt_status mpt__train_memory_report(mpt__trainer *t, const char *when, int64_t s
 }
 
 /* The machine's SGEMM rate as these ranks see it: every rank at once (after a barrier) runs
- * N x N x N products on its device (N 512 on the CPU: mpt_op_gemm, the fp32 GEMM training uses,
- * sharing the cores as training does; N 4096 on a GPU: cuBLAS, each call synchronised) for
+ * N x N x N products on its device (N 1024 on the CPU: mpt_op_gemm, the fp32 GEMM training
+ * uses, sharing the cores as training does; N 4096 on a GPU: cuBLAS, each call synchronised) for
  * about 0.4 s (at least PEAK_MIN_CALLS calls) after one untimed call, timing each call. A rank's
  * rate is that of its fastest quarter of calls (on a shared machine a call another process
  * preempted takes longer: one such stretch in a single 0.25 s window read 26 GFLOP/s where the
- * peak is 150, and the model "reached 154 %" of it). Summed over the ranks, GFLOP/s. */
+ * peak is 150, and the model "reached 154 %" of it). Summed over the ranks, GFLOP/s. Not N 512 on
+ * the CPU: with its three operands 1 MiB apart, oneDNN's AVX2 sgemm ran that product at 55
+ * GFLOP/s on one AMD EPYC core where N 1024 ran at 104 and gpt-mini's Linears at 99-109 (the
+ * model then "reached 116 %" of the peak). */
 enum { PEAK_MIN_CALLS = 4, PEAK_MAX_CALLS = 1024 };
 
 static int cmp_double(const void *a, const void *b) {
@@ -305,7 +308,7 @@ static int cmp_double(const void *a, const void *b) {
 
 static mpt_status measure_sgemm_peak(mpt__trainer *t, double *gflops) {
   const int gpu = t->device.type != MPT_DEVICE_CPU;
-  const int64_t N = gpu ? 4096 : 512, nn = N * N;
+  const int64_t N = gpu ? 4096 : 1024, nn = N * N;
   float *buf = NULL;
   mpt_status st = mpt_device_alloc(t->device, 3 * (size_t)nn * sizeof(float), (void **)&buf);
   if (st == MPT_OK && !gpu)
