@@ -59,8 +59,9 @@ struct mpt_tape {
   mpt_stream *stream;
   mpt_device device;
 
-  arena_chunk *chunks; /* chunks [0, nchunks); the bump pointer is in chunks[nchunks - 1] */
-  int nchunks, cap_chunks;
+  arena_chunk *chunks; /* chunks [0, nchunks); the bump pointer is in chunks[cur_chunk], the
+                       * chunks after it are empty */
+  int nchunks, cap_chunks, cur_chunk;
   size_t allocations; /* device chunks + host blocks allocated since init */
   void *scratch;        /* mpt_tape_scratch's block in the arena, this pass, or NULL */
   size_t scratch_nbytes;
