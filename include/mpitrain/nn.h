@@ -20,8 +20,10 @@
  * of 0 and is never reported ready (mpt_tape_param_uses tells).
  *
  * Memory. Activations and their gradients come from an arena owned by the tape: it grows
- * during the first steps and is reused by later steps of the same shapes, so the training
- * step does not allocate after the first step.
+ * during the first step and is reused by later steps of the same shapes. On the CPU its chunks
+ * are kept as they are, so no step after the first allocates or touches new pages; on a GPU
+ * the reset before the second step merges them into one chunk of the most the step used, and
+ * nothing is allocated after that.
  *
  * Threads and streams: a tape and its model are used by one thread at a time. All ops are
  * issued on the tape's stream (on the CPU they run before each call returns). */
