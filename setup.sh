@@ -19,8 +19,10 @@
 #                       the MPI ones at 2 ranks and the signal tests (which and why: below). A
 #                       sanitizer report fails its test.
 #   ./setup.sh bench    install + build, plus what the benchmark harness needs: gnuplot
-#                       (bench/plot.sh) and Debian's PyTorch 1.13 (bench/compare_torch.sh);
-#                       then bench/run_all.sh runs every benchmark
+#                       (bench/plot.sh), Debian's PyTorch 1.13 (bench/compare_torch.sh), and
+#                       BLIS and libxsmm, the candidate GEMM libraries mpt_gemm_bench times
+#                       beside OpenBLAS and oneDNN (the library links neither); then
+#                       bench/run_all.sh runs every benchmark
 #
 # Environment: CONFIGURE_FLAGS (extra ./configure flags), JOBS (parallel build jobs).
 set -euo pipefail
@@ -35,7 +37,7 @@ case ${1:-} in
 esac
 # The PyTorch oracle test uses Debian's PyTorch 1.13; the benchmarks also plot and make a venv.
 if [ "${1:-}" = check ]; then packages+=(python3-torch); fi
-if [ "${1:-}" = bench ]; then packages+=(gnuplot-nox python3-torch python3-venv); fi
+if [ "${1:-}" = bench ]; then packages+=(gnuplot-nox python3-torch python3-venv libblis-dev libxsmm-dev); fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -17,7 +17,9 @@
  *   sgemm     oneDNN's BLAS-like dnnl_sgemm;
  *   mpt       mpt_op_gemm, i.e. whatever this build routes the fp32 CPU GEMM to;
  *   blis      BLIS's bli_sgemm (bench/gemm_blis.c; when configure found BLIS), a candidate the
- *             library does not use unless this bench shows it faster.
+ *             library does not use unless this bench shows it faster;
+ *   xsmm      libxsmm's JIT kernels (bench/gemm_xsmm.c; when configure found libxsmm), the same
+ *             kind of candidate, on the calling thread only.
  * Backends alternate per repetition (A B C A B C ...) so that a noisy machine hits all alike;
  * each figure is the median over --reps timed calls after one untimed warm-up call. The clock
  * (--clock): `thread` (the default at one thread) is the calling thread's CPU time, which does not
@@ -30,7 +32,7 @@
  * head) and gives the step's GEMM time and GFLOP/s per backend, and the ratio to openblas.
  * Then the attention's GEMMs (src/nn/attention.c: 64-row blocks of one head at a time, T
  * --seq-len, default gpt-mini 256, gpt2 512) for one head, and the step's total over B H L heads
- * (openblas, sgemm, mpt only). */
+ * (every backend but dnnl). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* dladdr */
 #endif
@@ -47,14 +49,19 @@
 
 #include "mpitrain/ops.h"
 
-enum { B_OPENBLAS, B_DNNL, B_SGEMM, B_MPT, B_BLIS, NBACK };
-static const char *const back_names[NBACK] = {"openblas", "dnnl", "sgemm", "mpt", "blis"};
+enum { B_OPENBLAS, B_DNNL, B_SGEMM, B_MPT, B_BLIS, B_XSMM, NBACK };
+static const char *const back_names[NBACK] = {"openblas", "dnnl", "sgemm", "mpt", "blis", "xsmm"};
 
 #ifdef MPT_BENCH_BLIS /* bench/gemm_blis.c */
 void mpt_bench_blis_threads(int threads);
 void mpt_bench_blis_sgemm(int ta, int tb, long m, long n, long k, float alpha, const float *a,
                           long lda, const float *b, long ldb, float beta, float *c, long ldc);
 const char *mpt_bench_blis_arch(void);
+#endif
+#ifdef MPT_BENCH_XSMM /* bench/gemm_xsmm.c */
+int mpt_bench_xsmm_sgemm(int ta, int tb, long m, long n, long k, float alpha, const float *a,
+                         long lda, const float *b, long ldb, float beta, float *c, long ldc);
+const char *mpt_bench_xsmm_arch(void);
 #endif
 enum { P_FWD, P_FWDB, P_DX, P_DW, NPROD };
 static const char *const prod_names[NPROD] = {"fwd", "fwdb", "dx", "dw"};
@@ -162,6 +169,17 @@ static void run(int back, const shape *s, dplan *p, const float *a, const float 
 #ifdef MPT_BENCH_BLIS
       mpt_bench_blis_sgemm(s->ta, s->tb, s->m, s->n, s->k, 1.0f, a, s->lda, b, s->ldb, s->beta, c,
                            s->ldc);
+      if (s->bias && mpt_op_bias_add(NULL, c, bias, s->m, s->n, 1) != MPT_OK) exit(1);
+#endif
+      break;
+    case B_XSMM:
+#ifdef MPT_BENCH_XSMM
+      if (mpt_bench_xsmm_sgemm(s->ta, s->tb, s->m, s->n, s->k, 1.0f, a, s->lda, b, s->ldb,
+                               s->beta, c, s->ldc) != 0) {
+        fprintf(stderr, "gemm_bench: libxsmm made no kernel for %d %d %lld x %lld x %lld\n",
+                s->ta, s->tb, (long long)s->m, (long long)s->n, (long long)s->k);
+        exit(1);
+      }
       if (s->bias && mpt_op_bias_add(NULL, c, bias, s->m, s->n, 1) != MPT_OK) exit(1);
 #endif
       break;
@@ -288,7 +306,7 @@ static float *alloc_fill(size_t count, unsigned seed) {
 
 static void usage(FILE *f) {
   fprintf(f, "usage: mpt_gemm_bench [--model gpt-mini|gpt2|mlp] [--rows M] [--threads N] [--reps R]\n"
-             "                      [--backends openblas,dnnl,sgemm,mpt,blis] [--only NAME]\n"
+             "                      [--backends openblas,dnnl,sgemm,mpt,blis,xsmm] [--only NAME]\n"
              "                      [--clock thread|wall] [--seq-len T (0: no attention)]\n");
 }
 
@@ -351,6 +369,16 @@ int main(int argc, char **argv) {
     return 2;
   }
 #endif
+#ifndef MPT_BENCH_XSMM
+  if (use[B_XSMM]) {
+    fprintf(stderr, "gemm_bench: built without libxsmm (configure --with-libxsmm; libxsmm-dev)\n");
+    return 2;
+  }
+#endif
+  if (use[B_XSMM] && threads != 1) {
+    fprintf(stderr, "gemm_bench: xsmm runs on the calling thread: use --threads 1\n");
+    return 2;
+  }
   if (!use[B_OPENBLAS]) {
     fprintf(stderr, "gemm_bench: --backends must include openblas (the reference)\n");
     return 2;
@@ -379,6 +407,9 @@ int main(int argc, char **argv) {
          openblas_get_corename(), cblas_from);
 #ifdef MPT_BENCH_BLIS
   if (use[B_BLIS]) printf("# BLIS configuration: %s\n", mpt_bench_blis_arch());
+#endif
+#ifdef MPT_BENCH_XSMM
+  if (use[B_XSMM]) printf("# libxsmm target: %s\n", mpt_bench_xsmm_arch());
 #endif
   printf("# %-8s %-4s %2s %2s %6s %6s %6s %4s", "layer", "prod", "ta", "tb", "m", "n", "k",
          "beta");

@@ -20,7 +20,7 @@ EXTRA_DIST += bench/README.md bench/bench_lib.sh bench/train_bench.sh bench/comp
 	bench/test_allreduce_bench.sh bench/compare_gpt.sh bench/torch_gpt_ref.py \
 	bench/summarize_gpt.py bench/make_token_shard.py bench/test_compare_gpt.sh bench/gpt_fortunes.sh \
 	bench/raw_nccl.c bench/raw_nccl.h bench/results/README.md bench/gpu-check.sh \
-	bench/gpu_gpt_torch.py bench/torch_gemm.py bench/gemm_blis.c bench/comm_yield.sh bench/gemm_tune.sh \
+	bench/gpu_gpt_torch.py bench/torch_gemm.py bench/gemm_blis.c bench/gemm_xsmm.c bench/comm_yield.sh bench/gemm_tune.sh \
 	bench/ckpt_stall.sh bench/flight_recorder_cost.sh bench/results_readme.py
 
 if HAVE_ONEDNN
@@ -36,6 +36,11 @@ if HAVE_BLIS
 mpt_gemm_bench_SOURCES += bench/gemm_blis.c
 mpt_gemm_bench_CPPFLAGS += -DMPT_BENCH_BLIS
 mpt_gemm_bench_LDADD += $(BLIS_LIBS)
+endif
+if HAVE_XSMM
+mpt_gemm_bench_SOURCES += bench/gemm_xsmm.c
+mpt_gemm_bench_CPPFLAGS += -DMPT_BENCH_XSMM
+mpt_gemm_bench_LDADD += $(XSMM_LIBS)
 endif
 endif
 
