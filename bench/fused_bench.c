@@ -10,6 +10,15 @@
  * (median of the repetitions, ms), the ratio unfused / fused, and whether the outputs agree
  * bit for bit (the "same" column; the fused ops promise it).
  *
+ * Then each fused op, and mpt_op_adamw_step over M x 4C parameters, against the memory
+ * bandwidth: the bytes it must move at the least (every input read once, every output written
+ * once: bias_gelu 8, bias_gelu_bwd 12, add_layernorm 16 bytes an element, AdamW 28 a parameter)
+ * over its time, the arrays it streams, and that rate as a fraction of mpt_op_copy's (8 bytes
+ * an element, 2 arrays, over M x 4C elements, timed in the same loop). One core's rate grows
+ * with the number of arrays it streams at once, so the fraction compares like with like only
+ * for bias_gelu (2 arrays, as the copy): well below 1 there, the op is bound by its arithmetic,
+ * not by memory.
+ *
  *   mpt_fused_bench [--model gpt-mini|gpt2] [--rows M] [--threads N] [--reps R]
  *                   [--clock thread|wall]
  * Defaults: gpt2 (C 768), M 2048, 1 thread, 15 repetitions, the thread's CPU clock (on a
@@ -104,7 +113,8 @@ int main(int argc, char **argv) {
   float *m = floats(rows), *rs = floats(rows);
   fill(x, nh, 1), fill(dy, nh, 2), fill(b, oc, 3), fill(a, nc, 4), fill(r, nc, 5);
   fill(w, c, 6), fill(lb, c, 7);
-  static double t[NCASE][2][MAX_REPS];
+  float *pm = floats(nh), *pv = floats(nh), *cp = floats(nh), *pp = floats(nh);
+  static double t[NCASE][2][MAX_REPS], tcopy[MAX_REPS], tadam[MAX_REPS];
   for (int k = 0; k < reps; k++) {
     double t0;
     /* bias + GELU forward */
@@ -135,6 +145,13 @@ int main(int argc, char **argv) {
     t0 = now_ms();
     CHECK(mpt_op_add_layernorm(NULL, a, r, rows, c, w, lb, 1e-5f, s1, h1, m, rs));
     t[2][1][k] = now_ms() - t0;
+    /* the bandwidth references */
+    t0 = now_ms();
+    CHECK(mpt_op_copy(NULL, cp, x, nh));
+    tcopy[k] = now_ms() - t0;
+    t0 = now_ms();
+    CHECK(mpt_op_adamw_step(NULL, pp, dy, pm, pv, nh, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, k + 1));
+    tadam[k] = now_ms() - t0;
   }
   const int same[NCASE] = {
       memcmp(y0, y1, (size_t)nh * sizeof *y0) == 0,
@@ -156,6 +173,24 @@ int main(int argc, char **argv) {
            (long long)cols[i], u, f, u / f, same[i] ? "yes" : "NO");
     all_same = all_same && same[i];
   }
+  const double copy_ms = median(tcopy, reps), copy_gbs = 8.0 * (double)nh / copy_ms * 1e-6;
+  printf("# memory bandwidth (fused ops): bytes moved at the least, GB/s, fraction of copy's\n");
+  printf("# %-14s %10s %7s %12s %8s %8s\n", "op", "elements", "arrays", "MiB/call", "GB/s",
+         "of copy");
+  printf("  %-14s %10lld %7d %12.1f %8.1f %8.2f\n", "copy", (long long)nh, 2,
+         8.0 * (double)nh / 1048576.0, copy_gbs, 1.0);
+  const double bytes[NCASE] = {8.0 * (double)nh, 12.0 * (double)nh, 16.0 * (double)nc};
+  const int64_t elems[NCASE] = {nh, nh, nc};
+  const int arrays[NCASE] = {2, 3, 4};
+  for (int i = 0; i < NCASE; i++) {
+    const double gbs = bytes[i] / median(t[i][1], reps) * 1e-6;
+    printf("  %-14s %10lld %7d %12.1f %8.1f %8.2f\n", names[i], (long long)elems[i], arrays[i],
+           bytes[i] / 1048576.0, gbs, gbs / copy_gbs);
+  }
+  const double adam_gbs = 28.0 * (double)nh / median(tadam, reps) * 1e-6;
+  printf("  %-14s %10lld %7d %12.1f %8.1f %8.2f\n", "adamw", (long long)nh, 7,
+         28.0 * (double)nh / 1048576.0, adam_gbs, adam_gbs / copy_gbs);
+  free(pm), free(pv), free(cp), free(pp);
   free(x), free(pre), free(y0), free(y1), free(dy), free(dx0), free(dx1), free(b), free(db0);
   free(db1), free(a), free(r), free(w), free(lb), free(s0), free(s1), free(h0), free(h1);
   free(m), free(rs);
