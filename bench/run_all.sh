@@ -245,6 +245,25 @@ if want gemm; then
   run gemm_tune "$B/gemm_tune.sh" --pairs "$repeats" --np "$np"
   step "the fused causal attention against the reference, 1 and 2 threads"
   run attn_fused sh -c "for t in 1 2; do '$MPT_BUILD/mpt_attn_bench' 8 256 384 6 \$t 20; done"
+  step "the fused GPT ops and AdamW against the memory bandwidth, one thread"
+  run fused_ops "$MPT_BUILD/mpt_fused_bench" --model gpt-mini --reps 15
+  run fused_ops_avx2 env $avx2 "$MPT_BUILD/mpt_fused_bench" --model gpt-mini --reps 15
+  # The candidate libraries the build found (./setup.sh bench installs them; the library
+  # links neither): their columns beside OpenBLAS and oneDNN on the mlp's small products.
+  cand=""
+  for b in blis xsmm; do
+    "$MPT_BUILD/mpt_gemm_bench" --backends "openblas,$b" --only none --reps 1 >/dev/null 2>&1 &&
+      cand="$cand,$b"
+  done
+  if [ -n "$cand" ]; then
+    step "candidate GEMM libraries ($cand) on the mlp's and the attention's products"
+    run gemm_candidates "$MPT_BUILD/mpt_gemm_bench" --model mlp --threads 1 --reps 21 \
+      --backends "openblas,sgemm,mpt$cand"
+    run gemm_candidates_avx2 env $avx2 LIBXSMM_TARGET=hsw "$MPT_BUILD/mpt_gemm_bench" \
+      --model mlp --threads 1 --reps 21 --backends "openblas,sgemm,mpt$cand"
+    run gemm_candidates_attn_avx2 env $avx2 LIBXSMM_TARGET=hsw "$MPT_BUILD/mpt_gemm_bench" \
+      --model gpt-mini --only attn --threads 1 --reps 9 --backends "openblas,sgemm,mpt$cand"
+  fi
 fi
 
 if want avx2; then
