@@ -32,9 +32,13 @@ mpt_gemm_bench_LDADD = libmpitrain_all.la
 # when BLIS is found left the include paths out of builds without it.
 mpt_gemm_bench_CPPFLAGS = $(AM_CPPFLAGS)
 if HAVE_BLIS
-# BLIS after the library, so that cblas_sgemm stays OpenBLAS's (the bench prints which it got).
+# BLIS defines cblas_sgemm too: OpenBLAS must come first on the link line, so that the openblas
+# column and mpt_op_gemm call OpenBLAS's (the bench prints which one it got). libtool moves a
+# plain -lopenblas to the last of its places on the line; a -Wl, flag in LDFLAGS it leaves at
+# the start, so OpenBLAS is the first library the program needs, and the first one searched.
 mpt_gemm_bench_SOURCES += bench/gemm_blis.c
 mpt_gemm_bench_CPPFLAGS += -DMPT_BENCH_BLIS
+mpt_gemm_bench_LDFLAGS = -Wl,--no-as-needed,-lopenblas
 mpt_gemm_bench_LDADD += $(BLIS_LIBS)
 endif
 if HAVE_XSMM
