@@ -19,7 +19,10 @@
  *   blis      BLIS's bli_sgemm (bench/gemm_blis.c; when configure found BLIS), a candidate the
  *             library does not use unless this bench shows it faster;
  *   xsmm      libxsmm's JIT kernels (bench/gemm_xsmm.c; when configure found libxsmm), the same
- *             kind of candidate, on the calling thread only.
+ *             kind of candidate, on the calling thread only;
+ *   mkl       Intel MKL's cblas_sgemm, loaded at run time from $MPT_BENCH_MKL (default
+ *             libmkl_rt.so.3; PyPI's `mkl` package has it), the same kind of candidate; its
+ *             instruction set follows MKL_ENABLE_INSTRUCTIONS.
  * Backends alternate per repetition (A B C A B C ...) so that a noisy machine hits all alike;
  * each figure is the median over --reps timed calls after one untimed warm-up call. The clock
  * (--clock): `thread` (the default at one thread) is the calling thread's CPU time, which does not
@@ -49,8 +52,35 @@
 
 #include "mpitrain/ops.h"
 
-enum { B_OPENBLAS, B_DNNL, B_SGEMM, B_MPT, B_BLIS, B_XSMM, NBACK };
-static const char *const back_names[NBACK] = {"openblas", "dnnl", "sgemm", "mpt", "blis", "xsmm"};
+enum { B_OPENBLAS, B_DNNL, B_SGEMM, B_MPT, B_BLIS, B_XSMM, B_MKL, NBACK };
+static const char *const back_names[NBACK] = {"openblas", "dnnl", "sgemm", "mpt",
+                                              "blis",     "xsmm", "mkl"};
+
+/* MKL's cblas_sgemm (the CBLAS enums are the same numbers in every CBLAS) and its version. */
+typedef void (*cblas_sgemm_fn)(int, int, int, int, int, int, float, const float *, int,
+                               const float *, int, float, float *, int);
+static cblas_sgemm_fn mkl_sgemm;
+static char mkl_version[160] = "?";
+static const char *mkl_path;
+
+/* Loads MKL from $MPT_BENCH_MKL (default libmkl_rt.so.3) on `threads` threads; 0 or -1. */
+static int mkl_load(int threads) {
+  const char *path = getenv("MPT_BENCH_MKL") ? getenv("MPT_BENCH_MKL") : "libmkl_rt.so.3";
+  /* one thread: MKL's sequential layer, so that no second OpenMP runtime joins GNU's */
+  if (threads == 1) setenv("MKL_THREADING_LAYER", "SEQUENTIAL", 0);
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!h || !(mkl_sgemm = (cblas_sgemm_fn)dlsym(h, "cblas_sgemm"))) {
+    fprintf(stderr, "gemm_bench: cannot load MKL's cblas_sgemm from %s (%s): pip install mkl, "
+            "then MPT_BENCH_MKL=VENV/lib/libmkl_rt.so.3\n", path, dlerror());
+    return -1;
+  }
+  void (*set_threads)(int) = (void (*)(int))dlsym(h, "MKL_Set_Num_Threads");
+  void (*version)(char *, int) = (void (*)(char *, int))dlsym(h, "MKL_Get_Version_String");
+  mkl_path = path;
+  if (set_threads) set_threads(threads);
+  if (version) version(mkl_version, (int)sizeof mkl_version);
+  return 0;
+}
 
 #ifdef MPT_BENCH_BLIS /* bench/gemm_blis.c */
 void mpt_bench_blis_threads(int threads);
@@ -171,6 +201,12 @@ static void run(int back, const shape *s, dplan *p, const float *a, const float 
                            s->ldc);
       if (s->bias && mpt_op_bias_add(NULL, c, bias, s->m, s->n, 1) != MPT_OK) exit(1);
 #endif
+      break;
+    case B_MKL:
+      mkl_sgemm(CblasRowMajor, s->ta ? CblasTrans : CblasNoTrans,
+                s->tb ? CblasTrans : CblasNoTrans, (int)s->m, (int)s->n, (int)s->k, 1.0f, a,
+                (int)s->lda, b, (int)s->ldb, s->beta, c, (int)s->ldc);
+      if (s->bias && mpt_op_bias_add(NULL, c, bias, s->m, s->n, 1) != MPT_OK) exit(1);
       break;
     case B_XSMM:
 #ifdef MPT_BENCH_XSMM
@@ -306,7 +342,7 @@ static float *alloc_fill(size_t count, unsigned seed) {
 
 static void usage(FILE *f) {
   fprintf(f, "usage: mpt_gemm_bench [--model gpt-mini|gpt2|mlp] [--rows M] [--threads N] [--reps R]\n"
-             "                      [--backends openblas,dnnl,sgemm,mpt,blis,xsmm] [--only NAME]\n"
+             "                      [--backends openblas,dnnl,sgemm,mpt,blis,xsmm,mkl] [--only NAME]\n"
              "                      [--clock thread|wall] [--seq-len T (0: no attention)]\n");
 }
 
@@ -375,6 +411,7 @@ int main(int argc, char **argv) {
     return 2;
   }
 #endif
+  if (use[B_MKL] && mkl_load(threads) != 0) return 2;
   if (use[B_XSMM] && threads != 1) {
     fprintf(stderr, "gemm_bench: xsmm runs on the calling thread: use --threads 1\n");
     return 2;
@@ -411,6 +448,7 @@ int main(int argc, char **argv) {
 #ifdef MPT_BENCH_XSMM
   if (use[B_XSMM]) printf("# libxsmm target: %s\n", mpt_bench_xsmm_arch());
 #endif
+  if (use[B_MKL]) printf("# MKL: %s (%s)\n", mkl_version, mkl_path);
   printf("# %-8s %-4s %2s %2s %6s %6s %6s %4s", "layer", "prod", "ta", "tb", "m", "n", "k",
          "beta");
   for (int j = 0; j < nuse; j++) printf(" %9s %8s", back_names[order[j]], "err");

@@ -248,13 +248,25 @@ if want gemm; then
   step "the fused GPT ops and AdamW against the memory bandwidth, one thread"
   run fused_ops "$MPT_BUILD/mpt_fused_bench" --model gpt-mini --reps 15
   run fused_ops_avx2 env $avx2 "$MPT_BUILD/mpt_fused_bench" --model gpt-mini --reps 15
-  # The candidate libraries the build found (./setup.sh bench installs them; the library
-  # links neither): their columns beside OpenBLAS and oneDNN on the mlp's small products.
+  # The candidate libraries the build found (./setup.sh bench installs BLIS and libxsmm) and
+  # MKL from PyPI (the library links none of them): their columns beside OpenBLAS and oneDNN
+  # on the mlp's small products and the attention's blocks.
   cand=""
   for b in blis xsmm; do
     "$MPT_BUILD/mpt_gemm_bench" --backends "openblas,$b" --only none --reps 1 >/dev/null 2>&1 &&
       cand="$cand,$b"
   done
+  # MKL: PyPI's mkl package, in the PyTorch virtual environment when there is one
+  if [ -x "$venv/bin/pip" ]; then
+    mkl_rt() { ls "$venv"/lib/libmkl_rt.so.* 2>/dev/null | head -n 1; }
+    [ -n "$(mkl_rt)" ] || "$venv/bin/pip" install --quiet mkl >&2 || true
+    if [ -n "$(mkl_rt)" ]; then
+      MPT_BENCH_MKL=$(mkl_rt)
+      export MPT_BENCH_MKL
+      "$MPT_BUILD/mpt_gemm_bench" --backends openblas,mkl --only none --reps 1 >/dev/null 2>&1 &&
+        cand="$cand,mkl"
+    fi
+  fi
   if [ -n "$cand" ]; then
     step "candidate GEMM libraries ($cand) on the mlp's and the attention's products"
     run gemm_candidates "$MPT_BUILD/mpt_gemm_bench" --model mlp --threads 1 --reps 21 \
