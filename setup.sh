@@ -37,7 +37,9 @@ case ${1:-} in
 esac
 # The PyTorch oracle test uses Debian's PyTorch 1.13; the benchmarks also plot and make a venv.
 if [ "${1:-}" = check ]; then packages+=(python3-torch); fi
-if [ "${1:-}" = bench ]; then packages+=(gnuplot-nox python3-torch python3-venv libblis-dev libxsmm-dev); fi
+if [ "${1:-}" = bench ]; then
+  packages+=(gnuplot-nox python3-torch python3-venv libblis-dev libxsmm-dev)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

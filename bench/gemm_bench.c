@@ -342,8 +342,9 @@ static float *alloc_fill(size_t count, unsigned seed) {
 
 static void usage(FILE *f) {
   fprintf(f, "usage: mpt_gemm_bench [--model gpt-mini|gpt2|mlp] [--rows M] [--threads N] [--reps R]\n"
-             "                      [--backends openblas,dnnl,sgemm,mpt,blis,xsmm,mkl] [--only NAME]\n"
-             "                      [--clock thread|wall] [--seq-len T (0: no attention)]\n");
+             "                      [--backends openblas,dnnl,sgemm,mpt,blis,xsmm,mkl]\n"
+             "                      [--only NAME] [--clock thread|wall]\n"
+             "                      [--seq-len T (0: no attention)]\n");
 }
 
 int main(int argc, char **argv) {

@@ -7,12 +7,13 @@
  * loop with its options decided outside it (vectorised at -O2, see vec.h); the block stays in
  * L1. AdamW: GCC does not vectorise sqrtf while it may set errno, so on the AVX-512 and AVX2
  * paths (isa.h: the CPU has it and MPT_CPU_ISA does not ask for less) the loop is written with
- * intrinsics, 16 or 8 floats at a time (one body, ADAMW_VEC), with the scalar loop's operations in the same order (IEEE
- * add, mul, div and sqrt, no FMA; src/core/kernel_math.h's mpt__adamw_element, which CUDA
- * shares): the same bits as the scalar loop, which does the rest and every other CPU
- * (tests/test_ops_train.c compares them). AdamW splits large calls over the CPU threads
- * (pool.h; elements are independent, so the same bits at every thread count); SGD runs on the
- * calling thread. ops.c has checked the arguments. */
+ * intrinsics, 16 or 8 floats at a time (one body, ADAMW_VEC), with the scalar loop's operations
+ * in the same order (IEEE add, mul, div and sqrt, no FMA; src/core/kernel_math.h's
+ * mpt__adamw_element, which CUDA shares): the same bits as the scalar loop, which does the rest
+ * and every other CPU (tests/test_ops_train.c and tests/test_backend_ops.c compare them).
+ * AdamW splits large calls over the CPU threads (pool.h; elements are independent, so the same
+ * bits at every thread count); SGD runs on the calling thread. ops.c has checked the
+ * arguments. */
 #include <math.h>
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
