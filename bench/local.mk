@@ -14,6 +14,9 @@ TESTS += bench/test_allreduce_bench.sh
 # compare_gpt.sh at a tiny size: the same model on both sides, the summary's arithmetic (against
 # Debian's PyTorch when installed, else mpitrain alone).
 TESTS += bench/test_compare_gpt.sh
+# mpt_gemm_bench's backends and mpt_fused_bench compute what they time (no timing checked).
+TESTS += tests/test_bench_backends.sh
+EXTRA_DIST += tests/test_bench_backends.sh
 
 EXTRA_DIST += bench/README.md bench/bench_lib.sh bench/train_bench.sh bench/compare_torch.sh bench/zero_stages.sh \
 	bench/plot.sh bench/summarize.py bench/scaling_model.py bench/torch_ref.py bench/run_all.sh \
