@@ -173,23 +173,25 @@ int main(int argc, char **argv) {
            (long long)cols[i], u, f, u / f, same[i] ? "yes" : "NO");
     all_same = all_same && same[i];
   }
-  const double copy_ms = median(tcopy, reps), copy_gbs = 8.0 * (double)nh / copy_ms * 1e-6;
+  /* the rows: copy, the fused ops, AdamW; bytes a call at the least, time, arrays streamed */
+  static const char *const bw_names[NCASE + 2] = {"copy", "bias_gelu", "bias_gelu_bwd",
+                                                  "add_layernorm", "adamw"};
+  const int64_t bw_elems[NCASE + 2] = {nh, nh, nh, nc, nh};
+  const double bw_bytes[NCASE + 2] = {8.0 * (double)nh, 8.0 * (double)nh, 12.0 * (double)nh,
+                                      16.0 * (double)nc, 28.0 * (double)nh};
+  const int bw_arrays[NCASE + 2] = {2, 2, 3, 4, 7};
+  const double bw_ms[NCASE + 2] = {median(tcopy, reps), median(t[0][1], reps),
+                                   median(t[1][1], reps), median(t[2][1], reps),
+                                   median(tadam, reps)};
   printf("# memory bandwidth (fused ops): bytes moved at the least, GB/s, fraction of copy's\n");
   printf("# %-14s %10s %7s %12s %8s %8s\n", "op", "elements", "arrays", "MiB/call", "GB/s",
          "of copy");
-  printf("  %-14s %10lld %7d %12.1f %8.1f %8.2f\n", "copy", (long long)nh, 2,
-         8.0 * (double)nh / 1048576.0, copy_gbs, 1.0);
-  const double bytes[NCASE] = {8.0 * (double)nh, 12.0 * (double)nh, 16.0 * (double)nc};
-  const int64_t elems[NCASE] = {nh, nh, nc};
-  const int arrays[NCASE] = {2, 3, 4};
-  for (int i = 0; i < NCASE; i++) {
-    const double gbs = bytes[i] / median(t[i][1], reps) * 1e-6;
-    printf("  %-14s %10lld %7d %12.1f %8.1f %8.2f\n", names[i], (long long)elems[i], arrays[i],
-           bytes[i] / 1048576.0, gbs, gbs / copy_gbs);
+  const double copy_gbs = bw_bytes[0] / bw_ms[0] * 1e-6;
+  for (int i = 0; i < NCASE + 2; i++) {
+    const double gbs = bw_bytes[i] / bw_ms[i] * 1e-6;
+    printf("  %-14s %10lld %7d %12.1f %8.1f %8.2f\n", bw_names[i], (long long)bw_elems[i],
+           bw_arrays[i], bw_bytes[i] / 1048576.0, gbs, gbs / copy_gbs);
   }
-  const double adam_gbs = 28.0 * (double)nh / median(tadam, reps) * 1e-6;
-  printf("  %-14s %10lld %7d %12.1f %8.1f %8.2f\n", "adamw", (long long)nh, 7,
-         28.0 * (double)nh / 1048576.0, adam_gbs, adam_gbs / copy_gbs);
   free(pm), free(pv), free(cp), free(pp);
   free(x), free(pre), free(y0), free(y1), free(dy), free(dx0), free(dx1), free(b), free(db0);
   free(db1), free(a), free(r), free(w), free(lb), free(s0), free(s1), free(h0), free(h1);

@@ -457,7 +457,7 @@ END_TEST
 
 START_TEST(test_mini_gpt_gradients_do_not_read_stale_arena_memory) {
   /* Backward writes (beta 0) the gradients it is first to produce instead of zero-filling
-   * them and adding. Pass 2 runs in the consolidated arena; then every gradient buffer of its
+   * them and adding. Pass 2 runs in the arena pass 1 grew; then every gradient buffer of its
    * intermediate vars is filled with NaN; pass 3 reuses the same memory: its gradients must
    * be pass 2's bit for bit (a product that skipped an element, or added to a buffer it
    * should have written, would read the NaN). */

@@ -167,7 +167,7 @@ mpt_status mpt_tape_scratch(mpt_tape *tape, size_t nbytes, void **ptr) {
 
 /* Empties the chunks for the next pass; on a GPU replaces several by one of their total use
  * (see the file comment). */
-static void arena_consolidate(mpt_tape *tape) {
+static void arena_restart(mpt_tape *tape) {
   /* the most in use at once this pass (checkpoints rewind: the sum of what is used now may be
    * less), which one chunk holds exactly: in one chunk the bump pointer is that sum */
   size_t total = tape->arena_peak;
@@ -236,7 +236,7 @@ mpt_model *mpt_tape_model(const mpt_tape *tape) { return tape ? tape->model : NU
 
 void mpt_tape_reset(mpt_tape *tape, uint64_t seed) {
   if (!tape) return;
-  arena_consolidate(tape);
+  arena_restart(tape);
   tape->scratch = NULL;
   tape->scratch_nbytes = 0;
   tape->vars.used = 0;

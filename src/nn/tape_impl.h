@@ -11,7 +11,7 @@
 #include "nn/tape.h"
 
 #define POOL_BLOCK 256
-/* Deadline for host waits on the tape's stream (mpt_var_item, arena consolidation). */
+/* Deadline for host waits on the tape's stream (mpt_var_item, the GPU arena's merge at reset). */
 #define TAPE_SYNC_TIMEOUT_MS 600000.0
 
 /* What made a var: only the vars an op made (new, or a view) may be a node's output. */

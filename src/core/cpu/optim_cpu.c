@@ -108,10 +108,11 @@ static void adamw_range(void *arg, int64_t i0, int64_t i1) {
   const float b2c = j->b2c, bc2_sqrt = j->bc2_sqrt, eps = j->eps, step_size = j->step_size;
   int64_t i = 0;
 #ifdef ADAMW_SIMD
-  if (mpt__cpu_isa() == MPT_CPU_ISA_AVX512)
+  const mpt_cpu_isa isa = mpt__cpu_isa();
+  if (isa == MPT_CPU_ISA_AVX512)
     i = adamw_avx512(param, grad, m, v, count, decay, beta1, b1c, beta2, b2c, bc2_sqrt, eps,
                      step_size);
-  else if (mpt__cpu_isa() == MPT_CPU_ISA_AVX2)
+  else if (isa == MPT_CPU_ISA_AVX2)
     i = adamw_avx2(param, grad, m, v, count, decay, beta1, b1c, beta2, b2c, bc2_sqrt, eps,
                    step_size);
 #endif
